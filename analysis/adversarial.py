@@ -1,0 +1,337 @@
+"""Adversarial attention (Jain & Wallace 2019, §4.2), carried over to every decoder step.
+
+For one decoder step with attention row α and output distribution p, look for K attention
+distributions α̃_1 … α̃_K over the valid source positions that are as different from α as
+possible (JSD) while the output they induce from the SAME prefix state stays close to p (TVD):
+
+    loss = Σ_k [ −JSD(α̃_k, α) + λ · ReLU(TVD(p̃_k, p) − ε_opt) ] − mean_{k,k'} JSD(α̃_k, α̃_k')
+
+with α̃_k = masked_softmax(θ_k), θ initialised to log(uniform over valid positions) + N(0, σ²),
+optimised with Adam (amsgrad) — the objective and defaults of Jain & Wallace's class
+``AdversaryMulti`` (repository ``successar/AttentionExplanation``, ``model/Binary_Classification.py``
+and ``model/Question_Answering.py``: K = 5, σ = 3, lr 0.01, 500 iterations, λ = 500, ε = 0.01;
+the pairwise term there is ``cross_jsd.sum(0).mean()``, i.e. per example the mean over the K × K
+candidate pairs, diagonal included, which is what we use per decoder step). p̃_k = softmax(logits given α̃_k), a local intervention through
+:meth:`Seq2Seq.logits_given_attention`. After optimisation, candidates with
+TVD(p̃_k, p) ≤ ε_eval are kept and the largest JSD(α̃_k, α) among them is reported (J&W report
+the maximum JSD of the candidates that stay within ε of the output). ε_opt (the hinge during the
+search) and ε_eval (the acceptance threshold) are separate settings and are logged separately.
+
+All steps × examples × K candidates are optimised in ONE batched problem: the loss is the sum of
+the per-row losses and rows share no parameters, so each row receives exactly its own gradient,
+and Adam's update is element-wise, so the batched search follows each row's own trajectory
+(checked against :func:`adversarial_loop_reference`, one step at a time).
+
+Multi-head models: every head gets its own candidate distribution (replacement shape
+(B, K, H, T_y, T_x)); JSD between attention distributions — in the objective and in the
+report — is taken between head means, the quantity every per-step summary uses (DESIGN.md §3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from attnstudy.config import AblationConfig, AdversarialConfig
+from attnstudy.models import Seq2Seq, eval_mode
+
+from .common import PreparedBatch, step_generator
+from .divergences import jsd, tvd
+
+NAME = "adversarial"
+
+
+@dataclass
+class AdversarialResult:
+    """Outcome of the search for the searched steps of one batch.
+
+    N searched rows = real steps whose source has ≥ 2 valid positions.
+
+    Attributes:
+        b_idx, t_idx: long (N,), batch row and decoder step of each searched row.
+        candidates: (N, K, H, T_x) final adversarial distributions (0 at padding).
+        jsd: (N, K) JSD(head-mean α̃_k, head-mean α), nats.
+        tvd: (N, K) TVD(p̃_k, p).
+        objective: (N,) the per-row loss at the final parameters (the minimised quantity).
+        kept: bool (N, K), TVD ≤ ε_eval.
+        best: long (N,), index of the kept candidate with the largest JSD, −1 if none kept.
+        eps_opt, eps_eval: the two thresholds used.
+    """
+
+    b_idx: Tensor
+    t_idx: Tensor
+    candidates: Tensor
+    jsd: Tensor
+    tvd: Tensor
+    objective: Tensor
+    kept: Tensor
+    best: Tensor
+    eps_opt: float
+    eps_eval: float
+
+
+def _requires_grad_off(model: Seq2Seq) -> list[bool]:
+    flags = [p.requires_grad for p in model.parameters()]
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return flags
+
+
+def _restore_requires_grad(model: Seq2Seq, flags: list[bool]) -> None:
+    for p, f in zip(model.parameters(), flags):
+        p.requires_grad_(f)
+
+
+def _searched_rows(batch: PreparedBatch) -> tuple[Tensor, Tensor]:
+    """(b_idx, t_idx) of real steps whose source has at least two valid positions."""
+    tr = batch.trace
+    mask = tr.step_mask & (tr.src_lengths >= 2)[:, None]
+    return mask.nonzero(as_tuple=True)
+
+
+def _initial_logits(batch: PreparedBatch, b_idx: Tensor, t_idx: Tensor, acfg: AdversarialConfig,
+                    seed: int, heads: int) -> Tensor:
+    """θ₀ = log(1/L) + N(0, σ²) on the L valid positions, 0 at padding. Shape (N, K, H, T_x).
+
+    The noise of row (example, step) comes from ``step_generator(seed, example id, step,
+    "adversarial")`` and is drawn for the valid positions only, so it does not depend on the
+    batch's padding or composition.
+    """
+    tr = batch.trace
+    t_x = tr.src.size(1)
+    out = torch.zeros(len(b_idx), acfg.k, heads, t_x)
+    for n, (b, t) in enumerate(zip(b_idx.tolist(), t_idx.tolist())):
+        length = int(tr.src_lengths[b])
+        gen = step_generator(seed, batch.examples[b].id, t, NAME)
+        noise = torch.randn((acfg.k, heads, length), generator=gen) * acfg.init_sd
+        out[n, :, :, :length] = math.log(1.0 / length) + noise
+    return out
+
+
+def _row_objective(model: Seq2Seq, batch: PreparedBatch, theta: Tensor, b_idx: Tensor, t_idx: Tensor,
+                   acfg: AdversarialConfig, chunk_rows: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-row adversarial loss for the rows (b_idx, t_idx).
+
+    Args:
+        theta: (N, K, H, T_x) candidate logits.
+
+    Returns:
+        loss (N,), jsd (N, K), tvd (N, K), candidates α̃ (N, K, H, T_x).
+    """
+    tr = batch.trace
+    b, t_y = tr.src.size(0), tr.tgt_in.size(1)
+    n, k, h, t_x = theta.shape
+    pad = tr.pad_mask[b_idx][:, None, None, :]  # (N, 1, 1, T_x)
+    cand = torch.softmax(theta.masked_fill(pad, float("-inf")), dim=-1)  # (N, K, H, T_x)
+    # scatter the rows into a (B, K, H, T_y, T_x) replacement; unsearched rows stay 0 and are
+    # not computed (``steps``)
+    full = cand.new_zeros(b, t_y, k, h, t_x).index_put((b_idx, t_idx), cand)
+    weights = full.permute(0, 2, 3, 1, 4)
+    steps = torch.zeros_like(tr.step_mask)
+    steps[b_idx, t_idx] = True
+    logits = model.logits_given_attention(tr, weights, chunk_rows=chunk_rows, steps=steps)  # (B,K,T_y,V)
+    logits = logits.permute(0, 2, 1, 3)[b_idx, t_idx]  # (N, K, V)
+    p_new = torch.softmax(logits, -1)
+    p_orig = torch.softmax(tr.logits[b_idx, t_idx], -1).unsqueeze(1)  # (N, 1, V)
+    alpha = tr.attention[b_idx, :, t_idx].mean(1).unsqueeze(1)  # (N, 1, T_x)
+    cand_mean = cand.mean(2)  # (N, K, T_x)
+    div = jsd(cand_mean, alpha)  # (N, K)
+    out_tvd = tvd(p_new, p_orig)  # (N, K)
+    cross = jsd(cand_mean.unsqueeze(1), cand_mean.unsqueeze(2))  # (N, K, K)
+    loss = (-div + acfg.lam * torch.relu(out_tvd - acfg.eps_opt)).sum(-1) - cross.mean((-1, -2))
+    return loss, div, out_tvd, cand
+
+
+def _optimise(model: Seq2Seq, batch: PreparedBatch, b_idx: Tensor, t_idx: Tensor,
+              cfg: AblationConfig, steps: int | None = None) -> AdversarialResult:
+    """Run the batched search over the rows (b_idx, t_idx) (model already in eval, no param grads)."""
+    acfg = cfg.adversarial
+    n_iter = acfg.steps if steps is None else steps
+    theta = _initial_logits(batch, b_idx, t_idx, acfg, cfg.seed, model.attention.heads)
+    theta.requires_grad_(True)
+    optim = torch.optim.Adam([theta], lr=acfg.lr, amsgrad=True)
+    with torch.enable_grad():
+        for _ in range(n_iter):
+            loss, *_ = _row_objective(model, batch, theta, b_idx, t_idx, acfg, cfg.chunk_rows)
+            optim.zero_grad(set_to_none=True)
+            loss.sum().backward()
+            optim.step()
+    with torch.no_grad():
+        loss, div, out_tvd, cand = _row_objective(model, batch, theta, b_idx, t_idx, acfg, cfg.chunk_rows)
+    kept = out_tvd <= acfg.eps_eval
+    score = div.masked_fill(~kept, float("-inf"))
+    best = torch.where(kept.any(-1), score.argmax(-1), torch.full_like(b_idx, -1))
+    return AdversarialResult(b_idx, t_idx, cand.detach(), div.detach(), out_tvd.detach(), loss.detach(),
+                             kept, best, acfg.eps_opt, acfg.eps_eval)
+
+
+def _check(model: Seq2Seq, batch: PreparedBatch) -> None:
+    if not model.has_attention or batch.trace.attention is None:
+        raise ValueError("adversarial attention needs attention weights; the 'none' model has none "
+                         "(skip this ablation for it)")
+
+
+def search_adversarial(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig,
+                       steps: int | None = None) -> AdversarialResult:
+    """Batched ``AdversaryMulti`` search over every searchable step of a batch (J&W 2019, §4.2).
+
+    Args:
+        model: the model (put in eval mode; its parameters get no gradients — ``requires_grad``
+            is switched off during the search — and both are restored afterwards).
+        batch: prepared batch; its trace gives α (B, H, T_y, T_x) and p (B, T_y, V).
+        cfg: ablation config; ``cfg.adversarial`` holds K, iterations, lr, λ, ε_opt, ε_eval, σ;
+            ``cfg.seed`` seeds the initial noise; ``cfg.chunk_rows`` sizes the output-layer chunks.
+        steps: override of ``cfg.adversarial.steps`` (Adam iterations).
+
+    Returns:
+        :class:`AdversarialResult` over the N real steps with ≥ 2 valid source positions.
+
+    Raises:
+        ValueError: for the ``none`` model (no attention to replace).
+    """
+    _check(model, batch)
+    b_idx, t_idx = _searched_rows(batch)
+    flags = _requires_grad_off(model)
+    try:
+        with eval_mode(model):
+            return _optimise(model, batch, b_idx, t_idx, cfg, steps)
+    finally:
+        _restore_requires_grad(model, flags)
+
+
+def adversarial_loop_reference(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig,
+                               steps: int | None = None) -> AdversarialResult:
+    """Plain-loop reference of :func:`search_adversarial`: one step (K candidates) at a time.
+
+    Each step gets its own parameters and its own Adam optimiser, seeded identically; used to
+    check that the batched search gives every row its own trajectory.
+
+    Args / Returns / Raises: as :func:`search_adversarial`.
+    """
+    _check(model, batch)
+    b_all, t_all = _searched_rows(batch)
+    flags = _requires_grad_off(model)
+    parts = []
+    try:
+        with eval_mode(model):
+            for b, t in zip(b_all.tolist(), t_all.tolist()):
+                parts.append(_optimise(model, batch, torch.tensor([b]), torch.tensor([t]), cfg, steps))
+    finally:
+        _restore_requires_grad(model, flags)
+    acfg = cfg.adversarial
+    h, t_x = model.attention.heads, batch.trace.src.size(1)
+
+    def cat(name: str, empty: Tensor) -> Tensor:
+        return torch.cat([getattr(p, name) for p in parts]) if parts else empty
+
+    return AdversarialResult(
+        b_all, t_all, cat("candidates", torch.zeros(0, acfg.k, h, t_x)), cat("jsd", torch.zeros(0, acfg.k)),
+        cat("tvd", torch.zeros(0, acfg.k)), cat("objective", torch.zeros(0)),
+        cat("kept", torch.zeros(0, acfg.k, dtype=torch.bool)), cat("best", torch.zeros(0, dtype=torch.long)),
+        acfg.eps_opt, acfg.eps_eval)
+
+
+def adversarial_table(batch: PreparedBatch, result: AdversarialResult) -> pd.DataFrame:
+    """Per-step table of a search result.
+
+    Columns: ``example_id``, ``step``, ``adversarial_skipped`` (source with one valid position:
+    not searched), ``adversarial_found`` (some candidate has TVD ≤ ε_eval; False when skipped),
+    ``adversarial_n_kept``, ``adversarial_max_jsd`` (max JSD(α̃, α) among kept candidates, nats,
+    NaN if none), ``adversarial_max_tvd`` (the output TVD of that candidate, NaN if none).
+    ε_opt and ε_eval are in ``df.attrs`` (and in ``cfg.adversarial`` for logging).
+    """
+    tr = batch.trace
+    b_real, t_real = tr.step_mask.nonzero(as_tuple=True)
+    n = len(b_real)
+    pos = {(b, t): i for i, (b, t) in enumerate(zip(b_real.tolist(), t_real.tolist()))}
+    max_jsd = np.full(n, np.nan)
+    max_tvd = np.full(n, np.nan)
+    found = np.zeros(n, dtype=bool)
+    n_kept = np.zeros(n, dtype=np.int64)
+    skipped = np.ones(n, dtype=bool)
+    for r, (b, t) in enumerate(zip(result.b_idx.tolist(), result.t_idx.tolist())):
+        i = pos[(b, t)]
+        skipped[i] = False
+        n_kept[i] = int(result.kept[r].sum())
+        k = int(result.best[r])
+        if k >= 0:
+            found[i] = True
+            max_jsd[i] = float(result.jsd[r, k])
+            max_tvd[i] = float(result.tvd[r, k])
+    df = pd.DataFrame({
+        "example_id": [batch.examples[b].id for b in b_real.tolist()],
+        "step": t_real.numpy(),
+        f"{NAME}_skipped": skipped,
+        f"{NAME}_found": found,
+        f"{NAME}_n_kept": n_kept,
+        f"{NAME}_max_jsd": max_jsd,
+        f"{NAME}_max_tvd": max_tvd,
+    })
+    df.attrs[f"{NAME}_eps_opt"] = result.eps_opt
+    df.attrs[f"{NAME}_eps_eval"] = result.eps_eval
+    return df
+
+
+def run_adversarial(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> pd.DataFrame:
+    """Adversarial attention per decoder step (Jain & Wallace 2019, §4.2, ``AdversaryMulti``).
+
+    Args:
+        model: the model (eval mode and ``requires_grad`` flags restored afterwards).
+        batch: prepared batch (B examples, trace over the chosen prefix).
+        cfg: ablation config; uses ``cfg.adversarial``, ``cfg.seed``, ``cfg.chunk_rows``.
+
+    Returns:
+        One row per real decoder step, columns as :func:`adversarial_table`.
+
+    Raises:
+        ValueError: for the ``none`` model (no attention).
+    """
+    return adversarial_table(batch, search_adversarial(model, batch, cfg))
+
+
+def adversarial_rows(batch: PreparedBatch, result: AdversarialResult, example: int | str
+                     ) -> dict[str, np.ndarray]:
+    """Original and best adversarial attention of one example, for a heatmap.
+
+    Args:
+        batch: the batch the result belongs to.
+        result: from :func:`search_adversarial`.
+        example: batch row or example id.
+
+    Returns:
+        dict with ``original`` (T, L) head-mean attention over the example's T real steps and L
+        valid positions; ``adversarial`` (T, L) head mean of the best kept candidate (NaN rows
+        where none was found or the step was not searched); ``original_heads`` and
+        ``adversarial_heads`` (H, T, L); ``found`` bool (T,); ``jsd`` and ``tvd`` (T,).
+
+    Raises:
+        KeyError: for an unknown example id.
+    """
+    if isinstance(example, str):
+        ids = batch.example_ids
+        if example not in ids:
+            raise KeyError(f"example {example!r} is not in this batch")
+        example = ids.index(example)
+    tr = batch.trace
+    n_steps = int(tr.step_mask[example].sum())
+    length = int(tr.src_lengths[example])
+    orig = tr.attention[example, :, :n_steps, :length].numpy()  # (H, T, L)
+    adv = np.full_like(orig, np.nan)
+    found = np.zeros(n_steps, dtype=bool)
+    div = np.full(n_steps, np.nan)
+    dist = np.full(n_steps, np.nan)
+    for r, (b, t) in enumerate(zip(result.b_idx.tolist(), result.t_idx.tolist())):
+        k = int(result.best[r])
+        if b != example or k < 0 or t >= n_steps:
+            continue
+        adv[:, t] = result.candidates[r, k, :, :length].numpy()
+        found[t] = True
+        div[t] = float(result.jsd[r, k])
+        dist[t] = float(result.tvd[r, k])
+    return {"original": orig.mean(0), "adversarial": adv.mean(0), "original_heads": orig,
+            "adversarial_heads": adv, "found": found, "jsd": div, "tvd": dist}

@@ -1,0 +1,136 @@
+"""What every ablation shares: prepared batches (a trace over the chosen prefix) and seeded RNGs.
+
+An ablation is a function ``fn(model, batch: PreparedBatch, cfg: AblationConfig) -> DataFrame``
+whose rows are decoder steps (``example_id``, ``step`` and its own columns); the suite merges
+them into one tidy per-step table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from attnstudy.data.batching import collate
+from attnstudy.data.tasks import Example
+from attnstudy.data.vocab import EOS_ID, PAD_ID, Vocab
+from attnstudy.models import Seq2Seq, Trace, eval_mode
+
+from .divergences import entropy
+
+
+@dataclass
+class PreparedBatch:
+    """A batch of examples with a no-grad teacher-forced trace over the chosen prefix.
+
+    Attributes:
+        examples: the examples, in batch order.
+        trace: :class:`attnstudy.models.Trace` (B examples), computed under ``torch.no_grad``.
+        prefix: "greedy" (the model's own output) or "reference".
+        src_vocab, tgt_vocab: vocabularies.
+    """
+
+    examples: list[Example]
+    trace: Trace
+    prefix: str
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+
+    @property
+    def example_ids(self) -> list[str]:
+        return [ex.id for ex in self.examples]
+
+    @property
+    def probs(self) -> Tensor:
+        """Output distributions p_t, shape (B, T_y, V)."""
+        return torch.softmax(self.trace.logits, -1)
+
+    def steps(self) -> Iterator[tuple[int, int]]:
+        """(batch row, step) of every real step, in order."""
+        for b, t in self.trace.step_mask.nonzero().tolist():
+            yield b, t
+
+    def valid_positions(self) -> Tensor:
+        """bool (B, T_x), True at real source positions."""
+        return ~self.trace.pad_mask
+
+
+def step_generator(seed: int, example_id: str, step: int, ablation: str) -> torch.Generator:
+    """A torch generator seeded from (seed, example id, step, ablation name) (DESIGN.md §4).
+
+    The stream is independent of batch composition and of which examples ran before.
+    """
+    digest = hashlib.sha256(f"{seed}|{example_id}|{step}|{ablation}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
+
+
+def prepare_batches(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab,
+                    prefix: str = "greedy", batch_size: int = 32, max_decode_factor: float = 2.0
+                    ) -> Iterator[PreparedBatch]:
+    """Yield :class:`PreparedBatch` objects over ``examples`` (in order, ``batch_size`` at a time).
+
+    With ``prefix="greedy"`` the trace follows the model's own greedy output (the step that emits
+    ``<eos>`` included); with ``"reference"`` it follows the first reference.
+
+    Raises:
+        ValueError: for an unknown prefix.
+    """
+    if prefix not in ("greedy", "reference"):
+        raise ValueError(f"unknown prefix {prefix!r}; valid: greedy, reference")
+    for start in range(0, len(examples), batch_size):
+        chunk = list(examples[start:start + batch_size])
+        batch = collate(chunk, src_vocab, tgt_vocab)
+        with eval_mode(model), torch.no_grad():
+            if prefix == "greedy":
+                max_len = int(max_decode_factor * int(batch.src_lengths.max())) + 2
+                hyps = model.greedy(batch.src, batch.src_lengths, max_len)
+                tgt_in, tgt_out = _prefix_tensors(hyps)
+            else:
+                tgt_in, tgt_out = batch.tgt_in, batch.tgt_out
+            trace = model.trace(batch.src, batch.src_lengths, tgt_in, tgt_out)
+        yield PreparedBatch(chunk, trace, prefix, src_vocab, tgt_vocab)
+
+
+def _prefix_tensors(hyps: list[list[int]]) -> tuple[Tensor, Tensor]:
+    """BOS + hyp and hyp + EOS, PAD-padded, shape (B, max len + 1) each."""
+    t = max(len(h) for h in hyps) + 1
+    tgt_in = torch.full((len(hyps), t), PAD_ID, dtype=torch.long)
+    tgt_out = torch.full((len(hyps), t), PAD_ID, dtype=torch.long)
+    for i, h in enumerate(hyps):
+        tgt_in[i, : len(h) + 1] = torch.tensor([1] + h)
+        tgt_out[i, : len(h) + 1] = torch.tensor(h + [EOS_ID])
+    return tgt_in, tgt_out
+
+
+def base_table(batch: PreparedBatch) -> pd.DataFrame:
+    """The columns every per-step record carries (DESIGN.md §4).
+
+    Columns: example_id, step, src_len, target_token (the prefix token at this step),
+    predicted_token (argmax), is_eos, max_attention and attention_entropy (head mean; NaN
+    without attention), n_valid (valid source positions).
+    """
+    tr = batch.trace
+    b_idx, t_idx = tr.step_mask.nonzero(as_tuple=True)
+    pred = tr.logits.argmax(-1)
+    att = tr.attention.mean(1) if tr.attention is not None else None  # (B, T_y, T_x)
+    itos = batch.tgt_vocab.itos
+    rows = {
+        "example_id": [batch.examples[b].id for b in b_idx.tolist()],
+        "step": t_idx.numpy(),
+        "src_len": tr.src_lengths[b_idx].numpy(),
+        "target_token": [itos[i] for i in tr.tgt_out[b_idx, t_idx].tolist()],
+        "predicted_token": [itos[i] for i in pred[b_idx, t_idx].tolist()],
+        "is_eos": (tr.tgt_out[b_idx, t_idx] == EOS_ID).numpy(),
+    }
+    if att is not None:
+        rows["max_attention"] = att[b_idx, t_idx].max(-1).values.numpy()
+        rows["attention_entropy"] = entropy(att[b_idx, t_idx]).numpy()
+    else:
+        rows["max_attention"] = np.full(len(b_idx), np.nan)
+        rows["attention_entropy"] = np.full(len(b_idx), np.nan)
+    return pd.DataFrame(rows)

@@ -1,0 +1,81 @@
+"""Divergences and rank correlation, each defined once and used everywhere (DESIGN.md §4).
+
+* TVD(p, q) = ½ Σ_i |p_i − q_i| over the full output vocabulary (Jain & Wallace 2019, §4.1).
+* JSD(p, q) = ½ KL(p ‖ m) + ½ KL(q ‖ m), m = ½(p + q), natural log, so 0 ≤ JSD ≤ ln 2
+  (Lin 1991; Jain & Wallace 2019, §4.2). Terms with p_i = 0 contribute 0 (0 · log 0 := 0), so
+  fp32 underflow never produces NaN.
+* Kendall τ-b with its two-sided p-value via :func:`scipy.stats.kendalltau`; undefined
+  (a constant vector, fewer than 2 items) → ``nan`` for the caller to count, never to average.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from scipy import stats
+from torch import Tensor
+
+LN2 = math.log(2.0)
+
+
+def tvd(p: Tensor, q: Tensor) -> Tensor:
+    """Total variation distance along the last axis.
+
+    Args:
+        p, q: probability vectors, broadcastable shapes (..., V).
+
+    Returns:
+        shape (...), values in [0, 1].
+    """
+    return 0.5 * (p - q).abs().sum(-1)
+
+
+def _kl_terms(p: Tensor, m: Tensor) -> Tensor:
+    # p log(p/m) with 0 log 0 := 0; m ≥ p/2 > 0 wherever p > 0
+    safe_p = torch.where(p > 0, p, torch.ones_like(p))
+    safe_m = torch.where(p > 0, m, torch.ones_like(m))
+    return torch.where(p > 0, p * (safe_p.log() - safe_m.log()), torch.zeros_like(p))
+
+
+def jsd(p: Tensor, q: Tensor) -> Tensor:
+    """Jensen–Shannon divergence (natural log) along the last axis.
+
+    Args:
+        p, q: probability vectors, broadcastable shapes (..., V).
+
+    Returns:
+        shape (...), values in [0, ln 2]; differentiable (used as the adversarial objective).
+    """
+    p, q = torch.broadcast_tensors(p, q)
+    m = 0.5 * (p + q)
+    out = 0.5 * (_kl_terms(p, m).sum(-1) + _kl_terms(q, m).sum(-1))
+    return out.clamp(min=0.0, max=LN2)
+
+
+def kendall_tau(x, y) -> tuple[float, float]:
+    """Kendall τ-b and two-sided p-value (scipy.stats.kendalltau, method 'auto').
+
+    Args:
+        x, y: 1-D sequences of equal length n.
+
+    Returns:
+        (tau, p_value); (nan, nan) when undefined (n < 2 or a constant vector).
+
+    Raises:
+        ValueError: if the lengths differ.
+    """
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if x.shape != y.shape:
+        raise ValueError(f"kendall_tau needs equal lengths, got {x.shape} and {y.shape}")
+    if x.size < 2 or np.all(x == x[0]) or np.all(y == y[0]):
+        return math.nan, math.nan
+    res = stats.kendalltau(x, y, variant="b")
+    return float(res.statistic), float(res.pvalue)
+
+
+def entropy(p: Tensor) -> Tensor:
+    """Shannon entropy (nats) along the last axis, 0 · log 0 := 0. Shape (...)."""
+    return -torch.where(p > 0, p * torch.where(p > 0, p, torch.ones_like(p)).log(), torch.zeros_like(p)).sum(-1)

@@ -1,0 +1,189 @@
+"""The ``attnstudy`` command (DESIGN.md §6).
+
+Arguments and the experiment config are validated before torch or mlflow are imported, so a usage
+error answers at once. Errors are one line on stderr; exit codes: 0 ok, 1 failed, 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from .config import ABLATIONS, AblationConfig, ConfigError, ExperimentConfig, load_experiment
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad arguments (exit code 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, instead of argparse's usage dump
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="attnstudy", description="Train seq2seq attention models and test whether their "
+                "attention explains their output (Jain & Wallace 2019 style ablations, tracked in MLflow).")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def add_common(sp, experiment=True):
+        if experiment:
+            sp.add_argument("experiment", help="experiment TOML file (see experiments/)")
+            sp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                            help="override a config value, e.g. --set training.epochs=3 (repeatable)")
+        sp.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    sp = sub.add_parser("train", help="train every model of an experiment (reusing finished runs)")
+    add_common(sp)
+    sp.add_argument("--retrain", action="store_true", help="train even if a finished run has the same config hash")
+    sp.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint")
+
+    sp = sub.add_parser("run", help="the main job: train what is missing, ablate every model, report")
+    add_common(sp)
+    sp.add_argument("--retrain", action="store_true", help="train even if a finished run has the same config hash")
+    sp.add_argument("--no-report", action="store_true", help="skip building the report")
+
+    sp = sub.add_parser("predict", help="decode inputs with a stored model")
+    sp.add_argument("model_uri", help="runs:/<run_id>, models:/<name>/<version>, models:/<name>@<alias> or a model folder")
+    sp.add_argument("inputs", nargs="+", help="input strings (a G2P word, a token sequence, …)")
+    sp.add_argument("--attention", action="store_true", help="also print the attention matrix")
+    sp.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
+    sp.add_argument("--json", action="store_true", help="print JSON lines")
+
+    sp = sub.add_parser("ablate", help="run the ablation battery on a stored model")
+    sp.add_argument("model_uri", help="runs:/<run_id>, models:/<name>/<version> or models:/<name>@<alias>")
+    sp.add_argument("--ablations", default=None,
+                    help=f"comma-separated subset of: {', '.join(ABLATIONS)} (default: all)")
+    sp.add_argument("--n-examples", type=int, default=None, help="test examples to analyse (default 200)")
+    sp.add_argument("--prefix", choices=["greedy", "reference"], default=None, help="prefix policy (default greedy)")
+    sp.add_argument("--seed", type=int, default=None, help="ablation seed (default 0)")
+    sp.add_argument("--quiet", action="store_true", help="no progress bars")
+    return p
+
+
+def _ablation_config(args) -> AblationConfig:
+    values = {}
+    if args.ablations:
+        names = [a.strip() for a in args.ablations.split(",") if a.strip()]
+        unknown = [a for a in names if a not in ABLATIONS]
+        if unknown:
+            raise UsageError(f"unknown ablation {unknown[0]!r}; valid: {', '.join(ABLATIONS)}")
+        values["ablations"] = names
+    if args.n_examples is not None:
+        if args.n_examples < 1:
+            raise UsageError(f"--n-examples must be at least 1, got {args.n_examples}")
+        values["n_examples"] = args.n_examples
+    if args.prefix:
+        values["prefix"] = args.prefix
+    if args.seed is not None:
+        values["seed"] = args.seed
+    return AblationConfig(**values)
+
+
+def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
+    """Everything that can be checked without torch or mlflow."""
+    if args.command in ("train", "run"):
+        return load_experiment(args.experiment, args.overrides), None
+    if args.command == "ablate":
+        return None, _ablation_config(args)
+    if args.command == "predict":
+        if args.beam < 1:
+            raise UsageError(f"--beam must be at least 1, got {args.beam}")
+        uri = args.model_uri
+        if not (uri.startswith(("runs:/", "models:/")) or Path(uri).is_dir()):
+            raise UsageError(f"unknown model URI {uri!r}; use runs:/<run_id>, models:/<name>/<version>, "
+                             "models:/<name>@<alias> or a model folder")
+        if any(not s.strip() for s in args.inputs):
+            raise UsageError("an input is empty: give at least one token per input")
+    return None, None
+
+
+def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> int:
+    from . import api
+
+    progress = not getattr(args, "quiet", False)
+    if args.command == "train":
+        runs = api.train_experiment(cfg, retrain=args.retrain, resume=args.resume, progress=progress)
+        for r in runs:
+            status = "reused" if r.reused else "trained"
+            keys = [k for k in ("test/per", "test/wer", "test/exact_match") if k in r.metrics]
+            summary = ", ".join(f"{k} {r.metrics[k]:.4f}" for k in keys)
+            print(f"{status} {r.spec.name}: runs:/{r.run_id}" + (f" ({summary})" if summary else ""))
+        return EXIT_OK
+    if args.command == "run":
+        text = Path(args.experiment).read_text(encoding="utf-8")
+        out = api.run(cfg, retrain=args.retrain, progress=progress, config_text=text, report=not args.no_report)
+        for m in out["models"]:
+            print(f"{'reused' if m.reused else 'trained'} {m.spec.name}: runs:/{m.run_id}, "
+                  f"ablations runs:/{out['ablations'][m.run_id]}")
+        print(f"study: runs:/{out['study_run_id']}")
+        if out["report"]:
+            print(f"report: {out['report']}")
+        return EXIT_OK
+    if args.command == "predict":
+        results = api.predict(args.model_uri, args.inputs, args.beam, args.attention)
+        for r in results:
+            if args.json:
+                print(json.dumps(r, ensure_ascii=False))
+                continue
+            note = f"  ({r['n_unknown']} unknown token(s) mapped to <unk>)" if r["n_unknown"] else ""
+            print(f"{r['input']}\t{r['output']}{note}")
+            if args.attention and r.get("attention") is not None:
+                src = r["source_tokens"]
+                print("\t" + "\t".join(src))
+                for tok, row in zip(r["tokens"] + ["<eos>"], r["attention"]):
+                    print(tok + "\t" + "\t".join(f"{v:.2f}" for v in row))
+            elif args.attention:
+                print("\t(this model has no attention)")
+        return EXIT_OK
+    if args.command == "ablate":
+        run_id, result = api.ablate(args.model_uri, abl, progress=progress)
+        for k in sorted(result.summary):
+            if not k.endswith(("_ci_low", "_ci_high")):
+                print(f"{k}\t{result.summary[k]:.4f}")
+        for name, reason in result.skipped.items():
+            print(f"skipped {name}: {reason}")
+        print(f"ablation run: runs:/{run_id}")
+        return EXIT_OK
+    raise UsageError(f"unknown command {args.command!r}")
+
+
+def _error_exit(message: str, code: int) -> int:
+    print(f"attnstudy: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point. Returns the exit code (0 ok, 1 failed, 2 bad usage)."""
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        args = build_parser().parse_args(argv)
+        cfg, abl = _validate(args)
+    except (UsageError, ConfigError) as err:
+        return _error_exit(str(err), EXIT_USAGE)
+    except SystemExit as err:  # --help
+        return int(err.code or 0)
+    try:
+        return _execute(args, cfg, abl)
+    except KeyboardInterrupt:
+        return _error_exit("interrupted; finished runs are kept, the current run is marked KILLED "
+                           "(resume training with --resume)", EXIT_FAILED)
+    except (UsageError, ConfigError) as err:
+        return _error_exit(str(err), EXIT_USAGE)
+    except Exception as err:  # one line, never a traceback; ATTNSTUDY_DEBUG=1 shows it
+        if os.environ.get("ATTNSTUDY_DEBUG"):
+            raise
+        from .data.tasks import DataError
+
+        code = EXIT_USAGE if isinstance(err, DataError) else EXIT_FAILED
+        return _error_exit(f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}", code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Save and load a trained model as plain files: weights (state_dict), JSON config, vocabularies.
+
+Loading never unpickles code: weights are read with ``torch.load(weights_only=True)`` and the
+config is validated JSON (DESIGN.md §5).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..config import RunSpec
+from ..data.vocab import Vocab
+from .build import build_model
+from .seq2seq import Seq2Seq
+
+WEIGHTS, CONFIG, SRC_VOCAB, TGT_VOCAB = "weights.pt", "config.json", "src_vocab.json", "tgt_vocab.json"
+MODEL_FILES = (WEIGHTS, CONFIG, SRC_VOCAB, TGT_VOCAB)
+
+
+class ModelLoadError(RuntimeError):
+    """A model directory is missing files or holds something that is not a plain model."""
+
+
+@dataclass
+class LoadedModel:
+    """A model with everything needed to use it."""
+
+    model: Seq2Seq
+    spec: RunSpec
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+
+
+def save_model_dir(directory: str | Path, model: Seq2Seq, spec: RunSpec, src_vocab: Vocab, tgt_vocab: Vocab) -> Path:
+    """Write the four model files into ``directory`` (created). Returns the directory."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), d / WEIGHTS)
+    (d / CONFIG).write_text(spec.model_dump_json(indent=2), encoding="utf-8")
+    (d / SRC_VOCAB).write_text(json.dumps(src_vocab.to_json()), encoding="utf-8")
+    (d / TGT_VOCAB).write_text(json.dumps(tgt_vocab.to_json()), encoding="utf-8")
+    return d
+
+
+def load_model_dir(directory: str | Path) -> LoadedModel:
+    """Load a model saved by :func:`save_model_dir`, in eval mode.
+
+    Raises:
+        ModelLoadError: a file is missing, the config or vocabulary is invalid, or the weights
+            are not a plain state_dict (e.g. a pickle that would run code is refused).
+    """
+    d = Path(directory)
+    missing = [f for f in MODEL_FILES if not (d / f).is_file()]
+    if missing:
+        raise ModelLoadError(f"model directory {d} lacks {', '.join(missing)}")
+    try:
+        spec = RunSpec.model_validate_json((d / CONFIG).read_text(encoding="utf-8"))
+        src_vocab = Vocab.from_json(json.loads((d / SRC_VOCAB).read_text(encoding="utf-8")))
+        tgt_vocab = Vocab.from_json(json.loads((d / TGT_VOCAB).read_text(encoding="utf-8")))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ModelLoadError(f"invalid model config or vocabulary in {d}: {str(err).splitlines()[0]}") from None
+    try:
+        state = torch.load(d / WEIGHTS, map_location="cpu", weights_only=True)
+    except Exception as err:  # weights_only refuses anything but tensors and plain containers
+        raise ModelLoadError(f"refusing to load {d / WEIGHTS}: not a plain state_dict "
+                             f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
+    model = build_model(spec.model, len(src_vocab), len(tgt_vocab))
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, TypeError, AttributeError) as err:
+        raise ModelLoadError(f"weights in {d} do not match the config: {str(err).splitlines()[0][:200]}") from None
+    model.eval()
+    return LoadedModel(model, spec, src_vocab, tgt_vocab)

@@ -1,0 +1,192 @@
+"""Teacher-forced training with Adam, gradient clipping, early stopping and per-epoch checkpoints.
+
+Deterministic on CPU for a given seed: parameters are initialised after ``torch.manual_seed``,
+batch order comes from a generator seeded by (seed, epoch), and a checkpoint holds model,
+optimiser and RNG state, so a resumed run continues exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from .config import RunSpec
+from .data.batching import make_batches
+from .data.tasks import Example, Splits
+from .data.vocab import PAD_ID, Vocab
+from .metrics import evaluate
+from .models import Seq2Seq, build_model, eval_mode
+
+LOWER_IS_BETTER = {"loss", "per", "wer"}
+
+
+@dataclass
+class TrainResult:
+    """What training produced.
+
+    Attributes:
+        model: the best model (by the early-stopping metric), in eval mode.
+        history: one dict of metrics per epoch (``train/loss``, ``dev/…``).
+        best_epoch: 1-based epoch of the best model.
+        stopped_early: True if patience ran out before ``epochs``.
+        seconds: training wall time (this process; resumed time excluded).
+    """
+
+    model: Seq2Seq
+    history: list[dict[str, float]] = field(default_factory=list)
+    best_epoch: int = 0
+    stopped_early: bool = False
+    seconds: float = 0.0
+
+
+def early_stopping_metric(spec: RunSpec) -> str:
+    """The dev metric that selects the model: PER for G2P, exact match otherwise (unless set)."""
+    if spec.training.early_stopping != "auto":
+        return spec.training.early_stopping
+    return "per" if spec.data.task == "g2p" else "exact_match"
+
+
+def max_decode_len(spec: RunSpec, src_len: int) -> int:
+    """Step budget for free-running decoding of a source of ``src_len`` tokens."""
+    return int(math.ceil(spec.training.max_decode_factor * src_len)) + 2
+
+
+def translate(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab,
+              spec: RunSpec, beam_size: int = 1, batch_size: int = 256) -> list[list[str]]:
+    """Decode ``examples`` (greedy, or beam search when ``beam_size`` > 1); tokens without EOS."""
+    hyps: list[list[str] | None] = [None] * len(examples)
+    with eval_mode(model), torch.no_grad():
+        for batch in make_batches(list(examples), src_vocab, tgt_vocab, batch_size, shuffle=False):
+            max_len = max_decode_len(spec, int(batch.src_lengths.max()))
+            if beam_size > 1:
+                out = model.beam_search(batch.src, batch.src_lengths, max_len, beam_size)
+            else:
+                out = model.greedy(batch.src, batch.src_lengths, max_len)
+            for i, ids in zip(batch.indices, out):
+                hyps[i] = tgt_vocab.decode(ids)
+    return hyps  # type: ignore[return-value]
+
+
+def dev_loss(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab,
+             batch_size: int = 256) -> float:
+    """Mean per-token cross-entropy (nats) under teacher forcing."""
+    total, tokens = 0.0, 0
+    with eval_mode(model), torch.no_grad():
+        for batch in make_batches(list(examples), src_vocab, tgt_vocab, batch_size, shuffle=False):
+            logits = model(batch.src, batch.src_lengths, batch.tgt_in)
+            total += float(nn.functional.cross_entropy(logits.transpose(1, 2), batch.tgt_out,
+                                                      ignore_index=PAD_ID, reduction="sum"))
+            tokens += int((batch.tgt_out != PAD_ID).sum())
+    return total / max(tokens, 1)
+
+
+def evaluate_split(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab,
+                   spec: RunSpec, beam_size: int = 1) -> tuple[dict[str, float], list[list[str]]]:
+    """Task metrics (metrics.evaluate) of greedy or beam decoding, and the hypotheses."""
+    hyps = translate(model, examples, src_vocab, tgt_vocab, spec, beam_size)
+    return evaluate(hyps, list(examples)), hyps
+
+
+def _atomic_save(obj, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, checkpoint_dir: str | Path,
+          on_epoch: Callable[[int, dict[str, float]], None] | None = None, resume: bool = False,
+          progress: bool = True) -> TrainResult:
+    """Train one model.
+
+    Args:
+        spec: the resolved run config.
+        splits: train/dev/test examples (test is not touched here).
+        src_vocab, tgt_vocab: vocabularies built from the training data.
+        checkpoint_dir: where ``last.pt`` (written atomically after every epoch: model, optimiser,
+            RNG state, history, best weights) lives.
+        on_epoch: called with (epoch, metrics) after every epoch (tracking hook).
+        resume: continue from ``checkpoint_dir/last.pt`` if it exists.
+        progress: show a tqdm bar.
+
+    Returns:
+        :class:`TrainResult` holding the best model.
+
+    Raises:
+        ValueError: if the training split is empty.
+    """
+    if not splits.train:
+        raise ValueError("the training split is empty")
+    if spec.training.threads:
+        torch.set_num_threads(spec.training.threads)
+    torch.manual_seed(spec.seed)
+    model = build_model(spec.model, len(src_vocab), len(tgt_vocab))
+    optimizer = torch.optim.Adam(model.parameters(), lr=spec.training.lr)
+    metric = early_stopping_metric(spec)
+    sign = 1.0 if metric in LOWER_IS_BETTER else -1.0
+    ckpt_dir = Path(checkpoint_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_path = ckpt_dir / "last.pt"
+
+    start_epoch, history, best, best_epoch, bad_epochs = 1, [], math.inf, 0, 0
+    best_state = {k: v.clone() for k, v in model.state_dict().items()}
+    if resume and ckpt_path.is_file():
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        torch.set_rng_state(ckpt["rng"])
+        start_epoch, history = ckpt["epoch"] + 1, ckpt["history"]
+        best, best_epoch, bad_epochs, best_state = ckpt["best"], ckpt["best_epoch"], ckpt["bad_epochs"], ckpt["best_state"]
+
+    t0 = time.perf_counter()
+    stopped_early = bad_epochs >= spec.training.patience
+    for epoch in range(start_epoch, spec.training.epochs + 1):
+        if stopped_early:
+            break
+        model.train()
+        batches = make_batches(splits.train, src_vocab, tgt_vocab, spec.training.batch_size, shuffle=True,
+                               seed=spec.seed * 100_003 + epoch, bucket=spec.training.bucket_batches)
+        total, tokens = 0.0, 0
+        bar = tqdm(batches, desc=f"{spec.name} epoch {epoch}", leave=False, disable=not progress, unit="batch")
+        for batch in bar:
+            logits = model(batch.src, batch.src_lengths, batch.tgt_in)
+            n_tok = int((batch.tgt_out != PAD_ID).sum())
+            loss = nn.functional.cross_entropy(logits.transpose(1, 2), batch.tgt_out,
+                                               ignore_index=PAD_ID, reduction="sum")
+            optimizer.zero_grad(set_to_none=True)
+            (loss / n_tok).backward()
+            nn.utils.clip_grad_norm_(model.parameters(), spec.training.clip_norm)
+            optimizer.step()
+            total += float(loss)
+            tokens += n_tok
+            bar.set_postfix(loss=f"{total / tokens:.3f}")
+        metrics = {"train/loss": total / max(tokens, 1),
+                   "dev/loss": dev_loss(model, splits.dev, src_vocab, tgt_vocab)}
+        dev_metrics, _ = evaluate_split(model, splits.dev, src_vocab, tgt_vocab, spec)
+        metrics.update({f"dev/{k}": v for k, v in dev_metrics.items() if k != "n"})
+        score = sign * metrics[f"dev/{metric}"]
+        if score < best:
+            best, best_epoch, bad_epochs = score, epoch, 0
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        else:
+            bad_epochs += 1
+        history.append(metrics)
+        _atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                      "rng": torch.get_rng_state(), "epoch": epoch, "history": history, "best": best,
+                      "best_epoch": best_epoch, "bad_epochs": bad_epochs, "best_state": best_state}, ckpt_path)
+        if progress:
+            tqdm.write(f"{spec.name} epoch {epoch}: train/loss {metrics['train/loss']:.4f} "
+                       f"dev/{metric} {metrics[f'dev/{metric}']:.4f}")
+        if on_epoch is not None:
+            on_epoch(epoch, metrics)
+        stopped_early = bad_epochs >= spec.training.patience
+    model.load_state_dict(best_state)
+    model.eval()
+    return TrainResult(model, history, best_epoch, stopped_early, time.perf_counter() - t0)

