@@ -254,10 +254,10 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _describe(err: ValidationError) -> str:
+def _describe(err: ValidationError, prefix: str = "") -> str:
     """One line for the first pydantic error: location, problem, and the valid keys/names."""
     e = err.errors()[0]
-    loc = ".".join(str(p) for p in e["loc"])
+    loc = prefix + ".".join(str(p) for p in e["loc"])
     if e["type"] == "extra_forbidden":
         model = err.title
         valid = ", ".join(sorted(_fields_at(model, e["loc"][:-1])))
@@ -377,10 +377,14 @@ def parse_experiment(raw: dict[str, Any], overrides: list[str] | None = None, so
     raw = apply_overrides(raw, overrides or [])
     try:
         cfg = ExperimentConfig.model_validate(raw)
-        # validate the base sections now so errors name the base, not a variant
-        DataConfig.model_validate(_deep_merge(cfg.data, cfg.models[0].data))
     except ValidationError as err:
         raise ConfigError(f"{source}: {_describe(err)}") from None
+    # the base sections must be valid on their own, so an error names the base, not a variant
+    for section, model in (("data", DataConfig), ("model", ModelConfig), ("training", TrainingConfig)):
+        try:
+            model.model_validate(getattr(cfg, section))
+        except ValidationError as err:
+            raise ConfigError(f"{source}: {_describe(err, section + '.')}") from None
     try:
         cfg.runs()
     except ConfigError as err:

@@ -23,7 +23,9 @@ def edit_distance(a: Sequence[str], b: Sequence[str]) -> int:
     return int(editdistance.eval(list(a), list(b)))
 
 
-def closest_reference(hypothesis: Sequence[str], references: Sequence[Sequence[str]]) -> tuple[tuple[str, ...], int]:
+def closest_reference(
+    hypothesis: Sequence[str], references: Sequence[Sequence[str]]
+) -> tuple[tuple[str, ...], int]:
     """The reference at the smallest edit distance (ties → shorter, then earlier) and that distance.
 
     Raises:
@@ -98,7 +100,9 @@ def evaluate(
     return out
 
 
-def per_example(hypotheses: Sequence[Sequence[str]], examples: Sequence[Example]) -> list[dict[str, Any]]:
+def per_example(
+    hypotheses: Sequence[Sequence[str]], examples: Sequence[Example]
+) -> list[dict[str, Any]]:
     """One row per example for the predictions table.
 
     Returns:

@@ -26,7 +26,7 @@ class AttnStudyPyfunc(PythonModel):
             shutil.copy(context.artifacts[Path(name).stem], tmp / name)
         self.loaded = load_model_dir(tmp)
 
-    def predict(self, context, model_input, params=None):
+    def predict(self, context, model_input: list[str], params=None) -> list[str]:
         from attnstudy.api import predict_loaded
 
         sources = list(model_input["source"]) if hasattr(model_input, "columns") else list(model_input)

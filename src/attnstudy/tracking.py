@@ -21,6 +21,7 @@ from typing import Any
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 import mlflow  # noqa: E402
 from mlflow.entities import Metric, Param, RunStatus, RunTag  # noqa: E402
@@ -261,13 +262,14 @@ class Tracker:
         run_id, sub = self.resolve_model_uri(uri)
         dst = Path(dst)
         dst.mkdir(parents=True, exist_ok=True)
+        local = dst
         for f in MODEL_FILES:
             try:
-                self.client.download_artifacts(run_id, f"{sub}/{f}", str(dst))
+                local = Path(self.client.download_artifacts(run_id, f"{sub}/{f}", str(dst))).parent
             except (MlflowException, OSError):
                 raise TrackingError(f"{uri}: run {run_id} has no model file {sub}/{f}; "
                                     "is it a trained-model run?") from None
-        return run_id, dst / sub
+        return run_id, local
 
     def resolve_model_uri(self, uri: str) -> tuple[str, str]:
         """(run_id, artifact subdirectory holding the model files) for a model URI."""

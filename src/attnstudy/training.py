@@ -164,7 +164,7 @@ def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, che
             (loss / n_tok).backward()
             nn.utils.clip_grad_norm_(model.parameters(), spec.training.clip_norm)
             optimizer.step()
-            total += float(loss)
+            total += loss.item()
             tokens += n_tok
             bar.set_postfix(loss=f"{total / tokens:.3f}")
         metrics = {"train/loss": total / max(tokens, 1),

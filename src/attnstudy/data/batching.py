@@ -75,8 +75,12 @@ def collate(
     tgts = [tgt_vocab.encode(ex.tgt) for ex in examples]
     t_x, t_y = max(map(len, srcs)), max(map(len, tgts)) + 1
     src = torch.tensor([s + [PAD_ID] * (t_x - len(s)) for s in srcs], dtype=torch.long)
-    tgt_in = torch.tensor([[BOS_ID, *t] + [PAD_ID] * (t_y - 1 - len(t)) for t in tgts], dtype=torch.long)
-    tgt_out = torch.tensor([[*t, EOS_ID] + [PAD_ID] * (t_y - 1 - len(t)) for t in tgts], dtype=torch.long)
+    tgt_in = torch.tensor(
+        [[BOS_ID, *t] + [PAD_ID] * (t_y - 1 - len(t)) for t in tgts], dtype=torch.long
+    )
+    tgt_out = torch.tensor(
+        [[*t, EOS_ID] + [PAD_ID] * (t_y - 1 - len(t)) for t in tgts], dtype=torch.long
+    )
     return Batch(
         src=src,
         src_lengths=torch.tensor([len(s) for s in srcs], dtype=torch.long),

@@ -1,0 +1,39 @@
+"""Shared fixtures: an isolated tracking store per test session."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+
+
+@pytest.fixture(scope="session")
+def store_root(tmp_path_factory):
+    """A fresh project root with its own mlruns/ (SQLite store), used by every tracking test."""
+    root = tmp_path_factory.mktemp("store")
+    (root / "mlruns").mkdir()
+    old = {k: os.environ.get(k) for k in ("ATTNSTUDY_ROOT", "MLFLOW_TRACKING_URI")}
+    os.environ["ATTNSTUDY_ROOT"] = str(root)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    yield root
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def tiny_config():
+    from attnstudy.config import load_experiment
+
+    return load_experiment(ROOT / "experiments" / "tiny.toml")
+
+
+@pytest.fixture(scope="session")
+def tiny_models(store_root, tiny_config):
+    """The tiny experiment trained once into the session store: list of ModelRun."""
+    from attnstudy import api
+
+    return api.train_experiment(tiny_config, progress=False)
