@@ -94,27 +94,45 @@ def _searched_rows(batch: PreparedBatch) -> tuple[Tensor, Tensor]:
     return mask.nonzero(as_tuple=True)
 
 
-def _initial_logits(batch: PreparedBatch, b_idx: Tensor, t_idx: Tensor, acfg: AdversarialConfig,
-                    seed: int, heads: int) -> Tensor:
+def _initial_logits(
+    batch: PreparedBatch,
+    b_idx: Tensor,
+    t_idx: Tensor,
+    acfg: AdversarialConfig,
+    seed: int,
+    heads: int,
+) -> Tensor:
     """θ₀ = log(1/L) + N(0, σ²) on the L valid positions, 0 at padding. Shape (N, K, H, T_x).
 
     The noise of row (example, step) comes from ``step_generator(seed, example id, step,
     "adversarial")`` and is drawn for the valid positions only, so it does not depend on the
-    batch's padding or composition.
+    batch's padding or composition. Every head of a candidate starts from the same noise: with
+    the head-mean JSD objective, heads started at different random points tend to settle on
+    different vertices, a local maximum whose head mean stays close to α.
     """
     tr = batch.trace
     t_x = tr.src.size(1)
-    out = torch.zeros(len(b_idx), acfg.k, heads, t_x)
+    out = torch.zeros(len(b_idx), acfg.k, heads, t_x, dtype=tr.logits.dtype)
     for n, (b, t) in enumerate(zip(b_idx.tolist(), t_idx.tolist())):
         length = int(tr.src_lengths[b])
         gen = step_generator(seed, batch.examples[b].id, t, NAME)
-        noise = torch.randn((acfg.k, heads, length), generator=gen) * acfg.init_sd
-        out[n, :, :, :length] = math.log(1.0 / length) + noise
+        noise = (
+            torch.randn((acfg.k, 1, length), generator=gen).expand(acfg.k, heads, length)
+            * acfg.init_sd
+        )
+        out[n, :, :, :length] = (math.log(1.0 / length) + noise).to(out.dtype)
     return out
 
 
-def _row_objective(model: Seq2Seq, batch: PreparedBatch, theta: Tensor, b_idx: Tensor, t_idx: Tensor,
-                   acfg: AdversarialConfig, chunk_rows: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _row_objective(
+    model: Seq2Seq,
+    batch: PreparedBatch,
+    theta: Tensor,
+    b_idx: Tensor,
+    t_idx: Tensor,
+    acfg: AdversarialConfig,
+    chunk_rows: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Per-row adversarial loss for the rows (b_idx, t_idx).
 
     Args:
@@ -134,7 +152,9 @@ def _row_objective(model: Seq2Seq, batch: PreparedBatch, theta: Tensor, b_idx: T
     weights = full.permute(0, 2, 3, 1, 4)
     steps = torch.zeros_like(tr.step_mask)
     steps[b_idx, t_idx] = True
-    logits = model.logits_given_attention(tr, weights, chunk_rows=chunk_rows, steps=steps)  # (B,K,T_y,V)
+    logits = model.logits_given_attention(
+        tr, weights, chunk_rows=chunk_rows, steps=steps
+    )  # (B,K,T_y,V)
     logits = logits.permute(0, 2, 1, 3)[b_idx, t_idx]  # (N, K, V)
     p_new = torch.softmax(logits, -1)
     p_orig = torch.softmax(tr.logits[b_idx, t_idx], -1).unsqueeze(1)  # (N, 1, V)
@@ -147,8 +167,14 @@ def _row_objective(model: Seq2Seq, batch: PreparedBatch, theta: Tensor, b_idx: T
     return loss, div, out_tvd, cand
 
 
-def _optimise(model: Seq2Seq, batch: PreparedBatch, b_idx: Tensor, t_idx: Tensor,
-              cfg: AblationConfig, steps: int | None = None) -> AdversarialResult:
+def _optimise(
+    model: Seq2Seq,
+    batch: PreparedBatch,
+    b_idx: Tensor,
+    t_idx: Tensor,
+    cfg: AblationConfig,
+    steps: int | None = None,
+) -> AdversarialResult:
     """Run the batched search over the rows (b_idx, t_idx) (model already in eval, no param grads)."""
     acfg = cfg.adversarial
     n_iter = acfg.steps if steps is None else steps
@@ -162,22 +188,37 @@ def _optimise(model: Seq2Seq, batch: PreparedBatch, b_idx: Tensor, t_idx: Tensor
             loss.sum().backward()
             optim.step()
     with torch.no_grad():
-        loss, div, out_tvd, cand = _row_objective(model, batch, theta, b_idx, t_idx, acfg, cfg.chunk_rows)
+        loss, div, out_tvd, cand = _row_objective(
+            model, batch, theta, b_idx, t_idx, acfg, cfg.chunk_rows
+        )
     kept = out_tvd <= acfg.eps_eval
     score = div.masked_fill(~kept, float("-inf"))
     best = torch.where(kept.any(-1), score.argmax(-1), torch.full_like(b_idx, -1))
-    return AdversarialResult(b_idx, t_idx, cand.detach(), div.detach(), out_tvd.detach(), loss.detach(),
-                             kept, best, acfg.eps_opt, acfg.eps_eval)
+    return AdversarialResult(
+        b_idx,
+        t_idx,
+        cand.detach(),
+        div.detach(),
+        out_tvd.detach(),
+        loss.detach(),
+        kept,
+        best,
+        acfg.eps_opt,
+        acfg.eps_eval,
+    )
 
 
 def _check(model: Seq2Seq, batch: PreparedBatch) -> None:
     if not model.has_attention or batch.trace.attention is None:
-        raise ValueError("adversarial attention needs attention weights; the 'none' model has none "
-                         "(skip this ablation for it)")
+        raise ValueError(
+            "adversarial attention needs attention weights; the 'none' model has none "
+            "(skip this ablation for it)"
+        )
 
 
-def search_adversarial(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig,
-                       steps: int | None = None) -> AdversarialResult:
+def search_adversarial(
+    model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig, steps: int | None = None
+) -> AdversarialResult:
     """Batched ``AdversaryMulti`` search over every searchable step of a batch (J&W 2019, §4.2).
 
     Args:
@@ -204,8 +245,9 @@ def search_adversarial(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig
         _restore_requires_grad(model, flags)
 
 
-def adversarial_loop_reference(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig,
-                               steps: int | None = None) -> AdversarialResult:
+def adversarial_loop_reference(
+    model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig, steps: int | None = None
+) -> AdversarialResult:
     """Plain-loop reference of :func:`search_adversarial`: one step (K candidates) at a time.
 
     Each step gets its own parameters and its own Adam optimiser, seeded identically; used to
@@ -220,7 +262,9 @@ def adversarial_loop_reference(model: Seq2Seq, batch: PreparedBatch, cfg: Ablati
     try:
         with eval_mode(model):
             for b, t in zip(b_all.tolist(), t_all.tolist()):
-                parts.append(_optimise(model, batch, torch.tensor([b]), torch.tensor([t]), cfg, steps))
+                parts.append(
+                    _optimise(model, batch, torch.tensor([b]), torch.tensor([t]), cfg, steps)
+                )
     finally:
         _restore_requires_grad(model, flags)
     acfg = cfg.adversarial
@@ -230,10 +274,17 @@ def adversarial_loop_reference(model: Seq2Seq, batch: PreparedBatch, cfg: Ablati
         return torch.cat([getattr(p, name) for p in parts]) if parts else empty
 
     return AdversarialResult(
-        b_all, t_all, cat("candidates", torch.zeros(0, acfg.k, h, t_x)), cat("jsd", torch.zeros(0, acfg.k)),
-        cat("tvd", torch.zeros(0, acfg.k)), cat("objective", torch.zeros(0)),
-        cat("kept", torch.zeros(0, acfg.k, dtype=torch.bool)), cat("best", torch.zeros(0, dtype=torch.long)),
-        acfg.eps_opt, acfg.eps_eval)
+        b_all,
+        t_all,
+        cat("candidates", torch.zeros(0, acfg.k, h, t_x)),
+        cat("jsd", torch.zeros(0, acfg.k)),
+        cat("tvd", torch.zeros(0, acfg.k)),
+        cat("objective", torch.zeros(0)),
+        cat("kept", torch.zeros(0, acfg.k, dtype=torch.bool)),
+        cat("best", torch.zeros(0, dtype=torch.long)),
+        acfg.eps_opt,
+        acfg.eps_eval,
+    )
 
 
 def adversarial_table(batch: PreparedBatch, result: AdversarialResult) -> pd.DataFrame:
@@ -263,15 +314,17 @@ def adversarial_table(batch: PreparedBatch, result: AdversarialResult) -> pd.Dat
             found[i] = True
             max_jsd[i] = float(result.jsd[r, k])
             max_tvd[i] = float(result.tvd[r, k])
-    df = pd.DataFrame({
-        "example_id": [batch.examples[b].id for b in b_real.tolist()],
-        "step": t_real.numpy(),
-        f"{NAME}_skipped": skipped,
-        f"{NAME}_found": found,
-        f"{NAME}_n_kept": n_kept,
-        f"{NAME}_max_jsd": max_jsd,
-        f"{NAME}_max_tvd": max_tvd,
-    })
+    df = pd.DataFrame(
+        {
+            "example_id": [batch.examples[b].id for b in b_real.tolist()],
+            "step": t_real.numpy(),
+            f"{NAME}_skipped": skipped,
+            f"{NAME}_found": found,
+            f"{NAME}_n_kept": n_kept,
+            f"{NAME}_max_jsd": max_jsd,
+            f"{NAME}_max_tvd": max_tvd,
+        }
+    )
     df.attrs[f"{NAME}_eps_opt"] = result.eps_opt
     df.attrs[f"{NAME}_eps_eval"] = result.eps_eval
     return df
@@ -294,8 +347,9 @@ def run_adversarial(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -
     return adversarial_table(batch, search_adversarial(model, batch, cfg))
 
 
-def adversarial_rows(batch: PreparedBatch, result: AdversarialResult, example: int | str
-                     ) -> dict[str, np.ndarray]:
+def adversarial_rows(
+    batch: PreparedBatch, result: AdversarialResult, example: int | str
+) -> dict[str, np.ndarray]:
     """Original and best adversarial attention of one example, for a heatmap.
 
     Args:
@@ -333,5 +387,12 @@ def adversarial_rows(batch: PreparedBatch, result: AdversarialResult, example: i
         found[t] = True
         div[t] = float(result.jsd[r, k])
         dist[t] = float(result.tvd[r, k])
-    return {"original": orig.mean(0), "adversarial": adv.mean(0), "original_heads": orig,
-            "adversarial_heads": adv, "found": found, "jsd": div, "tvd": dist}
+    return {
+        "original": orig.mean(0),
+        "adversarial": adv.mean(0),
+        "original_heads": orig,
+        "adversarial_heads": adv,
+        "found": found,
+        "jsd": div,
+        "tvd": dist,
+    }

@@ -89,6 +89,8 @@ def prepare_batches(model: Seq2Seq, examples: Sequence[Example], src_vocab: Voca
             if prefix == "greedy":
                 max_len = int(max_decode_factor * int(batch.src_lengths.max())) + 2
                 hyps = model.greedy(batch.src, batch.src_lengths, max_len)
+                # each example's own budget, so a prefix never depends on its batch-mates
+                hyps = [h[: int(max_decode_factor * n) + 1] for h, n in zip(hyps, batch.src_lengths.tolist())]
                 tgt_in, tgt_out = _prefix_tensors(hyps)
             else:
                 tgt_in, tgt_out = batch.tgt_in, batch.tgt_out

@@ -139,7 +139,7 @@ def permute(weights: Tensor, valid: Tensor, n: int, generators: GeneratorFn | to
         if nv < 2:
             continue
         perm = permutation_indices(gen_fn(bi, ti), n, h, nv)  # (P, H, nv)
-        index[bi, :, :, ti, pos] = pos[perm].permute(2, 0, 1)  # advanced index moves nv first
+        index[bi, :, :, ti][..., pos] = pos[perm]  # view of (P, H, T_x), valid columns
         identity[bi, :, ti] = (perm == torch.arange(nv)).all(-1).all(-1)
     out = weights.unsqueeze(1).expand(b, n, h, t_y, t_x).gather(-1, index)
     if rows:

@@ -130,7 +130,7 @@ def permutation_loop_reference(model: Seq2Seq, batch: PreparedBatch, cfg: Ablati
             mem = sub_trace(tr, torch.tensor([b])).memory
             prefix = tr.prefix[b, t].unsqueeze(0)
 
-            def probs_of(row: torch.Tensor) -> torch.Tensor:  # row (H, T_x) -> (V,)
+            def probs_of(row: torch.Tensor, mem=mem, prefix=prefix) -> torch.Tensor:  # (H, T_x) -> (V,)
                 ctx = model.attention.context(row[None, :, None, :], mem)[:, 0]
                 return torch.softmax(model.decoder.output_given_context(prefix, ctx), -1)[0]
 
@@ -169,7 +169,7 @@ def run_permutation_global(model: Seq2Seq, batch: PreparedBatch, cfg: AblationCo
     Args:
         model, batch, cfg: as for every ablation (``cfg.seed``); only the batch's sources and
             examples are used (the prefix does not matter: decoding is free-running).
-        max_decode_factor: max output length = factor × longest source + 2 (as ``prepare_batches``).
+        max_decode_factor: max output length of an example = factor × its source length + 2.
 
     Returns:
         One row per EXAMPLE: ``example_id``, ``permutation_global_changed`` (bool),
@@ -199,8 +199,10 @@ def run_permutation_global(model: Seq2Seq, batch: PreparedBatch, cfg: AblationCo
     decode = batch.tgt_vocab.decode
     rows = []
     for i, ex in enumerate(batch.examples):
-        a = tuple(decode(orig.tokens[i].tolist()))
-        b = tuple(decode(pert.tokens[i].tolist()))
+        # each example's own length limit, so the result does not depend on the batch
+        limit = int(max_decode_factor * int(tr.src_lengths[i])) + 2
+        a = tuple(decode(orig.tokens[i, :limit].tolist()))
+        b = tuple(decode(pert.tokens[i, :limit].tolist()))
         refs = {tuple(r) for r in ex.references}
         rows.append({
             "example_id": ex.id,

@@ -64,6 +64,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--prefix", choices=["greedy", "reference"], default=None, help="prefix policy (default greedy)")
     sp.add_argument("--seed", type=int, default=None, help="ablation seed (default 0)")
     sp.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    sp = sub.add_parser("report", help="build the HTML + Markdown report of a study from the tracking store")
+    g = sp.add_mutually_exclusive_group()
+    g.add_argument("--study", metavar="RUN_ID", help="the study run (default: the latest of the experiment)")
+    g.add_argument("--experiment", metavar="NAME", help="experiment name (default: quickstart)")
+    sp.add_argument("--out", metavar="DIR", help="output folder (default: reports/<experiment>/)")
+
+    sp = sub.add_parser("ui", help="start the MLflow UI for the project's store")
+    sp.add_argument("--port", type=int, default=5000, help="port (default 5000)")
+    sp.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    sp.add_argument("--experiment", default="quickstart", help="experiment whose runs view to open")
     return p
 
 
@@ -101,6 +112,10 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
                              "models:/<name>@<alias> or a model folder")
         if any(not s.strip() for s in args.inputs):
             raise UsageError("an input is empty: give at least one token per input")
+    if args.command == "ui" and not 0 < args.port < 65536:
+        raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
+    if args.command == "report" and args.experiment is not None and not args.experiment.strip():
+        raise UsageError("--experiment is empty")
     return None, None
 
 
@@ -151,7 +166,43 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
             print(f"skipped {name}: {reason}")
         print(f"ablation run: runs:/{run_id}")
         return EXIT_OK
+    if args.command == "report":
+        path = api.report(study_id=args.study, experiment=args.experiment, out_dir=args.out)
+        print(f"report: {path}")
+        return EXIT_OK
+    if args.command == "ui":
+        return _ui(args)
     raise UsageError(f"unknown command {args.command!r}")
+
+
+def _ui(args) -> int:
+    from . import ui
+    from .tracking import artifact_root, default_tracking_uri
+
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"attnstudy: warning: binding {args.host}: the UI (with write access to the store) is "
+              "reachable from other machines", file=sys.stderr)
+    if ui.port_in_use("127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host, args.port):
+        raise UsageError(f"port {args.port} is in use; choose another with --port")
+    uri = default_tracking_uri()
+    if not uri.startswith("sqlite:"):
+        raise UsageError(f"the UI serves the local store; MLFLOW_TRACKING_URI points to {uri}")
+    from .tracking import Tracker
+
+    Tracker(uri)  # create the store once, safely, before the server touches it
+    proc = ui.start_server(uri, artifact_root(), args.host, args.port)
+    base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
+    try:
+        ui.wait_healthy(base, 90, proc)
+        print(f"MLflow UI: {ui.runs_view_url(base, ui.experiment_id_by_name(base, args.experiment))}", flush=True)
+        print("press Ctrl-C to stop", flush=True)
+        proc.wait()
+        return EXIT_OK if proc.returncode == 0 else EXIT_FAILED
+    except KeyboardInterrupt:
+        print("stopping the MLflow UI", file=sys.stderr)
+        return EXIT_OK
+    finally:
+        ui.stop_server(proc)
 
 
 def _error_exit(message: str, code: int) -> int:

@@ -70,8 +70,9 @@ def translate(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt
                 out = model.beam_search(batch.src, batch.src_lengths, max_len, beam_size)
             else:
                 out = model.greedy(batch.src, batch.src_lengths, max_len)
-            for i, ids in zip(batch.indices, out):
-                hyps[i] = tgt_vocab.decode(ids)
+            for i, ids, n in zip(batch.indices, out, batch.src_lengths.tolist()):
+                # each example's own budget, so a hypothesis never depends on its batch-mates
+                hyps[i] = tgt_vocab.decode(ids[: max_decode_len(spec, n)])
     return hyps  # type: ignore[return-value]
 
 

@@ -1,0 +1,191 @@
+"""Attention as word alignment: hard links, AER and attention mass on gold links.
+
+* Hard alignment: one link per target token, the argmax of α_t over the valid source positions
+  (head mean); a tie gives no link (fairseq ``extract_hard_alignment`` takes the argmax of
+  the attention the same way).
+* AER (Och & Ney 2003, "A Systematic Comparison of Various Statistical Alignment Models",
+  Computational Linguistics 29(1), eq. 7): AER = 1 − (|A∩S| + |A∩P|) / (|A| + |S|) with sure
+  links S ⊆ possible links P; the corpus value uses sums of the four counts over all sentences.
+* Target tokens without a gold link (``<eos>``, a token the annotators left unaligned) are left
+  out of AER and gold mass (DESIGN.md §4). Alignment always runs on the reference prefix.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+from torch import Tensor
+
+from attnstudy.config import AblationConfig
+from attnstudy.data.alignment import Alignment, format_pharaoh
+from attnstudy.data.vocab import EOS_ID
+from attnstudy.models import Seq2Seq
+
+from ._local import NoAttentionError, require_attention, step_frame
+from .common import PreparedBatch
+
+COUNTS = ("n_hyp", "n_hyp_sure", "n_hyp_possible", "n_sure")
+
+
+def _argmax_link(row: Tensor, valid: Tensor) -> int | None:
+    """The unique argmax of ``row`` (T_x,) over ``valid`` positions, None on a tie."""
+    masked = row.masked_fill(~valid, float("-inf"))
+    best = (masked == masked.max()).nonzero()[:, 0]
+    return int(best[0]) if best.numel() == 1 else None
+
+
+def hard_alignment(weights: Tensor, valid: Tensor) -> set[tuple[int, int]]:
+    """Hard links from an attention matrix: the argmax source position of every target row.
+
+    Args:
+        weights: (T_y, T_x), e.g. the head mean of one example's attention; row j is target
+            token j.
+        valid: bool (T_x,), True at real source positions.
+
+    Returns:
+        ``{(source_index, target_index)}``; a row whose maximum is tied gives no link.
+
+    Raises:
+        ValueError: for mismatched shapes.
+    """
+    if weights.dim() != 2 or valid.shape != weights.shape[1:]:
+        raise ValueError(f"weights must be (T_y, T_x) with valid (T_x,), got {tuple(weights.shape)} "
+                         f"and {tuple(valid.shape)}")
+    links = set()
+    for j in range(weights.size(0)):
+        i = _argmax_link(weights[j], valid)
+        if i is not None:
+            links.add((i, j))
+    return links
+
+
+def aer_from_counts(n_hyp: float, n_hyp_sure: float, n_hyp_possible: float, n_sure: float) -> float:
+    """AER = 1 − (|A∩S| + |A∩P|) / (|A| + |S|) from (corpus) counts; NaN if |A| + |S| = 0."""
+    denom = n_hyp + n_sure
+    return math.nan if denom <= 0 else 1.0 - (n_hyp_sure + n_hyp_possible) / denom
+
+
+def aer(hyp_links: Iterable[tuple[int, int]], sure: Iterable[tuple[int, int]],
+        possible: Iterable[tuple[int, int]]) -> float:
+    """Alignment error rate of one link set (Och & Ney 2003, eq. 7).
+
+    Args:
+        hyp_links: hypothesis links A, ``(source_index, target_index)``.
+        sure: sure gold links S.
+        possible: possible gold links P (S is added: S ⊆ P).
+
+    Returns:
+        AER in [0, 1]; NaN when A and S are both empty (undefined).
+    """
+    a, s = set(hyp_links), set(sure)
+    p = set(possible) | s
+    return aer_from_counts(len(a), len(a & s), len(a & p), len(s))
+
+
+def run_alignment(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> pd.DataFrame:
+    """Agreement of the attention with gold alignments, per decoder step.
+
+    Args:
+        model: the model (only its traced attention is used).
+        batch: prepared with ``prefix="reference"`` (gold links index the reference target).
+        cfg: unused (kept for the ablation convention).
+
+    Returns:
+        One row per real step: ``example_id``, ``step``, the counts ``alignment_n_hyp`` (0/1:
+        a hard link exists for this token), ``alignment_n_hyp_sure``, ``alignment_n_hyp_possible``,
+        ``alignment_n_sure`` (number of sure gold links of this token) — all 0 for a token
+        without gold link, so corpus sums give the corpus AER —, ``alignment_gold_mass``
+        (head-mean attention mass on the token's possible links, P ⊇ S) and
+        ``alignment_argmax_on_gold`` (1.0 if the hard link is a possible link; 0.0 also on a
+        tie), both NaN for a token without gold link (e.g. ``<eos>``); ``alignment_skipped``
+        (the example has no gold alignment: every value NaN). Multi-head models add
+        ``alignment_head<h>_n_hyp`` / ``_n_hyp_sure`` / ``_n_hyp_possible`` per head.
+
+    Raises:
+        NoAttentionError: for the ``none`` model.
+        ValueError: if the batch does not follow the reference prefix.
+    """
+    att = require_attention(model, batch, "alignment")
+    if batch.prefix != "reference":
+        raise ValueError(f"alignment needs the reference prefix, got a batch prepared with {batch.prefix!r}")
+    tr = batch.trace
+    frame, b_idx, t_idx = step_frame(batch)
+    h = att.size(1)
+    mean = att.mean(1)
+    valid = ~tr.pad_mask
+    cols: dict[str, list[float]] = {f"alignment_{c}": [] for c in COUNTS}
+    cols.update({"alignment_gold_mass": [], "alignment_argmax_on_gold": []})
+    head_cols = [f"alignment_head{k}_{c}" for k in range(h) for c in COUNTS[:3]] if h > 1 else []
+    cols.update({c: [] for c in head_cols})
+    skipped = []
+    for b, t in zip(b_idx.tolist(), t_idx.tolist()):
+        gold = batch.examples[b].alignment
+        skipped.append(gold is None)
+        if gold is None:
+            for v in cols.values():
+                v.append(np.nan)
+            continue
+        n_x = int(tr.src_lengths[b])
+        sure_t = {i for i, j in gold.sure if j == t and i < n_x}
+        poss_t = {i for i, j in gold.possible | gold.sure if j == t and i < n_x}
+        if not poss_t or int(tr.tgt_out[b, t]) == EOS_ID:
+            for name, v in cols.items():
+                v.append(np.nan if name in ("alignment_gold_mass", "alignment_argmax_on_gold") else 0.0)
+            continue
+        link = _argmax_link(mean[b, t], valid[b])
+        cols["alignment_n_hyp"].append(float(link is not None))
+        cols["alignment_n_hyp_sure"].append(float(link in sure_t))
+        cols["alignment_n_hyp_possible"].append(float(link in poss_t))
+        cols["alignment_n_sure"].append(float(len(sure_t)))
+        cols["alignment_gold_mass"].append(float(mean[b, t, sorted(poss_t)].double().sum()))
+        cols["alignment_argmax_on_gold"].append(float(link in poss_t))
+        for k in range(h if h > 1 else 0):
+            lk = _argmax_link(att[b, k, t], valid[b])
+            cols[f"alignment_head{k}_n_hyp"].append(float(lk is not None))
+            cols[f"alignment_head{k}_n_hyp_sure"].append(float(lk in sure_t))
+            cols[f"alignment_head{k}_n_hyp_possible"].append(float(lk in poss_t))
+    for name, values in cols.items():
+        frame[name] = np.asarray(values, dtype=float)
+    frame["alignment_skipped"] = np.asarray(skipped, dtype=bool)
+    return frame
+
+
+def to_pharaoh(weights: Tensor, valid: Tensor, n_target: int | None = None) -> str:
+    """Attention-derived hard alignment of one example in Pharaoh format (``0-0 1-2 …``).
+
+    Args:
+        weights: (T_y, T_x) head-mean attention over the reference prefix, or (H, T_y, T_x)
+            (averaged over heads).
+        valid: bool (T_x,).
+        n_target: number of target tokens (rows beyond it, e.g. the ``<eos>`` step, are dropped).
+
+    Returns:
+        Sure links, sorted by (target, source), as :func:`attnstudy.data.format_pharaoh` writes.
+    """
+    if weights.dim() == 3:
+        weights = weights.mean(0)
+    if n_target is not None:
+        weights = weights[:n_target]
+    return format_pharaoh(Alignment.from_links(hard_alignment(weights, valid)))
+
+
+def batch_to_pharaoh(batch: PreparedBatch) -> dict[str, str]:
+    """:func:`to_pharaoh` for every example of a batch: example id → Pharaoh line.
+
+    Raises:
+        NoAttentionError: for a trace without attention.
+    """
+    tr = batch.trace
+    if tr.attention is None:
+        raise NoAttentionError("alignment export needs attention weights; the 'none' model has none")
+    out = {}
+    for b, ex in enumerate(batch.examples):
+        n_target = int((tr.step_mask[b] & (tr.tgt_out[b] != EOS_ID)).sum())
+        out[ex.id] = to_pharaoh(tr.attention[b], ~tr.pad_mask[b], n_target)
+    return out
+
+
+__all__ = ["aer", "aer_from_counts", "batch_to_pharaoh", "hard_alignment", "run_alignment", "to_pharaoh"]

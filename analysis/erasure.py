@@ -1,0 +1,217 @@
+"""Erasure (Serrano & Smith 2019, "Is Attention Interpretable?", ACL).
+
+* :func:`run_erase_max` — zero the single largest weight of α_t, renormalise (L1); TVD and flip
+  (their §3).
+* :func:`run_erase_until_flip` — zero items one at a time in a ranking order until the argmax
+  changes (their §4); rankings: attention ↓, attention ↑, random (``cfg.n_random_orders``),
+  gradient of the predicted token's log-probability w.r.t. the attention ↓, gradient ×
+  attention ↓. All k-prefixes of all steps form the P axis of one ``logits_given_attention``
+  call per ranking and example chunk.
+
+Erasing every valid position is not allowed (no distribution would be left): erasure stops after
+n_valid − 1 items; a step that never flipped by then reports NaN fractions and
+``never_flipped``. Multi-head models: a position is erased in every head; rankings use the head
+mean of the attention, the head sum of the gradient (the gradient w.r.t. erasing a position in
+all heads) and Σ_h g_h α_h for gradient × attention.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from attnstudy.config import AblationConfig
+from attnstudy.models import Seq2Seq, Trace, eval_mode
+
+from ._local import base_probs, example_chunks, n_valid, require_attention, step_frame, sub_trace
+from .common import PreparedBatch, step_generator
+from .divergences import tvd
+from .interventions import erase_max, erase_ranked
+
+RANKINGS = ("attn_desc", "attn_asc", "random", "grad_desc", "grad_attn_desc")
+"""Ranking names as they appear in the columns ``erase_<ranking>_…``."""
+
+
+def run_erase_max(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> pd.DataFrame:
+    """Erase the largest attention weight (every head) and renormalise (Serrano & Smith 2019, §3).
+
+    Returns:
+        One row per real step: ``example_id``, ``step``, ``erase_max_tvd`` (TVD(p_t, p̃_t), full
+        vocabulary), ``erase_max_flip`` (argmax changed, as float), ``erase_max_skipped``
+        (source with < 2 valid positions: nothing would be left; values NaN).
+
+    Raises:
+        NoAttentionError: for the ``none`` model.
+    """
+    att = require_attention(model, batch, "erase_max")
+    tr = batch.trace
+    frame, b_idx, t_idx = step_frame(batch)
+    nv = n_valid(tr)
+    steps = tr.step_mask & (nv >= 2)[:, None]
+    rep = erase_max(att, ~tr.pad_mask)
+    with eval_mode(model), torch.no_grad():
+        base = base_probs(model, tr, cfg.chunk_rows)
+        probs = torch.softmax(model.logits_given_attention(tr, rep.weights, cfg.chunk_rows, steps), -1)
+    steps = steps & ~rep.empty.any(1)
+    frame["erase_max_tvd"] = tvd(probs, base).double().masked_fill(~steps, float("nan"))[b_idx, t_idx].numpy()
+    frame["erase_max_flip"] = ((probs.argmax(-1) != base.argmax(-1)).double()
+                               .masked_fill(~steps, float("nan"))[b_idx, t_idx].numpy())
+    frame["erase_max_skipped"] = (nv[b_idx] < 2).numpy()
+    return frame
+
+
+def attention_gradient(model: Seq2Seq, trace: Trace, target: Tensor, chunk_rows: int = 4096) -> Tensor:
+    """∂ log p_t(target_t) / ∂ α_t for every real step, through ``logits_given_attention``.
+
+    Each step's logits depend only on its own row (the prefix state is fixed), so one backward
+    pass of the sum over steps gives every row's gradient.
+
+    Args:
+        trace: the trace (its attention is the point of differentiation).
+        target: long (B, T_y), the token whose log-probability is differentiated (the prediction).
+
+    Returns:
+        (B, H, T_y, T_x); 0 at steps that are not real.
+    """
+    weights = trace.attention.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        logits = model.logits_given_attention(trace, weights, chunk_rows)
+        logp = torch.log_softmax(logits, -1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        (grad,) = torch.autograd.grad((logp * trace.step_mask).sum(), weights)
+    return grad
+
+
+def _order(score: Tensor, valid: Tensor) -> Tensor:
+    """Positions by descending ``score`` (stable: ties keep position order), padding last.
+
+    ``score``: (B, T_y, T_x); ``valid``: (B, T_x). Returns long (B, T_y, T_x).
+    """
+    key = (-score).masked_fill(~valid[:, None, :], float("inf"))
+    return torch.sort(key, dim=-1, stable=True).indices
+
+
+def ranking_orders(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig, pred: Tensor) -> dict[str, Tensor]:
+    """Erasure orders of every ranking, each long (B, T_y, T_x), valid positions first.
+
+    Random orders are keyed ``random/0`` … ``random/{n-1}``, drawn with
+    ``step_generator(cfg.seed, example_id, t, "erase_random/i")``.
+    """
+    tr = batch.trace
+    att = tr.attention
+    valid = ~tr.pad_mask
+    mean_att = att.mean(1)
+    grad = attention_gradient(model, tr, pred, cfg.chunk_rows)
+    orders = {
+        "attn_desc": _order(mean_att, valid),
+        "attn_asc": _order(-mean_att, valid),
+        "grad_desc": _order(grad.sum(1), valid),
+        "grad_attn_desc": _order((grad * att).sum(1), valid),
+    }
+    base = torch.arange(tr.src.size(1)).expand(tr.step_mask.shape + (tr.src.size(1),))
+    for i in range(cfg.n_random_orders):
+        order = base.clone()
+        for b, t in tr.step_mask.nonzero().tolist():
+            pos = valid[b].nonzero()[:, 0]
+            gen = step_generator(cfg.seed, batch.example_ids[b], t, f"erase_random/{i}")
+            order[b, t, : pos.numel()] = pos[torch.randperm(pos.numel(), generator=gen)]
+            order[b, t, pos.numel():] = (~valid[b]).nonzero()[:, 0]
+        orders[f"random/{i}"] = order
+    return orders
+
+
+def erase_until_flip(model: Seq2Seq, trace: Trace, order: Tensor, pred: Tensor, steps: Tensor,
+                     chunk_rows: int = 4096) -> Tensor:
+    """Smallest number of erased items (in ``order``) that changes the argmax, per step.
+
+    All prefixes k = 1 … n_valid − 1 of every step are evaluated as one P axis per example
+    chunk (Serrano & Smith 2019, §4).
+
+    Args:
+        trace: the trace whose attention is erased.
+        order: long (B, T_y, T_x), valid positions first.
+        pred: long (B, T_y), the unerased prediction.
+        steps: bool (B, T_y), the steps to evaluate (need ≥ 2 valid positions).
+
+    Returns:
+        long (B, T_y): k of the first flip, 0 where it never flipped (or was not evaluated).
+    """
+    att = trace.attention
+    nv = n_valid(trace)
+    first = torch.zeros(trace.step_mask.shape, dtype=torch.long)
+    for rows in example_chunks(trace, max(1, int(nv.max()) - 1)):
+        sub = sub_trace(trace, rows)
+        sub_steps = steps[rows]
+        if not bool(sub_steps.any()):
+            continue
+        k_max = int(nv[rows].max()) - 1
+        b, h, t_y, t_x = sub.attention.shape
+        k = torch.arange(1, k_max + 1)
+        rep = erase_ranked(att[rows].unsqueeze(1).expand(b, k_max, h, t_y, t_x),
+                           order[rows][:, None, None], k.view(1, k_max, 1, 1))
+        logits = model.logits_given_attention(sub, rep.weights, chunk_rows, sub_steps)
+        flipped = logits.argmax(-1) != pred[rows].unsqueeze(1)  # (b, K, T_y)
+        allowed = (k.view(1, k_max) <= (nv[rows] - 1).view(b, 1)).unsqueeze(-1) & ~rep.empty.any(2)
+        flipped &= allowed & sub_steps.unsqueeze(1)
+        any_flip = flipped.any(1)
+        k_first = flipped.int().argmax(1) + 1
+        first[rows] = torch.where(any_flip, k_first, 0)
+    return first
+
+
+def run_erase_until_flip(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> pd.DataFrame:
+    """Erase ranked items until the decision flips (Serrano & Smith 2019, §4, Figs. 3–6).
+
+    Per ranking r and step t: k_r = the number of items erased when argmax p̃_t first differs
+    from argmax p_t (erasing at most n_valid − 1 items).
+
+    Returns:
+        One row per real step: ``example_id``, ``step``, ``erase_until_flip_skipped`` (< 2 valid
+        positions) and for each ranking in :data:`RANKINGS`:
+        ``erase_<r>_frac_positions`` = k_r / n_valid, ``erase_<r>_frac_mass`` = head-mean
+        attention mass of the erased items, ``erase_<r>_never_flipped`` (1.0 / 0.0; NaN when
+        skipped); the fractions are NaN when the step never flipped. For ``random`` the values
+        are the means over the ``cfg.n_random_orders`` orders (fractions over the orders that
+        flipped; ``never_flipped`` = fraction of orders that never flipped).
+
+    Raises:
+        NoAttentionError: for the ``none`` model.
+    """
+    att = require_attention(model, batch, "erase_until_flip")
+    tr = batch.trace
+    frame, b_idx, t_idx = step_frame(batch)
+    nv = n_valid(tr)
+    steps = tr.step_mask & (nv >= 2)[:, None]
+    mean_att = att.mean(1).double()
+    with eval_mode(model):
+        with torch.no_grad():
+            pred = base_probs(model, tr, cfg.chunk_rows).argmax(-1)
+        orders = ranking_orders(model, batch, cfg, pred)
+        results: dict[str, tuple[Tensor, Tensor, Tensor]] = {}
+        with torch.no_grad():
+            for name, order in orders.items():
+                k = erase_until_flip(model, tr, order, pred, steps, cfg.chunk_rows)
+                flipped = k > 0
+                mass = mean_att.gather(-1, order).cumsum(-1).gather(-1, (k - 1).clamp(min=0).unsqueeze(-1))[..., 0]
+                nan = torch.tensor(float("nan"), dtype=torch.float64)
+                frac_pos = torch.where(flipped, k.double() / nv[:, None].double(), nan)
+                frac_mass = torch.where(flipped, mass, nan)
+                never = torch.where(steps, (~flipped).double(), nan)
+                results[name] = (frac_pos, frac_mass, never)
+    for r in RANKINGS:
+        if r == "random":
+            parts = [results[f"random/{i}"] for i in range(cfg.n_random_orders)]
+            stacked = [torch.stack([p[j] for p in parts]).numpy() for j in range(3)]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN (never flipped / skipped)
+                frac_pos, frac_mass, never = (torch.from_numpy(np.nanmean(s, axis=0)) for s in stacked)
+        else:
+            frac_pos, frac_mass, never = results[r]
+        frame[f"erase_{r}_frac_positions"] = frac_pos[b_idx, t_idx].numpy()
+        frame[f"erase_{r}_frac_mass"] = frac_mass[b_idx, t_idx].numpy()
+        frame[f"erase_{r}_never_flipped"] = never[b_idx, t_idx].numpy()
+    frame["erase_until_flip_skipped"] = (nv[b_idx] < 2).numpy()
+    return frame

@@ -1,0 +1,290 @@
+"""Feature importance vs attention per decoder step (Jain & Wallace 2019, §3).
+
+For decoder step t with prefix token ŷ_t (``tgt_out``) and source embeddings e_1 … e_L:
+
+* gradient × input (J&W's "XxE[X]" gradients, attention detached so the gradient flows only
+  through the encoder–context path, their §3 footnote):
+  g_tj = | Σ_d ∂ log p_t(ŷ_t) / ∂ e_{j,d} · e_{j,d} |;
+* leave-one-out (J&W's ``remove_and_run``): delete source token j (the rest shifts left, length
+  L − 1), re-encode, re-trace the SAME target prefix and measure
+  LOO_tj = TVD(p_t, p_t^{−j}) over the full output vocabulary.
+
+Then Kendall τ-b (with its p-value) between the head-mean attention row α_t and each importance
+vector, and between the two importance vectors, over the valid source positions (J&W Table 2 /
+Figure 2 report τ between attention and gradients and between attention and LOO).
+
+Batching: the gradients of every step need one backward each (``torch.autograd.grad`` on the
+embedding leaf only, so no parameter gradient is accumulated), but each backward covers the whole
+batch (examples are independent, so the gradient of the batch sum is each example's own
+gradient). All deletions of a batch — B × L sources — are encoded and traced as one batch,
+in chunks; :func:`loo_loop_reference` does one deletion at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from attnstudy.config import AblationConfig
+from attnstudy.models import Seq2Seq, eval_mode
+
+from .common import PreparedBatch
+from .divergences import kendall_tau, tvd
+
+NAME = "importance"
+PAD_ID = 0
+
+REASON_NO_ATTENTION = "no attention (the 'none' model)"
+REASON_ONE_POSITION = "one valid source position"
+REASON_CONSTANT_ATTENTION = "constant attention row"
+REASON_CONSTANT_IMPORTANCE = "constant importance vector"
+
+
+@dataclass
+class ImportanceVectors:
+    """Raw per-position vectors of a batch (for figures and the τ table).
+
+    Attributes:
+        gradient: (B, T_y, T_x) |gradient × input|; NaN at padding positions and padding steps.
+        loo: (B, T_y, T_x) leave-one-out TVD; NaN at padding, padding steps and sources of
+            length 1 (nothing can be deleted).
+        attention: (B, T_y, T_x) head-mean attention, or None for the ``none`` model.
+    """
+
+    gradient: Tensor
+    loo: Tensor
+    attention: Tensor | None
+
+
+def gradient_importance(model: Seq2Seq, batch: PreparedBatch) -> Tensor:
+    """Gradient × input importance per step (J&W 2019 §3), attention detached.
+
+    g_tj = | Σ_d ∂ log p_t(ŷ_t) / ∂ e_{j,d} · e_{j,d} |, ŷ_t = ``trace.tgt_out[:, t]``.
+
+    Args:
+        model: the model (eval mode during the call, previous mode restored; gradients are taken
+            with respect to the embedding leaf only, parameters accumulate nothing).
+        batch: prepared batch, trace over the prefix (B, T_y steps, T_x source positions).
+
+    Returns:
+        (B, T_y, T_x), ≥ 0, NaN at padding positions and padding steps. Units: nats (a
+        first-order estimate of the change of log p when the embedding is zeroed).
+    """
+    tr = batch.trace
+    with eval_mode(model), torch.enable_grad():
+        leaf = model.encoder.embedding(tr.src).detach().requires_grad_(True)  # (B, T_x, E)
+        trace = model.trace(
+            tr.src, tr.src_lengths, tr.tgt_in, tr.tgt_out, embedded=leaf, detach_attention=True
+        )
+        logp = torch.log_softmax(trace.logits, -1).gather(-1, tr.tgt_out.unsqueeze(-1))
+        logp = logp.squeeze(-1)  # (B, T_y)
+        t_y = logp.size(1)
+        grads = []
+        for t in range(t_y):
+            (g,) = torch.autograd.grad(logp[:, t].sum(), leaf, retain_graph=t < t_y - 1)
+            grads.append((g * leaf).sum(-1).abs().detach())  # (B, T_x)
+    out = torch.stack(grads, 1)  # (B, T_y, T_x)
+    invalid = ~tr.step_mask[:, :, None] | tr.pad_mask[:, None, :]
+    return out.masked_fill(invalid, math.nan)
+
+
+def _deleted_sources(src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Every single-token deletion of every source of length ≥ 2.
+
+    Args:
+        src: long (B, T_x); lengths: long (B,).
+
+    Returns:
+        rows_b (R,), rows_j (R,) (example and deleted position), src_del long (R, T_x − 1)
+        PAD-padded, len_del (R,) = length − 1.
+    """
+    b_list, j_list = [], []
+    for b, n in enumerate(lengths.tolist()):
+        if n >= 2:
+            b_list += [b] * n
+            j_list += list(range(n))
+    rows_b = torch.tensor(b_list, dtype=torch.long)
+    rows_j = torch.tensor(j_list, dtype=torch.long)
+    t_x = src.size(1)
+    width = max(t_x - 1, 1)
+    pos = torch.arange(width)[None, :]  # (1, T_x − 1)
+    gather = (pos + (pos >= rows_j[:, None]).long()).clamp(max=t_x - 1)  # skip the deleted token
+    src_del = src[rows_b].gather(1, gather)
+    len_del = lengths[rows_b] - 1
+    src_del = src_del.masked_fill(pos >= len_del[:, None], PAD_ID)
+    return rows_b, rows_j, src_del, len_del
+
+
+def loo_importance(model: Seq2Seq, batch: PreparedBatch, chunk_rows: int = 4096) -> Tensor:
+    """Leave-one-out importance, all deletions of the batch as one (chunked) batch.
+
+    LOO_tj = TVD(p_t, p_t^{−j}) where p^{−j} is the trace of the same target prefix over the
+    source with token j deleted (J&W 2019 §3, ``remove_and_run``).
+
+    Args:
+        model: the model (eval mode during the call, previous mode restored).
+        batch: prepared batch (B, T_y, T_x).
+        chunk_rows: decoder rows (deleted sources × T_y steps) per trace call.
+
+    Returns:
+        (B, T_y, T_x) in [0, 1]; NaN at padding positions, padding steps and for sources of
+        length 1.
+    """
+    tr = batch.trace
+    b, t_y, t_x = tr.src.size(0), tr.tgt_in.size(1), tr.src.size(1)
+    out = torch.full((b, t_y, t_x), math.nan, dtype=tr.logits.dtype)
+    rows_b, rows_j, src_del, len_del = _deleted_sources(tr.src, tr.src_lengths)
+    if rows_b.numel() == 0:
+        return out
+    p = torch.softmax(tr.logits, -1)  # (B, T_y, V)
+    per_chunk = max(1, chunk_rows // t_y)
+    with eval_mode(model), torch.no_grad():
+        for start in range(0, rows_b.numel(), per_chunk):
+            sl = slice(start, start + per_chunk)
+            rb, rj = rows_b[sl], rows_j[sl]
+            n_max = int(len_del[sl].max())
+            trace = model.trace(src_del[sl, :n_max], len_del[sl], tr.tgt_in[rb], tr.tgt_out[rb])
+            div = tvd(p[rb], torch.softmax(trace.logits, -1))  # (R, T_y)
+            out[rb, :, rj] = div
+    return out.masked_fill(~tr.step_mask[:, :, None], math.nan)
+
+
+def loo_loop_reference(model: Seq2Seq, batch: PreparedBatch) -> Tensor:
+    """Plain-loop reference of :func:`loo_importance`: one deleted source at a time.
+
+    Each deletion is traced alone over the example's own (unpadded) prefix.
+
+    Returns:
+        (B, T_y, T_x), as :func:`loo_importance`.
+    """
+    tr = batch.trace
+    b, t_y, t_x = tr.src.size(0), tr.tgt_in.size(1), tr.src.size(1)
+    out = torch.full((b, t_y, t_x), math.nan, dtype=tr.logits.dtype)
+    p = torch.softmax(tr.logits, -1)
+    with eval_mode(model), torch.no_grad():
+        for i in range(b):
+            n = int(tr.src_lengths[i])
+            steps = int(tr.step_mask[i].sum())
+            if n < 2:
+                continue
+            for j in range(n):
+                src = torch.cat([tr.src[i, :j], tr.src[i, j + 1 : n]]).unsqueeze(0)
+                trace = model.trace(
+                    src,
+                    torch.tensor([n - 1]),
+                    tr.tgt_in[i : i + 1, :steps],
+                    tr.tgt_out[i : i + 1, :steps],
+                )
+                out[i, :steps, j] = tvd(p[i, :steps], torch.softmax(trace.logits[0], -1))
+    return out
+
+
+def importance_vectors(
+    model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig | None = None
+) -> ImportanceVectors:
+    """Gradient, leave-one-out and head-mean attention vectors of every step of a batch.
+
+    Args:
+        model: the model (mode restored; no parameter gradients accumulated).
+        batch: prepared batch.
+        cfg: ablation config (``chunk_rows`` sizes the leave-one-out chunks); default config if None.
+
+    Returns:
+        :class:`ImportanceVectors`.
+    """
+    chunk_rows = (cfg or AblationConfig()).chunk_rows
+    att = batch.trace.attention
+    return ImportanceVectors(
+        gradient=gradient_importance(model, batch),
+        loo=loo_importance(model, batch, chunk_rows),
+        attention=None if att is None else att.mean(1),
+    )
+
+
+def importance_table(batch: PreparedBatch, vectors: ImportanceVectors) -> pd.DataFrame:
+    """Kendall τ-b table of importance vectors, one row per real step.
+
+    Columns: ``example_id``, ``step``, ``importance_skipped`` (one valid position),
+    ``importance_tau_attn_grad``, ``importance_p_attn_grad``, ``importance_tau_attn_loo``,
+    ``importance_p_attn_loo``, ``importance_tau_grad_loo``, ``importance_p_grad_loo`` (NaN when
+    undefined), ``importance_attn_reason`` (why the attention τ is undefined, else None) and
+    ``importance_grad_loo_reason`` (why the gradient–LOO τ is undefined, else None).
+    """
+    tr = batch.trace
+    b_idx, t_idx = tr.step_mask.nonzero(as_tuple=True)
+    grad = vectors.gradient.numpy()
+    loo = vectors.loo.numpy()
+    att = None if vectors.attention is None else vectors.attention.numpy()
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "tau_attn_grad",
+            "p_attn_grad",
+            "tau_attn_loo",
+            "p_attn_loo",
+            "tau_grad_loo",
+            "p_grad_loo",
+        )
+    }
+    skipped, attn_reason, pair_reason = [], [], []
+    for b, t in zip(b_idx.tolist(), t_idx.tolist()):
+        n = int(tr.src_lengths[b])
+        g, lo = grad[b, t, :n], loo[b, t, :n]
+        skipped.append(n < 2)
+        nan2 = (math.nan, math.nan)
+        if n < 2:
+            tau_ag = tau_al = tau_gl = nan2
+            attn_reason.append(REASON_NO_ATTENTION if att is None else REASON_ONE_POSITION)
+            pair_reason.append(REASON_ONE_POSITION)
+        else:
+            tau_gl = kendall_tau(g, lo)
+            pair_reason.append(REASON_CONSTANT_IMPORTANCE if math.isnan(tau_gl[0]) else None)
+            if att is None:
+                tau_ag = tau_al = nan2
+                attn_reason.append(REASON_NO_ATTENTION)
+            else:
+                a = att[b, t, :n]
+                tau_ag, tau_al = kendall_tau(a, g), kendall_tau(a, lo)
+                if np.all(a == a[0]):
+                    attn_reason.append(REASON_CONSTANT_ATTENTION)
+                elif math.isnan(tau_ag[0]) or math.isnan(tau_al[0]):
+                    attn_reason.append(REASON_CONSTANT_IMPORTANCE)
+                else:
+                    attn_reason.append(None)
+        for key, val in (("attn_grad", tau_ag), ("attn_loo", tau_al), ("grad_loo", tau_gl)):
+            cols[f"tau_{key}"].append(val[0])
+            cols[f"p_{key}"].append(val[1])
+    df = pd.DataFrame(
+        {
+            "example_id": [batch.examples[b].id for b in b_idx.tolist()],
+            "step": t_idx.numpy(),
+            f"{NAME}_skipped": np.array(skipped, dtype=bool),
+            **{f"{NAME}_{k}": np.array(v, dtype=float) for k, v in cols.items()},
+            # object dtype whatever the values, so tables of different batches concatenate alike
+            f"{NAME}_attn_reason": pd.Series(attn_reason, dtype=object),
+            f"{NAME}_grad_loo_reason": pd.Series(pair_reason, dtype=object),
+        }
+    )
+    return df
+
+
+def run_importance(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> pd.DataFrame:
+    """Attention vs gradient and leave-one-out importance per decoder step (J&W 2019 §3).
+
+    Args:
+        model: the model (eval mode during the call, previous mode restored; no parameter
+            gradients accumulated).
+        batch: prepared batch (B examples, trace over the chosen prefix).
+        cfg: ablation config (``chunk_rows``).
+
+    Returns:
+        One row per real step, columns as :func:`importance_table`. For the ``none`` model the
+        attention τ columns are NaN with ``importance_attn_reason`` saying why; gradient–LOO τ
+        is still computed.
+    """
+    return importance_table(batch, importance_vectors(model, batch, cfg))

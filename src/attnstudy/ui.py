@@ -1,0 +1,105 @@
+"""``attnstudy ui``: the MLflow UI for the project's store, as a child process.
+
+One worker and job execution off (starts in seconds with ~0.5 GB instead of ~15 s and 2.5 GB);
+binds 127.0.0.1 unless told otherwise; the printed URL opens the experiment's training-runs view
+(MLflow 3 opens in GenAI mode otherwise). Ctrl-C stops the server and its children.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A currently free TCP port on ``host``."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def start_server(backend_uri: str, artifacts_dir: Path, host: str = "127.0.0.1", port: int = 5000,
+                 log_path: Path | None = None) -> subprocess.Popen:
+    """Start ``mlflow server`` in its own process group.
+
+    Args:
+        backend_uri: tracking store (``sqlite:///…``).
+        artifacts_dir: where experiments created through the server keep artifacts.
+        host, port: where to listen.
+        log_path: server output goes here (default: discarded).
+
+    Returns:
+        The running process (stop it with :func:`stop_server`).
+    """
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
+           "--artifacts-destination", artifacts_dir.as_uri(), "--host", host, "--port", str(port),
+           "--workers", "1"]
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_healthy(base_url: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+    """Wait until ``GET /health`` answers 200.
+
+    Raises:
+        RuntimeError: the server exited or did not answer within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"mlflow server exited with code {proc.returncode}")
+        try:
+            with urllib.request.urlopen(base_url + "/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"mlflow server at {base_url} did not answer within {timeout:.0f} s")
+
+
+def stop_server(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    """Terminate the server's whole process group (gunicorn/uvicorn children included)."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+def experiment_id_by_name(base_url: str, name: str) -> str | None:
+    """Experiment id through the REST API, or None if there is no such experiment."""
+    q = urllib.parse.urlencode({"experiment_name": name})
+    try:
+        with urllib.request.urlopen(f"{base_url}/api/2.0/mlflow/experiments/get-by-name?{q}", timeout=5) as r:
+            return json.load(r)["experiment"]["experiment_id"]
+    except (urllib.error.URLError, OSError, KeyError, ValueError):
+        return None
+
+
+def runs_view_url(base_url: str, experiment_id: str | None) -> str:
+    """URL of the experiment's training-runs view (or the experiment list)."""
+    if experiment_id is None:
+        return base_url + "/#/experiments"
+    return f"{base_url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"

@@ -1,0 +1,274 @@
+"""Adversarial attention (Jain & Wallace 2019 §4.2, ``AdversaryMulti``) on tiny models."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from analysis.adversarial import (
+    adversarial_loop_reference,
+    adversarial_rows,
+    adversarial_table,
+    run_adversarial,
+    search_adversarial,
+)
+from analysis.common import prepare_batches
+from analysis.divergences import LN2, jsd
+from attnstudy.config import AblationConfig, AdversarialConfig, ModelConfig
+from attnstudy.data.tasks import Example
+from attnstudy.data.vocab import Vocab
+from attnstudy.models import build_model
+
+PAIRS = [("abc", "xy"), ("a", "x"), ("bca", "yzx"), ("ba", "zz"), ("cab", "x")]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # tiny tensors: intra-op threads only add overhead (and contention on a shared machine)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def data():
+    examples = [Example(f"ex{i}", tuple(s), tuple(t)) for i, (s, t) in enumerate(PAIRS)]
+    return examples, Vocab.build(e.src for e in examples), Vocab.build(e.tgt for e in examples)
+
+
+def make_model(
+    data, attention="additive", flow="bahdanau", heads=1, seed=0, blind=False, dtype=torch.float32
+):
+    """Tiny model (dims 3–6), weights scaled ×3 so outputs depend visibly on attention.
+
+    ``blind``: zero every weight that reads the context vector, so the output ignores attention.
+    """
+    _, sv, tv = data
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        embedding_dim=4,
+        encoder_hidden=3,
+        decoder_hidden=6,
+        attention=attention,
+        flow=flow,
+        attention_dim=4,
+        heads=heads,
+        dropout=0.0,
+    )
+    model = build_model(cfg, len(sv), len(tv))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3.0)
+        if blind:
+            d, ctx = model.decoder, model.attention.context_size
+            if flow == "bahdanau":  # RNN input [E y; c] and readout [s; c; E y]
+                d.rnn.weight_ih_l0[:, cfg.embedding_dim : cfg.embedding_dim + ctx] = 0.0
+                d.readout.weight[:, cfg.decoder_hidden : cfg.decoder_hidden + ctx] = 0.0
+            else:  # combine [c; s]
+                d.combine.weight[:, :ctx] = 0.0
+    return model.to(dtype).eval()
+
+
+def batch_of(model, data, examples=None, batch_size=8):
+    ex, sv, tv = data
+    return next(prepare_batches(model, examples or ex, sv, tv, "reference", batch_size))
+
+
+def cfg_with(**adv) -> AblationConfig:
+    return AblationConfig(seed=3, adversarial=AdversarialConfig(**adv))
+
+
+def test_defaults_are_jain_wallace():
+    a = AdversarialConfig()
+    assert (a.k, a.steps, a.lr, a.lam, a.eps_opt, a.eps_eval, a.init_sd) == (
+        5,
+        500,
+        0.01,
+        500.0,
+        0.01,
+        0.05,
+        3.0,
+    )
+
+
+@pytest.mark.parametrize(
+    "attention,flow,heads", [("additive", "bahdanau", 1), ("multihead", "luong", 2)]
+)
+def test_batched_search_equals_per_step_loop(data, attention, flow, heads):
+    """One batched Adam problem == one optimiser per step (rows independent, Adam element-wise)."""
+    cfg = cfg_with(steps=15)
+    model = make_model(data, attention, flow, heads, dtype=torch.float64)
+    batch = batch_of(model, data)
+    fast = search_adversarial(model, batch, cfg)
+    slow = adversarial_loop_reference(model, batch, cfg)
+    assert fast.objective.shape == (12,)  # 14 real steps, 2 of them with a one-token source
+    assert torch.equal(fast.b_idx, slow.b_idx) and torch.equal(fast.t_idx, slow.t_idx)
+    torch.testing.assert_close(fast.objective, slow.objective, atol=1e-5, rtol=0)
+    torch.testing.assert_close(fast.candidates, slow.candidates, atol=1e-8, rtol=0)
+    torch.testing.assert_close(fast.jsd, slow.jsd, atol=1e-8, rtol=0)
+    assert torch.equal(fast.best, slow.best)
+    # the search moved away from the initialisation and lowered the objective
+    start = search_adversarial(
+        model, batch, cfg.model_copy(update={"adversarial": AdversarialConfig(steps=1)})
+    )
+    assert (fast.objective < start.objective).all()
+
+
+def test_batched_search_equals_loop_in_float32(data):
+    cfg = cfg_with(steps=10)
+    model = make_model(data)
+    batch = batch_of(model, data)
+    fast, slow = (
+        search_adversarial(model, batch, cfg),
+        adversarial_loop_reference(model, batch, cfg),
+    )
+    # λ = 500 multiplies fp32 rounding of the TVD hinge in the objective; compare its parts
+    torch.testing.assert_close(fast.candidates, slow.candidates, atol=1e-5, rtol=0)
+    torch.testing.assert_close(fast.tvd, slow.tvd, atol=1e-5, rtol=0)
+    torch.testing.assert_close(fast.objective, slow.objective, atol=1e-3, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "attention,flow,heads", [("additive", "bahdanau", 1), ("multihead", "luong", 2)]
+)
+def test_attention_blind_model_reaches_the_divergence_maximum(data, attention, flow, heads):
+    """Output ignores attention → no TVD constraint → JSD(α̃, α) reaches max over the simplex.
+
+    JSD(·, α) is convex, so its maximum over the simplex is at a vertex e_j; every candidate ends
+    near a vertex (a local maximum), and on these ≤ 3-token sources the K = 5 diverse starts
+    cover the best one.
+    """
+    cfg = cfg_with(steps=300)
+    model = make_model(data, attention, flow, heads, blind=True)
+    batch = batch_of(model, data)
+    res = search_adversarial(model, batch, cfg)
+    df = adversarial_table(batch, res)
+    searched = df[~df.adversarial_skipped]
+    assert len(searched) == 12 and searched.adversarial_found.all()
+    assert (searched.adversarial_n_kept == 5).all()
+    assert float(res.tvd.max()) < 1e-6  # the output really ignores attention
+    tr = batch.trace
+    for r, (b, t) in enumerate(zip(res.b_idx.tolist(), res.t_idx.tolist())):
+        n = int(tr.src_lengths[b])
+        alpha = tr.attention[b, :, t, :n].mean(0)
+        best_vertex = max(float(jsd(alpha, torch.eye(n)[j])) for j in range(n))
+        assert float(res.jsd[r].max()) >= 0.9 * best_vertex
+        # every candidate converged towards a vertex
+        assert (res.candidates[r].mean(1)[:, :n].max(-1).values > 0.9).all()
+    row = df[(df.example_id == "ex2") & (df.step == 1)].iloc[0]
+    assert 0.0 < row.adversarial_max_jsd <= LN2 and row.adversarial_max_tvd < 1e-6
+
+
+def test_eps_eval_zero_reports_nan_where_nothing_found(data):
+    cfg = cfg_with(steps=20, eps_eval=0.0)
+    model = make_model(data)
+    batch = batch_of(model, data)
+    df = run_adversarial(model, batch, cfg)
+    assert len(df) == 14
+    searched = df[~df.adversarial_skipped]
+    assert not searched.adversarial_found.all()  # an output-changing model: TVD > 0 somewhere
+    missing = df[~df.adversarial_found]
+    assert missing.adversarial_max_jsd.isna().all() and missing.adversarial_max_tvd.isna().all()
+    assert (missing.adversarial_n_kept == 0).all()
+    found = df[df.adversarial_found]
+    assert (found.adversarial_max_tvd <= 0.0).all()
+    assert df.attrs["adversarial_eps_eval"] == 0.0 and df.attrs["adversarial_eps_opt"] == 0.01
+
+
+def test_table_columns_and_skipped_steps(data):
+    cfg = cfg_with(steps=5, eps_eval=1.0)
+    model = make_model(data)
+    batch = batch_of(model, data)
+    df = run_adversarial(model, batch, cfg)
+    assert list(df.columns[:2]) == ["example_id", "step"]
+    assert {
+        "adversarial_skipped",
+        "adversarial_found",
+        "adversarial_n_kept",
+        "adversarial_max_jsd",
+        "adversarial_max_tvd",
+    } <= set(df.columns)
+    one = df[df.example_id == "ex1"]  # source "a": one valid position
+    assert one.adversarial_skipped.all() and not one.adversarial_found.any()
+    assert one.adversarial_max_jsd.isna().all()
+    rest = df[df.example_id != "ex1"]
+    # ε_eval = 1 keeps every candidate (TVD ≤ 1 always)
+    assert rest.adversarial_found.all() and (rest.adversarial_n_kept == 5).all()
+    assert ((rest.adversarial_max_jsd >= 0) & (rest.adversarial_max_jsd <= LN2)).all()
+
+
+def test_candidates_are_distributions_over_valid_positions(data):
+    cfg = cfg_with(steps=5)
+    model = make_model(data, "multihead", "luong", heads=2)
+    batch = batch_of(model, data)
+    res = search_adversarial(model, batch, cfg)
+    assert res.candidates.shape == (12, 5, 2, 3)
+    pad = batch.trace.pad_mask[res.b_idx]  # (N, T_x)
+    assert (res.candidates.masked_select(pad[:, None, None, :]) == 0).all()
+    torch.testing.assert_close(res.candidates.sum(-1), torch.ones(12, 5, 2))
+
+
+def test_batch_composition_does_not_change_results(data):
+    cfg = cfg_with(steps=10)
+    model = make_model(data)
+    examples = data[0]
+    together = run_adversarial(model, batch_of(model, data), cfg)
+    alone = pd.concat(
+        [run_adversarial(model, batch_of(model, data, [ex]), cfg) for ex in examples],
+        ignore_index=True,
+    )
+    pd.testing.assert_frame_equal(together, alone, check_exact=False, atol=1e-5, rtol=0)
+
+
+def test_mode_and_requires_grad_restored_no_param_grads(data):
+    model = make_model(data).train()
+    model.encoder.embedding.weight.requires_grad_(False)  # a frozen parameter stays frozen
+    batch = batch_of(model, data)
+    run_adversarial(model, batch, cfg_with(steps=3))
+    assert model.training
+    assert not model.encoder.embedding.weight.requires_grad
+    assert all(
+        p.requires_grad for n, p in model.named_parameters() if n != "encoder.embedding.weight"
+    )
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_none_model_raises(data):
+    model = make_model(data, "none")
+    batch = batch_of(model, data)
+    with pytest.raises(ValueError, match="no attention|none"):
+        run_adversarial(model, batch, cfg_with(steps=2))
+
+
+def test_adversarial_rows_for_a_heatmap(data):
+    cfg = cfg_with(steps=10, eps_eval=0.02)
+    model = make_model(data)
+    batch = batch_of(model, data)
+    res = search_adversarial(model, batch, cfg)
+    df = adversarial_table(batch, res)
+    rows = adversarial_rows(batch, res, "ex2")
+    assert (
+        rows["original"].shape == rows["adversarial"].shape == (4, 3)
+    )  # 4 steps ("yzx" + eos), 3 tokens
+    np.testing.assert_allclose(rows["original"].sum(-1), 1.0, atol=1e-6)
+    sub = df[df.example_id == "ex2"].sort_values("step")
+    np.testing.assert_array_equal(rows["found"], sub.adversarial_found.to_numpy())
+    for t in range(4):
+        if rows["found"][t]:
+            assert math.isclose(rows["adversarial"][t].sum(), 1.0, abs_tol=1e-6)
+            assert math.isclose(rows["jsd"][t], sub.adversarial_max_jsd.iloc[t], abs_tol=1e-7)
+            assert math.isclose(
+                float(jsd(torch.tensor(rows["adversarial"][t]), torch.tensor(rows["original"][t]))),
+                rows["jsd"][t],
+                abs_tol=1e-6,
+            )
+        else:
+            assert np.isnan(rows["adversarial"][t]).all()
+    with pytest.raises(KeyError):
+        adversarial_rows(batch, res, "nope")

@@ -1,0 +1,325 @@
+"""Gradient and leave-one-out importance vs attention (Jain & Wallace 2019 §3) on tiny models."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from analysis.common import prepare_batches
+from analysis.divergences import kendall_tau, tvd
+from analysis.importance import (
+    REASON_CONSTANT_ATTENTION,
+    REASON_CONSTANT_IMPORTANCE,
+    REASON_NO_ATTENTION,
+    REASON_ONE_POSITION,
+    gradient_importance,
+    importance_vectors,
+    loo_importance,
+    loo_loop_reference,
+    run_importance,
+)
+from attnstudy.config import AblationConfig, ModelConfig
+from attnstudy.data.tasks import Example
+from attnstudy.data.vocab import Vocab
+from attnstudy.models import build_model
+
+PAIRS = [("abcd", "xy"), ("a", "x"), ("bca", "yzx"), ("ba", "zz"), ("cabd", "x")]
+TAU_COLS = [
+    "importance_tau_attn_grad",
+    "importance_p_attn_grad",
+    "importance_tau_attn_loo",
+    "importance_p_attn_loo",
+    "importance_tau_grad_loo",
+    "importance_p_grad_loo",
+]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def data():
+    examples = [Example(f"ex{i}", tuple(s), tuple(t)) for i, (s, t) in enumerate(PAIRS)]
+    return examples, Vocab.build(e.src for e in examples), Vocab.build(e.tgt for e in examples)
+
+
+def make_model(
+    data, attention="additive", flow="bahdanau", heads=1, cell="gru", seed=0, dtype=torch.float32
+):
+    _, sv, tv = data
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        embedding_dim=4,
+        encoder_hidden=3,
+        decoder_hidden=6,
+        attention=attention,
+        flow=flow,
+        attention_dim=4,
+        heads=heads,
+        cell=cell,
+        dropout=0.0,
+    )
+    model = build_model(cfg, len(sv), len(tv))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3.0)
+    return model.to(dtype).eval()
+
+
+def batch_of(model, data, examples=None, batch_size=8):
+    ex, sv, tv = data
+    return next(prepare_batches(model, examples or ex, sv, tv, "reference", batch_size))
+
+
+@pytest.mark.parametrize(
+    "attention,flow,cell,heads",
+    [
+        ("additive", "bahdanau", "gru", 1),
+        ("multihead", "luong", "lstm", 2),
+        ("none", "bahdanau", "gru", 1),
+    ],
+)
+def test_loo_batched_equals_loop_reference(data, attention, flow, cell, heads):
+    model = make_model(data, attention, flow, heads, cell)
+    batch = batch_of(model, data)
+    fast = loo_importance(model, batch, chunk_rows=7)  # 7 // 5 steps = 1 deleted source per chunk
+    big = loo_importance(model, batch)
+    slow = loo_loop_reference(model, batch)
+    assert fast.shape == (5, 4, 4)
+    assert torch.equal(fast.isnan(), slow.isnan()) and torch.equal(big.isnan(), slow.isnan())
+    torch.testing.assert_close(fast.nan_to_num(), slow.nan_to_num(), atol=1e-6, rtol=0)
+    torch.testing.assert_close(big.nan_to_num(), slow.nan_to_num(), atol=1e-6, rtol=0)
+    # NaN exactly at padding positions, padding steps and the one-token source
+    valid = batch.trace.step_mask[:, :, None] & ~batch.trace.pad_mask[:, None, :]
+    valid[1] = False
+    assert torch.equal(~fast.isnan(), valid)
+    assert ((fast[valid] >= 0) & (fast[valid] <= 1)).all() and fast[valid].max() > 0.01
+
+
+def test_loo_by_hand(data):
+    """Deleting "b" from "bca" = the trace of the example "ca" with the same target prefix."""
+    ex, sv, tv = data
+    model = make_model(data)
+    batch = batch_of(model, data)
+    loo = loo_importance(model, batch)
+    deleted = next(
+        prepare_batches(model, [Example("ca", ("c", "a"), ex[2].tgt)], sv, tv, "reference", 1)
+    )
+    expected = tvd(batch.probs[2, :4], deleted.probs[0])  # 4 steps: y z x <eos>
+    torch.testing.assert_close(loo[2, :4, 0], expected, atol=1e-6, rtol=0)
+    assert loo[2, 4:].isnan().all() and loo[2, :, 3].isnan().all()
+
+
+def test_loo_of_a_batch_equals_each_example_alone(data):
+    model = make_model(data, "general", "luong")
+    batch = batch_of(model, data)
+    together = loo_importance(model, batch)
+    for i, example in enumerate(data[0]):
+        alone = loo_importance(model, batch_of(model, data, [example]))
+        t_y, t_x = alone.shape[1:]
+        torch.testing.assert_close(
+            together[i, :t_y, :t_x].nan_to_num(), alone[0].nan_to_num(), atol=1e-6, rtol=0
+        )
+        assert together[i, t_y:].isnan().all() and together[i, :, t_x:].isnan().all()
+
+
+def _log_p_fixed_attention(model, batch, embedded, example, step):
+    """log p_step(ŷ) of one example with the attention rows held at their traced values."""
+    tr = batch.trace
+    fixed = tr.attention[example : example + 1] if tr.attention is not None else None
+    att = model.decoder.attention
+    if fixed is not None:  # test-only: replay the traced weights, step by step
+        calls = iter(range(tr.tgt_in.size(1)))
+        att.weights = lambda query, memory: fixed[:, :, next(calls)].unsqueeze(2)
+    try:
+        out = model.trace(
+            tr.src[example : example + 1],
+            tr.src_lengths[example : example + 1],
+            tr.tgt_in[example : example + 1],
+            tr.tgt_out[example : example + 1],
+            embedded=embedded,
+        )
+    finally:
+        if fixed is not None:
+            del att.weights
+    y = tr.tgt_out[example, step]
+    return torch.log_softmax(out.logits[0, step], -1)[y]
+
+
+def _log_p_free(model, batch, embedded, example, step):
+    """log p_step(ŷ) of one example, attention recomputed from the embeddings."""
+    tr = batch.trace
+    sl = slice(example, example + 1)
+    out = model.trace(
+        tr.src[sl], tr.src_lengths[sl], tr.tgt_in[sl], tr.tgt_out[sl], embedded=embedded
+    )
+    return torch.log_softmax(out.logits[0, step], -1)[tr.tgt_out[example, step]]
+
+
+@pytest.mark.parametrize(
+    "attention,flow,heads",
+    [("additive", "bahdanau", 1), ("multihead", "luong", 2), ("none", "bahdanau", 1)],
+)
+def test_gradient_times_input_equals_finite_difference(data, attention, flow, heads):
+    """Σ_d ∂log p/∂e_jd · e_jd = d/dh log p(e_j (1 + h)) at h = 0, attention held fixed (float64)."""
+    model = make_model(data, attention, flow, heads, dtype=torch.float64)
+    batch = batch_of(model, data)
+    grad = gradient_importance(model, batch)
+    example, step = 2, 1
+    emb = model.encoder.embedding(batch.trace.src[example : example + 1]).detach()
+    h = 1e-6
+    for j in range(3):
+        up, down = emb.clone(), emb.clone()
+        up[0, j] *= 1 + h
+        down[0, j] *= 1 - h
+        with torch.no_grad():
+            fd = (
+                _log_p_fixed_attention(model, batch, up, example, step)
+                - _log_p_fixed_attention(model, batch, down, example, step)
+            ) / (2 * h)
+        assert math.isclose(
+            float(grad[example, step, j]), abs(float(fd)), rel_tol=1e-5, abs_tol=1e-8
+        )
+        if (
+            attention != "none"
+        ):  # the attention really is detached: letting it move changes the value
+            with torch.no_grad():
+                free = (
+                    _log_p_free(model, batch, up, example, step)
+                    - _log_p_free(model, batch, down, example, step)
+                ) / (2 * h)
+            assert abs(float(free - fd)) > 1e-4
+    assert grad[example, step, 3:].isnan().all()
+
+
+def test_gradient_batched_equals_per_example(data):
+    model = make_model(data, "concat", "bahdanau", cell="lstm")
+    batch = batch_of(model, data)
+    together = gradient_importance(model, batch)
+    assert together.shape == (5, 4, 4)
+    for i, example in enumerate(data[0]):
+        alone = gradient_importance(model, batch_of(model, data, [example]))
+        t_y, t_x = alone.shape[1:]
+        torch.testing.assert_close(
+            together[i, :t_y, :t_x].nan_to_num(), alone[0].nan_to_num(), atol=1e-6, rtol=1e-5
+        )
+
+
+def test_table_values_match_kendall_on_the_vectors(data):
+    model = make_model(data)
+    batch = batch_of(model, data)
+    vec = importance_vectors(model, batch)
+    df = run_importance(model, batch, AblationConfig())
+    assert list(df.columns[:2]) == ["example_id", "step"] and len(df) == 14
+    assert set(TAU_COLS) <= set(df.columns)
+    row = df[(df.example_id == "ex0") & (df.step == 1)].iloc[0]
+    a, g, lo = (
+        vec.attention[0, 1, :4].numpy(),
+        vec.gradient[0, 1, :4].numpy(),
+        vec.loo[0, 1, :4].numpy(),
+    )
+    assert (row.importance_tau_attn_grad, row.importance_p_attn_grad) == pytest.approx(
+        kendall_tau(a, g)
+    )
+    assert (row.importance_tau_attn_loo, row.importance_p_attn_loo) == pytest.approx(
+        kendall_tau(a, lo)
+    )
+    assert (row.importance_tau_grad_loo, row.importance_p_grad_loo) == pytest.approx(
+        kendall_tau(g, lo)
+    )
+    one = df[df.example_id == "ex1"]  # source "a"
+    assert one.importance_skipped.all() and one[TAU_COLS].isna().all().all()
+    assert (one.importance_attn_reason == REASON_ONE_POSITION).all()
+    rest = df[df.example_id != "ex1"]
+    assert not rest.importance_skipped.any()
+    assert (
+        rest.importance_tau_grad_loo.notna().all() and rest.importance_tau_attn_grad.notna().all()
+    )
+    assert rest.importance_attn_reason.isna().all()
+
+
+def test_uniform_attention_gives_undefined_attention_tau(data):
+    model = make_model(data, "uniform")
+    batch = batch_of(model, data)
+    df = run_importance(model, batch, AblationConfig())
+    rest = df[~df.importance_skipped]
+    assert rest[["importance_tau_attn_grad", "importance_tau_attn_loo"]].isna().all().all()
+    assert (rest.importance_attn_reason == REASON_CONSTANT_ATTENTION).all()
+    assert rest.importance_tau_grad_loo.notna().all()
+
+
+def test_none_model_keeps_gradient_loo_tau(data):
+    model = make_model(data, "none")
+    batch = batch_of(model, data)
+    vec = importance_vectors(model, batch)
+    assert vec.attention is None
+    df = run_importance(model, batch, AblationConfig())
+    assert df[["importance_tau_attn_grad", "importance_tau_attn_loo"]].isna().all().all()
+    assert (df.importance_attn_reason == REASON_NO_ATTENTION).all()
+    assert df[~df.importance_skipped].importance_tau_grad_loo.notna().all()
+
+
+def test_source_blind_model_has_zero_importance(data):
+    """Output independent of the source (bridge and context weights zeroed): LOO = grad = 0.
+
+    LOO is 0 up to fp32 rounding (the deletions run in batches of another shape); the gradient
+    is exactly 0, so every τ involving it is undefined.
+    """
+    model = make_model(data)
+    with torch.no_grad():
+        model.decoder.bridge.weight.zero_()
+        model.decoder.rnn.weight_ih_l0[:, 4:] = 0.0
+        model.decoder.readout.weight[:, 6:12] = 0.0
+    batch = batch_of(model, data)
+    vec = importance_vectors(model, batch)
+    valid = ~vec.loo.isnan()
+    assert (vec.loo[valid] < 1e-7).all() and (vec.gradient[valid] == 0).all()
+    df = run_importance(model, batch, AblationConfig())
+    rest = df[~df.importance_skipped]
+    cols = [
+        "importance_tau_attn_grad",
+        "importance_p_attn_grad",
+        "importance_tau_grad_loo",
+        "importance_p_grad_loo",
+    ]
+    assert rest[cols].isna().all().all()
+    assert (rest.importance_attn_reason == REASON_CONSTANT_IMPORTANCE).all()
+    assert (rest.importance_grad_loo_reason == REASON_CONSTANT_IMPORTANCE).all()
+
+
+def test_batch_size_does_not_change_the_table(data):
+    model = make_model(data, "dot", "luong")
+    examples = data[0]
+    together = run_importance(model, batch_of(model, data), AblationConfig())
+    pairs = pd.concat(
+        [
+            run_importance(model, batch_of(model, data, examples[i : i + 2]), AblationConfig())
+            for i in range(0, len(examples), 2)
+        ],
+        ignore_index=True,
+    )
+    pd.testing.assert_frame_equal(together, pairs, check_exact=False, atol=1e-6, rtol=1e-5)
+
+
+def test_mode_restored_and_no_parameter_gradients(data):
+    model = make_model(data).train()
+    batch = batch_of(model, data)
+    run_importance(model, batch, AblationConfig())
+    assert model.training
+    assert all(p.grad is None for p in model.parameters())
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_kendall_between_attention_and_loo_is_defined_under_ties_in_importance(data):
+    # sanity of the τ-b convention used: ties give a finite τ, a constant vector gives NaN
+    assert not math.isnan(kendall_tau([0.1, 0.2, 0.7], [0.0, 0.0, 1.0])[0])
+    assert math.isnan(kendall_tau(np.full(3, 1 / 3), [0.1, 0.5, 0.2])[0])

@@ -1,0 +1,153 @@
+"""The suite: columns, finite summary, batch-size invariance, skips, mode restore."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from analysis_testkit import OWN_ABLATIONS, VOCAB, make_examples, sharpen, tiny_model
+
+import analysis.suite as suite
+from analysis.suite import METRIC_NAME, SuiteResult, run_suite, summarize
+from attnstudy.config import AblationConfig
+
+
+def _cfg(**kw) -> AblationConfig:
+    base = dict(n_permutations=8, n_random_orders=2, bootstrap_resamples=50, seed=5, ablations=OWN_ABLATIONS)
+    return AblationConfig(**{**base, **kw})
+
+
+EXPECTED_KEYS = [
+    "ablation/permutation/flip_rate", "ablation/permutation/median_tvd", "ablation/permutation/n_steps",
+    "ablation/permutation/n_undefined", "ablation/permutation/n_skipped",
+    "ablation/uniform/flip_rate", "ablation/uniform/tvd", "ablation/erase_max/flip_rate", "ablation/erase_max/tvd",
+    "ablation/erase_until_flip/attn_desc_never_flipped", "ablation/erase_until_flip/random_never_flipped",
+    "ablation/alignment/aer", "ablation/alignment/gold_mass", "ablation/alignment/argmax_on_gold",
+    "ablation/alignment/aer_head0", "ablation/alignment/aer_head1",
+    "ablation/permutation_global/changed_rate", "ablation/permutation_global/exact_match_drop",
+    "ablation/permutation/median_tvd_ci_low", "ablation/permutation/median_tvd_ci_high",
+]
+
+
+def test_suite_on_a_tiny_untrained_model():
+    model = sharpen(tiny_model("multihead", "luong"))
+    res = run_suite(model, make_examples(), VOCAB, VOCAB, _cfg(), progress=False, batch_size=4)
+    assert isinstance(res, SuiteResult) and res.skipped == {}
+    base_cols = ["example_id", "prefix", "step", "src_len", "target_token", "predicted_token", "is_eos",
+                 "max_attention", "attention_entropy"]
+    assert list(res.table.columns[: len(base_cols)]) == base_cols
+    for col in ["permutation_median_tvd", "permutation_flip_rate", "uniform_tvd", "erase_max_flip",
+                "erase_grad_attn_desc_frac_mass", "alignment_gold_mass", "alignment_head1_n_hyp"]:
+        assert col in res.table.columns
+    assert set(res.table["prefix"]) == {"greedy", "reference"}  # alignment runs on the reference
+    assert not res.table.duplicated(["example_id", "prefix", "step"]).any()
+    assert res.table.loc[res.table["prefix"] == "reference", "permutation_median_tvd"].isna().all()
+    assert res.table.loc[res.table["prefix"] == "greedy", "alignment_n_hyp"].isna().all()
+    assert list(res.examples["example_id"]) == [ex.id for ex in make_examples()]
+    for key in EXPECTED_KEYS:
+        assert key in res.summary, key
+    for key, value in res.summary.items():
+        assert METRIC_NAME.match(key) and math.isfinite(value), key
+    for key in res.summary:
+        if key.endswith("_ci_low"):
+            stat = key[: -len("_ci_low")]
+            assert res.summary[key] - 1e-12 <= res.summary[stat] <= res.summary[stat + "_ci_high"] + 1e-12
+    steps = res.table[res.table["prefix"] == "greedy"]
+    assert res.summary["ablation/permutation/n_steps"] == len(steps)
+    assert res.summary["ablation/permutation/n_skipped"] == steps["permutation_skipped"].sum() > 0
+    assert res.summary["ablation/permutation/median_tvd"] == pytest.approx(steps["permutation_median_tvd"].mean())
+
+
+def test_batch_size_changes_nothing():
+    model = sharpen(tiny_model("additive"))
+    cfg = _cfg(prefix="reference")
+    a = run_suite(model, make_examples(), VOCAB, VOCAB, cfg, progress=False, batch_size=1)
+    b = run_suite(model, make_examples(), VOCAB, VOCAB, cfg, progress=False, batch_size=7)
+    pd.testing.assert_frame_equal(a.table, b.table, atol=1e-6, rtol=0)
+    pd.testing.assert_frame_equal(a.examples, b.examples)
+    assert a.summary.keys() == b.summary.keys()
+    for k in a.summary:
+        assert a.summary[k] == pytest.approx(b.summary[k], abs=1e-6), k
+
+
+def test_same_seed_same_summary():
+    model = sharpen(tiny_model("additive"))
+    a = run_suite(model, make_examples(), VOCAB, VOCAB, _cfg(), progress=False)
+    b = run_suite(model, make_examples(), VOCAB, VOCAB, _cfg(), progress=False)
+    assert a.summary == b.summary
+    pd.testing.assert_frame_equal(a.table, b.table)
+
+
+def test_none_model_skips_attention_ablations_with_a_reason():
+    model = tiny_model("none")
+    res = run_suite(model, make_examples(4), VOCAB, VOCAB, _cfg(), progress=False)
+    assert set(res.skipped) == set(OWN_ABLATIONS)
+    assert all("no attention" in reason for reason in res.skipped.values())
+    assert len(res.table) > 0 and res.table["max_attention"].isna().all()
+    assert not any(k.startswith("ablation/") and "/permutation/" in k for k in res.summary)
+
+
+def test_missing_module_is_skipped_with_a_reason(monkeypatch):
+    monkeypatch.setitem(suite.SPECS, "importance", suite._Spec("no_such_module", "run_importance", needs_attention=False))
+    model = tiny_model("none")
+    res = run_suite(model, make_examples(3), VOCAB, VOCAB, _cfg(ablations=["importance"]), progress=False)
+    assert "not available" in res.skipped["importance"]
+
+
+def test_train_mode_restored_and_eval_used():
+    model = sharpen(tiny_model("additive", dropout=0.5))
+    examples = make_examples(5)
+    cfg = _cfg(ablations=["permutation", "uniform", "alignment"])
+    expected = run_suite(model, examples, VOCAB, VOCAB, cfg, progress=False)  # eval mode
+    model.train()
+    got = run_suite(model, examples, VOCAB, VOCAB, cfg, progress=False)
+    assert model.training
+    pd.testing.assert_frame_equal(expected.table, got.table)
+
+
+def test_summary_leaves_undefined_out_and_counts_it():
+    table = pd.DataFrame({
+        "example_id": ["a", "a", "b"], "prefix": "greedy", "step": [0, 1, 0],
+        "uniform_tvd": [float("nan")] * 3, "uniform_flip": [float("nan")] * 3,
+        "uniform_skipped": [True, False, False],
+    })
+    s = summarize(table, pd.DataFrame({"example_id": ["a", "b"]}), ["uniform"], {"uniform": "greedy"}, _cfg())
+    assert s == {"ablation/uniform/n_steps": 3.0, "ablation/uniform/n_skipped": 1.0,
+                 "ablation/uniform/n_undefined": 2.0}
+
+
+def test_summary_micro_average_and_example_bootstrap():
+    # example a: 3 steps of 1.0; example b: 1 step of 0.0 → micro-average 0.75 (not 0.5)
+    table = pd.DataFrame({
+        "example_id": ["a", "a", "a", "b"], "prefix": "greedy", "step": [0, 1, 2, 0],
+        "uniform_tvd": [1.0, 1.0, 1.0, 0.0], "uniform_flip": [1.0, 1.0, 1.0, 0.0], "uniform_skipped": False,
+    })
+    s = summarize(table, pd.DataFrame({"example_id": ["a", "b"]}), ["uniform"], {"uniform": "greedy"},
+                  _cfg(bootstrap_resamples=200))
+    assert s["ablation/uniform/tvd"] == pytest.approx(0.75)
+    # resampling examples: {a,a} → 1, {b,b} → 0, {a,b} → 0.75
+    assert s["ablation/uniform/tvd_ci_low"] == pytest.approx(0.0)
+    assert s["ablation/uniform/tvd_ci_high"] == pytest.approx(1.0)
+
+
+def test_progress_bars_do_not_break(capsys):
+    model = sharpen(tiny_model("additive"))
+    res = run_suite(model, make_examples(3), VOCAB, VOCAB, _cfg(ablations=["uniform"]), progress=True)
+    assert "ablation/uniform/tvd" in res.summary
+    assert "ablation uniform" in capsys.readouterr().err
+
+
+def test_empty_examples_raise():
+    with pytest.raises(ValueError, match="at least one example"):
+        run_suite(tiny_model("additive"), [], VOCAB, VOCAB, _cfg(), progress=False)
+
+
+
+
+def test_batch_size_changes_nothing_under_the_greedy_prefix():
+    model = sharpen(tiny_model("multihead", "luong"))
+    cfg = _cfg(prefix="greedy", ablations=["uniform"])
+    a = run_suite(model, make_examples(), VOCAB, VOCAB, cfg, progress=False, batch_size=1)
+    b = run_suite(model, make_examples(), VOCAB, VOCAB, cfg, progress=False, batch_size=7)
+    pd.testing.assert_frame_equal(a.table, b.table, atol=1e-6, rtol=0)

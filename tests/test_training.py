@@ -1,0 +1,45 @@
+import pytest
+import torch
+
+from attnstudy.api import load_data
+from attnstudy.config import load_experiment
+from attnstudy.training import train, translate
+
+
+@pytest.fixture(scope="module")
+def spec():
+    from pathlib import Path
+
+    cfg = load_experiment(Path(__file__).parents[1] / "experiments" / "tiny.toml", ["training.epochs=2"])
+    return cfg.runs()[0]
+
+
+def test_same_seed_gives_identical_metrics_and_weights(spec, tmp_path):
+    splits, sv, tv = load_data(spec)
+    a = train(spec, splits, sv, tv, tmp_path / "a", progress=False)
+    b = train(spec, splits, sv, tv, tmp_path / "b", progress=False)
+    assert a.history == b.history
+    for (k, v), (_, w) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
+        assert torch.equal(v, w), k
+    other = train(spec.model_copy(update={"seed": 2}), splits, sv, tv, tmp_path / "c", progress=False)
+    assert other.history != a.history
+
+
+def test_checkpoint_holds_model_optimizer_and_rng_and_resume_matches(spec, tmp_path):
+    splits, sv, tv = load_data(spec)
+    full = train(spec, splits, sv, tv, tmp_path / "full", progress=False)
+    one = spec.model_copy(update={"training": spec.training.model_copy(update={"epochs": 1})})
+    train(one, splits, sv, tv, tmp_path / "part", progress=False)
+    ckpt = torch.load(tmp_path / "part" / "last.pt", weights_only=True)
+    assert {"model", "optimizer", "rng", "epoch", "history", "best_state"} <= set(ckpt)
+    resumed = train(spec, splits, sv, tv, tmp_path / "part", resume=True, progress=False)
+    assert resumed.history == full.history
+    assert translate(resumed.model, splits.test, sv, tv, spec) == translate(full.model, splits.test, sv, tv, spec)
+
+
+def test_empty_training_split_is_rejected(spec, tmp_path):
+    splits, sv, tv = load_data(spec)
+    from attnstudy.data.tasks import Splits
+
+    with pytest.raises(ValueError, match="training split is empty"):
+        train(spec, Splits([], splits.dev, splits.test), sv, tv, tmp_path, progress=False)
