@@ -291,7 +291,8 @@ def adversarial_table(batch: PreparedBatch, result: AdversarialResult) -> pd.Dat
     """Per-step table of a search result.
 
     Columns: ``example_id``, ``step``, ``adversarial_skipped`` (source with one valid position:
-    not searched), ``adversarial_found`` (some candidate has TVD ≤ ε_eval; False when skipped),
+    not searched), ``adversarial_found`` (nullable boolean: some candidate has TVD ≤ ε_eval;
+    <NA> when skipped),
     ``adversarial_n_kept``, ``adversarial_max_jsd`` (max JSD(α̃, α) among kept candidates, nats,
     NaN if none), ``adversarial_max_tvd`` (the output TVD of that candidate, NaN if none).
     ε_opt and ε_eval are in ``df.attrs`` (and in ``cfg.adversarial`` for logging).
@@ -319,7 +320,8 @@ def adversarial_table(batch: PreparedBatch, result: AdversarialResult) -> pd.Dat
             "example_id": [batch.examples[b].id for b in b_real.tolist()],
             "step": t_real.numpy(),
             f"{NAME}_skipped": skipped,
-            f"{NAME}_found": found,
+            # missing (<NA>) where not searched, so a found rate counts searched steps only
+            f"{NAME}_found": pd.array(np.where(skipped, None, found), dtype="boolean"),
             f"{NAME}_n_kept": n_kept,
             f"{NAME}_max_jsd": max_jsd,
             f"{NAME}_max_tvd": max_tvd,

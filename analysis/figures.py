@@ -203,6 +203,9 @@ def attention_heatmaps(examples: list[dict]) -> Figure:
         for ax, key, label in ((row[0], "attention", "model attention"),
                                (row[1], "adversarial", "adversarial attention (same output, TVD ≤ ε)")):
             mat = ex.get(key)
+            if mat is not None:  # rows without an adversary (None) are drawn blank
+                width = len(ex["source"])
+                mat = [[np.nan] * width if r is None else r for r in mat]
             if mat is None:
                 _note(ax, "no adversarial attention for this example")
                 continue
@@ -221,9 +224,11 @@ def seed_variance(df: pd.DataFrame) -> Figure:
     """Attention JSD between seeds against output TVD between seeds (Wiegreffe & Pinter 2019, fig. 3).
 
     Args:
-        df: columns ``variant``, ``attention_jsd`` (nats), ``output_tvd`` (0–1).
+        df: columns ``variant``, ``seed_variance_attention_jsd`` (nats), ``seed_variance_output_tvd``
+            (0–1), as from :func:`analysis.seed_variance.seed_variance`.
     """
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    df = df.rename(columns={"seed_variance_attention_jsd": "attention_jsd", "seed_variance_output_tvd": "output_tvd"})
     if not _has(df, "attention_jsd", "output_tvd"):
         _note(ax, "one seed per configuration: no seed variance to show")
         return fig

@@ -230,6 +230,11 @@ def ablate_run(model_run_id: str, loaded: LoadedModel, cfg: AblationConfig, trac
         tracker.log_table(run_id, result.table, "ablations/steps.parquet")
         if result.examples is not None and len(result.examples):
             tracker.log_table(run_id, result.examples, "ablations/examples.parquet")
+        if "adversarial" in cfg.ablations and loaded.model.has_attention:
+            from analysis.heatmaps import heatmap_data
+
+            tracker.log_text(run_id, json.dumps(heatmap_data(loaded.model, examples, loaded.src_vocab,
+                                                             loaded.tgt_vocab, cfg)), "ablations/heatmaps.json")
         if result.skipped:
             tracker.log_text(run_id, json.dumps(result.skipped, indent=2), "ablations/skipped.json")
             tracker.set_tags(run_id, {f"skipped.{k}": v[:500] for k, v in result.skipped.items()})
@@ -281,14 +286,12 @@ def run(cfg: ExperimentConfig, retrain: bool = False, progress: bool = True, con
             _, loaded = load_model(f"runs:/{m.run_id}", tracker)
             ablations[m.run_id], _ = ablate_run(m.run_id, loaded, cfg.ablation, tracker, study_id, progress)
         tracker.set_tags(study_id, {"model_run_ids": ",".join(m.run_id for m in models)})
+        _seed_variance(models, cfg.ablation, tracker, study_id)
         report_path = None
         if report:
-            try:
-                from analysis.report import build_report
-            except ImportError:
-                build_report = None
-            if build_report is not None:
-                report_path = build_report(tracker, study_id)
+            from analysis.report import build_report
+
+            report_path = build_report(tracker, study_id)
         tracker.end_run(study_id, "FINISHED")
         return {"study_run_id": study_id, "models": models, "ablations": ablations, "report": report_path}
     except KeyboardInterrupt:
@@ -297,3 +300,49 @@ def run(cfg: ExperimentConfig, retrain: bool = False, progress: bool = True, con
     except BaseException:
         tracker.end_run(study_id, "FAILED")
         raise
+
+
+def _seed_variance(models: list[ModelRun], cfg: AblationConfig, tracker: Tracker, study_id: str) -> None:
+    """For every configuration trained with several seeds: attention JSD vs output TVD between
+    seeds (Wiegreffe & Pinter 2019), logged to the study run."""
+    from analysis.report import variant_name
+    from analysis.seed_variance import seed_variance
+
+    groups: dict[str, list[ModelRun]] = {}
+    for m in models:
+        groups.setdefault(m.spec.model_copy(update={"seed": 0}).config_hash(), []).append(m)
+    tables, metrics = [], {}
+    for runs in groups.values():
+        if len(runs) < 2:
+            continue
+        loaded = [load_model(f"runs:/{m.run_id}", tracker)[1] for m in runs]
+        if any(lm.src_vocab != loaded[0].src_vocab or lm.tgt_vocab != loaded[0].tgt_vocab for lm in loaded):
+            continue
+        if not loaded[0].model.has_attention:
+            continue
+        examples = _load_splits(runs[0].spec.data.model_dump_json()).test[: cfg.n_examples]
+        table = seed_variance([lm.model for lm in loaded], examples, loaded[0].src_vocab, loaded[0].tgt_vocab,
+                              seeds=[m.spec.seed for m in runs])
+        spec = runs[0].spec
+        name = variant_name({"task": spec.data.task, "attention": spec.model.attention, "flow": spec.model.flow})
+        tables.append(table.assign(variant=name))
+        slug = f"{spec.data.task}_{spec.model.attention}_{spec.model.flow}"
+        metrics[f"seed_variance/{slug}/attention_jsd"] = float(table["seed_variance_attention_jsd"].mean())
+        metrics[f"seed_variance/{slug}/output_tvd"] = float(table["seed_variance_output_tvd"].mean())
+    if tables:
+        tracker.log_table(study_id, pd.concat(tables, ignore_index=True), "seed_variance/steps.parquet")
+        tracker.log_metrics(study_id, metrics)
+
+
+def report(study_id: str | None = None, experiment: str | None = None, out_dir: str | None = None,
+           tracker: Tracker | None = None) -> Path:
+    """Build the report of a study (default: the latest study of ``experiment``, default quickstart).
+
+    Raises:
+        LookupError: no such experiment or study run.
+    """
+    from analysis.report import build_report, latest_study
+
+    tracker = tracker or Tracker()
+    study_id = study_id or latest_study(tracker, experiment or "quickstart")
+    return build_report(tracker, study_id, out_dir)

@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         from .data.tasks import DataError
 
-        code = EXIT_USAGE if isinstance(err, DataError) else EXIT_FAILED
+        code = EXIT_USAGE if isinstance(err, DataError | LookupError) else EXIT_FAILED
         return _error_exit(f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}", code)
 
 

@@ -173,10 +173,10 @@ def test_eps_eval_zero_reports_nan_where_nothing_found(data):
     assert len(df) == 14
     searched = df[~df.adversarial_skipped]
     assert not searched.adversarial_found.all()  # an output-changing model: TVD > 0 somewhere
-    missing = df[~df.adversarial_found]
+    missing = df[~df.adversarial_found.fillna(False)]
     assert missing.adversarial_max_jsd.isna().all() and missing.adversarial_max_tvd.isna().all()
     assert (missing.adversarial_n_kept == 0).all()
-    found = df[df.adversarial_found]
+    found = df[df.adversarial_found.fillna(False)]
     assert (found.adversarial_max_tvd <= 0.0).all()
     assert df.attrs["adversarial_eps_eval"] == 0.0 and df.attrs["adversarial_eps_opt"] == 0.01
 
@@ -195,7 +195,7 @@ def test_table_columns_and_skipped_steps(data):
         "adversarial_max_tvd",
     } <= set(df.columns)
     one = df[df.example_id == "ex1"]  # source "a": one valid position
-    assert one.adversarial_skipped.all() and not one.adversarial_found.any()
+    assert one.adversarial_skipped.all() and one.adversarial_found.isna().all()
     assert one.adversarial_max_jsd.isna().all()
     rest = df[df.example_id != "ex1"]
     # ε_eval = 1 keeps every candidate (TVD ≤ 1 always)
@@ -258,7 +258,7 @@ def test_adversarial_rows_for_a_heatmap(data):
     )  # 4 steps ("yzx" + eos), 3 tokens
     np.testing.assert_allclose(rows["original"].sum(-1), 1.0, atol=1e-6)
     sub = df[df.example_id == "ex2"].sort_values("step")
-    np.testing.assert_array_equal(rows["found"], sub.adversarial_found.to_numpy())
+    np.testing.assert_array_equal(rows["found"], sub.adversarial_found.astype(bool).to_numpy())
     for t in range(4):
         if rows["found"][t]:
             assert math.isclose(rows["adversarial"][t].sum(), 1.0, abs_tol=1e-6)
@@ -272,3 +272,11 @@ def test_adversarial_rows_for_a_heatmap(data):
             assert np.isnan(rows["adversarial"][t]).all()
     with pytest.raises(KeyError):
         adversarial_rows(batch, res, "nope")
+
+
+def test_batch_of_one_token_sources_is_all_skipped(data):
+    model = make_model(data)
+    batch = batch_of(model, data, [data[0][1]])  # source "a"
+    df = run_adversarial(model, batch, cfg_with(steps=3))
+    assert len(df) == 2 and df.adversarial_skipped.all() and df.adversarial_found.isna().all()
+    assert df.adversarial_max_jsd.isna().all()

@@ -323,3 +323,14 @@ def test_kendall_between_attention_and_loo_is_defined_under_ties_in_importance(d
     # sanity of the τ-b convention used: ties give a finite τ, a constant vector gives NaN
     assert not math.isnan(kendall_tau([0.1, 0.2, 0.7], [0.0, 0.0, 1.0])[0])
     assert math.isnan(kendall_tau(np.full(3, 1 / 3), [0.1, 0.5, 0.2])[0])
+
+
+def test_greedy_prefix_and_one_token_batch(data):
+    ex, sv, tv = data
+    model = make_model(data)
+    batch = next(prepare_batches(model, ex, sv, tv, "greedy", 8))
+    df = run_importance(model, batch, AblationConfig())
+    assert len(df) == int(batch.trace.step_mask.sum())
+    assert df[~df.importance_skipped].importance_tau_grad_loo.notna().any()
+    alone = run_importance(model, batch_of(model, data, [ex[1]]), AblationConfig())
+    assert alone.importance_skipped.all() and alone[TAU_COLS].isna().all().all()
