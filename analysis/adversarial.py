@@ -11,7 +11,8 @@ optimised with Adam (amsgrad) — the objective and defaults of Jain & Wallace's
 ``AdversaryMulti`` (repository ``successar/AttentionExplanation``, ``model/Binary_Classification.py``
 and ``model/Question_Answering.py``: K = 5, σ = 3, lr 0.01, 500 iterations, λ = 500, ε = 0.01;
 the pairwise term there is ``cross_jsd.sum(0).mean()``, i.e. per example the mean over the K × K
-candidate pairs, diagonal included, which is what we use per decoder step). p̃_k = softmax(logits given α̃_k), a local intervention through
+candidate pairs, diagonal included, which is what we use per decoder step).
+p̃_k = softmax(logits given α̃_k), a local intervention through
 :meth:`Seq2Seq.logits_given_attention`. After optimisation, candidates with
 TVD(p̃_k, p) ≤ ε_eval are kept and the largest JSD(α̃_k, α) among them is reported (J&W report
 the maximum JSD of the candidates that stay within ε of the output). ε_opt (the hinge during the
@@ -24,7 +25,12 @@ and Adam's update is element-wise, so the batched search follows each row's own 
 
 Multi-head models: every head gets its own candidate distribution (replacement shape
 (B, K, H, T_y, T_x)); JSD between attention distributions — in the objective and in the
-report — is taken between head means, the quantity every per-step summary uses (DESIGN.md §3).
+report — is taken between head means, the quantity every per-step summary uses (DESIGN.md §3);
+all heads of a candidate start from the same noise.
+
+Cost: every Adam iteration is one forward + backward of the output layers over N × K rows, so a
+search costs ``steps`` such passes per batch whatever its size (the batching is what keeps it
+affordable: one optimiser per step was ~10× slower on a 4-example batch).
 """
 
 from __future__ import annotations

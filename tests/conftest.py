@@ -37,3 +37,12 @@ def tiny_models(store_root, tiny_config):
     from attnstudy import api
 
     return api.train_experiment(tiny_config, progress=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_study(store_root, tiny_config, tiny_models):
+    """The tiny experiment run end to end once (train reused, ablate, report): api.run's result."""
+    from attnstudy import api
+
+    text = (ROOT / "experiments" / "tiny.toml").read_text(encoding="utf-8")
+    return api.run(tiny_config, progress=False, config_text=text)
