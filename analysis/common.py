@@ -52,8 +52,7 @@ class PreparedBatch:
 
     def steps(self) -> Iterator[tuple[int, int]]:
         """(batch row, step) of every real step, in order."""
-        for b, t in self.trace.step_mask.nonzero().tolist():
-            yield b, t
+        yield from (tuple(bt) for bt in self.trace.step_mask.nonzero().tolist())
 
     def valid_positions(self) -> Tensor:
         """bool (B, T_x), True at real source positions."""

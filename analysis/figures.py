@@ -12,11 +12,11 @@ import math
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
 from scipy import stats  # noqa: E402
 
 MAX_ATTENTION_BINS = [0.0, 0.25, 0.5, 0.75, 1.0 + 1e-9]
@@ -28,6 +28,12 @@ TAU_COLUMNS = {"importance_tau_attn_grad": "attention vs gradient",
                "importance_tau_grad_loo": "gradient vs leave-one-out"}
 
 sns.set_theme(style="whitegrid", context="notebook")
+
+
+def _subplots(nrows: int = 1, ncols: int = 1, figsize=(8, 4.5), squeeze: bool = True):
+    """Like ``plt.subplots`` but the Figure is not kept by pyplot (no leak over many figures)."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(nrows, ncols, squeeze=squeeze)
 
 
 def _note(ax, text: str) -> None:
@@ -54,7 +60,7 @@ def accuracy_by_length(preds: pd.DataFrame, ax=None) -> Figure:
         preds: columns ``task``, ``variant``, ``src_len`` (tokens), ``correct`` (bool).
     """
     tasks = sorted(preds["task"].unique()) if _has(preds, "task") else []
-    fig, axes = plt.subplots(1, max(len(tasks), 1), figsize=(5.5 * max(len(tasks), 1), 4), squeeze=False)
+    fig, axes = _subplots(1, max(len(tasks), 1), figsize=(5.5 * max(len(tasks), 1), 4), squeeze=False)
     if not tasks:
         _note(axes[0, 0], "no test predictions")
         return fig
@@ -73,7 +79,7 @@ def accuracy_by_length(preds: pd.DataFrame, ax=None) -> Figure:
 
 
 def _by_max_attention(steps: pd.DataFrame, column: str, ylabel: str, title: str) -> Figure:
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = _subplots(figsize=(8, 4.5))
     if not _has(steps, column, "max_attention"):
         _note(ax, f"no {title.lower()} results (no attention, or ablation not run)")
         return fig
@@ -104,7 +110,7 @@ def adversarial_by_max_attention(steps: pd.DataFrame) -> Figure:
 
 def kendall_tau(steps: pd.DataFrame) -> Figure:
     """Distributions of Kendall τ-b: attention–gradient, attention–LOO, gradient–LOO (J&W 2019, fig. 2)."""
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = _subplots(figsize=(8, 4.5))
     cols = [c for c in TAU_COLUMNS if c in steps.columns]
     d = steps.melt(id_vars=["variant"], value_vars=cols, var_name="pair", value_name="tau").dropna() if cols else None
     if d is None or d.empty:
@@ -123,7 +129,7 @@ def kendall_tau(steps: pd.DataFrame) -> Figure:
 def erasure_fractions(steps: pd.DataFrame) -> Figure:
     """Fraction of positions and of attention mass erased before the argmax flips, per ranking
     (Serrano & Smith 2019, fig. 4)."""
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = _subplots(1, 2, figsize=(12, 4.5))
     for ax, what, label in ((axes[0], "frac_positions", "fraction of source positions erased"),
                             (axes[1], "frac_mass", "fraction of attention mass erased")):
         cols = [c for c in steps.columns if c.startswith("erase_") and c.endswith("_" + what)]
@@ -159,7 +165,7 @@ def per_example_alignment(steps: pd.DataFrame) -> pd.DataFrame:
 def alignment_vs_ablation(steps: pd.DataFrame) -> Figure:
     """Per sentence: attention mass on gold links against permutation TVD and adversarial JSD,
     one colour per model, with Kendall τ-b and its p-value printed on each panel."""
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, axes = _subplots(1, 2, figsize=(12, 4.8))
     d = per_example_alignment(steps) if len(steps) else pd.DataFrame()
     for ax, col, label in ((axes[0], "permutation_tvd", "mean permutation TVD (0–1)"),
                            (axes[1], "adversarial_jsd", "mean adversarial max JSD (nats)")):
@@ -194,7 +200,7 @@ def attention_heatmaps(examples: list[dict]) -> Figure:
             found) and ``gold`` (list of (source, target) links, drawn as white boxes).
     """
     n = max(len(examples), 1)
-    fig, axes = plt.subplots(n, 2, figsize=(11, 3.2 * n), squeeze=False)
+    fig, axes = _subplots(n, 2, figsize=(11, 3.2 * n), squeeze=False)
     if not examples:
         _note(axes[0, 0], "no attention to show")
         axes[0, 1].axis("off")
@@ -213,7 +219,7 @@ def attention_heatmaps(examples: list[dict]) -> Figure:
                         xticklabels=ex["source"], yticklabels=ex["target"], square=False,
                         cbar_kws={"label": "attention weight"})
             for s, t in ex.get("gold") or []:
-                ax.add_patch(plt.Rectangle((s, t), 1, 1, fill=False, ec="white", lw=1.5))
+                ax.add_patch(Rectangle((s, t), 1, 1, fill=False, ec="white", lw=1.5))
             ax.set(title=f"{ex['title']}: {label}", xlabel="source token", ylabel="target token (step)")
             ax.tick_params(axis="y", rotation=0)
     fig.tight_layout()
@@ -227,7 +233,7 @@ def seed_variance(df: pd.DataFrame) -> Figure:
         df: columns ``variant``, ``seed_variance_attention_jsd`` (nats), ``seed_variance_output_tvd``
             (0–1), as from :func:`analysis.seed_variance.seed_variance`.
     """
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    fig, ax = _subplots(figsize=(6.5, 4.5))
     df = df.rename(columns={"seed_variance_attention_jsd": "attention_jsd", "seed_variance_output_tvd": "output_tvd"})
     if not _has(df, "attention_jsd", "output_tvd"):
         _note(ax, "one seed per configuration: no seed variance to show")

@@ -15,7 +15,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from . import figures
@@ -196,12 +195,10 @@ def build_report(tracker, study_id: str, out_dir: str | Path | None = None) -> P
         fig = make(data)
         fig.savefig(out / "figures" / f"{key}.png", dpi=110)
         tracker.log_figure(study_id, fig, f"figures/{key}.png")
-        plt.close(fig)
         made.append((key, title))
     for ex in data.heatmaps[:6]:  # each heatmap also goes to the ablation run it describes
         fig = figures.attention_heatmaps([ex])
         tracker.log_figure(ex["run_id"], fig, f"figures/heatmap_{_slug(ex.get('title', 'example'))}.png")
-        plt.close(fig)
     table = _summary_table(data)
     (out / "summary.csv").write_text(table.to_csv(index=False), encoding="utf-8")
     (out / "report.html").write_text(_html(data, made, table), encoding="utf-8")

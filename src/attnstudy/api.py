@@ -108,9 +108,9 @@ def train_spec(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: st
         preds.insert(0, "example_id", [ex.id for ex in splits.test])
         preds.insert(1, "src_len", [len(ex.src) for ex in splits.test])
         tracker.log_table(run_id, preds, "predictions/test.parquet")
-        with tempfile.TemporaryDirectory() as tmp:
-            save_model_dir(tmp, result.model, spec, src_vocab, tgt_vocab)
-            tracker.log_model_dir(run_id, tmp, registered_name(spec))
+        # the model files are kept locally first, so a tracking failure loses no trained model
+        model_dir = save_model_dir(ckpt_dir / "model", result.model, spec, src_vocab, tgt_vocab)
+        tracker.log_model_dir(run_id, model_dir, registered_name(spec))
         tracker.end_run(run_id, "FINISHED")
         return ModelRun(run_id, spec, False, final)
     except KeyboardInterrupt:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-TASKS = ("copy", "reverse", "sort", "bigram_flip", "g2p", "tsv")
+TASKS = ("copy", "reverse", "sort", "bigram_flip", "g2p", "tsv", "dates")
 SYNTHETIC_TASKS = ("copy", "reverse", "sort", "bigram_flip")
 ATTENTIONS = ("additive", "dot", "general", "concat", "scaled_dot", "multihead", "uniform", "none")
 FLOWS = ("bahdanau", "luong")
@@ -52,7 +52,7 @@ class DataConfig(_Strict):
     ``n_dev`` and ``n_test`` (words) then take a prefix of the fixed hash order, ``None`` = all.
     """
 
-    task: Literal["copy", "reverse", "sort", "bigram_flip", "g2p", "tsv"] = "copy"
+    task: Literal["copy", "reverse", "sort", "bigram_flip", "g2p", "tsv", "dates"] = "copy"
     data_seed: int = Field(0, ge=0)
     # synthetic
     vocab_size: int = Field(20, ge=2, le=10_000)
@@ -71,6 +71,20 @@ class DataConfig(_Strict):
     dev_path: str | None = None
     test_path: str | None = None
     tokenization: Literal["chars", "spaces"] = "chars"
+    # dates (issue #7; see attnstudy.data.dates): CLDR locales, formats and skeletons; a pair
+    # (locale, pattern) is held out (test only) if its locale or its pattern is listed as held out
+    dates_locales: tuple[str, ...] = ("en_US", "en_GB", "de_DE", "fr_FR", "es_ES", "it_IT", "nl_NL", "pt_BR")
+    dates_heldout_locales: tuple[str, ...] = ()
+    dates_formats: tuple[Literal["short", "medium", "long", "full"], ...] = ("short", "medium", "long", "full")
+    dates_skeletons: tuple[str, ...] = ("yMd", "yMMMd", "yMMMMd", "yMEd", "yMMMEd", "yMMMMEEEEd")
+    dates_heldout_patterns: tuple[str, ...] = ()
+    dates_start: str = Field("1950-01-01", pattern=r"^\d{4}-\d{2}-\d{2}$")
+    dates_end: str = Field("2049-12-31", pattern=r"^\d{4}-\d{2}-\d{2}$")
+    dates_native_digits: bool = True
+    dates_n_heldout: int | None = Field(None, ge=1)
+    # g2p alignments (issue #7; see attnstudy.data.g2p_align): gold letter-phone links
+    g2p_alignments: bool = True
+    g2p_aligner: Literal["em", "phonetisaurus"] = "em"
 
     @model_validator(mode="after")
     def _check(self) -> DataConfig:

@@ -24,7 +24,7 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 import mlflow  # noqa: E402
-from mlflow.entities import Metric, Param, RunStatus, RunTag  # noqa: E402
+from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
@@ -71,7 +71,8 @@ class Tracker:
 
     Args:
         uri: tracking URI (default: the project's SQLite store).
-        timeout: seconds to wait for a remote server before failing (``TrackingError``).
+        timeout: seconds to wait for a remote server before failing (``TrackingError``);
+            ``$ATTNSTUDY_TRACKING_TIMEOUT`` overrides it.
 
     Raises:
         TrackingError: the store cannot be created or reached.
@@ -79,7 +80,7 @@ class Tracker:
 
     def __init__(self, uri: str | None = None, timeout: float = 30.0):
         self.uri = uri or default_tracking_uri()
-        self.timeout = timeout
+        self.timeout = float(os.environ.get("ATTNSTUDY_TRACKING_TIMEOUT", timeout))
         if self.uri.startswith("sqlite:///"):
             self._init_sqlite(Path(self.uri[len("sqlite:///"):]))
         elif self.uri.startswith(("http://", "https://")):

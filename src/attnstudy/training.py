@@ -145,6 +145,9 @@ def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, che
         torch.set_rng_state(ckpt["rng"])
         start_epoch, history = ckpt["epoch"] + 1, ckpt["history"]
         best, best_epoch, bad_epochs, best_state = ckpt["best"], ckpt["best_epoch"], ckpt["bad_epochs"], ckpt["best_state"]
+        if on_epoch is not None:  # the resumed run carries the whole history
+            for epoch, metrics in enumerate(history, start=1):
+                on_epoch(epoch, metrics)
 
     t0 = time.perf_counter()
     stopped_early = bad_epochs >= spec.training.patience

