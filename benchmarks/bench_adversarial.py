@@ -14,6 +14,8 @@ Run: ``PYTHONPATH=src:. python -m benchmarks.bench_adversarial [--smoke]``.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from analysis.adversarial import adversarial_loop_reference, search_adversarial
@@ -21,6 +23,10 @@ from analysis.adversarial import adversarial_loop_reference, search_adversarial
 from . import common
 
 TARGET = 5.0
+
+
+def _each(fn, model, batches, cfg, iters):
+    return [fn(model, b, cfg, steps=iters) for b in batches]
 
 
 def _cat(results, name):
@@ -39,8 +45,8 @@ def run(args) -> dict:
         origins[flow] = bm.origin
         batches = common.prepared(bm, n_words, prefix, batch_size=32)
         res = common.interleaved({
-            "batched": lambda: [search_adversarial(bm.model, b, cfg, steps=iters) for b in batches],
-            "loop": lambda: [adversarial_loop_reference(bm.model, b, cfg, steps=iters) for b in batches],
+            "batched": partial(_each, search_adversarial, bm.model, batches, cfg, iters),
+            "loop": partial(_each, adversarial_loop_reference, bm.model, batches, cfg, iters),
         }, repeats, once=("loop",))
         fast, slow = res["batched"].result, res["loop"].result
         obj_f, obj_s = _cat(fast, "objective"), _cat(slow, "objective")

@@ -11,6 +11,8 @@ Run: ``PYTHONPATH=src:. python -m benchmarks.bench_loo [--smoke]``.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from analysis.importance import loo_importance, loo_loop_reference
@@ -18,6 +20,10 @@ from analysis.importance import loo_importance, loo_loop_reference
 from . import common
 
 TARGET = 3.0
+
+
+def _each(fn, model, batches, *extra):
+    return [fn(model, b, *extra) for b in batches]
 
 
 def run(args) -> dict:
@@ -32,8 +38,8 @@ def run(args) -> dict:
         batches = common.prepared(bm, n_words, prefix, batch_size=32)
         deletions = sum(int(b.trace.src_lengths[b.trace.src_lengths >= 2].sum()) for b in batches)
         res = common.interleaved({
-            "batched": lambda: [loo_importance(bm.model, b, cfg.chunk_rows) for b in batches],
-            "loop": lambda: [loo_loop_reference(bm.model, b) for b in batches],
+            "batched": partial(_each, loo_importance, bm.model, batches, cfg.chunk_rows),
+            "loop": partial(_each, loo_loop_reference, bm.model, batches),
         }, repeats)
         diff = max(float((f.nan_to_num(-1.0) - s.nan_to_num(-1.0)).abs().max())
                    for f, s in zip(res["batched"].result, res["loop"].result))

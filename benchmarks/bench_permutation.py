@@ -22,6 +22,7 @@ Run: ``PYTHONPATH=src:. python -m benchmarks.bench_permutation [--smoke]``.
 from __future__ import annotations
 
 import warnings
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -153,9 +154,9 @@ def run(args) -> dict:
         batches = common.prepared(bm, n_words, prefix, batch_size=32)
         steps = sum(int(_steps(b).sum()) for b in batches)
         res = common.interleaved({
-            "fast": lambda: over(batches, fast_path, bm.model, cfg),
-            "per-step": lambda: over(batches, per_step_loop, bm.model, cfg),
-            "naive": lambda: over(batches, naive_loop, bm.model, cfg),
+            "fast": partial(over, batches, fast_path, bm.model, cfg),
+            "per-step": partial(over, batches, per_step_loop, bm.model, cfg),
+            "naive": partial(over, batches, naive_loop, bm.model, cfg),
         }, repeats, once=("naive",))
         fast = res["fast"].result
         d_step, d_naive = max_diff(fast, res["per-step"].result), max_diff(fast, res["naive"].result)

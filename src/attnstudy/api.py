@@ -124,9 +124,23 @@ def train_spec(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: st
 def train_experiment(cfg: ExperimentConfig, tracker: Tracker | None = None, study_id: str | None = None,
                      retrain: bool = False, resume: bool = False, progress: bool = True) -> list[ModelRun]:
     """Train (or reuse) every model of an experiment. Returns one :class:`ModelRun` per spec."""
+    check_data(cfg)
     tracker = tracker or Tracker(cfg.experiment.tracking_uri, cfg.experiment.tracking_timeout)
     exp_id = tracker.experiment_id(cfg.experiment.name)
     return [train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress) for spec in cfg.runs()]
+
+
+def check_data(cfg: ExperimentConfig) -> None:
+    """Load every model's data before anything touches the store, so bad data changes nothing.
+
+    Raises:
+        DataError: a missing or malformed data file, an empty split, …
+    """
+    for spec in cfg.runs():
+        splits, _, _ = load_data(spec)
+        for name in ("train", "dev", "test"):
+            if not getattr(splits, name):
+                raise DataError(f"{spec.name}: the {name} split is empty; check the data sizes and files")
 
 
 def load_model(uri: str, tracker: Tracker | None = None) -> tuple[str, LoadedModel]:
@@ -271,6 +285,7 @@ def run(cfg: ExperimentConfig, retrain: bool = False, progress: bool = True, con
         dict with ``study_run_id``, ``models`` (ModelRun list), ``ablations`` (run ids) and
         ``report`` (path or None).
     """
+    check_data(cfg)
     tracker = Tracker(cfg.experiment.tracking_uri, cfg.experiment.tracking_timeout)
     exp_id = tracker.experiment_id(cfg.experiment.name)
     study_id = tracker.start_run(exp_id, f"{cfg.experiment.name}/study",

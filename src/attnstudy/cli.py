@@ -177,22 +177,22 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
 
 def _ui(args) -> int:
     from . import ui
-    from .tracking import artifact_root, default_tracking_uri
 
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"attnstudy: warning: binding {args.host}: the UI (with write access to the store) is "
-              "reachable from other machines", file=sys.stderr)
-    if ui.port_in_use("127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host, args.port):
-        raise UsageError(f"port {args.port} is in use; choose another with --port")
-    uri = default_tracking_uri()
-    if not uri.startswith("sqlite:"):
-        raise UsageError(f"the UI serves the local store; MLFLOW_TRACKING_URI points to {uri}")
-    from .tracking import Tracker
+              "reachable from other machines", file=sys.stderr, flush=True)
+    proc = None
+    try:  # Ctrl-C at any point (imports and store creation included) stops cleanly, the server too
+        from .tracking import Tracker, artifact_root, default_tracking_uri
 
-    Tracker(uri)  # create the store once, safely, before the server touches it
-    proc = ui.start_server(uri, artifact_root(), args.host, args.port)
-    base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
-    try:
+        if ui.port_in_use("127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host, args.port):
+            raise UsageError(f"port {args.port} is in use; choose another with --port")
+        uri = default_tracking_uri()
+        if not uri.startswith("sqlite:"):
+            raise UsageError(f"the UI serves the local store; MLFLOW_TRACKING_URI points to {uri}")
+        Tracker(uri)  # create the store once, safely, before the server touches it
+        proc = ui.start_server(uri, artifact_root(), args.host, args.port)
+        base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
         ui.wait_healthy(base, 90, proc)
         print(f"MLflow UI: {ui.runs_view_url(base, ui.experiment_id_by_name(base, args.experiment))}", flush=True)
         print("press Ctrl-C to stop", flush=True)
@@ -202,7 +202,8 @@ def _ui(args) -> int:
         print("stopping the MLflow UI", file=sys.stderr)
         return EXIT_OK
     finally:
-        ui.stop_server(proc)
+        if proc is not None:
+            ui.stop_server(proc)
 
 
 def _error_exit(message: str, code: int) -> int:

@@ -23,12 +23,15 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
+import logging  # noqa: E402
+
 import mlflow  # noqa: E402
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 MODEL_ARTIFACT_DIR = "model"
+logging.getLogger("mlflow").setLevel(logging.WARNING)  # no INFO chatter on the CLI
 
 
 class TrackingError(RuntimeError):
@@ -99,9 +102,9 @@ class Tracker:
                     MlflowClient(self.uri).search_experiments(max_results=1)
                 finally:
                     fcntl.flock(lock, fcntl.LOCK_UN)
-        except PermissionError:
-            raise TrackingError(f"cannot write the tracking store {db}: permission denied; "
-                                "choose a writable folder or set MLFLOW_TRACKING_URI") from None
+        except OSError as err:
+            raise TrackingError(f"cannot write the tracking store {db}: {err.strerror or err}; "
+                                "choose a writable folder (ATTNSTUDY_ROOT) or set MLFLOW_TRACKING_URI") from None
         except MlflowException as err:
             raise TrackingError(f"cannot open the tracking store {self.uri}: {_first_line(err)}") from None
 

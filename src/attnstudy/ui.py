@@ -75,17 +75,52 @@ def wait_healthy(base_url: str, timeout: float = 60.0, proc: subprocess.Popen | 
 
 
 def stop_server(proc: subprocess.Popen, timeout: float = 10.0) -> None:
-    """Terminate the server's whole process group (gunicorn/uvicorn children included)."""
-    if proc.poll() is not None:
-        return
+    """Terminate the server's whole process group (gunicorn/uvicorn children included).
+
+    SIGTERM first; whatever is still in the group after ``timeout`` seconds (a worker stuck in a
+    graceful shutdown, say) gets SIGKILL. Returns once the group is gone.
+    """
+    pgid = proc.pid  # start_server makes the server a session (and group) leader
+    deadline = time.monotonic() + timeout
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         pass
+    while time.monotonic() < deadline:
+        proc.poll()
+        if not _group_alive(pgid):
+            break
+        time.sleep(0.1)
+    else:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:  # unkillable (uninterruptible sleep): nothing more to do
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` (zombies aside) still exists."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc_dir = Path("/proc")
+    if not proc_dir.is_dir():
+        return True
+    for stat in proc_dir.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def experiment_id_by_name(base_url: str, name: str) -> str | None:

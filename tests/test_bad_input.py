@@ -1,0 +1,153 @@
+"""Bad input, everywhere: every CLI verb answers with one clear line, exit 2 (usage) or 1 (failure),
+no traceback, and the tracking store is left exactly as it was."""
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+TINY = ROOT / "experiments" / "tiny.toml"
+pytestmark = pytest.mark.slow
+
+
+def store_snapshot(root: Path) -> dict:
+    """Row counts of the store's tables plus the artifact/checkpoint files (path, size)."""
+    snap: dict = {}
+    db = root / "mlruns" / "mlflow.db"
+    if db.exists():
+        con = sqlite3.connect(db)
+        for table in ("experiments", "runs", "metrics", "params", "tags", "registered_models", "model_versions"):
+            snap[table] = con.execute(f"select count(*) from {table}").fetchone()[0]
+        con.close()
+    snap["files"] = sorted((str(p.relative_to(root)), p.stat().st_size) for p in (root / "mlruns").rglob("*")
+                           if p.is_file() and p.name != "mlflow.db" and not p.name.startswith(".init"))
+    return snap
+
+
+def cli(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ATTNSTUDY_ROOT=str(root), ATTNSTUDY_TRACKING_TIMEOUT="3")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run([sys.executable, "-m", "attnstudy.cli", *args], capture_output=True, text=True,
+                          cwd=root, env=env, timeout=timeout)
+
+
+def tsv(tmp: Path, name: str, content: bytes | str) -> Path:
+    p = tmp / name
+    p.write_bytes(content.encode() if isinstance(content, str) else content)
+    return p
+
+
+def tsv_experiment(tmp: Path, train: Path) -> Path:
+    good = tsv(tmp, "good.tsv", "abc\tcba\t0-2 1-1 2-0\nab\tba\n")
+    exp = tmp / f"user-{train.stem}.toml"
+    exp.write_text(f'[experiment]\nname = "user"\n[data]\ntask = "tsv"\ntrain_path = "{train}"\n'
+                   f'dev_path = "{good}"\ntest_path = "{good}"\n[training]\nepochs = 1\n')
+    return exp
+
+
+def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[str], int, str]]:
+    """(name, argv, exit code, substring of the one error line)."""
+    exp = tmp / "exp"
+    exp.mkdir(exist_ok=True)
+    bad_toml = tsv(exp, "bad.toml", "[model\n")
+    latin = tsv(exp, "latin.toml", b"[experiment]\nname = \"caf\xe9\"\n")
+    blank = tsv_experiment(exp, tsv(exp, "blank.tsv", "abc\tcba\n\nab\tba\n"))
+    past = tsv_experiment(exp, tsv(exp, "past.tsv", "abc\tcba\t0-0 7-1\n"))
+    nonutf = tsv_experiment(exp, tsv(exp, "nonutf.tsv", b"abc\tcb\xff\n"))
+    nosrc = tsv_experiment(exp, tsv(exp, "nosrc.tsv", "\tcba\n"))
+    fields = tsv_experiment(exp, tsv(exp, "fields.tsv", "abc cba\n"))
+    missing = tsv_experiment(exp, exp / "does-not-exist.tsv")
+    no_model_dir = exp / "empty-model"
+    no_model_dir.mkdir(exist_ok=True)
+    t = str(TINY)
+    return [
+        # train
+        ("train: malformed TOML", ["train", str(bad_toml)], 2, "malformed TOML"),
+        ("train: not UTF-8", ["train", str(latin)], 2, "not UTF-8"),
+        ("train: missing experiment", ["train", "nope.toml"], 2, "experiment file not found"),
+        ("train: unknown key", ["train", t, "--set", "training.epoch=3"], 2, "unknown key 'training.epoch'"),
+        ("train: wrong type", ["train", t, "--set", "training.lr=\"fast\""], 2, "training.lr"),
+        ("train: out of range", ["train", t, "--set", "model.dropout=1.5"], 2, "model.dropout"),
+        ("train: unknown task", ["train", t, "--set", "data.task=\"poetry\""], 2, "'poetry'"),
+        ("train: unknown attention", ["train", t, "--set", "models.0.model.attention=\"luong_dot\""], 2, "'luong_dot'"),
+        ("train: dot size mismatch", ["train", t, "--set", "models.0.model.attention=\"dot\"", "--set",
+                                      "model.decoder_hidden=10"], 2, "d_query"),
+        ("train: param too long", ["train", t, "--set", f"experiment.name=\"{'x' * 7000}\""], 2, "experiment.name"),
+        ("train: tsv missing file", ["train", str(missing)], 2, "does-not-exist.tsv: file not found"),
+        ("train: tsv blank line", ["train", str(blank)], 2, "blank.tsv:2: blank line"),
+        ("train: tsv alignment past sentence", ["train", str(past)], 2, "past.tsv:1"),
+        ("train: tsv not UTF-8", ["train", str(nonutf)], 2, "nonutf.tsv:1: not UTF-8"),
+        ("train: tsv empty source", ["train", str(nosrc)], 2, "nosrc.tsv:1: empty source"),
+        ("train: tsv wrong fields", ["train", str(fields)], 2, "fields.tsv:1"),
+        ("train: unreachable server", ["train", t, "--set", "experiment.tracking_uri=\"http://127.0.0.1:9\""], 1,
+         "http://127.0.0.1:9 did not answer"),
+        # run
+        ("run: unknown key", ["run", t, "--set", "ablation.n_exmples=3"], 2, "unknown key 'ablation.n_exmples'"),
+        ("run: unknown ablation", ["run", t, "--set", "ablation.ablations=[\"telepathy\"]"], 2, "telepathy"),
+        ("run: missing experiment", ["run", "missing.toml"], 2, "experiment file not found"),
+        # predict
+        ("predict: unknown scheme", ["predict", "s3://m", "abc"], 2, "unknown model URI"),
+        ("predict: no such run", ["predict", "runs:/0123456789abcdef", "abc"], 1, "no run with id"),
+        ("predict: no such model", ["predict", "models:/nope/1", "abc"], 1, "no such registered model"),
+        ("predict: run without a model", ["predict", f"runs:/{study_run}", "abc"], 1, "has no model file"),
+        ("predict: folder without model", ["predict", str(no_model_dir), "abc"], 1, "lacks weights.pt"),
+        ("predict: empty input", ["predict", f"runs:/{model_run}", " "], 2, "an input is empty"),
+        # ablate
+        ("ablate: unknown ablation", ["ablate", f"runs:/{model_run}", "--ablations", "telepathy"], 2, "telepathy"),
+        ("ablate: zero examples", ["ablate", f"runs:/{model_run}", "--n-examples", "0"], 2, "--n-examples"),
+        ("ablate: no such run", ["ablate", "runs:/0123456789abcdef"], 1, "no run with id"),
+        ("ablate: run without a model", ["ablate", f"runs:/{study_run}"], 1, "has no model file"),
+        # report
+        ("report: unknown experiment", ["report", "--experiment", "nope"], 2, "no experiment named 'nope'"),
+        ("report: not a study", ["report", "--study", model_run], 2, "is not a study run"),
+        ("report: no such run", ["report", "--study", "0123456789abcdef"], 1, "0123456789abcdef"),
+        # ui
+        ("ui: port out of range", ["ui", "--port", "70000"], 2, "--port"),
+        # usage
+        ("no verb", [], 2, "required"),
+        ("unknown verb", ["fly"], 2, "invalid choice"),
+    ]
+
+
+def test_every_verb_rejects_bad_input_cleanly(tiny_models, store_root, tmp_path):
+    from attnstudy.tracking import Tracker
+
+    model_run = tiny_models[0].run_id
+    tracker = Tracker()
+    study_run = tracker.start_run(tracker.experiment_id("tiny"), "tiny/study", {"kind": "study"})
+    tracker.end_run(study_run)
+    counts: dict[str, int] = {}
+    failures = []
+    for name, argv, code, needle in _cases(tmp_path, model_run, study_run):
+        before = store_snapshot(store_root)
+        out = cli(store_root, *argv)
+        after = store_snapshot(store_root)
+        lines = out.stderr.strip().splitlines()
+        ok = (out.returncode == code and len(lines) == 1 and lines[0].startswith("attnstudy: error: ")
+              and needle in lines[0] and "Traceback" not in out.stderr and before == after)
+        if not ok:
+            failures.append(f"{name}: exit {out.returncode} (want {code}), store changed: {before != after}, "
+                            f"stderr: {out.stderr.strip()[-400:]!r}")
+        verb = name.split(":")[0]
+        counts[verb] = counts.get(verb, 0) + 1
+    print("bad inputs per verb:", counts)
+    assert not failures, "\n".join(failures)
+
+
+def test_store_that_cannot_be_written_fails_cleanly(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    out = cli(blocker / "root", "train", str(TINY), timeout=120)
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot write the tracking store" in lines[0]
+
+
+def test_unknown_characters_at_prediction_are_counted_not_fatal(tiny_models, store_root):
+    out = cli(store_root, "predict", f"runs:/{tiny_models[0].run_id}", "ab", "a#%")
+    assert out.returncode == 0, out.stderr
+    assert "2 unknown token(s) mapped to <unk>" in out.stdout

@@ -1,0 +1,123 @@
+"""Every benchmark of issue #5 in smoke mode (tiny sizes), so the scripts never rot.
+
+Asserts that the scripts run, print and append their tables, and that their equality checks hold;
+never a timing assertion (the machine may be busy).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def results(tmp_path):
+    return tmp_path / "RESULTS.md"
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def smoke(results, *extra) -> list[str]:
+    return ["--smoke", "--results", str(results), *extra]
+
+
+def test_permutation_paths_agree(results):
+    from benchmarks import bench_permutation
+
+    out = bench_permutation.main(smoke(results))
+    assert set(out["checks"]) == {"bahdanau", "luong"}
+    for d_step, d_naive in out["checks"].values():
+        assert d_step <= 1e-6 and d_naive <= 1e-6
+    assert all(r["permuted steps"] > 0 for r in out["rows"])
+    assert "Local permutation" in results.read_text()
+
+
+def test_adversarial_batched_equals_loop(results):
+    from benchmarks import bench_adversarial
+
+    out = bench_adversarial.main(smoke(results))
+    for check in out["checks"].values():
+        # the same trajectories up to float rounding of batched vs single-row products
+        assert check["objective_abs"] <= 1e-4 and check["jsd_abs"] <= 1e-4
+    assert all(r["searched steps"] > 0 for r in out["rows"])
+    assert "Adversarial search" in results.read_text()
+
+
+def test_loo_batched_equals_loop(results):
+    from benchmarks import bench_loo
+
+    out = bench_loo.main(smoke(results))
+    assert all(d <= 1e-6 for d in out["checks"].values())
+    assert "Leave-one-out" in results.read_text()
+
+
+def test_flops_fractions_are_finite(results):
+    from benchmarks import bench_flops
+
+    out = bench_flops.main(smoke(results))
+    assert out["mm_rate"] > 0
+    assert all(math.isfinite(f) and f > 0 for f in out["fractions"].values())
+    assert "top operators" in results.read_text()
+
+
+def test_flop_count_of_the_layers():
+    from attnstudy.config import ModelConfig
+    from attnstudy.models import build_model
+    from benchmarks.bench_flops import layer_flops
+
+    kw = dict(embedding_dim=32, encoder_hidden=64, decoder_hidden=128, attention_dim=64)
+    bah = layer_flops(build_model(ModelConfig(attention="additive", flow="bahdanau", **kw), 30, 43))
+    # GRU: 2·3·128·(32 + 128 + 128); readout: 2·128·(128 + 128 + 32); output: 2·43·128
+    assert bah["forward"] == 2 * 384 * 288 + 2 * 128 * 288 + 2 * 43 * 128
+    assert bah["backward"] == 2 * 384 * 160 + 2 * 128 * 288 + 2 * 43 * 128
+    assert bah["context"] == 2 * 128
+    lu = layer_flops(build_model(ModelConfig(attention="general", flow="luong", **kw), 30, 43))
+    assert lu["forward"] == lu["backward"] == 2 * 128 * 256 + 2 * 43 * 128
+
+
+def test_scaling_runs_children(results):
+    from benchmarks import bench_scaling
+
+    out = bench_scaling.main(smoke(results))
+    for r in out["examples"] + out["lengths"] + [out["adversarial"]]:
+        assert r["steps"] > 0 and r["wall"] > 0 and r["peak_rss_kb"] > 0
+    assert set(out["examples"][0]["ablations"]) == set(bench_scaling.SUITE)
+    assert "Log-log slopes" in results.read_text()
+
+
+def test_training_throughput(results):
+    from benchmarks import bench_training
+
+    out = bench_training.main(smoke(results))
+    for flow in out["flows"].values():
+        assert flow["bucketed"] > 0 and flow["padded"] > 0 and flow["full_epoch_s"] > 0
+    # bucketing never pads more than a random batch
+    by = {(r["flow"], r["batching"]): r for r in out["rows"]}
+    for flow in {f for f, _ in by}:
+        assert by[(flow, "bucketed")]["padding share"] <= by[(flow, "padded")]["padding share"]
+
+
+def test_tracking_overhead(results):
+    from benchmarks import bench_tracking
+
+    out = bench_tracking.main(smoke(results))
+    assert set(out["results"]) == {"SQLite store", "mlflow server"}
+    for r in out["results"].values():
+        assert 0 < r["share"] < 1
+        assert {"log_metrics", "log_table", "log_params"} <= set(r["calls"])
+
+
+def test_run_all_rejects_unknown_names(capsys):
+    from benchmarks import run_all
+
+    with pytest.raises(SystemExit):
+        run_all.main(["--smoke", "--only", "nonsense"])

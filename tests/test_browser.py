@@ -1,0 +1,194 @@
+"""The MLflow UI and the report in a real browser (Debian's chromium driven by Playwright).
+
+Against the tiny study logged in the session store: ``attnstudy ui`` is started as a user runs it, the
+study run, its model runs and their ablation runs are each reached by run page (MLflow's runs table
+nests runs only in some sort orders and does not indent grandchildren), the nesting is checked where
+the UI shows it (the runs table's expander under the study; "Parent run" on each run page), a figure
+artifact is opened and its image must load, and the generated report must show every image and a row
+in every table. Screenshots go to ``test-output/screenshots/``. Without chromium or playwright the
+module is skipped, with the reason printed.
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).parents[1]
+SHOTS = ROOT / "test-output" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _skip(reason: str):
+    print(f"\nSKIPPED browser tests: {reason}", file=sys.stderr)
+    pytest.skip(reason, allow_module_level=True)
+
+
+if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+    _skip(f"{CHROMIUM} not found: install Debian's chromium (`make browser-deps`, i.e. apt-get install chromium)")
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError as err:
+    _skip(f"playwright is not installed ({err}): pip install -e '.[dev]'")
+
+from test_ui import interrupt_and_check_gone, start_ui, wait_url  # noqa: E402  (same folder)
+
+from attnstudy import ui  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def server(tiny_study, store_root, tmp_path_factory):
+    """``attnstudy ui`` on a free port against the tiny study's store: dict with base, url, exp_id."""
+    port = ui.free_port()
+    err = tmp_path_factory.mktemp("ui") / "stderr.txt"
+    proc, lines = start_ui(["--port", str(port), "--experiment", "tiny"], store_root, err)
+    try:
+        t0 = time.monotonic()
+        url = wait_url(proc, lines, err)
+        print(f"\nattnstudy ui answered after {time.monotonic() - t0:.1f} s: {url}", file=sys.stderr)
+        base = f"http://127.0.0.1:{port}"
+        yield {"base": base, "url": url, "exp_id": ui.experiment_id_by_name(base, "tiny")}
+        interrupt_and_check_gone(proc, port)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    profile = tempfile.mkdtemp(prefix="attnstudy-chromium-")
+    with sync_playwright() as pw:
+        ctx = pw.chromium.launch_persistent_context(
+            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 900})
+        ctx.set_default_timeout(30_000)
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def page(browser):
+    p = browser.new_page()
+    yield p
+    p.close()
+
+
+def _rest(base: str, path: str) -> dict:
+    with urllib.request.urlopen(base + path, timeout=10) as r:
+        return json.load(r)
+
+
+@pytest.fixture(scope="module")
+def runs(server, tiny_study):
+    """run id → (name, parent run id or None) for the study, its model runs and their ablation runs."""
+    ids = [tiny_study["study_run_id"], *(m.run_id for m in tiny_study["models"]),
+           *tiny_study["ablations"].values()]
+    out = {}
+    for rid in ids:
+        run = _rest(server["base"], f"/api/2.0/mlflow/runs/get?run_id={rid}")["run"]
+        tags = {t["key"]: t["value"] for t in run["data"].get("tags", [])}
+        out[rid] = (run["info"]["run_name"], tags.get("mlflow.parentRunId"))
+    return out
+
+
+def _shot(page, name: str, full_page: bool = False) -> None:
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full_page)
+
+
+def test_run_names_and_links_in_the_store(runs, tiny_study):
+    study = tiny_study["study_run_id"]
+    assert runs[study] == ("tiny/study", None)
+    assert len(tiny_study["models"]) == 2
+    for m in tiny_study["models"]:
+        name, parent = runs[m.run_id]
+        assert name.startswith("copy/") and name.endswith("/seed1") and parent == study
+        aname, aparent = runs[tiny_study["ablations"][m.run_id]]
+        assert aname == f"{name}/ablations" and aparent == m.run_id
+
+
+def test_runs_view_shows_the_study_and_nests_its_model_runs(server, runs, tiny_study, page):
+    assert server["url"].endswith(f"/#/experiments/{server['exp_id']}/runs?workflowType=machine_learning")
+    page.goto(server["url"])
+    page.get_by_text("tiny/study", exact=True).first.wait_for()
+    page.wait_for_timeout(500)  # let the table settle for the screenshot
+    _shot(page, "runs_view")
+    # the study is a top-level row; its model runs appear under it once expanded (the default sort
+    # is by creation time, where MLflow nests children)
+    row = page.locator("[role=row]", has_text="tiny/study").first
+    row.locator("button").first.click()
+    for m in tiny_study["models"]:
+        page.get_by_text(runs[m.run_id][0], exact=True).first.wait_for()
+    page.wait_for_timeout(300)
+    _shot(page, "runs_view_expanded")
+
+
+@pytest.mark.parametrize("kind", ["study", "model", "ablation"])
+def test_every_run_page_shows_the_run_and_its_parent(server, runs, tiny_study, page, kind):
+    study = tiny_study["study_run_id"]
+    ids = {"study": [study], "model": [m.run_id for m in tiny_study["models"]],
+           "ablation": list(tiny_study["ablations"].values())}[kind]
+    for rid in ids:
+        name, parent = runs[rid]
+        page.goto(f"{server['base']}/#/experiments/{server['exp_id']}/runs/{rid}")
+        heading = page.get_by_role("heading", name=name, exact=True)
+        heading.wait_for()
+        page.get_by_text(rid, exact=True).first.wait_for()  # the overview's ID field
+        details = page.inner_text("body")
+        if parent:
+            # "Parent run" then the parent's name, as the overview lists it
+            assert f"Parent run\n{runs[parent][0]}" in details, details[:2000]
+        children = [c for c, (_, p) in runs.items() if p == rid]
+        if children:
+            assert "Child runs" in details
+            for c in children:
+                assert runs[c][0] in details
+        _shot(page, f"run_{kind}_{name.replace('/', '_')}")
+
+
+def test_figure_artifact_image_loads(server, tiny_study, page):
+    study = tiny_study["study_run_id"]
+    page.goto(f"{server['base']}/#/experiments/{server['exp_id']}/runs/{study}/artifacts/figures/permutation.png")
+    page.get_by_text("figures/permutation.png", exact=True).first.wait_for()
+    img = page.locator("img[src^='blob:']").first  # the artifact viewer shows the fetched file as a blob
+    img.wait_for()
+    page.wait_for_function("i => i.complete && i.naturalWidth > 0", arg=img.element_handle())
+    width = img.evaluate("i => i.naturalWidth")
+    assert width > 100
+    _shot(page, "artifact_permutation")
+    # and the file itself, as the UI fetches it
+    got = page.evaluate("""async (url) => {
+        const r = await fetch(url);
+        const b = new Uint8Array(await r.arrayBuffer());
+        return {status: r.status, type: r.headers.get('content-type'), head: Array.from(b.slice(0, 8))};
+    }""", f"{server['base']}/get-artifact?path=figures/permutation.png&run_uuid={study}")
+    assert got["status"] == 200 and got["type"].startswith("image/png"), got
+    assert bytes(got["head"]) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_html_images_load_and_tables_have_rows(tiny_study, page):
+    report = Path(tiny_study["report"])
+    page.goto(report.resolve().as_uri(), wait_until="load")
+    images = page.evaluate("""() => Array.from(document.images).map(i => ({
+        src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0}))""")
+    assert images, "the report shows no image"
+    assert all(i["ok"] for i in images), [i["src"] for i in images if not i["ok"]]
+    # body rows: rows with a data cell (a header row has only <th>, wherever the markup puts it)
+    tables = page.evaluate("""() => Array.from(document.querySelectorAll('table')).map(
+        t => Array.from(t.rows).filter(r => r.querySelector('td')).length)""")
+    assert tables, "the report has no table"
+    assert all(n >= 1 for n in tables), tables
+    _shot(page, "report", full_page=True)

@@ -1,0 +1,185 @@
+"""``attnstudy ui`` as a user runs it: a subprocess that prints the runs-view URL and stops on Ctrl-C."""
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from attnstudy import ui
+
+ROOT = Path(__file__).parents[1]
+SUFFIX = "runs?workflowType=machine_learning"
+
+
+def _cli() -> list[str]:
+    script = Path(sys.executable).with_name("attnstudy")  # the installed entry point, as a user runs it
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from attnstudy.cli import main; sys.exit(main())"]
+
+
+def _sigint_default():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_ui(args: list[str], root: Path, stderr_path: Path) -> tuple[subprocess.Popen, "queue.Queue[str]"]:
+    """Start ``attnstudy ui ARGS`` against the store under ``root``; stdout lines arrive in the queue."""
+    env = dict(os.environ, ATTNSTUDY_ROOT=str(root), PYTHONUNBUFFERED="1")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    # like a terminal's foreground job, SIGINT at its default even if pytest runs with it ignored
+    # (a background job of a non-interactive shell)
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    with open(stderr_path, "wb") as err:
+        proc = subprocess.Popen([*_cli(), "ui", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err,
+                                text=True, preexec_fn=_sigint_default if ignored else None)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    return proc, lines
+
+
+def wait_url(proc: subprocess.Popen, lines: "queue.Queue[str]", stderr_path: Path, timeout: float = 120) -> str:
+    """The URL from the ``MLflow UI: <url>`` line."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            if proc.poll() is not None:
+                pytest.fail(f"attnstudy ui exited ({proc.returncode}): {stderr_path.read_text()}")
+            continue
+        if line.startswith("MLflow UI: "):
+            return line.removeprefix("MLflow UI: ").strip()
+    pytest.fail(f"no URL within {timeout:.0f} s: {stderr_path.read_text()}")
+
+
+def _procs() -> dict[int, tuple[int, int, str]]:
+    """pid → (ppid, pgid, state) of every process, from /proc."""
+    out = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            head, tail = stat.read_text().rsplit(")", 1)
+        except (OSError, ValueError):
+            continue
+        f = tail.split()
+        out[int(head.split(" (", 1)[0])] = (int(f[1]), int(f[2]), f[0])
+    return out
+
+
+def descendants(pid: int) -> set[int]:
+    procs, found, todo = _procs(), set(), [pid]
+    while todo:
+        parent = todo.pop()
+        kids = {p for p, (pp, _, _) in procs.items() if pp == parent} - found
+        found |= kids
+        todo.extend(kids)
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def survivors(pids: set[int], pgids: set[int], port: int | None) -> list[str]:
+    """Live (non-zombie) processes among ``pids``, in the groups ``pgids``, or serving ``port``."""
+    def server_on_port(p):
+        cmd = cmdline(p)
+        return port is not None and f"--port {port}" in cmd and any(
+            s in cmd for s in ("mlflow", "uvicorn", "gunicorn"))
+
+    return [f"{p}: {cmdline(p)}" for p, (_, pgid, state) in _procs().items()
+            if state != "Z" and (p in pids or pgid in pgids or server_on_port(p))]
+
+
+def interrupt_and_check_gone(proc: subprocess.Popen, port: int | None, timeout: float = 10) -> float:
+    """SIGINT (Ctrl-C) the CLI; assert it exits 0 and leaves no process behind. Returns the seconds it took."""
+    children = descendants(proc.pid)
+    groups = {_procs().get(c, (0, 0, ""))[1] for c in children} - {0, os.getpgrp()}
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        for g in groups:  # clean up before failing
+            os.killpg(g, signal.SIGKILL)
+        proc.kill()
+        pytest.fail(f"attnstudy ui did not exit within {timeout} s of SIGINT")
+    took = time.monotonic() - t0
+    assert proc.returncode == 0
+    left = survivors(children, groups, port)
+    deadline = time.monotonic() + 5  # init reaps orphans asynchronously
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = survivors(children, groups, port)
+    assert not left, f"processes survived Ctrl-C: {left}"
+    if port is not None:
+        assert not ui.port_in_use("127.0.0.1", port), f"port {port} still answers after Ctrl-C"
+    return took
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A private project root whose store holds one experiment, ``uitest``: (root, experiment id)."""
+    root = tmp_path / "project"
+    (root / "mlruns").mkdir(parents=True)
+    monkeypatch.setenv("ATTNSTUDY_ROOT", str(root))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    from attnstudy.tracking import Tracker
+
+    return root, Tracker().experiment_id("uitest")
+
+
+@pytest.mark.slow
+def test_ui_prints_runs_view_url_serves_and_stops_on_ctrl_c(project, tmp_path):
+    root, exp_id = project
+    port = ui.free_port()
+    err = tmp_path / "stderr.txt"
+    proc, lines = start_ui(["--port", str(port), "--experiment", "uitest"], root, err)
+    try:
+        t0 = time.monotonic()
+        url = wait_url(proc, lines, err)
+        print(f"attnstudy ui answered after {time.monotonic() - t0:.1f} s", file=sys.stderr)
+        assert url == f"http://127.0.0.1:{port}/#/experiments/{exp_id}/{SUFFIX}"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+            assert r.status == 200 and r.read().strip() == b"OK"
+        with urllib.request.urlopen(url.split("#")[0], timeout=10) as r:  # the UI's page itself
+            assert r.status == 200 and b"<html" in r.read(4096).lower()
+        children = descendants(proc.pid)
+        assert any("mlflow" in cmdline(c) for c in children), "no mlflow server among the children"
+        assert ui.port_in_use("127.0.0.1", port)
+        took = interrupt_and_check_gone(proc, port)
+        print(f"stopped {took:.1f} s after SIGINT", file=sys.stderr)
+        assert took < 10
+        stderr = err.read_text()
+        assert "stopping the MLflow UI" in stderr and "Traceback" not in stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.slow
+def test_ui_warns_when_binding_all_interfaces(project, tmp_path):
+    root, _ = project
+    err = tmp_path / "stderr.txt"
+    port = ui.free_port()
+    proc, _ = start_ui(["--port", str(port), "--host", "0.0.0.0", "--experiment", "uitest"], root, err)
+    try:
+        deadline = time.monotonic() + 60
+        while "warning" not in err.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        warning = [line for line in err.read_text().splitlines() if "warning" in line]
+        assert warning and "0.0.0.0" in warning[0] and "other machines" in warning[0], err.read_text()
+        interrupt_and_check_gone(proc, port)  # a quick stop, wherever start-up had got to
+        assert "Traceback" not in err.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
