@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXPERIMENT ?= experiments/quickstart.toml
 
-.PHONY: setup run test test-fast bench ui lint clean
+.PHONY: setup browser-deps run test test-fast bench ui lint clean
 
 setup: $(STAMP)
 
@@ -16,10 +16,18 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# Debian's chromium for the browser tests (tests/test_browser.py drives it with Playwright). Needs root
+# and apt; without them the browser tests are skipped, with the reason printed.
+browser-deps:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && apt-get update && apt-get install -y chromium; then :; \
+	else echo "warning: could not install Debian chromium (no apt-get, not root, or apt failed):" \
+	          "the browser tests will be skipped" >&2; fi
+
 run: setup
 	$(VENV)/bin/attnstudy run $(EXPERIMENT)
 
-test: setup
+test: setup browser-deps
 	$(PY) -m pytest
 
 test-fast: setup

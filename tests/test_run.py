@@ -49,7 +49,7 @@ def test_report_has_every_figure_table_and_links(tiny_study):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "<table" in html and "copy additive-bahdanau" in html
     assert tiny_study["study_run_id"] in html
-    assert 'task = "copy"' in html  # the experiment config
+    assert 'task = &quot;copy&quot;' in html  # the experiment config, HTML-escaped
     md = (report.parent / "report.md").read_text(encoding="utf-8")
     assert "| copy additive-bahdanau |" in md and "![" in md
 

@@ -83,7 +83,7 @@ def train_spec(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: st
             return ModelRun(existing.info.run_id, spec, True, dict(existing.data.metrics))
     splits, src_vocab, tgt_vocab = load_data(spec)
     run_id = tracker.start_run(experiment_id, spec.name, _run_tags(spec, study_id, "model"), study_id)
-    try:
+    with tracker.active(run_id):
         tracker.log_params(run_id, spec.flat_params())
         tracker.log_params(run_id, {"data.n_train_examples": len(splits.train), "data.n_dev_examples": len(splits.dev),
                                     "data.n_test_examples": len(splits.test), "src_vocab_size": len(src_vocab),
@@ -111,14 +111,7 @@ def train_spec(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: st
         # the model files are kept locally first, so a tracking failure loses no trained model
         model_dir = save_model_dir(ckpt_dir / "model", result.model, spec, src_vocab, tgt_vocab)
         tracker.log_model_dir(run_id, model_dir, registered_name(spec))
-        tracker.end_run(run_id, "FINISHED")
-        return ModelRun(run_id, spec, False, final)
-    except KeyboardInterrupt:
-        tracker.end_run(run_id, "KILLED")
-        raise
-    except BaseException:
-        tracker.end_run(run_id, "FAILED")
-        raise
+    return ModelRun(run_id, spec, False, final)
 
 
 def train_experiment(cfg: ExperimentConfig, tracker: Tracker | None = None, study_id: str | None = None,
@@ -234,7 +227,7 @@ def ablate_run(model_run_id: str, loaded: LoadedModel, cfg: AblationConfig, trac
     exp_id = tracker.get_run(model_run_id).info.experiment_id
     tags = _run_tags(spec, study_id, "ablation") | {"source_run_id": model_run_id}
     run_id = tracker.start_run(exp_id, f"{spec.name}/ablations", tags, model_run_id)
-    try:
+    with tracker.active(run_id):
         tracker.log_params(run_id, {f"ablation.{k}": (json.dumps(v) if isinstance(v, list) else str(v))
                                     for k, v in cfg.model_dump(mode="json", exclude={"adversarial"}).items()})
         tracker.log_params(run_id, {f"ablation.adversarial.{k}": str(v) for k, v in cfg.adversarial.model_dump().items()})
@@ -253,14 +246,7 @@ def ablate_run(model_run_id: str, loaded: LoadedModel, cfg: AblationConfig, trac
             tracker.log_text(run_id, json.dumps(result.skipped, indent=2), "ablations/skipped.json")
             tracker.set_tags(run_id, {f"skipped.{k}": v[:500] for k, v in result.skipped.items()})
         tracker.log_metrics(run_id, summary)
-        tracker.end_run(run_id, "FINISHED")
-        return run_id, result
-    except KeyboardInterrupt:
-        tracker.end_run(run_id, "KILLED")
-        raise
-    except BaseException:
-        tracker.end_run(run_id, "FAILED")
-        raise
+    return run_id, result
 
 
 def ablate(uri: str, cfg: AblationConfig | None = None, tracker: Tracker | None = None, progress: bool = True):
@@ -290,8 +276,8 @@ def run(cfg: ExperimentConfig, retrain: bool = False, progress: bool = True, con
     exp_id = tracker.experiment_id(cfg.experiment.name)
     study_id = tracker.start_run(exp_id, f"{cfg.experiment.name}/study",
                                  {"kind": "study", "experiment": cfg.experiment.name, "git_commit": git_commit()})
-    tracker.set_tags(study_id, {"study_id": study_id})
-    try:
+    with tracker.active(study_id):
+        tracker.set_tags(study_id, {"study_id": study_id})
         if config_text:
             tracker.log_text(study_id, config_text, "experiment.toml")
         tracker.log_text(study_id, cfg.model_dump_json(indent=2), "experiment.json")
@@ -307,14 +293,7 @@ def run(cfg: ExperimentConfig, retrain: bool = False, progress: bool = True, con
             from analysis.report import build_report
 
             report_path = build_report(tracker, study_id)
-        tracker.end_run(study_id, "FINISHED")
-        return {"study_run_id": study_id, "models": models, "ablations": ablations, "report": report_path}
-    except KeyboardInterrupt:
-        tracker.end_run(study_id, "KILLED")
-        raise
-    except BaseException:
-        tracker.end_run(study_id, "FAILED")
-        raise
+    return {"study_run_id": study_id, "models": models, "ablations": ablations, "report": report_path}
 
 
 def _seed_variance(models: list[ModelRun], cfg: AblationConfig, tracker: Tracker, study_id: str) -> None:

@@ -14,6 +14,7 @@ import os
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,20 @@ class Tracker:
     def end_run(self, run_id: str, status: str = "FINISHED") -> None:
         """Mark a run FINISHED, FAILED or KILLED."""
         self._call(self.client.set_terminated, run_id, status=status)
+
+    @contextmanager
+    def active(self, run_id: str):
+        """Close ``run_id`` as FINISHED when the block completes, KILLED on Ctrl-C/SIGTERM
+        (KeyboardInterrupt) and FAILED on any other error, so no unfinished run looks complete."""
+        try:
+            yield run_id
+        except KeyboardInterrupt:
+            self.end_run(run_id, "KILLED")
+            raise
+        except BaseException:
+            self.end_run(run_id, "FAILED")
+            raise
+        self.end_run(run_id, "FINISHED")
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
         self._call(self.client.log_batch, run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
