@@ -120,7 +120,14 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
 
 
 def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> int:
+    if args.command == "ui":  # needs neither torch nor the models
+        return _ui(args)
+    import torch
+
     from . import api
+
+    # one intra-op thread unless configured (training.threads): the per-step kernels are small
+    torch.set_num_threads(cfg.runs()[0].training.threads if cfg else int(os.environ.get("ATTNSTUDY_THREADS", "1")))
 
     progress = not getattr(args, "quiet", False)
     if args.command == "train":
@@ -170,8 +177,6 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
         path = api.report(study_id=args.study, experiment=args.experiment, out_dir=args.out)
         print(f"report: {path}")
         return EXIT_OK
-    if args.command == "ui":
-        return _ui(args)
     raise UsageError(f"unknown command {args.command!r}")
 
 

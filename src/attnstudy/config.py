@@ -144,7 +144,8 @@ class TrainingConfig(_Strict):
     beam_size: int = Field(1, ge=1, le=64)
     max_decode_factor: float = Field(2.0, gt=0)
     bucket_batches: bool = True
-    threads: int | None = Field(None, ge=1)
+    # intra-op threads: small recurrent models gain little from more, and lose badly on a busy machine
+    threads: int = Field(1, ge=1, le=256)
 
 
 class AdversarialConfig(_Strict):

@@ -125,8 +125,7 @@ def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, che
     """
     if not splits.train:
         raise ValueError("the training split is empty")
-    if spec.training.threads:
-        torch.set_num_threads(spec.training.threads)
+    torch.set_num_threads(spec.training.threads)
     torch.manual_seed(spec.seed)
     model = build_model(spec.model, len(src_vocab), len(tgt_vocab))
     optimizer = torch.optim.Adam(model.parameters(), lr=spec.training.lr)
