@@ -211,7 +211,7 @@ def run(args) -> dict:
         notes.append("smoke mode: copy task, random weights, tiny sizes; slopes say nothing about the targets")
     common.report("Scaling of the ablation suite", args,
                   {"sizes": ",".join(map(str, sizes)), "lengths": ",".join(map(str, lengths)),
-                   "examples per length": n_len, "P": p_count, "ablations": ", ".join(SUITE),
+                   "examples per length": n_len, "P": p_count, "threads": threads, "ablations": ", ".join(SUITE),
                    "bootstrap resamples": base_cfg["bootstrap_resamples"], "prefix (examples axis)": prefix},
                   sections, notes)
     return {"examples": ex_rows, "lengths": len_rows, "adversarial": adv, "slopes": {"examples": ex_slopes,

@@ -55,14 +55,22 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--model-uri", default=None,
                    help="a G2P model to use instead of training one (runs:/…, models:/… or a model "
                         "directory); used for the flow it was trained with")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads (default: $ATTNSTUDY_THREADS, else 1, as the project runs)")
     p.add_argument("--repeats", type=int, default=None, help="timing repeats (interleaved)")
     return p
 
 
+def default_threads() -> int:
+    """The project's intra-op thread count: ``$ATTNSTUDY_THREADS``, else 1 (as the CLI and
+    ``training.threads`` use)."""
+    return int(os.environ.get("ATTNSTUDY_THREADS", "1"))
+
+
 def setup(args: argparse.Namespace) -> None:
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    """Fix the thread count for the whole benchmark (``--threads``, else the project's default)."""
+    args.threads = args.threads or default_threads()
+    torch.set_num_threads(args.threads)
 
 
 def results_path(args: argparse.Namespace) -> Path | None:
@@ -304,9 +312,13 @@ def get_model(args: argparse.Namespace, flow: str, trained: bool | None = None, 
         return BenchModel(loaded.model, spec, splits, src_vocab, tgt_vocab, f"cached ({cache.name})")
     from attnstudy.training import train
 
+    threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory() as ckpt:
         t0 = time.perf_counter()
-        result = train(spec, splits, src_vocab, tgt_vocab, ckpt, progress=False)
+        try:
+            result = train(spec, splits, src_vocab, tgt_vocab, ckpt, progress=False)
+        finally:
+            torch.set_num_threads(threads)  # train() sets training.threads
         secs = time.perf_counter() - t0
     save_model_dir(cache, result.model, spec, src_vocab, tgt_vocab)
     dev = result.history[result.best_epoch - 1] if result.history else {}

@@ -194,7 +194,7 @@ class Seq2Seq(nn.Module):
         for start in range(0, n, chunk_rows):
             bi, pi, ti = (r[start:start + chunk_rows] for r in rows)
             logits = self.decoder.output_given_context(trace.prefix[bi, ti], context[bi, pi, ti])
-            out = out.index_put((bi, pi, ti), logits)
+            out.index_put_((bi, pi, ti), logits)
         return out[:, 0] if single else out
 
     # --- 3. decoding and global intervention -------------------------------------------------
