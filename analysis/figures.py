@@ -200,7 +200,7 @@ def attention_heatmaps(examples: list[dict]) -> Figure:
             found) and ``gold`` (list of (source, target) links, drawn as white boxes).
     """
     n = max(len(examples), 1)
-    fig, axes = _subplots(n, 2, figsize=(11, 3.2 * n), squeeze=False)
+    fig, axes = _subplots(n, 2, figsize=(12, 3.6 * n), squeeze=False)
     if not examples:
         _note(axes[0, 0], "no attention to show")
         axes[0, 1].axis("off")
@@ -220,7 +220,8 @@ def attention_heatmaps(examples: list[dict]) -> Figure:
                         cbar_kws={"label": "attention weight"})
             for s, t in ex.get("gold") or []:
                 ax.add_patch(Rectangle((s, t), 1, 1, fill=False, ec="white", lw=1.5))
-            ax.set(title=f"{ex['title']}: {label}", xlabel="source token", ylabel="target token (step)")
+            ax.set_title(f"{ex['title']}\n{label}", fontsize=9)
+            ax.set(xlabel="source token", ylabel="target token (step)")
             ax.tick_params(axis="y", rotation=0)
     fig.tight_layout()
     return fig

@@ -154,9 +154,19 @@ FIGURES = [
     ("alignment_vs_ablation", "Alignment against ablation",
      lambda d: figures.alignment_vs_ablation(d.steps)),
     ("heatmaps", "Attention heatmaps: model attention beside an adversarial attention",
-     lambda d: figures.attention_heatmaps(d.heatmaps[:6])),
+     lambda d: figures.attention_heatmaps(_one_per_model(d.heatmaps))),
     ("seed_variance", "Seed variance", lambda d: figures.seed_variance(d.seed_variance)),
 ]
+
+
+def _one_per_model(heatmaps: list[dict], limit: int = 8) -> list[dict]:
+    """The first heatmap of every model (ablation run), at most ``limit``."""
+    seen, out = set(), []
+    for ex in heatmaps:
+        if ex["run_id"] not in seen:
+            seen.add(ex["run_id"])
+            out.append(ex)
+    return out[:limit]
 
 
 def _analysis_steps(steps: pd.DataFrame) -> pd.DataFrame:
