@@ -32,11 +32,13 @@ def tvd(p: Tensor, q: Tensor) -> Tensor:
     return 0.5 * (p - q).abs().sum(-1)
 
 
-def _kl_terms(p: Tensor, m: Tensor) -> Tensor:
-    # p log(p/m) with 0 log 0 := 0; m ≥ p/2 > 0 wherever p > 0
-    safe_p = torch.where(p > 0, p, torch.ones_like(p))
-    safe_m = torch.where(p > 0, m, torch.ones_like(m))
-    return torch.where(p > 0, p * (safe_p.log() - safe_m.log()), torch.zeros_like(p))
+def _kl_to_mixture(p: Tensor, q: Tensor) -> Tensor:
+    """Terms p_i log(p_i / m_i), m = (p + q)/2, written as p (log p − log(p + q) + ln 2) so that a
+    subnormal p_i (where (p + q)/2 would underflow to 0) stays exact; 0 log 0 := 0."""
+    pos = p > 0
+    safe_p = torch.where(pos, p, torch.ones_like(p))
+    safe_s = torch.where(pos, p + q, torch.ones_like(p))
+    return torch.where(pos, p * (safe_p.log() - safe_s.log() + LN2), torch.zeros_like(p))
 
 
 def jsd(p: Tensor, q: Tensor) -> Tensor:
@@ -49,8 +51,7 @@ def jsd(p: Tensor, q: Tensor) -> Tensor:
         shape (...), values in [0, ln 2]; differentiable (used as the adversarial objective).
     """
     p, q = torch.broadcast_tensors(p, q)
-    m = 0.5 * (p + q)
-    out = 0.5 * (_kl_terms(p, m).sum(-1) + _kl_terms(q, m).sum(-1))
+    out = 0.5 * (_kl_to_mixture(p, q).sum(-1) + _kl_to_mixture(q, p).sum(-1))
     return out.clamp(min=0.0, max=LN2)
 
 

@@ -152,7 +152,9 @@ def per_example_alignment(steps: pd.DataFrame) -> pd.DataFrame:
     """Per-sentence table: mean gold mass (reference prefix) beside mean permutation TVD and
     adversarial JSD (analysis prefix), so differently-prefixed steps are never paired."""
     keys = ["variant", "example_id"]
-    gold = steps.dropna(subset=["alignment_gold_mass"]) if "alignment_gold_mass" in steps else steps.iloc[:0]
+    if "alignment_gold_mass" not in steps.columns or steps.empty:
+        return pd.DataFrame(columns=[*keys, "gold_mass", "permutation_tvd", "adversarial_jsd"])
+    gold = steps.dropna(subset=["alignment_gold_mass"])
     out = gold.groupby(keys)["alignment_gold_mass"].mean().rename("gold_mass").reset_index()
     for col, name in (("permutation_median_tvd", "permutation_tvd"), ("adversarial_max_jsd", "adversarial_jsd")):
         if col in steps.columns:

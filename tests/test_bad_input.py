@@ -32,7 +32,7 @@ def cli(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedPro
     env = dict(os.environ, ATTNSTUDY_ROOT=str(root), ATTNSTUDY_TRACKING_TIMEOUT="3")
     env.pop("MLFLOW_TRACKING_URI", None)
     return subprocess.run([sys.executable, "-m", "attnstudy.cli", *args], capture_output=True, text=True,
-                          cwd=root, env=env, timeout=timeout)
+                          cwd=root if root.is_dir() else ROOT, env=env, timeout=timeout)
 
 
 def tsv(tmp: Path, name: str, content: bytes | str) -> Path:

@@ -204,11 +204,23 @@ def _ui(args) -> int:
         proc.wait()
         return EXIT_OK if proc.returncode == 0 else EXIT_FAILED
     except KeyboardInterrupt:
+        _interrupt_handled()
         print("stopping the MLflow UI", file=sys.stderr)
         return EXIT_OK
     finally:
         if proc is not None:
             ui.stop_server(proc)
+
+
+def _interrupt_handled() -> None:
+    """Make a caught KeyboardInterrupt count as handled.
+
+    CPython (3.11) flags a KeyboardInterrupt raised inside code run by ``exec(<string>)`` —
+    dataclass and namedtuple creation during a lazy import, say — as unhandled even once it is
+    caught, and under ``python -m attnstudy.cli`` then ends the process by SIGINT (exit -2/130)
+    instead of with our exit code. Every exec of a string clears that flag.
+    """
+    exec("")
 
 
 def _error_exit(message: str, code: int) -> int:
@@ -229,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _execute(args, cfg, abl)
     except KeyboardInterrupt:
+        _interrupt_handled()
         return _error_exit("interrupted; finished runs are kept, the current run is marked KILLED "
                            "(resume training with --resume)", EXIT_FAILED)
     except (UsageError, ConfigError) as err:

@@ -89,7 +89,7 @@ class Tracker:
             self._init_sqlite(Path(self.uri[len("sqlite:///"):]))
         elif self.uri.startswith(("http://", "https://")):
             self._wait_for_server()
-        mlflow.set_tracking_uri(self.uri)
+        # no mlflow.set_tracking_uri here: it also sets $MLFLOW_TRACKING_URI for the whole process
         self.client = MlflowClient(self.uri)
 
     # --- store -------------------------------------------------------------------------------
@@ -257,7 +257,8 @@ class Tracker:
         code_path = Path(serving.__file__)
         artifacts = {p.stem: str(p) for p in Path(model_dir).iterdir() if p.is_file()}
         try:
-            with mlflow.start_run(run_id=run_id, nested=True):
+            # fluent mlflow uses the process-wide URI: point it here for this block only
+            with _fluent_uri(self.uri), mlflow.start_run(run_id=run_id, nested=True):
                 info = mlflow.pyfunc.log_model(
                     name="pyfunc", python_model=str(code_path), artifacts=artifacts,
                     pip_requirements=["attnstudy"], registered_model_name=registered_name,
@@ -322,6 +323,23 @@ class Tracker:
 
     def set_alias(self, name: str, alias: str, version: str) -> None:
         self._call(self.client.set_registered_model_alias, name, alias, version)
+
+
+@contextmanager
+def _fluent_uri(uri: str):
+    """Point MLflow's fluent API at ``uri`` for one block, then restore the URI and the
+    environment (``mlflow.set_tracking_uri`` also sets ``$MLFLOW_TRACKING_URI``)."""
+    old_env = os.environ.get("MLFLOW_TRACKING_URI")
+    old_uri = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(old_uri)
+        if old_env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = old_env
 
 
 def _finite(v: Any) -> bool:

@@ -57,11 +57,11 @@ def test_stress_removed_and_words_filtered(full):
 
 
 def test_subset_is_prefix_and_keeps_dev_test(full):
-    sub = load_task(DataConfig(task="g2p", n_train=1000))
+    sub = load_task(DataConfig(task="g2p", n_train=1000, g2p_alignments=False))
     assert sub.dev == full.dev and sub.test == full.test
     assert len(words(sub.train)) == 1000
     assert sub.train == full.train[: len(sub.train)]
-    small = load_task(DataConfig(task="g2p", n_dev=10, n_test=20))
+    small = load_task(DataConfig(task="g2p", n_dev=10, n_test=20, g2p_alignments=False))
     assert small.test == full.test[:20] and small.dev == full.dev[:10]
 
 
