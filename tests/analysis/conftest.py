@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import pytest
-import torch
 from analysis_testkit import OWN_ABLATIONS, VOCAB, make_examples, sharpen, tiny_model
 
 from attnstudy.config import AblationConfig
 from attnstudy.data.tasks import Example
 from attnstudy.data.vocab import Vocab
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _one_thread():
-    # tiny tensors: intra-op threads only add contention (a (4, 2, 1, 6) softmax took ~14 ms
-    # with 2 threads under load on this machine, 5 µs with 1)
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

@@ -26,15 +26,6 @@ from attnstudy.models import build_model
 PAIRS = [("abc", "xy"), ("a", "x"), ("bca", "yzx"), ("ba", "zz"), ("cab", "x")]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # tiny tensors: intra-op threads only add overhead (and contention on a shared machine)
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def data():
     examples = [Example(f"ex{i}", tuple(s), tuple(t)) for i, (s, t) in enumerate(PAIRS)]

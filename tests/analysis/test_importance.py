@@ -38,14 +38,6 @@ TAU_COLS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def data():
     examples = [Example(f"ex{i}", tuple(s), tuple(t)) for i, (s, t) in enumerate(PAIRS)]

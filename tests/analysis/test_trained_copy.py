@@ -1,4 +1,10 @@
-"""Known answers on a trained copy model (vocabulary 20, lengths 10–30, diagonal gold alignment)."""
+"""Known answers on a trained copy model (vocabulary 20, lengths 10–30, diagonal gold alignment).
+
+The model is general/luong on purpose. An additive/bahdanau copy model (bidirectional encoder)
+reached 96 % dev exact match while its attention sat off the diagonal (AER 0.91: the neighbour's
+encoder state carries the token too) — correct output, attention that is no alignment at all;
+with a unidirectional encoder AER was still 0.32. Luong's flow (query s_t) aligns sharply.
+"""
 
 import pytest
 import torch
@@ -18,8 +24,8 @@ def copy_model(tmp_path_factory):
         "data": {"task": "copy", "vocab_size": 20, "min_len": 10, "max_len": 30, "n_train": 6000, "n_dev": 100,
                  "n_test": 60},
         "model": {"embedding_dim": 32, "encoder_hidden": 64, "decoder_hidden": 128, "attention_dim": 64,
-                  "attention": "additive", "flow": "bahdanau", "dropout": 0.0},
-        "training": {"epochs": 10, "batch_size": 64, "lr": 0.003, "patience": 10},
+                  "attention": "general", "flow": "luong", "dropout": 0.0},
+        "training": {"epochs": 10, "batch_size": 64, "lr": 0.002, "patience": 10},
     })
     spec = cfg.runs()[0]
     splits, sv, tv = load_data(spec)
