@@ -96,9 +96,10 @@ def train_spec(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: st
         final: dict[str, float] = {"train/seconds": result.seconds, "train/best_epoch": result.best_epoch,
                                    "train/epochs": len(result.history)}
         test_metrics, hyps = evaluate_split(result.model, splits.test, src_vocab, tgt_vocab, spec)
-        dev_metrics, _ = evaluate_split(result.model, splits.dev, src_vocab, tgt_vocab, spec)
         final.update({f"test/{k}": v for k, v in test_metrics.items()})
-        final.update({f"best_dev/{k}": v for k, v in dev_metrics.items()})
+        # the best epoch's dev metrics were computed during training: no second decode of dev
+        best = result.history[result.best_epoch - 1]
+        final.update({f"best_dev/{k[len('dev/'):]}": v for k, v in best.items() if k.startswith("dev/")})
         if spec.training.beam_size > 1:
             beam_metrics, _ = evaluate_split(result.model, splits.test, src_vocab, tgt_vocab, spec,
                                              beam_size=spec.training.beam_size)
