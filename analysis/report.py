@@ -21,6 +21,8 @@ from . import figures
 
 SUMMARY_COLUMNS = {
     "test/exact_match": "exact match",
+    "test_heldin/exact_match": "exact match (held-in)",
+    "test_heldout/exact_match": "exact match (held-out)",
     "test/wer": "WER",
     "test/per": "PER",
     "ablation/permutation/flip_rate": "permutation flip rate",

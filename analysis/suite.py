@@ -1,7 +1,8 @@
 """Run the configured ablation battery on one model → tidy per-step table + summary metrics.
 
-Batches are prepared and consumed one at a time (:func:`analysis.common.prepare_batches`), so
-memory stays flat in the number of examples. Prefix policy (DESIGN.md §4): ``cfg.prefix`` for
+Batches are prepared and consumed one at a time (:func:`analysis.common.prepare_batches`); each
+is reduced to per-example sums of the summary statistics and its per-step rows go to a sink (a
+Parquet file when ``table_path`` is given), so memory stays flat in the number of examples. Prefix policy (DESIGN.md §4): ``cfg.prefix`` for
 permutation, uniform, erasure, adversarial and importance; the reference for alignment (gold
 links index the reference target). When both prefixes are in use the table holds both sets of
 steps, told apart by the ``prefix`` column. The summary holds micro-averages over steps (sums
@@ -14,9 +15,12 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import re
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -31,6 +35,8 @@ from attnstudy.models import Seq2Seq, eval_mode
 from .common import base_table, prepare_batches
 from .erasure import RANKINGS
 
+BOOTSTRAP_ELEMENTS = 1_000_000
+"""Resampled values per vectorised bootstrap call (≈ 8 MB per array), whatever the number of examples."""
 METRIC_NAME = re.compile(r"^[A-Za-z0-9_/.\-]+$")
 KEYS = ["example_id", "prefix", "step"]
 
@@ -41,7 +47,8 @@ class SuiteResult:
 
     Attributes:
         table: one row per real decoder step (``example_id``, ``prefix``, ``step``, the
-            :func:`analysis.common.base_table` columns, then every per-step ablation's columns).
+            :func:`analysis.common.base_table` columns, then every per-step ablation's columns);
+            None when the suite streamed it to ``table_path``.
         examples: one row per example (``example_id`` and the per-example ablations, e.g.
             global permutation).
         summary: ``ablation/<name>/<stat>`` → finite float (with ``_ci_low``/``_ci_high``,
@@ -49,7 +56,7 @@ class SuiteResult:
         skipped: ablation → reason it did not run.
     """
 
-    table: pd.DataFrame
+    table: pd.DataFrame | None
     examples: pd.DataFrame
     summary: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
@@ -101,8 +108,13 @@ SKIP_COLUMN = {"erase_until_flip": "erase_until_flip_skipped"}
 
 
 def run_suite(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab,
-              cfg: AblationConfig, progress: bool = True, batch_size: int = 32) -> SuiteResult:
+              cfg: AblationConfig, progress: bool = True, batch_size: int = 32,
+              table_path: str | Path | None = None) -> SuiteResult:
     """Run ``cfg.ablations`` on the first ``cfg.n_examples`` examples.
+
+    Every prepared batch is analysed, reduced to per-example sums of the summary statistics, and
+    its per-step rows handed to a sink; nothing per-step is kept across batches when
+    ``table_path`` is given, so memory stays flat in the number of examples.
 
     Args:
         model: the model; runs in eval mode, its previous mode is restored.
@@ -111,6 +123,8 @@ def run_suite(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt
         cfg: which ablations and their settings.
         progress: show one tqdm bar per ablation.
         batch_size: examples per prepared batch (results do not depend on it).
+        table_path: if given, the per-step table is streamed to this Parquet file (written
+            atomically at the end) and ``SuiteResult.table`` is None; otherwise it is returned.
 
     Returns:
         :class:`SuiteResult`. The ``none`` model skips every attention-based ablation (reason in
@@ -138,51 +152,103 @@ def run_suite(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt
     groups: dict[str, list[str]] = {cfg.prefix: []}
     for name in active:
         groups.setdefault("reference" if SPECS[name].reference_only else cfg.prefix, []).append(name)
-    prefix_of = {n: p for p, names in groups.items() for n in names}
 
     bars = {n: tqdm(total=len(examples), desc=f"ablation {n}", disable=not progress, position=i, leave=True)
             for i, n in enumerate(active)}
-    base_parts: list[pd.DataFrame] = []
-    parts: dict[str, list[pd.DataFrame]] = {n: [] for n in active}
+    sink = _StepSink(table_path)
+    sums: list[pd.DataFrame] = []
+    example_parts: dict[str, list[pd.DataFrame]] = {n: [] for n in active if SPECS[n].per_example}
     try:
         with eval_mode(model):
             for prefix, names in groups.items():
                 if not names and prefix != cfg.prefix:
                     continue
+                step_names = [n for n in names if not SPECS[n].per_example]
                 for batch in prepare_batches(model, examples, src_vocab, tgt_vocab, prefix, batch_size):
-                    base = base_table(batch)
-                    base.insert(1, "prefix", prefix)
-                    base_parts.append(base)
+                    steps = base_table(batch)
+                    steps.insert(1, "prefix", prefix)
                     for name in names:
-                        parts[name].append(active[name](model, batch, cfg))
+                        frame = active[name](model, batch, cfg)
+                        if SPECS[name].per_example:
+                            example_parts[name].append(frame)
+                        else:
+                            frame.insert(1, "prefix", prefix)
+                            steps = steps.merge(frame, on=KEYS, how="left", validate="one_to_one")
                         bars[name].update(len(batch.examples))
+                    sums.append(example_sums(steps, step_names))
+                    sink.write(steps)
+        table = sink.close()
     finally:
+        sink.discard()
         for bar in bars.values():
             bar.close()
 
-    table = pd.concat(base_parts, ignore_index=True)
     per_example = pd.DataFrame({"example_id": [ex.id for ex in examples]})
-    for name in active:
-        frame = pd.concat(parts[name], ignore_index=True)
-        if SPECS[name].per_example:
-            per_example = per_example.merge(frame, on="example_id", how="left", validate="one_to_one")
-        else:
-            frame.insert(1, "prefix", prefix_of[name])
-            table = table.merge(frame, on=KEYS, how="left", validate="one_to_one")
-    summary = summarize(table, per_example, list(active), prefix_of, cfg)
+    for name, frames in example_parts.items():
+        frame = pd.concat(frames, ignore_index=True)
+        per_example = per_example.merge(frame, on="example_id", how="left", validate="one_to_one")
+        sums.append(example_sums(per_example, [name]))
+    summary = summary_from_sums(_combine(sums), list(active), cfg)
     return SuiteResult(table, per_example, summary, skipped)
+
+
+class _StepSink:
+    """Per-batch step tables: kept in memory, or streamed to Parquet part files and joined at the end.
+
+    Batches of the two prefix groups carry different ablation columns, so the parts are joined
+    under :func:`pyarrow.unify_schemas` (missing columns become nulls), one part in memory at a time.
+    """
+
+    def __init__(self, path: str | Path | None):
+        self.path = None if path is None else Path(path)
+        self.frames: list[pd.DataFrame] = []
+        self.parts: list[Path] = []
+        self._tmp = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._tmp = tempfile.TemporaryDirectory(dir=self.path.parent, prefix=f".{self.path.name}-")
+
+    def write(self, frame: pd.DataFrame) -> None:
+        if self._tmp is None:
+            self.frames.append(frame)
+            return
+        part = Path(self._tmp.name) / f"part-{len(self.parts):06d}.parquet"
+        frame.to_parquet(part, index=False)
+        self.parts.append(part)
+
+    def close(self) -> pd.DataFrame | None:
+        if self._tmp is None:
+            return pd.concat(self.frames, ignore_index=True)
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = pa.unify_schemas([pq.read_schema(p).remove_metadata() for p in self.parts],
+                                  promote_options="permissive")
+        tmp_out = Path(self._tmp.name) / "joined.parquet"
+        with pq.ParquetWriter(tmp_out, schema) as writer:
+            for part in self.parts:
+                t = pq.read_table(part).replace_schema_metadata(None)
+                columns = [t.column(f.name).cast(f.type) if f.name in t.column_names else pa.nulls(len(t), f.type)
+                           for f in schema]
+                writer.write_table(pa.Table.from_arrays(columns, schema=schema))
+        os.replace(tmp_out, self.path)
+        return None
+
+    def discard(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
 
 
 # ----------------------------------------------------------------------------- summary
 
 
-def ratio_with_ci(num: pd.Series, den: pd.Series, groups: pd.Series, cfg: AblationConfig,
-                  transform: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[float, float, float] | None:
-    """Σ num / Σ den with a 95 % bootstrap interval resampling groups (examples).
+def ratio_ci(num: np.ndarray, den: np.ndarray, cfg: AblationConfig,
+             transform: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[float, float, float] | None:
+    """Σ num / Σ den over groups (examples) with a 95 % percentile bootstrap interval resampling groups.
 
     Args:
-        num, den: per-row numerator and denominator (e.g. value and 1 for a micro-average).
-        groups: per-row example id; rows of one example are resampled together.
+        num, den: per-example sums, shape (n_examples,); examples with den = 0 are left out.
         cfg: ``bootstrap_resamples`` and ``seed``.
         transform: optional map applied to the ratio (e.g. ``1 − r`` for AER).
 
@@ -190,20 +256,29 @@ def ratio_with_ci(num: pd.Series, den: pd.Series, groups: pd.Series, cfg: Ablati
         (value, ci_low, ci_high); the interval is (nan, nan) with fewer than two contributing
         examples; None if Σ den = 0 (undefined).
     """
-    sums = pd.DataFrame({"n": num.to_numpy(float), "d": den.to_numpy(float), "g": groups.to_numpy()}
-                        ).groupby("g", sort=False)[["n", "d"]].sum()
-    sums = sums[sums["d"] > 0]
-    if sums.empty:
+    num, den = np.asarray(num, float), np.asarray(den, float)
+    keep = den > 0
+    n, d = num[keep], den[keep]
+    if len(n) == 0:
         return None
     f = transform or (lambda r: r)
-    n, d = sums["n"].to_numpy(), sums["d"].to_numpy()
     value = float(f(np.asarray(n.sum() / d.sum())))
     if len(n) < 2:
         return value, math.nan, math.nan
+    # resamples are drawn `batch` at a time: memory O(batch · n_examples), bounded, same numbers
+    batch = max(1, min(cfg.bootstrap_resamples, BOOTSTRAP_ELEMENTS // len(n)))
     res = stats.bootstrap((n, d), lambda a, b, axis: f(a.sum(axis) / b.sum(axis)), paired=True,
                           vectorized=True, n_resamples=cfg.bootstrap_resamples, method="percentile",
-                          confidence_level=0.95, rng=np.random.default_rng(cfg.seed))
+                          confidence_level=0.95, rng=np.random.default_rng(cfg.seed), batch=batch)
     return value, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def ratio_with_ci(num: pd.Series, den: pd.Series, groups: pd.Series, cfg: AblationConfig,
+                  transform: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[float, float, float] | None:
+    """:func:`ratio_ci` of per-row values, summed per group (``groups``: the row's example id) first."""
+    sums = pd.DataFrame({"n": num.to_numpy(float), "d": den.to_numpy(float), "g": groups.to_numpy()}
+                        ).groupby("g", sort=False)[["n", "d"]].sum()
+    return ratio_ci(sums["n"].to_numpy(), sums["d"].to_numpy(), cfg, transform)
 
 
 def _put(out: dict[str, float], key: str, result: tuple[float, float, float] | None) -> None:
@@ -215,44 +290,81 @@ def _put(out: dict[str, float], key: str, result: tuple[float, float, float] | N
         out[f"{key}_ci_low"], out[f"{key}_ci_high"] = low, high
 
 
-def summarize(table: pd.DataFrame, per_example: pd.DataFrame, names: Sequence[str],
-              prefix_of: dict[str, str], cfg: AblationConfig) -> dict[str, float]:
-    """Summary metrics ``ablation/<name>/<stat>`` of a suite's tables (see module docstring).
+def example_sums(rows: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
+    """Per-example sums of everything the summary needs, for the ablations ``names`` in ``rows``.
+
+    Args:
+        rows: per-step rows of one prefix (or the per-example table for per-example ablations).
+        names: ablations whose statistics to sum.
+
+    Returns:
+        DataFrame indexed by ``example_id`` (order of first appearance) with columns
+        ``<name>|n``, ``<name>|n_skipped``, ``<name>|n_undefined`` and ``<name>|<stat>|num`` /
+        ``<name>|<stat>|den`` (a micro-average's numerator and its count of defined rows).
+    """
+    cols: dict[str, pd.Series] = {}
+    for name in names:
+        stats_of = {s: c for s, c in STATS.get(name, {}).items() if c in rows.columns}
+        cols[f"{name}|n"] = pd.Series(1.0, index=rows.index)
+        skip_col = SKIP_COLUMN.get(name, f"{name}_skipped")
+        skipped = (rows[skip_col].astype("boolean").fillna(False).astype(bool) if skip_col in rows.columns
+                   else pd.Series(False, index=rows.index))
+        cols[f"{name}|n_skipped"] = skipped.astype(float)
+        if stats_of:
+            cols[f"{name}|n_undefined"] = (rows[list(stats_of.values())].isna().any(axis=1) & ~skipped).astype(float)
+        values = {stat: rows[col].astype(float) for stat, col in stats_of.items()}
+        if name == "permutation" and "permutation_n_identity" in rows.columns:
+            cols[f"{name}|n_identity"] = rows["permutation_n_identity"].astype(float).fillna(0.0)
+        if name == "permutation_global" and {"exact_match_original", "exact_match_permuted"} <= set(stats_of):
+            values["exact_match_drop"] = values["exact_match_original"] - values["exact_match_permuted"]
+        for stat, v in values.items():
+            cols[f"{name}|{stat}|num"] = v.fillna(0.0)
+            cols[f"{name}|{stat}|den"] = v.notna().astype(float)
+        if name == "alignment" and "alignment_n_sure" in rows.columns:
+            ok = rows["alignment_n_sure"].notna()
+            heads = sorted({int(m.group(1)) for c in rows.columns
+                            if (m := re.match(r"alignment_head(\d+)_n_hyp$", c))})
+            # corpus AER from summed counts (Och & Ney 2003): 1 − (|A∩S| + |A∩P|) / (|A| + |S|)
+            for label, pre in [("aer", "alignment_")] + [(f"aer_head{h}", f"alignment_head{h}_") for h in heads]:
+                num = rows[f"{pre}n_hyp_sure"].astype(float) + rows[f"{pre}n_hyp_possible"].astype(float)
+                den = rows[f"{pre}n_hyp"].astype(float) + rows["alignment_n_sure"].astype(float)
+                cols[f"{name}|{label}|num"] = num.where(ok, 0.0)
+                cols[f"{name}|{label}|den"] = den.where(ok, 0.0)
+    frame = pd.DataFrame(cols, index=rows.index)
+    frame["example_id"] = rows["example_id"].to_numpy()
+    return frame.groupby("example_id", sort=False).sum()
+
+
+def _combine(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Per-example sums of several batches/prefixes → one frame (missing sums are 0)."""
+    frame = pd.concat(parts)
+    return frame.groupby(level=0, sort=False).sum()
+
+
+def summary_from_sums(sums: pd.DataFrame, names: Sequence[str], cfg: AblationConfig) -> dict[str, float]:
+    """Summary metrics ``ablation/<name>/<stat>`` from :func:`example_sums` (see module docstring).
 
     Raises:
         ValueError: if a metric name has a character MLflow rejects (a bug, never user input).
     """
     out: dict[str, float] = {}
     for name in names:
-        stats_of = {s: c for s, c in STATS.get(name, {}).items()
-                    if c in (per_example if SPECS[name].per_example else table).columns}
         key = f"ablation/{name}"
-        if SPECS[name].per_example:
-            rows = per_example
-            out[f"{key}/n_examples"] = float(len(rows))
-        else:
-            rows = table[table["prefix"] == prefix_of[name]]
-            out[f"{key}/n_steps"] = float(len(rows))
-        skip_col = SKIP_COLUMN.get(name, f"{name}_skipped")
-        skipped = rows[skip_col].fillna(False).astype(bool) if skip_col in rows.columns else pd.Series(False, index=rows.index)
-        out[f"{key}/n_skipped"] = float(skipped.sum())
-        if stats_of:
-            undefined = rows[list(stats_of.values())].isna().any(axis=1) & ~skipped
-            out[f"{key}/n_undefined"] = float(undefined.sum())
-        for stat, col in stats_of.items():
-            values = rows[col].astype(float)
-            ok = values.notna()
-            _put(out, f"{key}/{stat}", ratio_with_ci(values[ok], pd.Series(1.0, index=values[ok].index),
-                                                     rows["example_id"][ok], cfg))
-        if name == "permutation" and "permutation_n_identity" in rows.columns:
-            out[f"{key}/n_identity"] = float(rows["permutation_n_identity"].fillna(0).sum())
-        if name == "permutation_global" and {"permutation_global_exact_original",
-                                             "permutation_global_exact_permuted"} <= set(rows.columns):
-            drop = rows["permutation_global_exact_original"].astype(float) - rows["permutation_global_exact_permuted"].astype(float)
-            _put(out, f"{key}/exact_match_drop",
-                 ratio_with_ci(drop, pd.Series(1.0, index=rows.index), rows["example_id"], cfg))
-        if name == "alignment":
-            _alignment_summary(out, rows, cfg)
+        if f"{name}|n" not in sums.columns:
+            continue
+        out[f"{key}/n_examples" if SPECS[name].per_example else f"{key}/n_steps"] = float(sums[f"{name}|n"].sum())
+        out[f"{key}/n_skipped"] = float(sums[f"{name}|n_skipped"].sum())
+        for extra in ("n_undefined", "n_identity"):
+            if f"{name}|{extra}" in sums.columns:
+                out[f"{key}/{extra}"] = float(sums[f"{name}|{extra}"].sum())
+        for col in sums.columns:
+            parts = col.split("|")
+            if len(parts) != 3 or parts[0] != name or parts[2] != "num":
+                continue
+            stat = parts[1]
+            transform = (lambda r: 1.0 - r) if stat.startswith("aer") else None
+            _put(out, f"{key}/{stat}", ratio_ci(sums[col].to_numpy(), sums[f"{name}|{stat}|den"].to_numpy(),
+                                                cfg, transform))
     for k, v in list(out.items()):
         if not METRIC_NAME.match(k):
             raise ValueError(f"metric name {k!r} has characters MLflow rejects")
@@ -261,12 +373,20 @@ def summarize(table: pd.DataFrame, per_example: pd.DataFrame, names: Sequence[st
     return out
 
 
-def _alignment_summary(out: dict[str, float], rows: pd.DataFrame, cfg: AblationConfig) -> None:
-    """Corpus AER from summed counts (Och & Ney 2003), overall and per head."""
-    ok = rows["alignment_n_sure"].notna()
-    r = rows[ok]
-    heads = sorted({int(m.group(1)) for c in rows.columns if (m := re.match(r"alignment_head(\d+)_n_hyp$", c))})
-    for label, prefix in [("aer", "alignment_")] + [(f"aer_head{h}", f"alignment_head{h}_") for h in heads]:
-        num = r[f"{prefix}n_hyp_sure"] + r[f"{prefix}n_hyp_possible"]
-        den = r[f"{prefix}n_hyp"] + r["alignment_n_sure"]
-        _put(out, f"ablation/alignment/{label}", ratio_with_ci(num, den, r["example_id"], cfg, lambda x: 1.0 - x))
+def summarize(table: pd.DataFrame, per_example: pd.DataFrame, names: Sequence[str],
+              prefix_of: dict[str, str], cfg: AblationConfig) -> dict[str, float]:
+    """Summary metrics of whole in-memory tables (the streaming suite uses :func:`example_sums`).
+
+    Args:
+        table: per-step rows (column ``prefix`` tells the prefix groups apart).
+        per_example: one row per example (per-example ablations).
+        names: ablations to summarise; ``prefix_of`` maps each to its prefix group.
+
+    Raises:
+        ValueError: if a metric name has a character MLflow rejects.
+    """
+    parts = []
+    for name in names:
+        rows = per_example if SPECS[name].per_example else table[table["prefix"] == prefix_of[name]]
+        parts.append(example_sums(rows, [name]))
+    return summary_from_sums(_combine(parts) if parts else pd.DataFrame(), names, cfg)

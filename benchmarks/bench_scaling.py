@@ -46,6 +46,7 @@ RSS_PEAK_TARGET_GB = 2.0
 def _child(params: dict) -> dict:
     import resource
 
+    import pyarrow.parquet as pq
     import torch
 
     from analysis import suite as suite_mod
@@ -86,9 +87,13 @@ def _child(params: dict) -> dict:
         setattr(mod, spec.function, wrapped)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
-    result = suite_mod.run_suite(model, examples, src_vocab, tgt_vocab, cfg, progress=False)
-    wall = time.perf_counter() - t0
-    return {"n": len(examples), "steps": int(len(result.table)), "wall": wall, "ablations": times,
+    with tempfile.TemporaryDirectory() as tmp:  # streamed, as `attnstudy ablate` does
+        result = suite_mod.run_suite(model, examples, src_vocab, tgt_vocab, cfg, progress=False,
+                                     table_path=Path(tmp) / "steps.parquet")
+        wall = time.perf_counter() - t0
+        n_steps = pq.ParquetFile(Path(tmp) / "steps.parquet").metadata.num_rows
+    del result
+    return {"n": len(examples), "steps": int(n_steps), "wall": wall, "ablations": times,
             "rss_before_kb": rss_before, "mean_src_len": float(np.mean([len(e.src) for e in examples]))}
 
 

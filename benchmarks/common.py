@@ -17,6 +17,7 @@ mode uses randomly initialised weights of the same sizes (seconds).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import datetime as _dt
 import os
 import platform
@@ -240,9 +241,9 @@ def report(title: str, args: argparse.Namespace, settings: dict[str, object], se
     path = results_path(args)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        new = not path.exists()
         with open(path, "a", encoding="utf-8") as f:
-            if new:
+            fcntl.flock(f, fcntl.LOCK_EX)  # benchmarks may run in parallel lanes (run_all --jobs)
+            if f.tell() == 0:
                 f.write("# Benchmark results\n\nAppended by the scripts in `benchmarks/` (issue #5); "
                         "newest last. Every figure is a ratio of two things run in the same process "
                         "on the same inputs; absolute times are for information only.\n\n")

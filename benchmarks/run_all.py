@@ -1,8 +1,13 @@
-"""Run every benchmark of issue #5 (``make bench``), each in its own process, one after another.
+"""Run every benchmark of issue #5 (``make bench``), each in its own process.
 
 Full mode (the default) is sized for < 30 minutes on a 2-core machine; it first trains (or finds
 in ``benchmarks/.cache/``) the two small quickstart G2P models the benchmarks share. Every
 script appends its tables to ``benchmarks/RESULTS.md``. ``--smoke`` runs the tiny sizes.
+
+With ``--jobs 2`` (the default on a machine with ≥ 2 cores) the benchmarks run in two lanes of
+one-thread processes, one per core: the scaling benchmark (the longest) in one, the rest one
+after another in the other. Every figure is a ratio of two things timed in the same process, so
+a neighbour on the other core does not bias it; absolute times are for information only.
 
 Run: ``PYTHONPATH=src:. python -m benchmarks.run_all [--smoke] [--only permutation,loo]``.
 """
@@ -13,6 +18,7 @@ import argparse
 import os
 import subprocess
 import sys
+import threading
 import time
 
 from . import common
@@ -28,6 +34,8 @@ def main(argv=None) -> int:
     p.add_argument("--results", default=None, help="results file (default: benchmarks/RESULTS.md in full mode)")
     p.add_argument("--model-uri", default=None, help="passed to every benchmark")
     p.add_argument("--threads", type=int, default=None, help="passed to every benchmark")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="parallel lanes of one-thread benchmarks (default: 2 with ≥ 2 cores, else 1)")
     args = p.parse_args(argv)
     names = args.only.split(",") if args.only else BENCHMARKS
     unknown = [n for n in names if n not in BENCHMARKS]
@@ -45,18 +53,40 @@ def main(argv=None) -> int:
                 "a = argparse.Namespace(smoke=False, model_uri=None)\n"
                 "[print(f, common.get_model(a, f).origin, flush=True) for f in common.FLOWS]")
         subprocess.run([sys.executable, "-c", code], cwd=root, env=env, check=True)
+    jobs = args.jobs or (2 if (os.cpu_count() or 1) >= 2 else 1)
+    if jobs > 1 and not args.threads:
+        extra += ["--threads", "1"]  # one core per lane
+    lanes = [names] if jobs <= 1 else [lane for lane in ([n for n in names if n == "scaling"],
+                                                         [n for n in names if n != "scaling"]) if lane]
     summary, failed = [], []
+    lock = threading.Lock()
     t_all = time.perf_counter()
-    for name in names:
-        t0 = time.perf_counter()
-        print(f"\n=== benchmark {name} ===", flush=True)
-        rc = subprocess.run([sys.executable, "-m", f"benchmarks.bench_{name}", *extra], cwd=root, env=env).returncode
-        secs = time.perf_counter() - t0
-        summary.append({"benchmark": name, "exit code": rc, "seconds": secs})
-        if rc:
-            failed.append(name)
+
+    def run_lane(lane: list[str]) -> None:
+        for name in lane:
+            t0 = time.perf_counter()
+            with lock:
+                print(f"=== benchmark {name} started ===", flush=True)
+            proc = subprocess.run([sys.executable, "-m", f"benchmarks.bench_{name}", *extra], cwd=root, env=env,
+                                  stdout=subprocess.PIPE if len(lanes) > 1 else None, stderr=subprocess.STDOUT,
+                                  text=True)
+            secs = time.perf_counter() - t0
+            with lock:
+                if proc.stdout:
+                    print(f"\n=== benchmark {name} ({secs:.0f} s) ===\n{proc.stdout}", flush=True)
+                summary.append({"benchmark": name, "exit code": proc.returncode, "seconds": secs})
+                if proc.returncode:
+                    failed.append(name)
+
+    threads = [threading.Thread(target=run_lane, args=(lane,)) for lane in lanes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    summary.sort(key=lambda r: names.index(r["benchmark"]))
     print("\n" + common.table(summary))
-    print(f"total {time.perf_counter() - t_all:.0f} s" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    print(f"total {time.perf_counter() - t_all:.0f} s wall ({len(lanes)} lane(s))"
+          + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 
 

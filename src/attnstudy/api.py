@@ -97,6 +97,7 @@ def train_spec(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: st
                                    "train/epochs": len(result.history)}
         test_metrics, hyps = evaluate_split(result.model, splits.test, src_vocab, tgt_vocab, spec)
         final.update({f"test/{k}": v for k, v in test_metrics.items()})
+        final.update(heldout_metrics(hyps, splits.test))
         # the best epoch's dev metrics were computed during training: no second decode of dev
         best = result.history[result.best_epoch - 1]
         final.update({f"best_dev/{k[len('dev/'):]}": v for k, v in best.items() if k.startswith("dev/")})
@@ -113,6 +114,23 @@ def train_spec(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: st
         model_dir = save_model_dir(ckpt_dir / "model", result.model, spec, src_vocab, tgt_vocab)
         tracker.log_model_dir(run_id, model_dir, registered_name(spec))
     return ModelRun(run_id, spec, False, final)
+
+
+def heldout_metrics(hyps: list[list[str]], test: list) -> dict[str, float]:
+    """``test_heldin/*`` and ``test_heldout/*`` metrics when the test split mixes both (the dates task
+    holds out locales/patterns, ids ``…/test/heldout/…``); empty otherwise. Reuses the decoded ``hyps``."""
+    from .data.dates import is_heldout
+    from .metrics import evaluate
+
+    held = [is_heldout(ex.id) for ex in test]
+    if not any(held) or all(held):
+        return {}
+    out: dict[str, float] = {}
+    for name, want in (("heldin", False), ("heldout", True)):
+        idx = [i for i, h in enumerate(held) if h == want]
+        metrics = evaluate([hyps[i] for i in idx], [test[i] for i in idx])
+        out.update({f"test_{name}/{k}": v for k, v in metrics.items()})
+    return out
 
 
 def train_experiment(cfg: ExperimentConfig, tracker: Tracker | None = None, study_id: str | None = None,
@@ -218,7 +236,8 @@ def ablate_run(model_run_id: str, loaded: LoadedModel, cfg: AblationConfig, trac
     """Run the ablation suite on a model's test sample and log it as a nested run.
 
     Returns:
-        (ablation run id, SuiteResult).
+        (ablation run id, SuiteResult); the per-step table is streamed to the run's
+        ``ablations/steps.parquet`` artifact, so ``SuiteResult.table`` is None.
     """
     from analysis.suite import run_suite
 
@@ -232,10 +251,13 @@ def ablate_run(model_run_id: str, loaded: LoadedModel, cfg: AblationConfig, trac
         tracker.log_params(run_id, {f"ablation.{k}": (json.dumps(v) if isinstance(v, list) else str(v))
                                     for k, v in cfg.model_dump(mode="json", exclude={"adversarial"}).items()})
         tracker.log_params(run_id, {f"ablation.adversarial.{k}": str(v) for k, v in cfg.adversarial.model_dump().items()})
-        t0 = time.perf_counter()
-        result = run_suite(loaded.model, examples, loaded.src_vocab, loaded.tgt_vocab, cfg, progress=progress)
-        summary = dict(result.summary) | {"ablation/seconds": time.perf_counter() - t0}
-        tracker.log_table(run_id, result.table, "ablations/steps.parquet")
+        with tempfile.TemporaryDirectory(prefix="attnstudy-ablate-") as tmp:
+            steps_path = Path(tmp) / "steps.parquet"  # streamed: memory stays flat in n_examples
+            t0 = time.perf_counter()
+            result = run_suite(loaded.model, examples, loaded.src_vocab, loaded.tgt_vocab, cfg, progress=progress,
+                               table_path=steps_path)
+            summary = dict(result.summary) | {"ablation/seconds": time.perf_counter() - t0}
+            tracker.log_artifact(run_id, steps_path, "ablations")
         if result.examples is not None and len(result.examples):
             tracker.log_table(run_id, result.examples, "ablations/examples.parquet")
         if "adversarial" in cfg.ablations and loaded.model.has_attention:

@@ -140,6 +140,12 @@ class TrainingConfig(_Strict):
     lr: float = Field(1e-3, gt=0, le=10)
     clip_norm: float = Field(1.0, gt=0)
     patience: int = Field(3, ge=1)
+    # learning-rate schedule (JoeyNMT's names): "plateau" multiplies the lr by decrease_factor when
+    # the early-stopping metric has not improved for more than scheduling_patience epochs
+    scheduling: Literal["constant", "plateau"] = "constant"
+    decrease_factor: float = Field(0.5, gt=0, lt=1)
+    scheduling_patience: int = Field(1, ge=0)
+    min_lr: float = Field(1e-5, ge=0)
     early_stopping: Literal["auto", "loss", "exact_match", "per", "wer", "token_accuracy"] = "auto"
     beam_size: int = Field(1, ge=1, le=64)
     max_decode_factor: float = Field(2.0, gt=0)

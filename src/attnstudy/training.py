@@ -102,6 +102,16 @@ def _atomic_save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _make_scheduler(spec: RunSpec, optimizer: torch.optim.Optimizer):
+    """``ReduceLROnPlateau`` on the (sign-adjusted, lower is better) early-stopping score, or None."""
+    t = spec.training
+    if t.scheduling == "constant":
+        return None
+    return torch.optim.lr_scheduler.ReduceLROnPlateau(
+        optimizer, mode="min", factor=t.decrease_factor, patience=t.scheduling_patience, min_lr=t.min_lr,
+        threshold=0.0, threshold_mode="abs")  # strict improvement, as early stopping; sign-safe
+
+
 def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, checkpoint_dir: str | Path,
           on_epoch: Callable[[int, dict[str, float]], None] | None = None, resume: bool = False,
           progress: bool = True) -> TrainResult:
@@ -131,6 +141,7 @@ def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, che
     optimizer = torch.optim.Adam(model.parameters(), lr=spec.training.lr)
     metric = early_stopping_metric(spec)
     sign = 1.0 if metric in LOWER_IS_BETTER else -1.0
+    scheduler = _make_scheduler(spec, optimizer)
     ckpt_dir = Path(checkpoint_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = ckpt_dir / "last.pt"
@@ -140,7 +151,13 @@ def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, che
     if resume and ckpt_path.is_file():
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
         model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
+        if scheduler is not None:
+            if "scheduler" in ckpt:
+                scheduler.load_state_dict(ckpt["scheduler"])
+            else:  # a checkpoint written without a schedule: its state follows from the history
+                for past in ckpt["history"]:
+                    scheduler.step(sign * past[f"dev/{metric}"])
+        optimizer.load_state_dict(ckpt["optimizer"])  # after the replay: the saved lr wins
         torch.set_rng_state(ckpt["rng"])
         start_epoch, history = ckpt["epoch"] + 1, ckpt["history"]
         best, best_epoch, bad_epochs, best_state = ckpt["best"], ckpt["best_epoch"], ckpt["bad_epochs"], ckpt["best_state"]
@@ -170,7 +187,7 @@ def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, che
             total += loss.item()
             tokens += n_tok
             bar.set_postfix(loss=f"{total / tokens:.3f}")
-        metrics = {"train/loss": total / max(tokens, 1),
+        metrics = {"train/loss": total / max(tokens, 1), "train/lr": optimizer.param_groups[0]["lr"],
                    "dev/loss": dev_loss(model, splits.dev, src_vocab, tgt_vocab)}
         dev_metrics, _ = evaluate_split(model, splits.dev, src_vocab, tgt_vocab, spec)
         metrics.update({f"dev/{k}": v for k, v in dev_metrics.items() if k != "n"})
@@ -180,10 +197,15 @@ def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, che
             best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         else:
             bad_epochs += 1
+        if scheduler is not None:
+            scheduler.step(score)
         history.append(metrics)
-        _atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                      "rng": torch.get_rng_state(), "epoch": epoch, "history": history, "best": best,
-                      "best_epoch": best_epoch, "bad_epochs": bad_epochs, "best_state": best_state}, ckpt_path)
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                 "rng": torch.get_rng_state(), "epoch": epoch, "history": history, "best": best,
+                 "best_epoch": best_epoch, "bad_epochs": bad_epochs, "best_state": best_state}
+        if scheduler is not None:
+            state["scheduler"] = scheduler.state_dict()
+        _atomic_save(state, ckpt_path)
         if progress:
             tqdm.write(f"{spec.name} epoch {epoch}: train/loss {metrics['train/loss']:.4f} "
                        f"dev/{metric} {metrics[f'dev/{metric}']:.4f}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 from analysis_testkit import OWN_ABLATIONS, VOCAB, make_examples, sharpen, tiny_model
@@ -151,3 +152,42 @@ def test_batch_size_changes_nothing_under_the_greedy_prefix():
     a = run_suite(model, make_examples(), VOCAB, VOCAB, cfg, progress=False, batch_size=1)
     b = run_suite(model, make_examples(), VOCAB, VOCAB, cfg, progress=False, batch_size=7)
     pd.testing.assert_frame_equal(a.table, b.table, atol=1e-6, rtol=0)
+
+
+def test_streamed_table_equals_the_in_memory_table(tmp_path):
+    model = sharpen(tiny_model("multihead", "luong"))
+    cfg = _cfg()  # alignment on the reference, the rest on greedy: two column sets to join
+    in_memory = run_suite(model, make_examples(), VOCAB, VOCAB, cfg, progress=False, batch_size=4)
+    path = tmp_path / "ablations" / "steps.parquet"
+    streamed = run_suite(model, make_examples(), VOCAB, VOCAB, cfg, progress=False, batch_size=4, table_path=path)
+    assert streamed.table is None and streamed.summary == in_memory.summary
+    assert [p.name for p in path.parent.iterdir()] == ["steps.parquet"]  # part files cleaned up
+    got = pd.read_parquet(path)
+    want = in_memory.table
+    assert list(got.columns) == list(want.columns) and len(got) == len(want) > 0
+    pd.testing.assert_frame_equal(got.astype(object).where(got.notna(), None),
+                                  want.astype(object).where(want.notna(), None), check_dtype=False)
+
+
+def test_streaming_leaves_no_file_when_an_ablation_fails(tmp_path, monkeypatch):
+    def boom(*args, **kwargs):
+        raise RuntimeError("ablation failed")
+
+    monkeypatch.setitem(suite.SPECS, "uniform", suite._Spec("permutation", "run_uniform"))
+    monkeypatch.setattr(suite._Spec, "load", lambda self: boom)
+    path = tmp_path / "steps.parquet"
+    with pytest.raises(RuntimeError, match="ablation failed"):
+        run_suite(sharpen(tiny_model("additive")), make_examples(3), VOCAB, VOCAB, _cfg(ablations=["uniform"]),
+                  progress=False, table_path=path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bootstrap_in_bounded_batches_gives_the_same_interval(monkeypatch):
+    rng = np.random.default_rng(0)
+    num, den = rng.random(500), rng.integers(1, 5, 500).astype(float)
+    cfg = _cfg(bootstrap_resamples=300)
+    whole = suite.ratio_ci(num, den, cfg)  # 300 × 500 < BOOTSTRAP_ELEMENTS: one call
+    monkeypatch.setattr(suite, "BOOTSTRAP_ELEMENTS", 7 * 500)  # 7 resamples per call
+    chunked = suite.ratio_ci(num, den, cfg)
+    assert whole[0] == chunked[0] == pytest.approx(num.sum() / den.sum())
+    assert whole == pytest.approx(chunked, abs=1e-12)

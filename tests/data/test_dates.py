@@ -107,3 +107,17 @@ def test_config_errors():
         load_task(DataConfig(task="dates", dates_skeletons=("yMMMM",), n_train=1))
     with pytest.raises(DataError, match="dates_heldout_patterns"):
         load_task(DataConfig(task="dates", dates_heldout_patterns=("nope",), n_train=1))
+
+
+def test_heldout_metrics_split_the_test_set_by_id():
+    from attnstudy.api import heldout_metrics
+    from attnstudy.data.tasks import Example
+
+    test = [Example("dates/test/en_US/yMd/0", ("a",), ("x",)), Example("dates/test/en_US/yMd/1", ("b",), ("y",)),
+            Example("dates/test/heldout/fr_FR/yMd/0", ("c",), ("z",)),
+            Example("dates/test/heldout/fr_FR/yMd/1", ("d",), ("w",))]
+    hyps = [["x"], ["wrong"], ["z"], ["z"]]
+    m = heldout_metrics(hyps, test)
+    assert m["test_heldin/exact_match"] == 0.5 and m["test_heldin/n"] == 2
+    assert m["test_heldout/exact_match"] == 0.5 and m["test_heldout/n"] == 2
+    assert heldout_metrics(hyps[:2], test[:2]) == {}  # nothing held out: no extra keys
