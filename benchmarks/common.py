@@ -17,8 +17,8 @@ mode uses randomly initialised weights of the same sizes (seconds).
 from __future__ import annotations
 
 import argparse
-import fcntl
 import datetime as _dt
+import fcntl
 import os
 import platform
 import statistics
