@@ -45,10 +45,18 @@ def _env(root: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def _default_sigint() -> None:
+    # A shell without job control starts background commands (`make test &`, nohup) with SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler; a Ctrl-C at a terminal
+    # reaches a process whose SIGINT is at its default, which is what these tests model.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(root: Path, *args: str, **env: str) -> subprocess.Popen:
     root.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen([sys.executable, "-m", "attnstudy.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=root, env=_env(root, **env))
+                            stderr=subprocess.PIPE, text=True, cwd=root, env=_env(root, **env),
+                            preexec_fn=_default_sigint)
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> subprocess.CompletedProcess:
