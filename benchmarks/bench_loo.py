@@ -4,13 +4,18 @@
   batch (B × L sources) encoded and traced as one batch, in chunks.
 * **loop** — :func:`analysis.importance.loo_loop_reference`: one deleted source at a time.
 
-Equality ≤ 1e-6. Target: loop / batched ≥ 3×.
+Equality: in float32 the two differ by rounding that the recurrence amplifies (a padded batch
+and a lone sequence take different kernel paths; up to ~1e-4 in TVD was seen with the Luong
+model), so the same comparison is also made in float64 on the first batch, where it must hold to
+≤ 1e-9 (measured ~1e-13). Target: loop / batched ≥ 3×.
 
 Run: ``PYTHONPATH=src:. python -m benchmarks.bench_loo [--smoke]``.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from functools import partial
 
 import torch
@@ -44,16 +49,23 @@ def run(args) -> dict:
         diff = max(float((f.nan_to_num(-1.0) - s.nan_to_num(-1.0)).abs().max())
                    for f, s in zip(res["batched"].result, res["loop"].result))
         checks[flow] = diff
+        bm64 = dataclasses.replace(bm, model=copy.deepcopy(bm.model).double())
+        (b64,) = common.prepared(bm64, min(n_words, 32), prefix, batch_size=32)
+        diff64 = float((loo_importance(bm64.model, b64, cfg.chunk_rows).nan_to_num(-1.0)
+                        - loo_loop_reference(bm64.model, b64).nan_to_num(-1.0)).abs().max())
         rows.append({
             "flow": f"{flow} ({common.FLOWS[flow]})", "words": n_words, "deletions": deletions,
             "batched s": res["batched"].best, "loop s": res["loop"].best,
             "loop / batched": res["loop"].best / res["batched"].best, "max abs diff": diff,
+            "max abs diff float64": diff64,
         })
     notes = [f"model {flow}: {o}" for flow, o in origins.items()]
     for r in rows:
         notes.append(f"{r['flow']}: loop/batched {r['loop / batched']:.1f}× (target ≥ {TARGET:.0f}×, "
-                     f"{common.verdict(r['loop / batched'], TARGET)}); max abs diff {r['max abs diff']:.1e} "
-                     "(target ≤ 1e-6; NaN patterns compared too)")
+                     f"{common.verdict(r['loop / batched'], TARGET)}); max abs diff {r['max abs diff']:.1e} in "
+                     f"float32 (rounding), {r['max abs diff float64']:.1e} in float64 (target ≤ 1e-9, "
+                     f"{common.verdict(r['max abs diff float64'], 1e-9, higher_is_better=False)}; "
+                     "NaN patterns compared too)")
     if args.smoke:
         notes.append("smoke mode: random weights and tiny sizes; the ratios say nothing about the target")
     common.report("Leave-one-out: batched deletions vs per-position loop", args,

@@ -57,6 +57,7 @@ def test_loo_batched_equals_loop(results):
 
     out = bench_loo.main(smoke(results))
     assert all(d <= 1e-6 for d in out["checks"].values())
+    assert all(r["max abs diff float64"] <= 1e-9 for r in out["rows"])
     assert "Leave-one-out" in results.read_text()
 
 
