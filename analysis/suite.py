@@ -273,14 +273,6 @@ def ratio_ci(num: np.ndarray, den: np.ndarray, cfg: AblationConfig,
     return value, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def ratio_with_ci(num: pd.Series, den: pd.Series, groups: pd.Series, cfg: AblationConfig,
-                  transform: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[float, float, float] | None:
-    """:func:`ratio_ci` of per-row values, summed per group (``groups``: the row's example id) first."""
-    sums = pd.DataFrame({"n": num.to_numpy(float), "d": den.to_numpy(float), "g": groups.to_numpy()}
-                        ).groupby("g", sort=False)[["n", "d"]].sum()
-    return ratio_ci(sums["n"].to_numpy(), sums["d"].to_numpy(), cfg, transform)
-
-
 def _put(out: dict[str, float], key: str, result: tuple[float, float, float] | None) -> None:
     if result is None:
         return

@@ -88,11 +88,10 @@ def _child(params: dict) -> dict:
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:  # streamed, as `attnstudy ablate` does
-        result = suite_mod.run_suite(model, examples, src_vocab, tgt_vocab, cfg, progress=False,
-                                     table_path=Path(tmp) / "steps.parquet")
+        suite_mod.run_suite(model, examples, src_vocab, tgt_vocab, cfg, progress=False,
+                            table_path=Path(tmp) / "steps.parquet")
         wall = time.perf_counter() - t0
         n_steps = pq.ParquetFile(Path(tmp) / "steps.parquet").metadata.num_rows
-    del result
     return {"n": len(examples), "steps": int(n_steps), "wall": wall, "ablations": times,
             "rss_before_kb": rss_before, "mean_src_len": float(np.mean([len(e.src) for e in examples]))}
 

@@ -17,9 +17,10 @@ import pandas as pd
 import torch
 
 from .config import AblationConfig, ExperimentConfig, RunSpec
+from .data.dates import is_heldout
 from .data.tasks import DataError, Splits, load_task, tokenize
 from .data.vocab import Vocab
-from .metrics import per_example
+from .metrics import evaluate, per_example
 from .models.io import LoadedModel, load_model_dir, save_model_dir
 from .tracking import Tracker, git_commit, project_root
 from .training import early_stopping_metric, evaluate_split, max_decode_len, train
@@ -119,9 +120,6 @@ def train_spec(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: st
 def heldout_metrics(hyps: list[list[str]], test: list) -> dict[str, float]:
     """``test_heldin/*`` and ``test_heldout/*`` metrics when the test split mixes both (the dates task
     holds out locales/patterns, ids ``…/test/heldout/…``); empty otherwise. Reuses the decoded ``hyps``."""
-    from .data.dates import is_heldout
-    from .metrics import evaluate
-
     held = [is_heldout(ex.id) for ex in test]
     if not any(held) or all(held):
         return {}
