@@ -7,6 +7,7 @@ fixed element budget, so memory stays flat whatever the batch and source lengths
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -37,33 +38,66 @@ def require_attention(model: Seq2Seq, batch: PreparedBatch, name: str) -> Tensor
     return batch.trace.attention
 
 
-def sub_trace(trace: Trace, rows: Tensor) -> Trace:
-    """The trace of a subset of batch rows. ``rows``: long (B',)."""
+def sub_trace(trace: Trace, rows: Tensor, start: int = 0, stop: int | None = None) -> Trace:
+    """The trace of a subset of batch rows and a window of decoder steps.
+
+    Every step's local intervention needs only its own prefix state and the encoder memory, so a
+    window ``[start, stop)`` of steps is a valid trace for :meth:`Seq2Seq.logits_given_attention`.
+
+    Args:
+        trace: the full trace (B, T_y steps).
+        rows: long (B',), the batch rows.
+        start, stop: the step window (default: every step).
+    """
+    stop = trace.tgt_in.size(1) if stop is None else stop
+    t = slice(start, stop)
     mem = trace.memory
     if mem is not None:
         keys = None if mem.keys is None else mem.keys.index_select(0, rows)
         mem = Memory(keys, mem.values.index_select(0, rows), mem.pad_mask.index_select(0, rows))
-    att = None if trace.attention is None else trace.attention.index_select(0, rows)
+    att = None if trace.attention is None else trace.attention.index_select(0, rows)[:, :, t]
     return Trace(
         src=trace.src.index_select(0, rows), src_lengths=trace.src_lengths.index_select(0, rows),
-        pad_mask=trace.pad_mask.index_select(0, rows), tgt_in=trace.tgt_in.index_select(0, rows),
-        tgt_out=trace.tgt_out.index_select(0, rows), step_mask=trace.step_mask.index_select(0, rows),
-        logits=trace.logits.index_select(0, rows), attention=att,
-        prefix=trace.prefix.index_select(0, rows), memory=mem,
+        pad_mask=trace.pad_mask.index_select(0, rows), tgt_in=trace.tgt_in.index_select(0, rows)[:, t],
+        tgt_out=trace.tgt_out.index_select(0, rows)[:, t], step_mask=trace.step_mask.index_select(0, rows)[:, t],
+        logits=trace.logits.index_select(0, rows)[:, t], attention=att,
+        prefix=trace.prefix.index_select(0, rows)[:, t], memory=mem,
         embedded=trace.embedded.index_select(0, rows),
     )
 
 
-def example_chunks(trace: Trace, p: int, budget: int = ELEMENT_BUDGET) -> Iterator[Tensor]:
-    """Consecutive row index chunks whose (B', P, H, T_y, T_x) weights and (B', P, T_y, V)
-    logits each fit in ``budget`` elements."""
-    b = trace.src.size(0)
+@dataclass(frozen=True)
+class Chunk:
+    """Batch rows and a step window ``[start, stop)`` whose replacement tensors fit the budget."""
+
+    rows: Tensor
+    start: int
+    stop: int
+
+
+def trace_chunks(trace: Trace, p: int, budget: int | None = None) -> Iterator[Chunk]:
+    """Chunks of a trace whose (B', P, H, T', T_x) weights and (B', P, T', V) logits each fit in
+    ``budget`` elements (default :data:`ELEMENT_BUDGET`).
+
+    Consecutive examples are grouped while whole examples fit; an example too long for the budget
+    on its own is cut into windows of its real steps, so one long example's memory stays bounded too
+    (a 5,000-token example once asked for 250 GB).
+    """
+    budget = ELEMENT_BUDGET if budget is None else budget
+    b, t_y = trace.src.size(0), trace.tgt_in.size(1)
     h = 1 if trace.attention is None else trace.attention.size(1)
-    width = max(h * trace.src.size(1), trace.logits.size(-1))
-    per = max(1, p * trace.tgt_in.size(1) * width)
-    size = max(1, budget // per)
-    for start in range(0, b, size):
-        yield torch.arange(start, min(b, start + size))
+    per_step = max(1, p * max(h * trace.src.size(1), trace.logits.size(-1)))
+    steps_fit = max(1, budget // per_step)
+    if steps_fit >= t_y:
+        size = max(1, budget // (per_step * t_y))
+        for start in range(0, b, size):
+            yield Chunk(torch.arange(start, min(b, start + size)), 0, t_y)
+        return
+    real = trace.step_mask.sum(1).tolist()
+    for row in range(b):
+        n = int(real[row]) if real[row] else 0
+        for start in range(0, n, steps_fit):
+            yield Chunk(torch.tensor([row]), start, min(n, start + steps_fit))
 
 
 def base_probs(model: Seq2Seq, trace: Trace, chunk_rows: int) -> Tensor:

@@ -6,8 +6,13 @@
 * AER (Och & Ney 2003, "A Systematic Comparison of Various Statistical Alignment Models",
   Computational Linguistics 29(1), eq. 7): AER = 1 − (|A∩S| + |A∩P|) / (|A| + |S|) with sure
   links S ⊆ possible links P; the corpus value uses sums of the four counts over all sentences.
-* Target tokens without a gold link (``<eos>``, a token the annotators left unaligned) are left
-  out of AER and gold mass (DESIGN.md §4). Alignment always runs on the reference prefix.
+* Standard AER (``aer``) counts every predicted link, also those of target tokens that have no
+  gold link (a weekday, an unaligned word): Och & Ney's A is the whole predicted alignment, so
+  the number is comparable with the alignment literature. ``aer_linked`` leaves out the target
+  tokens without any gold link (the links the gold annotation cannot judge); it is never lower
+  than the standard AER's complement would suggest and is reported under its own name. The
+  ``<eos>`` step is not a target token and takes part in neither. Gold mass and argmax-on-gold
+  are defined only for tokens with gold links. Alignment always runs on the reference prefix.
 """
 
 from __future__ import annotations
@@ -94,15 +99,16 @@ def run_alignment(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> 
         cfg: unused (kept for the ablation convention).
 
     Returns:
-        One row per real step: ``example_id``, ``step``, the counts ``alignment_n_hyp`` (0/1:
-        a hard link exists for this token), ``alignment_n_hyp_sure``, ``alignment_n_hyp_possible``,
-        ``alignment_n_sure`` (number of sure gold links of this token) — all 0 for a token
-        without gold link, so corpus sums give the corpus AER —, ``alignment_gold_mass``
-        (head-mean attention mass on the token's possible links, P ⊇ S) and
-        ``alignment_argmax_on_gold`` (1.0 if the hard link is a possible link; 0.0 also on a
-        tie), both NaN for a token without gold link (e.g. ``<eos>``); ``alignment_skipped``
-        (the example has no gold alignment: every value NaN). Multi-head models add
-        ``alignment_head<h>_n_hyp`` / ``_n_hyp_sure`` / ``_n_hyp_possible`` per head.
+        One row per real step: ``example_id``, ``step``, ``alignment_linked`` (the target token
+        has at least one gold link), the counts ``alignment_n_hyp`` (0/1: a hard link exists for
+        this token, whether or not it has gold links), ``alignment_n_hyp_sure``,
+        ``alignment_n_hyp_possible``, ``alignment_n_sure`` (number of sure gold links of this
+        token) — all 0 at the ``<eos>`` step, so corpus sums give the corpus AER —,
+        ``alignment_gold_mass`` (head-mean attention mass on the token's possible links,
+        P ⊇ S) and ``alignment_argmax_on_gold`` (1.0 if the hard link is a possible link; 0.0
+        also on a tie), both NaN for a token without gold link and at ``<eos>``;
+        ``alignment_skipped`` (the example has no gold alignment: every value NaN). Multi-head
+        models add ``alignment_head<h>_n_hyp`` / ``_n_hyp_sure`` / ``_n_hyp_possible`` per head.
 
     Raises:
         NoAttentionError: for the ``none`` model.
@@ -116,7 +122,8 @@ def run_alignment(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> 
     h = att.size(1)
     mean = att.mean(1)
     valid = ~tr.pad_mask
-    cols: dict[str, list[float]] = {f"alignment_{c}": [] for c in COUNTS}
+    cols: dict[str, list[float]] = {"alignment_linked": []}
+    cols.update({f"alignment_{c}": [] for c in COUNTS})
     cols.update({"alignment_gold_mass": [], "alignment_argmax_on_gold": []})
     head_cols = [f"alignment_head{k}_{c}" for k in range(h) for c in COUNTS[:3]] if h > 1 else []
     cols.update({c: [] for c in head_cols})
@@ -131,17 +138,18 @@ def run_alignment(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> 
         n_x = int(tr.src_lengths[b])
         sure_t = {i for i, j in gold.sure if j == t and i < n_x}
         poss_t = {i for i, j in gold.possible | gold.sure if j == t and i < n_x}
-        if not poss_t or int(tr.tgt_out[b, t]) == EOS_ID:
+        if int(tr.tgt_out[b, t]) == EOS_ID:
             for name, v in cols.items():
                 v.append(np.nan if name in ("alignment_gold_mass", "alignment_argmax_on_gold") else 0.0)
             continue
         link = _argmax_link(mean[b, t], valid[b])
+        cols["alignment_linked"].append(float(bool(poss_t)))
         cols["alignment_n_hyp"].append(float(link is not None))
         cols["alignment_n_hyp_sure"].append(float(link in sure_t))
         cols["alignment_n_hyp_possible"].append(float(link in poss_t))
         cols["alignment_n_sure"].append(float(len(sure_t)))
-        cols["alignment_gold_mass"].append(float(mean[b, t, sorted(poss_t)].double().sum()))
-        cols["alignment_argmax_on_gold"].append(float(link in poss_t))
+        cols["alignment_gold_mass"].append(float(mean[b, t, sorted(poss_t)].double().sum()) if poss_t else np.nan)
+        cols["alignment_argmax_on_gold"].append(float(link in poss_t) if poss_t else np.nan)
         for k in range(h if h > 1 else 0):
             lk = _argmax_link(att[b, k, t], valid[b])
             cols[f"alignment_head{k}_n_hyp"].append(float(lk is not None))
@@ -149,6 +157,7 @@ def run_alignment(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> 
             cols[f"alignment_head{k}_n_hyp_possible"].append(float(lk in poss_t))
     for name, values in cols.items():
         frame[name] = np.asarray(values, dtype=float)
+    frame["alignment_linked"] = frame["alignment_linked"].map({1.0: True, 0.0: False}).astype("boolean")
     frame["alignment_skipped"] = np.asarray(skipped, dtype=bool)
     return frame
 

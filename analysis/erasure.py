@@ -27,7 +27,7 @@ from torch import Tensor
 from attnstudy.config import AblationConfig
 from attnstudy.models import Seq2Seq, Trace, eval_mode
 
-from ._local import base_probs, example_chunks, n_valid, require_attention, step_frame, sub_trace
+from ._local import base_probs, n_valid, require_attention, step_frame, sub_trace, trace_chunks
 from .common import PreparedBatch, step_generator
 from .divergences import tvd
 from .interventions import erase_max, erase_ranked
@@ -139,26 +139,26 @@ def erase_until_flip(model: Seq2Seq, trace: Trace, order: Tensor, pred: Tensor, 
     Returns:
         long (B, T_y): k of the first flip, 0 where it never flipped (or was not evaluated).
     """
-    att = trace.attention
     nv = n_valid(trace)
     first = torch.zeros(trace.step_mask.shape, dtype=torch.long)
-    for rows in example_chunks(trace, max(1, int(nv.max()) - 1)):
-        sub = sub_trace(trace, rows)
-        sub_steps = steps[rows]
+    for chunk in trace_chunks(trace, max(1, int(nv.max()) - 1)):
+        rows, window = chunk.rows, slice(chunk.start, chunk.stop)
+        sub = sub_trace(trace, rows, chunk.start, chunk.stop)
+        sub_steps = steps[rows, window]
         if not bool(sub_steps.any()):
             continue
         k_max = int(nv[rows].max()) - 1
         b, h, t_y, t_x = sub.attention.shape
         k = torch.arange(1, k_max + 1)
-        rep = erase_ranked(att[rows].unsqueeze(1).expand(b, k_max, h, t_y, t_x),
-                           order[rows][:, None, None], k.view(1, k_max, 1, 1))
+        rep = erase_ranked(sub.attention.unsqueeze(1).expand(b, k_max, h, t_y, t_x),
+                           order[rows, window][:, None, None], k.view(1, k_max, 1, 1))
         logits = model.logits_given_attention(sub, rep.weights, chunk_rows, sub_steps)
-        flipped = logits.argmax(-1) != pred[rows].unsqueeze(1)  # (b, K, T_y)
+        flipped = logits.argmax(-1) != pred[rows, window].unsqueeze(1)  # (b, K, T')
         allowed = (k.view(1, k_max) <= (nv[rows] - 1).view(b, 1)).unsqueeze(-1) & ~rep.empty.any(2)
         flipped &= allowed & sub_steps.unsqueeze(1)
         any_flip = flipped.any(1)
         k_first = flipped.int().argmax(1) + 1
-        first[rows] = torch.where(any_flip, k_first, 0)
+        first[rows, window] = torch.where(any_flip, k_first, 0)
     return first
 
 

@@ -22,7 +22,7 @@ import torch
 from attnstudy.config import AblationConfig
 from attnstudy.models import Seq2Seq, eval_mode
 
-from ._local import base_probs, example_chunks, n_valid, require_attention, step_frame, sub_trace
+from ._local import base_probs, n_valid, require_attention, step_frame, sub_trace, trace_chunks
 from .common import PreparedBatch, step_generator
 from .divergences import tvd
 from .interventions import permutation_indices, permute, uniform
@@ -69,14 +69,15 @@ def run_permutation(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -
     flip = med.clone()
     n_id = torch.zeros(tr.step_mask.shape, dtype=torch.long)
     with eval_mode(model), torch.no_grad():
-        for rows in example_chunks(tr, p_count):
-            sub = sub_trace(tr, rows)
+        for chunk in trace_chunks(tr, p_count):
+            rows, window = chunk.rows, slice(chunk.start, chunk.stop)
+            sub = sub_trace(tr, rows, chunk.start, chunk.stop)
             steps = sub.step_mask & (nv[rows] >= 2)[:, None]
             if not bool(steps.any()):
                 continue
 
-            def gen(b: int, t: int, rows=rows) -> torch.Generator:
-                return step_generator(cfg.seed, ids[int(rows[b])], t, "permutation")
+            def gen(b: int, t: int, rows=rows, start=chunk.start) -> torch.Generator:
+                return step_generator(cfg.seed, ids[int(rows[b])], start + t, "permutation")
 
             perm = permute(sub.attention, ~sub.pad_mask, p_count, gen, steps)
             base = base_probs(model, sub, cfg.chunk_rows)  # (b, T_y, V)
@@ -90,9 +91,9 @@ def run_permutation(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -
                 m = torch.from_numpy(np.nanmedian(d.numpy(), axis=1))
             f = (flips * keep).sum(1) / n_keep.clamp(min=1)
             f = f.masked_fill(n_keep == 0, float("nan"))
-            med[rows] = torch.where(steps, m, med[rows])
-            flip[rows] = torch.where(steps, f, flip[rows])
-            n_id[rows] = torch.where(steps, (~keep).sum(1), n_id[rows])
+            med[rows, window] = torch.where(steps, m, med[rows, window])
+            flip[rows, window] = torch.where(steps, f, flip[rows, window])
+            n_id[rows, window] = torch.where(steps, (~keep).sum(1), n_id[rows, window])
     frame["permutation_median_tvd"] = med[b_idx, t_idx].numpy()
     frame["permutation_flip_rate"] = flip[b_idx, t_idx].numpy()
     frame["permutation_n_identity"] = n_id[b_idx, t_idx].numpy()

@@ -11,11 +11,15 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
+import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+
+from attnstudy.notices import notice
 
 from . import figures
 
@@ -45,12 +49,14 @@ class StudyData:
     experiment: str
     experiment_id: str
     study_id: str
-    models: pd.DataFrame          # one row per model run: run_id, variant, task, metrics…
+    models: pd.DataFrame          # one row per model run: run_id, variant, task, status, reasons, metrics…
     predictions: pd.DataFrame     # test predictions of every model (+ variant, task)
-    steps: pd.DataFrame           # per-step ablation tables of every model (+ variant, task)
+    steps: pd.DataFrame           # per-step ablation tables of every model (+ variant, task, analysis_prefix)
     heatmaps: list[dict]
     seed_variance: pd.DataFrame
     config_text: str
+    status: str = "FINISHED"
+    notes: list[str] = field(default_factory=list)
 
 
 def variant_name(tags: dict[str, str]) -> str:
@@ -61,7 +67,7 @@ def variant_name(tags: dict[str, str]) -> str:
 
 
 def latest_study(tracker, experiment: str) -> str:
-    """Run id of the newest study run of ``experiment``.
+    """Run id of the newest FINISHED study run of ``experiment`` (else the newest study, with a notice).
 
     Raises:
         LookupError: no such experiment, or it has no study run.
@@ -69,14 +75,28 @@ def latest_study(tracker, experiment: str) -> str:
     exp_id = tracker.experiment_id(experiment, create=False)
     if exp_id is None:
         raise LookupError(f"no experiment named {experiment!r} in {tracker.uri}; run 'attnstudy run' first")
-    runs = tracker.search_runs([exp_id], "tags.kind = 'study'", max_results=1)
+    runs = tracker.search_runs([exp_id], "tags.kind = 'study'", max_results=200)
     if not runs:
         raise LookupError(f"experiment {experiment!r} has no study run; run 'attnstudy run' first")
-    return runs[0].info.run_id
+    finished = [r for r in runs if r.info.status == "FINISHED"]
+    chosen = finished[0] if finished else runs[0]
+    if chosen is not runs[0]:
+        notice(f"reporting the newest finished study {chosen.info.run_id}; the newer study {runs[0].info.run_id} "
+               f"is {runs[0].info.status} (name it with --study to report it)")
+    elif not finished:
+        notice(f"experiment {experiment!r} has no finished study; reporting the newest, {chosen.info.run_id}, "
+               f"which is {chosen.info.status}")
+    return chosen.info.run_id
+
+
+def _ids(tags: dict[str, str], key: str) -> list[str]:
+    return [i for i in tags.get(key, "").split(",") if i]
 
 
 def load_study(tracker, study_id: str) -> StudyData:
-    """Read a study's runs and tables from the store.
+    """Read a study's runs and tables from the store: exactly the model and ablation runs the study
+    recorded (``model_run_ids``, ``ablation_run_ids``, ``failed_run_ids`` tags), so ad-hoc ablations
+    run later never change a study's report.
 
     Raises:
         LookupError: ``study_id`` is not a study run.
@@ -84,57 +104,77 @@ def load_study(tracker, study_id: str) -> StudyData:
     study = tracker.get_run(study_id)
     if study.data.tags.get("kind") != "study":
         raise LookupError(f"run {study_id} is not a study run (kind={study.data.tags.get('kind')!r})")
+    tags = study.data.tags
     exp_id = study.info.experiment_id
-    experiment = study.data.tags.get("experiment", "study")
-    ids = [i for i in study.data.tags.get("model_run_ids", "").split(",") if i]
-    if ids:
-        model_runs = [tracker.get_run(i) for i in ids]
-    else:
-        model_runs = [r for r in tracker.search_runs([exp_id], "tags.kind = 'model'")
-                      if study_id in r.data.tags.get("study_ids", "").split(",")]
-    ablation_runs = {r.data.tags.get("source_run_id"): r for r in reversed(
-        tracker.search_runs([exp_id], f"tags.kind = 'ablation' and tags.study_id = '{study_id}'"))}
+    experiment = tags.get("experiment", "study")
+    model_runs = [tracker.get_run(i) for i in _ids(tags, "model_run_ids")]
+    failed = [tracker.get_run(i) for i in _ids(tags, "failed_run_ids")]
+    if "ablation_run_ids" in tags:
+        ablation_list = [tracker.get_run(i) for i in _ids(tags, "ablation_run_ids")]
+    else:  # a study recorded before the ids were: its ablations carry its id
+        ablation_list = list(reversed(tracker.search_runs(
+            [exp_id], f"tags.kind = 'ablation' and tags.study_id = '{study_id}'")))
+    ablation_list += [r for r in failed if r.data.tags.get("kind") == "ablation"]
+    ablation_runs = {r.data.tags.get("source_run_id"): r for r in ablation_list}
+    failed_models = [r for r in failed if r.data.tags.get("kind") == "model"]
 
     rows, preds, steps, heatmaps = [], [], [], []
-    for run in model_runs:
-        tags, variant = run.data.tags, variant_name(run.data.tags)
-        row = {"variant": variant, "task": tags.get("task"), "attention": tags.get("attention"),
-               "flow": tags.get("flow"), "seed": tags.get("seed"), "model_run_id": run.info.run_id}
-        row.update({k: v for k, v in run.data.metrics.items() if k in SUMMARY_COLUMNS})
-        p = _try_table(tracker, run.info.run_id, "predictions/test.parquet")
-        if p is not None:
-            preds.append(p.assign(variant=variant, task=tags.get("task")))
+    for run in [*model_runs, *failed_models]:
+        mtags, variant = run.data.tags, variant_name(run.data.tags)
+        row = {"variant": variant, "task": mtags.get("task"), "attention": mtags.get("attention"),
+               "flow": mtags.get("flow"), "seed": mtags.get("seed"), "model_run_id": run.info.run_id,
+               "model_status": run.info.status, "model_error": mtags.get("error.message", "")}
+        if run.info.status == "FINISHED":
+            row.update({k: v for k, v in run.data.metrics.items() if k in SUMMARY_COLUMNS})
+            p = _try_table(tracker, run.info.run_id, "predictions/test.parquet")
+            if p is not None:
+                preds.append(p.assign(variant=variant, task=mtags.get("task")))
         abl = ablation_runs.get(run.info.run_id)
         if abl is not None:
-            row["ablation_run_id"] = abl.info.run_id
-            row.update({k: v for k, v in abl.data.metrics.items() if k in SUMMARY_COLUMNS})
-            s = _try_table(tracker, abl.info.run_id, "ablations/steps.parquet")
-            if s is not None:
-                steps.append(s.assign(variant=variant, task=tags.get("task")))
-            for ex in _try_json(tracker, abl.info.run_id, "ablations/heatmaps.json") or []:
-                heatmaps.append(ex | {"title": f"{variant}: {ex.get('title', '')}", "run_id": abl.info.run_id})
+            atags = abl.data.tags
+            row.update({"ablation_run_id": abl.info.run_id, "ablation_status": abl.info.status,
+                        "ablation_error": atags.get("error.message", ""),
+                        "ablations_run": abl.data.params.get("ablation.ablations", "[]"),
+                        "skipped": {k[len("skipped."):]: v for k, v in atags.items() if k.startswith("skipped.")},
+                        "n_alignment_steps": abl.data.metrics.get("ablation/alignment/n_steps"),
+                        "n_alignment_skipped": abl.data.metrics.get("ablation/alignment/n_skipped")})
+            if abl.info.status == "FINISHED":
+                row.update({k: v for k, v in abl.data.metrics.items() if k in SUMMARY_COLUMNS})
+                s = _try_table(tracker, abl.info.run_id, "ablations/steps.parquet")
+                if s is not None:
+                    prefix = abl.data.params.get("ablation.prefix", "greedy")
+                    steps.append(s.assign(variant=variant, task=mtags.get("task"), analysis_prefix=prefix))
+                for ex in _try_json(tracker, abl.info.run_id, "ablations/heatmaps.json") or []:
+                    heatmaps.append(ex | {"title": f"{variant}: {ex.get('title', '')}", "run_id": abl.info.run_id})
         rows.append(row)
     seed_var = _try_table(tracker, study_id, "seed_variance/steps.parquet")
     config_text = _try_text(tracker, study_id, "experiment.toml") or ""
     return StudyData(experiment, exp_id, study_id, pd.DataFrame(rows),
                      pd.concat(preds, ignore_index=True) if preds else pd.DataFrame(),
                      pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(),
-                     heatmaps, seed_var if seed_var is not None else pd.DataFrame(), config_text)
+                     heatmaps, seed_var if seed_var is not None else pd.DataFrame(), config_text,
+                     status=study.info.status)
+
+
+def _missing(tracker, run_id: str, path: str) -> bool:
+    try:
+        return not tracker.has_artifact(run_id, path)
+    except Exception:  # noqa: BLE001 - a store error is reported by the load that follows
+        return False
 
 
 def _try_table(tracker, run_id: str, path: str):
-    try:
-        return tracker.load_table(run_id, path)
-    except Exception:  # a missing artifact means "not run", not a broken report
+    """The artifact table, or None when the run has no such artifact (not run); other errors propagate."""
+    if _missing(tracker, run_id, path):
         return None
+    return tracker.load_table(run_id, path)
 
 
 def _try_text(tracker, run_id: str, path: str) -> str | None:
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            return Path(tracker.client.download_artifacts(run_id, path, tmp)).read_text(encoding="utf-8")
-    except Exception:
+    if _missing(tracker, run_id, path):
         return None
+    with tempfile.TemporaryDirectory() as tmp:
+        return Path(tracker.download_artifact(run_id, path, tmp)).read_text(encoding="utf-8")
 
 
 def _try_json(tracker, run_id: str, path: str):
@@ -172,49 +212,84 @@ def _one_per_model(heatmaps: list[dict], limit: int = 8) -> list[dict]:
 
 
 def _analysis_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """Rows of the analysis prefix (the suite also holds reference-prefix rows for alignment)."""
-    if "prefix" not in steps.columns or steps.empty:
+    """Rows of each model's analysis prefix (the suite also holds reference-prefix rows for alignment)."""
+    if steps.empty or "prefix" not in steps.columns or "analysis_prefix" not in steps.columns:
         return steps
-    analysis_prefix = steps.loc[steps.get("permutation_median_tvd", pd.Series(dtype=float)).notna(), "prefix"]
-    keep = analysis_prefix.iloc[0] if len(analysis_prefix) else steps["prefix"].iloc[0]
-    return steps[steps["prefix"] == keep]
+    return steps[steps["prefix"] == steps["analysis_prefix"]]
 
 
 def ui_base_url() -> str:
     return os.environ.get("ATTNSTUDY_UI_URL", "http://127.0.0.1:5000")
 
 
+def report_dir(experiment: str) -> Path:
+    """The default report folder ``<project root>/reports/<slug of the experiment name>``.
+
+    The name comes from the store (a tag), so it is reduced to a safe slug and the result is checked
+    to stay inside ``reports/``.
+
+    Raises:
+        ValueError: if the folder would leave ``reports/`` (cannot happen for a slug; checked anyway).
+    """
+    from attnstudy.tracking import project_root
+
+    root = (project_root() / "reports").resolve()
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", experiment).lstrip(".") or "study"
+    out = (root / slug).resolve()
+    if out.parent != root:
+        raise ValueError(f"report folder {out} is not inside {root}")
+    return out
+
+
 def build_report(tracker, study_id: str, out_dir: str | Path | None = None) -> Path:
     """Build the report of a study and log it to the study run.
+
+    The folder is written whole or not at all: everything goes to a temporary folder beside it,
+    which then replaces the old one, so an interrupted build never mixes two reports.
 
     Args:
         tracker: :class:`attnstudy.tracking.Tracker`.
         study_id: the study run.
-        out_dir: output folder (default ``<project root>/reports/<experiment>/``).
+        out_dir: output folder (default :func:`report_dir` of the study's experiment).
 
     Returns:
         Path of ``report.html``.
     """
-    from attnstudy.tracking import project_root
-
     data = load_study(tracker, study_id)
-    out = Path(out_dir) if out_dir else project_root() / "reports" / data.experiment
-    (out / "figures").mkdir(parents=True, exist_ok=True)
-    made = []
-    for key, title, make in FIGURES:
-        if key == "seed_variance" and data.seed_variance.empty:
-            continue
-        fig = make(data)
-        fig.savefig(out / "figures" / f"{key}.png", dpi=110)
-        tracker.log_figure(study_id, fig, f"figures/{key}.png")
-        made.append((key, title))
-    for ex in data.heatmaps[:6]:  # each heatmap also goes to the ablation run it describes
+    out = Path(out_dir).resolve() if out_dir else report_dir(data.experiment)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would otherwise become the report folder's mode
+    try:
+        (tmp / "figures").mkdir()
+        made = []
+        for key, title, make in FIGURES:
+            if key == "seed_variance" and data.seed_variance.empty:
+                continue
+            fig = make(data)
+            fig.savefig(tmp / "figures" / f"{key}.png", dpi=110)
+            made.append((key, title))
+        table = _summary_table(data)
+        (tmp / "summary.csv").write_text(table.to_csv(index=False), encoding="utf-8")
+        (tmp / "report.html").write_text(_html(data, made, table), encoding="utf-8")
+        (tmp / "report.md").write_text(_markdown(data, made, table), encoding="utf-8")
+        old = None
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            os.replace(out, old)
+        os.replace(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for key, _ in made:
+        tracker.log_artifact(study_id, out / "figures" / f"{key}.png", "figures")
+    for ex in _one_per_model(data.heatmaps, limit=len(data.heatmaps)):  # each model's heatmap to its ablation run
         fig = figures.attention_heatmaps([ex])
         tracker.log_figure(ex["run_id"], fig, f"figures/heatmap_{_slug(ex.get('title', 'example'))}.png")
-    table = _summary_table(data)
-    (out / "summary.csv").write_text(table.to_csv(index=False), encoding="utf-8")
-    (out / "report.html").write_text(_html(data, made, table), encoding="utf-8")
-    (out / "report.md").write_text(_markdown(data, made, table), encoding="utf-8")
     tracker.log_artifacts(study_id, out, "report")
     return out / "report.html"
 
@@ -223,16 +298,68 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text)[:60].strip("_")
 
 
+def _reason(row: pd.Series, metric: str) -> str:
+    """Why a summary cell has no value: the model or ablation failed, was not run, does not apply."""
+    if row.get("model_status") != "FINISHED":
+        return "training failed" if row.get("model_status") == "FAILED" else str(row.get("model_status")).lower()
+    if not metric.startswith("ablation/"):
+        return "n/a"
+    name = metric.split("/")[1]
+    if not isinstance(row.get("ablation_run_id"), str):
+        return "not run"
+    if row.get("ablation_status") != "FINISHED":
+        return "failed" if row.get("ablation_status") == "FAILED" else str(row.get("ablation_status")).lower()
+    if name not in json.loads(row.get("ablations_run") or "[]"):
+        return "not run"
+    if row.get("attention") == "none" and not metric.endswith("tau_grad_loo"):
+        return "no attention"
+    skipped = row.get("skipped") or {}
+    if name in skipped:
+        return "no attention" if "no attention" in skipped[name] else "skipped"
+    if name == "alignment" and row.get("n_alignment_steps") is not None and \
+            row.get("n_alignment_skipped") == row.get("n_alignment_steps"):
+        return "no gold links"
+    return "undefined"
+
+
 def _summary_table(data: StudyData) -> pd.DataFrame:
+    """One row per model; a value, or the reason there is none (never a bare dash)."""
     if data.models.empty:
         return pd.DataFrame()
-    cols = ["variant"] + [c for c in SUMMARY_COLUMNS if c in data.models.columns]
-    t = data.models[cols].rename(columns=SUMMARY_COLUMNS)
-    return t.round(4)
+    cols = [c for c in SUMMARY_COLUMNS if c in data.models.columns and data.models[c].notna().any()]
+    out = {"variant": list(data.models["variant"])}
+    for c in cols:
+        out[SUMMARY_COLUMNS[c]] = [round(float(r[c]), 4) if pd.notna(r.get(c)) else _reason(r, c)
+                                   for _, r in data.models.iterrows()]
+    return pd.DataFrame(out)
 
 
 def _run_link(data: StudyData, run_id: str) -> str:
     return f"{ui_base_url()}/#/experiments/{data.experiment_id}/runs/{run_id}"
+
+
+def _status_lines(data: StudyData) -> list[str]:
+    """What the study's status and failures mean for the report (empty for a finished study)."""
+    lines = []
+    if data.status != "FINISHED":
+        lines.append(f"Study status: **{data.status}**: the report shows what the store holds for it.")
+    if not data.models.empty:
+        for _, r in data.models.iterrows():
+            if r.get("model_status") == "FAILED":
+                lines.append(f"- {r['variant']}: training failed ({r.get('model_error') or 'no reason recorded'})")
+            elif r.get("ablation_status") == "FAILED":
+                lines.append(f"- {r['variant']}: ablations failed ({r.get('ablation_error') or 'no reason recorded'})")
+    return [*lines, ""] if lines else []
+
+
+def _status_html(data: StudyData) -> str:
+    lines = _status_lines(data)
+    if not lines:
+        return ""
+    items = [html.escape(x[2:]) for x in lines if x.startswith("- ")]
+    head = [html.escape(x).replace("**", "") for x in lines if x and not x.startswith("- ")]
+    return ("".join(f"<p class=\"status\">{h}</p>" for h in head)
+            + ("<ul class=\"failures\">" + "".join(f"<li>{i}</li>" for i in items) + "</ul>" if items else ""))
 
 
 def _html(data: StudyData, made: list[tuple[str, str]], table: pd.DataFrame) -> str:
@@ -256,6 +383,7 @@ pre{{background:#f6f6f6;padding:1em;overflow:auto;font-size:0.8em}}</style></hea
 <p>Study run <a href="{_run_link(data, data.study_id)}"><code>{data.study_id}</code></a>
 (experiment id {esc(data.experiment_id)}). Built from the tracking store alone; rebuild with
 <code>attnstudy report --study {data.study_id}</code>.</p>
+{_status_html(data)}
 <h2>Summary per model</h2>
 <p>Task metrics on the test split (greedy decoding); ablation statistics are micro-averages over
 decoder steps of the analysed test sample (see the ablation runs for bootstrap 95 % intervals).</p>
@@ -270,7 +398,7 @@ decoder steps of the analysed test sample (see the ablation runs for bootstrap 9
 def _markdown(data: StudyData, made: list[tuple[str, str]], table: pd.DataFrame) -> str:
     lines = [f"# Is this model's attention an explanation? — {data.experiment}", "",
              f"Study run `{data.study_id}` (experiment id {data.experiment_id}); rebuild with "
-             f"`attnstudy report --study {data.study_id}`.", "", "## Summary per model", ""]
+             f"`attnstudy report --study {data.study_id}`.", "", *_status_lines(data), "## Summary per model", ""]
     if not table.empty:
         lines.append("| " + " | ".join(table.columns) + " |")
         lines.append("|" + "---|" * len(table.columns))

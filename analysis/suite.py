@@ -52,7 +52,7 @@ class SuiteResult:
         examples: one row per example (``example_id`` and the per-example ablations, e.g.
             global permutation).
         summary: ``ablation/<name>/<stat>`` → finite float (with ``_ci_low``/``_ci_high``,
-            ``n_steps``, ``n_undefined``, ``n_skipped``).
+            ``n_steps``, ``<stat>_n_undefined`` per statistic, ``n_skipped``).
         skipped: ablation → reason it did not run.
     """
 
@@ -291,7 +291,7 @@ def example_sums(rows: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
 
     Returns:
         DataFrame indexed by ``example_id`` (order of first appearance) with columns
-        ``<name>|n``, ``<name>|n_skipped``, ``<name>|n_undefined`` and ``<name>|<stat>|num`` /
+        ``<name>|n``, ``<name>|n_skipped``, ``<name>|<stat>_n_undefined`` and ``<name>|<stat>|num`` /
         ``<name>|<stat>|den`` (a micro-average's numerator and its count of defined rows).
     """
     cols: dict[str, pd.Series] = {}
@@ -302,9 +302,9 @@ def example_sums(rows: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
         skipped = (rows[skip_col].astype("boolean").fillna(False).astype(bool) if skip_col in rows.columns
                    else pd.Series(False, index=rows.index))
         cols[f"{name}|n_skipped"] = skipped.astype(float)
-        if stats_of:
-            cols[f"{name}|n_undefined"] = (rows[list(stats_of.values())].isna().any(axis=1) & ~skipped).astype(float)
         values = {stat: rows[col].astype(float) for stat, col in stats_of.items()}
+        for stat, v in values.items():  # undefined per statistic: τ attn–grad may be, τ grad–LOO not
+            cols[f"{name}|{stat}_n_undefined"] = (v.isna() & ~skipped).astype(float)
         if name == "permutation" and "permutation_n_identity" in rows.columns:
             cols[f"{name}|n_identity"] = rows["permutation_n_identity"].astype(float).fillna(0.0)
         if name == "permutation_global" and {"exact_match_original", "exact_match_permuted"} <= set(stats_of):
@@ -314,14 +314,18 @@ def example_sums(rows: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
             cols[f"{name}|{stat}|den"] = v.notna().astype(float)
         if name == "alignment" and "alignment_n_sure" in rows.columns:
             ok = rows["alignment_n_sure"].notna()
+            linked = ok & rows["alignment_linked"].astype("boolean").fillna(False).astype(bool) \
+                if "alignment_linked" in rows.columns else ok
             heads = sorted({int(m.group(1)) for c in rows.columns
                             if (m := re.match(r"alignment_head(\d+)_n_hyp$", c))})
-            # corpus AER from summed counts (Och & Ney 2003): 1 − (|A∩S| + |A∩P|) / (|A| + |S|)
-            for label, pre in [("aer", "alignment_")] + [(f"aer_head{h}", f"alignment_head{h}_") for h in heads]:
+            # corpus AER from summed counts (Och & Ney 2003): 1 − (|A∩S| + |A∩P|) / (|A| + |S|); standard
+            # over every predicted link, "linked" over the target tokens that have gold links only
+            for label, pre in [("", "alignment_")] + [(f"_head{h}", f"alignment_head{h}_") for h in heads]:
                 num = rows[f"{pre}n_hyp_sure"].astype(float) + rows[f"{pre}n_hyp_possible"].astype(float)
                 den = rows[f"{pre}n_hyp"].astype(float) + rows["alignment_n_sure"].astype(float)
-                cols[f"{name}|{label}|num"] = num.where(ok, 0.0)
-                cols[f"{name}|{label}|den"] = den.where(ok, 0.0)
+                for stat, keep in ((f"aer{label}", ok), (f"aer_linked{label}", linked)):
+                    cols[f"{name}|{stat}|num"] = num.where(keep, 0.0)
+                    cols[f"{name}|{stat}|den"] = den.where(keep, 0.0)
     frame = pd.DataFrame(cols, index=rows.index)
     frame["example_id"] = rows["example_id"].to_numpy()
     return frame.groupby("example_id", sort=False).sum()
@@ -346,9 +350,10 @@ def summary_from_sums(sums: pd.DataFrame, names: Sequence[str], cfg: AblationCon
             continue
         out[f"{key}/n_examples" if SPECS[name].per_example else f"{key}/n_steps"] = float(sums[f"{name}|n"].sum())
         out[f"{key}/n_skipped"] = float(sums[f"{name}|n_skipped"].sum())
-        for extra in ("n_undefined", "n_identity"):
-            if f"{name}|{extra}" in sums.columns:
-                out[f"{key}/{extra}"] = float(sums[f"{name}|{extra}"].sum())
+        for col in sums.columns:
+            extra = col.split("|", 1)[1] if col.startswith(f"{name}|") else ""
+            if extra == "n_identity" or (extra.endswith("_n_undefined") and "|" not in extra):
+                out[f"{key}/{extra}"] = float(sums[col].sum())
         for col in sums.columns:
             parts = col.split("|")
             if len(parts) != 3 or parts[0] != name or parts[2] != "num":

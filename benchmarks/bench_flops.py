@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from analysis._local import example_chunks, n_valid, sub_trace
+from analysis._local import n_valid, sub_trace, trace_chunks
 from analysis.adversarial import _searched_rows, search_adversarial
 from analysis.common import step_generator
 from analysis.interventions import permute
@@ -64,13 +64,15 @@ def perm_work(bm, batches, cfg) -> tuple[list, float, int]:
     for batch in batches:
         tr, ids = batch.trace, batch.example_ids
         nv = n_valid(tr)
-        for idx in example_chunks(tr, cfg.n_permutations):
-            sub = sub_trace(tr, idx)
+        for chunk in trace_chunks(tr, cfg.n_permutations):
+            idx = chunk.rows
+            sub = sub_trace(tr, idx, chunk.start, chunk.stop)
             steps = sub.step_mask & (nv[idx] >= 2)[:, None]
             if not bool(steps.any()):
                 continue
             perm = permute(sub.attention, ~sub.pad_mask, cfg.n_permutations,
-                           lambda b, t, idx=idx, ids=ids: step_generator(cfg.seed, ids[int(idx[b])], t, "permutation"),
+                           lambda b, t, idx=idx, ids=ids, s0=chunk.start: step_generator(
+                               cfg.seed, ids[int(idx[b])], s0 + t, "permutation"),
                            steps)
             calls.append((sub, perm.weights, steps))
             per_step = steps.sum(1)  # real steps per example

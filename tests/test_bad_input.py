@@ -41,11 +41,12 @@ def tsv(tmp: Path, name: str, content: bytes | str) -> Path:
     return p
 
 
-def tsv_experiment(tmp: Path, train: Path) -> Path:
-    good = tsv(tmp, "good.tsv", "abc\tcba\t0-2 1-1 2-0\nab\tba\n")
-    exp = tmp / f"user-{train.stem}.toml"
+def tsv_experiment(tmp: Path, train: Path, tokenization: str = "chars") -> Path:
+    good = tsv(tmp, "good.tsv", "abc\tcba\t0-2 1-1 2-0\nab\tba\t0-1 1-0\n")
+    exp = tmp / f"user-{train.stem}-{tokenization}.toml"
     exp.write_text(f'[experiment]\nname = "user"\n[data]\ntask = "tsv"\ntrain_path = "{train}"\n'
-                   f'dev_path = "{good}"\ntest_path = "{good}"\n[training]\nepochs = 1\n')
+                   f'dev_path = "{good}"\ntest_path = "{good}"\nsource_tokenization = "{tokenization}"\n'
+                   f'target_tokenization = "{tokenization}"\n[training]\nepochs = 1\n')
     return exp
 
 
@@ -61,6 +62,10 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
     nosrc = tsv_experiment(exp, tsv(exp, "nosrc.tsv", "\tcba\n"))
     fields = tsv_experiment(exp, tsv(exp, "fields.tsv", "abc cba\n"))
     missing = tsv_experiment(exp, exp / "does-not-exist.tsv")
+    special = tsv_experiment(exp, tsv(exp, "special.tsv", "a b\tx <eos>\n"), "spaces")
+    on_space = tsv_experiment(exp, tsv(exp, "onspace.tsv", "ab cd\tx y\t2-0\n"))
+    mixed = tsv_experiment(exp, tsv(exp, "mixed.tsv", "abc\tcba\t0-2\nab\tba\t\n"))
+    one_based = tsv_experiment(exp, tsv(exp, "onebased.tsv", "a b\tx y\t1-1 2-2\n"), "spaces")
     no_model_dir = exp / "empty-model"
     no_model_dir.mkdir(exist_ok=True)
     t = str(TINY)
@@ -83,12 +88,28 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
         ("train: tsv not UTF-8", ["train", str(nonutf)], 2, "nonutf.tsv:1: not UTF-8"),
         ("train: tsv empty source", ["train", str(nosrc)], 2, "nosrc.tsv:1: empty source"),
         ("train: tsv wrong fields", ["train", str(fields)], 2, "fields.tsv:1"),
+        ("train: tsv special token", ["train", str(special)], 2, "special.tsv:1: the target holds the token '<eos>'"),
+        ("train: tsv link on a space", ["train", str(on_space)], 2, "points at a space of the source"),
+        ("train: tsv empty alignment among links", ["train", str(mixed)], 2, "mixed.tsv:2: empty alignment field"),
+        ("train: tsv 1-based links", ["train", str(one_based)], 2, "data.alignment_base = 1"),
         ("train: unreachable server", ["train", t, "--set", "experiment.tracking_uri=\"http://127.0.0.1:9\""], 1,
-         "http://127.0.0.1:9 did not answer"),
+         "http://127.0.0.1:9 did not answer within 3 s"),
+        ("train: unreachable server, flag", ["train", t, "--tracking-uri", "http://127.0.0.1:9",
+                                             "--tracking-timeout", "1"], 1, "did not answer within 1 s"),
+        ("train: in-memory store", ["train", t, "--tracking-uri", "sqlite://"], 2, "in-memory store"),
+        ("train: infinite clip norm", ["train", t, "--set", "training.clip_norm=inf"], 2, "training.clip_norm"),
+        ("train: decode factor 1e6", ["train", t, "--set", "training.max_decode_factor=1e6"], 2,
+         "training.max_decode_factor"),
+        ("train: n_train 1e9", ["train", t, "--set", "data.n_train=1000000000"], 2, "data.n_train"),
+        ("train: seed too large", ["train", t, "--set", "experiment.seeds=[1180591620717411303424]"], 2,
+         "experiment.seeds"),
+        ("train: experiment named ..", ["train", t, "--set", "experiment.name=\"..\""], 2, "only dots"),
+        ("train: bad timeout flag", ["train", t, "--tracking-timeout", "0"], 2, "--tracking-timeout"),
         # run
         ("run: unknown key", ["run", t, "--set", "ablation.n_exmples=3"], 2, "unknown key 'ablation.n_exmples'"),
         ("run: unknown ablation", ["run", t, "--set", "ablation.ablations=[\"telepathy\"]"], 2, "telepathy"),
         ("run: missing experiment", ["run", "missing.toml"], 2, "experiment file not found"),
+        ("run: empty ablation list", ["run", t, "--set", "ablation.ablations=[]"], 2, "ablation.ablations"),
         # predict
         ("predict: unknown scheme", ["predict", "s3://m", "abc"], 2, "unknown model URI"),
         ("predict: no such run", ["predict", "runs:/0123456789abcdef", "abc"], 1, "no run with id"),
@@ -99,12 +120,15 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
         # ablate
         ("ablate: unknown ablation", ["ablate", f"runs:/{model_run}", "--ablations", "telepathy"], 2, "telepathy"),
         ("ablate: zero examples", ["ablate", f"runs:/{model_run}", "--n-examples", "0"], 2, "--n-examples"),
+        ("ablate: no ablation named", ["ablate", f"runs:/{model_run}", "--ablations", ","], 2, "names no ablation"),
+        ("ablate: negative seed", ["ablate", f"runs:/{model_run}", "--seed", "-1"], 2, "--seed"),
         ("ablate: no such run", ["ablate", "runs:/0123456789abcdef"], 1, "no run with id"),
         ("ablate: run without a model", ["ablate", f"runs:/{study_run}"], 1, "has no model file"),
         # report
         ("report: unknown experiment", ["report", "--experiment", "nope"], 2, "no experiment named 'nope'"),
         ("report: not a study", ["report", "--study", model_run], 2, "is not a study run"),
         ("report: no such run", ["report", "--study", "0123456789abcdef"], 1, "0123456789abcdef"),
+        ("report: empty study id", ["report", "--study", ""], 2, "--study is empty"),
         # ui
         ("ui: port out of range", ["ui", "--port", "70000"], 2, "--port"),
         # usage
@@ -136,6 +160,31 @@ def test_every_verb_rejects_bad_input_cleanly(tiny_models, store_root, tmp_path)
         counts[verb] = counts.get(verb, 0) + 1
     print("bad inputs per verb:", counts)
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("argv", [["report", "--experiment", "tiny"], ["ablate", "runs:/0123456789abcdef"],
+                                  ["predict", "runs:/0123456789abcdef", "abc"]])
+def test_verbs_that_read_a_store_never_create_one(tmp_path, argv):
+    """``report`` and ``ablate`` run from another folder used to create an empty store there."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = cli(elsewhere, *argv)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert f"no tracking store at sqlite:///{elsewhere / 'mlruns' / 'mlflow.db'}" in lines[0]
+    assert "--tracking-uri" in lines[0] and "ATTNSTUDY_ROOT" in lines[0]
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_bad_environment_variables_are_named(tiny_models, store_root):
+    env = dict(os.environ, ATTNSTUDY_ROOT=str(store_root), ATTNSTUDY_THREADS="abc")
+    out = subprocess.run([sys.executable, "-m", "attnstudy.cli", "predict", f"runs:/{tiny_models[0].run_id}", "ab"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2 and "ATTNSTUDY_THREADS='abc'" in out.stderr and len(out.stderr.splitlines()) == 1
+    env = dict(env, ATTNSTUDY_THREADS="1", ATTNSTUDY_TRACKING_TIMEOUT="soon")
+    out = subprocess.run([sys.executable, "-m", "attnstudy.cli", "report", "--experiment", "tiny"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2 and "ATTNSTUDY_TRACKING_TIMEOUT='soon'" in out.stderr
 
 
 def test_store_that_cannot_be_written_fails_cleanly(tmp_path):

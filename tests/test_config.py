@@ -13,8 +13,8 @@ def test_variants_and_seeds_resolve_to_runs():
     assert [r.name for r in runs] == ["copy/additive-bahdanau/seed1", "copy/additive-bahdanau/seed2",
                                       "copy/none-bahdanau/seed7"]
     assert all(r.model.decoder_hidden == 32 for r in runs)
-    assert runs[0].config_hash() != runs[1].config_hash()
-    assert runs[0].flat_params()["model.attention"] == "additive"
+    assert runs[0].model_key("d") != runs[1].model_key("d")
+    assert runs[0].flat_params()[0]["model.attention"] == "additive"
 
 
 def test_unknown_key_names_key_and_valid_keys():
@@ -52,9 +52,18 @@ def test_overrides_apply_before_validation():
         parse_experiment(BASE, ["models.5.model.flow=luong"])
 
 
-def test_param_longer_than_mlflow_limit_is_rejected():
-    with pytest.raises(ConfigError, match="at most 6000"):
-        parse_experiment({**BASE, "data": {"task": "tsv", "train_path": "x" * 7000, "dev_path": "d", "test_path": "t"}})
+def test_param_longer_than_mlflow_limit_is_shortened_with_its_hash_and_kept_whole():
+    """A value over MLflow's 6,000 characters (e.g. every CLDR locale) used to make the config
+    unloadable; it is logged shortened with its SHA-256, and the full value goes to an artifact."""
+    import hashlib
+
+    locales = [f"xx_{i:05d}" for i in range(800)]  # 800 × 8 chars + quotes: ~9,600 characters
+    cfg = parse_experiment({**BASE, "data": {"task": "dates", "dates_locales": locales}})
+    params, full = cfg.runs()[0].flat_params()
+    value = params["data.dates_locales"]
+    assert len(value) <= 6000 and all(len(v) <= 6000 for v in params.values())
+    assert hashlib.sha256(full["data.dates_locales"].encode()).hexdigest()[:16] in value
+    assert full["data.dates_locales"].startswith('["xx_00000"') and len(full["data.dates_locales"]) > 9000
 
 
 def test_load_experiment_file_errors(tmp_path):
@@ -76,3 +85,90 @@ def test_shipped_experiments_validate(name):
 
     cfg = load_experiment(Path(__file__).parents[1] / "experiments" / f"{name}.toml")
     assert cfg.runs()
+
+
+# --- the model key: used fields, schema version, data digest ------------------------------------
+
+
+def _spec(**sections):
+    from attnstudy.config import RunSpec
+
+    return RunSpec(experiment="e", seed=1, **{k: sections.get(k, {}) for k in ("data", "model", "training")})
+
+
+def test_params_and_key_hold_only_the_fields_the_task_and_architecture_use():
+    g2p = _spec(data={"task": "g2p"}, model={"attention": "dot", "decoder_hidden": 256})
+    params, _ = g2p.flat_params()
+    assert "data.split_salt" in params and not any(k.startswith("data.dates_") for k in params)
+    assert "model.attention_dim" not in params and "model.heads" not in params  # dot uses neither
+    assert "training.decrease_factor" not in params  # constant learning rate: no schedule settings
+    # a field the task does not use changes nothing
+    other = _spec(data={"task": "g2p", "dates_locales": ["de_DE"], "vocab_size": 7},
+                  model={"attention": "dot", "decoder_hidden": 256, "heads": 8})
+    assert other.model_key("d") == g2p.model_key("d")
+    assert g2p.model_key("d") != g2p.model_key("e")  # the data digest is part of the key
+    assert _spec(training={"threads": 4}).model_key("d") == _spec().model_key("d")
+    assert _spec(training={"lr": 0.002}).model_key("d") != _spec().model_key("d")
+
+
+def test_a_field_added_later_at_its_neutral_default_keeps_every_key():
+    from pydantic import Field
+
+    from attnstudy.config import RunSpec, TrainingConfig
+
+    class LaterTraining(TrainingConfig):  # what adding a field with a behaviour-preserving default looks like
+        warmup_steps: int = Field(0, json_schema_extra={"key_neutral": 0})
+
+    class LaterSpec(RunSpec):
+        training: LaterTraining
+
+    base = _spec()
+    later = LaterSpec(experiment="e", seed=1, data={}, model={}, training={})
+    assert later.model_key("d") == base.model_key("d")
+    assert LaterSpec(experiment="e", seed=1, data={}, model={}, training={"warmup_steps": 5}).model_key("d") != \
+        base.model_key("d")
+
+
+def test_stored_configs_of_schema_1_migrate():
+    import json
+
+    from attnstudy.config import SCHEMA_VERSION, load_run_spec, migrate_run_config
+
+    old = {"experiment": "x", "seed": 1, "data": {"task": "tsv", "tokenization": "chars", "train_path": "a",
+                                                   "dev_path": "b", "test_path": "c"}, "model": {}, "training": {}}
+    spec = load_run_spec(json.dumps(old))
+    assert spec.schema_version == SCHEMA_VERSION
+    assert (spec.data.source_tokenization, spec.data.target_tokenization) == ("chars", "chars")
+    assert spec.data.g2p_split_key == "word"  # schema 1 did not group apostrophe forms
+    assert migrate_run_config({**old, "data": {"task": "copy"}})["data"]["source_tokenization"] == "chars"
+    with pytest.raises(ValueError, match="newer than this attnstudy"):
+        load_run_spec(json.dumps({**old, "schema_version": SCHEMA_VERSION + 1}))
+
+
+def test_old_tokenization_setting_still_works_for_experiment_files():
+    cfg = parse_experiment({**BASE, "data": {"task": "tsv", "train_path": "a", "dev_path": "b", "test_path": "c",
+                                             "tokenization": "chars"}})
+    d = cfg.runs()[0].data
+    assert (d.source_tokenization, d.target_tokenization) == ("chars", "chars")
+    with pytest.raises(ConfigError, match="data.tokenization is replaced"):
+        parse_experiment({**BASE, "data": {"tokenization": "chars", "source_tokenization": "spaces"}})
+
+
+@pytest.mark.parametrize(("override", "needle"), [
+    ("training.clip_norm=inf", "training.clip_norm"),
+    ("training.max_decode_factor=inf", "training.max_decode_factor"),
+    ("training.max_decode_factor=1000000", "training.max_decode_factor"),
+    ("training.lr=nan", "training.lr"),
+    ("experiment.seeds=[1180591620717411303424]", "experiment.seeds"),
+    ("experiment.seeds=[-1]", "experiment.seeds"),
+    ("ablation.ablations=[]", "ablation.ablations"),
+    ("data.n_train=1000000000", "data.n_train"),
+    ("data.n_train=2000000", "tokens"),  # synthetic: 2·10⁶ × 30 tokens is over the budget
+    ('experiment.name=".."', "only dots"),
+    ('experiment.tracking_uri="sqlite://"', "in-memory"),
+    ('experiment.tracking_uri="sqlite:///:memory:"', "in-memory"),
+    ("data.min_len=40", "data: min_len (40) is larger than max_len (30)"),
+])
+def test_values_that_would_fail_after_the_store_is_touched_are_refused(override, needle):
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        parse_experiment(BASE, [override])

@@ -7,6 +7,7 @@ analysis suite and tracking. Everything here takes validated configs.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import tempfile
 import time
@@ -18,37 +19,96 @@ import torch
 
 from .config import AblationConfig, ExperimentConfig, RunSpec
 from .data.dates import is_heldout
-from .data.tasks import DataError, Splits, load_task, tokenize
-from .data.vocab import Vocab
+from .data.tasks import DataError, Splits, load_task, source_key, splits_digest, tokenize
+from .data.vocab import SPECIALS, Vocab
 from .metrics import evaluate, per_example
 from .models.io import LoadedModel, load_model_dir, save_model_dir
+from .notices import notice
 from .tracking import Tracker, git_commit, project_root
 from .training import early_stopping_metric, evaluate_split, max_decode_len, train
 
 
 @dataclass
 class ModelRun:
-    """A trained model in the store."""
+    """A trained model in the store.
+
+    Attributes:
+        run_id: its MLflow run.
+        spec: its config.
+        reused: True if an earlier finished run was reused instead of training.
+        metrics: its final metrics.
+        key: the model key (:meth:`RunSpec.model_key`).
+        reason: why it was reused (empty when trained).
+    """
 
     run_id: str
     spec: RunSpec
     reused: bool
     metrics: dict[str, float] = field(default_factory=dict)
+    key: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """A task's materialised data and what is derived from it.
+
+    Attributes:
+        splits: train/dev/test examples.
+        src_vocab, tgt_vocab: vocabularies of the training split.
+        digest: :func:`attnstudy.data.tasks.splits_digest` of the splits (part of the model key).
+        unknown: per ``<split>/<source|target>`` of dev and test, the number of tokens outside the
+            training vocabulary (they become ``<unk>``) and ``…_tokens`` the number of tokens.
+    """
+
+    splits: Splits
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    digest: str
+    unknown: dict[str, int]
+
+
+UNKNOWN_WARN_RATE = 0.01
+"""Share of a dev/test field's tokens outside the training vocabulary above which a notice is printed."""
 
 
 @functools.lru_cache(maxsize=8)
-def _load_splits(data_json: str) -> Splits:
+def _task_data(source_key: str) -> TaskData:
     from .config import DataConfig
 
-    return load_task(DataConfig.model_validate_json(data_json))
+    cfg = DataConfig.model_validate_json(json.loads(source_key)["config"])
+    splits = load_task(cfg)
+    try:
+        src_vocab = Vocab.build(ex.src for ex in splits.train)
+        tgt_vocab = Vocab.build(ex.tgt for ex in splits.train)
+    except ValueError as err:
+        raise DataError(f"task {cfg.task!r}: {err}") from None
+    unknown: dict[str, int] = {}
+    for split in ("dev", "test"):
+        for side, vocab in (("source", src_vocab), ("target", tgt_vocab)):
+            tokens = [t for ex in getattr(splits, split) for t in (ex.src if side == "source" else ex.tgt)]
+            n_unk = vocab.count_unknown(tokens)
+            unknown[f"{split}/{side}"], unknown[f"{split}/{side}_tokens"] = n_unk, len(tokens)
+            if tokens and n_unk / len(tokens) > UNKNOWN_WARN_RATE:
+                notice(f"{split} split: {n_unk:,} of {len(tokens):,} {side} tokens "
+                       f"({100 * n_unk / len(tokens):.1f} %) are not in the training vocabulary and become <unk>")
+    return TaskData(splits, src_vocab, tgt_vocab, splits_digest(splits), unknown)
+
+
+def task_data(spec: RunSpec) -> TaskData:
+    """The task's data for ``spec``, cached in-process on the used data fields and (for TSV) the
+    SHA-256 of the files' bytes, so a file replaced in place is read again.
+
+    Raises:
+        DataError: a data problem (file, line and what to do).
+    """
+    return _task_data(source_key(spec.data))
 
 
 def load_data(spec: RunSpec) -> tuple[Splits, Vocab, Vocab]:
-    """The task's splits and vocabularies built from its training split (cached per data config)."""
-    splits = _load_splits(spec.data.model_dump_json())
-    src_vocab = Vocab.build(ex.src for ex in splits.train)
-    tgt_vocab = Vocab.build(ex.tgt for ex in splits.train)
-    return splits, src_vocab, tgt_vocab
+    """The task's splits and the vocabularies built from its training split (see :func:`task_data`)."""
+    d = task_data(spec)
+    return d.splits, d.src_vocab, d.tgt_vocab
 
 
 def registered_name(spec: RunSpec) -> str:
@@ -56,42 +116,60 @@ def registered_name(spec: RunSpec) -> str:
     return f"{spec.experiment}-{spec.data.task}-{spec.model.attention}-{spec.model.flow}"
 
 
-def _run_tags(spec: RunSpec, study_id: str | None, kind: str) -> dict[str, str]:
+def _run_tags(spec: RunSpec, study_id: str | None, kind: str, key: str, digest: str) -> dict[str, str]:
     tags = {"kind": kind, "task": spec.data.task, "attention": spec.model.attention, "flow": spec.model.flow,
-            "seed": str(spec.seed), "config_hash": spec.config_hash(), "git_commit": git_commit(),
-            "experiment": spec.experiment}
+            "seed": str(spec.seed), "model_key": key, "data_digest": digest, "git_commit": git_commit(),
+            "experiment": spec.experiment, "schema_version": str(spec.schema_version)}
     if study_id:
         tags["study_id"] = study_id
         tags["study_ids"] = study_id
     return tags
 
 
+def model_key(spec: RunSpec) -> str:
+    """:meth:`RunSpec.model_key` with the digest of the spec's data (loads the data, cached)."""
+    return spec.model_key(task_data(spec).digest)
+
+
 def train_spec(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: str | None = None,
                retrain: bool = False, resume: bool = False, progress: bool = True) -> ModelRun:
-    """Train one model (or reuse a finished run with the same config hash) and log it.
+    """Train one model (or reuse a finished run with the same model key) and log it.
+
+    The model key (:meth:`RunSpec.model_key`) covers the used config fields and the data digest;
+    a finished run with that key whose model files are in the store is reused (``ModelRun.reason``
+    says which run and why).
 
     Raises:
         DataError: bad data. TrackingError: store problems. KeyboardInterrupt: the run is marked
         KILLED and the last complete checkpoint is kept for ``resume``.
     """
-    h = spec.config_hash()
+    data = task_data(spec)
+    splits, src_vocab, tgt_vocab = data.splits, data.src_vocab, data.tgt_vocab
+    key = spec.model_key(data.digest)
     if not retrain:
-        existing = tracker.find_finished_model(experiment_id, h)
+        existing = tracker.find_finished_model(experiment_id, key)
         if existing is not None:
             if study_id:
                 ids = set(filter(None, existing.data.tags.get("study_ids", "").split(","))) | {study_id}
                 tracker.set_tags(existing.info.run_id, {"study_ids": ",".join(sorted(ids))})
-            return ModelRun(existing.info.run_id, spec, True, dict(existing.data.metrics))
-    splits, src_vocab, tgt_vocab = load_data(spec)
-    run_id = tracker.start_run(experiment_id, spec.name, _run_tags(spec, study_id, "model"), study_id)
+            reason = (f"finished run {existing.info.run_id} has the same model key {key} "
+                      f"(same used config fields and seed, data digest {data.digest[:12]})")
+            return ModelRun(existing.info.run_id, spec, True, dict(existing.data.metrics), key, reason)
+    run_id = tracker.start_run(experiment_id, spec.name, _run_tags(spec, study_id, "model", key, data.digest),
+                               study_id)
     with tracker.active(run_id):
-        tracker.log_params(run_id, spec.flat_params())
+        params, full = spec.flat_params()
+        tracker.log_params(run_id, params)
+        if full:
+            tracker.log_text(run_id, json.dumps(full, indent=2), "params_full.json")
         tracker.log_params(run_id, {"data.n_train_examples": len(splits.train), "data.n_dev_examples": len(splits.dev),
                                     "data.n_test_examples": len(splits.test), "src_vocab_size": len(src_vocab),
-                                    "tgt_vocab_size": len(tgt_vocab),
+                                    "tgt_vocab_size": len(tgt_vocab), "data.digest": data.digest,
                                     "training.early_stopping_metric": early_stopping_metric(spec)})
+        tracker.log_metrics(run_id, {f"data/{k}_unknown" if not k.endswith("_tokens") else f"data/{k}": v
+                                     for k, v in data.unknown.items()})
         tracker.log_text(run_id, spec.model_dump_json(indent=2), "config.json")
-        ckpt_dir = project_root() / "mlruns" / "checkpoints" / h
+        ckpt_dir = project_root() / "mlruns" / "checkpoints" / key
         result = train(spec, splits, src_vocab, tgt_vocab, ckpt_dir, resume=resume, progress=progress,
                        on_epoch=lambda epoch, m: tracker.log_metrics(run_id, m, step=epoch))
         final: dict[str, float] = {"train/seconds": result.seconds, "train/best_epoch": result.best_epoch,
@@ -114,7 +192,7 @@ def train_spec(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: st
         # the model files are kept locally first, so a tracking failure loses no trained model
         model_dir = save_model_dir(ckpt_dir / "model", result.model, spec, src_vocab, tgt_vocab)
         tracker.log_model_dir(run_id, model_dir, registered_name(spec))
-    return ModelRun(run_id, spec, False, final)
+    return ModelRun(run_id, spec, False, final, key, "")
 
 
 def heldout_metrics(hyps: list[list[str]], test: list) -> dict[str, float]:
@@ -131,11 +209,34 @@ def heldout_metrics(hyps: list[list[str]], test: list) -> dict[str, float]:
     return out
 
 
+def open_tracker(cfg: ExperimentConfig) -> Tracker:
+    """The experiment's store, opened in the order a study needs: a tracking server is checked
+    (read-only) first, then every variant's data is loaded and checked, and only then is the store
+    opened (a local one is created if missing), so bad data or an unreachable server changes nothing.
+
+    Raises:
+        TrackingError: the server did not answer. DataError: bad data (nothing was written).
+    """
+    from .tracking import check_server, default_tracking_uri, resolve_timeout
+
+    uri = cfg.experiment.tracking_uri or default_tracking_uri()
+    timeout = resolve_timeout(cfg.experiment.tracking_timeout)
+    check_server(uri, timeout)
+    check_data(cfg)
+    return Tracker(uri, timeout)
+
+
 def train_experiment(cfg: ExperimentConfig, tracker: Tracker | None = None, study_id: str | None = None,
                      retrain: bool = False, resume: bool = False, progress: bool = True) -> list[ModelRun]:
-    """Train (or reuse) every model of an experiment. Returns one :class:`ModelRun` per spec."""
-    check_data(cfg)
-    tracker = tracker or Tracker(cfg.experiment.tracking_uri, cfg.experiment.tracking_timeout)
+    """Train (or reuse) every model of an experiment. Returns one :class:`ModelRun` per spec.
+
+    Raises:
+        DataError, TrackingError: before anything is written (see :func:`open_tracker`).
+    """
+    if tracker is None:
+        tracker = open_tracker(cfg)
+    else:
+        check_data(cfg)
     exp_id = tracker.experiment_id(cfg.experiment.name)
     return [train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress) for spec in cfg.runs()]
 
@@ -162,7 +263,7 @@ def load_model(uri: str, tracker: Tracker | None = None) -> tuple[str, LoadedMod
     """
     if Path(uri).is_dir():
         return "", load_model_dir(uri)
-    tracker = tracker or Tracker()
+    tracker = tracker or Tracker(create=False)
     with tempfile.TemporaryDirectory() as tmp:
         run_id, local = tracker.download_model_dir(uri, tmp)
         return run_id, load_model_dir(local)
@@ -171,7 +272,7 @@ def load_model(uri: str, tracker: Tracker | None = None) -> tuple[str, LoadedMod
 def tokenizations(spec: RunSpec) -> tuple[str, str]:
     """How raw source text is split and how output tokens are joined: (source, target)."""
     if spec.data.task == "tsv":
-        return spec.data.tokenization, spec.data.tokenization
+        return spec.data.source_tokenization, spec.data.target_tokenization
     if spec.data.task == "g2p":
         return "chars", "spaces"
     tok = "chars" if spec.data.vocab_size <= 52 else "spaces"
@@ -200,6 +301,13 @@ def predict_loaded(loaded: LoadedModel, inputs: list[str], beam_size: int = 1, w
         tokens = tokenize(text.lower() if spec.data.task == "g2p" else text, tok)
         if not tokens:
             raise DataError(f"empty input {text!r}: give at least one token")
+        if len(tokens) > spec.data.max_source_len:
+            raise DataError(f"an input has {len(tokens):,} tokens, more than the model's data.max_source_len = "
+                            f"{spec.data.max_source_len:,}; shorten it")
+        specials = sorted(set(tokens) & set(SPECIALS))
+        if specials:
+            raise DataError(f"an input holds the special token(s) {specials}, which the model reserves; "
+                            "remove them from the input")
         ex = Example(id="input", src=tuple(tokens), tgt=("<unk>",))
         batch = collate([ex], loaded.src_vocab, loaded.tgt_vocab)
         max_len = max_decode_len(spec, len(tokens))
@@ -223,10 +331,35 @@ def predict_loaded(loaded: LoadedModel, inputs: list[str], beam_size: int = 1, w
     return results
 
 
-def predict(uri: str, inputs: list[str], beam_size: int = 1, with_attention: bool = False) -> list[dict]:
+def predict(uri: str, inputs: list[str], beam_size: int = 1, with_attention: bool = False,
+            tracker: Tracker | None = None) -> list[dict]:
     """Load a model (see :func:`load_model`) and decode ``inputs`` (see :func:`predict_loaded`)."""
-    _, loaded = load_model(uri)
+    _, loaded = load_model(uri, tracker)
     return predict_loaded(loaded, inputs, beam_size, with_attention)
+
+
+def checked_task_data(loaded: LoadedModel, trained_digest: str | None, where: str) -> TaskData:
+    """The data of a stored model's task, refused if it is not the data the model was trained on.
+
+    Args:
+        loaded: the model (its stored config names the data).
+        trained_digest: the data digest recorded when it was trained (None for older runs, which
+            are checked through their vocabularies only).
+        where: the model's URI, for the message.
+
+    Raises:
+        DataError: the data changed since training (another digest, or other vocabularies).
+    """
+    data = task_data(loaded.spec)
+    changed = (trained_digest is not None and trained_digest != data.digest) or \
+        data.src_vocab != loaded.src_vocab or data.tgt_vocab != loaded.tgt_vocab
+    if changed:
+        raise DataError(
+            f"{where}: the data of task {loaded.spec.data.task!r} changed since this model was trained "
+            f"(data digest {data.digest[:12]}, trained on {str(trained_digest)[:12]}); its test examples would "
+            "not be the ones it was evaluated on: restore the data or train again"
+        )
+    return data
 
 
 def ablate_run(model_run_id: str, loaded: LoadedModel, cfg: AblationConfig, tracker: Tracker,
@@ -240,10 +373,13 @@ def ablate_run(model_run_id: str, loaded: LoadedModel, cfg: AblationConfig, trac
     from analysis.suite import run_suite
 
     spec = loaded.spec
-    splits = _load_splits(spec.data.model_dump_json())
-    examples = splits.test[: cfg.n_examples]
-    exp_id = tracker.get_run(model_run_id).info.experiment_id
-    tags = _run_tags(spec, study_id, "ablation") | {"source_run_id": model_run_id}
+    model_run = tracker.get_run(model_run_id)
+    data = checked_task_data(loaded, model_run.data.tags.get("data_digest"), f"runs:/{model_run_id}")
+    examples = data.splits.test[: cfg.n_examples]
+    exp_id = model_run.info.experiment_id
+    key = model_run.data.tags.get("model_key") or spec.model_key(data.digest)
+    tags = _run_tags(spec, study_id, "ablation", key, data.digest) | {
+        "source_run_id": model_run_id, "ablation_key": ablation_key(cfg)}
     run_id = tracker.start_run(exp_id, f"{spec.name}/ablations", tags, model_run_id)
     with tracker.active(run_id):
         tracker.log_params(run_id, {f"ablation.{k}": (json.dumps(v) if isinstance(v, list) else str(v))
@@ -273,48 +409,162 @@ def ablate_run(model_run_id: str, loaded: LoadedModel, cfg: AblationConfig, trac
 def ablate(uri: str, cfg: AblationConfig | None = None, tracker: Tracker | None = None, progress: bool = True):
     """Load a model from the store and run the ablation suite on it (nested run under the model).
 
+    An ad-hoc ablation belongs to no study: it never changes a study's report.
+
     Returns:
         (ablation run id, SuiteResult).
     """
-    tracker = tracker or Tracker()
+    tracker = tracker or Tracker(create=False)
     run_id, loaded = load_model(uri, tracker)
     if not run_id:
         raise ValueError("ablate needs a model in the tracking store (runs:/… or models:/…)")
-    study_id = tracker.get_run(run_id).data.tags.get("study_id")
-    return ablate_run(run_id, loaded, cfg or AblationConfig(), tracker, study_id, progress)
+    return ablate_run(run_id, loaded, cfg or AblationConfig(), tracker, None, progress)
+
+
+@dataclass
+class Failure:
+    """One part of a study that failed: which variant, in which phase, and why."""
+
+    name: str
+    phase: str
+    error: str
+    run_id: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.phase}: {self.error})"
+
+
+@dataclass
+class StudyResult:
+    """What :func:`run` did.
+
+    Attributes:
+        study_run_id: the study run.
+        models: the trained or reused models.
+        ablations: model run id → ablation run id.
+        report: path of report.html, or None.
+        failures: what failed (the study run is then FAILED).
+        resumed: True if an interrupted study was continued.
+    """
+
+    study_run_id: str
+    models: list[ModelRun] = field(default_factory=list)
+    ablations: dict[str, str] = field(default_factory=dict)
+    report: Path | None = None
+    failures: list[Failure] = field(default_factory=list)
+    resumed: bool = False
+
+    def __getitem__(self, key: str):  # dict-style access, as earlier versions returned a dict
+        return {"study_run_id": self.study_run_id, "models": self.models, "ablations": self.ablations,
+                "report": self.report}[key]
+
+
+class StudyFailedError(RuntimeError):
+    """Some variants of a study failed; the others ran. ``result`` holds everything."""
+
+    def __init__(self, result: StudyResult):
+        self.result = result
+        n = len(result.failures)
+        super().__init__(f"{n} part(s) of the study failed: " + "; ".join(map(str, result.failures)))
+
+
+def _error_text(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:300]}" if text else type(err).__name__
+
+
+def study_key(cfg: ExperimentConfig, keys: list[str]) -> str:
+    """A study's identity for ``--resume``: the experiment name, its models' keys and the ablation config."""
+    blob = json.dumps({"experiment": cfg.experiment.name, "models": keys,
+                       "ablation": cfg.ablation.model_dump(mode="json")}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def ablation_key(cfg: AblationConfig) -> str:
+    """Key of an ablation configuration (a finished ablation run of a resumed study is reused on it)."""
+    return hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()[:16]
 
 
 def run(cfg: ExperimentConfig, retrain: bool = False, progress: bool = True, config_text: str | None = None,
-        report: bool = True) -> dict:
+        report: bool = True, resume: bool = False) -> StudyResult:
     """The main job: a study run that trains what is missing, ablates every model, and reports.
 
+    Config and data of every variant are checked before anything is written. A runtime failure of
+    one variant (training or ablation) is isolated: its run is FAILED and tagged with the error,
+    the other variants go on, the report is still built, and the study run ends FAILED with
+    ``study/n_ok`` / ``study/n_failed`` and the list. Ctrl-C (or SIGTERM) stops the whole study
+    (KILLED). With ``resume``, the newest interrupted study of the same experiment, models and
+    ablation settings is continued: finished models and their finished ablations are reused, an
+    interrupted training resumes from its checkpoint.
+
     Returns:
-        dict with ``study_run_id``, ``models`` (ModelRun list), ``ablations`` (run ids) and
-        ``report`` (path or None).
+        :class:`StudyResult`.
+
+    Raises:
+        DataError, TrackingError: before anything is written.
+        StudyFailedError: some variants failed (its ``result`` holds what was done).
     """
-    check_data(cfg)
-    tracker = Tracker(cfg.experiment.tracking_uri, cfg.experiment.tracking_timeout)
+    tracker = open_tracker(cfg)
     exp_id = tracker.experiment_id(cfg.experiment.name)
-    study_id = tracker.start_run(exp_id, f"{cfg.experiment.name}/study",
-                                 {"kind": "study", "experiment": cfg.experiment.name, "git_commit": git_commit()})
+    specs = cfg.runs()
+    skey = study_key(cfg, [model_key(spec) for spec in specs])
+    akey = ablation_key(cfg.ablation)
+    study_id = tracker.find_resumable_study(exp_id, skey) if resume else None
+    resumed = study_id is not None
+    if resumed:
+        tracker.reopen_run(study_id)
+    else:
+        study_id = tracker.start_run(exp_id, f"{cfg.experiment.name}/study",
+                                     {"kind": "study", "experiment": cfg.experiment.name, "git_commit": git_commit(),
+                                      "study_key": skey})
+    result = StudyResult(study_id, resumed=resumed)
     with tracker.active(study_id):
         tracker.set_tags(study_id, {"study_id": study_id})
         if config_text:
             tracker.log_text(study_id, config_text, "experiment.toml")
         tracker.log_text(study_id, cfg.model_dump_json(indent=2), "experiment.json")
-        models = [train_spec(spec, tracker, exp_id, study_id, retrain, progress=progress) for spec in cfg.runs()]
-        ablations = {}
-        for m in models:
-            _, loaded = load_model(f"runs:/{m.run_id}", tracker)
-            ablations[m.run_id], _ = ablate_run(m.run_id, loaded, cfg.ablation, tracker, study_id, progress)
-        tracker.set_tags(study_id, {"model_run_ids": ",".join(m.run_id for m in models)})
-        _seed_variance(models, cfg.ablation, tracker, study_id)
-        report_path = None
+
+        def record() -> None:
+            tracker.set_tags(study_id, {
+                "model_run_ids": ",".join(m.run_id for m in result.models),
+                "ablation_run_ids": ",".join(result.ablations.values()),
+                "failed_run_ids": ",".join(f.run_id for f in result.failures if f.run_id)})
+
+        for spec in specs:
+            try:
+                result.models.append(train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress))
+            except Exception as err:  # isolated: the run is FAILED with the error; the others go on
+                result.failures.append(Failure(spec.name, "training", _error_text(err), getattr(err, "failed_run_id", None)))
+            record()
+        done = tracker.finished_ablations(study_id, akey) if resumed else {}
+        for m in result.models:
+            if m.run_id in done:
+                result.ablations[m.run_id] = done[m.run_id]
+                continue
+            try:
+                _, loaded = load_model(f"runs:/{m.run_id}", tracker)
+                result.ablations[m.run_id], _ = ablate_run(m.run_id, loaded, cfg.ablation, tracker, study_id,
+                                                           progress)
+            except Exception as err:
+                result.failures.append(Failure(m.spec.name, "ablation", _error_text(err), getattr(err, "failed_run_id", None)))
+            record()
+        try:
+            _seed_variance(result.models, cfg.ablation, tracker, study_id)
+        except Exception as err:
+            result.failures.append(Failure("seed variance", "analysis", _error_text(err)))
+        n_ok = len(specs) - len({f.name for f in result.failures if f.phase in ("training", "ablation")})
+        tracker.log_metrics(study_id, {"study/n_ok": n_ok, "study/n_failed": len(specs) - n_ok})
         if report:
             from analysis.report import build_report
 
-            report_path = build_report(tracker, study_id)
-    return {"study_run_id": study_id, "models": models, "ablations": ablations, "report": report_path}
+            try:
+                result.report = build_report(tracker, study_id)
+            except Exception as err:
+                result.failures.append(Failure("report", "report", _error_text(err)))
+        if result.failures:
+            tracker.set_tags(study_id, {"failed": "; ".join(map(str, result.failures))[:5000]})
+            raise StudyFailedError(result)
+    return result
 
 
 def _seed_variance(models: list[ModelRun], cfg: AblationConfig, tracker: Tracker, study_id: str) -> None:
@@ -325,7 +575,7 @@ def _seed_variance(models: list[ModelRun], cfg: AblationConfig, tracker: Tracker
 
     groups: dict[str, list[ModelRun]] = {}
     for m in models:
-        groups.setdefault(m.spec.model_copy(update={"seed": 0}).config_hash(), []).append(m)
+        groups.setdefault(model_key(m.spec.model_copy(update={"seed": 0})), []).append(m)
     tables, metrics = [], {}
     for runs in groups.values():
         if len(runs) < 2:
@@ -335,7 +585,7 @@ def _seed_variance(models: list[ModelRun], cfg: AblationConfig, tracker: Tracker
             continue
         if not loaded[0].model.has_attention:
             continue
-        examples = _load_splits(runs[0].spec.data.model_dump_json()).test[: cfg.n_examples]
+        examples = task_data(runs[0].spec).splits.test[: cfg.n_examples]
         table = seed_variance([lm.model for lm in loaded], examples, loaded[0].src_vocab, loaded[0].tgt_vocab,
                               seeds=[m.spec.seed for m in runs])
         spec = runs[0].spec
@@ -354,10 +604,10 @@ def report(study_id: str | None = None, experiment: str | None = None, out_dir: 
     """Build the report of a study (default: the latest study of ``experiment``, default quickstart).
 
     Raises:
-        LookupError: no such experiment or study run.
+        LookupError: no such experiment or study run, or no store.
     """
     from analysis.report import build_report, latest_study
 
-    tracker = tracker or Tracker()
+    tracker = tracker or Tracker(create=False)
     study_id = study_id or latest_study(tracker, experiment or "quickstart")
     return build_report(tracker, study_id, out_dir)

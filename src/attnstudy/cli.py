@@ -8,12 +8,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
 from pathlib import Path
 
-from .config import ABLATIONS, AblationConfig, ConfigError, ExperimentConfig, load_experiment
+from pydantic import ValidationError
+
+from .config import (
+    ABLATIONS,
+    AblationConfig,
+    ConfigError,
+    ExperimentConfig,
+    check_tracking_uri,
+    describe_error,
+    load_experiment,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -32,21 +43,32 @@ def build_parser() -> argparse.ArgumentParser:
                 "attention explains their output (Jain & Wallace 2019 style ablations, tracked in MLflow).")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
+    def add_tracking(sp):
+        sp.add_argument("--tracking-uri", metavar="URI", default=None,
+                        help="tracking store: sqlite:///PATH/mlflow.db or http(s)://server (default: the "
+                             "experiment's, else $MLFLOW_TRACKING_URI, else <project>/mlruns/mlflow.db)")
+        sp.add_argument("--tracking-timeout", metavar="SECONDS", type=float, default=None,
+                        help="seconds to wait for a tracking server (default: the experiment's, else 10)")
+
     def add_common(sp, experiment=True):
         if experiment:
             sp.add_argument("experiment", help="experiment TOML file (see experiments/)")
             sp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                             help="override a config value, e.g. --set training.epochs=3 (repeatable)")
         sp.add_argument("--quiet", action="store_true", help="no progress bars")
+        add_tracking(sp)
 
     sp = sub.add_parser("train", help="train every model of an experiment (reusing finished runs)")
     add_common(sp)
-    sp.add_argument("--retrain", action="store_true", help="train even if a finished run has the same config hash")
+    sp.add_argument("--retrain", action="store_true", help="train even if a finished run has the same model key")
     sp.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint")
 
     sp = sub.add_parser("run", help="the main job: train what is missing, ablate every model, report")
     add_common(sp)
-    sp.add_argument("--retrain", action="store_true", help="train even if a finished run has the same config hash")
+    sp.add_argument("--retrain", action="store_true", help="train even if a finished run has the same model key")
+    sp.add_argument("--resume", action="store_true",
+                    help="continue the newest interrupted study of this experiment: finished models and "
+                         "ablations are reused, an interrupted training resumes from its checkpoint")
     sp.add_argument("--no-report", action="store_true", help="skip building the report")
 
     sp = sub.add_parser("predict", help="decode inputs with a stored model")
@@ -55,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--attention", action="store_true", help="also print the attention matrix")
     sp.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
     sp.add_argument("--json", action="store_true", help="print JSON lines")
+    add_tracking(sp)
 
     sp = sub.add_parser("ablate", help="run the ablation battery on a stored model")
     sp.add_argument("model_uri", help="runs:/<run_id>, models:/<name>/<version> or models:/<name>@<alias>")
@@ -64,24 +87,31 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--prefix", choices=["greedy", "reference"], default=None, help="prefix policy (default greedy)")
     sp.add_argument("--seed", type=int, default=None, help="ablation seed (default 0)")
     sp.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_tracking(sp)
 
     sp = sub.add_parser("report", help="build the HTML + Markdown report of a study from the tracking store")
     g = sp.add_mutually_exclusive_group()
     g.add_argument("--study", metavar="RUN_ID", help="the study run (default: the latest of the experiment)")
     g.add_argument("--experiment", metavar="NAME", help="experiment name (default: quickstart)")
     sp.add_argument("--out", metavar="DIR", help="output folder (default: reports/<experiment>/)")
+    add_tracking(sp)
 
     sp = sub.add_parser("ui", help="start the MLflow UI for the project's store")
     sp.add_argument("--port", type=int, default=5000, help="port (default 5000)")
     sp.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     sp.add_argument("--experiment", default="quickstart", help="experiment whose runs view to open")
+    sp.add_argument("--tracking-uri", metavar="URI", default=None,
+                    help="the SQLite store to serve: sqlite:///PATH/mlflow.db (default: $MLFLOW_TRACKING_URI, "
+                         "else <project>/mlruns/mlflow.db)")
     return p
 
 
 def _ablation_config(args) -> AblationConfig:
-    values = {}
-    if args.ablations:
+    values: dict = {}
+    if args.ablations is not None:
         names = [a.strip() for a in args.ablations.split(",") if a.strip()]
+        if not names:
+            raise UsageError(f"--ablations {args.ablations!r} names no ablation; valid: {', '.join(ABLATIONS)}")
         unknown = [a for a in names if a not in ABLATIONS]
         if unknown:
             raise UsageError(f"unknown ablation {unknown[0]!r}; valid: {', '.join(ABLATIONS)}")
@@ -93,63 +123,106 @@ def _ablation_config(args) -> AblationConfig:
     if args.prefix:
         values["prefix"] = args.prefix
     if args.seed is not None:
+        if not 0 <= args.seed < 2**63:
+            raise UsageError(f"--seed must be in [0, 2^63), got {args.seed}")
         values["seed"] = args.seed
-    return AblationConfig(**values)
+    try:
+        return AblationConfig(**values)
+    except ValidationError as err:
+        raise UsageError(describe_error(err)) from None
+
+
+def _threads(cfg: ExperimentConfig | None) -> int:
+    if cfg is not None:
+        return cfg.runs()[0].training.threads
+    env = os.environ.get("ATTNSTUDY_THREADS", "1")
+    if not env.isdigit() or not 1 <= int(env) <= 256:
+        raise UsageError(f"ATTNSTUDY_THREADS={env!r} is not a thread count in 1..256")
+    return int(env)
+
+
+def _tracking_overrides(args, cfg: ExperimentConfig | None) -> ExperimentConfig | None:
+    """Apply --tracking-uri / --tracking-timeout to the experiment (they win over its file)."""
+    uri, timeout = getattr(args, "tracking_uri", None), getattr(args, "tracking_timeout", None)
+    if timeout is not None and not 0 < timeout <= 3600:
+        raise UsageError(f"--tracking-timeout must be in (0, 3600] seconds, got {timeout:g}")
+    if uri is not None:
+        try:
+            check_tracking_uri(uri)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+    if cfg is None or (uri is None and timeout is None):
+        return cfg
+    meta = cfg.experiment.model_copy(update={k: v for k, v in (("tracking_uri", uri), ("tracking_timeout", timeout))
+                                             if v is not None})
+    return cfg.model_copy(update={"experiment": meta})
 
 
 def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
     """Everything that can be checked without torch or mlflow."""
+    cfg = abl = None
     if args.command in ("train", "run"):
-        return load_experiment(args.experiment, args.overrides), None
+        cfg = load_experiment(args.experiment, args.overrides)
     if args.command == "ablate":
-        return None, _ablation_config(args)
-    if args.command == "predict":
-        if args.beam < 1:
-            raise UsageError(f"--beam must be at least 1, got {args.beam}")
+        abl = _ablation_config(args)
+    if args.command in ("predict", "ablate"):
         uri = args.model_uri
-        if not (uri.startswith(("runs:/", "models:/")) or Path(uri).is_dir()):
+        if args.command == "predict" and args.beam < 1:
+            raise UsageError(f"--beam must be at least 1, got {args.beam}")
+        if not (uri.startswith(("runs:/", "models:/")) or (args.command == "predict" and Path(uri).is_dir())):
             raise UsageError(f"unknown model URI {uri!r}; use runs:/<run_id>, models:/<name>/<version>, "
-                             "models:/<name>@<alias> or a model folder")
-        if any(not s.strip() for s in args.inputs):
+                             "models:/<name>@<alias>" + (" or a model folder" if args.command == "predict" else ""))
+        if args.command == "predict" and any(not s.strip() for s in args.inputs):
             raise UsageError("an input is empty: give at least one token per input")
     if args.command == "ui" and not 0 < args.port < 65536:
         raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
-    if args.command == "report" and args.experiment is not None and not args.experiment.strip():
-        raise UsageError("--experiment is empty")
-    return None, None
+    if args.command == "report":
+        if args.experiment is not None and not args.experiment.strip():
+            raise UsageError("--experiment is empty")
+        if args.study is not None and not args.study.strip():
+            raise UsageError("--study is empty; give a study run id, or leave it out for the latest study")
+    return _tracking_overrides(args, cfg), abl
+
+
+def _store(args):
+    """The store a verb that reads an existing one names (never created)."""
+    from .tracking import Tracker
+
+    return Tracker(args.tracking_uri, args.tracking_timeout, create=False)
 
 
 def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> int:
     if args.command == "ui":  # needs neither torch nor the models
         return _ui(args)
+    threads = _threads(cfg)
     import torch
 
     from . import api
 
     # one intra-op thread unless configured (training.threads): the per-step kernels are small
-    torch.set_num_threads(cfg.runs()[0].training.threads if cfg else int(os.environ.get("ATTNSTUDY_THREADS", "1")))
+    torch.set_num_threads(threads)
 
     progress = not getattr(args, "quiet", False)
     if args.command == "train":
         runs = api.train_experiment(cfg, retrain=args.retrain, resume=args.resume, progress=progress)
         for r in runs:
-            status = "reused" if r.reused else "trained"
-            keys = [k for k in ("test/per", "test/wer", "test/exact_match") if k in r.metrics]
-            summary = ", ".join(f"{k} {r.metrics[k]:.4f}" for k in keys)
-            print(f"{status} {r.spec.name}: runs:/{r.run_id}" + (f" ({summary})" if summary else ""))
+            _print_model(r)
         return EXIT_OK
     if args.command == "run":
         text = Path(args.experiment).read_text(encoding="utf-8")
-        out = api.run(cfg, retrain=args.retrain, progress=progress, config_text=text, report=not args.no_report)
-        for m in out["models"]:
-            print(f"{'reused' if m.reused else 'trained'} {m.spec.name}: runs:/{m.run_id}, "
-                  f"ablations runs:/{out['ablations'][m.run_id]}")
-        print(f"study: runs:/{out['study_run_id']}")
-        if out["report"]:
-            print(f"report: {out['report']}")
+        try:
+            out = api.run(cfg, retrain=args.retrain, progress=progress, config_text=text,
+                          report=not args.no_report, resume=args.resume)
+        except api.StudyFailedError as err:
+            _print_study(err.result)
+            return _error_exit(str(err), EXIT_FAILED)
+        _print_study(out)
         return EXIT_OK
     if args.command == "predict":
-        results = api.predict(args.model_uri, args.inputs, args.beam, args.attention)
+        if Path(args.model_uri).is_dir():
+            results = api.predict(args.model_uri, args.inputs, args.beam, args.attention)
+        else:
+            results = api.predict(args.model_uri, args.inputs, args.beam, args.attention, tracker=_store(args))
         for r in results:
             if args.json:
                 print(json.dumps(r, ensure_ascii=False))
@@ -165,7 +238,7 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
                 print("\t(this model has no attention)")
         return EXIT_OK
     if args.command == "ablate":
-        run_id, result = api.ablate(args.model_uri, abl, progress=progress)
+        run_id, result = api.ablate(args.model_uri, abl, tracker=_store(args), progress=progress)
         for k in sorted(result.summary):
             if not k.endswith(("_ci_low", "_ci_high")):
                 print(f"{k}\t{result.summary[k]:.4f}")
@@ -174,10 +247,30 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
         print(f"ablation run: runs:/{run_id}")
         return EXIT_OK
     if args.command == "report":
-        path = api.report(study_id=args.study, experiment=args.experiment, out_dir=args.out)
+        path = api.report(study_id=args.study, experiment=args.experiment, out_dir=args.out, tracker=_store(args))
         print(f"report: {path}")
         return EXIT_OK
     raise UsageError(f"unknown command {args.command!r}")
+
+
+def _print_model(r) -> None:
+    keys = [k for k in ("test/per", "test/wer", "test/exact_match") if k in r.metrics]
+    summary = ", ".join(f"{k} {r.metrics[k]:.4f}" for k in keys)
+    print(f"{'reused' if r.reused else 'trained'} {r.spec.name}: runs:/{r.run_id}" + (f" ({summary})" if summary else ""))
+    if r.reused:
+        print(f"  reused because the {r.reason}")
+
+
+def _print_study(out) -> None:
+    for m in out.models:
+        abl = out.ablations.get(m.run_id)
+        print(f"{'reused' if m.reused else 'trained'} {m.spec.name}: runs:/{m.run_id}"
+              + (f", ablations runs:/{abl}" if abl else ", no ablations"))
+    for f in out.failures:
+        print(f"failed {f}" + (f": runs:/{f.run_id}" if f.run_id else ""))
+    print(f"study: runs:/{out.study_run_id}" + (" (resumed)" if out.resumed else ""))
+    if out.report:
+        print(f"report: {out.report}")
 
 
 def _ui(args) -> int:
@@ -192,10 +285,10 @@ def _ui(args) -> int:
 
         if ui.port_in_use("127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host, args.port):
             raise UsageError(f"port {args.port} is in use; choose another with --port")
-        uri = default_tracking_uri()
+        uri = args.tracking_uri or default_tracking_uri()
         if not uri.startswith("sqlite:"):
-            raise UsageError(f"the UI serves the local store; MLFLOW_TRACKING_URI points to {uri}")
-        Tracker(uri)  # create the store once, safely, before the server touches it
+            raise UsageError(f"the UI serves a local SQLite store; the tracking URI is {uri}")
+        Tracker(uri, create=False)  # an existing store, checked before the server touches it
         proc = ui.start_server(uri, artifact_root(), args.host, args.port)
         base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
         ui.wait_healthy(base, 90, proc)
@@ -228,9 +321,26 @@ def _error_exit(message: str, code: int) -> int:
     return code
 
 
+class _NoteFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"attnstudy: note: {record.getMessage()}"
+
+
+def _install_notices() -> None:
+    """Print the ``attnstudy`` logger's notices as one ``attnstudy: note: …`` line each on stderr."""
+    logger = logging.getLogger("attnstudy")
+    if not any(getattr(h, "_attnstudy", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_NoteFormatter())
+        handler._attnstudy = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Returns the exit code (0 ok, 1 failed, 2 bad usage)."""
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    _install_notices()
     try:
         args = build_parser().parse_args(argv)
         cfg, abl = _validate(args)

@@ -16,11 +16,25 @@ import hashlib
 import json
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+SCHEMA_VERSION = 2
+"""Version of the stored run config (``config.json``); :func:`migrate_run_config` upgrades older ones.
+
+1: the layout up to the split of ``data.tokenization`` (one setting for both fields, default chars).
+2: ``data.source_tokenization``/``data.target_tokenization`` (default spaces), ``data.alignment_base``,
+   ``data.g2p_split_key``, ``data.max_source_len``/``max_target_len``; ``schema_version`` stored.
+"""
+MAX_LEN_BOUND = 100_000
+"""Upper bound of ``data.max_source_len`` / ``max_target_len`` (tokens)."""
 
 TASKS = ("copy", "reverse", "sort", "bigram_flip", "g2p", "tsv", "dates")
+MAX_EXAMPLES = 2_000_000
+"""Upper bound of every example count (``n_train`` …): CMUdict has ~135k entries."""
+SYNTHETIC_TOKEN_BUDGET = 50_000_000
+"""Most source tokens a synthetic task may generate (Σ over splits of n × max_len)."""
 SYNTHETIC_TASKS = ("copy", "reverse", "sort", "bigram_flip")
 ATTENTIONS = ("additive", "dot", "general", "concat", "scaled_dot", "multihead", "uniform", "none")
 FLOWS = ("bahdanau", "luong")
@@ -36,12 +50,17 @@ ABLATIONS = (
 )
 
 
+Seed = Annotated[int, Field(ge=0, lt=2**63)]
+"""A random seed: 0 ≤ seed < 2⁶³ (torch and numpy take signed 64-bit seeds)."""
+
+
 class ConfigError(ValueError):
     """A configuration problem, phrased as one line that names the problem and the fix."""
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # finite floats only: inf/NaN would pass a range check (gt=0) and fail after the store is touched
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DataConfig(_Strict):
@@ -53,24 +72,31 @@ class DataConfig(_Strict):
     """
 
     task: Literal["copy", "reverse", "sort", "bigram_flip", "g2p", "tsv", "dates"] = "copy"
-    data_seed: int = Field(0, ge=0)
+    data_seed: int = Field(0, ge=0, lt=2**63)
     # synthetic
     vocab_size: int = Field(20, ge=2, le=10_000)
     min_len: int = Field(5, ge=1, le=1000)
     max_len: int = Field(30, ge=1, le=1000)
-    n_train: int | None = Field(None, ge=1)
-    n_dev: int | None = Field(None, ge=1)
-    n_test: int | None = Field(None, ge=1)
-    # g2p
+    n_train: int | None = Field(None, ge=1, le=MAX_EXAMPLES)
+    n_dev: int | None = Field(None, ge=1, le=MAX_EXAMPLES)
+    n_test: int | None = Field(None, ge=1, le=MAX_EXAMPLES)
+    # g2p: the split key groups a word with its apostrophe forms ("base_word"), or not ("word",
+    # the split of salt attnstudy-g2p-v1)
     keep_stress: bool = False
-    split_salt: str = "attnstudy-g2p-v1"
-    g2p_test_words: int = Field(12_000, ge=1)
+    split_salt: str = Field("attnstudy-g2p-v2", min_length=1, max_length=200)
+    g2p_split_key: Literal["base_word", "word"] = "base_word"
+    g2p_test_words: int = Field(12_000, ge=1, le=MAX_EXAMPLES)
     g2p_dev_fraction: float = Field(0.05, gt=0, lt=1)
     # tsv
     train_path: str | None = None
     dev_path: str | None = None
     test_path: str | None = None
-    tokenization: Literal["chars", "spaces"] = "chars"
+    source_tokenization: Literal["chars", "spaces"] = "spaces"
+    target_tokenization: Literal["chars", "spaces"] = "spaces"
+    alignment_base: Literal[0, 1] = Field(0, json_schema_extra={"key_neutral": 0})
+    # longest example kept (TSV: longer examples are filtered and counted; predict refuses longer inputs)
+    max_source_len: int = Field(1000, ge=1, le=MAX_LEN_BOUND)
+    max_target_len: int = Field(1000, ge=1, le=MAX_LEN_BOUND)
     # dates (issue #7; see attnstudy.data.dates): CLDR locales, formats and skeletons; a pair
     # (locale, pattern) is held out (test only) if its locale or its pattern is listed as held out
     dates_locales: tuple[str, ...] = ("en_US", "en_GB", "de_DE", "fr_FR", "es_ES", "it_IT", "nl_NL", "pt_BR")
@@ -81,17 +107,38 @@ class DataConfig(_Strict):
     dates_start: str = Field("1950-01-01", pattern=r"^\d{4}-\d{2}-\d{2}$")
     dates_end: str = Field("2049-12-31", pattern=r"^\d{4}-\d{2}-\d{2}$")
     dates_native_digits: bool = True
-    dates_n_heldout: int | None = Field(None, ge=1)
+    dates_n_heldout: int | None = Field(None, ge=1, le=MAX_EXAMPLES)
     # g2p alignments (issue #7; see attnstudy.data.g2p_align): gold letter-phone links
     g2p_alignments: bool = True
     g2p_aligner: Literal["em", "phonetisaurus"] = "em"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _split_tokenization(cls, values: Any) -> Any:
+        """``tokenization`` (one setting for both fields, up to schema 1) sets both new settings."""
+        if isinstance(values, dict) and "tokenization" in values:
+            values = dict(values)
+            old = values.pop("tokenization")
+            clash = [k for k in ("source_tokenization", "target_tokenization") if k in values]
+            if clash:
+                raise ValueError(f"data.tokenization is replaced by data.source_tokenization and "
+                                 f"data.target_tokenization; remove it (it clashes with data.{clash[0]})")
+            values["source_tokenization"] = values["target_tokenization"] = old
+        return values
+
     @model_validator(mode="after")
     def _check(self) -> DataConfig:
         if self.min_len > self.max_len:
-            raise ValueError(f"data.min_len ({self.min_len}) is larger than data.max_len ({self.max_len})")
+            raise ValueError(f"min_len ({self.min_len}) is larger than max_len ({self.max_len})")
         if self.task == "tsv" and not (self.train_path and self.dev_path and self.test_path):
             raise ValueError("task 'tsv' needs data.train_path, data.dev_path and data.test_path")
+        if self.task in SYNTHETIC_TASKS:
+            total = sum((n or 5000) for n in (self.n_train, self.n_dev, self.n_test)) * self.max_len
+            if total > SYNTHETIC_TOKEN_BUDGET:
+                raise ValueError(
+                    f"n_train + n_dev + n_test examples of up to max_len = {self.max_len} tokens could be "
+                    f"{total:,} tokens, more than {SYNTHETIC_TOKEN_BUDGET:,}; lower the sizes or max_len"
+                )
         return self
 
 
@@ -138,17 +185,18 @@ class TrainingConfig(_Strict):
     epochs: int = Field(10, ge=1, le=10_000)
     batch_size: int = Field(64, ge=1, le=65_536)
     lr: float = Field(1e-3, gt=0, le=10)
-    clip_norm: float = Field(1.0, gt=0)
-    patience: int = Field(3, ge=1)
+    clip_norm: float = Field(1.0, gt=0, le=1e6)
+    patience: int = Field(3, ge=1, le=10_000)
     # learning-rate schedule (JoeyNMT's names): "plateau" multiplies the lr by decrease_factor when
     # the early-stopping metric has not improved for more than scheduling_patience epochs
     scheduling: Literal["constant", "plateau"] = "constant"
     decrease_factor: float = Field(0.5, gt=0, lt=1)
-    scheduling_patience: int = Field(1, ge=0)
-    min_lr: float = Field(1e-5, ge=0)
+    scheduling_patience: int = Field(1, ge=0, le=10_000)
+    min_lr: float = Field(1e-5, ge=0, le=10)
     early_stopping: Literal["auto", "loss", "exact_match", "per", "wer", "token_accuracy"] = "auto"
     beam_size: int = Field(1, ge=1, le=64)
-    max_decode_factor: float = Field(2.0, gt=0)
+    # free-running decoding stops after ceil(factor × source length) + 2 steps (and max_target_len + 1)
+    max_decode_factor: float = Field(2.0, gt=0, le=100)
     bucket_batches: bool = True
     # intra-op threads: small recurrent models gain little from more, and lose badly on a busy machine
     threads: int = Field(1, ge=1, le=256)
@@ -157,51 +205,121 @@ class TrainingConfig(_Strict):
 class AdversarialConfig(_Strict):
     """Jain & Wallace (2019) ``AdversaryMulti`` search settings."""
 
-    k: int = Field(5, ge=1)
-    steps: int = Field(500, ge=1)
-    lr: float = Field(0.01, gt=0)
-    lam: float = Field(500.0, ge=0)
-    eps_opt: float = Field(0.01, ge=0)
-    eps_eval: float = Field(0.05, ge=0)
-    init_sd: float = Field(3.0, ge=0)
+    k: int = Field(5, ge=1, le=1000)
+    steps: int = Field(500, ge=1, le=1_000_000)
+    lr: float = Field(0.01, gt=0, le=100)
+    lam: float = Field(500.0, ge=0, le=1e9)
+    eps_opt: float = Field(0.01, ge=0, le=1)
+    eps_eval: float = Field(0.05, ge=0, le=1)
+    init_sd: float = Field(3.0, ge=0, le=100)
 
 
 class AblationConfig(_Strict):
     """Which ablations run, on how many test examples, from which prefix."""
 
-    ablations: list[Literal[ABLATIONS]] = Field(default_factory=lambda: list(ABLATIONS))  # type: ignore[valid-type]
-    n_examples: int = Field(200, ge=1)
+    ablations: list[Literal[ABLATIONS]] = Field(default_factory=lambda: list(ABLATIONS), min_length=1)  # type: ignore[valid-type]
+    n_examples: int = Field(200, ge=1, le=MAX_EXAMPLES)
     prefix: Literal["greedy", "reference"] = "greedy"
-    seed: int = Field(0, ge=0)
-    n_permutations: int = Field(100, ge=1)
-    n_random_orders: int = Field(5, ge=1)
-    bootstrap_resamples: int = Field(1000, ge=10)
-    chunk_rows: int = Field(4096, ge=1)
+    seed: int = Field(0, ge=0, lt=2**63)
+    n_permutations: int = Field(100, ge=1, le=100_000)
+    n_random_orders: int = Field(5, ge=1, le=1000)
+    bootstrap_resamples: int = Field(1000, ge=10, le=1_000_000)
+    chunk_rows: int = Field(4096, ge=1, le=10_000_000)
     adversarial: AdversarialConfig = AdversarialConfig()
+
+
+def check_tracking_uri(uri: str) -> str:
+    """The URI if it names a store that persists.
+
+    Raises:
+        ValueError: for an in-memory SQLite store (``sqlite://``, ``sqlite:///:memory:``), whose runs
+            vanish when the process ends, or a ``file:`` store (MLflow 3 refuses it without an opt-in).
+    """
+    bare = uri.strip()
+    if bare in ("sqlite://", "sqlite:///", "sqlite:///:memory:") or bare.endswith(":memory:"):
+        raise ConfigError(f"tracking URI {uri!r} is an in-memory store: nothing would persist; "
+                          "use sqlite:///PATH/mlflow.db or an http(s):// server")
+    if bare.startswith("file:") or bare.startswith("/"):
+        raise ConfigError(f"tracking URI {uri!r} is a file store, which MLflow 3 does not open by default; "
+                         "use sqlite:///PATH/mlflow.db or an http(s):// server")
+    return uri
 
 
 class ExperimentMeta(_Strict):
     name: str = Field("default", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")
-    seeds: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    seeds: list[Seed] = Field(default_factory=lambda: [1], min_length=1, max_length=1000)
     tracking_uri: str | None = None
-    tracking_timeout: float = Field(30.0, gt=0, le=3600)
+    # seconds to wait for a tracking server; None: $ATTNSTUDY_TRACKING_TIMEOUT, else 10
+    tracking_timeout: float | None = Field(None, gt=0, le=3600)
+
+    @field_validator("name")
+    @classmethod
+    def _not_dots(cls, v: str) -> str:
+        if set(v) == {"."}:
+            raise ValueError(f"experiment.name {v!r} is only dots; it names folders, so use letters or digits")
+        return v
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _persistent(cls, v: str | None) -> str | None:
+        return None if v is None else check_tracking_uri(v)
 
 
 class ModelVariant(_Strict):
     """One ``[[models]]`` entry: overrides over the base sections."""
 
     name: str | None = None
-    seeds: list[int] | None = None
+    seeds: list[Seed] | None = Field(None, min_length=1, max_length=1000)
     data: dict[str, Any] = Field(default_factory=dict)
     model: dict[str, Any] = Field(default_factory=dict)
     training: dict[str, Any] = Field(default_factory=dict)
 
 
-class RunSpec(_Strict):
-    """Everything that determines one trained model."""
+COMMON_DATA_FIELDS = ("task", "n_train", "n_dev", "n_test")
+TASK_DATA_FIELDS: dict[str, tuple[str, ...]] = {
+    **{t: ("data_seed", "vocab_size", "min_len", "max_len") for t in SYNTHETIC_TASKS},
+    "g2p": ("keep_stress", "split_salt", "g2p_split_key", "g2p_test_words", "g2p_dev_fraction",
+            "g2p_alignments", "g2p_aligner"),
+    "tsv": ("train_path", "dev_path", "test_path", "source_tokenization", "target_tokenization",
+            "alignment_base", "max_source_len", "max_target_len"),
+    "dates": ("data_seed", "dates_locales", "dates_heldout_locales", "dates_formats", "dates_skeletons",
+              "dates_heldout_patterns", "dates_start", "dates_end", "dates_native_digits", "dates_n_heldout"),
+}
+"""The data fields each task reads (the rest are ignored by it: not logged, not in the model key)."""
+NOT_IN_MODEL_KEY = {"data.train_path", "data.dev_path", "data.test_path", "training.threads"}
+"""Used fields that do not determine the trained model: file paths (their content is in the data
+digest) and the thread count."""
+MAX_PARAM_CHARS = 6000
+"""MLflow's limit on a param value."""
 
+
+def _section_fields(section: str, cfg: BaseModel, task: str, model: ModelConfig | None = None) -> list[str]:
+    """Names of the fields of one section that the task and architecture use."""
+    if section == "data":
+        return [*COMMON_DATA_FIELDS, *TASK_DATA_FIELDS[task]]
+    if section == "model":
+        m = cfg
+        names = ["cell", "bidirectional", "layers", "embedding_dim", "encoder_hidden", "decoder_hidden",
+                 "attention", "flow", "dropout"]
+        if m.flow == "luong":
+            names.append("input_feeding")
+        if m.attention in ("additive", "concat", "scaled_dot", "multihead"):
+            names.append("attention_dim")
+        if m.attention == "multihead":
+            names.append("heads")
+        return names
+    names = list(type(cfg).model_fields)
+    if cfg.scheduling == "constant":
+        names = [n for n in names if n not in ("decrease_factor", "scheduling_patience", "min_lr")]
+    return names
+
+
+class RunSpec(_Strict):
+    """Everything that determines one trained model (stored as the model's ``config.json``)."""
+
+    schema_version: int = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
     experiment: str
-    seed: int
+    seed: Seed
     data: DataConfig
     model: ModelConfig
     training: TrainingConfig
@@ -211,16 +329,107 @@ class RunSpec(_Strict):
         """Run name, e.g. ``g2p/additive-bahdanau/seed1``."""
         return f"{self.data.task}/{self.model.attention}-{self.model.flow}/seed{self.seed}"
 
-    def config_hash(self) -> str:
-        """SHA-256 (first 16 hex digits) of everything that determines the trained model."""
-        payload = self.model_dump(mode="json", exclude={"experiment"})
-        payload["training"].pop("threads", None)
+    def used_fields(self) -> dict[str, dict[str, Any]]:
+        """The fields the task and architecture use, per section, as JSON values.
+
+        A g2p run has no ``dates_*`` fields, a ``dot`` model no ``attention_dim``, a constant
+        learning rate no schedule settings.
+        """
+        out: dict[str, dict[str, Any]] = {}
+        for section in ("data", "model", "training"):
+            cfg = getattr(self, section)
+            dumped = cfg.model_dump(mode="json")
+            out[section] = {k: dumped[k] for k in _section_fields(section, cfg, self.data.task)}
+        return out
+
+    def model_key(self, data_digest: str) -> str:
+        """The key of the trained model: reuse, ``--resume`` checkpoints and the tags all use it.
+
+        SHA-256 (first 16 hex digits) of the schema version, the seed, the used fields (without
+        file paths and threads: :data:`NOT_IN_MODEL_KEY`) and the digest of the materialised
+        data splits (:func:`attnstudy.data.tasks.splits_digest`), so replaced data files give a
+        new key while the same data at another path does not. A field marked ``key_neutral`` (one
+        added later) is left out while it has that value, so adding it changes no earlier key.
+
+        Args:
+            data_digest: hex SHA-256 of the train/dev/test examples.
+        """
+        payload: dict[str, Any] = {"schema": SCHEMA_VERSION, "seed": self.seed, "data_digest": data_digest}
+        for section, fields in self.used_fields().items():
+            model_fields = type(getattr(self, section)).model_fields
+            kept = {}
+            for name, value in fields.items():
+                if f"{section}.{name}" in NOT_IN_MODEL_KEY:
+                    continue
+                extra = model_fields[name].json_schema_extra or {}
+                if isinstance(extra, dict) and "key_neutral" in extra and value == extra["key_neutral"]:
+                    continue
+                kept[name] = value
+            payload[section] = kept
         blob = json.dumps(payload, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
-    def flat_params(self) -> dict[str, str]:
-        """Flattened params (``model.attention = additive``) for MLflow."""
-        return flatten({"seed": self.seed, **self.model_dump(mode="json", exclude={"experiment"})})
+    def flat_params(self) -> tuple[dict[str, str], dict[str, str]]:
+        """Flattened used fields (``model.attention = additive``) for MLflow.
+
+        Returns:
+            (params, full): values over :data:`MAX_PARAM_CHARS` are shortened in ``params`` to a
+            prefix with the value's SHA-256, and kept whole in ``full`` (logged as an artifact).
+        """
+        flat = flatten({"seed": self.seed, **self.used_fields()})
+        return shorten_params(flat)
+
+
+def shorten_params(flat: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Shorten param values over MLflow's limit: ``prefix… [sha256 <hex>, N chars: see params_full.json]``.
+
+    Returns:
+        (params that fit, the full values of those that were shortened).
+    """
+    params, full = {}, {}
+    for key, value in flat.items():
+        if len(value) <= MAX_PARAM_CHARS:
+            params[key] = value
+            continue
+        digest = hashlib.sha256(value.encode()).hexdigest()[:16]
+        tail = f"… [sha256 {digest}, {len(value)} chars: see params_full.json]"
+        params[key] = value[: MAX_PARAM_CHARS - len(tail)] + tail
+        full[key] = value
+    return params, full
+
+
+def migrate_run_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """Upgrade a stored run config (``config.json``) to :data:`SCHEMA_VERSION`.
+
+    Schema 1 → 2: ``data.tokenization`` becomes both ``source_tokenization`` and
+    ``target_tokenization`` (its value was the old default, ``chars``, when missing), and the G2P
+    split key is ``word`` (schema 1 did not group apostrophe forms).
+
+    Raises:
+        ValueError: for a config from a newer schema than this code knows.
+    """
+    raw = copy.deepcopy(raw)
+    version = int(raw.get("schema_version", 1))
+    if version > SCHEMA_VERSION:
+        raise ValueError(f"the model config has schema_version {version}, newer than this attnstudy "
+                         f"({SCHEMA_VERSION}); upgrade attnstudy to load it")
+    if version < 2:
+        data = raw.setdefault("data", {})
+        tok = data.pop("tokenization", "chars")
+        data.setdefault("source_tokenization", tok)
+        data.setdefault("target_tokenization", tok)
+        data.setdefault("g2p_split_key", "word")
+    raw["schema_version"] = SCHEMA_VERSION
+    return raw
+
+
+def load_run_spec(text: str) -> RunSpec:
+    """Read a stored ``config.json`` of any known schema version.
+
+    Raises:
+        ValueError: not JSON, a newer schema, or an invalid config.
+    """
+    return RunSpec.model_validate(migrate_run_config(json.loads(text)))
 
 
 class ExperimentConfig(_Strict):
@@ -278,7 +487,7 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def _describe(err: ValidationError, prefix: str = "") -> str:
     """One line for the first pydantic error: location, problem, and the valid keys/names."""
     e = err.errors()[0]
-    loc = prefix + ".".join(str(p) for p in e["loc"])
+    loc = (prefix + ".".join(str(p) for p in e["loc"])).rstrip(".") or "config"
     if e["type"] == "extra_forbidden":
         model = err.title
         valid = ", ".join(sorted(_fields_at(model, e["loc"][:-1])))
@@ -290,6 +499,9 @@ def _describe(err: ValidationError, prefix: str = "") -> str:
     if e["type"] in ("literal_error", "enum"):
         return f"{loc}: unknown value {given!r}; {msg[0].lower() + msg[1:]}"
     return f"{loc}: {msg}" + (f" (got {given!r})" if not isinstance(given, dict) and given is not None else "")
+
+
+describe_error = _describe
 
 
 _MODELS: dict[str, type[BaseModel]] = {}
@@ -410,10 +622,4 @@ def parse_experiment(raw: dict[str, Any], overrides: list[str] | None = None, so
         cfg.runs()
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
-    for spec in cfg.runs():
-        for key, value in spec.flat_params().items():
-            if len(value) > 6000:
-                raise ConfigError(
-                    f"{source}: value of '{key}' is {len(value)} characters; MLflow params hold at most 6000"
-                )
     return cfg

@@ -39,6 +39,70 @@ class TrackingError(RuntimeError):
     """The tracking store cannot be reached or used; the message names the URI."""
 
 
+class StoreNotFoundError(LookupError):
+    """A verb that reads an existing store found none where it looked (the message says where)."""
+
+
+DEFAULT_TIMEOUT = 10.0
+"""Seconds to wait for a tracking server unless configured otherwise."""
+
+
+def resolve_timeout(timeout: float | None = None) -> float:
+    """The tracking timeout: ``timeout`` if given, else ``$ATTNSTUDY_TRACKING_TIMEOUT``, else 10 s.
+
+    Raises:
+        ValueError: the variable is not a positive number (the message names it).
+    """
+    if timeout is not None:
+        return float(timeout)
+    env = os.environ.get("ATTNSTUDY_TRACKING_TIMEOUT")
+    if env is None:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(env)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value <= 3600):
+        from .config import ConfigError
+
+        raise ConfigError(f"ATTNSTUDY_TRACKING_TIMEOUT={env!r} is not a number of seconds in (0, 3600]")
+    return value
+
+
+def check_server(uri: str, timeout: float) -> None:
+    """For an ``http(s)://`` URI, wait up to ``timeout`` seconds for ``GET /health`` to answer 200.
+
+    Nothing is written. Other URIs return at once.
+
+    Raises:
+        TrackingError: no answer within the deadline (the message names the URI and the deadline).
+    """
+    if not uri.startswith(("http://", "https://")):
+        return
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    url = uri.rstrip("/") + "/health"
+    last = "no answer"
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with urllib.request.urlopen(url, timeout=max(0.1, min(5.0, left))) as resp:
+                if resp.status == 200:
+                    return
+                last = f"HTTP {resp.status}"
+        except urllib.error.HTTPError as err:
+            last = f"HTTP {err.code}"
+        except (urllib.error.URLError, OSError, TimeoutError) as err:
+            reason = getattr(err, "reason", err)
+            last = "connection refused" if isinstance(reason, ConnectionRefusedError) else "no answer"
+        if time.monotonic() >= deadline:
+            raise TrackingError(f"tracking server {uri} did not answer within {timeout:g} s ({last}); "
+                                "start it, or point --tracking-uri / MLFLOW_TRACKING_URI elsewhere")
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
 def project_root() -> Path:
     """``$ATTNSTUDY_ROOT``, else the nearest ancestor of the cwd with pyproject.toml or mlruns/."""
     env = os.environ.get("ATTNSTUDY_ROOT")
@@ -74,21 +138,32 @@ class Tracker:
     """A thin layer over :class:`mlflow.tracking.MlflowClient`.
 
     Args:
-        uri: tracking URI (default: the project's SQLite store).
-        timeout: seconds to wait for a remote server before failing (``TrackingError``);
-            ``$ATTNSTUDY_TRACKING_TIMEOUT`` overrides it.
+        uri: tracking URI (default: ``$MLFLOW_TRACKING_URI``, else the project's SQLite store).
+        timeout: seconds to wait for a remote server before failing (``TrackingError``); default
+            :func:`resolve_timeout`.
+        create: create the SQLite store if it does not exist; verbs that only read an existing
+            store pass False and get :class:`StoreNotFoundError` instead of a new, empty store.
 
     Raises:
         TrackingError: the store cannot be created or reached.
+        StoreNotFoundError: ``create=False`` and there is no store at the URI.
+        ValueError: an in-memory or file store URI, or a bad ``$ATTNSTUDY_TRACKING_TIMEOUT``.
     """
 
-    def __init__(self, uri: str | None = None, timeout: float = 30.0):
-        self.uri = uri or default_tracking_uri()
-        self.timeout = float(os.environ.get("ATTNSTUDY_TRACKING_TIMEOUT", timeout))
+    def __init__(self, uri: str | None = None, timeout: float | None = None, create: bool = True):
+        from .config import check_tracking_uri
+
+        self.uri = check_tracking_uri(uri or default_tracking_uri())
+        self.timeout = resolve_timeout(timeout)
         if self.uri.startswith("sqlite:///"):
-            self._init_sqlite(Path(self.uri[len("sqlite:///"):]))
+            db = Path(self.uri[len("sqlite:///"):])
+            if not create and not db.is_file():
+                raise StoreNotFoundError(
+                    f"no tracking store at {self.uri}; point to one with --tracking-uri, MLFLOW_TRACKING_URI "
+                    "or ATTNSTUDY_ROOT (the folder holding mlruns/), or create one with 'attnstudy train'")
+            self._init_sqlite(db)
         elif self.uri.startswith(("http://", "https://")):
-            self._wait_for_server()
+            check_server(self.uri, self.timeout)
         # no mlflow.set_tracking_uri here: it also sets $MLFLOW_TRACKING_URI for the whole process
         self.client = MlflowClient(self.uri)
 
@@ -108,24 +183,6 @@ class Tracker:
                                 "choose a writable folder (ATTNSTUDY_ROOT) or set MLFLOW_TRACKING_URI") from None
         except MlflowException as err:
             raise TrackingError(f"cannot open the tracking store {self.uri}: {_first_line(err)}") from None
-
-    def _wait_for_server(self) -> None:
-        import urllib.error
-        import urllib.request
-
-        deadline = time.monotonic() + self.timeout
-        url = self.uri.rstrip("/") + "/health"
-        while True:
-            try:
-                with urllib.request.urlopen(url, timeout=min(5.0, self.timeout)) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, OSError, TimeoutError):
-                pass
-            if time.monotonic() >= deadline:
-                raise TrackingError(f"tracking server {self.uri} did not answer within {self.timeout:.0f} s; "
-                                    "start it or point MLFLOW_TRACKING_URI elsewhere")
-            time.sleep(0.5)
 
     def _call(self, fn, *args, **kwargs):
         try:
@@ -165,16 +222,60 @@ class Tracker:
     @contextmanager
     def active(self, run_id: str):
         """Close ``run_id`` as FINISHED when the block completes, KILLED on Ctrl-C/SIGTERM
-        (KeyboardInterrupt) and FAILED on any other error, so no unfinished run looks complete."""
+        (KeyboardInterrupt) and FAILED on any other error, so no unfinished run looks complete.
+
+        A FAILED run is tagged with the error (``error.class``, ``error.message`` and the run's
+        description ``mlflow.note.content``), and the exception gets a ``failed_run_id`` attribute
+        naming the innermost run it failed.
+        """
         try:
             yield run_id
         except KeyboardInterrupt:
             self.end_run(run_id, "KILLED")
             raise
-        except BaseException:
+        except BaseException as err:
+            message = _first_line(err)
+            try:
+                self.set_tags(run_id, {"error.class": type(err).__name__, "error.message": message[:500],
+                                       "mlflow.note.content": f"Failed: {type(err).__name__}: {message}"})
+            except TrackingError:
+                pass  # the store itself failed: ending the run below reports it
+            if not hasattr(err, "failed_run_id"):
+                try:
+                    err.failed_run_id = run_id
+                except AttributeError:
+                    pass
             self.end_run(run_id, "FAILED")
             raise
         self.end_run(run_id, "FINISHED")
+
+    def reopen_run(self, run_id: str) -> None:
+        """Mark an ended run RUNNING again (a study continued with ``--resume``)."""
+        self._call(self.client.update_run, run_id, status="RUNNING")
+
+    def find_resumable_study(self, experiment_id: str, study_key: str) -> str | None:
+        """The newest KILLED or FAILED study run with this study key, or None."""
+        runs = self.search_runs([experiment_id], f"tags.kind = 'study' and tags.study_key = '{study_key}'")
+        for r in runs:
+            if r.info.status in ("KILLED", "FAILED"):
+                return r.info.run_id
+        return None
+
+    def finished_ablations(self, study_id: str, ablation_key: str) -> dict[str, str]:
+        """Model run id → FINISHED ablation run of this study with this ablation key."""
+        exp_id = self.get_run(study_id).info.experiment_id
+        runs = self.search_runs([exp_id], f"tags.kind = 'ablation' and tags.study_id = '{study_id}' and "
+                                f"tags.ablation_key = '{ablation_key}' and attributes.status = 'FINISHED'")
+        out: dict[str, str] = {}
+        for r in reversed(runs):  # oldest first, so the newest wins
+            out[r.data.tags.get("source_run_id", "")] = r.info.run_id
+        return out
+
+    def has_artifact(self, run_id: str, path: str) -> bool:
+        """Whether the run has the artifact file ``path`` (e.g. ``model/weights.pt``)."""
+        parent = str(Path(path).parent)
+        files = self._call(self.client.list_artifacts, run_id, None if parent == "." else parent)
+        return any(f.path == path and not f.is_dir for f in files)
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
         self._call(self.client.log_batch, run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
@@ -216,6 +317,10 @@ class Tracker:
     def log_figure(self, run_id: str, figure, artifact_file: str) -> None:
         self._call(self.client.log_figure, run_id, figure, artifact_file)
 
+    def download_artifact(self, run_id: str, artifact_path: str, dst: str | Path) -> str:
+        """Download one artifact into ``dst``; returns the local path."""
+        return self._call(self.client.download_artifacts, run_id, artifact_path, str(dst))
+
     def load_table(self, run_id: str, artifact_file: str):
         """Download and read a Parquet/CSV artifact into a DataFrame."""
         import pandas as pd
@@ -232,11 +337,17 @@ class Tracker:
     def get_run(self, run_id: str):
         return self._call(self.client.get_run, run_id)
 
-    def find_finished_model(self, experiment_id: str, config_hash: str):
-        """The newest FINISHED model run with this config hash, or None."""
-        runs = self.search_runs([experiment_id], f"tags.config_hash = '{config_hash}' and "
-                                "tags.kind = 'model' and attributes.status = 'FINISHED'", max_results=1)
-        return runs[0] if runs else None
+    def find_finished_model(self, experiment_id: str, model_key: str):
+        """The newest FINISHED model run with this model key whose model files are all in the
+        store, or None (a run whose files were deleted is not reused)."""
+        from .models.io import MODEL_FILES
+
+        runs = self.search_runs([experiment_id], f"tags.model_key = '{model_key}' and "
+                                "tags.kind = 'model' and attributes.status = 'FINISHED'", max_results=20)
+        for r in runs:
+            if all(self.has_artifact(r.info.run_id, f"{MODEL_ARTIFACT_DIR}/{f}") for f in MODEL_FILES):
+                return r
+        return None
 
     # --- models ------------------------------------------------------------------------------
     def log_model_dir(self, run_id: str, model_dir: str | Path, registered_name: str | None = None) -> str | None:

@@ -55,8 +55,9 @@ def early_stopping_metric(spec: RunSpec) -> str:
 
 
 def max_decode_len(spec: RunSpec, src_len: int) -> int:
-    """Step budget for free-running decoding of a source of ``src_len`` tokens."""
-    return int(math.ceil(spec.training.max_decode_factor * src_len)) + 2
+    """Step budget (EOS included) for free-running decoding of a source of ``src_len`` tokens:
+    ``ceil(training.max_decode_factor × src_len) + 2``, at most ``data.max_target_len + 1``."""
+    return min(int(math.ceil(spec.training.max_decode_factor * src_len)) + 2, spec.data.max_target_len + 1)
 
 
 def translate(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab,
@@ -67,7 +68,8 @@ def translate(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt
         for batch in make_batches(list(examples), src_vocab, tgt_vocab, batch_size, shuffle=False):
             max_len = max_decode_len(spec, int(batch.src_lengths.max()))
             if beam_size > 1:
-                out = model.beam_search(batch.src, batch.src_lengths, max_len, beam_size)
+                budgets = torch.tensor([max_decode_len(spec, n) for n in batch.src_lengths.tolist()])
+                out = model.beam_search(batch.src, batch.src_lengths, budgets, beam_size)
             else:
                 out = model.greedy(batch.src, batch.src_lengths, max_len)
             for i, ids, n in zip(batch.indices, out, batch.src_lengths.tolist()):

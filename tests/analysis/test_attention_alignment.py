@@ -71,7 +71,27 @@ def test_run_alignment_by_hand():
     assert summary["ablation/alignment/gold_mass"] == pytest.approx(0.55)
     assert summary["ablation/alignment/argmax_on_gold"] == pytest.approx(0.5)
     assert summary["ablation/alignment/n_skipped"] == 3
-    assert summary["ablation/alignment/n_undefined"] == 1  # the <eos> step
+    assert summary["ablation/alignment/gold_mass_n_undefined"] == 1  # the <eos> step
+    assert summary["ablation/alignment/aer_linked"] == pytest.approx(1 / 3)  # every token has gold links
+
+
+def test_standard_aer_counts_links_of_unaligned_target_tokens():
+    """Och & Ney's AER is over every predicted link: a target token without gold links (a weekday,
+    a century digit) still contributes its hard link to |A|. The linked-targets variant leaves it out.
+    (The suite used to report only the linked variant, e.g. 0.026 where the standard AER is 0.154.)"""
+    rows = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.7, 0.1], [0.1, 0.2, 0.7], [0.4, 0.3, 0.3]])
+    att = rows.view(1, 1, 4, 3)
+    # target tokens 0 and 1 are linked (both hits); token 2 has no gold link; step 3 is <eos>
+    gold = Alignment(sure=frozenset({(0, 0), (1, 1)}), possible=frozenset())
+    batch = hand_batch(att, [3], [Example("u/0", ("a", "b", "c"), ("a", "b", "x"), gold)], prefix="reference")
+    out = run_alignment(TraceOnly(), batch, CFG)
+    assert out["alignment_linked"].tolist() == [True, True, False, False]
+    assert out["alignment_n_hyp"].tolist() == [1, 1, 1, 0]  # the unlinked token's link counts, <eos> not
+    summary = summarize(out.assign(prefix="reference"), pd.DataFrame({"example_id": ["u/0"]}), ["alignment"],
+                        {"alignment": "reference"}, CFG)
+    # standard: |A| = 3, |S| = 2, |A∩S| = |A∩P| = 2 → 1 − 4/5; linked targets only: 1 − 4/4
+    assert summary["ablation/alignment/aer"] == pytest.approx(0.2)
+    assert summary["ablation/alignment/aer_linked"] == pytest.approx(0.0)
     assert all(math.isfinite(v) for v in summary.values())
 
 

@@ -17,6 +17,7 @@ from analysis.permutation import (
     run_uniform,
 )
 from attnstudy.config import AblationConfig
+from attnstudy.data.tasks import Example
 
 
 @pytest.mark.parametrize("prefix", ["reference", "greedy"])
@@ -109,10 +110,12 @@ def test_small_chunks_change_nothing(examples, cfg, monkeypatch):
     a = run_permutation(model, batch, cfg)
     import analysis._local as local
 
-    monkeypatch.setattr(local, "ELEMENT_BUDGET", 1)  # one example per chunk
-    monkeypatch.setattr(local.example_chunks, "__defaults__", (1,))
+    monkeypatch.setattr(local, "ELEMENT_BUDGET", 1)  # one step of one example per chunk
     b = run_permutation(model, batch, cfg.model_copy(update={"chunk_rows": 3}))
     pd.testing.assert_frame_equal(a, b, atol=1e-6, rtol=0)
+    chunks = list(local.trace_chunks(batch.trace, cfg.n_permutations, budget=1))
+    assert all(len(c.rows) == 1 and c.stop - c.start == 1 for c in chunks)
+    assert len(chunks) == int(batch.trace.step_mask.sum())
 
 
 def test_global_permutation(examples, cfg):
@@ -157,3 +160,30 @@ def test_train_mode_is_restored_and_eval_is_used():
     got = run_permutation(model, batch, cfg)
     assert model.training
     pd.testing.assert_frame_equal(expected, got)
+
+
+def test_one_long_example_is_cut_into_step_windows_within_the_budget(monkeypatch):
+    """A 5,000-token example once made the permutation build a B×P×H×T_y×T_x index (250 GB).
+    Chunks now cut a long example into windows of steps, each inside the element budget, and the
+    numbers do not depend on the windows."""
+    from analysis_testkit import NAMES
+
+    import analysis._local as local
+
+    g = torch.Generator().manual_seed(1)
+    src = tuple(NAMES[i] for i in torch.randint(0, len(NAMES), (1000,), generator=g))
+    model = sharpen(tiny_model("additive"))
+    batch = one_batch(model, [Example("long/0", src, src)])
+    p = 100
+    chunks = list(local.trace_chunks(batch.trace, p))
+    width = max(batch.trace.attention.size(1) * 1000, batch.trace.logits.size(-1))
+    assert len(chunks) > 1
+    assert all(len(c.rows) * p * (c.stop - c.start) * width <= local.ELEMENT_BUDGET for c in chunks)
+    assert sum(c.stop - c.start for c in chunks) == 1001  # every real step once (the <eos> step too)
+    short = Example("long/1", src[:120], src[:120])
+    small = one_batch(model, [short])
+    cfg = AblationConfig(n_permutations=5)
+    whole = run_permutation(model, small, cfg)
+    monkeypatch.setattr(local, "ELEMENT_BUDGET", 5 * 120 * 7)  # windows of 7 steps
+    windows = run_permutation(model, small, cfg)
+    pd.testing.assert_frame_equal(whole, windows, atol=1e-6, rtol=0)

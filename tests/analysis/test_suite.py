@@ -21,7 +21,7 @@ def _cfg(**kw) -> AblationConfig:
 
 EXPECTED_KEYS = [
     "ablation/permutation/flip_rate", "ablation/permutation/median_tvd", "ablation/permutation/n_steps",
-    "ablation/permutation/n_undefined", "ablation/permutation/n_skipped",
+    "ablation/permutation/flip_rate_n_undefined", "ablation/permutation/n_skipped",
     "ablation/uniform/flip_rate", "ablation/uniform/tvd", "ablation/erase_max/flip_rate", "ablation/erase_max/tvd",
     "ablation/erase_until_flip/attn_desc_never_flipped", "ablation/erase_until_flip/random_never_flipped",
     "ablation/alignment/aer", "ablation/alignment/gold_mass", "ablation/alignment/argmax_on_gold",
@@ -115,7 +115,7 @@ def test_summary_leaves_undefined_out_and_counts_it():
     })
     s = summarize(table, pd.DataFrame({"example_id": ["a", "b"]}), ["uniform"], {"uniform": "greedy"}, _cfg())
     assert s == {"ablation/uniform/n_steps": 3.0, "ablation/uniform/n_skipped": 1.0,
-                 "ablation/uniform/n_undefined": 2.0}
+                 "ablation/uniform/flip_rate_n_undefined": 2.0, "ablation/uniform/tvd_n_undefined": 2.0}
 
 
 def test_summary_micro_average_and_example_bootstrap():

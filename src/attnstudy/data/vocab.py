@@ -38,8 +38,15 @@ class Vocab:
         """Collect every token of ``sequences``; specials first, then tokens sorted.
 
         The result depends only on the set of tokens, never on their order or counts.
+
+        Raises:
+            ValueError: if the data holds a special token: it would silently merge with it.
         """
-        tokens = {t for seq in sequences for t in seq} - set(SPECIALS)
+        tokens = {t for seq in sequences for t in seq}
+        clash = sorted(tokens & set(SPECIALS))
+        if clash:
+            raise ValueError(f"the data holds the special token(s) {clash}, which would merge with the "
+                             "model's own; rename them in the data")
         return cls([*SPECIALS, *sorted(tokens)])
 
     def encode(self, tokens: Sequence[str]) -> list[int]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import RunSpec
+from ..config import RunSpec, load_run_spec
 from ..data.vocab import Vocab
 from .build import build_model
 from .seq2seq import Seq2Seq
@@ -58,7 +58,7 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
     if missing:
         raise ModelLoadError(f"model directory {d} lacks {', '.join(missing)}")
     try:
-        spec = RunSpec.model_validate_json((d / CONFIG).read_text(encoding="utf-8"))
+        spec = load_run_spec((d / CONFIG).read_text(encoding="utf-8"))
         src_vocab = Vocab.from_json(json.loads((d / SRC_VOCAB).read_text(encoding="utf-8")))
         tgt_vocab = Vocab.from_json(json.loads((d / TGT_VOCAB).read_text(encoding="utf-8")))
     except (ValueError, UnicodeDecodeError) as err:

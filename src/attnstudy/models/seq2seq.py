@@ -248,13 +248,17 @@ class Seq2Seq(nn.Module):
                 for row, n in zip(out.tokens, out.lengths)]
 
     @torch.no_grad()
-    def beam_search(self, src: Tensor, src_lengths: Tensor, max_len: int, beam_size: int = 5,
+    def beam_search(self, src: Tensor, src_lengths: Tensor, max_len: int | Tensor, beam_size: int = 5,
                     length_penalty: float = 1.0) -> list[list[int]]:
         """Batched beam search; hypotheses scored by log-probability / length^α (Wu et al. 2016 style).
 
+        Every example is searched as if it were alone: its own step budget, and once no live beam
+        can beat its best finished hypothesis it takes no more candidates, so the result never
+        depends on which other examples share the batch.
+
         Args:
             src: long (B, T_x); src_lengths: long (B,).
-            max_len: maximum length including EOS.
+            max_len: maximum length including EOS, one int or long (B,) per example.
             beam_size: K.
             length_penalty: α; 0 disables normalisation.
 
@@ -263,6 +267,7 @@ class Seq2Seq(nn.Module):
         """
         with eval_mode(self):
             b, k = src.size(0), beam_size
+            limits = [int(x) for x in torch.as_tensor(max_len).expand(b).tolist()]
             memory, state, _ = self.encode(src, src_lengths)
             rep = torch.arange(b).repeat_interleave(k)
             memory = None if memory is None else memory.index_select(rep)
@@ -272,7 +277,12 @@ class Seq2Seq(nn.Module):
             y = src.new_full((b * k,), BOS_ID)
             history = torch.empty(b * k, 0, dtype=torch.long)
             finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
-            for t in range(max_len):
+            done = [False] * b
+
+            def norm(length: int) -> float:
+                return length ** length_penalty if length_penalty else 1.0
+
+            for t in range(max(limits)):
                 out = self.decoder.step(y, state, memory)
                 logp = torch.log_softmax(out.logits, -1)  # (B*K, V)
                 v = logp.size(-1)
@@ -283,28 +293,32 @@ class Seq2Seq(nn.Module):
                 new_src = torch.zeros(b, k, dtype=torch.long)
                 new_tok = torch.full((b, k), PAD_ID, dtype=torch.long)
                 for i in range(b):
+                    if done[i]:
+                        continue
+                    last = t == limits[i] - 1
                     j = 0
                     for s, bi, tk in zip(top[i].tolist(), beam_idx[i].tolist(), tok[i].tolist()):
                         if s == float("-inf"):
                             break
                         seq = history[i * k + bi].tolist()
-                        if tk == EOS_ID or t == max_len - 1:
-                            length = len(seq) + 1
-                            norm = length ** length_penalty if length_penalty else 1.0
-                            finished[i].append((s / norm, seq if tk == EOS_ID else seq + [tk]))
+                        if tk == EOS_ID or last:
+                            finished[i].append((s / norm(len(seq) + 1), seq if tk == EOS_ID else seq + [tk]))
                         elif j < k:
                             new_scores[i, j], new_src[i, j], new_tok[i, j] = s, bi, tk
                             j += 1
                         if j >= k:
                             break
+                    # done when no live beam can still beat the best finished hypothesis: log-probs
+                    # only fall, and normalising by length^α is most lenient at the example's limit
+                    bound = float(new_scores[i].max()) / norm(limits[i])
+                    if last or (finished[i] and max(f[0] for f in finished[i]) >= bound):
+                        done[i] = True
+                        new_scores[i] = float("-inf")
                 flat_src = (torch.arange(b)[:, None] * k + new_src).view(-1)
                 state = out.state.index_select(flat_src)
                 history = torch.cat([history.index_select(0, flat_src), new_tok.view(-1, 1)], dim=1)
                 scores = new_scores
                 y = new_tok.view(-1)
-                # stop when no live beam can still beat the best finished hypothesis: log-probs
-                # only fall, and normalising by length^α is most lenient at max_len
-                bound = scores.max(-1).values / (max_len ** length_penalty if length_penalty else 1.0)
-                if all(finished[i] and max(f[0] for f in finished[i]) >= float(bound[i]) for i in range(b)):
+                if all(done):
                     break
             return [max(f, key=lambda x: x[0])[1] if f else [] for f in finished]
