@@ -94,7 +94,29 @@ def prepare_batches(model: Seq2Seq, examples: Sequence[Example], src_vocab: Voca
             else:
                 tgt_in, tgt_out = batch.tgt_in, batch.tgt_out
             trace = model.trace(batch.src, batch.src_lengths, tgt_in, tgt_out)
+        check_finite(trace, chunk)
         yield PreparedBatch(chunk, trace, prefix, src_vocab, tgt_vocab)
+
+
+def check_finite(trace: Trace, examples: Sequence[Example]) -> None:
+    """Refuse a trace whose logits or attention hold NaN/inf: every ablation number built on it
+    (a flip rate of 0, an AER of 1) would look meaningful and mean nothing.
+
+    Raises:
+        NonFiniteError: naming the first example concerned.
+    """
+    from attnstudy.training import NonFiniteError
+
+    for name, t in (("logits", trace.logits), ("attention", trace.attention)):
+        if t is None:
+            continue
+        real = trace.step_mask.view(*trace.step_mask.shape[:1], *([1] * (t.dim() - 3)), trace.step_mask.size(1), 1) \
+            if name == "attention" else trace.step_mask[..., None]
+        bad = (~torch.isfinite(t)) & real
+        if bool(bad.any()):
+            row = int(bad.reshape(bad.size(0), -1).any(-1).nonzero()[0, 0])
+            raise NonFiniteError(f"the model's {name} are NaN or infinite for example {examples[row].id!r}: "
+                                 "no ablation of it would mean anything; check the model's weights")
 
 
 def _prefix_tensors(hyps: list[list[int]]) -> tuple[Tensor, Tensor]:

@@ -101,7 +101,7 @@ def load_study(tracker, study_id: str) -> StudyData:
     Raises:
         LookupError: ``study_id`` is not a study run.
     """
-    study = tracker.get_run(study_id)
+    study = tracker.find_run(study_id)
     if study.data.tags.get("kind") != "study":
         raise LookupError(f"run {study_id} is not a study run (kind={study.data.tags.get('kind')!r})")
     tags = study.data.tags
@@ -118,7 +118,7 @@ def load_study(tracker, study_id: str) -> StudyData:
     ablation_runs = {r.data.tags.get("source_run_id"): r for r in ablation_list}
     failed_models = [r for r in failed if r.data.tags.get("kind") == "model"]
 
-    rows, preds, steps, heatmaps = [], [], [], []
+    rows, preds, steps, heatmaps, notes = [], [], [], [], []
     for run in [*model_runs, *failed_models]:
         mtags, variant = run.data.tags, variant_name(run.data.tags)
         row = {"variant": variant, "task": mtags.get("task"), "attention": mtags.get("attention"),
@@ -129,6 +129,9 @@ def load_study(tracker, study_id: str) -> StudyData:
             p = _try_table(tracker, run.info.run_id, "predictions/test.parquet")
             if p is not None:
                 preds.append(p.assign(variant=variant, task=mtags.get("task")))
+            else:
+                notes.append(f"{variant}: its test predictions (predictions/test.parquet of run "
+                             f"{run.info.run_id}) are missing from the store")
         abl = ablation_runs.get(run.info.run_id)
         if abl is not None:
             atags = abl.data.tags
@@ -144,6 +147,9 @@ def load_study(tracker, study_id: str) -> StudyData:
                 if s is not None:
                     prefix = abl.data.params.get("ablation.prefix", "greedy")
                     steps.append(s.assign(variant=variant, task=mtags.get("task"), analysis_prefix=prefix))
+                else:
+                    notes.append(f"{variant}: its per-step ablation table (ablations/steps.parquet of run "
+                                 f"{abl.info.run_id}) is missing from the store; its figures are empty")
                 for ex in _try_json(tracker, abl.info.run_id, "ablations/heatmaps.json") or []:
                     heatmaps.append(ex | {"title": f"{variant}: {ex.get('title', '')}", "run_id": abl.info.run_id})
         rows.append(row)
@@ -153,7 +159,7 @@ def load_study(tracker, study_id: str) -> StudyData:
                      pd.concat(preds, ignore_index=True) if preds else pd.DataFrame(),
                      pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(),
                      heatmaps, seed_var if seed_var is not None else pd.DataFrame(), config_text,
-                     status=study.info.status)
+                     status=study.info.status, notes=notes)
 
 
 def _missing(tracker, run_id: str, path: str) -> bool:
@@ -234,7 +240,7 @@ def report_dir(experiment: str) -> Path:
     from attnstudy.tracking import project_root
 
     root = (project_root() / "reports").resolve()
-    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", experiment).lstrip(".") or "study"
+    slug = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]", "_", experiment)).lstrip(".") or "study"
     out = (root / slug).resolve()
     if out.parent != root:
         raise ValueError(f"report folder {out} is not inside {root}")
@@ -326,7 +332,9 @@ def _summary_table(data: StudyData) -> pd.DataFrame:
     """One row per model; a value, or the reason there is none (never a bare dash)."""
     if data.models.empty:
         return pd.DataFrame()
-    cols = [c for c in SUMMARY_COLUMNS if c in data.models.columns and data.models[c].notna().any()]
+    ran = _ablations_run(data)
+    cols = [c for c in SUMMARY_COLUMNS if (c in data.models.columns and data.models[c].notna().any())
+            or (c.startswith("ablation/") and c.split("/")[1] in ran)]
     out = {"variant": list(data.models["variant"])}
     for c in cols:
         out[SUMMARY_COLUMNS[c]] = [round(float(r[c]), 4) if pd.notna(r.get(c)) else _reason(r, c)
@@ -338,9 +346,23 @@ def _run_link(data: StudyData, run_id: str) -> str:
     return f"{ui_base_url()}/#/experiments/{data.experiment_id}/runs/{run_id}"
 
 
+def _ablations_run(data: StudyData) -> set[str]:
+    """Every ablation some model of the study was asked to run."""
+    ran: set[str] = set()
+    if "ablations_run" in data.models.columns:
+        for v in data.models["ablations_run"].dropna():
+            ran |= set(json.loads(v))
+    return ran
+
+
 def _status_lines(data: StudyData) -> list[str]:
     """What the study's status and failures mean for the report (empty for a finished study)."""
-    lines = []
+    from attnstudy.config import ABLATIONS
+
+    lines = [f"Note: {n}." for n in data.notes]
+    not_run = [a for a in ABLATIONS if a not in _ablations_run(data)]
+    if not_run:
+        lines.append(f"Ablations not run in this study: {', '.join(not_run)}.")
     if data.status != "FINISHED":
         lines.append(f"Study status: **{data.status}**: the report shows what the store holds for it.")
     if not data.models.empty:

@@ -31,6 +31,7 @@ from attnstudy.config import AblationConfig
 from attnstudy.data.tasks import Example
 from attnstudy.data.vocab import Vocab
 from attnstudy.models import Seq2Seq, eval_mode
+from attnstudy.signals import check_interrupt
 
 from .common import base_table, prepare_batches
 from .erasure import RANKINGS
@@ -165,6 +166,7 @@ def run_suite(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt
                     continue
                 step_names = [n for n in names if not SPECS[n].per_example]
                 for batch in prepare_batches(model, examples, src_vocab, tgt_vocab, prefix, batch_size):
+                    check_interrupt()
                     steps = base_table(batch)
                     steps.insert(1, "prefix", prefix)
                     for name in names:

@@ -6,7 +6,7 @@ nests runs only in some sort orders and does not indent grandchildren), the nest
 the UI shows it (the runs table's expander under the study; "Parent run" on each run page), a figure
 artifact is opened and its image must load, and the generated report must show every image and a row
 in every table. Screenshots go to ``test-output/screenshots/``. Without chromium or playwright the
-module is skipped, with the reason printed.
+module is skipped, with the reason printed (under ``CI=true`` it fails: see prerequisites.py).
 """
 
 import json
@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from prerequisites import require
 
 pytestmark = pytest.mark.slow
 
@@ -29,18 +30,14 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-def _skip(reason: str):
-    print(f"\nSKIPPED browser tests: {reason}", file=sys.__stderr__)  # past the capture: never silent
-    pytest.skip(reason, allow_module_level=True)
-
-
-if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-    _skip(f"{CHROMIUM} not found: install Debian's chromium (`make browser-deps`, i.e. apt-get install chromium)")
+require(os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK),
+        f"{CHROMIUM} not found: install Debian's chromium (`make test-deps`, i.e. apt-get install chromium)",
+        module_level=True)
 try:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 except ImportError as err:
-    _skip(f"playwright is not installed ({err}): pip install -e '.[dev]'")
+    require(False, f"playwright is not installed ({err}): pip install -e '.[dev]'", module_level=True)
 
 from test_ui import interrupt_and_check_gone, start_ui, wait_url  # noqa: E402  (same folder)
 

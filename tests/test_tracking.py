@@ -17,7 +17,7 @@ def test_model_runs_have_params_epoch_metrics_and_artifacts(tiny_models):
     assert run.info.run_name == "copy/additive-bahdanau/seed1"
     assert run.data.params["model.attention"] == "additive"
     assert run.data.params["model.flow"] == "bahdanau"
-    assert run.data.tags["kind"] == "model" and run.data.tags["config_hash"] == tiny_models[0].spec.config_hash()
+    assert run.data.tags["kind"] == "model" and run.data.tags["model_key"] == tiny_models[0].key
     history = tracker.client.get_metric_history(run.info.run_id, "train/loss")
     assert [m.step for m in history] == [1, 2]
     assert all(math.isfinite(m.value) for m in history)
@@ -60,9 +60,49 @@ def test_finished_run_with_same_config_is_reused(tiny_models, tiny_config):
 
 def test_unknown_uris_fail_with_one_clear_message(tiny_models):
     from attnstudy import api
+    from attnstudy.tracking import ModelNotFoundError
+
+    with pytest.raises(ModelNotFoundError, match="no run with id 'deadbeef'"):
+        api.load_model("runs:/deadbeef")
+    with pytest.raises(ModelNotFoundError, match="no version '3' of registered model 'nope'"):
+        api.load_model("models:/nope/3")
+    name = api.registered_name(tiny_models[0].spec)
+    rid, _ = api.load_model(f"models:/{name}/latest")
+    assert rid == tiny_models[0].run_id
+
+
+@pytest.mark.parametrize("kind", ["closed port", "listens but never answers"])
+def test_unreachable_server_fails_within_the_configured_deadline(kind):
+    """Loopback only: a closed port, and a socket that accepts connections but never answers. It took
+    39 s and 47 s with the old defaults; the message names the configured deadline."""
+    import socket
+
+    from attnstudy.tracking import TrackingError, check_server, resolve_timeout
+
+    assert resolve_timeout() == 10.0  # the default
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        if kind == "listens but never answers":
+            s.listen(8)
+        else:
+            s.close()
+        with pytest.raises(TrackingError) as err:
+            check_server(f"http://127.0.0.1:{port}", 0.7)
+    msg = str(err.value)
+    assert f"tracking server http://127.0.0.1:{port} did not answer within 0.7 s" in msg
+    assert ("connection refused" if kind == "closed port" else "no answer") in msg
+    assert "--tracking-uri" in msg
+
+
+def test_server_is_checked_before_the_data_is_read(tmp_path, monkeypatch):
+    from attnstudy import api
+    from attnstudy.config import parse_experiment
     from attnstudy.tracking import TrackingError
 
-    with pytest.raises(TrackingError, match="no run with id 'deadbeef'"):
-        api.load_model("runs:/deadbeef")
-    with pytest.raises(TrackingError, match="no such registered model version"):
-        api.load_model("models:/nope/3")
+    cfg = parse_experiment({"experiment": {"name": "x", "tracking_uri": "http://127.0.0.1:9", "tracking_timeout": 0.3},
+                            "data": {"task": "tsv", "train_path": str(tmp_path / "nope.tsv"),
+                                     "dev_path": "d", "test_path": "t"}})
+    monkeypatch.setattr(api, "check_data", lambda cfg: pytest.fail("data read before the server was checked"))
+    with pytest.raises(TrackingError, match="did not answer within 0.3 s"):
+        api.open_tracker(cfg)

@@ -22,10 +22,17 @@ from .data.dates import is_heldout
 from .data.tasks import DataError, Splits, load_task, source_key, splits_digest, tokenize
 from .data.vocab import SPECIALS, Vocab
 from .metrics import evaluate, per_example
-from .models.io import LoadedModel, load_model_dir, save_model_dir
+from .models.io import LoadedModel, ModelLoadError, load_model_dir, save_model_dir
 from .notices import notice
 from .tracking import Tracker, git_commit, project_root
-from .training import early_stopping_metric, evaluate_split, max_decode_len, train
+from .training import (
+    checkpoint_lock,
+    early_stopping_metric,
+    evaluate_split,
+    max_decode_len,
+    read_checkpoint,
+    train,
+)
 
 
 @dataclass
@@ -116,6 +123,11 @@ def registered_name(spec: RunSpec) -> str:
     return f"{spec.experiment}-{spec.data.task}-{spec.model.attention}-{spec.model.flow}"
 
 
+def variant_slug(spec: RunSpec) -> str:
+    """The logged model's name: task, score and flow, e.g. ``g2p-additive-bahdanau``."""
+    return f"{spec.data.task}-{spec.model.attention}-{spec.model.flow}"
+
+
 def _run_tags(spec: RunSpec, study_id: str | None, kind: str, key: str, digest: str) -> dict[str, str]:
     tags = {"kind": kind, "task": spec.data.task, "attention": spec.model.attention, "flow": spec.model.flow,
             "seed": str(spec.seed), "model_key": key, "data_digest": digest, "git_commit": git_commit(),
@@ -144,7 +156,6 @@ def train_spec(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: st
         KILLED and the last complete checkpoint is kept for ``resume``.
     """
     data = task_data(spec)
-    splits, src_vocab, tgt_vocab = data.splits, data.src_vocab, data.tgt_vocab
     key = spec.model_key(data.digest)
     if not retrain:
         existing = tracker.find_finished_model(experiment_id, key)
@@ -155,6 +166,22 @@ def train_spec(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: st
             reason = (f"finished run {existing.info.run_id} has the same model key {key} "
                       f"(same used config fields and seed, data digest {data.digest[:12]})")
             return ModelRun(existing.info.run_id, spec, True, dict(existing.data.metrics), key, reason)
+    ckpt_dir = project_root() / "mlruns" / "checkpoints" / key
+    with checkpoint_lock(ckpt_dir):  # a second training of the same model refuses instead of tearing files
+        if resume and (ckpt_dir / "last.pt").is_file():
+            read_checkpoint(ckpt_dir / "last.pt")  # a broken checkpoint is reported before any run exists
+        run_id, model_id, final = _train_run(spec, tracker, experiment_id, study_id, data, key, ckpt_dir, resume,
+                                             progress)
+        # registered only once the run is FINISHED: a version never points at an unfinished run
+        tracker.register_model(run_id, model_id, registered_name(spec),
+                               tags=_run_tags(spec, None, "model", key, data.digest))
+    return ModelRun(run_id, spec, False, final, key, "")
+
+
+def _train_run(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: str | None, data: TaskData,
+               key: str, ckpt_dir: Path, resume: bool, progress: bool) -> tuple[str, str, dict[str, float]]:
+    """Train one model inside its own run (see :func:`train_spec`). Returns (run id, logged model id, metrics)."""
+    splits, src_vocab, tgt_vocab = data.splits, data.src_vocab, data.tgt_vocab
     run_id = tracker.start_run(experiment_id, spec.name, _run_tags(spec, study_id, "model", key, data.digest),
                                study_id)
     with tracker.active(run_id):
@@ -169,7 +196,6 @@ def train_spec(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: st
         tracker.log_metrics(run_id, {f"data/{k}_unknown" if not k.endswith("_tokens") else f"data/{k}": v
                                      for k, v in data.unknown.items()})
         tracker.log_text(run_id, spec.model_dump_json(indent=2), "config.json")
-        ckpt_dir = project_root() / "mlruns" / "checkpoints" / key
         result = train(spec, splits, src_vocab, tgt_vocab, ckpt_dir, resume=resume, progress=progress,
                        on_epoch=lambda epoch, m: tracker.log_metrics(run_id, m, step=epoch))
         final: dict[str, float] = {"train/seconds": result.seconds, "train/best_epoch": result.best_epoch,
@@ -191,8 +217,8 @@ def train_spec(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: st
         tracker.log_table(run_id, preds, "predictions/test.parquet")
         # the model files are kept locally first, so a tracking failure loses no trained model
         model_dir = save_model_dir(ckpt_dir / "model", result.model, spec, src_vocab, tgt_vocab)
-        tracker.log_model_dir(run_id, model_dir, registered_name(spec))
-    return ModelRun(run_id, spec, False, final, key, "")
+        model_id = tracker.log_model_dir(run_id, model_dir, variant_slug(spec))
+    return run_id, model_id, final
 
 
 def heldout_metrics(hyps: list[list[str]], test: list) -> dict[str, float]:
@@ -238,6 +264,7 @@ def train_experiment(cfg: ExperimentConfig, tracker: Tracker | None = None, stud
     else:
         check_data(cfg)
     exp_id = tracker.experiment_id(cfg.experiment.name)
+    tracker.reconcile_orphans(exp_id)
     return [train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress) for spec in cfg.runs()]
 
 
@@ -254,19 +281,25 @@ def check_data(cfg: ExperimentConfig) -> None:
                 raise DataError(f"{spec.name}: the {name} split is empty; check the data sizes and files")
 
 
-def load_model(uri: str, tracker: Tracker | None = None) -> tuple[str, LoadedModel]:
-    """Load a model from ``runs:/…``, ``models:/name/version``, ``models:/name@alias`` or a local
-    directory holding the model files. Returns (run id or "", model).
+def load_model(uri: str, tracker: Tracker | None = None, force: bool = False) -> tuple[str, LoadedModel]:
+    """Load a model from ``runs:/…``, ``models:/name/version``, ``models:/name/latest``,
+    ``models:/name@alias`` or a local directory holding the model files. Returns (run id or "", model).
+
+    Args:
+        force: also load the model of a run that is not FINISHED (RUNNING, KILLED, FAILED).
 
     Raises:
-        TrackingError, ModelLoadError.
+        ModelNotFoundError, UnfinishedRunError, TrackingError, ModelLoadError.
     """
     if Path(uri).is_dir():
         return "", load_model_dir(uri)
     tracker = tracker or Tracker(create=False)
     with tempfile.TemporaryDirectory() as tmp:
-        run_id, local = tracker.download_model_dir(uri, tmp)
-        return run_id, load_model_dir(local)
+        run_id, local = tracker.download_model_dir(uri, tmp, allow_unfinished=force)
+        try:
+            return run_id, load_model_dir(local)
+        except ModelLoadError as err:  # name the URI, not the temporary folder it was read from
+            raise ModelLoadError(str(err).replace(str(local), uri)) from None
 
 
 def tokenizations(spec: RunSpec) -> tuple[str, str]:
@@ -332,9 +365,9 @@ def predict_loaded(loaded: LoadedModel, inputs: list[str], beam_size: int = 1, w
 
 
 def predict(uri: str, inputs: list[str], beam_size: int = 1, with_attention: bool = False,
-            tracker: Tracker | None = None) -> list[dict]:
+            tracker: Tracker | None = None, force: bool = False) -> list[dict]:
     """Load a model (see :func:`load_model`) and decode ``inputs`` (see :func:`predict_loaded`)."""
-    _, loaded = load_model(uri, tracker)
+    _, loaded = load_model(uri, tracker, force)
     return predict_loaded(loaded, inputs, beam_size, with_attention)
 
 
@@ -406,16 +439,20 @@ def ablate_run(model_run_id: str, loaded: LoadedModel, cfg: AblationConfig, trac
     return run_id, result
 
 
-def ablate(uri: str, cfg: AblationConfig | None = None, tracker: Tracker | None = None, progress: bool = True):
+def ablate(uri: str, cfg: AblationConfig | None = None, tracker: Tracker | None = None, progress: bool = True,
+           force: bool = False):
     """Load a model from the store and run the ablation suite on it (nested run under the model).
 
-    An ad-hoc ablation belongs to no study: it never changes a study's report.
+    An ad-hoc ablation belongs to no study: it never changes a study's report. The model's run must
+    be FINISHED unless ``force``.
 
     Returns:
         (ablation run id, SuiteResult).
     """
     tracker = tracker or Tracker(create=False)
-    run_id, loaded = load_model(uri, tracker)
+    run_id, loaded = load_model(uri, tracker, force)
+    if run_id:
+        tracker.reconcile_orphans(tracker.get_run(run_id).info.experiment_id)
     if not run_id:
         raise ValueError("ablate needs a model in the tracking store (runs:/… or models:/…)")
     return ablate_run(run_id, loaded, cfg or AblationConfig(), tracker, None, progress)
@@ -506,9 +543,9 @@ def run(cfg: ExperimentConfig, retrain: bool = False, progress: bool = True, con
     """
     tracker = open_tracker(cfg)
     exp_id = tracker.experiment_id(cfg.experiment.name)
+    tracker.reconcile_orphans(exp_id)
     specs = cfg.runs()
     skey = study_key(cfg, [model_key(spec) for spec in specs])
-    akey = ablation_key(cfg.ablation)
     study_id = tracker.find_resumable_study(exp_id, skey) if resume else None
     resumed = study_id is not None
     if resumed:
@@ -518,53 +555,70 @@ def run(cfg: ExperimentConfig, retrain: bool = False, progress: bool = True, con
                                      {"kind": "study", "experiment": cfg.experiment.name, "git_commit": git_commit(),
                                       "study_key": skey})
     result = StudyResult(study_id, resumed=resumed)
-    with tracker.active(study_id):
-        tracker.set_tags(study_id, {"study_id": study_id})
-        if config_text:
-            tracker.log_text(study_id, config_text, "experiment.toml")
-        tracker.log_text(study_id, cfg.model_dump_json(indent=2), "experiment.json")
+    try:
+        with tracker.active(study_id):
+            _run_study(cfg, tracker, exp_id, study_id, specs, result, retrain, resume, progress, config_text)
+    except StudyFailedError:
+        pass  # the study run is FAILED with the list; the report is still built
+    if report:
+        from analysis.report import build_report
 
-        def record() -> None:
-            tracker.set_tags(study_id, {
-                "model_run_ids": ",".join(m.run_id for m in result.models),
-                "ablation_run_ids": ",".join(result.ablations.values()),
-                "failed_run_ids": ",".join(f.run_id for f in result.failures if f.run_id)})
-
-        for spec in specs:
-            try:
-                result.models.append(train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress))
-            except Exception as err:  # isolated: the run is FAILED with the error; the others go on
-                result.failures.append(Failure(spec.name, "training", _error_text(err), getattr(err, "failed_run_id", None)))
-            record()
-        done = tracker.finished_ablations(study_id, akey) if resumed else {}
-        for m in result.models:
-            if m.run_id in done:
-                result.ablations[m.run_id] = done[m.run_id]
-                continue
-            try:
-                _, loaded = load_model(f"runs:/{m.run_id}", tracker)
-                result.ablations[m.run_id], _ = ablate_run(m.run_id, loaded, cfg.ablation, tracker, study_id,
-                                                           progress)
-            except Exception as err:
-                result.failures.append(Failure(m.spec.name, "ablation", _error_text(err), getattr(err, "failed_run_id", None)))
-            record()
         try:
-            _seed_variance(result.models, cfg.ablation, tracker, study_id)
+            result.report = build_report(tracker, study_id)
         except Exception as err:
-            result.failures.append(Failure("seed variance", "analysis", _error_text(err)))
-        n_ok = len(specs) - len({f.name for f in result.failures if f.phase in ("training", "ablation")})
-        tracker.log_metrics(study_id, {"study/n_ok": n_ok, "study/n_failed": len(specs) - n_ok})
-        if report:
-            from analysis.report import build_report
-
-            try:
-                result.report = build_report(tracker, study_id)
-            except Exception as err:
-                result.failures.append(Failure("report", "report", _error_text(err)))
-        if result.failures:
+            result.failures.append(Failure("report", "report", _error_text(err)))
             tracker.set_tags(study_id, {"failed": "; ".join(map(str, result.failures))[:5000]})
-            raise StudyFailedError(result)
+            tracker.end_run(study_id, "FAILED")
+    if result.failures:
+        raise StudyFailedError(result)
     return result
+
+
+def _run_study(cfg: ExperimentConfig, tracker: Tracker, exp_id: str, study_id: str, specs: list[RunSpec],
+               result: StudyResult, retrain: bool, resume: bool, progress: bool, config_text: str | None) -> None:
+    """Train, ablate and compare inside the open study run (see :func:`run`).
+
+    Raises:
+        StudyFailedError: some variants failed (after every other variant ran).
+    """
+    tracker.set_tags(study_id, {"study_id": study_id})
+    if config_text:
+        tracker.log_text(study_id, config_text, "experiment.toml")
+    tracker.log_text(study_id, cfg.model_dump_json(indent=2), "experiment.json")
+    akey = ablation_key(cfg.ablation)
+
+    def record() -> None:
+        tracker.set_tags(study_id, {
+            "model_run_ids": ",".join(m.run_id for m in result.models),
+            "ablation_run_ids": ",".join(result.ablations.values()),
+            "failed_run_ids": ",".join(f.run_id for f in result.failures if f.run_id)})
+
+    for spec in specs:
+        try:
+            result.models.append(train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress))
+        except Exception as err:  # isolated: the run is FAILED with the error; the others go on
+            result.failures.append(Failure(spec.name, "training", _error_text(err), getattr(err, "failed_run_id", None)))
+        record()
+    done = tracker.finished_ablations(study_id, akey) if result.resumed else {}
+    for m in result.models:
+        if m.run_id in done:
+            result.ablations[m.run_id] = done[m.run_id]
+            continue
+        try:
+            _, loaded = load_model(f"runs:/{m.run_id}", tracker)
+            result.ablations[m.run_id], _ = ablate_run(m.run_id, loaded, cfg.ablation, tracker, study_id, progress)
+        except Exception as err:
+            result.failures.append(Failure(m.spec.name, "ablation", _error_text(err), getattr(err, "failed_run_id", None)))
+        record()
+    try:
+        _seed_variance(result.models, cfg.ablation, tracker, study_id)
+    except Exception as err:
+        result.failures.append(Failure("seed variance", "analysis", _error_text(err)))
+    n_ok = len(specs) - len({f.name for f in result.failures if f.phase in ("training", "ablation")})
+    tracker.log_metrics(study_id, {"study/n_ok": n_ok, "study/n_failed": len(specs) - n_ok})
+    if result.failures:
+        tracker.set_tags(study_id, {"failed": "; ".join(map(str, result.failures))[:5000]})
+        raise StudyFailedError(result)
 
 
 def _seed_variance(models: list[ModelRun], cfg: AblationConfig, tracker: Tracker, study_id: str) -> None:

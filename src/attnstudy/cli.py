@@ -12,6 +12,8 @@ import logging
 import os
 import signal
 import sys
+import threading
+import unicodedata
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -77,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--attention", action="store_true", help="also print the attention matrix")
     sp.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
     sp.add_argument("--json", action="store_true", help="print JSON lines")
+    sp.add_argument("--force", action="store_true", help="also use the model of a run that is not FINISHED")
     add_tracking(sp)
 
     sp = sub.add_parser("ablate", help="run the ablation battery on a stored model")
@@ -87,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--prefix", choices=["greedy", "reference"], default=None, help="prefix policy (default greedy)")
     sp.add_argument("--seed", type=int, default=None, help="ablation seed (default 0)")
     sp.add_argument("--quiet", action="store_true", help="no progress bars")
+    sp.add_argument("--force", action="store_true", help="also ablate the model of a run that is not FINISHED")
     add_tracking(sp)
 
     sp = sub.add_parser("report", help="build the HTML + Markdown report of a study from the tracking store")
@@ -172,10 +176,28 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
         if not (uri.startswith(("runs:/", "models:/")) or (args.command == "predict" and Path(uri).is_dir())):
             raise UsageError(f"unknown model URI {uri!r}; use runs:/<run_id>, models:/<name>/<version>, "
                              "models:/<name>@<alias>" + (" or a model folder" if args.command == "predict" else ""))
+        rest = uri[len("models:/"):].strip("/") if uri.startswith("models:/") else None
+        if rest is not None and "@" not in rest and not rest.partition("/")[2]:
+            raise UsageError(f"{uri}: give a version, 'latest' or an alias "
+                             "(models:/NAME/1, models:/NAME/latest or models:/NAME@ALIAS)")
+        if uri.startswith("runs:/") and not uri[len("runs:/"):].strip("/"):
+            raise UsageError(f"{uri}: give a run id (runs:/<run_id>)")
         if args.command == "predict" and any(not s.strip() for s in args.inputs):
             raise UsageError("an input is empty: give at least one token per input")
-    if args.command == "ui" and not 0 < args.port < 65536:
-        raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
+    if args.command == "ui":
+        if not 0 < args.port < 65536:
+            raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
+        from . import ui  # standard library only
+
+        try:
+            ui.check_host(args.host)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        if args.tracking_uri is not None:
+            try:
+                check_tracking_uri(args.tracking_uri)
+            except ValueError as err:
+                raise UsageError(str(err)) from None
     if args.command == "report":
         if args.experiment is not None and not args.experiment.strip():
             raise UsageError("--experiment is empty")
@@ -222,23 +244,24 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
         if Path(args.model_uri).is_dir():
             results = api.predict(args.model_uri, args.inputs, args.beam, args.attention)
         else:
-            results = api.predict(args.model_uri, args.inputs, args.beam, args.attention, tracker=_store(args))
+            results = api.predict(args.model_uri, args.inputs, args.beam, args.attention, tracker=_store(args),
+                                  force=args.force)
         for r in results:
             if args.json:
                 print(json.dumps(r, ensure_ascii=False))
                 continue
             note = f"  ({r['n_unknown']} unknown token(s) mapped to <unk>)" if r["n_unknown"] else ""
-            print(f"{r['input']}\t{r['output']}{note}")
+            print(f"{_printable(r['input'])}\t{_printable(r['output'])}{note}")
             if args.attention and r.get("attention") is not None:
                 src = r["source_tokens"]
-                print("\t" + "\t".join(src))
+                print("\t" + "\t".join(map(_printable, src)))
                 for tok, row in zip(r["tokens"] + ["<eos>"], r["attention"]):
-                    print(tok + "\t" + "\t".join(f"{v:.2f}" for v in row))
+                    print(_printable(tok) + "\t" + "\t".join(f"{v:.2f}" for v in row))
             elif args.attention:
                 print("\t(this model has no attention)")
         return EXIT_OK
     if args.command == "ablate":
-        run_id, result = api.ablate(args.model_uri, abl, tracker=_store(args), progress=progress)
+        run_id, result = api.ablate(args.model_uri, abl, tracker=_store(args), progress=progress, force=args.force)
         for k in sorted(result.summary):
             if not k.endswith(("_ci_low", "_ci_high")):
                 print(f"{k}\t{result.summary[k]:.4f}")
@@ -251,6 +274,13 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
         print(f"report: {path}")
         return EXIT_OK
     raise UsageError(f"unknown command {args.command!r}")
+
+
+def _printable(text: str) -> str:
+    """Control characters (ANSI escapes, tabs, newlines) escaped, so they neither reach the terminal
+    nor break the tab-separated output; every other character is kept."""
+    return "".join(ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) == "Cc" else ch
+                   for ch in text)
 
 
 def _print_model(r) -> None:
@@ -339,7 +369,12 @@ def _install_notices() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Returns the exit code (0 ok, 1 failed, 2 bad usage)."""
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    from .signals import acknowledge_interrupt, request_interrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, request_interrupt)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when the shell ignores it
+            signal.signal(signal.SIGINT, request_interrupt)
     _install_notices()
     try:
         args = build_parser().parse_args(argv)
@@ -351,19 +386,35 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _execute(args, cfg, abl)
     except KeyboardInterrupt:
-        _interrupt_handled()
-        return _error_exit("interrupted; finished runs are kept, the current run is marked KILLED "
-                           "(resume training with --resume)", EXIT_FAILED)
+        acknowledge_interrupt()
+        try:
+            _interrupt_handled()
+            return _error_exit("interrupted; finished runs are kept, the current run is marked KILLED "
+                               "(resume with --resume)", EXIT_FAILED)
+        except KeyboardInterrupt:  # a second Ctrl-C while the first is reported: still exit 1
+            _interrupt_handled()
+            return EXIT_FAILED
     except (UsageError, ConfigError) as err:
         return _error_exit(str(err), EXIT_USAGE)
     except Exception as err:  # one line, never a traceback; ATTNSTUDY_DEBUG=1 shows it
         if os.environ.get("ATTNSTUDY_DEBUG"):
             raise
         from .data.tasks import DataError
+        from .models.io import ModelLoadError
 
-        code = EXIT_USAGE if isinstance(err, DataError | LookupError) else EXIT_FAILED
+        # what the user named does not exist or is malformed: 2; a run that failed: 1
+        code = EXIT_USAGE if isinstance(err, DataError | LookupError | ModelLoadError) else EXIT_FAILED
         return _error_exit(f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}", code)
 
 
+def entry() -> None:
+    """The console script: :func:`main`, then an exit that no late Ctrl-C turns into a traceback
+    (MLflow's exit hooks run after ``main`` returns)."""
+    code = main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

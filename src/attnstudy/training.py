@@ -7,10 +7,13 @@ optimiser and RNG state, so a resumed run continues exactly where it stopped.
 
 from __future__ import annotations
 
+import fcntl
 import math
 import os
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +27,7 @@ from .data.tasks import Example, Splits
 from .data.vocab import PAD_ID, Vocab
 from .metrics import evaluate
 from .models import Seq2Seq, build_model, eval_mode
+from .signals import check_interrupt
 
 LOWER_IS_BETTER = {"loss", "per", "wer"}
 
@@ -98,10 +102,84 @@ def evaluate_split(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab
     return evaluate(hyps, list(examples)), hyps
 
 
+CHECKPOINT_KEYS = {"model", "optimizer", "rng", "epoch", "history", "best", "best_epoch", "bad_epochs", "best_state"}
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be used; the message names the file and what to do."""
+
+
+class NonFiniteError(RuntimeError):
+    """A loss, score, logit or attention weight is NaN or infinite: no number computed from it is trustworthy."""
+
+
+class TrainingConflictError(RuntimeError):
+    """Another process is training the same model (same model key) right now."""
+
+
 def _atomic_save(obj, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    """Write ``obj`` to ``path`` through a temporary file of this process, then rename it into place,
+    so a reader (or a second writer) never sees a torn file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """Load and check a training checkpoint (``weights_only=True``: tensors and plain containers only).
+
+    Raises:
+        CheckpointError: the file is unreadable, truncated, not a plain checkpoint or lacks entries
+            (one line naming the file; never the suggestion to load it unsafely).
+    """
+    path = Path(path)
+    hint = "delete it or train without --resume"
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated zip, random bytes, a pickle with code …
+        text = str(err).strip().splitlines()
+        first = text[0][:160] if text else ""
+        if "weights_only" in str(err) or "Unpickl" in str(err):
+            first = "not a plain checkpoint of tensors"
+        reason = f"{type(err).__name__}{': ' + first if first else ''}"
+        raise CheckpointError(f"checkpoint {path} is unreadable ({reason}); {hint}") from None
+    if not isinstance(ckpt, dict) or not CHECKPOINT_KEYS <= set(ckpt):
+        missing = sorted(CHECKPOINT_KEYS - set(ckpt)) if isinstance(ckpt, dict) else ["everything"]
+        raise CheckpointError(f"checkpoint {path} lacks {', '.join(missing)}; {hint}")
+    return ckpt
+
+
+@contextmanager
+def checkpoint_lock(directory: str | Path) -> Iterator[Path]:
+    """Hold an exclusive lock on a model's checkpoint folder for a whole training.
+
+    Raises:
+        TrainingConflictError: another process holds it ("already being trained by PID …").
+    """
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    lock_path = d / ".lock"
+    f = open(lock_path, "a+")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            pid = f.read().strip() or "?"
+            raise TrainingConflictError(f"this model (checkpoint folder {d}) is already being trained by PID {pid}; "
+                                        "wait for it to finish (its run will then be reused)") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        yield d
+    finally:
+        f.close()  # releases the lock
 
 
 def _make_scheduler(spec: RunSpec, optimizer: torch.optim.Optimizer):
@@ -151,8 +229,12 @@ def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, che
     start_epoch, history, best, best_epoch, bad_epochs = 1, [], math.inf, 0, 0
     best_state = {k: v.clone() for k, v in model.state_dict().items()}
     if resume and ckpt_path.is_file():
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-        model.load_state_dict(ckpt["model"])
+        ckpt = read_checkpoint(ckpt_path)
+        try:
+            model.load_state_dict(ckpt["model"])
+        except RuntimeError as err:
+            raise CheckpointError(f"checkpoint {ckpt_path} does not fit this model "
+                                  f"({str(err).splitlines()[0][:160]}); delete it or train without --resume") from None
         if scheduler is not None:
             if "scheduler" in ckpt:
                 scheduler.load_state_dict(ckpt["scheduler"])
@@ -178,6 +260,7 @@ def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, che
         total, tokens = 0.0, 0
         bar = tqdm(batches, desc=f"{spec.name} epoch {epoch}", leave=False, disable=not progress, unit="batch")
         for batch in bar:
+            check_interrupt()  # an interrupt a finalizer swallowed is acted on here
             logits = model(batch.src, batch.src_lengths, batch.tgt_in)
             n_tok = int((batch.tgt_out != PAD_ID).sum())
             loss = nn.functional.cross_entropy(logits.transpose(1, 2), batch.tgt_out,
@@ -193,6 +276,11 @@ def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, che
                    "dev/loss": dev_loss(model, splits.dev, src_vocab, tgt_vocab)}
         dev_metrics, _ = evaluate_split(model, splits.dev, src_vocab, tgt_vocab, spec)
         metrics.update({f"dev/{k}": v for k, v in dev_metrics.items() if k != "n"})
+        bad = [k for k in ("train/loss", "dev/loss", f"dev/{metric}") if not math.isfinite(metrics[k])]
+        if bad or not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+            what = ", ".join(f"{k} = {metrics[k]}" for k in bad) or "the weights hold NaN/inf"
+            raise NonFiniteError(f"{spec.name} epoch {epoch}: {what}; training diverged (lower training.lr or "
+                                 "training.clip_norm, or resume from an earlier checkpoint)")
         score = sign * metrics[f"dev/{metric}"]
         if score < best:
             best, best_epoch, bad_epochs = score, epoch, 0

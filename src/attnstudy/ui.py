@@ -27,6 +27,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def check_host(host: str) -> str:
+    """The host to bind, if it is a non-empty name or address that resolves.
+
+    Raises:
+        ValueError: empty (the server would listen on every interface) or unresolvable.
+    """
+    if not host.strip():
+        raise ValueError("--host is empty; give an address to bind, e.g. 127.0.0.1 (this machine only)")
+    try:
+        socket.getaddrinfo(host, None)
+    except (socket.gaierror, UnicodeError) as err:
+        raise ValueError(f"--host {host!r} does not resolve ({err.strerror if hasattr(err, 'strerror') else err}); "
+                         "give an address such as 127.0.0.1") from None
+    return host
+
+
 def port_in_use(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
@@ -51,7 +67,13 @@ def start_server(backend_uri: str, artifacts_dir: Path, host: str = "127.0.0.1",
            "--artifacts-destination", artifacts_dir.as_uri(), "--host", host, "--port", str(port),
            "--workers", "1"]
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    # the guardian holds the read end of a pipe only this process writes to: when this process ends,
+    # however it ends, the guardian stops the server's group (attnstudy.ui_guard)
+    proc.guard = subprocess.Popen([sys.executable, "-m", "attnstudy.ui_guard", str(proc.pid)],  # type: ignore[attr-defined]
+                                  stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+    return proc
 
 
 def wait_healthy(base_url: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
@@ -100,6 +122,13 @@ def stop_server(proc: subprocess.Popen, timeout: float = 10.0) -> None:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:  # unkillable (uninterruptible sleep): nothing more to do
         pass
+    guard = getattr(proc, "guard", None)
+    if guard is not None:  # end-of-file: the guardian finds the group gone and exits
+        guard.stdin.close()
+        try:
+            guard.wait(timeout)
+        except subprocess.TimeoutExpired:
+            guard.kill()
 
 
 def _group_alive(pgid: int) -> bool:

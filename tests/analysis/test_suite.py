@@ -191,3 +191,16 @@ def test_bootstrap_in_bounded_batches_gives_the_same_interval(monkeypatch):
     chunked = suite.ratio_ci(num, den, cfg)
     assert whole[0] == chunked[0] == pytest.approx(num.sum() / den.sum())
     assert whole == pytest.approx(chunked, abs=1e-12)
+
+
+def test_undefined_values_are_counted_per_statistic():
+    """The uniform model's attention is constant, so τ(attention, ·) is undefined on every step, but
+    its τ gradient–LOO is defined: it used to be counted as 8 undefined steps of the whole ablation."""
+    model = sharpen(tiny_model("uniform"))
+    examples = [ex for ex in make_examples(9) if len(ex.src) >= 3]
+    res = run_suite(model, examples, VOCAB, VOCAB, _cfg(ablations=["importance"]), progress=False)
+    n = res.summary["ablation/importance/n_steps"]
+    assert res.summary["ablation/importance/n_skipped"] == 0
+    assert res.summary["ablation/importance/tau_attn_grad_n_undefined"] == n
+    assert res.summary["ablation/importance/tau_grad_loo_n_undefined"] == 0
+    assert "ablation/importance/tau_grad_loo" in res.summary and "ablation/importance/tau_attn_grad" not in res.summary

