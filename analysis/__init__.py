@@ -5,5 +5,13 @@ Every ablation is ``run_<name>(model, batch: PreparedBatch, cfg: AblationConfig)
 Submodules are imported on use, so ``import analysis`` stays light.
 """
 
-__all__ = ["alignment", "common", "divergences", "erasure", "interventions", "permutation",
-           "seed_variance", "suite"]
+__all__ = [
+    "alignment",
+    "common",
+    "divergences",
+    "erasure",
+    "interventions",
+    "permutation",
+    "seed_variance",
+    "suite",
+]

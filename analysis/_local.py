@@ -34,7 +34,9 @@ def require_attention(model: Seq2Seq, batch: PreparedBatch, name: str) -> Tensor
         NoAttentionError: for the ``none`` model.
     """
     if not model.has_attention or batch.trace.attention is None:
-        raise NoAttentionError(f"ablation '{name}' needs attention weights; the 'none' model has none")
+        raise NoAttentionError(
+            f"ablation '{name}' needs attention weights; the 'none' model has none"
+        )
     return batch.trace.attention
 
 
@@ -57,11 +59,16 @@ def sub_trace(trace: Trace, rows: Tensor, start: int = 0, stop: int | None = Non
         mem = Memory(keys, mem.values.index_select(0, rows), mem.pad_mask.index_select(0, rows))
     att = None if trace.attention is None else trace.attention.index_select(0, rows)[:, :, t]
     return Trace(
-        src=trace.src.index_select(0, rows), src_lengths=trace.src_lengths.index_select(0, rows),
-        pad_mask=trace.pad_mask.index_select(0, rows), tgt_in=trace.tgt_in.index_select(0, rows)[:, t],
-        tgt_out=trace.tgt_out.index_select(0, rows)[:, t], step_mask=trace.step_mask.index_select(0, rows)[:, t],
-        logits=trace.logits.index_select(0, rows)[:, t], attention=att,
-        prefix=trace.prefix.index_select(0, rows)[:, t], memory=mem,
+        src=trace.src.index_select(0, rows),
+        src_lengths=trace.src_lengths.index_select(0, rows),
+        pad_mask=trace.pad_mask.index_select(0, rows),
+        tgt_in=trace.tgt_in.index_select(0, rows)[:, t],
+        tgt_out=trace.tgt_out.index_select(0, rows)[:, t],
+        step_mask=trace.step_mask.index_select(0, rows)[:, t],
+        logits=trace.logits.index_select(0, rows)[:, t],
+        attention=att,
+        prefix=trace.prefix.index_select(0, rows)[:, t],
+        memory=mem,
         embedded=trace.embedded.index_select(0, rows),
     )
 
@@ -118,5 +125,7 @@ def step_frame(batch: PreparedBatch) -> tuple[pd.DataFrame, Tensor, Tensor]:
     """(example_id, step) of every real step, with their batch rows and steps (long (N,) each)."""
     b_idx, t_idx = batch.trace.step_mask.nonzero(as_tuple=True)
     ids = batch.example_ids
-    frame = pd.DataFrame({"example_id": [ids[i] for i in b_idx.tolist()], "step": t_idx.numpy().astype(np.int64)})
+    frame = pd.DataFrame(
+        {"example_id": [ids[i] for i in b_idx.tolist()], "step": t_idx.numpy().astype(np.int64)}
+    )
     return frame, b_idx, t_idx

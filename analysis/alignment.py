@@ -57,8 +57,10 @@ def hard_alignment(weights: Tensor, valid: Tensor) -> set[tuple[int, int]]:
         ValueError: for mismatched shapes.
     """
     if weights.dim() != 2 or valid.shape != weights.shape[1:]:
-        raise ValueError(f"weights must be (T_y, T_x) with valid (T_x,), got {tuple(weights.shape)} "
-                         f"and {tuple(valid.shape)}")
+        raise ValueError(
+            f"weights must be (T_y, T_x) with valid (T_x,), got {tuple(weights.shape)} "
+            f"and {tuple(valid.shape)}"
+        )
     links = set()
     for j in range(weights.size(0)):
         i = _argmax_link(weights[j], valid)
@@ -73,8 +75,11 @@ def aer_from_counts(n_hyp: float, n_hyp_sure: float, n_hyp_possible: float, n_su
     return math.nan if denom <= 0 else 1.0 - (n_hyp_sure + n_hyp_possible) / denom
 
 
-def aer(hyp_links: Iterable[tuple[int, int]], sure: Iterable[tuple[int, int]],
-        possible: Iterable[tuple[int, int]]) -> float:
+def aer(
+    hyp_links: Iterable[tuple[int, int]],
+    sure: Iterable[tuple[int, int]],
+    possible: Iterable[tuple[int, int]],
+) -> float:
     """Alignment error rate of one link set (Och & Ney 2003, eq. 7).
 
     Args:
@@ -116,7 +121,9 @@ def run_alignment(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> 
     """
     att = require_attention(model, batch, "alignment")
     if batch.prefix != "reference":
-        raise ValueError(f"alignment needs the reference prefix, got a batch prepared with {batch.prefix!r}")
+        raise ValueError(
+            f"alignment needs the reference prefix, got a batch prepared with {batch.prefix!r}"
+        )
     tr = batch.trace
     frame, b_idx, t_idx = step_frame(batch)
     h = att.size(1)
@@ -140,7 +147,9 @@ def run_alignment(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> 
         poss_t = {i for i, j in gold.possible | gold.sure if j == t and i < n_x}
         if int(tr.tgt_out[b, t]) == EOS_ID:
             for name, v in cols.items():
-                v.append(np.nan if name in ("alignment_gold_mass", "alignment_argmax_on_gold") else 0.0)
+                v.append(
+                    np.nan if name in ("alignment_gold_mass", "alignment_argmax_on_gold") else 0.0
+                )
             continue
         link = _argmax_link(mean[b, t], valid[b])
         cols["alignment_linked"].append(float(bool(poss_t)))
@@ -148,7 +157,9 @@ def run_alignment(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> 
         cols["alignment_n_hyp_sure"].append(float(link in sure_t))
         cols["alignment_n_hyp_possible"].append(float(link in poss_t))
         cols["alignment_n_sure"].append(float(len(sure_t)))
-        cols["alignment_gold_mass"].append(float(mean[b, t, sorted(poss_t)].double().sum()) if poss_t else np.nan)
+        cols["alignment_gold_mass"].append(
+            float(mean[b, t, sorted(poss_t)].double().sum()) if poss_t else np.nan
+        )
         cols["alignment_argmax_on_gold"].append(float(link in poss_t) if poss_t else np.nan)
         for k in range(h if h > 1 else 0):
             lk = _argmax_link(att[b, k, t], valid[b])
@@ -157,7 +168,9 @@ def run_alignment(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> 
             cols[f"alignment_head{k}_n_hyp_possible"].append(float(lk in poss_t))
     for name, values in cols.items():
         frame[name] = np.asarray(values, dtype=float)
-    frame["alignment_linked"] = frame["alignment_linked"].map({1.0: True, 0.0: False}).astype("boolean")
+    frame["alignment_linked"] = (
+        frame["alignment_linked"].map({1.0: True, 0.0: False}).astype("boolean")
+    )
     frame["alignment_skipped"] = np.asarray(skipped, dtype=bool)
     return frame
 
@@ -189,7 +202,9 @@ def batch_to_pharaoh(batch: PreparedBatch) -> dict[str, str]:
     """
     tr = batch.trace
     if tr.attention is None:
-        raise NoAttentionError("alignment export needs attention weights; the 'none' model has none")
+        raise NoAttentionError(
+            "alignment export needs attention weights; the 'none' model has none"
+        )
     out = {}
     for b, ex in enumerate(batch.examples):
         n_target = int((tr.step_mask[b] & (tr.tgt_out[b] != EOS_ID)).sum())
@@ -197,4 +212,11 @@ def batch_to_pharaoh(batch: PreparedBatch) -> dict[str, str]:
     return out
 
 
-__all__ = ["aer", "aer_from_counts", "batch_to_pharaoh", "hard_alignment", "run_alignment", "to_pharaoh"]
+__all__ = [
+    "aer",
+    "aer_from_counts",
+    "batch_to_pharaoh",
+    "hard_alignment",
+    "run_alignment",
+    "to_pharaoh",
+]

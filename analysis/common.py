@@ -68,9 +68,15 @@ def step_generator(seed: int, example_id: str, step: int, ablation: str) -> torc
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
 
 
-def prepare_batches(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab,
-                    prefix: str = "greedy", batch_size: int = 32, max_decode_factor: float = 2.0
-                    ) -> Iterator[PreparedBatch]:
+def prepare_batches(
+    model: Seq2Seq,
+    examples: Sequence[Example],
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    prefix: str = "greedy",
+    batch_size: int = 32,
+    max_decode_factor: float = 2.0,
+) -> Iterator[PreparedBatch]:
     """Yield :class:`PreparedBatch` objects over ``examples`` (in order, ``batch_size`` at a time).
 
     With ``prefix="greedy"`` the trace follows the model's own greedy output (the step that emits
@@ -82,14 +88,17 @@ def prepare_batches(model: Seq2Seq, examples: Sequence[Example], src_vocab: Voca
     if prefix not in ("greedy", "reference"):
         raise ValueError(f"unknown prefix {prefix!r}; valid: greedy, reference")
     for start in range(0, len(examples), batch_size):
-        chunk = list(examples[start:start + batch_size])
+        chunk = list(examples[start : start + batch_size])
         batch = collate(chunk, src_vocab, tgt_vocab)
         with eval_mode(model), torch.no_grad():
             if prefix == "greedy":
                 max_len = int(max_decode_factor * int(batch.src_lengths.max())) + 2
                 hyps = model.greedy(batch.src, batch.src_lengths, max_len)
                 # each example's own budget, so a prefix never depends on its batch-mates
-                hyps = [h[: int(max_decode_factor * n) + 1] for h, n in zip(hyps, batch.src_lengths.tolist())]
+                hyps = [
+                    h[: int(max_decode_factor * n) + 1]
+                    for h, n in zip(hyps, batch.src_lengths.tolist())
+                ]
                 tgt_in, tgt_out = _prefix_tensors(hyps)
             else:
                 tgt_in, tgt_out = batch.tgt_in, batch.tgt_out
@@ -110,13 +119,20 @@ def check_finite(trace: Trace, examples: Sequence[Example]) -> None:
     for name, t in (("logits", trace.logits), ("attention", trace.attention)):
         if t is None:
             continue
-        real = trace.step_mask.view(*trace.step_mask.shape[:1], *([1] * (t.dim() - 3)), trace.step_mask.size(1), 1) \
-            if name == "attention" else trace.step_mask[..., None]
+        real = (
+            trace.step_mask.view(
+                *trace.step_mask.shape[:1], *([1] * (t.dim() - 3)), trace.step_mask.size(1), 1
+            )
+            if name == "attention"
+            else trace.step_mask[..., None]
+        )
         bad = (~torch.isfinite(t)) & real
         if bool(bad.any()):
             row = int(bad.reshape(bad.size(0), -1).any(-1).nonzero()[0, 0])
-            raise NonFiniteError(f"the model's {name} are NaN or infinite for example {examples[row].id!r}: "
-                                 "no ablation of it would mean anything; check the model's weights")
+            raise NonFiniteError(
+                f"the model's {name} are NaN or infinite for example {examples[row].id!r}: "
+                "no ablation of it would mean anything; check the model's weights"
+            )
 
 
 def _prefix_tensors(hyps: list[list[int]]) -> tuple[Tensor, Tensor]:

@@ -79,4 +79,6 @@ def kendall_tau(x, y) -> tuple[float, float]:
 
 def entropy(p: Tensor) -> Tensor:
     """Shannon entropy (nats) along the last axis, 0 · log 0 := 0. Shape (...)."""
-    return -torch.where(p > 0, p * torch.where(p > 0, p, torch.ones_like(p)).log(), torch.zeros_like(p)).sum(-1)
+    return -torch.where(
+        p > 0, p * torch.where(p > 0, p, torch.ones_like(p)).log(), torch.zeros_like(p)
+    ).sum(-1)

@@ -55,16 +55,26 @@ def run_erase_max(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> 
     rep = erase_max(att, ~tr.pad_mask)
     with eval_mode(model), torch.no_grad():
         base = base_probs(model, tr, cfg.chunk_rows)
-        probs = torch.softmax(model.logits_given_attention(tr, rep.weights, cfg.chunk_rows, steps), -1)
+        probs = torch.softmax(
+            model.logits_given_attention(tr, rep.weights, cfg.chunk_rows, steps), -1
+        )
     steps = steps & ~rep.empty.any(1)
-    frame["erase_max_tvd"] = tvd(probs, base).double().masked_fill(~steps, float("nan"))[b_idx, t_idx].numpy()
-    frame["erase_max_flip"] = ((probs.argmax(-1) != base.argmax(-1)).double()
-                               .masked_fill(~steps, float("nan"))[b_idx, t_idx].numpy())
+    frame["erase_max_tvd"] = (
+        tvd(probs, base).double().masked_fill(~steps, float("nan"))[b_idx, t_idx].numpy()
+    )
+    frame["erase_max_flip"] = (
+        (probs.argmax(-1) != base.argmax(-1))
+        .double()
+        .masked_fill(~steps, float("nan"))[b_idx, t_idx]
+        .numpy()
+    )
     frame["erase_max_skipped"] = (nv[b_idx] < 2).numpy()
     return frame
 
 
-def attention_gradient(model: Seq2Seq, trace: Trace, target: Tensor, chunk_rows: int = 4096) -> Tensor:
+def attention_gradient(
+    model: Seq2Seq, trace: Trace, target: Tensor, chunk_rows: int = 4096
+) -> Tensor:
     """∂ log p_t(target_t) / ∂ α_t for every real step, through ``logits_given_attention``.
 
     Each step's logits depend only on its own row (the prefix state is fixed), so one backward
@@ -94,7 +104,9 @@ def _order(score: Tensor, valid: Tensor) -> Tensor:
     return torch.sort(key, dim=-1, stable=True).indices
 
 
-def ranking_orders(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig, pred: Tensor) -> dict[str, Tensor]:
+def ranking_orders(
+    model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig, pred: Tensor
+) -> dict[str, Tensor]:
     """Erasure orders of every ranking, each long (B, T_y, T_x), valid positions first.
 
     Random orders are keyed ``random/0`` … ``random/{n-1}``, drawn with
@@ -118,13 +130,14 @@ def ranking_orders(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig, pr
             pos = valid[b].nonzero()[:, 0]
             gen = step_generator(cfg.seed, batch.example_ids[b], t, f"erase_random/{i}")
             order[b, t, : pos.numel()] = pos[torch.randperm(pos.numel(), generator=gen)]
-            order[b, t, pos.numel():] = (~valid[b]).nonzero()[:, 0]
+            order[b, t, pos.numel() :] = (~valid[b]).nonzero()[:, 0]
         orders[f"random/{i}"] = order
     return orders
 
 
-def erase_until_flip(model: Seq2Seq, trace: Trace, order: Tensor, pred: Tensor, steps: Tensor,
-                     chunk_rows: int = 4096) -> Tensor:
+def erase_until_flip(
+    model: Seq2Seq, trace: Trace, order: Tensor, pred: Tensor, steps: Tensor, chunk_rows: int = 4096
+) -> Tensor:
     """Smallest number of erased items (in ``order``) that changes the argmax, per step.
 
     All prefixes k = 1 … n_valid − 1 of every step are evaluated as one P axis per example
@@ -150,8 +163,11 @@ def erase_until_flip(model: Seq2Seq, trace: Trace, order: Tensor, pred: Tensor, 
         k_max = int(nv[rows].max()) - 1
         b, h, t_y, t_x = sub.attention.shape
         k = torch.arange(1, k_max + 1)
-        rep = erase_ranked(sub.attention.unsqueeze(1).expand(b, k_max, h, t_y, t_x),
-                           order[rows, window][:, None, None], k.view(1, k_max, 1, 1))
+        rep = erase_ranked(
+            sub.attention.unsqueeze(1).expand(b, k_max, h, t_y, t_x),
+            order[rows, window][:, None, None],
+            k.view(1, k_max, 1, 1),
+        )
         logits = model.logits_given_attention(sub, rep.weights, chunk_rows, sub_steps)
         flipped = logits.argmax(-1) != pred[rows, window].unsqueeze(1)  # (b, K, T')
         allowed = (k.view(1, k_max) <= (nv[rows] - 1).view(b, 1)).unsqueeze(-1) & ~rep.empty.any(2)
@@ -195,7 +211,11 @@ def run_erase_until_flip(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConf
             for name, order in orders.items():
                 k = erase_until_flip(model, tr, order, pred, steps, cfg.chunk_rows)
                 flipped = k > 0
-                mass = mean_att.gather(-1, order).cumsum(-1).gather(-1, (k - 1).clamp(min=0).unsqueeze(-1))[..., 0]
+                mass = (
+                    mean_att.gather(-1, order)
+                    .cumsum(-1)
+                    .gather(-1, (k - 1).clamp(min=0).unsqueeze(-1))[..., 0]
+                )
                 nan = torch.tensor(float("nan"), dtype=torch.float64)
                 frac_pos = torch.where(flipped, k.double() / nv[:, None].double(), nan)
                 frac_mass = torch.where(flipped, mass, nan)
@@ -207,7 +227,9 @@ def run_erase_until_flip(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConf
             stacked = [torch.stack([p[j] for p in parts]).numpy() for j in range(3)]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN (never flipped / skipped)
-                frac_pos, frac_mass, never = (torch.from_numpy(np.nanmean(s, axis=0)) for s in stacked)
+                frac_pos, frac_mass, never = (
+                    torch.from_numpy(np.nanmean(s, axis=0)) for s in stacked
+                )
         else:
             frac_pos, frac_mass, never = results[r]
         frame[f"erase_{r}_frac_positions"] = frac_pos[b_idx, t_idx].numpy()

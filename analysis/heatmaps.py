@@ -15,14 +15,22 @@ from .adversarial import adversarial_rows, search_adversarial
 from .common import prepare_batches
 
 
-def pick_examples(examples: Sequence[Example], n: int = 2, min_len: int = 4, max_len: int = 12) -> list[Example]:
+def pick_examples(
+    examples: Sequence[Example], n: int = 2, min_len: int = 4, max_len: int = 12
+) -> list[Example]:
     """The first ``n`` examples whose source length lies in [min_len, max_len] (else the first ``n``)."""
     fitting = [ex for ex in examples if min_len <= len(ex.src) <= max_len]
     return (fitting or list(examples))[:n]
 
 
-def heatmap_data(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab,
-                 cfg: AblationConfig, n: int = 2) -> list[dict]:
+def heatmap_data(
+    model: Seq2Seq,
+    examples: Sequence[Example],
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    cfg: AblationConfig,
+    n: int = 2,
+) -> list[dict]:
     """JSON-ready heatmap records for :func:`analysis.figures.attention_heatmaps`.
 
     Uses the reference prefix, so gold links (if the task has them) index the drawn target.
@@ -37,16 +45,27 @@ def heatmap_data(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, 
         return []
     chosen = pick_examples(examples, n)
     out = []
-    for batch in prepare_batches(model, chosen, src_vocab, tgt_vocab, prefix="reference", batch_size=len(chosen)):
+    for batch in prepare_batches(
+        model, chosen, src_vocab, tgt_vocab, prefix="reference", batch_size=len(chosen)
+    ):
         result = search_adversarial(model, batch, cfg)
         for i, ex in enumerate(batch.examples):
             rows = adversarial_rows(batch, result, i)
             n_steps = rows["original"].shape[0]
             target = [tgt_vocab.itos[j] for j in batch.trace.tgt_out[i, :n_steps].tolist()]
-            adv = [None if np.isnan(r).all() else [round(float(v), 4) for v in r] for r in rows["adversarial"]]
+            adv = [
+                None if np.isnan(r).all() else [round(float(v), 4) for v in r]
+                for r in rows["adversarial"]
+            ]
             gold = sorted(ex.alignment.possible) if ex.alignment is not None else []
-            out.append({"title": ex.id, "source": list(ex.src), "target": target,
-                        "attention": [[round(float(v), 4) for v in r] for r in rows["original"]],
-                        "adversarial": adv if any(r is not None for r in adv) else None,
-                        "gold": [list(link) for link in gold]})
+            out.append(
+                {
+                    "title": ex.id,
+                    "source": list(ex.src),
+                    "target": target,
+                    "attention": [[round(float(v), 4) for v in r] for r in rows["original"]],
+                    "adversarial": adv if any(r is not None for r in adv) else None,
+                    "gold": [list(link) for link in gold],
+                }
+            )
     return out

@@ -62,8 +62,10 @@ def _valid_like(weights: Tensor, valid: Tensor) -> Tensor:
     if valid.dtype != torch.bool:
         raise ValueError(f"valid must be a bool mask (True at real positions), got {valid.dtype}")
     if valid.dim() != 2 or valid.size(0) != weights.size(0) or valid.size(1) != weights.size(-1):
-        raise ValueError(f"valid must be (B, T_x) = ({weights.size(0)}, {weights.size(-1)}), "
-                         f"got {tuple(valid.shape)}")
+        raise ValueError(
+            f"valid must be (B, T_x) = ({weights.size(0)}, {weights.size(-1)}), "
+            f"got {tuple(valid.shape)}"
+        )
     return valid.view(valid.size(0), *([1] * (weights.dim() - 2)), valid.size(1))
 
 
@@ -95,8 +97,13 @@ def permutation_indices(generator: torch.Generator, n: int, heads: int, n_valid:
     return torch.rand(n, heads, n_valid, generator=generator).argsort(-1)
 
 
-def permute(weights: Tensor, valid: Tensor, n: int, generators: GeneratorFn | torch.Generator,
-            steps: Tensor | None = None) -> Permuted:
+def permute(
+    weights: Tensor,
+    valid: Tensor,
+    n: int,
+    generators: GeneratorFn | torch.Generator,
+    steps: Tensor | None = None,
+) -> Permuted:
     """P random permutations of each attention row over its valid positions.
 
     Jain & Wallace (2019), §4.1 ("permute_attn"): α̃ = α[π] for a uniform random permutation π
@@ -123,7 +130,9 @@ def permute(weights: Tensor, valid: Tensor, n: int, generators: GeneratorFn | to
     if rows:
         weights = weights.unsqueeze(2)
     if weights.dim() != 4:
-        raise ValueError(f"weights must be (B, H, T_y, T_x) or (B, H, T_x), got {tuple(weights.shape)}")
+        raise ValueError(
+            f"weights must be (B, H, T_y, T_x) or (B, H, T_x), got {tuple(weights.shape)}"
+        )
     if n < 1:
         raise ValueError(f"need at least one permutation, got n={n}")
     _valid_like(weights, valid)
@@ -236,8 +245,13 @@ def one_hot(index: Tensor, valid: Tensor) -> Tensor:
     return out
 
 
-def given(weights: Tensor, valid: Tensor, shape: tuple[int, ...] | None = None,
-          steps: Tensor | None = None, atol: float = 1e-5) -> Tensor:
+def given(
+    weights: Tensor,
+    valid: Tensor,
+    shape: tuple[int, ...] | None = None,
+    steps: Tensor | None = None,
+    atol: float = 1e-5,
+) -> Tensor:
     """Validate user-supplied replacement weights and return them unchanged.
 
     Args:
@@ -257,10 +271,14 @@ def given(weights: Tensor, valid: Tensor, shape: tuple[int, ...] | None = None,
             that does not sum to 1.
     """
     if shape is not None and tuple(weights.shape) != tuple(shape):
-        with_p = weights.dim() == len(shape) + 1 and (weights.shape[:1] + weights.shape[2:]) == tuple(shape)
+        with_p = weights.dim() == len(shape) + 1 and (
+            weights.shape[:1] + weights.shape[2:]
+        ) == tuple(shape)
         if not with_p:
-            raise ValueError(f"replacement weights must have shape {tuple(shape)} (or a P axis after B), "
-                             f"got {tuple(weights.shape)}")
+            raise ValueError(
+                f"replacement weights must have shape {tuple(shape)} (or a P axis after B), "
+                f"got {tuple(weights.shape)}"
+            )
     v = _valid_like(weights, valid)
     check = torch.ones(weights.shape[:-1], dtype=torch.bool)
     if steps is not None:
@@ -273,6 +291,8 @@ def given(weights: Tensor, valid: Tensor, shape: tuple[int, ...] | None = None,
         raise ValueError("replacement weights must be exactly 0 at padding positions")
     sums = rows.sum(-1)
     if not bool(((sums - 1).abs() <= atol).all()):
-        raise ValueError(f"replacement rows must sum to 1 (±{atol}); got sums in "
-                         f"[{float(sums.min()):.6g}, {float(sums.max()):.6g}]")
+        raise ValueError(
+            f"replacement rows must sum to 1 (±{atol}); got sums in "
+            f"[{float(sums.min()):.6g}, {float(sums.max()):.6g}]"
+        )
     return weights

@@ -81,7 +81,9 @@ def run_permutation(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -
 
             perm = permute(sub.attention, ~sub.pad_mask, p_count, gen, steps)
             base = base_probs(model, sub, cfg.chunk_rows)  # (b, T_y, V)
-            probs = torch.softmax(model.logits_given_attention(sub, perm.weights, cfg.chunk_rows, steps), -1)
+            probs = torch.softmax(
+                model.logits_given_attention(sub, perm.weights, cfg.chunk_rows, steps), -1
+            )
             keep = ~perm.identity  # (b, P, T_y)
             d = tvd(probs, base.unsqueeze(1)).double().masked_fill(~keep, float("nan"))
             flips = (probs.argmax(-1) != base.argmax(-1).unsqueeze(1)).double()
@@ -101,7 +103,9 @@ def run_permutation(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -
     return frame
 
 
-def permutation_loop_reference(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> pd.DataFrame:
+def permutation_loop_reference(
+    model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig
+) -> pd.DataFrame:
     """Plain-loop reference of :func:`run_permutation`: one forward per permutation per step.
 
     Uses the same generators and the same draw (:func:`analysis.interventions.permutation_indices`),
@@ -131,14 +135,20 @@ def permutation_loop_reference(model: Seq2Seq, batch: PreparedBatch, cfg: Ablati
             mem = sub_trace(tr, torch.tensor([b])).memory
             prefix = tr.prefix[b, t].unsqueeze(0)
 
-            def probs_of(row: torch.Tensor, mem=mem, prefix=prefix) -> torch.Tensor:  # (H, T_x) -> (V,)
+            def probs_of(
+                row: torch.Tensor, mem=mem, prefix=prefix
+            ) -> torch.Tensor:  # (H, T_x) -> (V,)
                 ctx = model.attention.context(row[None, :, None, :], mem)[:, 0]
                 return torch.softmax(model.decoder.output_given_context(prefix, ctx), -1)[0]
 
             row = att[b, :, t]
             base = probs_of(row)
-            perms = permutation_indices(step_generator(cfg.seed, batch.example_ids[b], t, "permutation"),
-                                        cfg.n_permutations, h, nv)
+            perms = permutation_indices(
+                step_generator(cfg.seed, batch.example_ids[b], t, "permutation"),
+                cfg.n_permutations,
+                h,
+                nv,
+            )
             ds, fs, n_id = [], [], 0
             for perm in perms:  # (H, nv)
                 if bool((perm == torch.arange(nv)).all()):
@@ -159,8 +169,9 @@ def permutation_loop_reference(model: Seq2Seq, batch: PreparedBatch, cfg: Ablati
     return frame
 
 
-def run_permutation_global(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig,
-                           max_decode_factor: float = 2.0) -> pd.DataFrame:
+def run_permutation_global(
+    model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig, max_decode_factor: float = 2.0
+) -> pd.DataFrame:
     """Global permutation: free-running greedy decoding with α_t permuted at every step.
 
     One permutation per step and head (generator ``step_generator(cfg.seed, example_id, t,
@@ -205,13 +216,15 @@ def run_permutation_global(model: Seq2Seq, batch: PreparedBatch, cfg: AblationCo
         a = tuple(decode(orig.tokens[i, :limit].tolist()))
         b = tuple(decode(pert.tokens[i, :limit].tolist()))
         refs = {tuple(r) for r in ex.references}
-        rows.append({
-            "example_id": ex.id,
-            "permutation_global_changed": a != b,
-            "permutation_global_edit_distance": edit_distance(a, b),
-            "permutation_global_exact_original": a in refs,
-            "permutation_global_exact_permuted": b in refs,
-        })
+        rows.append(
+            {
+                "example_id": ex.id,
+                "permutation_global_changed": a != b,
+                "permutation_global_edit_distance": edit_distance(a, b),
+                "permutation_global_exact_original": a in refs,
+                "permutation_global_exact_permuted": b in refs,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -233,7 +246,9 @@ def run_uniform(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> pd
     steps = tr.step_mask & (nv >= 2)[:, None]
     with eval_mode(model), torch.no_grad():
         base = base_probs(model, tr, cfg.chunk_rows)
-        probs = torch.softmax(model.logits_given_attention(tr, uniform(~tr.pad_mask, att), cfg.chunk_rows, steps), -1)
+        probs = torch.softmax(
+            model.logits_given_attention(tr, uniform(~tr.pad_mask, att), cfg.chunk_rows, steps), -1
+        )
     d = tvd(probs, base).double().masked_fill(~steps, float("nan"))
     f = (probs.argmax(-1) != base.argmax(-1)).double().masked_fill(~steps, float("nan"))
     frame["uniform_tvd"] = d[b_idx, t_idx].numpy()

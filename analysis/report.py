@@ -49,9 +49,11 @@ class StudyData:
     experiment: str
     experiment_id: str
     study_id: str
-    models: pd.DataFrame          # one row per model run: run_id, variant, task, status, reasons, metrics…
-    predictions: pd.DataFrame     # test predictions of every model (+ variant, task)
-    steps: pd.DataFrame           # per-step ablation tables of every model (+ variant, task, analysis_prefix)
+    models: pd.DataFrame  # one row per model run: run_id, variant, task, status, reasons, metrics…
+    predictions: pd.DataFrame  # test predictions of every model (+ variant, task)
+    steps: (
+        pd.DataFrame
+    )  # per-step ablation tables of every model (+ variant, task, analysis_prefix)
     heatmaps: list[dict]
     seed_variance: pd.DataFrame
     config_text: str
@@ -62,8 +64,9 @@ class StudyData:
 def variant_name(tags: dict[str, str]) -> str:
     """Model label used in figures: ``task attention-flow`` (+ ``seedN`` when not seed 1)."""
     seed = tags.get("seed", "")
-    return f"{tags.get('task', '?')} {tags.get('attention', '?')}-{tags.get('flow', '?')}" + \
-        (f" seed{seed}" if seed and seed != "1" else "")
+    return f"{tags.get('task', '?')} {tags.get('attention', '?')}-{tags.get('flow', '?')}" + (
+        f" seed{seed}" if seed and seed != "1" else ""
+    )
 
 
 def latest_study(tracker, experiment: str) -> str:
@@ -74,18 +77,24 @@ def latest_study(tracker, experiment: str) -> str:
     """
     exp_id = tracker.experiment_id(experiment, create=False)
     if exp_id is None:
-        raise LookupError(f"no experiment named {experiment!r} in {tracker.uri}; run 'attnstudy run' first")
+        raise LookupError(
+            f"no experiment named {experiment!r} in {tracker.uri}; run 'attnstudy run' first"
+        )
     runs = tracker.search_runs([exp_id], "tags.kind = 'study'", max_results=200)
     if not runs:
         raise LookupError(f"experiment {experiment!r} has no study run; run 'attnstudy run' first")
     finished = [r for r in runs if r.info.status == "FINISHED"]
     chosen = finished[0] if finished else runs[0]
     if chosen is not runs[0]:
-        notice(f"reporting the newest finished study {chosen.info.run_id}; the newer study {runs[0].info.run_id} "
-               f"is {runs[0].info.status} (name it with --study to report it)")
+        notice(
+            f"reporting the newest finished study {chosen.info.run_id}; the newer study {runs[0].info.run_id} "
+            f"is {runs[0].info.status} (name it with --study to report it)"
+        )
     elif not finished:
-        notice(f"experiment {experiment!r} has no finished study; reporting the newest, {chosen.info.run_id}, "
-               f"which is {chosen.info.status}")
+        notice(
+            f"experiment {experiment!r} has no finished study; reporting the newest, {chosen.info.run_id}, "
+            f"which is {chosen.info.status}"
+        )
     return chosen.info.run_id
 
 
@@ -103,7 +112,9 @@ def load_study(tracker, study_id: str) -> StudyData:
     """
     study = tracker.find_run(study_id)
     if study.data.tags.get("kind") != "study":
-        raise LookupError(f"run {study_id} is not a study run (kind={study.data.tags.get('kind')!r})")
+        raise LookupError(
+            f"run {study_id} is not a study run (kind={study.data.tags.get('kind')!r})"
+        )
     tags = study.data.tags
     exp_id = study.info.experiment_id
     experiment = tags.get("experiment", "study")
@@ -112,8 +123,13 @@ def load_study(tracker, study_id: str) -> StudyData:
     if "ablation_run_ids" in tags:
         ablation_list = [tracker.get_run(i) for i in _ids(tags, "ablation_run_ids")]
     else:  # a study recorded before the ids were: its ablations carry its id
-        ablation_list = list(reversed(tracker.search_runs(
-            [exp_id], f"tags.kind = 'ablation' and tags.study_id = '{study_id}'")))
+        ablation_list = list(
+            reversed(
+                tracker.search_runs(
+                    [exp_id], f"tags.kind = 'ablation' and tags.study_id = '{study_id}'"
+                )
+            )
+        )
     ablation_list += [r for r in failed if r.data.tags.get("kind") == "ablation"]
     ablation_runs = {r.data.tags.get("source_run_id"): r for r in ablation_list}
     failed_models = [r for r in failed if r.data.tags.get("kind") == "model"]
@@ -121,45 +137,78 @@ def load_study(tracker, study_id: str) -> StudyData:
     rows, preds, steps, heatmaps, notes = [], [], [], [], []
     for run in [*model_runs, *failed_models]:
         mtags, variant = run.data.tags, variant_name(run.data.tags)
-        row = {"variant": variant, "task": mtags.get("task"), "attention": mtags.get("attention"),
-               "flow": mtags.get("flow"), "seed": mtags.get("seed"), "model_run_id": run.info.run_id,
-               "model_status": run.info.status, "model_error": mtags.get("error.message", "")}
+        row = {
+            "variant": variant,
+            "task": mtags.get("task"),
+            "attention": mtags.get("attention"),
+            "flow": mtags.get("flow"),
+            "seed": mtags.get("seed"),
+            "model_run_id": run.info.run_id,
+            "model_status": run.info.status,
+            "model_error": mtags.get("error.message", ""),
+        }
         if run.info.status == "FINISHED":
             row.update({k: v for k, v in run.data.metrics.items() if k in SUMMARY_COLUMNS})
             p = _try_table(tracker, run.info.run_id, "predictions/test.parquet")
             if p is not None:
                 preds.append(p.assign(variant=variant, task=mtags.get("task")))
             else:
-                notes.append(f"{variant}: its test predictions (predictions/test.parquet of run "
-                             f"{run.info.run_id}) are missing from the store")
+                notes.append(
+                    f"{variant}: its test predictions (predictions/test.parquet of run "
+                    f"{run.info.run_id}) are missing from the store"
+                )
         abl = ablation_runs.get(run.info.run_id)
         if abl is not None:
             atags = abl.data.tags
-            row.update({"ablation_run_id": abl.info.run_id, "ablation_status": abl.info.status,
-                        "ablation_error": atags.get("error.message", ""),
-                        "ablations_run": abl.data.params.get("ablation.ablations", "[]"),
-                        "skipped": {k[len("skipped."):]: v for k, v in atags.items() if k.startswith("skipped.")},
-                        "n_alignment_steps": abl.data.metrics.get("ablation/alignment/n_steps"),
-                        "n_alignment_skipped": abl.data.metrics.get("ablation/alignment/n_skipped")})
+            row.update(
+                {
+                    "ablation_run_id": abl.info.run_id,
+                    "ablation_status": abl.info.status,
+                    "ablation_error": atags.get("error.message", ""),
+                    "ablations_run": abl.data.params.get("ablation.ablations", "[]"),
+                    "skipped": {
+                        k[len("skipped.") :]: v
+                        for k, v in atags.items()
+                        if k.startswith("skipped.")
+                    },
+                    "n_alignment_steps": abl.data.metrics.get("ablation/alignment/n_steps"),
+                    "n_alignment_skipped": abl.data.metrics.get("ablation/alignment/n_skipped"),
+                }
+            )
             if abl.info.status == "FINISHED":
                 row.update({k: v for k, v in abl.data.metrics.items() if k in SUMMARY_COLUMNS})
                 s = _try_table(tracker, abl.info.run_id, "ablations/steps.parquet")
                 if s is not None:
                     prefix = abl.data.params.get("ablation.prefix", "greedy")
-                    steps.append(s.assign(variant=variant, task=mtags.get("task"), analysis_prefix=prefix))
+                    steps.append(
+                        s.assign(variant=variant, task=mtags.get("task"), analysis_prefix=prefix)
+                    )
                 else:
-                    notes.append(f"{variant}: its per-step ablation table (ablations/steps.parquet of run "
-                                 f"{abl.info.run_id}) is missing from the store; its figures are empty")
+                    notes.append(
+                        f"{variant}: its per-step ablation table (ablations/steps.parquet of run "
+                        f"{abl.info.run_id}) is missing from the store; its figures are empty"
+                    )
                 for ex in _try_json(tracker, abl.info.run_id, "ablations/heatmaps.json") or []:
-                    heatmaps.append(ex | {"title": f"{variant}: {ex.get('title', '')}", "run_id": abl.info.run_id})
+                    heatmaps.append(
+                        ex
+                        | {"title": f"{variant}: {ex.get('title', '')}", "run_id": abl.info.run_id}
+                    )
         rows.append(row)
     seed_var = _try_table(tracker, study_id, "seed_variance/steps.parquet")
     config_text = _try_text(tracker, study_id, "experiment.toml") or ""
-    return StudyData(experiment, exp_id, study_id, pd.DataFrame(rows),
-                     pd.concat(preds, ignore_index=True) if preds else pd.DataFrame(),
-                     pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(),
-                     heatmaps, seed_var if seed_var is not None else pd.DataFrame(), config_text,
-                     status=study.info.status, notes=notes)
+    return StudyData(
+        experiment,
+        exp_id,
+        study_id,
+        pd.DataFrame(rows),
+        pd.concat(preds, ignore_index=True) if preds else pd.DataFrame(),
+        pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(),
+        heatmaps,
+        seed_var if seed_var is not None else pd.DataFrame(),
+        config_text,
+        status=study.info.status,
+        notes=notes,
+    )
 
 
 def _missing(tracker, run_id: str, path: str) -> bool:
@@ -189,20 +238,41 @@ def _try_json(tracker, run_id: str, path: str):
 
 
 FIGURES = [
-    ("accuracy_by_length", "Task accuracy by source length, against the no-attention baseline",
-     lambda d: figures.accuracy_by_length(d.predictions)),
-    ("permutation", "Permutation: median output TVD by maximum attention",
-     lambda d: figures.permutation_by_max_attention(_analysis_steps(d.steps))),
-    ("adversarial", "Adversarial attention: max JSD within ε by maximum attention",
-     lambda d: figures.adversarial_by_max_attention(_analysis_steps(d.steps))),
-    ("kendall_tau", "Kendall τ between attention, gradient and leave-one-out importance",
-     lambda d: figures.kendall_tau(_analysis_steps(d.steps))),
-    ("erasure", "Erasure: how much is removed before the decision flips",
-     lambda d: figures.erasure_fractions(_analysis_steps(d.steps))),
-    ("alignment_vs_ablation", "Alignment against ablation",
-     lambda d: figures.alignment_vs_ablation(d.steps)),
-    ("heatmaps", "Attention heatmaps: model attention beside an adversarial attention",
-     lambda d: figures.attention_heatmaps(_one_per_model(d.heatmaps))),
+    (
+        "accuracy_by_length",
+        "Task accuracy by source length, against the no-attention baseline",
+        lambda d: figures.accuracy_by_length(d.predictions),
+    ),
+    (
+        "permutation",
+        "Permutation: median output TVD by maximum attention",
+        lambda d: figures.permutation_by_max_attention(_analysis_steps(d.steps)),
+    ),
+    (
+        "adversarial",
+        "Adversarial attention: max JSD within ε by maximum attention",
+        lambda d: figures.adversarial_by_max_attention(_analysis_steps(d.steps)),
+    ),
+    (
+        "kendall_tau",
+        "Kendall τ between attention, gradient and leave-one-out importance",
+        lambda d: figures.kendall_tau(_analysis_steps(d.steps)),
+    ),
+    (
+        "erasure",
+        "Erasure: how much is removed before the decision flips",
+        lambda d: figures.erasure_fractions(_analysis_steps(d.steps)),
+    ),
+    (
+        "alignment_vs_ablation",
+        "Alignment against ablation",
+        lambda d: figures.alignment_vs_ablation(d.steps),
+    ),
+    (
+        "heatmaps",
+        "Attention heatmaps: model attention beside an adversarial attention",
+        lambda d: figures.attention_heatmaps(_one_per_model(d.heatmaps)),
+    ),
     ("seed_variance", "Seed variance", lambda d: figures.seed_variance(d.seed_variance)),
 ]
 
@@ -240,7 +310,9 @@ def report_dir(experiment: str) -> Path:
     from attnstudy.tracking import project_root
 
     root = (project_root() / "reports").resolve()
-    slug = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]", "_", experiment)).lstrip(".") or "study"
+    slug = (
+        re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]", "_", experiment)).lstrip(".") or "study"
+    )
     out = (root / slug).resolve()
     if out.parent != root:
         raise ValueError(f"report folder {out} is not inside {root}")
@@ -293,9 +365,13 @@ def build_report(tracker, study_id: str, out_dir: str | Path | None = None) -> P
         raise
     for key, _ in made:
         tracker.log_artifact(study_id, out / "figures" / f"{key}.png", "figures")
-    for ex in _one_per_model(data.heatmaps, limit=len(data.heatmaps)):  # each model's heatmap to its ablation run
+    for ex in _one_per_model(
+        data.heatmaps, limit=len(data.heatmaps)
+    ):  # each model's heatmap to its ablation run
         fig = figures.attention_heatmaps([ex])
-        tracker.log_figure(ex["run_id"], fig, f"figures/heatmap_{_slug(ex.get('title', 'example'))}.png")
+        tracker.log_figure(
+            ex["run_id"], fig, f"figures/heatmap_{_slug(ex.get('title', 'example'))}.png"
+        )
     tracker.log_artifacts(study_id, out, "report")
     return out / "report.html"
 
@@ -307,14 +383,22 @@ def _slug(text: str) -> str:
 def _reason(row: pd.Series, metric: str) -> str:
     """Why a summary cell has no value: the model or ablation failed, was not run, does not apply."""
     if row.get("model_status") != "FINISHED":
-        return "training failed" if row.get("model_status") == "FAILED" else str(row.get("model_status")).lower()
+        return (
+            "training failed"
+            if row.get("model_status") == "FAILED"
+            else str(row.get("model_status")).lower()
+        )
     if not metric.startswith("ablation/"):
         return "n/a"
     name = metric.split("/")[1]
     if not isinstance(row.get("ablation_run_id"), str):
         return "not run"
     if row.get("ablation_status") != "FINISHED":
-        return "failed" if row.get("ablation_status") == "FAILED" else str(row.get("ablation_status")).lower()
+        return (
+            "failed"
+            if row.get("ablation_status") == "FAILED"
+            else str(row.get("ablation_status")).lower()
+        )
     if name not in json.loads(row.get("ablations_run") or "[]"):
         return "not run"
     if row.get("attention") == "none" and not metric.endswith("tau_grad_loo"):
@@ -322,8 +406,11 @@ def _reason(row: pd.Series, metric: str) -> str:
     skipped = row.get("skipped") or {}
     if name in skipped:
         return "no attention" if "no attention" in skipped[name] else "skipped"
-    if name == "alignment" and row.get("n_alignment_steps") is not None and \
-            row.get("n_alignment_skipped") == row.get("n_alignment_steps"):
+    if (
+        name == "alignment"
+        and row.get("n_alignment_steps") is not None
+        and row.get("n_alignment_skipped") == row.get("n_alignment_steps")
+    ):
         return "no gold links"
     return "undefined"
 
@@ -333,12 +420,18 @@ def _summary_table(data: StudyData) -> pd.DataFrame:
     if data.models.empty:
         return pd.DataFrame()
     ran = _ablations_run(data)
-    cols = [c for c in SUMMARY_COLUMNS if (c in data.models.columns and data.models[c].notna().any())
-            or (c.startswith("ablation/") and c.split("/")[1] in ran)]
+    cols = [
+        c
+        for c in SUMMARY_COLUMNS
+        if (c in data.models.columns and data.models[c].notna().any())
+        or (c.startswith("ablation/") and c.split("/")[1] in ran)
+    ]
     out = {"variant": list(data.models["variant"])}
     for c in cols:
-        out[SUMMARY_COLUMNS[c]] = [round(float(r[c]), 4) if pd.notna(r.get(c)) else _reason(r, c)
-                                   for _, r in data.models.iterrows()]
+        out[SUMMARY_COLUMNS[c]] = [
+            round(float(r[c]), 4) if pd.notna(r.get(c)) else _reason(r, c)
+            for _, r in data.models.iterrows()
+        ]
     return pd.DataFrame(out)
 
 
@@ -364,13 +457,19 @@ def _status_lines(data: StudyData) -> list[str]:
     if not_run:
         lines.append(f"Ablations not run in this study: {', '.join(not_run)}.")
     if data.status != "FINISHED":
-        lines.append(f"Study status: **{data.status}**: the report shows what the store holds for it.")
+        lines.append(
+            f"Study status: **{data.status}**: the report shows what the store holds for it."
+        )
     if not data.models.empty:
         for _, r in data.models.iterrows():
             if r.get("model_status") == "FAILED":
-                lines.append(f"- {r['variant']}: training failed ({r.get('model_error') or 'no reason recorded'})")
+                lines.append(
+                    f"- {r['variant']}: training failed ({r.get('model_error') or 'no reason recorded'})"
+                )
             elif r.get("ablation_status") == "FAILED":
-                lines.append(f"- {r['variant']}: ablations failed ({r.get('ablation_error') or 'no reason recorded'})")
+                lines.append(
+                    f"- {r['variant']}: ablations failed ({r.get('ablation_error') or 'no reason recorded'})"
+                )
     return [*lines, ""] if lines else []
 
 
@@ -380,21 +479,33 @@ def _status_html(data: StudyData) -> str:
         return ""
     items = [html.escape(x[2:]) for x in lines if x.startswith("- ")]
     head = [html.escape(x).replace("**", "") for x in lines if x and not x.startswith("- ")]
-    return ("".join(f"<p class=\"status\">{h}</p>" for h in head)
-            + ("<ul class=\"failures\">" + "".join(f"<li>{i}</li>" for i in items) + "</ul>" if items else ""))
+    return "".join(f'<p class="status">{h}</p>' for h in head) + (
+        '<ul class="failures">' + "".join(f"<li>{i}</li>" for i in items) + "</ul>" if items else ""
+    )
 
 
 def _html(data: StudyData, made: list[tuple[str, str]], table: pd.DataFrame) -> str:
     esc = html.escape
     links = "".join(
-        f"<li>{esc(r['variant'])}: <a href=\"{_run_link(data, r['model_run_id'])}\">model run "
+        f'<li>{esc(r["variant"])}: <a href="{_run_link(data, r["model_run_id"])}">model run '
         f"<code>{r['model_run_id']}</code></a>"
-        + (f", <a href=\"{_run_link(data, r['ablation_run_id'])}\">ablation run <code>{r['ablation_run_id']}</code></a>"
-           if isinstance(r.get("ablation_run_id"), str) else "") + "</li>"
-        for _, r in data.models.iterrows())
-    figs = "".join(f"<section><h2>{esc(t)}</h2><img src=\"figures/{k}.png\" alt=\"{esc(t)}\"></section>"
-                   for k, t in made)
-    table_html = table.to_html(index=False, na_rep="–", classes="summary") if not table.empty else "<p>no models</p>"
+        + (
+            f', <a href="{_run_link(data, r["ablation_run_id"])}">ablation run <code>{r["ablation_run_id"]}</code></a>'
+            if isinstance(r.get("ablation_run_id"), str)
+            else ""
+        )
+        + "</li>"
+        for _, r in data.models.iterrows()
+    )
+    figs = "".join(
+        f'<section><h2>{esc(t)}</h2><img src="figures/{k}.png" alt="{esc(t)}"></section>'
+        for k, t in made
+    )
+    table_html = (
+        table.to_html(index=False, na_rep="–", classes="summary")
+        if not table.empty
+        else "<p>no models</p>"
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>attnstudy report: {esc(data.experiment)}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}}
@@ -418,9 +529,16 @@ decoder steps of the analysed test sample (see the ablation runs for bootstrap 9
 
 
 def _markdown(data: StudyData, made: list[tuple[str, str]], table: pd.DataFrame) -> str:
-    lines = [f"# Is this model's attention an explanation? — {data.experiment}", "",
-             f"Study run `{data.study_id}` (experiment id {data.experiment_id}); rebuild with "
-             f"`attnstudy report --study {data.study_id}`.", "", *_status_lines(data), "## Summary per model", ""]
+    lines = [
+        f"# Is this model's attention an explanation? — {data.experiment}",
+        "",
+        f"Study run `{data.study_id}` (experiment id {data.experiment_id}); rebuild with "
+        f"`attnstudy report --study {data.study_id}`.",
+        "",
+        *_status_lines(data),
+        "## Summary per model",
+        "",
+    ]
     if not table.empty:
         lines.append("| " + " | ".join(table.columns) + " |")
         lines.append("|" + "---|" * len(table.columns))
@@ -428,10 +546,23 @@ def _markdown(data: StudyData, made: list[tuple[str, str]], table: pd.DataFrame)
             lines.append("| " + " | ".join("–" if pd.isna(v) else str(v) for v in r) + " |")
     lines += ["", "## Runs", ""]
     for _, r in data.models.iterrows():
-        abl = f", ablation run [{r['ablation_run_id']}]({_run_link(data, r['ablation_run_id'])})" \
-            if isinstance(r.get("ablation_run_id"), str) else ""
-        lines.append(f"- {r['variant']}: model run [{r['model_run_id']}]({_run_link(data, r['model_run_id'])}){abl}")
+        abl = (
+            f", ablation run [{r['ablation_run_id']}]({_run_link(data, r['ablation_run_id'])})"
+            if isinstance(r.get("ablation_run_id"), str)
+            else ""
+        )
+        lines.append(
+            f"- {r['variant']}: model run [{r['model_run_id']}]({_run_link(data, r['model_run_id'])}){abl}"
+        )
     for k, t in made:
         lines += ["", f"## {t}", "", f"![{t}](figures/{k}.png)"]
-    lines += ["", "## Experiment config", "", "```toml", data.config_text or "(not logged)", "```", ""]
+    lines += [
+        "",
+        "## Experiment config",
+        "",
+        "```toml",
+        data.config_text or "(not logged)",
+        "```",
+        "",
+    ]
     return "\n".join(lines)

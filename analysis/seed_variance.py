@@ -21,9 +21,14 @@ from .common import prepare_batches
 from .divergences import jsd, tvd
 
 
-def seed_variance(models: Sequence[Seq2Seq], examples: Sequence[Example], src_vocab: Vocab,
-                  tgt_vocab: Vocab, seeds: Sequence[int] | None = None,
-                  batch_size: int = 32) -> pd.DataFrame:
+def seed_variance(
+    models: Sequence[Seq2Seq],
+    examples: Sequence[Example],
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    seeds: Sequence[int] | None = None,
+    batch_size: int = 32,
+) -> pd.DataFrame:
     """Attention JSD vs output TVD between every pair of seeds, per decoder step.
 
     Args:
@@ -55,8 +60,11 @@ def seed_variance(models: Sequence[Seq2Seq], examples: Sequence[Example], src_vo
     parts = []
     examples = list(examples)
     for start in range(0, len(examples), batch_size):
-        chunk = examples[start:start + batch_size]
-        batches = [next(prepare_batches(m, chunk, src_vocab, tgt_vocab, "reference", len(chunk))) for m in models]
+        chunk = examples[start : start + batch_size]
+        batches = [
+            next(prepare_batches(m, chunk, src_vocab, tgt_vocab, "reference", len(chunk)))
+            for m in models
+        ]
         frame, b_idx, t_idx = step_frame(batches[0])
         att = [b.trace.attention.mean(1)[b_idx, t_idx] for b in batches]
         probs = [b.probs[b_idx, t_idx] for b in batches]
@@ -65,6 +73,8 @@ def seed_variance(models: Sequence[Seq2Seq], examples: Sequence[Example], src_vo
             part["seed_a"], part["seed_b"] = seeds[i], seeds[j]
             part["seed_variance_attention_jsd"] = jsd(att[i], att[j]).double().numpy()
             part["seed_variance_output_tvd"] = tvd(probs[i], probs[j]).double().numpy()
-            part["seed_variance_argmax_differs"] = (probs[i].argmax(-1) != probs[j].argmax(-1)).numpy()
+            part["seed_variance_argmax_differs"] = (
+                probs[i].argmax(-1) != probs[j].argmax(-1)
+            ).numpy()
             parts.append(part)
     return pd.concat(parts, ignore_index=True)

@@ -98,19 +98,32 @@ STATS: dict[str, dict[str, str]] = {
     },
     "uniform": {"flip_rate": "uniform_flip", "tvd": "uniform_tvd"},
     "erase_max": {"flip_rate": "erase_max_flip", "tvd": "erase_max_tvd"},
-    "erase_until_flip": {f"{r}_{s}": f"erase_{r}_{s}" for r in RANKINGS
-                         for s in ("frac_positions", "frac_mass", "never_flipped")},
+    "erase_until_flip": {
+        f"{r}_{s}": f"erase_{r}_{s}"
+        for r in RANKINGS
+        for s in ("frac_positions", "frac_mass", "never_flipped")
+    },
     "adversarial": {"max_jsd": "adversarial_max_jsd", "found_rate": "adversarial_found"},
-    "importance": {"tau_attn_grad": "importance_tau_attn_grad", "tau_attn_loo": "importance_tau_attn_loo",
-                   "tau_grad_loo": "importance_tau_grad_loo"},
+    "importance": {
+        "tau_attn_grad": "importance_tau_attn_grad",
+        "tau_attn_loo": "importance_tau_attn_loo",
+        "tau_grad_loo": "importance_tau_grad_loo",
+    },
     "alignment": {"gold_mass": "alignment_gold_mass", "argmax_on_gold": "alignment_argmax_on_gold"},
 }
 SKIP_COLUMN = {"erase_until_flip": "erase_until_flip_skipped"}
 
 
-def run_suite(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab,
-              cfg: AblationConfig, progress: bool = True, batch_size: int = 32,
-              table_path: str | Path | None = None) -> SuiteResult:
+def run_suite(
+    model: Seq2Seq,
+    examples: Sequence[Example],
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    cfg: AblationConfig,
+    progress: bool = True,
+    batch_size: int = 32,
+    table_path: str | Path | None = None,
+) -> SuiteResult:
     """Run ``cfg.ablations`` on the first ``cfg.n_examples`` examples.
 
     Every prepared batch is analysed, reduced to per-example sums of the summary statistics, and
@@ -152,10 +165,16 @@ def run_suite(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt
             skipped[name] = f"not available: {err}"
     groups: dict[str, list[str]] = {cfg.prefix: []}
     for name in active:
-        groups.setdefault("reference" if SPECS[name].reference_only else cfg.prefix, []).append(name)
+        groups.setdefault("reference" if SPECS[name].reference_only else cfg.prefix, []).append(
+            name
+        )
 
-    bars = {n: tqdm(total=len(examples), desc=f"ablation {n}", disable=not progress, position=i, leave=True)
-            for i, n in enumerate(active)}
+    bars = {
+        n: tqdm(
+            total=len(examples), desc=f"ablation {n}", disable=not progress, position=i, leave=True
+        )
+        for i, n in enumerate(active)
+    }
     sink = _StepSink(table_path)
     sums: list[pd.DataFrame] = []
     example_parts: dict[str, list[pd.DataFrame]] = {n: [] for n in active if SPECS[n].per_example}
@@ -165,7 +184,9 @@ def run_suite(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt
                 if not names and prefix != cfg.prefix:
                     continue
                 step_names = [n for n in names if not SPECS[n].per_example]
-                for batch in prepare_batches(model, examples, src_vocab, tgt_vocab, prefix, batch_size):
+                for batch in prepare_batches(
+                    model, examples, src_vocab, tgt_vocab, prefix, batch_size
+                ):
                     check_interrupt()
                     steps = base_table(batch)
                     steps.insert(1, "prefix", prefix)
@@ -208,7 +229,9 @@ class _StepSink:
         self._tmp = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._tmp = tempfile.TemporaryDirectory(dir=self.path.parent, prefix=f".{self.path.name}-")
+            self._tmp = tempfile.TemporaryDirectory(
+                dir=self.path.parent, prefix=f".{self.path.name}-"
+            )
 
     def write(self, frame: pd.DataFrame) -> None:
         if self._tmp is None:
@@ -224,14 +247,19 @@ class _StepSink:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        schema = pa.unify_schemas([pq.read_schema(p).remove_metadata() for p in self.parts],
-                                  promote_options="permissive")
+        schema = pa.unify_schemas(
+            [pq.read_schema(p).remove_metadata() for p in self.parts], promote_options="permissive"
+        )
         tmp_out = Path(self._tmp.name) / "joined.parquet"
         with pq.ParquetWriter(tmp_out, schema) as writer:
             for part in self.parts:
                 t = pq.read_table(part).replace_schema_metadata(None)
-                columns = [t.column(f.name).cast(f.type) if f.name in t.column_names else pa.nulls(len(t), f.type)
-                           for f in schema]
+                columns = [
+                    t.column(f.name).cast(f.type)
+                    if f.name in t.column_names
+                    else pa.nulls(len(t), f.type)
+                    for f in schema
+                ]
                 writer.write_table(pa.Table.from_arrays(columns, schema=schema))
         os.replace(tmp_out, self.path)
         return None
@@ -245,8 +273,12 @@ class _StepSink:
 # ----------------------------------------------------------------------------- summary
 
 
-def ratio_ci(num: np.ndarray, den: np.ndarray, cfg: AblationConfig,
-             transform: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[float, float, float] | None:
+def ratio_ci(
+    num: np.ndarray,
+    den: np.ndarray,
+    cfg: AblationConfig,
+    transform: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> tuple[float, float, float] | None:
     """Σ num / Σ den over groups (examples) with a 95 % percentile bootstrap interval resampling groups.
 
     Args:
@@ -269,9 +301,17 @@ def ratio_ci(num: np.ndarray, den: np.ndarray, cfg: AblationConfig,
         return value, math.nan, math.nan
     # resamples are drawn `batch` at a time: memory O(batch · n_examples), bounded, same numbers
     batch = max(1, min(cfg.bootstrap_resamples, BOOTSTRAP_ELEMENTS // len(n)))
-    res = stats.bootstrap((n, d), lambda a, b, axis: f(a.sum(axis) / b.sum(axis)), paired=True,
-                          vectorized=True, n_resamples=cfg.bootstrap_resamples, method="percentile",
-                          confidence_level=0.95, rng=np.random.default_rng(cfg.seed), batch=batch)
+    res = stats.bootstrap(
+        (n, d),
+        lambda a, b, axis: f(a.sum(axis) / b.sum(axis)),
+        paired=True,
+        vectorized=True,
+        n_resamples=cfg.bootstrap_resamples,
+        method="percentile",
+        confidence_level=0.95,
+        rng=np.random.default_rng(cfg.seed),
+        batch=batch,
+    )
     return value, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
@@ -301,29 +341,51 @@ def example_sums(rows: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
         stats_of = {s: c for s, c in STATS.get(name, {}).items() if c in rows.columns}
         cols[f"{name}|n"] = pd.Series(1.0, index=rows.index)
         skip_col = SKIP_COLUMN.get(name, f"{name}_skipped")
-        skipped = (rows[skip_col].astype("boolean").fillna(False).astype(bool) if skip_col in rows.columns
-                   else pd.Series(False, index=rows.index))
+        skipped = (
+            rows[skip_col].astype("boolean").fillna(False).astype(bool)
+            if skip_col in rows.columns
+            else pd.Series(False, index=rows.index)
+        )
         cols[f"{name}|n_skipped"] = skipped.astype(float)
         values = {stat: rows[col].astype(float) for stat, col in stats_of.items()}
-        for stat, v in values.items():  # undefined per statistic: τ attn–grad may be, τ grad–LOO not
+        for (
+            stat,
+            v,
+        ) in values.items():  # undefined per statistic: τ attn–grad may be, τ grad–LOO not
             cols[f"{name}|{stat}_n_undefined"] = (v.isna() & ~skipped).astype(float)
         if name == "permutation" and "permutation_n_identity" in rows.columns:
             cols[f"{name}|n_identity"] = rows["permutation_n_identity"].astype(float).fillna(0.0)
-        if name == "permutation_global" and {"exact_match_original", "exact_match_permuted"} <= set(stats_of):
-            values["exact_match_drop"] = values["exact_match_original"] - values["exact_match_permuted"]
+        if name == "permutation_global" and {"exact_match_original", "exact_match_permuted"} <= set(
+            stats_of
+        ):
+            values["exact_match_drop"] = (
+                values["exact_match_original"] - values["exact_match_permuted"]
+            )
         for stat, v in values.items():
             cols[f"{name}|{stat}|num"] = v.fillna(0.0)
             cols[f"{name}|{stat}|den"] = v.notna().astype(float)
         if name == "alignment" and "alignment_n_sure" in rows.columns:
             ok = rows["alignment_n_sure"].notna()
-            linked = ok & rows["alignment_linked"].astype("boolean").fillna(False).astype(bool) \
-                if "alignment_linked" in rows.columns else ok
-            heads = sorted({int(m.group(1)) for c in rows.columns
-                            if (m := re.match(r"alignment_head(\d+)_n_hyp$", c))})
+            linked = (
+                ok & rows["alignment_linked"].astype("boolean").fillna(False).astype(bool)
+                if "alignment_linked" in rows.columns
+                else ok
+            )
+            heads = sorted(
+                {
+                    int(m.group(1))
+                    for c in rows.columns
+                    if (m := re.match(r"alignment_head(\d+)_n_hyp$", c))
+                }
+            )
             # corpus AER from summed counts (Och & Ney 2003): 1 − (|A∩S| + |A∩P|) / (|A| + |S|); standard
             # over every predicted link, "linked" over the target tokens that have gold links only
-            for label, pre in [("", "alignment_")] + [(f"_head{h}", f"alignment_head{h}_") for h in heads]:
-                num = rows[f"{pre}n_hyp_sure"].astype(float) + rows[f"{pre}n_hyp_possible"].astype(float)
+            for label, pre in [("", "alignment_")] + [
+                (f"_head{h}", f"alignment_head{h}_") for h in heads
+            ]:
+                num = rows[f"{pre}n_hyp_sure"].astype(float) + rows[f"{pre}n_hyp_possible"].astype(
+                    float
+                )
                 den = rows[f"{pre}n_hyp"].astype(float) + rows["alignment_n_sure"].astype(float)
                 for stat, keep in ((f"aer{label}", ok), (f"aer_linked{label}", linked)):
                     cols[f"{name}|{stat}|num"] = num.where(keep, 0.0)
@@ -339,7 +401,9 @@ def _combine(parts: list[pd.DataFrame]) -> pd.DataFrame:
     return frame.groupby(level=0, sort=False).sum()
 
 
-def summary_from_sums(sums: pd.DataFrame, names: Sequence[str], cfg: AblationConfig) -> dict[str, float]:
+def summary_from_sums(
+    sums: pd.DataFrame, names: Sequence[str], cfg: AblationConfig
+) -> dict[str, float]:
     """Summary metrics ``ablation/<name>/<stat>`` from :func:`example_sums` (see module docstring).
 
     Raises:
@@ -350,7 +414,9 @@ def summary_from_sums(sums: pd.DataFrame, names: Sequence[str], cfg: AblationCon
         key = f"ablation/{name}"
         if f"{name}|n" not in sums.columns:
             continue
-        out[f"{key}/n_examples" if SPECS[name].per_example else f"{key}/n_steps"] = float(sums[f"{name}|n"].sum())
+        out[f"{key}/n_examples" if SPECS[name].per_example else f"{key}/n_steps"] = float(
+            sums[f"{name}|n"].sum()
+        )
         out[f"{key}/n_skipped"] = float(sums[f"{name}|n_skipped"].sum())
         for col in sums.columns:
             extra = col.split("|", 1)[1] if col.startswith(f"{name}|") else ""
@@ -362,8 +428,13 @@ def summary_from_sums(sums: pd.DataFrame, names: Sequence[str], cfg: AblationCon
                 continue
             stat = parts[1]
             transform = (lambda r: 1.0 - r) if stat.startswith("aer") else None
-            _put(out, f"{key}/{stat}", ratio_ci(sums[col].to_numpy(), sums[f"{name}|{stat}|den"].to_numpy(),
-                                                cfg, transform))
+            _put(
+                out,
+                f"{key}/{stat}",
+                ratio_ci(
+                    sums[col].to_numpy(), sums[f"{name}|{stat}|den"].to_numpy(), cfg, transform
+                ),
+            )
     for k, v in list(out.items()):
         if not METRIC_NAME.match(k):
             raise ValueError(f"metric name {k!r} has characters MLflow rejects")
@@ -372,8 +443,13 @@ def summary_from_sums(sums: pd.DataFrame, names: Sequence[str], cfg: AblationCon
     return out
 
 
-def summarize(table: pd.DataFrame, per_example: pd.DataFrame, names: Sequence[str],
-              prefix_of: dict[str, str], cfg: AblationConfig) -> dict[str, float]:
+def summarize(
+    table: pd.DataFrame,
+    per_example: pd.DataFrame,
+    names: Sequence[str],
+    prefix_of: dict[str, str],
+    cfg: AblationConfig,
+) -> dict[str, float]:
     """Summary metrics of whole in-memory tables (the streaming suite uses :func:`example_sums`).
 
     Args:

@@ -44,37 +44,71 @@ def run(args) -> dict:
         bm = common.get_model(args, flow)
         origins[flow] = bm.origin
         batches = common.prepared(bm, n_words, prefix, batch_size=32)
-        res = common.interleaved({
-            "batched": partial(_each, search_adversarial, bm.model, batches, cfg, iters),
-            "loop": partial(_each, adversarial_loop_reference, bm.model, batches, cfg, iters),
-        }, repeats, once=("loop",))
+        res = common.interleaved(
+            {
+                "batched": partial(_each, search_adversarial, bm.model, batches, cfg, iters),
+                "loop": partial(_each, adversarial_loop_reference, bm.model, batches, cfg, iters),
+            },
+            repeats,
+            once=("loop",),
+        )
         fast, slow = res["batched"].result, res["loop"].result
         obj_f, obj_s = _cat(fast, "objective"), _cat(slow, "objective")
         diff = float((obj_f - obj_s).abs().max()) if obj_f.numel() else 0.0
-        rel = float(((obj_f - obj_s).abs() / obj_s.abs().clamp(min=1e-12)).max()) if obj_f.numel() else 0.0
-        jsd_diff = float((_cat(fast, "jsd") - _cat(slow, "jsd")).abs().max()) if obj_f.numel() else 0.0
+        rel = (
+            float(((obj_f - obj_s).abs() / obj_s.abs().clamp(min=1e-12)).max())
+            if obj_f.numel()
+            else 0.0
+        )
+        jsd_diff = (
+            float((_cat(fast, "jsd") - _cat(slow, "jsd")).abs().max()) if obj_f.numel() else 0.0
+        )
         checks[flow] = {"objective_abs": diff, "objective_rel": rel, "jsd_abs": jsd_diff}
         n_rows = int(obj_f.numel())
-        rows.append({
-            "flow": f"{flow} ({common.FLOWS[flow]})", "words": n_words, "searched steps": n_rows,
-            "K": cfg.adversarial.k, "Adam iterations": iters,
-            "batched s": res["batched"].best, "loop s": res["loop"].best,
-            "loop / batched": res["loop"].best / res["batched"].best,
-            "max abs diff objective": diff, "max rel diff objective": rel, "max abs diff JSD": jsd_diff,
-        })
+        rows.append(
+            {
+                "flow": f"{flow} ({common.FLOWS[flow]})",
+                "words": n_words,
+                "searched steps": n_rows,
+                "K": cfg.adversarial.k,
+                "Adam iterations": iters,
+                "batched s": res["batched"].best,
+                "loop s": res["loop"].best,
+                "loop / batched": res["loop"].best / res["batched"].best,
+                "max abs diff objective": diff,
+                "max rel diff objective": rel,
+                "max abs diff JSD": jsd_diff,
+            }
+        )
     notes = [f"model {flow}: {o}" for flow, o in origins.items()]
     for r in rows:
-        notes.append(f"{r['flow']}: loop/batched {r['loop / batched']:.1f}× (target ≥ {TARGET:.0f}×, "
-                     f"{common.verdict(r['loop / batched'], TARGET)}); objective max abs diff "
-                     f"{r['max abs diff objective']:.1e}")
-    notes.append("the cost of both is linear in the Adam iterations (each is one forward + backward), "
-                 f"so the ratio at {iters} iterations holds at the default 500")
+        notes.append(
+            f"{r['flow']}: loop/batched {r['loop / batched']:.1f}× (target ≥ {TARGET:.0f}×, "
+            f"{common.verdict(r['loop / batched'], TARGET)}); objective max abs diff "
+            f"{r['max abs diff objective']:.1e}"
+        )
+    notes.append(
+        "the cost of both is linear in the Adam iterations (each is one forward + backward), "
+        f"so the ratio at {iters} iterations holds at the default 500"
+    )
     if args.smoke:
-        notes.append("smoke mode: random weights and tiny sizes; the ratios say nothing about the target")
-    common.report("Adversarial search: batched vs per-step loop", args,
-                  {"words": n_words, "K": cfg.adversarial.k, "Adam iterations": iters, "prefix": prefix,
-                   "seed": cfg.seed, "timing": f"best of {repeats} interleaved (loop: 1 run)"},
-                  [("", common.table(rows))], notes)
+        notes.append(
+            "smoke mode: random weights and tiny sizes; the ratios say nothing about the target"
+        )
+    common.report(
+        "Adversarial search: batched vs per-step loop",
+        args,
+        {
+            "words": n_words,
+            "K": cfg.adversarial.k,
+            "Adam iterations": iters,
+            "prefix": prefix,
+            "seed": cfg.seed,
+            "timing": f"best of {repeats} interleaved (loop: 1 run)",
+        },
+        [("", common.table(rows))],
+        notes,
+    )
     return {"rows": rows, "checks": checks}
 
 

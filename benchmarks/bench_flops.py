@@ -70,14 +70,21 @@ def perm_work(bm, batches, cfg) -> tuple[list, float, int]:
             steps = sub.step_mask & (nv[idx] >= 2)[:, None]
             if not bool(steps.any()):
                 continue
-            perm = permute(sub.attention, ~sub.pad_mask, cfg.n_permutations,
-                           lambda b, t, idx=idx, ids=ids, s0=chunk.start: step_generator(
-                               cfg.seed, ids[int(idx[b])], s0 + t, "permutation"),
-                           steps)
+            perm = permute(
+                sub.attention,
+                ~sub.pad_mask,
+                cfg.n_permutations,
+                lambda b, t, idx=idx, ids=ids, s0=chunk.start: step_generator(
+                    cfg.seed, ids[int(idx[b])], s0 + t, "permutation"
+                ),
+                steps,
+            )
             calls.append((sub, perm.weights, steps))
             per_step = steps.sum(1)  # real steps per example
             rows += int(per_step.sum()) * cfg.n_permutations
-            flops += float((per_step * cfg.n_permutations * (lf["forward"] + lf["context"] * nv[idx])).sum())
+            flops += float(
+                (per_step * cfg.n_permutations * (lf["forward"] + lf["context"] * nv[idx])).sum()
+            )
     return calls, flops, rows
 
 
@@ -101,12 +108,26 @@ def profile_top(fn, n: int = 8) -> tuple[str, float]:
         fn()
     events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
     total = sum(e.self_cpu_time_total for e in events)
-    mm_ops = {"aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear", "aten::_addmm_activation",
-              "aten::baddbmm"}
+    mm_ops = {
+        "aten::addmm",
+        "aten::mm",
+        "aten::bmm",
+        "aten::matmul",
+        "aten::linear",
+        "aten::_addmm_activation",
+        "aten::baddbmm",
+    }
     mm = sum(e.self_cpu_time_total for e in events if e.key in mm_ops)
     events.sort(key=lambda e: -e.self_cpu_time_total)
-    rows = [{"operator": e.key, "calls": e.count, "self CPU ms": e.self_cpu_time_total / 1000.0,
-             "share": f"{100.0 * e.self_cpu_time_total / total:.1f} %"} for e in events[:n]]
+    rows = [
+        {
+            "operator": e.key,
+            "calls": e.count,
+            "self CPU ms": e.self_cpu_time_total / 1000.0,
+            "share": f"{100.0 * e.self_cpu_time_total / total:.1f} %",
+        }
+        for e in events[:n]
+    ]
     return common.table(rows), (mm / total if total else float("nan"))
 
 
@@ -126,14 +147,24 @@ def run(args) -> dict:
         bm = common.get_model(args, flow)
         notes.append(f"model {flow}: {bm.origin}")
         batches = common.prepared(bm, max(n_words, n_adv), prefix, batch_size=32)
-        perm_batches = common.prepared(bm, n_words, prefix, batch_size=32) if n_words != max(n_words, n_adv) else batches
-        adv_batches = common.prepared(bm, n_adv, prefix, batch_size=32) if n_adv != max(n_words, n_adv) else batches
+        perm_batches = (
+            common.prepared(bm, n_words, prefix, batch_size=32)
+            if n_words != max(n_words, n_adv)
+            else batches
+        )
+        adv_batches = (
+            common.prepared(bm, n_adv, prefix, batch_size=32)
+            if n_adv != max(n_words, n_adv)
+            else batches
+        )
         calls, p_flops, p_rows = perm_work(bm, perm_batches, cfg)
         model = bm.model
 
         def perm_kernel(calls=calls, model=model):
             with eval_mode(model), torch.no_grad():
-                return [model.logits_given_attention(s, w, cfg.chunk_rows, st) for s, w, st in calls]
+                return [
+                    model.logits_given_attention(s, w, cfg.chunk_rows, st) for s, w, st in calls
+                ]
 
         def perm_end_to_end(model=model, perm_batches=perm_batches):
             return [run_permutation(model, b, cfg) for b in perm_batches]
@@ -142,35 +173,76 @@ def run(args) -> dict:
             return [search_adversarial(model, b, cfg, steps=iters) for b in adv_batches]
 
         a_flops, a_rows = adv_flops(bm, adv_batches, iters, cfg.adversarial.k)
-        res = common.interleaved({"perm": perm_kernel, "perm_e2e": perm_end_to_end, "adv": adv_kernel}, repeats)
-        for name, label, fl, nrows in (("perm", "permutation kernel", p_flops, p_rows),
-                                       ("perm_e2e", "permutation, whole ablation", p_flops, p_rows),
-                                       ("adv", "adversarial search", a_flops, a_rows)):
+        res = common.interleaved(
+            {"perm": perm_kernel, "perm_e2e": perm_end_to_end, "adv": adv_kernel}, repeats
+        )
+        for name, label, fl, nrows in (
+            ("perm", "permutation kernel", p_flops, p_rows),
+            ("perm_e2e", "permutation, whole ablation", p_flops, p_rows),
+            ("adv", "adversarial search", a_flops, a_rows),
+        ):
             rate = fl / res[name].best
-            rows.append({"flow": flow, "kernel": label, "rows": nrows, "GFLOP": fl / 1e9,
-                         "best s": res[name].best, "GFLOP/s": rate / 1e9,
-                         "fraction of mm": rate / peak})
+            rows.append(
+                {
+                    "flow": flow,
+                    "kernel": label,
+                    "rows": nrows,
+                    "GFLOP": fl / 1e9,
+                    "best s": res[name].best,
+                    "GFLOP/s": rate / 1e9,
+                    "fraction of mm": rate / peak,
+                }
+            )
             out[(flow, name)] = rate / peak
         t_perm, mm_share_p = profile_top(perm_kernel)
         t_adv, mm_share_a = profile_top(adv_kernel)
-        sections.append((f"{flow}: permutation kernel, top operators (matmul share {100 * mm_share_p:.0f} %)", t_perm))
-        sections.append((f"{flow}: adversarial search, top operators (matmul share {100 * mm_share_a:.0f} %)", t_adv))
+        sections.append(
+            (
+                f"{flow}: permutation kernel, top operators (matmul share {100 * mm_share_p:.0f} %)",
+                t_perm,
+            )
+        )
+        sections.append(
+            (
+                f"{flow}: adversarial search, top operators (matmul share {100 * mm_share_a:.0f} %)",
+                t_adv,
+            )
+        )
     sections.insert(0, ("", common.table(rows)))
     for flow in common.FLOWS:
         fp, fa = out[(flow, "perm")], out[(flow, "adv")]
-        notes.append(f"{flow}: permutation kernel {100 * fp:.1f} % of mm (target ≥ 50 %, "
-                     f"{common.verdict(fp, TARGET_PERM)}); adversarial {100 * fa:.1f} % (target ≥ 30 %, "
-                     f"{common.verdict(fa, TARGET_ADV)})")
-    notes.append("FLOPs count useful work only (real steps, valid source positions); the context product "
-                 "also runs over padding steps and positions, and the elementwise gate/softmax/Adam work "
-                 "is not counted: the profiler tables show where that time goes")
+        notes.append(
+            f"{flow}: permutation kernel {100 * fp:.1f} % of mm (target ≥ 50 %, "
+            f"{common.verdict(fp, TARGET_PERM)}); adversarial {100 * fa:.1f} % (target ≥ 30 %, "
+            f"{common.verdict(fa, TARGET_ADV)})"
+        )
+    notes.append(
+        "FLOPs count useful work only (real steps, valid source positions); the context product "
+        "also runs over padding steps and positions, and the elementwise gate/softmax/Adam work "
+        "is not counted: the profiler tables show where that time goes"
+    )
     if args.smoke:
-        notes.append(f"smoke mode: mm measured at {mm_n}³ and tiny kernels; the fractions say nothing about the targets")
-    common.report("Closeness to the limit: kernel FLOP rate vs torch.mm", args,
-                  {"mm size": mm_n, "mm GFLOP/s": peak / 1e9, "threads": threads, "permutation words": n_words,
-                   "P": p_count, "adversarial words": n_adv, "K": cfg.adversarial.k, "Adam iterations": iters,
-                   "prefix": prefix, "timing": f"best of {repeats} interleaved"},
-                  sections, notes)
+        notes.append(
+            f"smoke mode: mm measured at {mm_n}³ and tiny kernels; the fractions say nothing about the targets"
+        )
+    common.report(
+        "Closeness to the limit: kernel FLOP rate vs torch.mm",
+        args,
+        {
+            "mm size": mm_n,
+            "mm GFLOP/s": peak / 1e9,
+            "threads": threads,
+            "permutation words": n_words,
+            "P": p_count,
+            "adversarial words": n_adv,
+            "K": cfg.adversarial.k,
+            "Adam iterations": iters,
+            "prefix": prefix,
+            "timing": f"best of {repeats} interleaved",
+        },
+        sections,
+        notes,
+    )
     return {"rows": rows, "fractions": out, "mm_rate": peak}
 
 

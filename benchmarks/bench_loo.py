@@ -42,36 +42,66 @@ def run(args) -> dict:
         origins[flow] = bm.origin
         batches = common.prepared(bm, n_words, prefix, batch_size=32)
         deletions = sum(int(b.trace.src_lengths[b.trace.src_lengths >= 2].sum()) for b in batches)
-        res = common.interleaved({
-            "batched": partial(_each, loo_importance, bm.model, batches, cfg.chunk_rows),
-            "loop": partial(_each, loo_loop_reference, bm.model, batches),
-        }, repeats)
-        diff = max(float((f.nan_to_num(-1.0) - s.nan_to_num(-1.0)).abs().max())
-                   for f, s in zip(res["batched"].result, res["loop"].result))
+        res = common.interleaved(
+            {
+                "batched": partial(_each, loo_importance, bm.model, batches, cfg.chunk_rows),
+                "loop": partial(_each, loo_loop_reference, bm.model, batches),
+            },
+            repeats,
+        )
+        diff = max(
+            float((f.nan_to_num(-1.0) - s.nan_to_num(-1.0)).abs().max())
+            for f, s in zip(res["batched"].result, res["loop"].result)
+        )
         checks[flow] = diff
         bm64 = dataclasses.replace(bm, model=copy.deepcopy(bm.model).double())
         (b64,) = common.prepared(bm64, min(n_words, 32), prefix, batch_size=32)
-        diff64 = float((loo_importance(bm64.model, b64, cfg.chunk_rows).nan_to_num(-1.0)
-                        - loo_loop_reference(bm64.model, b64).nan_to_num(-1.0)).abs().max())
-        rows.append({
-            "flow": f"{flow} ({common.FLOWS[flow]})", "words": n_words, "deletions": deletions,
-            "batched s": res["batched"].best, "loop s": res["loop"].best,
-            "loop / batched": res["loop"].best / res["batched"].best, "max abs diff": diff,
-            "max abs diff float64": diff64,
-        })
+        diff64 = float(
+            (
+                loo_importance(bm64.model, b64, cfg.chunk_rows).nan_to_num(-1.0)
+                - loo_loop_reference(bm64.model, b64).nan_to_num(-1.0)
+            )
+            .abs()
+            .max()
+        )
+        rows.append(
+            {
+                "flow": f"{flow} ({common.FLOWS[flow]})",
+                "words": n_words,
+                "deletions": deletions,
+                "batched s": res["batched"].best,
+                "loop s": res["loop"].best,
+                "loop / batched": res["loop"].best / res["batched"].best,
+                "max abs diff": diff,
+                "max abs diff float64": diff64,
+            }
+        )
     notes = [f"model {flow}: {o}" for flow, o in origins.items()]
     for r in rows:
-        notes.append(f"{r['flow']}: loop/batched {r['loop / batched']:.1f}× (target ≥ {TARGET:.0f}×, "
-                     f"{common.verdict(r['loop / batched'], TARGET)}); max abs diff {r['max abs diff']:.1e} in "
-                     f"float32 (rounding), {r['max abs diff float64']:.1e} in float64 (target ≤ 1e-9, "
-                     f"{common.verdict(r['max abs diff float64'], 1e-9, higher_is_better=False)}; "
-                     "NaN patterns compared too)")
+        notes.append(
+            f"{r['flow']}: loop/batched {r['loop / batched']:.1f}× (target ≥ {TARGET:.0f}×, "
+            f"{common.verdict(r['loop / batched'], TARGET)}); max abs diff {r['max abs diff']:.1e} in "
+            f"float32 (rounding), {r['max abs diff float64']:.1e} in float64 (target ≤ 1e-9, "
+            f"{common.verdict(r['max abs diff float64'], 1e-9, higher_is_better=False)}; "
+            "NaN patterns compared too)"
+        )
     if args.smoke:
-        notes.append("smoke mode: random weights and tiny sizes; the ratios say nothing about the target")
-    common.report("Leave-one-out: batched deletions vs per-position loop", args,
-                  {"words": n_words, "prefix": prefix, "chunk_rows": cfg.chunk_rows,
-                   "threads": torch.get_num_threads(), "timing": f"best of {repeats} interleaved"},
-                  [("", common.table(rows))], notes)
+        notes.append(
+            "smoke mode: random weights and tiny sizes; the ratios say nothing about the target"
+        )
+    common.report(
+        "Leave-one-out: batched deletions vs per-position loop",
+        args,
+        {
+            "words": n_words,
+            "prefix": prefix,
+            "chunk_rows": cfg.chunk_rows,
+            "threads": torch.get_num_threads(),
+            "timing": f"best of {repeats} interleaved",
+        },
+        [("", common.table(rows))],
+        notes,
+    )
     return {"rows": rows, "checks": checks}
 
 

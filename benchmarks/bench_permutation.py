@@ -55,11 +55,18 @@ def _permutations(batch: PreparedBatch, cfg) -> Permuted:
     """The permutations run_permutation draws (same generators), for the whole batch."""
     ids = batch.example_ids
     tr = batch.trace
-    return permute(tr.attention, ~tr.pad_mask, cfg.n_permutations,
-                   lambda b, t: step_generator(cfg.seed, ids[b], t, "permutation"), _steps(batch))
+    return permute(
+        tr.attention,
+        ~tr.pad_mask,
+        cfg.n_permutations,
+        lambda b, t: step_generator(cfg.seed, ids[b], t, "permutation"),
+        _steps(batch),
+    )
 
 
-def _reduce(batch: PreparedBatch, probs: torch.Tensor, base: torch.Tensor, perm: Permuted) -> pd.DataFrame:
+def _reduce(
+    batch: PreparedBatch, probs: torch.Tensor, base: torch.Tensor, perm: Permuted
+) -> pd.DataFrame:
     """The per-step summaries of run_permutation from (B, P, T_y, V) probabilities."""
     steps = _steps(batch)
     frame, b_idx, t_idx = step_frame(batch)
@@ -93,7 +100,9 @@ def per_step_loop(model, batch: PreparedBatch, cfg) -> pd.DataFrame:
             only_t = torch.zeros_like(steps)
             only_t[:, t] = steps[:, t]
             for p in range(p_count):
-                logits = model.logits_given_attention(tr, perm.weights[:, p], cfg.chunk_rows, only_t)
+                logits = model.logits_given_attention(
+                    tr, perm.weights[:, p], cfg.chunk_rows, only_t
+                )
                 probs[:, p, t] = torch.softmax(logits[:, t], -1)
     return _reduce(batch, probs, base, perm)
 
@@ -117,7 +126,9 @@ def naive_loop(model, batch: PreparedBatch, cfg) -> pd.DataFrame:
                 def fn(w: torch.Tensor, s: int, row=row, t=t) -> torch.Tensor:
                     return row if s == t else w
 
-                out = model.decode(tr.src, tr.src_lengths, t + 1, prefix=tr.tgt_in[:, : t + 1], intervene=fn)
+                out = model.decode(
+                    tr.src, tr.src_lengths, t + 1, prefix=tr.tgt_in[:, : t + 1], intervene=fn
+                )
                 probs[:, p, t] = torch.softmax(out.logits[:, t], -1)
     return _reduce(batch, probs, base, perm)
 
@@ -159,38 +170,64 @@ def run(args) -> dict:
         steps = sum(int(_steps(b).sum()) for b in batches)
         subset = batches[:NAIVE_BATCHES]
         naive_words = sum(len(b.examples) for b in subset)
-        res = common.interleaved({
-            "fast": partial(over, batches, fast_path, bm.model, cfg),
-            "per-step": partial(over, batches, per_step_loop, bm.model, cfg),
-            "fast (naive subset)": partial(over, subset, fast_path, bm.model, cfg),
-            "naive": partial(over, subset, naive_loop, bm.model, cfg),
-        }, repeats, once=("naive",))
+        res = common.interleaved(
+            {
+                "fast": partial(over, batches, fast_path, bm.model, cfg),
+                "per-step": partial(over, batches, per_step_loop, bm.model, cfg),
+                "fast (naive subset)": partial(over, subset, fast_path, bm.model, cfg),
+                "naive": partial(over, subset, naive_loop, bm.model, cfg),
+            },
+            repeats,
+            once=("naive",),
+        )
         fast = res["fast"].result
         d_step = max_diff(fast, res["per-step"].result)
         d_naive = max_diff(res["fast (naive subset)"].result, res["naive"].result)
         checks[flow] = (d_step, d_naive)
-        rows.append({
-            "flow": f"{flow} ({common.FLOWS[flow]})", "words": n_words, "permuted steps": steps,
-            "P": p_count, "fast s": res["fast"].best, "per-step s": res["per-step"].best,
-            "naive words": naive_words, "fast s (naive words)": res["fast (naive subset)"].best,
-            "naive s": res["naive"].best,
-            "per-step / fast": res["per-step"].best / res["fast"].best,
-            "naive / fast": res["naive"].best / res["fast (naive subset)"].best,
-            "max abs diff per-step": d_step, "max abs diff naive": d_naive,
-        })
+        rows.append(
+            {
+                "flow": f"{flow} ({common.FLOWS[flow]})",
+                "words": n_words,
+                "permuted steps": steps,
+                "P": p_count,
+                "fast s": res["fast"].best,
+                "per-step s": res["per-step"].best,
+                "naive words": naive_words,
+                "fast s (naive words)": res["fast (naive subset)"].best,
+                "naive s": res["naive"].best,
+                "per-step / fast": res["per-step"].best / res["fast"].best,
+                "naive / fast": res["naive"].best / res["fast (naive subset)"].best,
+                "max abs diff per-step": d_step,
+                "max abs diff naive": d_naive,
+            }
+        )
     notes = [f"model {flow}: {o}" for flow, o in origins.items()]
     for r in rows:
-        notes.append(f"{r['flow']}: naive/fast {r['naive / fast']:.1f}× (target ≥ {TARGET_NAIVE:.0f}×, "
-                     f"{common.verdict(r['naive / fast'], TARGET_NAIVE)}); per-step/fast "
-                     f"{r['per-step / fast']:.1f}× (target ≥ {TARGET_PER_STEP:.0f}×, "
-                     f"{common.verdict(r['per-step / fast'], TARGET_PER_STEP)}); results agree to "
-                     f"{max(r['max abs diff per-step'], r['max abs diff naive']):.1e} (target ≤ 1e-6)")
+        notes.append(
+            f"{r['flow']}: naive/fast {r['naive / fast']:.1f}× (target ≥ {TARGET_NAIVE:.0f}×, "
+            f"{common.verdict(r['naive / fast'], TARGET_NAIVE)}); per-step/fast "
+            f"{r['per-step / fast']:.1f}× (target ≥ {TARGET_PER_STEP:.0f}×, "
+            f"{common.verdict(r['per-step / fast'], TARGET_PER_STEP)}); results agree to "
+            f"{max(r['max abs diff per-step'], r['max abs diff naive']):.1e} (target ≤ 1e-6)"
+        )
     if args.smoke:
-        notes.append("smoke mode: random weights and tiny sizes; the ratios say nothing about the targets")
-    common.report("Local permutation: fast path vs per-step loop vs naive re-decoding", args,
-                  {"words": n_words, "P": p_count, "prefix": prefix, "batch size": 32,
-                   "chunk_rows": cfg.chunk_rows, "timing": f"best of {repeats} interleaved (naive: 1 run, on the first {NAIVE_BATCHES} batches)"},
-                  [("", common.table(rows))], notes)
+        notes.append(
+            "smoke mode: random weights and tiny sizes; the ratios say nothing about the targets"
+        )
+    common.report(
+        "Local permutation: fast path vs per-step loop vs naive re-decoding",
+        args,
+        {
+            "words": n_words,
+            "P": p_count,
+            "prefix": prefix,
+            "batch size": 32,
+            "chunk_rows": cfg.chunk_rows,
+            "timing": f"best of {repeats} interleaved (naive: 1 run, on the first {NAIVE_BATCHES} batches)",
+        },
+        [("", common.table(rows))],
+        notes,
+    )
     return {"rows": rows, "checks": checks}
 
 

@@ -29,8 +29,19 @@ from attnstudy.tracking import Tracker
 from . import common
 
 TARGET = 0.05
-TIMED = ("get_run", "start_run", "end_run", "set_tags", "log_params", "log_metrics", "log_artifact",
-         "log_artifacts", "log_text", "log_table", "log_figure")
+TIMED = (
+    "get_run",
+    "start_run",
+    "end_run",
+    "set_tags",
+    "log_params",
+    "log_metrics",
+    "log_artifact",
+    "log_artifacts",
+    "log_text",
+    "log_table",
+    "log_figure",
+)
 
 
 class TimingTracker(Tracker):
@@ -96,15 +107,26 @@ def measure(tracker: TimingTracker, bm, cfg) -> dict:
     seconds, calls = dict(tracker.seconds), dict(tracker.calls)
     tracker.end_run(model_run)
     track = sum(seconds.values())
-    return {"wall": wall, "tracking": track, "share": track / wall, "seconds": seconds, "calls": calls}
+    return {
+        "wall": wall,
+        "tracking": track,
+        "share": track / wall,
+        "seconds": seconds,
+        "calls": calls,
+    }
 
 
 def warm_up(bm) -> None:
     """One tiny suite first, so the lazy imports of the analysis modules count in neither store."""
     from analysis.suite import run_suite
 
-    cfg = common.ablation_cfg(n_examples=2, n_permutations=2, n_random_orders=1, bootstrap_resamples=10,
-                              adversarial={"steps": 1})
+    cfg = common.ablation_cfg(
+        n_examples=2,
+        n_permutations=2,
+        n_random_orders=1,
+        bootstrap_resamples=10,
+        adversarial={"steps": 1},
+    )
     run_suite(bm.model, bm.splits.test[:2], bm.src_vocab, bm.tgt_vocab, cfg, progress=False)
 
 
@@ -112,8 +134,13 @@ def run(args) -> dict:
     from attnstudy import ui
 
     if args.smoke:
-        cfg = common.ablation_cfg(n_examples=3, n_permutations=3, n_random_orders=2, bootstrap_resamples=20,
-                                  adversarial={"steps": 3})
+        cfg = common.ablation_cfg(
+            n_examples=3,
+            n_permutations=3,
+            n_random_orders=2,
+            bootstrap_resamples=20,
+            adversarial={"steps": 3},
+        )
     else:
         cfg = common.ablation_cfg(n_examples=100, n_permutations=100)  # the quickstart [ablation]
     bm = common.get_model(args, "bahdanau")
@@ -129,8 +156,12 @@ def run(args) -> dict:
                 port = ui.free_port()
                 base = f"http://127.0.0.1:{port}"
                 t0 = time.perf_counter()
-                proc = ui.start_server(f"sqlite:///{root / 'server.db'}", root / "server-artifacts", port=port,
-                                       log_path=root / "server.log")
+                proc = ui.start_server(
+                    f"sqlite:///{root / 'server.db'}",
+                    root / "server-artifacts",
+                    port=port,
+                    log_path=root / "server.log",
+                )
                 try:
                     ui.wait_healthy(base, timeout=180, proc=proc)
                     startup = time.perf_counter() - t0
@@ -140,21 +171,44 @@ def run(args) -> dict:
                     ui.stop_server(proc)
     rows, call_rows = [], []
     for store, r in results.items():
-        rows.append({"store": store, "suite wall s": r["wall"], "tracking s": r["tracking"],
-                     "tracking share": f"{100 * r['share']:.2f} %",
-                     "verdict (≤ 5 %)": common.verdict(r["share"], TARGET, higher_is_better=False)})
+        rows.append(
+            {
+                "store": store,
+                "suite wall s": r["wall"],
+                "tracking s": r["tracking"],
+                "tracking share": f"{100 * r['share']:.2f} %",
+                "verdict (≤ 5 %)": common.verdict(r["share"], TARGET, higher_is_better=False),
+            }
+        )
         for name in sorted(r["seconds"], key=lambda n: -r["seconds"][n]):
-            call_rows.append({"store": store, "call": name, "calls": r["calls"][name], "seconds": r["seconds"][name]})
-    notes = [f"model: {bm.origin}",
-             f"MLFLOW_ENABLE_ASYNC_LOGGING = {os.environ.get('MLFLOW_ENABLE_ASYNC_LOGGING', 'unset (false)')}"]
+            call_rows.append(
+                {
+                    "store": store,
+                    "call": name,
+                    "calls": r["calls"][name],
+                    "seconds": r["seconds"][name],
+                }
+            )
+    notes = [
+        f"model: {bm.origin}",
+        f"MLFLOW_ENABLE_ASYNC_LOGGING = {os.environ.get('MLFLOW_ENABLE_ASYNC_LOGGING', 'unset (false)')}",
+    ]
     if "mlflow server" in results:
         notes.append(f"server start-up (not counted): {results['mlflow server']['startup']:.1f} s")
     if args.smoke:
         notes.append("smoke mode: a tiny suite, so the tracking share is far above a real run's")
-    common.report("Tracking overhead: MLflow calls vs suite wall time", args,
-                  {"examples": cfg.n_examples, "P": cfg.n_permutations, "ablations": "all",
-                   "adversarial iterations": cfg.adversarial.steps},
-                  [("", common.table(rows)), ("Calls", common.table(call_rows))], notes)
+    common.report(
+        "Tracking overhead: MLflow calls vs suite wall time",
+        args,
+        {
+            "examples": cfg.n_examples,
+            "P": cfg.n_permutations,
+            "ablations": "all",
+            "adversarial iterations": cfg.adversarial.steps,
+        },
+        [("", common.table(rows)), ("Calls", common.table(call_rows))],
+        notes,
+    )
     return {"results": results}
 
 

@@ -28,18 +28,30 @@ from attnstudy.models import build_model
 from . import common
 
 
-def epoch(model, optimizer, examples, src_vocab, tgt_vocab, batch_size: int, bucket: bool, seed: int,
-          clip: float = 1.0) -> dict:
+def epoch(
+    model,
+    optimizer,
+    examples,
+    src_vocab,
+    tgt_vocab,
+    batch_size: int,
+    bucket: bool,
+    seed: int,
+    clip: float = 1.0,
+) -> dict:
     """One training epoch as in :func:`attnstudy.training.train`; returns tokens, padded cells, seconds."""
-    batches = make_batches(examples, src_vocab, tgt_vocab, batch_size, shuffle=True, seed=seed, bucket=bucket)
+    batches = make_batches(
+        examples, src_vocab, tgt_vocab, batch_size, shuffle=True, seed=seed, bucket=bucket
+    )
     model.train()
     tokens = cells = 0
     t0 = time.perf_counter()
     for batch in batches:
         logits = model(batch.src, batch.src_lengths, batch.tgt_in)
         n_tok = int((batch.tgt_out != PAD_ID).sum())
-        loss = nn.functional.cross_entropy(logits.transpose(1, 2), batch.tgt_out, ignore_index=PAD_ID,
-                                           reduction="sum")
+        loss = nn.functional.cross_entropy(
+            logits.transpose(1, 2), batch.tgt_out, ignore_index=PAD_ID, reduction="sum"
+        )
         optimizer.zero_grad(set_to_none=True)
         (loss / n_tok).backward()
         nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -71,42 +83,83 @@ def run(args) -> dict:
         opt = torch.optim.Adam(model.parameters(), lr=spec.training.lr)
         bs = spec.training.batch_size
         counter = iter(range(10**6))
-        res = common.interleaved({
-            kind: partial(_epoch_seeded, model, opt, splits.train, src_vocab, tgt_vocab, bs, kind == "bucketed",
-                          counter)
-            for kind in ("bucketed", "padded")
-        }, repeats)
+        res = common.interleaved(
+            {
+                kind: partial(
+                    _epoch_seeded,
+                    model,
+                    opt,
+                    splits.train,
+                    src_vocab,
+                    tgt_vocab,
+                    bs,
+                    kind == "bucketed",
+                    counter,
+                )
+                for kind in ("bucketed", "padded")
+            },
+            repeats,
+        )
         rates = {}
         for kind in ("bucketed", "padded"):
             r = res[kind].result
             rates[kind] = r["tokens"] / res[kind].best
-            rows.append({"flow": f"{flow} ({common.FLOWS[flow]})", "batching": kind, "words": len(splits.train),
-                         "batches": r["batches"], "real tokens": r["tokens"],
-                         "padding share": 1 - r["tokens"] / r["cells"], "best epoch s": res[kind].best,
-                         "tokens / s": rates[kind]})
+            rows.append(
+                {
+                    "flow": f"{flow} ({common.FLOWS[flow]})",
+                    "batching": kind,
+                    "words": len(splits.train),
+                    "batches": r["batches"],
+                    "real tokens": r["tokens"],
+                    "padding share": 1 - r["tokens"] / r["cells"],
+                    "best epoch s": res[kind].best,
+                    "tokens / s": rates[kind],
+                }
+            )
         full_s = full_tokens / rates["bucketed"]
         measured = None
         if args.full_epoch:
-            measured = epoch(model, opt, full_splits.train, src_vocab, tgt_vocab, bs, True, 0)["seconds"]
-        out[flow] = {"bucketed": rates["bucketed"], "padded": rates["padded"], "full_epoch_s": full_s,
-                     "measured_full_epoch_s": measured}
-        notes.append(f"{flow}: bucketed / padded throughput {rates['bucketed'] / rates['padded']:.2f}×; "
-                     f"full-CMUdict epoch ({len(full_splits.train):,} words, {full_tokens:,} target tokens) "
-                     f"≈ {full_s:.0f} s estimated from the bucketed rate"
-                     + (f", {measured:.0f} s measured" if measured is not None else ""))
-    notes.append("layer sizes from the subset's vocabularies (the full split's differ by a few symbols at most)")
+            measured = epoch(model, opt, full_splits.train, src_vocab, tgt_vocab, bs, True, 0)[
+                "seconds"
+            ]
+        out[flow] = {
+            "bucketed": rates["bucketed"],
+            "padded": rates["padded"],
+            "full_epoch_s": full_s,
+            "measured_full_epoch_s": measured,
+        }
+        notes.append(
+            f"{flow}: bucketed / padded throughput {rates['bucketed'] / rates['padded']:.2f}×; "
+            f"full-CMUdict epoch ({len(full_splits.train):,} words, {full_tokens:,} target tokens) "
+            f"≈ {full_s:.0f} s estimated from the bucketed rate"
+            + (f", {measured:.0f} s measured" if measured is not None else "")
+        )
+    notes.append(
+        "layer sizes from the subset's vocabularies (the full split's differ by a few symbols at most)"
+    )
     if args.smoke:
         notes.append("smoke mode: tiny subset; rates say nothing about a real run")
-    common.report("Training throughput: bucketed vs padded batches", args,
-                  {"task": "g2p", "train words": n_train, "batch size": 64, "threads": torch.get_num_threads(),
-                   "timing": f"best of {repeats} interleaved epochs"},
-                  [("", common.table(rows))], notes)
+    common.report(
+        "Training throughput: bucketed vs padded batches",
+        args,
+        {
+            "task": "g2p",
+            "train words": n_train,
+            "batch size": 64,
+            "threads": torch.get_num_threads(),
+            "timing": f"best of {repeats} interleaved epochs",
+        },
+        [("", common.table(rows))],
+        notes,
+    )
     return {"rows": rows, "flows": out}
 
 
 def main(argv=None) -> dict:
     p = common.parser(__doc__.splitlines()[0])
-    p.add_argument("--full-epoch", action="store_true", help="also time one real full-CMUdict epoch per flow")
+    p.add_argument(
+        "--full-epoch", action="store_true", help="also time one real full-CMUdict epoch per flow"
+    )
     args = p.parse_args(argv)
     common.setup(args)
     return run(args)

@@ -34,8 +34,15 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"
 CACHE = HERE / ".cache"
 
-QUICKSTART_MODEL = dict(cell="gru", bidirectional=True, embedding_dim=32, encoder_hidden=64,
-                        decoder_hidden=128, attention_dim=64, dropout=0.1)
+QUICKSTART_MODEL = dict(
+    cell="gru",
+    bidirectional=True,
+    embedding_dim=32,
+    encoder_hidden=64,
+    decoder_hidden=128,
+    attention_dim=64,
+    dropout=0.1,
+)
 """Model sizes of ``experiments/quickstart.toml`` (never inflated to look efficient)."""
 
 FLOWS = {"bahdanau": "additive", "luong": "general"}
@@ -48,16 +55,27 @@ FLOWS = {"bahdanau": "additive", "luong": "general"}
 def parser(description: str) -> argparse.ArgumentParser:
     """The options every benchmark takes."""
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--smoke", action="store_true", help="tiny sizes (seconds); used by the test suite")
-    p.add_argument("--results", default=None,
-                   help=f"Markdown file to append to (default: {RESULTS} in full mode, "
-                        "nothing in smoke mode)")
+    p.add_argument(
+        "--smoke", action="store_true", help="tiny sizes (seconds); used by the test suite"
+    )
+    p.add_argument(
+        "--results",
+        default=None,
+        help=f"Markdown file to append to (default: {RESULTS} in full mode, nothing in smoke mode)",
+    )
     p.add_argument("--no-results", action="store_true", help="do not append to a results file")
-    p.add_argument("--model-uri", default=None,
-                   help="a G2P model to use instead of training one (runs:/…, models:/… or a model "
-                        "directory); used for the flow it was trained with")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads (default: $ATTNSTUDY_THREADS, else 1, as the project runs)")
+    p.add_argument(
+        "--model-uri",
+        default=None,
+        help="a G2P model to use instead of training one (runs:/…, models:/… or a model "
+        "directory); used for the flow it was trained with",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads (default: $ATTNSTUDY_THREADS, else 1, as the project runs)",
+    )
     p.add_argument("--repeats", type=int, default=None, help="timing repeats (interleaved)")
     return p
 
@@ -102,8 +120,11 @@ def machine() -> dict[str, str]:
     except OSError:
         load = "n/a"
     try:
-        mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
-                      if line.startswith("MemTotal"))
+        mem_kb = next(
+            int(line.split()[1])
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if line.startswith("MemTotal")
+        )
         mem = f"{mem_kb / 2**20:.1f} GiB"
     except (OSError, StopIteration, ValueError):
         mem = "n/a"
@@ -138,8 +159,9 @@ class Timing:
         return statistics.median(self.times)
 
 
-def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 3,
-                once: Sequence[str] = ()) -> dict[str, Timing]:
+def interleaved(
+    fns: dict[str, Callable[[], object]], repeats: int = 3, once: Sequence[str] = ()
+) -> dict[str, Timing]:
     """Time callables interleaved (round r runs every fn once), so drifts in machine load hit
     all of them alike; ratios of the best times are the reported figures. Names in ``once``
     (slow references, whose single long run already averages the noise out) run in the first
@@ -217,8 +239,13 @@ def verdict(value: float, target: float, higher_is_better: bool = True) -> str:
     return "met" if ok else "NOT met"
 
 
-def report(title: str, args: argparse.Namespace, settings: dict[str, object], sections: Sequence[tuple[str, str]],
-           notes: Sequence[str] = ()) -> str:
+def report(
+    title: str,
+    args: argparse.Namespace,
+    settings: dict[str, object],
+    sections: Sequence[tuple[str, str]],
+    notes: Sequence[str] = (),
+) -> str:
     """Print a benchmark's tables and append them (with the machine description) to the
     results file. ``sections``: (heading, Markdown table) pairs."""
     mode = "smoke" if args.smoke else "full"
@@ -244,9 +271,11 @@ def report(title: str, args: argparse.Namespace, settings: dict[str, object], se
         with open(path, "a", encoding="utf-8") as f:
             fcntl.flock(f, fcntl.LOCK_EX)  # benchmarks may run in parallel lanes (run_all --jobs)
             if f.tell() == 0:
-                f.write("# Benchmark results\n\nAppended by the scripts in `benchmarks/` (issue #5); "
-                        "newest last. Every figure is a ratio of two things run in the same process "
-                        "on the same inputs; absolute times are for information only.\n\n")
+                f.write(
+                    "# Benchmark results\n\nAppended by the scripts in `benchmarks/` (issue #5); "
+                    "newest last. Every figure is a ratio of two things run in the same process "
+                    "on the same inputs; absolute times are for information only.\n\n"
+                )
             f.write(text + "\n")
     return text
 
@@ -254,15 +283,25 @@ def report(title: str, args: argparse.Namespace, settings: dict[str, object], se
 # ----------------------------------------------------------------------------- data and models
 
 
-def run_spec(flow: str, task: str = "g2p", n_train: int | None = 8000, n_dev: int = 200,
-             n_test: int | None = 1000, epochs: int = 5, seed: int = 1, bucket: bool = True,
-             **data_overrides):
+def run_spec(
+    flow: str,
+    task: str = "g2p",
+    n_train: int | None = 8000,
+    n_dev: int = 200,
+    n_test: int | None = 1000,
+    epochs: int = 5,
+    seed: int = 1,
+    bucket: bool = True,
+    **data_overrides,
+):
     """A RunSpec with the quickstart sizes for ``flow`` (its quickstart attention score)."""
     from attnstudy.config import DataConfig, ModelConfig, RunSpec, TrainingConfig
 
     data = DataConfig(task=task, n_train=n_train, n_dev=n_dev, n_test=n_test, **data_overrides)
     model = ModelConfig(attention=FLOWS[flow], flow=flow, **QUICKSTART_MODEL)
-    training = TrainingConfig(epochs=epochs, batch_size=64, lr=0.003, patience=3, bucket_batches=bucket)
+    training = TrainingConfig(
+        epochs=epochs, batch_size=64, lr=0.003, patience=3, bucket_batches=bucket
+    )
     return RunSpec(experiment="bench", seed=seed, data=data, model=model, training=training)
 
 
@@ -278,7 +317,9 @@ class BenchModel:
     origin: str  # "random init", "trained here (…)", "cache …", or the URI
 
 
-def get_model(args: argparse.Namespace, flow: str, trained: bool | None = None, **spec_kw) -> BenchModel:
+def get_model(
+    args: argparse.Namespace, flow: str, trained: bool | None = None, **spec_kw
+) -> BenchModel:
     """The benchmark model for ``flow``.
 
     ``--model-uri`` wins when its flow matches; else, in full mode (or ``trained=True``), a small
@@ -294,8 +335,14 @@ def get_model(args: argparse.Namespace, flow: str, trained: bool | None = None, 
         if loaded.spec.model.flow == flow:
             splits, _, _ = load_data(loaded.spec)
             loaded.model.eval()
-            return BenchModel(loaded.model, loaded.spec, splits, loaded.src_vocab, loaded.tgt_vocab,
-                              args.model_uri)
+            return BenchModel(
+                loaded.model,
+                loaded.spec,
+                splits,
+                loaded.src_vocab,
+                loaded.tgt_vocab,
+                args.model_uri,
+            )
     trained = (not args.smoke) if trained is None else trained
     if args.smoke:
         spec_kw = {"n_train": 300, "n_dev": 20, "n_test": 100, "epochs": 1} | spec_kw
@@ -310,7 +357,9 @@ def get_model(args: argparse.Namespace, flow: str, trained: bool | None = None, 
     cache = CACHE / spec.config_hash()
     if (cache / "weights.pt").is_file():
         loaded = load_model_dir(cache)
-        return BenchModel(loaded.model, spec, splits, src_vocab, tgt_vocab, f"cached ({cache.name})")
+        return BenchModel(
+            loaded.model, spec, splits, src_vocab, tgt_vocab, f"cached ({cache.name})"
+        )
     from attnstudy.training import train
 
     threads = torch.get_num_threads()
@@ -324,9 +373,15 @@ def get_model(args: argparse.Namespace, flow: str, trained: bool | None = None, 
     save_model_dir(cache, result.model, spec, src_vocab, tgt_vocab)
     dev = result.history[result.best_epoch - 1] if result.history else {}
     per = dev.get("dev/per", float("nan"))
-    return BenchModel(result.model.eval(), spec, splits, src_vocab, tgt_vocab,
-                      f"trained here ({spec.data.n_train} words, {len(result.history)} epochs, "
-                      f"{secs:.0f} s, dev PER {per:.3f})")
+    return BenchModel(
+        result.model.eval(),
+        spec,
+        splits,
+        src_vocab,
+        tgt_vocab,
+        f"trained here ({spec.data.n_train} words, {len(result.history)} epochs, "
+        f"{secs:.0f} s, dev PER {per:.3f})",
+    )
 
 
 def ablation_cfg(**kw):
@@ -335,7 +390,9 @@ def ablation_cfg(**kw):
     return AblationConfig(**kw)
 
 
-def prepared(bm: BenchModel, n: int, prefix: str = "greedy", batch_size: int = 32, examples=None) -> list:
+def prepared(
+    bm: BenchModel, n: int, prefix: str = "greedy", batch_size: int = 32, examples=None
+) -> list:
     """Prepared batches (traces) over the first ``n`` test examples."""
     from analysis.common import prepare_batches
 

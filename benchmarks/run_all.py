@@ -31,33 +31,57 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--smoke", action="store_true", help="tiny sizes")
     p.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(BENCHMARKS)}")
-    p.add_argument("--results", default=None, help="results file (default: benchmarks/RESULTS.md in full mode)")
+    p.add_argument(
+        "--results", default=None, help="results file (default: benchmarks/RESULTS.md in full mode)"
+    )
     p.add_argument("--model-uri", default=None, help="passed to every benchmark")
     p.add_argument("--threads", type=int, default=None, help="passed to every benchmark")
-    p.add_argument("--jobs", type=int, default=None,
-                   help="parallel lanes of one-thread benchmarks (default: 2 with ≥ 2 cores, else 1)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="parallel lanes of one-thread benchmarks (default: 2 with ≥ 2 cores, else 1)",
+    )
     args = p.parse_args(argv)
     names = args.only.split(",") if args.only else BENCHMARKS
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         p.error(f"unknown benchmark(s) {', '.join(unknown)}; valid: {', '.join(BENCHMARKS)}")
-    extra = (["--smoke"] if args.smoke else []) + (["--results", args.results] if args.results else [])
-    extra += (["--model-uri", args.model_uri] if args.model_uri else [])
-    extra += (["--threads", str(args.threads)] if args.threads else [])
+    extra = (["--smoke"] if args.smoke else []) + (
+        ["--results", args.results] if args.results else []
+    )
+    extra += ["--model-uri", args.model_uri] if args.model_uri else []
+    extra += ["--threads", str(args.threads)] if args.threads else []
     root = common.HERE.parent
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(root / "src"), str(root), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [str(root / "src"), str(root), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+    )
     if not args.smoke and not args.model_uri:
-        print("preparing the benchmark models (trained once, cached in benchmarks/.cache/) …", flush=True)
-        code = ("import argparse; from benchmarks import common\n"
-                "a = argparse.Namespace(smoke=False, model_uri=None)\n"
-                "[print(f, common.get_model(a, f).origin, flush=True) for f in common.FLOWS]")
+        print(
+            "preparing the benchmark models (trained once, cached in benchmarks/.cache/) …",
+            flush=True,
+        )
+        code = (
+            "import argparse; from benchmarks import common\n"
+            "a = argparse.Namespace(smoke=False, model_uri=None)\n"
+            "[print(f, common.get_model(a, f).origin, flush=True) for f in common.FLOWS]"
+        )
         subprocess.run([sys.executable, "-c", code], cwd=root, env=env, check=True)
     jobs = args.jobs or (2 if (os.cpu_count() or 1) >= 2 else 1)
     if jobs > 1 and not args.threads:
         extra += ["--threads", "1"]  # one core per lane
-    lanes = [names] if jobs <= 1 else [lane for lane in ([n for n in names if n == "scaling"],
-                                                         [n for n in names if n != "scaling"]) if lane]
+    lanes = (
+        [names]
+        if jobs <= 1
+        else [
+            lane
+            for lane in ([n for n in names if n == "scaling"], [n for n in names if n != "scaling"])
+            if lane
+        ]
+    )
     summary, failed = [], []
     lock = threading.Lock()
     t_all = time.perf_counter()
@@ -67,9 +91,14 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             with lock:
                 print(f"=== benchmark {name} started ===", flush=True)
-            proc = subprocess.run([sys.executable, "-m", f"benchmarks.bench_{name}", *extra], cwd=root, env=env,
-                                  stdout=subprocess.PIPE if len(lanes) > 1 else None, stderr=subprocess.STDOUT,
-                                  text=True)
+            proc = subprocess.run(
+                [sys.executable, "-m", f"benchmarks.bench_{name}", *extra],
+                cwd=root,
+                env=env,
+                stdout=subprocess.PIPE if len(lanes) > 1 else None,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             secs = time.perf_counter() - t0
             with lock:
                 if proc.stdout:
@@ -85,8 +114,10 @@ def main(argv=None) -> int:
         t.join()
     summary.sort(key=lambda r: names.index(r["benchmark"]))
     print("\n" + common.table(summary))
-    print(f"total {time.perf_counter() - t_all:.0f} s wall ({len(lanes)} lane(s))"
-          + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    print(
+        f"total {time.perf_counter() - t_all:.0f} s wall ({len(lanes)} lane(s))"
+        + (f"; FAILED: {', '.join(failed)}" if failed else "")
+    )
     return 1 if failed else 0
 
 

@@ -20,19 +20,36 @@ def store_snapshot(root: Path) -> dict:
     db = root / "mlruns" / "mlflow.db"
     if db.exists():
         con = sqlite3.connect(db)
-        for table in ("experiments", "runs", "metrics", "params", "tags", "registered_models", "model_versions"):
+        for table in (
+            "experiments",
+            "runs",
+            "metrics",
+            "params",
+            "tags",
+            "registered_models",
+            "model_versions",
+        ):
             snap[table] = con.execute(f"select count(*) from {table}").fetchone()[0]
         con.close()
-    snap["files"] = sorted((str(p.relative_to(root)), p.stat().st_size) for p in (root / "mlruns").rglob("*")
-                           if p.is_file() and p.name != "mlflow.db" and not p.name.startswith(".init"))
+    snap["files"] = sorted(
+        (str(p.relative_to(root)), p.stat().st_size)
+        for p in (root / "mlruns").rglob("*")
+        if p.is_file() and p.name != "mlflow.db" and not p.name.startswith(".init")
+    )
     return snap
 
 
 def cli(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = dict(os.environ, ATTNSTUDY_ROOT=str(root), ATTNSTUDY_TRACKING_TIMEOUT="3")
     env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, "-m", "attnstudy.cli", *args], capture_output=True, text=True,
-                          cwd=root if root.is_dir() else ROOT, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "attnstudy.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=root if root.is_dir() else ROOT,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def tsv(tmp: Path, name: str, content: bytes | str) -> Path:
@@ -44,9 +61,11 @@ def tsv(tmp: Path, name: str, content: bytes | str) -> Path:
 def tsv_experiment(tmp: Path, train: Path, tokenization: str = "chars") -> Path:
     good = tsv(tmp, "good.tsv", "abc\tcba\t0-2 1-1 2-0\nab\tba\t0-1 1-0\n")
     exp = tmp / f"user-{train.stem}-{tokenization}.toml"
-    exp.write_text(f'[experiment]\nname = "user"\n[data]\ntask = "tsv"\ntrain_path = "{train}"\n'
-                   f'dev_path = "{good}"\ntest_path = "{good}"\nsource_tokenization = "{tokenization}"\n'
-                   f'target_tokenization = "{tokenization}"\n[training]\nepochs = 1\n')
+    exp.write_text(
+        f'[experiment]\nname = "user"\n[data]\ntask = "tsv"\ntrain_path = "{train}"\n'
+        f'dev_path = "{good}"\ntest_path = "{good}"\nsource_tokenization = "{tokenization}"\n'
+        f'target_tokenization = "{tokenization}"\n[training]\nepochs = 1\n'
+    )
     return exp
 
 
@@ -55,7 +74,7 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
     exp = tmp / "exp"
     exp.mkdir(exist_ok=True)
     bad_toml = tsv(exp, "bad.toml", "[model\n")
-    latin = tsv(exp, "latin.toml", b"[experiment]\nname = \"caf\xe9\"\n")
+    latin = tsv(exp, "latin.toml", b'[experiment]\nname = "caf\xe9"\n')
     blank = tsv_experiment(exp, tsv(exp, "blank.tsv", "abc\tcba\n\nab\tba\n"))
     past = tsv_experiment(exp, tsv(exp, "past.tsv", "abc\tcba\t0-0 7-1\n"))
     nonutf = tsv_experiment(exp, tsv(exp, "nonutf.tsv", b"abc\tcb\xff\n"))
@@ -74,62 +93,199 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
         ("train: malformed TOML", ["train", str(bad_toml)], 2, "malformed TOML"),
         ("train: not UTF-8", ["train", str(latin)], 2, "not UTF-8"),
         ("train: missing experiment", ["train", "nope.toml"], 2, "experiment file not found"),
-        ("train: unknown key", ["train", t, "--set", "training.epoch=3"], 2, "unknown key 'training.epoch'"),
-        ("train: wrong type", ["train", t, "--set", "training.lr=\"fast\""], 2, "training.lr"),
+        (
+            "train: unknown key",
+            ["train", t, "--set", "training.epoch=3"],
+            2,
+            "unknown key 'training.epoch'",
+        ),
+        ("train: wrong type", ["train", t, "--set", 'training.lr="fast"'], 2, "training.lr"),
         ("train: out of range", ["train", t, "--set", "model.dropout=1.5"], 2, "model.dropout"),
-        ("train: unknown task", ["train", t, "--set", "data.task=\"poetry\""], 2, "'poetry'"),
-        ("train: unknown attention", ["train", t, "--set", "models.0.model.attention=\"luong_dot\""], 2, "'luong_dot'"),
-        ("train: dot size mismatch", ["train", t, "--set", "models.0.model.attention=\"dot\"", "--set",
-                                      "model.decoder_hidden=10"], 2, "d_query"),
-        ("train: param too long", ["train", t, "--set", f"experiment.name=\"{'x' * 7000}\""], 2, "experiment.name"),
-        ("train: tsv missing file", ["train", str(missing)], 2, "does-not-exist.tsv: file not found"),
+        ("train: unknown task", ["train", t, "--set", 'data.task="poetry"'], 2, "'poetry'"),
+        (
+            "train: unknown attention",
+            ["train", t, "--set", 'models.0.model.attention="luong_dot"'],
+            2,
+            "'luong_dot'",
+        ),
+        (
+            "train: dot size mismatch",
+            [
+                "train",
+                t,
+                "--set",
+                'models.0.model.attention="dot"',
+                "--set",
+                "model.decoder_hidden=10",
+            ],
+            2,
+            "d_query",
+        ),
+        (
+            "train: param too long",
+            ["train", t, "--set", f'experiment.name="{"x" * 7000}"'],
+            2,
+            "experiment.name",
+        ),
+        (
+            "train: tsv missing file",
+            ["train", str(missing)],
+            2,
+            "does-not-exist.tsv: file not found",
+        ),
         ("train: tsv blank line", ["train", str(blank)], 2, "blank.tsv:2: blank line"),
         ("train: tsv alignment past sentence", ["train", str(past)], 2, "past.tsv:1"),
         ("train: tsv not UTF-8", ["train", str(nonutf)], 2, "nonutf.tsv:1: not UTF-8"),
         ("train: tsv empty source", ["train", str(nosrc)], 2, "nosrc.tsv:1: empty source"),
         ("train: tsv wrong fields", ["train", str(fields)], 2, "fields.tsv:1"),
-        ("train: tsv special token", ["train", str(special)], 2, "special.tsv:1: the target holds the token '<eos>'"),
-        ("train: tsv link on a space", ["train", str(on_space)], 2, "points at a space of the source"),
-        ("train: tsv empty alignment among links", ["train", str(mixed)], 2, "mixed.tsv:2: empty alignment field"),
+        (
+            "train: tsv special token",
+            ["train", str(special)],
+            2,
+            "special.tsv:1: the target holds the token '<eos>'",
+        ),
+        (
+            "train: tsv link on a space",
+            ["train", str(on_space)],
+            2,
+            "points at a space of the source",
+        ),
+        (
+            "train: tsv empty alignment among links",
+            ["train", str(mixed)],
+            2,
+            "mixed.tsv:2: empty alignment field",
+        ),
         ("train: tsv 1-based links", ["train", str(one_based)], 2, "data.alignment_base = 1"),
-        ("train: unreachable server", ["train", t, "--set", "experiment.tracking_uri=\"http://127.0.0.1:9\""], 1,
-         "http://127.0.0.1:9 did not answer within 3 s"),
-        ("train: unreachable server, flag", ["train", t, "--tracking-uri", "http://127.0.0.1:9",
-                                             "--tracking-timeout", "1"], 1, "did not answer within 1 s"),
-        ("train: in-memory store", ["train", t, "--tracking-uri", "sqlite://"], 2, "in-memory store"),
-        ("train: infinite clip norm", ["train", t, "--set", "training.clip_norm=inf"], 2, "training.clip_norm"),
-        ("train: decode factor 1e6", ["train", t, "--set", "training.max_decode_factor=1e6"], 2,
-         "training.max_decode_factor"),
+        (
+            "train: unreachable server",
+            ["train", t, "--set", 'experiment.tracking_uri="http://127.0.0.1:9"'],
+            1,
+            "http://127.0.0.1:9 did not answer within 3 s",
+        ),
+        (
+            "train: unreachable server, flag",
+            ["train", t, "--tracking-uri", "http://127.0.0.1:9", "--tracking-timeout", "1"],
+            1,
+            "did not answer within 1 s",
+        ),
+        (
+            "train: in-memory store",
+            ["train", t, "--tracking-uri", "sqlite://"],
+            2,
+            "in-memory store",
+        ),
+        (
+            "train: infinite clip norm",
+            ["train", t, "--set", "training.clip_norm=inf"],
+            2,
+            "training.clip_norm",
+        ),
+        (
+            "train: decode factor 1e6",
+            ["train", t, "--set", "training.max_decode_factor=1e6"],
+            2,
+            "training.max_decode_factor",
+        ),
         ("train: n_train 1e9", ["train", t, "--set", "data.n_train=1000000000"], 2, "data.n_train"),
-        ("train: seed too large", ["train", t, "--set", "experiment.seeds=[1180591620717411303424]"], 2,
-         "experiment.seeds"),
-        ("train: experiment named ..", ["train", t, "--set", "experiment.name=\"..\""], 2, "only dots"),
-        ("train: bad timeout flag", ["train", t, "--tracking-timeout", "0"], 2, "--tracking-timeout"),
+        (
+            "train: seed too large",
+            ["train", t, "--set", "experiment.seeds=[1180591620717411303424]"],
+            2,
+            "experiment.seeds",
+        ),
+        (
+            "train: experiment named ..",
+            ["train", t, "--set", 'experiment.name=".."'],
+            2,
+            "only dots",
+        ),
+        (
+            "train: bad timeout flag",
+            ["train", t, "--tracking-timeout", "0"],
+            2,
+            "--tracking-timeout",
+        ),
         # run
-        ("run: unknown key", ["run", t, "--set", "ablation.n_exmples=3"], 2, "unknown key 'ablation.n_exmples'"),
-        ("run: unknown ablation", ["run", t, "--set", "ablation.ablations=[\"telepathy\"]"], 2, "telepathy"),
+        (
+            "run: unknown key",
+            ["run", t, "--set", "ablation.n_exmples=3"],
+            2,
+            "unknown key 'ablation.n_exmples'",
+        ),
+        (
+            "run: unknown ablation",
+            ["run", t, "--set", 'ablation.ablations=["telepathy"]'],
+            2,
+            "telepathy",
+        ),
         ("run: missing experiment", ["run", "missing.toml"], 2, "experiment file not found"),
-        ("run: empty ablation list", ["run", t, "--set", "ablation.ablations=[]"], 2, "ablation.ablations"),
+        (
+            "run: empty ablation list",
+            ["run", t, "--set", "ablation.ablations=[]"],
+            2,
+            "ablation.ablations",
+        ),
         # predict
         ("predict: unknown scheme", ["predict", "s3://m", "abc"], 2, "unknown model URI"),
         ("predict: no such run", ["predict", "runs:/0123456789abcdef", "abc"], 2, "no run with id"),
-        ("predict: no such model", ["predict", "models:/nope/1", "abc"], 2, "no version '1' of registered model"),
+        (
+            "predict: no such model",
+            ["predict", "models:/nope/1", "abc"],
+            2,
+            "no version '1' of registered model",
+        ),
         ("predict: model without version", ["predict", "models:/nope", "abc"], 2, "give a version"),
-        ("predict: run without a model", ["predict", f"runs:/{study_run}", "abc"], 2, "has no model file"),
-        ("predict: folder without model", ["predict", str(no_model_dir), "abc"], 2, "lacks weights.pt"),
+        (
+            "predict: run without a model",
+            ["predict", f"runs:/{study_run}", "abc"],
+            2,
+            "has no model file",
+        ),
+        (
+            "predict: folder without model",
+            ["predict", str(no_model_dir), "abc"],
+            2,
+            "lacks weights.pt",
+        ),
         ("predict: empty input", ["predict", f"runs:/{model_run}", " "], 2, "an input is empty"),
         # ablate
-        ("ablate: unknown ablation", ["ablate", f"runs:/{model_run}", "--ablations", "telepathy"], 2, "telepathy"),
-        ("ablate: zero examples", ["ablate", f"runs:/{model_run}", "--n-examples", "0"], 2, "--n-examples"),
-        ("ablate: no ablation named", ["ablate", f"runs:/{model_run}", "--ablations", ","], 2, "names no ablation"),
+        (
+            "ablate: unknown ablation",
+            ["ablate", f"runs:/{model_run}", "--ablations", "telepathy"],
+            2,
+            "telepathy",
+        ),
+        (
+            "ablate: zero examples",
+            ["ablate", f"runs:/{model_run}", "--n-examples", "0"],
+            2,
+            "--n-examples",
+        ),
+        (
+            "ablate: no ablation named",
+            ["ablate", f"runs:/{model_run}", "--ablations", ","],
+            2,
+            "names no ablation",
+        ),
         ("ablate: negative seed", ["ablate", f"runs:/{model_run}", "--seed", "-1"], 2, "--seed"),
         ("ablate: no such run", ["ablate", "runs:/0123456789abcdef"], 2, "no run with id"),
         ("ablate: run without a model", ["ablate", f"runs:/{study_run}"], 2, "has no model file"),
         ("ablate: a folder", ["ablate", str(no_model_dir)], 2, "unknown model URI"),
         # report
-        ("report: unknown experiment", ["report", "--experiment", "nope"], 2, "no experiment named 'nope'"),
+        (
+            "report: unknown experiment",
+            ["report", "--experiment", "nope"],
+            2,
+            "no experiment named 'nope'",
+        ),
         ("report: not a study", ["report", "--study", model_run], 2, "is not a study run"),
-        ("report: no such run", ["report", "--study", "0123456789abcdef"], 2, "no run with id '0123456789abcdef'"),
+        (
+            "report: no such run",
+            ["report", "--study", "0123456789abcdef"],
+            2,
+            "no run with id '0123456789abcdef'",
+        ),
         ("report: empty study id", ["report", "--study", ""], 2, "--study is empty"),
         # ui
         ("ui: port out of range", ["ui", "--port", "70000"], 2, "--port"),
@@ -153,19 +309,33 @@ def test_every_verb_rejects_bad_input_cleanly(tiny_models, store_root, tmp_path)
         out = cli(store_root, *argv)
         after = store_snapshot(store_root)
         lines = out.stderr.strip().splitlines()
-        ok = (out.returncode == code and len(lines) == 1 and lines[0].startswith("attnstudy: error: ")
-              and needle in lines[0] and "Traceback" not in out.stderr and before == after)
+        ok = (
+            out.returncode == code
+            and len(lines) == 1
+            and lines[0].startswith("attnstudy: error: ")
+            and needle in lines[0]
+            and "Traceback" not in out.stderr
+            and before == after
+        )
         if not ok:
-            failures.append(f"{name}: exit {out.returncode} (want {code}), store changed: {before != after}, "
-                            f"stderr: {out.stderr.strip()[-400:]!r}")
+            failures.append(
+                f"{name}: exit {out.returncode} (want {code}), store changed: {before != after}, "
+                f"stderr: {out.stderr.strip()[-400:]!r}"
+            )
         verb = name.split(":")[0]
         counts[verb] = counts.get(verb, 0) + 1
     print("bad inputs per verb:", counts)
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.parametrize("argv", [["report", "--experiment", "tiny"], ["ablate", "runs:/0123456789abcdef"],
-                                  ["predict", "runs:/0123456789abcdef", "abc"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "--experiment", "tiny"],
+        ["ablate", "runs:/0123456789abcdef"],
+        ["predict", "runs:/0123456789abcdef", "abc"],
+    ],
+)
 def test_verbs_that_read_a_store_never_create_one(tmp_path, argv):
     """``report`` and ``ablate`` run from another folder used to create an empty store there."""
     elsewhere = tmp_path / "elsewhere"
@@ -180,12 +350,26 @@ def test_verbs_that_read_a_store_never_create_one(tmp_path, argv):
 
 def test_bad_environment_variables_are_named(tiny_models, store_root):
     env = dict(os.environ, ATTNSTUDY_ROOT=str(store_root), ATTNSTUDY_THREADS="abc")
-    out = subprocess.run([sys.executable, "-m", "attnstudy.cli", "predict", f"runs:/{tiny_models[0].run_id}", "ab"],
-                         capture_output=True, text=True, env=env, timeout=120)
-    assert out.returncode == 2 and "ATTNSTUDY_THREADS='abc'" in out.stderr and len(out.stderr.splitlines()) == 1
+    out = subprocess.run(
+        [sys.executable, "-m", "attnstudy.cli", "predict", f"runs:/{tiny_models[0].run_id}", "ab"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert (
+        out.returncode == 2
+        and "ATTNSTUDY_THREADS='abc'" in out.stderr
+        and len(out.stderr.splitlines()) == 1
+    )
     env = dict(env, ATTNSTUDY_THREADS="1", ATTNSTUDY_TRACKING_TIMEOUT="soon")
-    out = subprocess.run([sys.executable, "-m", "attnstudy.cli", "report", "--experiment", "tiny"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "attnstudy.cli", "report", "--experiment", "tiny"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 2 and "ATTNSTUDY_TRACKING_TIMEOUT='soon'" in out.stderr
 
 

@@ -127,11 +127,14 @@ def test_run_all_rejects_unknown_names(capsys):
 def test_run_all_in_two_lanes_appends_whole_sections(results):
     from benchmarks import run_all
 
-    assert run_all.main(["--smoke", "--only", "loo,scaling", "--jobs", "2", "--results", str(results)]) == 0
+    assert (
+        run_all.main(["--smoke", "--only", "loo,scaling", "--jobs", "2", "--results", str(results)])
+        == 0
+    )
     text = results.read_text()
     assert text.count("# Benchmark results") == 1
     for heading in ("## Leave-one-out", "## Scaling of the ablation suite"):
         assert text.count(heading) == 1
     # each section is written in one locked append: the leave-one-out table is not cut by the other
-    loo = text[text.index("## Leave-one-out"):]
+    loo = text[text.index("## Leave-one-out") :]
     assert "## Scaling" not in loo.split("\n## ")[0]

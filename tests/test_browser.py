@@ -26,18 +26,29 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).parents[1]
 SHOTS = ROOT / "test-output" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
-require(os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK),
-        f"{CHROMIUM} not found: install Debian's chromium (`make test-deps`, i.e. apt-get install chromium)",
-        module_level=True)
+require(
+    os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK),
+    f"{CHROMIUM} not found: install Debian's chromium (`make test-deps`, i.e. apt-get install chromium)",
+    module_level=True,
+)
 try:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 except ImportError as err:
-    require(False, f"playwright is not installed ({err}): pip install -e '.[dev]'", module_level=True)
+    require(
+        False, f"playwright is not installed ({err}): pip install -e '.[dev]'", module_level=True
+    )
 
 from test_ui import interrupt_and_check_gone, start_ui, wait_url  # noqa: E402  (same folder)
 
@@ -53,7 +64,9 @@ def server(tiny_study, store_root, tmp_path_factory):
     try:
         t0 = time.monotonic()
         url = wait_url(proc, lines, err)
-        print(f"\nattnstudy ui answered after {time.monotonic() - t0:.1f} s: {url}", file=sys.stderr)
+        print(
+            f"\nattnstudy ui answered after {time.monotonic() - t0:.1f} s: {url}", file=sys.stderr
+        )
         base = f"http://127.0.0.1:{port}"
         yield {"base": base, "url": url, "exp_id": ui.experiment_id_by_name(base, "tiny")}
         interrupt_and_check_gone(proc, port)
@@ -68,8 +81,12 @@ def browser():
     profile = tempfile.mkdtemp(prefix="attnstudy-chromium-")
     with sync_playwright() as pw:
         ctx = pw.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 900})
+            profile,
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 900},
+        )
         ctx.set_default_timeout(30_000)
         try:
             yield ctx
@@ -93,8 +110,11 @@ def _rest(base: str, path: str) -> dict:
 @pytest.fixture(scope="module")
 def runs(server, tiny_study):
     """run id → (name, parent run id or None, tags) for the study, its model runs and their ablation runs."""
-    ids = [tiny_study["study_run_id"], *(m.run_id for m in tiny_study["models"]),
-           *tiny_study["ablations"].values()]
+    ids = [
+        tiny_study["study_run_id"],
+        *(m.run_id for m in tiny_study["models"]),
+        *tiny_study["ablations"].values(),
+    ]
     out = {}
     for rid in ids:
         run = _rest(server["base"], f"/api/2.0/mlflow/runs/get?run_id={rid}")["run"]
@@ -123,7 +143,9 @@ def test_run_names_and_links_in_the_store(runs, tiny_study):
 
 
 def test_runs_view_shows_the_study_and_its_model_runs(server, runs, tiny_study, page):
-    assert server["url"].endswith(f"/#/experiments/{server['exp_id']}/runs?workflowType=machine_learning")
+    assert server["url"].endswith(
+        f"/#/experiments/{server['exp_id']}/runs?workflowType=machine_learning"
+    )
     study = tiny_study["study_run_id"]
     page.goto(server["url"])
     page.get_by_text("tiny/study", exact=True).first.wait_for()
@@ -142,8 +164,11 @@ def test_runs_view_shows_the_study_and_its_model_runs(server, runs, tiny_study, 
 @pytest.mark.parametrize("kind", ["study", "model", "ablation"])
 def test_every_run_page_shows_the_run_its_parent_and_children(server, runs, tiny_study, page, kind):
     study = tiny_study["study_run_id"]
-    ids = {"study": [study], "model": [m.run_id for m in tiny_study["models"]],
-           "ablation": list(tiny_study["ablations"].values())}[kind]
+    ids = {
+        "study": [study],
+        "model": [m.run_id for m in tiny_study["models"]],
+        "ablation": list(tiny_study["ablations"].values()),
+    }[kind]
     for rid in ids:
         name, parent, tags = runs[rid]
         page.goto(f"{server['base']}/#/experiments/{server['exp_id']}/runs/{rid}")
@@ -160,8 +185,11 @@ def test_every_run_page_shows_the_run_its_parent_and_children(server, runs, tiny
         if "source_run_id" in tags:
             expected.append(tags["source_run_id"])
         try:
-            page.wait_for_function("texts => texts.every(t => document.body.innerText.includes(t))",
-                                   arg=expected, timeout=20_000)
+            page.wait_for_function(
+                "texts => texts.every(t => document.body.innerText.includes(t))",
+                arg=expected,
+                timeout=20_000,
+            )
         except PlaywrightTimeout:
             _shot(page, f"FAILED_run_{kind}_{name.replace('/', '_')}")
             body = page.inner_text("body")
@@ -172,20 +200,27 @@ def test_every_run_page_shows_the_run_its_parent_and_children(server, runs, tiny
 
 def test_figure_artifact_image_loads(server, tiny_study, page):
     study = tiny_study["study_run_id"]
-    page.goto(f"{server['base']}/#/experiments/{server['exp_id']}/runs/{study}/artifacts/figures/permutation.png")
+    page.goto(
+        f"{server['base']}/#/experiments/{server['exp_id']}/runs/{study}/artifacts/figures/permutation.png"
+    )
     page.get_by_text("figures/permutation.png", exact=True).first.wait_for()
-    img = page.locator("img[src^='blob:']").first  # the artifact viewer shows the fetched file as a blob
+    img = page.locator(
+        "img[src^='blob:']"
+    ).first  # the artifact viewer shows the fetched file as a blob
     img.wait_for()
     page.wait_for_function("i => i.complete && i.naturalWidth > 0", arg=img.element_handle())
     width = img.evaluate("i => i.naturalWidth")
     assert width > 100
     _shot(page, "artifact_permutation")
     # and the file itself, as the UI fetches it
-    got = page.evaluate("""async (url) => {
+    got = page.evaluate(
+        """async (url) => {
         const r = await fetch(url);
         const b = new Uint8Array(await r.arrayBuffer());
         return {status: r.status, type: r.headers.get('content-type'), head: Array.from(b.slice(0, 8))};
-    }""", f"{server['base']}/get-artifact?path=figures/permutation.png&run_uuid={study}")
+    }""",
+        f"{server['base']}/get-artifact?path=figures/permutation.png&run_uuid={study}",
+    )
     assert got["status"] == 200 and got["type"].startswith("image/png"), got
     assert bytes(got["head"]) == b"\x89PNG\r\n\x1a\n"
 

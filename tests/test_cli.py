@@ -10,26 +10,46 @@ ROOT = Path(__file__).parents[1]
 
 
 def run_cli(*args, cwd=None, env=None):
-    code = ("import sys; from attnstudy.cli import main; rc = main(sys.argv[1:]); "
-            "print('HEAVY' if ('torch' in sys.modules or 'mlflow' in sys.modules) else 'LIGHT'); sys.exit(rc)")
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd or ROOT,
-                          env=env, timeout=120)
+    code = (
+        "import sys; from attnstudy.cli import main; rc = main(sys.argv[1:]); "
+        "print('HEAVY' if ('torch' in sys.modules or 'mlflow' in sys.modules) else 'LIGHT'); sys.exit(rc)"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        env=env,
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["train", "nope.toml"], "experiment file not found: nope.toml"),
-    (["train"], "the following arguments are required: experiment"),
-    (["frobnicate"], "invalid choice: 'frobnicate'"),
-    (["train", "experiments/tiny.toml", "--set", "model.attention=bahdanau_attn"], "model.attention: unknown value 'bahdanau_attn'"),
-    (["train", "experiments/tiny.toml", "--set", "models.1.model.attention=luong_dot"], "unknown value 'luong_dot'"),
-    (["train", "experiments/tiny.toml", "--set", "training.epochs=-1"], "training.epochs"),
-    (["train", "experiments/tiny.toml", "--set", "model.hiden=3"], "unknown key 'model.hiden'"),
-    (["train", "experiments/tiny.toml", "--set", "oops"], "--set expects key=value"),
-    (["ablate", "runs:/x", "--ablations", "permutation,telepathy"], "unknown ablation 'telepathy'"),
-    (["ablate", "runs:/x", "--n-examples", "0"], "--n-examples must be at least 1"),
-    (["predict", "s3://bucket/model", "hello"], "unknown model URI"),
-    (["predict", "runs:/abc", ""], "an input is empty"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["train", "nope.toml"], "experiment file not found: nope.toml"),
+        (["train"], "the following arguments are required: experiment"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (
+            ["train", "experiments/tiny.toml", "--set", "model.attention=bahdanau_attn"],
+            "model.attention: unknown value 'bahdanau_attn'",
+        ),
+        (
+            ["train", "experiments/tiny.toml", "--set", "models.1.model.attention=luong_dot"],
+            "unknown value 'luong_dot'",
+        ),
+        (["train", "experiments/tiny.toml", "--set", "training.epochs=-1"], "training.epochs"),
+        (["train", "experiments/tiny.toml", "--set", "model.hiden=3"], "unknown key 'model.hiden'"),
+        (["train", "experiments/tiny.toml", "--set", "oops"], "--set expects key=value"),
+        (
+            ["ablate", "runs:/x", "--ablations", "permutation,telepathy"],
+            "unknown ablation 'telepathy'",
+        ),
+        (["ablate", "runs:/x", "--n-examples", "0"], "--n-examples must be at least 1"),
+        (["predict", "s3://bucket/model", "hello"], "unknown model URI"),
+        (["predict", "runs:/abc", ""], "an input is empty"),
+    ],
+)
 def test_usage_errors_are_one_line_exit_2_without_heavy_imports(args, needle):
     out = run_cli(*args)
     assert out.returncode == 2, out.stderr

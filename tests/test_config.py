@@ -2,23 +2,39 @@ import pytest
 
 from attnstudy.config import ConfigError, load_experiment, parse_experiment
 
-BASE = {"experiment": {"name": "t"}, "data": {"task": "copy"}, "models": [{"model": {"attention": "additive"}}]}
+BASE = {
+    "experiment": {"name": "t"},
+    "data": {"task": "copy"},
+    "models": [{"model": {"attention": "additive"}}],
+}
 
 
 def test_variants_and_seeds_resolve_to_runs():
-    cfg = parse_experiment({"experiment": {"name": "t", "seeds": [1, 2]}, "model": {"decoder_hidden": 32},
-                            "models": [{"model": {"attention": "additive"}},
-                                       {"model": {"attention": "none"}, "seeds": [7]}]})
+    cfg = parse_experiment(
+        {
+            "experiment": {"name": "t", "seeds": [1, 2]},
+            "model": {"decoder_hidden": 32},
+            "models": [
+                {"model": {"attention": "additive"}},
+                {"model": {"attention": "none"}, "seeds": [7]},
+            ],
+        }
+    )
     runs = cfg.runs()
-    assert [r.name for r in runs] == ["copy/additive-bahdanau/seed1", "copy/additive-bahdanau/seed2",
-                                      "copy/none-bahdanau/seed7"]
+    assert [r.name for r in runs] == [
+        "copy/additive-bahdanau/seed1",
+        "copy/additive-bahdanau/seed2",
+        "copy/none-bahdanau/seed7",
+    ]
     assert all(r.model.decoder_hidden == 32 for r in runs)
     assert runs[0].model_key("d") != runs[1].model_key("d")
     assert runs[0].flat_params()[0]["model.attention"] == "additive"
 
 
 def test_unknown_key_names_key_and_valid_keys():
-    with pytest.raises(ConfigError, match=r"models\[0\]: unknown key 'model.hiden'.*valid keys: .*decoder_hidden"):
+    with pytest.raises(
+        ConfigError, match=r"models\[0\]: unknown key 'model.hiden'.*valid keys: .*decoder_hidden"
+    ):
         parse_experiment({**BASE, "models": [{"model": {"hiden": 3}}]})
     with pytest.raises(ConfigError, match=r"unknown key 'ablation.n_exmples'.*n_examples"):
         parse_experiment({**BASE, "ablation": {"n_exmples": 3}})
@@ -31,8 +47,13 @@ def test_unknown_attention_lists_valid_names():
 
 def test_dot_with_mismatched_sizes_names_both_sizes():
     with pytest.raises(ConfigError, match=r"d_query = decoder_hidden = 100 and d_key = .* = 256"):
-        parse_experiment({**BASE, "model": {"decoder_hidden": 100, "encoder_hidden": 128},
-                          "models": [{"model": {"attention": "dot"}}]})
+        parse_experiment(
+            {
+                **BASE,
+                "model": {"decoder_hidden": 100, "encoder_hidden": 128},
+                "models": [{"model": {"attention": "dot"}}],
+            }
+        )
 
 
 def test_out_of_range_and_wrong_type():
@@ -43,7 +64,9 @@ def test_out_of_range_and_wrong_type():
 
 
 def test_overrides_apply_before_validation():
-    cfg = parse_experiment(BASE, ["training.epochs=3", "models.0.model.flow=luong", "experiment.name=x"])
+    cfg = parse_experiment(
+        BASE, ["training.epochs=3", "models.0.model.flow=luong", "experiment.name=x"]
+    )
     assert cfg.runs()[0].training.epochs == 3
     assert cfg.runs()[0].model.flow == "luong"
     with pytest.raises(ConfigError, match="key=value"):
@@ -63,7 +86,10 @@ def test_param_longer_than_mlflow_limit_is_shortened_with_its_hash_and_kept_whol
     value = params["data.dates_locales"]
     assert len(value) <= 6000 and all(len(v) <= 6000 for v in params.values())
     assert hashlib.sha256(full["data.dates_locales"].encode()).hexdigest()[:16] in value
-    assert full["data.dates_locales"].startswith('["xx_00000"') and len(full["data.dates_locales"]) > 9000
+    assert (
+        full["data.dates_locales"].startswith('["xx_00000"')
+        and len(full["data.dates_locales"]) > 9000
+    )
 
 
 def test_load_experiment_file_errors(tmp_path):
@@ -74,7 +100,7 @@ def test_load_experiment_file_errors(tmp_path):
     with pytest.raises(ConfigError, match="malformed TOML"):
         load_experiment(bad)
     latin = tmp_path / "latin.toml"
-    latin.write_bytes(b"[experiment]\nname = \"caf\xe9\"\n")
+    latin.write_bytes(b'[experiment]\nname = "caf\xe9"\n')
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_experiment(latin)
 
@@ -93,7 +119,9 @@ def test_shipped_experiments_validate(name):
 def _spec(**sections):
     from attnstudy.config import RunSpec
 
-    return RunSpec(experiment="e", seed=1, **{k: sections.get(k, {}) for k in ("data", "model", "training")})
+    return RunSpec(
+        experiment="e", seed=1, **{k: sections.get(k, {}) for k in ("data", "model", "training")}
+    )
 
 
 def test_params_and_key_hold_only_the_fields_the_task_and_architecture_use():
@@ -103,8 +131,10 @@ def test_params_and_key_hold_only_the_fields_the_task_and_architecture_use():
     assert "model.attention_dim" not in params and "model.heads" not in params  # dot uses neither
     assert "training.decrease_factor" not in params  # constant learning rate: no schedule settings
     # a field the task does not use changes nothing
-    other = _spec(data={"task": "g2p", "dates_locales": ["de_DE"], "vocab_size": 7},
-                  model={"attention": "dot", "decoder_hidden": 256, "heads": 8})
+    other = _spec(
+        data={"task": "g2p", "dates_locales": ["de_DE"], "vocab_size": 7},
+        model={"attention": "dot", "decoder_hidden": 256, "heads": 8},
+    )
     assert other.model_key("d") == g2p.model_key("d")
     assert g2p.model_key("d") != g2p.model_key("e")  # the data digest is part of the key
     assert _spec(training={"threads": 4}).model_key("d") == _spec().model_key("d")
@@ -116,7 +146,9 @@ def test_a_field_added_later_at_its_neutral_default_keeps_every_key():
 
     from attnstudy.config import RunSpec, TrainingConfig
 
-    class LaterTraining(TrainingConfig):  # what adding a field with a behaviour-preserving default looks like
+    class LaterTraining(
+        TrainingConfig
+    ):  # what adding a field with a behaviour-preserving default looks like
         warmup_steps: int = Field(0, json_schema_extra={"key_neutral": 0})
 
     class LaterSpec(RunSpec):
@@ -125,8 +157,9 @@ def test_a_field_added_later_at_its_neutral_default_keeps_every_key():
     base = _spec()
     later = LaterSpec(experiment="e", seed=1, data={}, model={}, training={})
     assert later.model_key("d") == base.model_key("d")
-    assert LaterSpec(experiment="e", seed=1, data={}, model={}, training={"warmup_steps": 5}).model_key("d") != \
-        base.model_key("d")
+    assert LaterSpec(
+        experiment="e", seed=1, data={}, model={}, training={"warmup_steps": 5}
+    ).model_key("d") != base.model_key("d")
 
 
 def test_stored_configs_of_schema_1_migrate():
@@ -134,41 +167,72 @@ def test_stored_configs_of_schema_1_migrate():
 
     from attnstudy.config import SCHEMA_VERSION, load_run_spec, migrate_run_config
 
-    old = {"experiment": "x", "seed": 1, "data": {"task": "tsv", "tokenization": "chars", "train_path": "a",
-                                                   "dev_path": "b", "test_path": "c"}, "model": {}, "training": {}}
+    old = {
+        "experiment": "x",
+        "seed": 1,
+        "data": {
+            "task": "tsv",
+            "tokenization": "chars",
+            "train_path": "a",
+            "dev_path": "b",
+            "test_path": "c",
+        },
+        "model": {},
+        "training": {},
+    }
     spec = load_run_spec(json.dumps(old))
     assert spec.schema_version == SCHEMA_VERSION
     assert (spec.data.source_tokenization, spec.data.target_tokenization) == ("chars", "chars")
     assert spec.data.g2p_split_key == "word"  # schema 1 did not group apostrophe forms
-    assert migrate_run_config({**old, "data": {"task": "copy"}})["data"]["source_tokenization"] == "chars"
+    assert (
+        migrate_run_config({**old, "data": {"task": "copy"}})["data"]["source_tokenization"]
+        == "chars"
+    )
     with pytest.raises(ValueError, match="newer than this attnstudy"):
         load_run_spec(json.dumps({**old, "schema_version": SCHEMA_VERSION + 1}))
 
 
 def test_old_tokenization_setting_still_works_for_experiment_files():
-    cfg = parse_experiment({**BASE, "data": {"task": "tsv", "train_path": "a", "dev_path": "b", "test_path": "c",
-                                             "tokenization": "chars"}})
+    cfg = parse_experiment(
+        {
+            **BASE,
+            "data": {
+                "task": "tsv",
+                "train_path": "a",
+                "dev_path": "b",
+                "test_path": "c",
+                "tokenization": "chars",
+            },
+        }
+    )
     d = cfg.runs()[0].data
     assert (d.source_tokenization, d.target_tokenization) == ("chars", "chars")
     with pytest.raises(ConfigError, match="data.tokenization is replaced"):
-        parse_experiment({**BASE, "data": {"tokenization": "chars", "source_tokenization": "spaces"}})
+        parse_experiment(
+            {**BASE, "data": {"tokenization": "chars", "source_tokenization": "spaces"}}
+        )
 
 
-@pytest.mark.parametrize(("override", "needle"), [
-    ("training.clip_norm=inf", "training.clip_norm"),
-    ("training.max_decode_factor=inf", "training.max_decode_factor"),
-    ("training.max_decode_factor=1000000", "training.max_decode_factor"),
-    ("training.lr=nan", "training.lr"),
-    ("experiment.seeds=[1180591620717411303424]", "experiment.seeds"),
-    ("experiment.seeds=[-1]", "experiment.seeds"),
-    ("ablation.ablations=[]", "ablation.ablations"),
-    ("data.n_train=1000000000", "data.n_train"),
-    ("data.n_train=2000000", "tokens"),  # synthetic: 2·10⁶ × 30 tokens is over the budget
-    ('experiment.name=".."', "only dots"),
-    ('experiment.tracking_uri="sqlite://"', "in-memory"),
-    ('experiment.tracking_uri="sqlite:///:memory:"', "in-memory"),
-    ("data.min_len=40", "data: min_len (40) is larger than max_len (30)"),
-])
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("training.clip_norm=inf", "training.clip_norm"),
+        ("training.max_decode_factor=inf", "training.max_decode_factor"),
+        ("training.max_decode_factor=1000000", "training.max_decode_factor"),
+        ("training.lr=nan", "training.lr"),
+        ("experiment.seeds=[1180591620717411303424]", "experiment.seeds"),
+        ("experiment.seeds=[-1]", "experiment.seeds"),
+        ("ablation.ablations=[]", "ablation.ablations"),
+        ("data.n_train=1000000000", "data.n_train"),
+        ("data.n_train=2000000", "tokens"),  # synthetic: 2·10⁶ × 30 tokens is over the budget
+        ('experiment.name=".."', "only dots"),
+        ('experiment.tracking_uri="sqlite://"', "in-memory"),
+        ('experiment.tracking_uri="sqlite:///:memory:"', "in-memory"),
+        ("data.min_len=40", "data: min_len (40) is larger than max_len (30)"),
+    ],
+)
 def test_values_that_would_fail_after_the_store_is_touched_are_refused(override, needle):
-    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+    with pytest.raises(
+        ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+    ):
         parse_experiment(BASE, [override])

@@ -28,8 +28,18 @@ pytestmark = pytest.mark.slow
 
 ADDITIVE_ONLY = 'models=[{model={attention="additive",flow="bahdanau"}}]'
 # six ~1 s epochs (no early stop: the loss keeps falling), one model, 100 test examples
-LONG = ["--set", "training.epochs=6", "--set", "training.early_stopping=loss", "--set", "data.n_train=1000",
-        "--set", "data.n_test=100", "--set", ADDITIVE_ONLY]
+LONG = [
+    "--set",
+    "training.epochs=6",
+    "--set",
+    "training.early_stopping=loss",
+    "--set",
+    "data.n_train=1000",
+    "--set",
+    "data.n_test=100",
+    "--set",
+    ADDITIVE_ONLY,
+]
 ABLATE_SUBSET = ["--ablations", "permutation,uniform,erase_max", "--n-examples", "4"]
 
 
@@ -37,8 +47,12 @@ ABLATE_SUBSET = ["--ablations", "permutation,uniform,erase_max", "--n-examples",
 
 
 def _env(root: Path, **extra: str) -> dict[str, str]:
-    env = dict(os.environ, ATTNSTUDY_ROOT=str(root), ATTNSTUDY_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    env = dict(
+        os.environ,
+        ATTNSTUDY_ROOT=str(root),
+        ATTNSTUDY_THREADS="1",
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+    )
     for k in ("MLFLOW_TRACKING_URI", "ATTNSTUDY_TRACKING_TIMEOUT", "ATTNSTUDY_DEBUG"):
         env.pop(k, None)
     env.update(extra)
@@ -54,9 +68,15 @@ def _default_sigint() -> None:
 
 def start(root: Path, *args: str, **env: str) -> subprocess.Popen:
     root.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([sys.executable, "-m", "attnstudy.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=root, env=_env(root, **env),
-                            preexec_fn=_default_sigint)
+    return subprocess.Popen(
+        [sys.executable, "-m", "attnstudy.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=root,
+        env=_env(root, **env),
+        preexec_fn=_default_sigint,
+    )
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -65,7 +85,9 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> subprocess.Completed
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-        raise AssertionError(f"{proc.args} did not finish within {timeout} s; stderr: {err[-2000:]}") from None
+        raise AssertionError(
+            f"{proc.args} did not finish within {timeout} s; stderr: {err[-2000:]}"
+        ) from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
@@ -87,7 +109,9 @@ def one_error_line(res: subprocess.CompletedProcess) -> str:
 
 def run_ids(stdout: str) -> list[str]:
     """Model run ids printed by ``train`` (``trained …: runs:/<id> (…)``)."""
-    return [ln.split("runs:/")[1].split()[0].rstrip(",") for ln in stdout.splitlines() if "runs:/" in ln]
+    return [
+        ln.split("runs:/")[1].split()[0].rstrip(",") for ln in stdout.splitlines() if "runs:/" in ln
+    ]
 
 
 def runs_table(root: Path) -> list[dict]:
@@ -97,8 +121,10 @@ def runs_table(root: Path) -> list[dict]:
         return []
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
     try:
-        rows = con.execute("select r.run_uuid, r.name, r.status, t.value from runs r left join tags t "
-                           "on t.run_uuid = r.run_uuid and t.key = 'kind'").fetchall()
+        rows = con.execute(
+            "select r.run_uuid, r.name, r.status, t.value from runs r left join tags t "
+            "on t.run_uuid = r.run_uuid and t.key = 'kind'"
+        ).fetchall()
     except sqlite3.OperationalError:  # store being created
         return []
     finally:
@@ -116,12 +142,17 @@ def tracker(root: Path):
     return Tracker(f"sqlite:///{root / 'mlruns' / 'mlflow.db'}")
 
 
-def metric_histories(root: Path, run_id: str, exclude: tuple[str, ...] = ("train/seconds",)) -> dict:
+def metric_histories(
+    root: Path, run_id: str, exclude: tuple[str, ...] = ("train/seconds",)
+) -> dict:
     """metric key → [(step, value), …] sorted by step."""
     t = tracker(root)
     keys = t.get_run(run_id).data.metrics
-    return {k: sorted((m.step, m.value) for m in t.client.get_metric_history(run_id, k))
-            for k in keys if k not in exclude}
+    return {
+        k: sorted((m.step, m.value) for m in t.client.get_metric_history(run_id, k))
+        for k in keys
+        if k not in exclude
+    }
 
 
 def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None):
@@ -131,7 +162,9 @@ def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None
         if value:
             return value
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"process exited ({proc.returncode}) before {what}: {proc.stderr.read()[-3000:]}")
+            raise AssertionError(
+                f"process exited ({proc.returncode}) before {what}: {proc.stderr.read()[-3000:]}"
+            )
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
@@ -161,7 +194,9 @@ def twins(tmp_path_factory):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
-def test_interrupted_training_is_killed_keeps_checkpoint_and_resumes_to_the_same_result(sig, twins, tmp_path):
+def test_interrupted_training_is_killed_keeps_checkpoint_and_resumes_to_the_same_result(
+    sig, twins, tmp_path
+):
     import torch
 
     root = tmp_path / "root"
@@ -201,11 +236,18 @@ def test_interrupt_inside_exec_code_still_exits_1_under_python_m(tmp_path):
     (tmp_path / "interrupt_in_exec.py").write_text(
         "import sys\nfrom attnstudy import cli\n"
         "cli._execute = lambda *a: exec('raise KeyboardInterrupt')\n"
-        "sys.exit(cli.main(['report']))\n")
+        "sys.exit(cli.main(['report']))\n"
+    )
     env = _env(tmp_path)
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
-    res = subprocess.run([sys.executable, "-m", "interrupt_in_exec"], capture_output=True, text=True,
-                         cwd=tmp_path, env=env, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "interrupt_in_exec"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
     assert res.returncode == 1, (res.returncode, res.stderr[-2000:])
     assert "interrupted" in one_error_line(res)
 
@@ -213,9 +255,15 @@ def test_interrupt_inside_exec_code_still_exits_1_under_python_m(tmp_path):
 def test_interrupted_ablation_is_killed_never_finished(twins):
     root, model_id = twins[1]
     before = {r["id"] for r in runs_table(root)}
-    proc = start(root, "ablate", f"runs:/{model_id}", "--quiet")  # every ablation, 100 examples: long
-    new = wait_for(lambda: [r for r in runs_table(root) if r["id"] not in before and r["kind"] == "ablation"],
-                   180, "the ablation run", proc)
+    proc = start(
+        root, "ablate", f"runs:/{model_id}", "--quiet"
+    )  # every ablation, 100 examples: long
+    new = wait_for(
+        lambda: [r for r in runs_table(root) if r["id"] not in before and r["kind"] == "ablation"],
+        180,
+        "the ablation run",
+        proc,
+    )
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     res = finish(proc, 60)
@@ -224,7 +272,9 @@ def test_interrupted_ablation_is_killed_never_finished(twins):
     (abl,) = new
     assert status(root, abl["id"]) == "KILLED"
     assert status(root, model_id) == "FINISHED"
-    assert not [r for r in runs_table(root) if r["kind"] == "ablation" and r["status"] == "FINISHED"]
+    assert not [
+        r for r in runs_table(root) if r["kind"] == "ablation" and r["status"] == "FINISHED"
+    ]
 
 
 # ----------------------------------------------------------------------------- 2. determinism
@@ -253,21 +303,37 @@ def test_two_processes_train_and_ablate_identically(twins):
 
 def test_three_processes_on_one_fresh_store(tmp_path):
     root = tmp_path / "shared"  # nothing yet: no mlruns/, no database
-    jobs = [("train", str(TINY), "--set", "experiment.seeds=[1]", "--set", ADDITIVE_ONLY, "--quiet"),
-            ("train", str(TINY), "--set", "experiment.seeds=[2]", "--set", ADDITIVE_ONLY, "--quiet"),
-            ("train", str(TINY), "--set", "experiment.seeds=[3]",
-             "--set", 'models=[{model={attention="none",flow="bahdanau"}}]', "--quiet")]
+    jobs = [
+        ("train", str(TINY), "--set", "experiment.seeds=[1]", "--set", ADDITIVE_ONLY, "--quiet"),
+        ("train", str(TINY), "--set", "experiment.seeds=[2]", "--set", ADDITIVE_ONLY, "--quiet"),
+        (
+            "train",
+            str(TINY),
+            "--set",
+            "experiment.seeds=[3]",
+            "--set",
+            'models=[{model={attention="none",flow="bahdanau"}}]',
+            "--quiet",
+        ),
+    ]
     procs = [start(root, *a) for a in jobs]
     for p in procs:
         ok(finish(p))
     runs = runs_table(root)
-    assert sorted(r["name"] for r in runs) == ["copy/additive-bahdanau/seed1", "copy/additive-bahdanau/seed2",
-                                               "copy/none-bahdanau/seed3"]
+    assert sorted(r["name"] for r in runs) == [
+        "copy/additive-bahdanau/seed1",
+        "copy/additive-bahdanau/seed2",
+        "copy/none-bahdanau/seed3",
+    ]
     assert {r["status"] for r in runs} == {"FINISHED"} and {r["kind"] for r in runs} == {"model"}
     con = sqlite3.connect(root / "mlruns" / "mlflow.db")
     try:
-        assert con.execute("select count(*) from experiments where name = 'tiny'").fetchone()[0] == 1
-        versions = dict(con.execute("select name, count(*) from model_versions group by name").fetchall())
+        assert (
+            con.execute("select count(*) from experiments where name = 'tiny'").fetchone()[0] == 1
+        )
+        versions = dict(
+            con.execute("select name, count(*) from model_versions group by name").fetchall()
+        )
     finally:
         con.close()
     assert versions == {"tiny-copy-additive-bahdanau": 2, "tiny-copy-none-bahdanau": 1}
@@ -278,14 +344,19 @@ def test_three_processes_on_one_fresh_store(tmp_path):
 
 
 def _get(base: str, endpoint: str, **params) -> dict:
-    url = f"{base}/api/2.0/mlflow/{endpoint}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
+    url = f"{base}/api/2.0/mlflow/{endpoint}" + (
+        f"?{urllib.parse.urlencode(params)}" if params else ""
+    )
     with urllib.request.urlopen(url, timeout=30) as r:
         return json.load(r)
 
 
 def _post(base: str, path: str, body: dict) -> dict:
-    req = urllib.request.Request(f"{base}/api/2.0/mlflow/{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{base}/api/2.0/mlflow/{path}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.load(r)
 
@@ -301,8 +372,13 @@ def test_real_tracking_server_then_dead_server(tmp_path):
     uri_set = ["--set", f'experiment.tracking_uri="{base}"']
     # alignment stays in: without it the report fails (test_report_tables_without_alignment_columns)
     ablations = ["--set", 'ablation.ablations=["permutation","uniform","erase_max","alignment"]']
-    proc = ui.start_server(f"sqlite:///{srv / 'mlflow.db'}", srv / "artifacts", "127.0.0.1", port,
-                           log_path=srv / "server.log")
+    proc = ui.start_server(
+        f"sqlite:///{srv / 'mlflow.db'}",
+        srv / "artifacts",
+        "127.0.0.1",
+        port,
+        log_path=srv / "server.log",
+    )
     try:
         ui.wait_healthy(base, 180, proc)
         res = ok(cli(root, "run", str(TINY), *uri_set, *ablations, "--quiet", timeout=600))
@@ -318,21 +394,36 @@ def test_real_tracking_server_then_dead_server(tmp_path):
             assert r["info"]["status"] == "FINISHED", r["info"]
         assert {k: len(v) for k, v in by_kind.items()} == {"study": 1, "model": 2, "ablation": 2}
 
-        model = next(r for r in by_kind["model"] if r["info"]["run_name"].startswith("copy/additive"))
+        model = next(
+            r for r in by_kind["model"] if r["info"]["run_name"].startswith("copy/additive")
+        )
         mid = model["info"]["run_id"]
         hist = _get(base, "metrics/get-history", run_id=mid, metric_key="train/loss")["metrics"]
-        assert sorted(m["step"] for m in hist) == [1, 2] and all(math.isfinite(m["value"]) for m in hist)
-        files = {f["path"] for f in _get(base, "artifacts/list", run_id=mid, path="model").get("files", [])}
+        assert sorted(m["step"] for m in hist) == [1, 2] and all(
+            math.isfinite(m["value"]) for m in hist
+        )
+        files = {
+            f["path"]
+            for f in _get(base, "artifacts/list", run_id=mid, path="model").get("files", [])
+        }
         from attnstudy.models.io import MODEL_FILES
 
         assert {f"model/{f}" for f in MODEL_FILES} <= files, files
-        preds = {f["path"] for f in _get(base, "artifacts/list", run_id=mid, path="predictions")["files"]}
+        preds = {
+            f["path"] for f in _get(base, "artifacts/list", run_id=mid, path="predictions")["files"]
+        }
         assert preds == {"predictions/test.parquet"}
         for abl in by_kind["ablation"]:
-            listed = {f["path"] for f in _get(base, "artifacts/list", run_id=abl["info"]["run_id"],
-                                              path="ablations").get("files", [])}
+            listed = {
+                f["path"]
+                for f in _get(
+                    base, "artifacts/list", run_id=abl["info"]["run_id"], path="ablations"
+                ).get("files", [])
+            }
             assert "ablations/steps.parquet" in listed
-        names = {m["name"] for m in _get(base, "registered-models/search").get("registered_models", [])}
+        names = {
+            m["name"] for m in _get(base, "registered-models/search").get("registered_models", [])
+        }
         assert names == {"tiny-copy-additive-bahdanau", "tiny-copy-none-bahdanau"}
 
         pred = ok(cli(root, "predict", f"runs:/{mid}", "abc", MLFLOW_TRACKING_URI=base))
@@ -340,8 +431,10 @@ def test_real_tracking_server_then_dead_server(tmp_path):
     finally:
         ui.stop_server(proc)
 
-    for args, env in [(("train", str(TINY), *uri_set, "--quiet"), {}),
-                      (("predict", f"runs:/{mid}", "abc"), {"MLFLOW_TRACKING_URI": base})]:
+    for args, env in [
+        (("train", str(TINY), *uri_set, "--quiet"), {}),
+        (("predict", f"runs:/{mid}", "abc"), {"MLFLOW_TRACKING_URI": base}),
+    ]:
         t0 = time.monotonic()
         res = cli(root, *args, timeout=60, ATTNSTUDY_TRACKING_TIMEOUT="5", **env)
         wall = time.monotonic() - t0
@@ -366,9 +459,13 @@ def test_two_trackers_in_one_process_log_models_to_their_own_store(tmp_path, mon
     spec = load_experiment(TINY).runs()[0]
     _, sv, tv = load_data(spec)
     torch.manual_seed(0)
-    model_dir = save_model_dir(tmp_path / "files", build_model(spec.model, len(sv), len(tv)), spec, sv, tv)
+    model_dir = save_model_dir(
+        tmp_path / "files", build_model(spec.model, len(sv), len(tv)), spec, sv, tv
+    )
     a = Tracker(f"sqlite:///{tmp_path / 'a' / 'mlflow.db'}")
-    b = Tracker(f"sqlite:///{tmp_path / 'b' / 'mlflow.db'}")  # created last: mlflow's global URI is b's
+    b = Tracker(
+        f"sqlite:///{tmp_path / 'b' / 'mlflow.db'}"
+    )  # created last: mlflow's global URI is b's
     run_id = a.start_run(a.experiment_id("tiny"), "m")
     with a.active(run_id):
         model_id = a.log_model_dir(run_id, model_dir, "tiny-model")
@@ -386,9 +483,13 @@ def test_report_tables_without_alignment_columns():
 
     from analysis.figures import per_example_alignment
 
-    steps = pd.DataFrame({"variant": ["a", "a"], "example_id": ["x", "y"], "permutation_median_tvd": [0.1, 0.2]})
+    steps = pd.DataFrame(
+        {"variant": ["a", "a"], "example_id": ["x", "y"], "permutation_median_tvd": [0.1, 0.2]}
+    )
     out = per_example_alignment(steps)
-    assert len(out) == 0 and {"variant", "example_id", "gold_mass", "permutation_tvd"} <= set(out.columns)
+    assert len(out) == 0 and {"variant", "example_id", "gold_mass", "permutation_tvd"} <= set(
+        out.columns
+    )
 
 
 # ----------------------------------------------------------------------------- 5. numerical edges
@@ -413,8 +514,13 @@ def test_jsd_and_kl_terms_survive_fp32_underflow(one_thread):
     assert tiny > 0 and tiny / 2 == 0  # the smallest subnormal: half of it underflows to zero
     p = torch.tensor([1.0, 0.0, 1e-45, 0.0])
     q = torch.tensor([0.0, 1.0, 0.0, 1e-45])
-    cases = [(p, q), (p, p), (q, q), (torch.tensor([1e-45, 1.0]), torch.tensor([1.0, 1e-45])),
-             (torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.5, 0.5, 1e-45]))]
+    cases = [
+        (p, q),
+        (p, p),
+        (q, q),
+        (torch.tensor([1e-45, 1.0]), torch.tensor([1.0, 1e-45])),
+        (torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.5, 0.5, 1e-45])),
+    ]
     for a, b in cases:
         for v in (jsd(a, b), jsd(b, a), tvd(a, b), entropy(a), entropy(b)):
             assert torch.isfinite(v).all(), (a, b, v)
@@ -453,8 +559,16 @@ def _edge_model(attention: str, seed: int = 0):
 
     vocab = Vocab.build([symbols(5)])
     torch.manual_seed(seed)
-    cfg = ModelConfig(embedding_dim=4, encoder_hidden=3, decoder_hidden=5, attention_dim=4, heads=2,
-                      dropout=0.0, attention=attention, flow="bahdanau")
+    cfg = ModelConfig(
+        embedding_dim=4,
+        encoder_hidden=3,
+        decoder_hidden=5,
+        attention_dim=4,
+        heads=2,
+        dropout=0.0,
+        attention=attention,
+        flow="bahdanau",
+    )
     model = build_model(cfg, len(vocab), len(vocab)).eval()
     return model, vocab
 
@@ -463,15 +577,20 @@ def _edge_examples():
     from attnstudy.data.tasks import Example, symbols, synthetic_example
 
     s = symbols(5)
-    return [synthetic_example("copy", [0], s, "len1"),          # source and target of length 1
-            synthetic_example("copy", [3], s, "len1b"),
-            synthetic_example("copy", [0, 1, 2, 3, 4], s, "len5"),  # a padded batch-mate
-            synthetic_example("copy", [1, 1], s, "len2"),       # equal tokens: ties
-            Example("len3", (s[2], s[4], s[2]), (s[2],), None)]  # one-token target, no gold links
+    return [
+        synthetic_example("copy", [0], s, "len1"),  # source and target of length 1
+        synthetic_example("copy", [3], s, "len1b"),
+        synthetic_example("copy", [0, 1, 2, 3, 4], s, "len5"),  # a padded batch-mate
+        synthetic_example("copy", [1, 1], s, "len2"),  # equal tokens: ties
+        Example("len3", (s[2], s[4], s[2]), (s[2],), None),
+    ]  # one-token target, no gold links
 
 
-@pytest.mark.parametrize("attention,scale", [("additive", 1.0), ("additive", 1e4), ("uniform", 1.0)],
-                         ids=["additive", "extreme-logits", "equal-scores"])
+@pytest.mark.parametrize(
+    "attention,scale",
+    [("additive", 1.0), ("additive", 1e4), ("uniform", 1.0)],
+    ids=["additive", "extreme-logits", "equal-scores"],
+)
 def test_suite_on_degenerate_inputs_logs_only_finite_values(attention, scale, one_thread):
     import numpy as np
     import torch
@@ -484,11 +603,24 @@ def test_suite_on_degenerate_inputs_logs_only_finite_values(attention, scale, on
         model.decoder.output.weight.mul_(scale)
         model.decoder.output.bias.mul_(scale)
     examples = _edge_examples()
-    cfg = AblationConfig(n_examples=len(examples), n_permutations=6, n_random_orders=2, bootstrap_resamples=20,
-                         seed=1, adversarial={"steps": 5, "k": 2})
+    cfg = AblationConfig(
+        n_examples=len(examples),
+        n_permutations=6,
+        n_random_orders=2,
+        bootstrap_resamples=20,
+        seed=1,
+        adversarial={"steps": 5, "k": 2},
+    )
     for prefix in ("greedy", "reference"):
-        res = run_suite(model, examples, vocab, vocab, cfg.model_copy(update={"prefix": prefix}),
-                        progress=False, batch_size=5)
+        res = run_suite(
+            model,
+            examples,
+            vocab,
+            vocab,
+            cfg.model_copy(update={"prefix": prefix}),
+            progress=False,
+            batch_size=5,
+        )
         assert res.skipped == {}
         for k, v in res.summary.items():
             assert METRIC_NAME.match(k) and math.isfinite(v), (k, v)
@@ -506,10 +638,15 @@ def test_suite_on_degenerate_inputs_logs_only_finite_values(attention, scale, on
         n_skipped = res.summary.get("ablation/importance/n_skipped", 0.0)
         for col in tau.columns:  # undefined counted per statistic (skipped steps apart)
             stat = col.removeprefix("importance_")
-            assert res.summary[f"ablation/importance/{stat}_n_undefined"] + n_skipped == tau[col].isna().sum()
+            assert (
+                res.summary[f"ablation/importance/{stat}_n_undefined"] + n_skipped
+                == tau[col].isna().sum()
+            )
         for name in ("permutation", "uniform", "erase_max", "adversarial"):
             assert f"ablation/{name}/n_steps" in res.summary
-        if attention == "uniform":  # all-equal scores: attention is constant, so τ(attention, ·) is undefined
+        if (
+            attention == "uniform"
+        ):  # all-equal scores: attention is constant, so τ(attention, ·) is undefined
             assert tau["importance_tau_attn_grad"].isna().all()
             assert res.summary["ablation/importance/tau_attn_grad_n_undefined"] > 0
             assert "ablation/importance/tau_attn_grad" not in res.summary

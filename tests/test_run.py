@@ -27,14 +27,22 @@ def test_study_hierarchy_tags_and_metrics(tiny_study):
         assert all(math.isfinite(v) for v in abl.data.metrics.values())
         assert all(k.startswith(("ablation/", "seed_variance/")) for k in abl.data.metrics)
         table = tracker.load_table(abl.info.run_id, "ablations/steps.parquet")
-        assert {"example_id", "step", "is_eos", "max_attention", "attention_entropy"} <= set(table.columns)
+        assert {"example_id", "step", "is_eos", "max_attention", "attention_entropy"} <= set(
+            table.columns
+        )
         if m.spec.model.attention == "none":
             assert "skipped.permutation" in abl.data.tags
             assert "ablation/importance/tau_grad_loo" in abl.data.metrics
         else:
-            for key in ("ablation/permutation/flip_rate", "ablation/permutation/median_tvd",
-                        "ablation/uniform/flip_rate", "ablation/erase_max/flip_rate",
-                        "ablation/adversarial/max_jsd", "ablation/alignment/aer", "ablation/alignment/gold_mass"):
+            for key in (
+                "ablation/permutation/flip_rate",
+                "ablation/permutation/median_tvd",
+                "ablation/uniform/flip_rate",
+                "ablation/erase_max/flip_rate",
+                "ablation/adversarial/max_jsd",
+                "ablation/alignment/aer",
+                "ablation/alignment/gold_mass",
+            ):
                 assert key in abl.data.metrics, key
             assert 0 <= abl.data.metrics["ablation/alignment/aer"] <= 1
 
@@ -42,14 +50,21 @@ def test_study_hierarchy_tags_and_metrics(tiny_study):
 def test_report_has_every_figure_table_and_links(tiny_study):
     report = tiny_study["report"]
     html = report.read_text(encoding="utf-8")
-    for name in ("accuracy_by_length", "permutation", "adversarial", "kendall_tau", "erasure",
-                 "alignment_vs_ablation", "heatmaps"):
+    for name in (
+        "accuracy_by_length",
+        "permutation",
+        "adversarial",
+        "kendall_tau",
+        "erasure",
+        "alignment_vs_ablation",
+        "heatmaps",
+    ):
         assert f'src="figures/{name}.png"' in html
         png = report.parent / "figures" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "<table" in html and "copy additive-bahdanau" in html
     assert tiny_study["study_run_id"] in html
-    assert 'task = &quot;copy&quot;' in html  # the experiment config, HTML-escaped
+    assert "task = &quot;copy&quot;" in html  # the experiment config, HTML-escaped
     md = (report.parent / "report.md").read_text(encoding="utf-8")
     assert "| copy additive-bahdanau |" in md and "![" in md
 
@@ -59,7 +74,9 @@ def test_report_rebuilds_from_the_store_alone(tiny_study, tmp_path):
     from attnstudy.tracking import Tracker
 
     path = api.report(experiment="tiny", out_dir=str(tmp_path / "again"))
-    assert path.read_text(encoding="utf-8").count("<img") == tiny_study["report"].read_text(encoding="utf-8").count("<img")
+    assert path.read_text(encoding="utf-8").count("<img") == tiny_study["report"].read_text(
+        encoding="utf-8"
+    ).count("<img")
     arts = {a.path for a in Tracker().client.list_artifacts(tiny_study["study_run_id"], "report")}
     assert "report/report.html" in arts and "report/report.md" in arts
     with pytest.raises(LookupError, match="no experiment named 'nope'"):

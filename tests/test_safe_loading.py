@@ -21,9 +21,13 @@ class _Exploit:
 
 @pytest.fixture
 def model_dir(tmp_path):
-    spec = RunSpec(experiment="t", seed=1, data={"task": "copy"},
-                   model=ModelConfig(embedding_dim=4, encoder_hidden=4, decoder_hidden=8, attention_dim=4),
-                   training={})
+    spec = RunSpec(
+        experiment="t",
+        seed=1,
+        data={"task": "copy"},
+        model=ModelConfig(embedding_dim=4, encoder_hidden=4, decoder_hidden=8, attention_dim=4),
+        training={},
+    )
     sv, tv = Vocab.build([list("abc")]), Vocab.build([list("abc")])
     return save_model_dir(tmp_path / "m", build_model(spec.model, len(sv), len(tv)), spec, sv, tv)
 
@@ -38,7 +42,9 @@ def test_malicious_pickle_is_refused_and_runs_nothing(model_dir, tmp_path):
     marker = tmp_path / "pwned"
     with open(model_dir / "weights.pt", "wb") as f:
         pickle.dump({"encoder.embedding.weight": _Exploit(marker)}, f)
-    with pytest.raises(ModelLoadError, match="refusing to load .*weights.pt: not a plain state_dict"):
+    with pytest.raises(
+        ModelLoadError, match="refusing to load .*weights.pt: not a plain state_dict"
+    ):
         load_model_dir(model_dir)
     assert not marker.exists()
     # the same through torch.save's zip format
@@ -49,7 +55,9 @@ def test_malicious_pickle_is_refused_and_runs_nothing(model_dir, tmp_path):
 
 
 def test_invalid_config_and_missing_files_are_named(model_dir):
-    (model_dir / "config.json").write_text('{"experiment": "t", "seed": 1, "model": {"attention": "telepathy"}}')
+    (model_dir / "config.json").write_text(
+        '{"experiment": "t", "seed": 1, "model": {"attention": "telepathy"}}'
+    )
     with pytest.raises(ModelLoadError, match="invalid model config"):
         load_model_dir(model_dir)
     (model_dir / "src_vocab.json").unlink()

@@ -34,9 +34,22 @@ from test_reliability import (
 
 pytestmark = pytest.mark.slow
 
-FAST = ["--set", "training.epochs=300", "--set", "training.patience=1000", "--set", "data.n_train=10",
-        "--set", "data.n_dev=2", "--set", "data.n_test=2", "--set", "training.early_stopping=loss",
-        "--set", ADDITIVE_ONLY]
+FAST = [
+    "--set",
+    "training.epochs=300",
+    "--set",
+    "training.patience=1000",
+    "--set",
+    "data.n_train=10",
+    "--set",
+    "data.n_dev=2",
+    "--set",
+    "data.n_test=2",
+    "--set",
+    "training.early_stopping=loss",
+    "--set",
+    ADDITIVE_ONLY,
+]
 
 
 class _Exploit:
@@ -58,11 +71,15 @@ def test_planted_g2p_alignment_cache_runs_no_code_and_is_rebuilt(tmp_path, monke
     train = [("ab", ("A", "B")), ("ba", ("B", "A"))] * 5
     others = [("aab", ("A", "A", "B"))]
     marker = tmp_path / "pwned"
-    key = ga.cache_key("planted", "em", ops=ga.OPS, iterations=ga.ITERATIONS, penalty=ga.CHUNK_PENALTY)
+    key = ga.cache_key(
+        "planted", "em", ops=ga.OPS, iterations=ga.ITERATIONS, penalty=ga.CHUNK_PENALTY
+    )
     folder = ga.cache_dir() / "g2p_align"
     folder.mkdir(parents=True)
     (folder / f"{key}.pkl").write_bytes(pickle.dumps(_Exploit(marker)))  # the old name: never read
-    (folder / f"{key}.json.gz").write_bytes(pickle.dumps(_Exploit(marker)))  # the new name: not JSON
+    (folder / f"{key}.json.gz").write_bytes(
+        pickle.dumps(_Exploit(marker))
+    )  # the new name: not JSON
     got = ga.cached_alignments(train, others, "planted", "em")
     assert not marker.exists()
     assert "is unreadable" in caplog.text and "rebuilding it" in caplog.text
@@ -73,7 +90,11 @@ def test_planted_g2p_alignment_cache_runs_no_code_and_is_rebuilt(tmp_path, monke
     import attnstudy
 
     src = Path(attnstudy.__file__).parent
-    assert not [p for p in src.rglob("*.py") if "import pickle" in p.read_text() or "pickle.load" in p.read_text()]
+    assert not [
+        p
+        for p in src.rglob("*.py")
+        if "import pickle" in p.read_text() or "pickle.load" in p.read_text()
+    ]
 
 
 def test_paths_stay_where_they_belong(tiny_models, store_root, tmp_path):
@@ -81,8 +102,16 @@ def test_paths_stay_where_they_belong(tiny_models, store_root, tmp_path):
     from analysis.report import report_dir
 
     m, n = tiny_models[0].run_id, tiny_models[1].run_id
-    res = cli(store_root, "ablate", f"runs:/{m}/../../{n}/artifacts/model", "--ablations", "uniform",
-              "--n-examples", "1", "--quiet")
+    res = cli(
+        store_root,
+        "ablate",
+        f"runs:/{m}/../../{n}/artifacts/model",
+        "--ablations",
+        "uniform",
+        "--n-examples",
+        "1",
+        "--quiet",
+    )
     assert res.returncode == 2 and "must not hold '..'" in one_error_line(res)
     res = cli(store_root, "predict", f"runs:/{m}//model", "abc")
     assert res.returncode == 2
@@ -126,7 +155,9 @@ def test_registered_pyfunc_is_pinned_and_records_no_machine_path(tiny_models, st
     model = t.client.get_logged_model(mv.source.removeprefix("models:/"))
     art = Path(model.artifact_location.removeprefix("file://"))
     reqs = (art / "requirements.txt").read_text().split()
-    assert all("==" in r for r in reqs if not r.startswith("mlflow")) and not any(r == "attnstudy" for r in reqs)
+    assert all("==" in r for r in reqs if not r.startswith("mlflow")) and not any(
+        r == "attnstudy" for r in reqs
+    )
     assert (art / "code" / "attnstudy" / "serving.py").is_file()  # the code travels with the model
     mlmodel = (art / "MLmodel").read_text()
     for machine in (str(Path(__file__).parents[1]), str(store_root), "/tmp/"):
@@ -161,9 +192,13 @@ def test_interrupt_during_registration_leaves_a_consistent_store(tmp_path, delay
     assert "Traceback" not in err and len(err.strip().splitlines()) <= 1, err[-2000:]
     con = sqlite3.connect(db)
     runs = con.execute("select status from runs").fetchall()
-    versions = con.execute("select r.status from model_versions v join runs r on r.run_uuid = v.run_id").fetchall()
-    empty = con.execute("select count(*) from registered_models m where not exists "
-                        "(select 1 from model_versions v where v.name = m.name)").fetchone()[0]
+    versions = con.execute(
+        "select r.status from model_versions v join runs r on r.run_uuid = v.run_id"
+    ).fetchall()
+    empty = con.execute(
+        "select count(*) from registered_models m where not exists "
+        "(select 1 from model_versions v where v.name = m.name)"
+    ).fetchone()[0]
     con.close()
     assert all(s in ("FINISHED", "KILLED") for (s,) in runs), runs
     assert all(s == "FINISHED" for (s,) in versions), versions
@@ -175,8 +210,9 @@ def test_double_sigterm_still_ends_the_run(tmp_path):
     root = tmp_path / "r"
     proc = start(root, "train", str(TINY), *LONG, "--quiet")
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and not any(r["status"] == "RUNNING" and r["kind"] == "model"
-                                                  for r in runs_table(root)):
+    while time.monotonic() < deadline and not any(
+        r["status"] == "RUNNING" and r["kind"] == "model" for r in runs_table(root)
+    ):
         time.sleep(0.1)
     time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
@@ -192,7 +228,9 @@ def test_runs_of_a_killed_process_are_reconciled_and_refused(tmp_path):
     root = tmp_path / "r"
     proc = start(root, "train", str(TINY), *LONG, "--quiet")
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and not any(r["status"] == "RUNNING" for r in runs_table(root)):
+    while time.monotonic() < deadline and not any(
+        r["status"] == "RUNNING" for r in runs_table(root)
+    ):
         time.sleep(0.1)
     time.sleep(1.5)
     os.kill(proc.pid, signal.SIGKILL)
@@ -200,8 +238,23 @@ def test_runs_of_a_killed_process_are_reconciled_and_refused(tmp_path):
     (run,) = runs_table(root)
     assert run["status"] == "RUNNING"
     res = cli(root, "predict", f"runs:/{run['id']}", "abc")
-    assert res.returncode == 2 and "is RUNNING (its process" in one_error_line(res) and "--force" in res.stderr
-    ok(cli(root, "train", str(TINY), "--set", ADDITIVE_ONLY, "--set", "training.epochs=1", "--quiet"))
+    assert (
+        res.returncode == 2
+        and "is RUNNING (its process" in one_error_line(res)
+        and "--force" in res.stderr
+    )
+    ok(
+        cli(
+            root,
+            "train",
+            str(TINY),
+            "--set",
+            ADDITIVE_ONLY,
+            "--set",
+            "training.epochs=1",
+            "--quiet",
+        )
+    )
     assert {r["id"]: r["status"] for r in runs_table(root)}[run["id"]] == "KILLED"
     killed = tracker(root).get_run(run["id"])
     assert killed.data.tags["error.class"] == "OwnerGone"
@@ -213,10 +266,23 @@ def test_two_trainings_of_one_model_do_not_crash_each_other(tmp_path):
     """D2: two trainings with the same model key (also from two experiments) shared one temporary
     checkpoint file and one crashed."""
     root = tmp_path / "r"
-    ok(cli(root, "train", str(TINY), "--set", ADDITIVE_ONLY, "--set", "training.epochs=1", "--quiet"))  # store
+    ok(
+        cli(
+            root,
+            "train",
+            str(TINY),
+            "--set",
+            ADDITIVE_ONLY,
+            "--set",
+            "training.epochs=1",
+            "--quiet",
+        )
+    )  # store
     a = start(root, "train", str(TINY), *FAST, "--set", 'experiment.name="alpha"', "--quiet")
     time.sleep(1.0)
-    b = cli(root, "train", str(TINY), *FAST, "--set", 'experiment.name="beta"', "--quiet", timeout=600)
+    b = cli(
+        root, "train", str(TINY), *FAST, "--set", 'experiment.name="beta"', "--quiet", timeout=600
+    )
     a_out, a_err = a.communicate(timeout=600)
     assert a.returncode == 0, a_err[-2000:]
     if b.returncode != 0:  # it ran into the first training: refused before any run was created
@@ -231,7 +297,9 @@ def test_corrupt_checkpoint_is_named_before_any_run_is_created(tmp_path):
     root = tmp_path / "r"
     proc = start(root, "train", str(TINY), *LONG, "--quiet")
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and not list((root / "mlruns" / "checkpoints").glob("*/last.pt")):
+    while time.monotonic() < deadline and not list(
+        (root / "mlruns" / "checkpoints").glob("*/last.pt")
+    ):
         time.sleep(0.1)
     time.sleep(0.5)
     os.kill(proc.pid, signal.SIGKILL)
@@ -250,7 +318,18 @@ def test_corrupt_checkpoint_is_named_before_any_run_is_created(tmp_path):
 def test_empty_database_beside_artifacts_is_refused(tiny_models, tmp_path):
     """D15: a 0-byte mlflow.db beside existing artifacts was silently a new store."""
     root = tmp_path / "r"
-    ok(cli(root, "train", str(TINY), "--set", ADDITIVE_ONLY, "--set", "training.epochs=1", "--quiet"))
+    ok(
+        cli(
+            root,
+            "train",
+            str(TINY),
+            "--set",
+            ADDITIVE_ONLY,
+            "--set",
+            "training.epochs=1",
+            "--quiet",
+        )
+    )
     (root / "mlruns" / "mlflow.db").write_bytes(b"")
     for argv in (["train", str(TINY), "--quiet"], ["report", "--experiment", "tiny"]):
         res = cli(root, *argv)
@@ -282,9 +361,13 @@ def test_read_only_store_can_be_read(tiny_models, store_root, tmp_path):
     copy = tmp_path / "ro"
     shutil.copytree(store_root / "mlruns", copy / "mlruns")
     env = dict(os.environ, ATTNSTUDY_ROOT=str(copy), PYTHONPATH=os.pathsep.join(sys.path))
-    script = (f"mount --bind {copy} {copy} && mount -o remount,bind,ro {copy} && "
-              f"{sys.executable} -m attnstudy.cli predict runs:/{tiny_models[0].run_id} abc")
-    res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    script = (
+        f"mount --bind {copy} {copy} && mount -o remount,bind,ro {copy} && "
+        f"{sys.executable} -m attnstudy.cli predict runs:/{tiny_models[0].run_id} abc"
+    )
+    res = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.startswith("abc\t")
 
@@ -296,19 +379,31 @@ def test_full_disk_is_one_line_and_never_bricks_the_store(tmp_path):
         pytest.skip("needs a mount namespace (unshare -m) to mount a small tmpfs")
     root = tmp_path / "small"
     root.mkdir()
-    env = dict(os.environ, ATTNSTUDY_ROOT=str(root), ATTNSTUDY_THREADS="1",
-               PYTHONPATH=os.pathsep.join(sys.path))
+    env = dict(
+        os.environ,
+        ATTNSTUDY_ROOT=str(root),
+        ATTNSTUDY_THREADS="1",
+        PYTHONPATH=os.pathsep.join(sys.path),
+    )
     env.pop("MLFLOW_TRACKING_URI", None)
     py = f"{sys.executable} -m attnstudy.cli"
-    script = (f"mount -t tmpfs -o size=300k tmpfs {root} && cd {root} && "
-              f"{py} train {TINY} --set '{ADDITIVE_ONLY}' --quiet; echo rc=$?; "
-              f"mount -o remount,size=100m {root} && {py} train {TINY} --set '{ADDITIVE_ONLY}' "
-              "--set training.epochs=1 --quiet; echo rc=$?")
-    res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    script = (
+        f"mount -t tmpfs -o size=300k tmpfs {root} && cd {root} && "
+        f"{py} train {TINY} --set '{ADDITIVE_ONLY}' --quiet; echo rc=$?; "
+        f"mount -o remount,size=100m {root} && {py} train {TINY} --set '{ADDITIVE_ONLY}' "
+        "--set training.epochs=1 --quiet; echo rc=$?"
+    )
+    res = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
     first_err = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert "rc=1" in res.stdout.splitlines()[0], res.stdout + res.stderr[-2000:]
-    assert len(first_err) == 1 and "full" in first_err[0] or "No space" in first_err[0], res.stderr[-2000:]
-    assert res.stdout.strip().splitlines()[-1] == "rc=0", res.stderr[-2000:]  # the store works once space is back
+    assert len(first_err) == 1 and "full" in first_err[0] or "No space" in first_err[0], res.stderr[
+        -2000:
+    ]
+    assert res.stdout.strip().splitlines()[-1] == "rc=0", res.stderr[
+        -2000:
+    ]  # the store works once space is back
 
 
 # ----------------------------------------------------------------------------- NaN never laundered
@@ -320,15 +415,32 @@ def test_nan_weights_are_refused_not_reported_as_attention_does_not_matter(tmp_p
     import torch
 
     root = tmp_path / "nan"
-    m = run_ids(ok(cli(root, "train", str(TINY), "--set", ADDITIVE_ONLY, "--set", "training.epochs=1",
-                       "--quiet")).stdout)[0]
+    m = run_ids(
+        ok(
+            cli(
+                root,
+                "train",
+                str(TINY),
+                "--set",
+                ADDITIVE_ONLY,
+                "--set",
+                "training.epochs=1",
+                "--quiet",
+            )
+        ).stdout
+    )[0]
     (weights,) = (root / "mlruns" / "artifacts").glob(f"*/{m}/artifacts/model/weights.pt")
     state = torch.load(weights, weights_only=True)
     state["decoder.attention.v.weight"].fill_(float("nan"))
     torch.save(state, weights)
-    for argv in (["predict", f"runs:/{m}", "abcd", "--attention"], ["ablate", f"runs:/{m}", "--n-examples", "2"]):
+    for argv in (
+        ["predict", f"runs:/{m}", "abcd", "--attention"],
+        ["ablate", f"runs:/{m}", "--n-examples", "2"],
+    ):
         res = cli(root, *argv)
-        assert res.returncode == 2 and "hold NaN or inf values" in one_error_line(res), res.stderr[-1500:]
+        assert res.returncode == 2 and "hold NaN or inf values" in one_error_line(res), res.stderr[
+            -1500:
+        ]
 
 
 def test_diverging_training_fails_and_nonfinite_metrics_are_counted(tmp_path, monkeypatch):
@@ -342,7 +454,9 @@ def test_diverging_training_fails_and_nonfinite_metrics_are_counted(tmp_path, mo
     root = tmp_path / "r"
     (root / "mlruns").mkdir(parents=True)
     monkeypatch.setenv("ATTNSTUDY_ROOT", str(root))
-    monkeypatch.setattr(training, "dev_loss", lambda *a, **k: math.nan)  # a diverged model's dev loss
+    monkeypatch.setattr(
+        training, "dev_loss", lambda *a, **k: math.nan
+    )  # a diverged model's dev loss
     cfg = load_experiment(TINY, [ADDITIVE_ONLY])
     with pytest.raises(NonFiniteError, match=r"epoch 1: dev/loss = nan; training diverged"):
         api.train_experiment(cfg, progress=False)
@@ -380,8 +494,16 @@ def test_server_that_answers_health_but_fails_the_api_is_not_a_missing_run(tmp_p
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         uri = f"http://127.0.0.1:{server.server_address[1]}"
-        res = cli(tmp_path, "predict", "runs:/0123456789abcdef0123456789abcdef", "abc", MLFLOW_TRACKING_URI=uri,
-                  ATTNSTUDY_TRACKING_TIMEOUT="3", MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", timeout=120)
+        res = cli(
+            tmp_path,
+            "predict",
+            "runs:/0123456789abcdef0123456789abcdef",
+            "abc",
+            MLFLOW_TRACKING_URI=uri,
+            ATTNSTUDY_TRACKING_TIMEOUT="3",
+            MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
+            timeout=120,
+        )
     finally:
         server.shutdown()
     line = one_error_line(res)

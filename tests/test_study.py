@@ -13,8 +13,10 @@ ROOT = Path(__file__).parents[1]
 TINY = ROOT / "experiments" / "tiny.toml"
 pytestmark = pytest.mark.slow
 
-THREE = ['models=[{model={attention="additive",flow="bahdanau"}},{model={attention="general",flow="luong"}},'
-         '{model={attention="none",flow="bahdanau"}}]']
+THREE = [
+    'models=[{model={attention="additive",flow="bahdanau"}},{model={attention="general",flow="luong"}},'
+    '{model={attention="none",flow="bahdanau"}}]'
+]
 
 
 @pytest.fixture
@@ -72,14 +74,20 @@ def test_one_failing_variant_does_not_stop_the_study(fresh_root, monkeypatch, ca
     study = t.get_run(study_id)
     assert study.info.status == "FAILED"
     assert study.data.metrics["study/n_ok"] == 1 and study.data.metrics["study/n_failed"] == 2
-    assert "boom in training" in study.data.tags["failed"] and "boom in ablation" in study.data.tags["failed"]
+    assert (
+        "boom in training" in study.data.tags["failed"]
+        and "boom in ablation" in study.data.tags["failed"]
+    )
     runs = {r.info.run_name: r for r in t.search_runs([study.info.experiment_id])}
     failed_model = runs["copy/general-luong/seed1"]
     assert failed_model.info.status == "FAILED"
     assert failed_model.data.tags["error.class"] == "RuntimeError"
     assert failed_model.data.tags["mlflow.note.content"] == "Failed: RuntimeError: boom in training"
     failed_abl = runs["copy/additive-bahdanau/seed1/ablations"]
-    assert failed_abl.info.status == "FAILED" and failed_abl.data.tags["error.message"] == "boom in ablation"
+    assert (
+        failed_abl.info.status == "FAILED"
+        and failed_abl.data.tags["error.message"] == "boom in ablation"
+    )
     assert runs["copy/none-bahdanau/seed1/ablations"].info.status == "FINISHED"
     md = (fresh_root / "reports" / "tiny" / "report.md").read_text()
     assert "Study status: **FAILED**" in md
@@ -104,6 +112,7 @@ def test_an_interrupted_study_resumes(fresh_root, monkeypatch):
             if state["train"] and spec.model.attention == "general" and epoch == 1:
                 state["train"] = False
                 raise KeyboardInterrupt
+
         return real_train(spec, *args, on_epoch=hook, **kw)
 
     def ablate_run(run_id, loaded, *args, **kw):
@@ -123,11 +132,17 @@ def test_an_interrupted_study_resumes(fresh_root, monkeypatch):
     killed = t.search_runs([exp_id], "attributes.run_name = 'copy/general-luong/seed1'")[0]
     assert killed.info.status == "KILLED"
 
-    with pytest.raises(KeyboardInterrupt):  # the interrupted training resumes; now an ablation is interrupted
+    with pytest.raises(
+        KeyboardInterrupt
+    ):  # the interrupted training resumes; now an ablation is interrupted
         api.run(cfg, progress=False, report=False, resume=True)
     assert t.get_run(study.info.run_id).info.status == "KILLED"
-    first_ablations = {r.data.tags["source_run_id"]: r.info.run_id for r in t.search_runs(
-        [exp_id], "tags.kind = 'ablation' and attributes.status = 'FINISHED'")}
+    first_ablations = {
+        r.data.tags["source_run_id"]: r.info.run_id
+        for r in t.search_runs(
+            [exp_id], "tags.kind = 'ablation' and attributes.status = 'FINISHED'"
+        )
+    }
     assert len(first_ablations) == 1  # the additive model's; the general one was interrupted
 
     out = api.run(cfg, progress=False, report=True, resume=True)
@@ -136,7 +151,10 @@ def test_an_interrupted_study_resumes(fresh_root, monkeypatch):
     assert all(m.reused for m in out.models)  # all three trained by now
     general = next(m for m in out.models if m.spec.model.attention == "general")
     resumed_run = t.get_run(general.run_id)
-    assert resumed_run.info.run_id != killed.info.run_id and resumed_run.data.metrics["train/epochs"] == 2
+    assert (
+        resumed_run.info.run_id != killed.info.run_id
+        and resumed_run.data.metrics["train/epochs"] == 2
+    )
     hist = t.client.get_metric_history(general.run_id, "train/loss")
     killed_hist = t.client.get_metric_history(killed.info.run_id, "train/loss")
     assert [m.step for m in killed_hist] == [1]
@@ -149,10 +167,16 @@ def test_an_interrupted_study_resumes(fresh_root, monkeypatch):
     assert sorted(ids) == sorted(out.ablations.values())
 
 
-@pytest.mark.parametrize(("overrides", "expect"), [
-    (['ablation.ablations=["uniform","alignment"]'], "Ablations not run in this study: permutation, "),
-    (['models=[{model={attention="none",flow="bahdanau"}}]'], "no attention"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "expect"),
+    [
+        (
+            ['ablation.ablations=["uniform","alignment"]'],
+            "Ablations not run in this study: permutation, ",
+        ),
+        (['models=[{model={attention="none",flow="bahdanau"}}]'], "no attention"),
+    ],
+)
 def test_report_of_a_partial_study_says_why_numbers_are_missing(fresh_root, overrides, expect):
     """With no permutation results (a subset without it, a study of `none` models) the report ended in a
     bare AssertionError, the study FAILED and reports/<experiment>/ half-overwritten."""
@@ -191,8 +215,11 @@ def test_a_later_ad_hoc_ablation_never_changes_a_studys_report(fresh_root):
     out = api.run(_cfg(), progress=False)
     md = out.report.with_name("report.md").read_text()
     model = out.models[0]
-    api.ablate(f"runs:/{model.run_id}", AblationConfig(ablations=["uniform"], n_examples=1, seed=7),
-               progress=False)
+    api.ablate(
+        f"runs:/{model.run_id}",
+        AblationConfig(ablations=["uniform"], n_examples=1, seed=7),
+        progress=False,
+    )
     again = api.report(study_id=out.study_run_id)
     assert again.with_name("report.md").read_text() == md
 
@@ -206,13 +233,25 @@ def test_replaced_data_files_are_not_reused_and_old_models_refuse_new_data(fresh
 
     data = tmp_path / "data"
     data.mkdir()
-    lines = "".join(f"{a} {b}\t{b} {a}\t0-1 1-0\n" for a, b in [("x", "y"), ("y", "z"), ("z", "x")] * 20)
+    lines = "".join(
+        f"{a} {b}\t{b} {a}\t0-1 1-0\n" for a, b in [("x", "y"), ("y", "z"), ("z", "x")] * 20
+    )
     for split in ("train", "dev", "test"):
         (data / f"{split}.tsv").write_text(lines)
-    raw = {"experiment": {"name": "tsvexp"}, "data": {"task": "tsv", **{f"{s}_path": str(data / f"{s}.tsv")
-                                                                        for s in ("train", "dev", "test")}},
-           "model": {"embedding_dim": 8, "encoder_hidden": 8, "decoder_hidden": 16, "attention_dim": 8},
-           "training": {"epochs": 1}}
+    raw = {
+        "experiment": {"name": "tsvexp"},
+        "data": {
+            "task": "tsv",
+            **{f"{s}_path": str(data / f"{s}.tsv") for s in ("train", "dev", "test")},
+        },
+        "model": {
+            "embedding_dim": 8,
+            "encoder_hidden": 8,
+            "decoder_hidden": 16,
+            "attention_dim": 8,
+        },
+        "training": {"epochs": 1},
+    }
     cfg = parse_experiment(raw)
     (first,) = api.train_experiment(cfg, progress=False)
     (again,) = api.train_experiment(cfg, progress=False)
@@ -249,12 +288,26 @@ def test_unknown_dev_and_test_tokens_are_counted_and_logged(fresh_root, tmp_path
     (tmp_path / "train.tsv").write_text("a b\tb a\n" * 10)
     (tmp_path / "dev.tsv").write_text("a c\tc a\n" * 3)
     (tmp_path / "test.tsv").write_text("a b\tb a\n" * 3)
-    cfg = parse_experiment({"experiment": {"name": "unk"}, "data": {
-        "task": "tsv", **{f"{s}_path": str(tmp_path / f"{s}.tsv") for s in ("train", "dev", "test")}},
-        "model": {"embedding_dim": 4, "encoder_hidden": 4, "decoder_hidden": 8, "attention_dim": 4},
-        "training": {"epochs": 1}})
+    cfg = parse_experiment(
+        {
+            "experiment": {"name": "unk"},
+            "data": {
+                "task": "tsv",
+                **{f"{s}_path": str(tmp_path / f"{s}.tsv") for s in ("train", "dev", "test")},
+            },
+            "model": {
+                "embedding_dim": 4,
+                "encoder_hidden": 4,
+                "decoder_hidden": 8,
+                "attention_dim": 4,
+            },
+            "training": {"epochs": 1},
+        }
+    )
     (m,) = api.train_experiment(cfg, progress=False)
-    assert "dev split: 3 of 6 source tokens (50.0 %) are not in the training vocabulary" in caplog.text
+    assert (
+        "dev split: 3 of 6 source tokens (50.0 %) are not in the training vocabulary" in caplog.text
+    )
     metrics = _tracker().get_run(m.run_id).data.metrics
     assert metrics["data/dev/source_unknown"] == 3 and metrics["data/dev/target_unknown"] == 3
     assert metrics["data/test/source_unknown"] == 0 and metrics["data/dev/source_tokens"] == 6

@@ -24,7 +24,12 @@ def test_model_runs_have_params_epoch_metrics_and_artifacts(tiny_models):
     for key in ("dev/exact_match", "dev/per", "test/per", "test/wer", "test/exact_match"):
         assert key in run.data.metrics
     arts = {a.path for a in tracker.client.list_artifacts(run.info.run_id, "model")}
-    assert arts == {"model/weights.pt", "model/config.json", "model/src_vocab.json", "model/tgt_vocab.json"}
+    assert arts == {
+        "model/weights.pt",
+        "model/config.json",
+        "model/src_vocab.json",
+        "model/tgt_vocab.json",
+    }
     preds = tracker.load_table(run.info.run_id, "predictions/test.parquet")
     assert len(preds) == 20
     assert {"source", "reference", "hypothesis", "correct", "edit_distance"} <= set(preds.columns)
@@ -100,9 +105,23 @@ def test_server_is_checked_before_the_data_is_read(tmp_path, monkeypatch):
     from attnstudy.config import parse_experiment
     from attnstudy.tracking import TrackingError
 
-    cfg = parse_experiment({"experiment": {"name": "x", "tracking_uri": "http://127.0.0.1:9", "tracking_timeout": 0.3},
-                            "data": {"task": "tsv", "train_path": str(tmp_path / "nope.tsv"),
-                                     "dev_path": "d", "test_path": "t"}})
-    monkeypatch.setattr(api, "check_data", lambda cfg: pytest.fail("data read before the server was checked"))
+    cfg = parse_experiment(
+        {
+            "experiment": {
+                "name": "x",
+                "tracking_uri": "http://127.0.0.1:9",
+                "tracking_timeout": 0.3,
+            },
+            "data": {
+                "task": "tsv",
+                "train_path": str(tmp_path / "nope.tsv"),
+                "dev_path": "d",
+                "test_path": "t",
+            },
+        }
+    )
+    monkeypatch.setattr(
+        api, "check_data", lambda cfg: pytest.fail("data read before the server was checked")
+    )
     with pytest.raises(TrackingError, match="did not answer within 0.3 s"):
         api.open_tracker(cfg)

@@ -10,7 +10,9 @@ from attnstudy.training import train, translate
 def spec():
     from pathlib import Path
 
-    cfg = load_experiment(Path(__file__).parents[1] / "experiments" / "tiny.toml", ["training.epochs=2"])
+    cfg = load_experiment(
+        Path(__file__).parents[1] / "experiments" / "tiny.toml", ["training.epochs=2"]
+    )
     return cfg.runs()[0]
 
 
@@ -21,7 +23,9 @@ def test_same_seed_gives_identical_metrics_and_weights(spec, tmp_path):
     assert a.history == b.history
     for (k, v), (_, w) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
         assert torch.equal(v, w), k
-    other = train(spec.model_copy(update={"seed": 2}), splits, sv, tv, tmp_path / "c", progress=False)
+    other = train(
+        spec.model_copy(update={"seed": 2}), splits, sv, tv, tmp_path / "c", progress=False
+    )
     assert other.history != a.history
 
 
@@ -34,7 +38,9 @@ def test_checkpoint_holds_model_optimizer_and_rng_and_resume_matches(spec, tmp_p
     assert {"model", "optimizer", "rng", "epoch", "history", "best_state"} <= set(ckpt)
     resumed = train(spec, splits, sv, tv, tmp_path / "part", resume=True, progress=False)
     assert resumed.history == full.history
-    assert translate(resumed.model, splits.test, sv, tv, spec) == translate(full.model, splits.test, sv, tv, spec)
+    assert translate(resumed.model, splits.test, sv, tv, spec) == translate(
+        full.model, splits.test, sv, tv, spec
+    )
 
 
 def test_empty_training_split_is_rejected(spec, tmp_path):
@@ -47,9 +53,16 @@ def test_empty_training_split_is_rejected(spec, tmp_path):
 
 @pytest.fixture(scope="module")
 def plateau_spec(spec):
-    training = spec.training.model_copy(update={"epochs": 5, "patience": 10, "scheduling": "plateau",
-                                                "scheduling_patience": 0, "decrease_factor": 0.5,
-                                                "early_stopping": "exact_match"})
+    training = spec.training.model_copy(
+        update={
+            "epochs": 5,
+            "patience": 10,
+            "scheduling": "plateau",
+            "scheduling_patience": 0,
+            "decrease_factor": 0.5,
+            "early_stopping": "exact_match",
+        }
+    )
     return spec.model_copy(update={"training": training})
 
 
@@ -70,7 +83,9 @@ def test_plateau_schedule_halves_lr_after_each_epoch_without_improvement(plateau
 def test_resume_with_plateau_schedule_matches_uninterrupted(plateau_spec, tmp_path):
     splits, sv, tv = load_data(plateau_spec)
     full = train(plateau_spec, splits, sv, tv, tmp_path / "full", progress=False)
-    part = plateau_spec.model_copy(update={"training": plateau_spec.training.model_copy(update={"epochs": 3})})
+    part = plateau_spec.model_copy(
+        update={"training": plateau_spec.training.model_copy(update={"epochs": 3})}
+    )
     train(part, splits, sv, tv, tmp_path / "part", progress=False)
     ckpt = torch.load(tmp_path / "part" / "last.pt", weights_only=True)
     assert "scheduler" in ckpt

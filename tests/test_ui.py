@@ -19,7 +19,9 @@ SUFFIX = "runs?workflowType=machine_learning"
 
 
 def _cli() -> list[str]:
-    script = Path(sys.executable).with_name("attnstudy")  # the installed entry point, as a user runs it
+    script = Path(sys.executable).with_name(
+        "attnstudy"
+    )  # the installed entry point, as a user runs it
     if script.is_file():
         return [str(script)]
     return [sys.executable, "-c", "import sys; from attnstudy.cli import main; sys.exit(main())"]
@@ -29,7 +31,9 @@ def _sigint_default():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def start_ui(args: list[str], root: Path, stderr_path: Path) -> tuple[subprocess.Popen, "queue.Queue[str]"]:
+def start_ui(
+    args: list[str], root: Path, stderr_path: Path
+) -> tuple[subprocess.Popen, "queue.Queue[str]"]:
     """Start ``attnstudy ui ARGS`` against the store under ``root``; stdout lines arrive in the queue."""
     env = dict(os.environ, ATTNSTUDY_ROOT=str(root), PYTHONUNBUFFERED="1")
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -37,14 +41,23 @@ def start_ui(args: list[str], root: Path, stderr_path: Path) -> tuple[subprocess
     # (a background job of a non-interactive shell)
     ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     with open(stderr_path, "wb") as err:
-        proc = subprocess.Popen([*_cli(), "ui", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err,
-                                text=True, preexec_fn=_sigint_default if ignored else None)
+        proc = subprocess.Popen(
+            [*_cli(), "ui", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            preexec_fn=_sigint_default if ignored else None,
+        )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
     return proc, lines
 
 
-def wait_url(proc: subprocess.Popen, lines: "queue.Queue[str]", stderr_path: Path, timeout: float = 120) -> str:
+def wait_url(
+    proc: subprocess.Popen, lines: "queue.Queue[str]", stderr_path: Path, timeout: float = 120
+) -> str:
     """The URL from the ``MLflow UI: <url>`` line."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -84,23 +97,34 @@ def descendants(pid: int) -> set[int]:
 
 def cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return ""
 
 
 def survivors(pids: set[int], pgids: set[int], port: int | None) -> list[str]:
     """Live (non-zombie) processes among ``pids``, in the groups ``pgids``, or serving ``port``."""
+
     def server_on_port(p):
         cmd = cmdline(p)
-        return port is not None and f"--port {port}" in cmd and any(
-            s in cmd for s in ("mlflow", "uvicorn", "gunicorn"))
+        return (
+            port is not None
+            and f"--port {port}" in cmd
+            and any(s in cmd for s in ("mlflow", "uvicorn", "gunicorn"))
+        )
 
-    return [f"{p}: {cmdline(p)}" for p, (_, pgid, state) in _procs().items()
-            if state != "Z" and (p in pids or pgid in pgids or server_on_port(p))]
+    return [
+        f"{p}: {cmdline(p)}"
+        for p, (_, pgid, state) in _procs().items()
+        if state != "Z" and (p in pids or pgid in pgids or server_on_port(p))
+    ]
 
 
-def interrupt_and_check_gone(proc: subprocess.Popen, port: int | None, timeout: float = 10) -> float:
+def interrupt_and_check_gone(
+    proc: subprocess.Popen, port: int | None, timeout: float = 10
+) -> float:
     """SIGINT (Ctrl-C) the CLI; assert it exits 0 and leaves no process behind. Returns the seconds it took."""
     children = descendants(proc.pid)
     groups = {_procs().get(c, (0, 0, ""))[1] for c in children} - {0, os.getpgrp()}
@@ -171,13 +195,19 @@ def test_ui_warns_when_binding_all_interfaces(project, tmp_path):
     root, _ = project
     err = tmp_path / "stderr.txt"
     port = ui.free_port()
-    proc, _ = start_ui(["--port", str(port), "--host", "0.0.0.0", "--experiment", "uitest"], root, err)
+    proc, _ = start_ui(
+        ["--port", str(port), "--host", "0.0.0.0", "--experiment", "uitest"], root, err
+    )
     try:
         deadline = time.monotonic() + 60
-        while "warning" not in err.read_text() and proc.poll() is None and time.monotonic() < deadline:
+        while (
+            "warning" not in err.read_text() and proc.poll() is None and time.monotonic() < deadline
+        ):
             time.sleep(0.1)
         warning = [line for line in err.read_text().splitlines() if "warning" in line]
-        assert warning and "0.0.0.0" in warning[0] and "other machines" in warning[0], err.read_text()
+        assert warning and "0.0.0.0" in warning[0] and "other machines" in warning[0], (
+            err.read_text()
+        )
         interrupt_and_check_gone(proc, port)  # a quick stop, wherever start-up had got to
         assert "Traceback" not in err.read_text()
     finally:

@@ -93,12 +93,16 @@ def _task_data(source_key: str) -> TaskData:
     unknown: dict[str, int] = {}
     for split in ("dev", "test"):
         for side, vocab in (("source", src_vocab), ("target", tgt_vocab)):
-            tokens = [t for ex in getattr(splits, split) for t in (ex.src if side == "source" else ex.tgt)]
+            tokens = [
+                t for ex in getattr(splits, split) for t in (ex.src if side == "source" else ex.tgt)
+            ]
             n_unk = vocab.count_unknown(tokens)
             unknown[f"{split}/{side}"], unknown[f"{split}/{side}_tokens"] = n_unk, len(tokens)
             if tokens and n_unk / len(tokens) > UNKNOWN_WARN_RATE:
-                notice(f"{split} split: {n_unk:,} of {len(tokens):,} {side} tokens "
-                       f"({100 * n_unk / len(tokens):.1f} %) are not in the training vocabulary and become <unk>")
+                notice(
+                    f"{split} split: {n_unk:,} of {len(tokens):,} {side} tokens "
+                    f"({100 * n_unk / len(tokens):.1f} %) are not in the training vocabulary and become <unk>"
+                )
     return TaskData(splits, src_vocab, tgt_vocab, splits_digest(splits), unknown)
 
 
@@ -128,10 +132,21 @@ def variant_slug(spec: RunSpec) -> str:
     return f"{spec.data.task}-{spec.model.attention}-{spec.model.flow}"
 
 
-def _run_tags(spec: RunSpec, study_id: str | None, kind: str, key: str, digest: str) -> dict[str, str]:
-    tags = {"kind": kind, "task": spec.data.task, "attention": spec.model.attention, "flow": spec.model.flow,
-            "seed": str(spec.seed), "model_key": key, "data_digest": digest, "git_commit": git_commit(),
-            "experiment": spec.experiment, "schema_version": str(spec.schema_version)}
+def _run_tags(
+    spec: RunSpec, study_id: str | None, kind: str, key: str, digest: str
+) -> dict[str, str]:
+    tags = {
+        "kind": kind,
+        "task": spec.data.task,
+        "attention": spec.model.attention,
+        "flow": spec.model.flow,
+        "seed": str(spec.seed),
+        "model_key": key,
+        "data_digest": digest,
+        "git_commit": git_commit(),
+        "experiment": spec.experiment,
+        "schema_version": str(spec.schema_version),
+    }
     if study_id:
         tags["study_id"] = study_id
         tags["study_ids"] = study_id
@@ -143,8 +158,15 @@ def model_key(spec: RunSpec) -> str:
     return spec.model_key(task_data(spec).digest)
 
 
-def train_spec(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: str | None = None,
-               retrain: bool = False, resume: bool = False, progress: bool = True) -> ModelRun:
+def train_spec(
+    spec: RunSpec,
+    tracker: Tracker,
+    experiment_id: str,
+    study_id: str | None = None,
+    retrain: bool = False,
+    resume: bool = False,
+    progress: bool = True,
+) -> ModelRun:
     """Train one model (or reuse a finished run with the same model key) and log it.
 
     The model key (:meth:`RunSpec.model_key`) covers the used config fields and the data digest;
@@ -161,54 +183,111 @@ def train_spec(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: st
         existing = tracker.find_finished_model(experiment_id, key)
         if existing is not None:
             if study_id:
-                ids = set(filter(None, existing.data.tags.get("study_ids", "").split(","))) | {study_id}
+                ids = set(filter(None, existing.data.tags.get("study_ids", "").split(","))) | {
+                    study_id
+                }
                 tracker.set_tags(existing.info.run_id, {"study_ids": ",".join(sorted(ids))})
-            reason = (f"finished run {existing.info.run_id} has the same model key {key} "
-                      f"(same used config fields and seed, data digest {data.digest[:12]})")
-            return ModelRun(existing.info.run_id, spec, True, dict(existing.data.metrics), key, reason)
+            reason = (
+                f"finished run {existing.info.run_id} has the same model key {key} "
+                f"(same used config fields and seed, data digest {data.digest[:12]})"
+            )
+            return ModelRun(
+                existing.info.run_id, spec, True, dict(existing.data.metrics), key, reason
+            )
     ckpt_dir = project_root() / "mlruns" / "checkpoints" / key
-    with checkpoint_lock(ckpt_dir):  # a second training of the same model refuses instead of tearing files
+    with checkpoint_lock(
+        ckpt_dir
+    ):  # a second training of the same model refuses instead of tearing files
         if resume and (ckpt_dir / "last.pt").is_file():
-            read_checkpoint(ckpt_dir / "last.pt")  # a broken checkpoint is reported before any run exists
-        run_id, model_id, final = _train_run(spec, tracker, experiment_id, study_id, data, key, ckpt_dir, resume,
-                                             progress)
+            read_checkpoint(
+                ckpt_dir / "last.pt"
+            )  # a broken checkpoint is reported before any run exists
+        run_id, model_id, final = _train_run(
+            spec, tracker, experiment_id, study_id, data, key, ckpt_dir, resume, progress
+        )
         # registered only once the run is FINISHED: a version never points at an unfinished run
-        tracker.register_model(run_id, model_id, registered_name(spec),
-                               tags=_run_tags(spec, None, "model", key, data.digest))
+        tracker.register_model(
+            run_id,
+            model_id,
+            registered_name(spec),
+            tags=_run_tags(spec, None, "model", key, data.digest),
+        )
     return ModelRun(run_id, spec, False, final, key, "")
 
 
-def _train_run(spec: RunSpec, tracker: Tracker, experiment_id: str, study_id: str | None, data: TaskData,
-               key: str, ckpt_dir: Path, resume: bool, progress: bool) -> tuple[str, str, dict[str, float]]:
+def _train_run(
+    spec: RunSpec,
+    tracker: Tracker,
+    experiment_id: str,
+    study_id: str | None,
+    data: TaskData,
+    key: str,
+    ckpt_dir: Path,
+    resume: bool,
+    progress: bool,
+) -> tuple[str, str, dict[str, float]]:
     """Train one model inside its own run (see :func:`train_spec`). Returns (run id, logged model id, metrics)."""
     splits, src_vocab, tgt_vocab = data.splits, data.src_vocab, data.tgt_vocab
-    run_id = tracker.start_run(experiment_id, spec.name, _run_tags(spec, study_id, "model", key, data.digest),
-                               study_id)
+    run_id = tracker.start_run(
+        experiment_id, spec.name, _run_tags(spec, study_id, "model", key, data.digest), study_id
+    )
     with tracker.active(run_id):
         params, full = spec.flat_params()
         tracker.log_params(run_id, params)
         if full:
             tracker.log_text(run_id, json.dumps(full, indent=2), "params_full.json")
-        tracker.log_params(run_id, {"data.n_train_examples": len(splits.train), "data.n_dev_examples": len(splits.dev),
-                                    "data.n_test_examples": len(splits.test), "src_vocab_size": len(src_vocab),
-                                    "tgt_vocab_size": len(tgt_vocab), "data.digest": data.digest,
-                                    "training.early_stopping_metric": early_stopping_metric(spec)})
-        tracker.log_metrics(run_id, {f"data/{k}_unknown" if not k.endswith("_tokens") else f"data/{k}": v
-                                     for k, v in data.unknown.items()})
+        tracker.log_params(
+            run_id,
+            {
+                "data.n_train_examples": len(splits.train),
+                "data.n_dev_examples": len(splits.dev),
+                "data.n_test_examples": len(splits.test),
+                "src_vocab_size": len(src_vocab),
+                "tgt_vocab_size": len(tgt_vocab),
+                "data.digest": data.digest,
+                "training.early_stopping_metric": early_stopping_metric(spec),
+            },
+        )
+        tracker.log_metrics(
+            run_id,
+            {
+                f"data/{k}_unknown" if not k.endswith("_tokens") else f"data/{k}": v
+                for k, v in data.unknown.items()
+            },
+        )
         tracker.log_text(run_id, spec.model_dump_json(indent=2), "config.json")
-        result = train(spec, splits, src_vocab, tgt_vocab, ckpt_dir, resume=resume, progress=progress,
-                       on_epoch=lambda epoch, m: tracker.log_metrics(run_id, m, step=epoch))
-        final: dict[str, float] = {"train/seconds": result.seconds, "train/best_epoch": result.best_epoch,
-                                   "train/epochs": len(result.history)}
+        result = train(
+            spec,
+            splits,
+            src_vocab,
+            tgt_vocab,
+            ckpt_dir,
+            resume=resume,
+            progress=progress,
+            on_epoch=lambda epoch, m: tracker.log_metrics(run_id, m, step=epoch),
+        )
+        final: dict[str, float] = {
+            "train/seconds": result.seconds,
+            "train/best_epoch": result.best_epoch,
+            "train/epochs": len(result.history),
+        }
         test_metrics, hyps = evaluate_split(result.model, splits.test, src_vocab, tgt_vocab, spec)
         final.update({f"test/{k}": v for k, v in test_metrics.items()})
         final.update(heldout_metrics(hyps, splits.test))
         # the best epoch's dev metrics were computed during training: no second decode of dev
         best = result.history[result.best_epoch - 1]
-        final.update({f"best_dev/{k[len('dev/'):]}": v for k, v in best.items() if k.startswith("dev/")})
+        final.update(
+            {f"best_dev/{k[len('dev/') :]}": v for k, v in best.items() if k.startswith("dev/")}
+        )
         if spec.training.beam_size > 1:
-            beam_metrics, _ = evaluate_split(result.model, splits.test, src_vocab, tgt_vocab, spec,
-                                             beam_size=spec.training.beam_size)
+            beam_metrics, _ = evaluate_split(
+                result.model,
+                splits.test,
+                src_vocab,
+                tgt_vocab,
+                spec,
+                beam_size=spec.training.beam_size,
+            )
             final.update({f"test_beam/{k}": v for k, v in beam_metrics.items()})
         tracker.log_metrics(run_id, final, step=len(result.history))
         preds = pd.DataFrame(per_example(hyps, splits.test))
@@ -252,8 +331,14 @@ def open_tracker(cfg: ExperimentConfig) -> Tracker:
     return Tracker(uri, timeout)
 
 
-def train_experiment(cfg: ExperimentConfig, tracker: Tracker | None = None, study_id: str | None = None,
-                     retrain: bool = False, resume: bool = False, progress: bool = True) -> list[ModelRun]:
+def train_experiment(
+    cfg: ExperimentConfig,
+    tracker: Tracker | None = None,
+    study_id: str | None = None,
+    retrain: bool = False,
+    resume: bool = False,
+    progress: bool = True,
+) -> list[ModelRun]:
     """Train (or reuse) every model of an experiment. Returns one :class:`ModelRun` per spec.
 
     Raises:
@@ -265,7 +350,10 @@ def train_experiment(cfg: ExperimentConfig, tracker: Tracker | None = None, stud
         check_data(cfg)
     exp_id = tracker.experiment_id(cfg.experiment.name)
     tracker.reconcile_orphans(exp_id)
-    return [train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress) for spec in cfg.runs()]
+    return [
+        train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress)
+        for spec in cfg.runs()
+    ]
 
 
 def check_data(cfg: ExperimentConfig) -> None:
@@ -278,10 +366,14 @@ def check_data(cfg: ExperimentConfig) -> None:
         splits, _, _ = load_data(spec)
         for name in ("train", "dev", "test"):
             if not getattr(splits, name):
-                raise DataError(f"{spec.name}: the {name} split is empty; check the data sizes and files")
+                raise DataError(
+                    f"{spec.name}: the {name} split is empty; check the data sizes and files"
+                )
 
 
-def load_model(uri: str, tracker: Tracker | None = None, force: bool = False) -> tuple[str, LoadedModel]:
+def load_model(
+    uri: str, tracker: Tracker | None = None, force: bool = False
+) -> tuple[str, LoadedModel]:
     """Load a model from ``runs:/…``, ``models:/name/version``, ``models:/name/latest``,
     ``models:/name@alias`` or a local directory holding the model files. Returns (run id or "", model).
 
@@ -312,7 +404,9 @@ def tokenizations(spec: RunSpec) -> tuple[str, str]:
     return tok, tok
 
 
-def predict_loaded(loaded: LoadedModel, inputs: list[str], beam_size: int = 1, with_attention: bool = False) -> list[dict]:
+def predict_loaded(
+    loaded: LoadedModel, inputs: list[str], beam_size: int = 1, with_attention: bool = False
+) -> list[dict]:
     """Decode raw input strings with a loaded model.
 
     Returns:
@@ -335,12 +429,16 @@ def predict_loaded(loaded: LoadedModel, inputs: list[str], beam_size: int = 1, w
         if not tokens:
             raise DataError(f"empty input {text!r}: give at least one token")
         if len(tokens) > spec.data.max_source_len:
-            raise DataError(f"an input has {len(tokens):,} tokens, more than the model's data.max_source_len = "
-                            f"{spec.data.max_source_len:,}; shorten it")
+            raise DataError(
+                f"an input has {len(tokens):,} tokens, more than the model's data.max_source_len = "
+                f"{spec.data.max_source_len:,}; shorten it"
+            )
         specials = sorted(set(tokens) & set(SPECIALS))
         if specials:
-            raise DataError(f"an input holds the special token(s) {specials}, which the model reserves; "
-                            "remove them from the input")
+            raise DataError(
+                f"an input holds the special token(s) {specials}, which the model reserves; "
+                "remove them from the input"
+            )
         ex = Example(id="input", src=tuple(tokens), tgt=("<unk>",))
         batch = collate([ex], loaded.src_vocab, loaded.tgt_vocab)
         max_len = max_decode_len(spec, len(tokens))
@@ -350,22 +448,35 @@ def predict_loaded(loaded: LoadedModel, inputs: list[str], beam_size: int = 1, w
             else:
                 ids = model.greedy(batch.src, batch.src_lengths, max_len)[0]
         out_tokens = loaded.tgt_vocab.decode(ids)
-        rec = {"input": text, "output": detokenize(out_tokens, out_tok), "tokens": out_tokens,
-               "n_unknown": loaded.src_vocab.count_unknown(tokens)}
+        rec = {
+            "input": text,
+            "output": detokenize(out_tokens, out_tok),
+            "tokens": out_tokens,
+            "n_unknown": loaded.src_vocab.count_unknown(tokens),
+        }
         if with_attention:
             tin = torch.tensor([[1] + ids])
             tout = torch.tensor([ids + [2]])
             with eval_mode(model), torch.no_grad():
                 tr = model.trace(batch.src, batch.src_lengths, tin, tout)
             rec["source_tokens"] = tokens
-            rec["attention"] = (None if tr.attention is None
-                                else [[round(float(v), 4) for v in row] for row in tr.attention.mean(1)[0]])
+            rec["attention"] = (
+                None
+                if tr.attention is None
+                else [[round(float(v), 4) for v in row] for row in tr.attention.mean(1)[0]]
+            )
         results.append(rec)
     return results
 
 
-def predict(uri: str, inputs: list[str], beam_size: int = 1, with_attention: bool = False,
-            tracker: Tracker | None = None, force: bool = False) -> list[dict]:
+def predict(
+    uri: str,
+    inputs: list[str],
+    beam_size: int = 1,
+    with_attention: bool = False,
+    tracker: Tracker | None = None,
+    force: bool = False,
+) -> list[dict]:
     """Load a model (see :func:`load_model`) and decode ``inputs`` (see :func:`predict_loaded`)."""
     _, loaded = load_model(uri, tracker, force)
     return predict_loaded(loaded, inputs, beam_size, with_attention)
@@ -384,8 +495,11 @@ def checked_task_data(loaded: LoadedModel, trained_digest: str | None, where: st
         DataError: the data changed since training (another digest, or other vocabularies).
     """
     data = task_data(loaded.spec)
-    changed = (trained_digest is not None and trained_digest != data.digest) or \
-        data.src_vocab != loaded.src_vocab or data.tgt_vocab != loaded.tgt_vocab
+    changed = (
+        (trained_digest is not None and trained_digest != data.digest)
+        or data.src_vocab != loaded.src_vocab
+        or data.tgt_vocab != loaded.tgt_vocab
+    )
     if changed:
         raise DataError(
             f"{where}: the data of task {loaded.spec.data.task!r} changed since this model was trained "
@@ -395,8 +509,14 @@ def checked_task_data(loaded: LoadedModel, trained_digest: str | None, where: st
     return data
 
 
-def ablate_run(model_run_id: str, loaded: LoadedModel, cfg: AblationConfig, tracker: Tracker,
-               study_id: str | None = None, progress: bool = True):
+def ablate_run(
+    model_run_id: str,
+    loaded: LoadedModel,
+    cfg: AblationConfig,
+    tracker: Tracker,
+    study_id: str | None = None,
+    progress: bool = True,
+):
     """Run the ablation suite on a model's test sample and log it as a nested run.
 
     Returns:
@@ -407,22 +527,41 @@ def ablate_run(model_run_id: str, loaded: LoadedModel, cfg: AblationConfig, trac
 
     spec = loaded.spec
     model_run = tracker.get_run(model_run_id)
-    data = checked_task_data(loaded, model_run.data.tags.get("data_digest"), f"runs:/{model_run_id}")
+    data = checked_task_data(
+        loaded, model_run.data.tags.get("data_digest"), f"runs:/{model_run_id}"
+    )
     examples = data.splits.test[: cfg.n_examples]
     exp_id = model_run.info.experiment_id
     key = model_run.data.tags.get("model_key") or spec.model_key(data.digest)
     tags = _run_tags(spec, study_id, "ablation", key, data.digest) | {
-        "source_run_id": model_run_id, "ablation_key": ablation_key(cfg)}
+        "source_run_id": model_run_id,
+        "ablation_key": ablation_key(cfg),
+    }
     run_id = tracker.start_run(exp_id, f"{spec.name}/ablations", tags, model_run_id)
     with tracker.active(run_id):
-        tracker.log_params(run_id, {f"ablation.{k}": (json.dumps(v) if isinstance(v, list) else str(v))
-                                    for k, v in cfg.model_dump(mode="json", exclude={"adversarial"}).items()})
-        tracker.log_params(run_id, {f"ablation.adversarial.{k}": str(v) for k, v in cfg.adversarial.model_dump().items()})
+        tracker.log_params(
+            run_id,
+            {
+                f"ablation.{k}": (json.dumps(v) if isinstance(v, list) else str(v))
+                for k, v in cfg.model_dump(mode="json", exclude={"adversarial"}).items()
+            },
+        )
+        tracker.log_params(
+            run_id,
+            {f"ablation.adversarial.{k}": str(v) for k, v in cfg.adversarial.model_dump().items()},
+        )
         with tempfile.TemporaryDirectory(prefix="attnstudy-ablate-") as tmp:
             steps_path = Path(tmp) / "steps.parquet"  # streamed: memory stays flat in n_examples
             t0 = time.perf_counter()
-            result = run_suite(loaded.model, examples, loaded.src_vocab, loaded.tgt_vocab, cfg, progress=progress,
-                               table_path=steps_path)
+            result = run_suite(
+                loaded.model,
+                examples,
+                loaded.src_vocab,
+                loaded.tgt_vocab,
+                cfg,
+                progress=progress,
+                table_path=steps_path,
+            )
             summary = dict(result.summary) | {"ablation/seconds": time.perf_counter() - t0}
             tracker.log_artifact(run_id, steps_path, "ablations")
         if result.examples is not None and len(result.examples):
@@ -430,8 +569,13 @@ def ablate_run(model_run_id: str, loaded: LoadedModel, cfg: AblationConfig, trac
         if "adversarial" in cfg.ablations and loaded.model.has_attention:
             from analysis.heatmaps import heatmap_data
 
-            tracker.log_text(run_id, json.dumps(heatmap_data(loaded.model, examples, loaded.src_vocab,
-                                                             loaded.tgt_vocab, cfg)), "ablations/heatmaps.json")
+            tracker.log_text(
+                run_id,
+                json.dumps(
+                    heatmap_data(loaded.model, examples, loaded.src_vocab, loaded.tgt_vocab, cfg)
+                ),
+                "ablations/heatmaps.json",
+            )
         if result.skipped:
             tracker.log_text(run_id, json.dumps(result.skipped, indent=2), "ablations/skipped.json")
             tracker.set_tags(run_id, {f"skipped.{k}": v[:500] for k, v in result.skipped.items()})
@@ -439,8 +583,13 @@ def ablate_run(model_run_id: str, loaded: LoadedModel, cfg: AblationConfig, trac
     return run_id, result
 
 
-def ablate(uri: str, cfg: AblationConfig | None = None, tracker: Tracker | None = None, progress: bool = True,
-           force: bool = False):
+def ablate(
+    uri: str,
+    cfg: AblationConfig | None = None,
+    tracker: Tracker | None = None,
+    progress: bool = True,
+    force: bool = False,
+):
     """Load a model from the store and run the ablation suite on it (nested run under the model).
 
     An ad-hoc ablation belongs to no study: it never changes a study's report. The model's run must
@@ -492,8 +641,12 @@ class StudyResult:
     resumed: bool = False
 
     def __getitem__(self, key: str):  # dict-style access, as earlier versions returned a dict
-        return {"study_run_id": self.study_run_id, "models": self.models, "ablations": self.ablations,
-                "report": self.report}[key]
+        return {
+            "study_run_id": self.study_run_id,
+            "models": self.models,
+            "ablations": self.ablations,
+            "report": self.report,
+        }[key]
 
 
 class StudyFailedError(RuntimeError):
@@ -502,7 +655,9 @@ class StudyFailedError(RuntimeError):
     def __init__(self, result: StudyResult):
         self.result = result
         n = len(result.failures)
-        super().__init__(f"{n} part(s) of the study failed: " + "; ".join(map(str, result.failures)))
+        super().__init__(
+            f"{n} part(s) of the study failed: " + "; ".join(map(str, result.failures))
+        )
 
 
 def _error_text(err: BaseException) -> str:
@@ -512,8 +667,14 @@ def _error_text(err: BaseException) -> str:
 
 def study_key(cfg: ExperimentConfig, keys: list[str]) -> str:
     """A study's identity for ``--resume``: the experiment name, its models' keys and the ablation config."""
-    blob = json.dumps({"experiment": cfg.experiment.name, "models": keys,
-                       "ablation": cfg.ablation.model_dump(mode="json")}, sort_keys=True)
+    blob = json.dumps(
+        {
+            "experiment": cfg.experiment.name,
+            "models": keys,
+            "ablation": cfg.ablation.model_dump(mode="json"),
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -522,8 +683,14 @@ def ablation_key(cfg: AblationConfig) -> str:
     return hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()[:16]
 
 
-def run(cfg: ExperimentConfig, retrain: bool = False, progress: bool = True, config_text: str | None = None,
-        report: bool = True, resume: bool = False) -> StudyResult:
+def run(
+    cfg: ExperimentConfig,
+    retrain: bool = False,
+    progress: bool = True,
+    config_text: str | None = None,
+    report: bool = True,
+    resume: bool = False,
+) -> StudyResult:
     """The main job: a study run that trains what is missing, ablates every model, and reports.
 
     Config and data of every variant are checked before anything is written. A runtime failure of
@@ -551,13 +718,31 @@ def run(cfg: ExperimentConfig, retrain: bool = False, progress: bool = True, con
     if resumed:
         tracker.reopen_run(study_id)
     else:
-        study_id = tracker.start_run(exp_id, f"{cfg.experiment.name}/study",
-                                     {"kind": "study", "experiment": cfg.experiment.name, "git_commit": git_commit(),
-                                      "study_key": skey})
+        study_id = tracker.start_run(
+            exp_id,
+            f"{cfg.experiment.name}/study",
+            {
+                "kind": "study",
+                "experiment": cfg.experiment.name,
+                "git_commit": git_commit(),
+                "study_key": skey,
+            },
+        )
     result = StudyResult(study_id, resumed=resumed)
     try:
         with tracker.active(study_id):
-            _run_study(cfg, tracker, exp_id, study_id, specs, result, retrain, resume, progress, config_text)
+            _run_study(
+                cfg,
+                tracker,
+                exp_id,
+                study_id,
+                specs,
+                result,
+                retrain,
+                resume,
+                progress,
+                config_text,
+            )
     except StudyFailedError:
         pass  # the study run is FAILED with the list; the report is still built
     if report:
@@ -574,8 +759,18 @@ def run(cfg: ExperimentConfig, retrain: bool = False, progress: bool = True, con
     return result
 
 
-def _run_study(cfg: ExperimentConfig, tracker: Tracker, exp_id: str, study_id: str, specs: list[RunSpec],
-               result: StudyResult, retrain: bool, resume: bool, progress: bool, config_text: str | None) -> None:
+def _run_study(
+    cfg: ExperimentConfig,
+    tracker: Tracker,
+    exp_id: str,
+    study_id: str,
+    specs: list[RunSpec],
+    result: StudyResult,
+    retrain: bool,
+    resume: bool,
+    progress: bool,
+    config_text: str | None,
+) -> None:
     """Train, ablate and compare inside the open study run (see :func:`run`).
 
     Raises:
@@ -588,16 +783,26 @@ def _run_study(cfg: ExperimentConfig, tracker: Tracker, exp_id: str, study_id: s
     akey = ablation_key(cfg.ablation)
 
     def record() -> None:
-        tracker.set_tags(study_id, {
-            "model_run_ids": ",".join(m.run_id for m in result.models),
-            "ablation_run_ids": ",".join(result.ablations.values()),
-            "failed_run_ids": ",".join(f.run_id for f in result.failures if f.run_id)})
+        tracker.set_tags(
+            study_id,
+            {
+                "model_run_ids": ",".join(m.run_id for m in result.models),
+                "ablation_run_ids": ",".join(result.ablations.values()),
+                "failed_run_ids": ",".join(f.run_id for f in result.failures if f.run_id),
+            },
+        )
 
     for spec in specs:
         try:
-            result.models.append(train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress))
+            result.models.append(
+                train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress)
+            )
         except Exception as err:  # isolated: the run is FAILED with the error; the others go on
-            result.failures.append(Failure(spec.name, "training", _error_text(err), getattr(err, "failed_run_id", None)))
+            result.failures.append(
+                Failure(
+                    spec.name, "training", _error_text(err), getattr(err, "failed_run_id", None)
+                )
+            )
         record()
     done = tracker.finished_ablations(study_id, akey) if result.resumed else {}
     for m in result.models:
@@ -606,22 +811,32 @@ def _run_study(cfg: ExperimentConfig, tracker: Tracker, exp_id: str, study_id: s
             continue
         try:
             _, loaded = load_model(f"runs:/{m.run_id}", tracker)
-            result.ablations[m.run_id], _ = ablate_run(m.run_id, loaded, cfg.ablation, tracker, study_id, progress)
+            result.ablations[m.run_id], _ = ablate_run(
+                m.run_id, loaded, cfg.ablation, tracker, study_id, progress
+            )
         except Exception as err:
-            result.failures.append(Failure(m.spec.name, "ablation", _error_text(err), getattr(err, "failed_run_id", None)))
+            result.failures.append(
+                Failure(
+                    m.spec.name, "ablation", _error_text(err), getattr(err, "failed_run_id", None)
+                )
+            )
         record()
     try:
         _seed_variance(result.models, cfg.ablation, tracker, study_id)
     except Exception as err:
         result.failures.append(Failure("seed variance", "analysis", _error_text(err)))
-    n_ok = len(specs) - len({f.name for f in result.failures if f.phase in ("training", "ablation")})
+    n_ok = len(specs) - len(
+        {f.name for f in result.failures if f.phase in ("training", "ablation")}
+    )
     tracker.log_metrics(study_id, {"study/n_ok": n_ok, "study/n_failed": len(specs) - n_ok})
     if result.failures:
         tracker.set_tags(study_id, {"failed": "; ".join(map(str, result.failures))[:5000]})
         raise StudyFailedError(result)
 
 
-def _seed_variance(models: list[ModelRun], cfg: AblationConfig, tracker: Tracker, study_id: str) -> None:
+def _seed_variance(
+    models: list[ModelRun], cfg: AblationConfig, tracker: Tracker, study_id: str
+) -> None:
     """For every configuration trained with several seeds: attention JSD vs output TVD between
     seeds (Wiegreffe & Pinter 2019), logged to the study run."""
     from analysis.report import variant_name
@@ -635,26 +850,46 @@ def _seed_variance(models: list[ModelRun], cfg: AblationConfig, tracker: Tracker
         if len(runs) < 2:
             continue
         loaded = [load_model(f"runs:/{m.run_id}", tracker)[1] for m in runs]
-        if any(lm.src_vocab != loaded[0].src_vocab or lm.tgt_vocab != loaded[0].tgt_vocab for lm in loaded):
+        if any(
+            lm.src_vocab != loaded[0].src_vocab or lm.tgt_vocab != loaded[0].tgt_vocab
+            for lm in loaded
+        ):
             continue
         if not loaded[0].model.has_attention:
             continue
         examples = task_data(runs[0].spec).splits.test[: cfg.n_examples]
-        table = seed_variance([lm.model for lm in loaded], examples, loaded[0].src_vocab, loaded[0].tgt_vocab,
-                              seeds=[m.spec.seed for m in runs])
+        table = seed_variance(
+            [lm.model for lm in loaded],
+            examples,
+            loaded[0].src_vocab,
+            loaded[0].tgt_vocab,
+            seeds=[m.spec.seed for m in runs],
+        )
         spec = runs[0].spec
-        name = variant_name({"task": spec.data.task, "attention": spec.model.attention, "flow": spec.model.flow})
+        name = variant_name(
+            {"task": spec.data.task, "attention": spec.model.attention, "flow": spec.model.flow}
+        )
         tables.append(table.assign(variant=name))
         slug = f"{spec.data.task}_{spec.model.attention}_{spec.model.flow}"
-        metrics[f"seed_variance/{slug}/attention_jsd"] = float(table["seed_variance_attention_jsd"].mean())
-        metrics[f"seed_variance/{slug}/output_tvd"] = float(table["seed_variance_output_tvd"].mean())
+        metrics[f"seed_variance/{slug}/attention_jsd"] = float(
+            table["seed_variance_attention_jsd"].mean()
+        )
+        metrics[f"seed_variance/{slug}/output_tvd"] = float(
+            table["seed_variance_output_tvd"].mean()
+        )
     if tables:
-        tracker.log_table(study_id, pd.concat(tables, ignore_index=True), "seed_variance/steps.parquet")
+        tracker.log_table(
+            study_id, pd.concat(tables, ignore_index=True), "seed_variance/steps.parquet"
+        )
         tracker.log_metrics(study_id, metrics)
 
 
-def report(study_id: str | None = None, experiment: str | None = None, out_dir: str | None = None,
-           tracker: Tracker | None = None) -> Path:
+def report(
+    study_id: str | None = None,
+    experiment: str | None = None,
+    out_dir: str | None = None,
+    tracker: Tracker | None = None,
+) -> Path:
     """Build the report of a study (default: the latest study of ``experiment``, default quickstart).
 
     Raises:

@@ -41,72 +41,130 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="attnstudy", description="Train seq2seq attention models and test whether their "
-                "attention explains their output (Jain & Wallace 2019 style ablations, tracked in MLflow).")
+    p = _Parser(
+        prog="attnstudy",
+        description="Train seq2seq attention models and test whether their "
+        "attention explains their output (Jain & Wallace 2019 style ablations, tracked in MLflow).",
+    )
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def add_tracking(sp):
-        sp.add_argument("--tracking-uri", metavar="URI", default=None,
-                        help="tracking store: sqlite:///PATH/mlflow.db or http(s)://server (default: the "
-                             "experiment's, else $MLFLOW_TRACKING_URI, else <project>/mlruns/mlflow.db)")
-        sp.add_argument("--tracking-timeout", metavar="SECONDS", type=float, default=None,
-                        help="seconds to wait for a tracking server (default: the experiment's, else 10)")
+        sp.add_argument(
+            "--tracking-uri",
+            metavar="URI",
+            default=None,
+            help="tracking store: sqlite:///PATH/mlflow.db or http(s)://server (default: the "
+            "experiment's, else $MLFLOW_TRACKING_URI, else <project>/mlruns/mlflow.db)",
+        )
+        sp.add_argument(
+            "--tracking-timeout",
+            metavar="SECONDS",
+            type=float,
+            default=None,
+            help="seconds to wait for a tracking server (default: the experiment's, else 10)",
+        )
 
     def add_common(sp, experiment=True):
         if experiment:
             sp.add_argument("experiment", help="experiment TOML file (see experiments/)")
-            sp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                            help="override a config value, e.g. --set training.epochs=3 (repeatable)")
+            sp.add_argument(
+                "--set",
+                dest="overrides",
+                action="append",
+                default=[],
+                metavar="KEY=VALUE",
+                help="override a config value, e.g. --set training.epochs=3 (repeatable)",
+            )
         sp.add_argument("--quiet", action="store_true", help="no progress bars")
         add_tracking(sp)
 
     sp = sub.add_parser("train", help="train every model of an experiment (reusing finished runs)")
     add_common(sp)
-    sp.add_argument("--retrain", action="store_true", help="train even if a finished run has the same model key")
-    sp.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint")
+    sp.add_argument(
+        "--retrain", action="store_true", help="train even if a finished run has the same model key"
+    )
+    sp.add_argument(
+        "--resume", action="store_true", help="continue from the last complete checkpoint"
+    )
 
-    sp = sub.add_parser("run", help="the main job: train what is missing, ablate every model, report")
+    sp = sub.add_parser(
+        "run", help="the main job: train what is missing, ablate every model, report"
+    )
     add_common(sp)
-    sp.add_argument("--retrain", action="store_true", help="train even if a finished run has the same model key")
-    sp.add_argument("--resume", action="store_true",
-                    help="continue the newest interrupted study of this experiment: finished models and "
-                         "ablations are reused, an interrupted training resumes from its checkpoint")
+    sp.add_argument(
+        "--retrain", action="store_true", help="train even if a finished run has the same model key"
+    )
+    sp.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the newest interrupted study of this experiment: finished models and "
+        "ablations are reused, an interrupted training resumes from its checkpoint",
+    )
     sp.add_argument("--no-report", action="store_true", help="skip building the report")
 
     sp = sub.add_parser("predict", help="decode inputs with a stored model")
-    sp.add_argument("model_uri", help="runs:/<run_id>, models:/<name>/<version>, models:/<name>@<alias> or a model folder")
+    sp.add_argument(
+        "model_uri",
+        help="runs:/<run_id>, models:/<name>/<version>, models:/<name>@<alias> or a model folder",
+    )
     sp.add_argument("inputs", nargs="+", help="input strings (a G2P word, a token sequence, …)")
     sp.add_argument("--attention", action="store_true", help="also print the attention matrix")
     sp.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
     sp.add_argument("--json", action="store_true", help="print JSON lines")
-    sp.add_argument("--force", action="store_true", help="also use the model of a run that is not FINISHED")
+    sp.add_argument(
+        "--force", action="store_true", help="also use the model of a run that is not FINISHED"
+    )
     add_tracking(sp)
 
     sp = sub.add_parser("ablate", help="run the ablation battery on a stored model")
-    sp.add_argument("model_uri", help="runs:/<run_id>, models:/<name>/<version> or models:/<name>@<alias>")
-    sp.add_argument("--ablations", default=None,
-                    help=f"comma-separated subset of: {', '.join(ABLATIONS)} (default: all)")
-    sp.add_argument("--n-examples", type=int, default=None, help="test examples to analyse (default 200)")
-    sp.add_argument("--prefix", choices=["greedy", "reference"], default=None, help="prefix policy (default greedy)")
+    sp.add_argument(
+        "model_uri", help="runs:/<run_id>, models:/<name>/<version> or models:/<name>@<alias>"
+    )
+    sp.add_argument(
+        "--ablations",
+        default=None,
+        help=f"comma-separated subset of: {', '.join(ABLATIONS)} (default: all)",
+    )
+    sp.add_argument(
+        "--n-examples", type=int, default=None, help="test examples to analyse (default 200)"
+    )
+    sp.add_argument(
+        "--prefix",
+        choices=["greedy", "reference"],
+        default=None,
+        help="prefix policy (default greedy)",
+    )
     sp.add_argument("--seed", type=int, default=None, help="ablation seed (default 0)")
     sp.add_argument("--quiet", action="store_true", help="no progress bars")
-    sp.add_argument("--force", action="store_true", help="also ablate the model of a run that is not FINISHED")
+    sp.add_argument(
+        "--force", action="store_true", help="also ablate the model of a run that is not FINISHED"
+    )
     add_tracking(sp)
 
-    sp = sub.add_parser("report", help="build the HTML + Markdown report of a study from the tracking store")
+    sp = sub.add_parser(
+        "report", help="build the HTML + Markdown report of a study from the tracking store"
+    )
     g = sp.add_mutually_exclusive_group()
-    g.add_argument("--study", metavar="RUN_ID", help="the study run (default: the latest of the experiment)")
+    g.add_argument(
+        "--study", metavar="RUN_ID", help="the study run (default: the latest of the experiment)"
+    )
     g.add_argument("--experiment", metavar="NAME", help="experiment name (default: quickstart)")
     sp.add_argument("--out", metavar="DIR", help="output folder (default: reports/<experiment>/)")
     add_tracking(sp)
 
     sp = sub.add_parser("ui", help="start the MLflow UI for the project's store")
     sp.add_argument("--port", type=int, default=5000, help="port (default 5000)")
-    sp.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    sp.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
+    )
     sp.add_argument("--experiment", default="quickstart", help="experiment whose runs view to open")
-    sp.add_argument("--tracking-uri", metavar="URI", default=None,
-                    help="the SQLite store to serve: sqlite:///PATH/mlflow.db (default: $MLFLOW_TRACKING_URI, "
-                         "else <project>/mlruns/mlflow.db)")
+    sp.add_argument(
+        "--tracking-uri",
+        metavar="URI",
+        default=None,
+        help="the SQLite store to serve: sqlite:///PATH/mlflow.db (default: $MLFLOW_TRACKING_URI, "
+        "else <project>/mlruns/mlflow.db)",
+    )
     return p
 
 
@@ -115,7 +173,9 @@ def _ablation_config(args) -> AblationConfig:
     if args.ablations is not None:
         names = [a.strip() for a in args.ablations.split(",") if a.strip()]
         if not names:
-            raise UsageError(f"--ablations {args.ablations!r} names no ablation; valid: {', '.join(ABLATIONS)}")
+            raise UsageError(
+                f"--ablations {args.ablations!r} names no ablation; valid: {', '.join(ABLATIONS)}"
+            )
         unknown = [a for a in names if a not in ABLATIONS]
         if unknown:
             raise UsageError(f"unknown ablation {unknown[0]!r}; valid: {', '.join(ABLATIONS)}")
@@ -157,8 +217,11 @@ def _tracking_overrides(args, cfg: ExperimentConfig | None) -> ExperimentConfig 
             raise UsageError(str(err)) from None
     if cfg is None or (uri is None and timeout is None):
         return cfg
-    meta = cfg.experiment.model_copy(update={k: v for k, v in (("tracking_uri", uri), ("tracking_timeout", timeout))
-                                             if v is not None})
+    meta = cfg.experiment.model_copy(
+        update={
+            k: v for k, v in (("tracking_uri", uri), ("tracking_timeout", timeout)) if v is not None
+        }
+    )
     return cfg.model_copy(update={"experiment": meta})
 
 
@@ -173,14 +236,22 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
         uri = args.model_uri
         if args.command == "predict" and args.beam < 1:
             raise UsageError(f"--beam must be at least 1, got {args.beam}")
-        if not (uri.startswith(("runs:/", "models:/")) or (args.command == "predict" and Path(uri).is_dir())):
-            raise UsageError(f"unknown model URI {uri!r}; use runs:/<run_id>, models:/<name>/<version>, "
-                             "models:/<name>@<alias>" + (" or a model folder" if args.command == "predict" else ""))
-        rest = uri[len("models:/"):].strip("/") if uri.startswith("models:/") else None
+        if not (
+            uri.startswith(("runs:/", "models:/"))
+            or (args.command == "predict" and Path(uri).is_dir())
+        ):
+            raise UsageError(
+                f"unknown model URI {uri!r}; use runs:/<run_id>, models:/<name>/<version>, "
+                "models:/<name>@<alias>"
+                + (" or a model folder" if args.command == "predict" else "")
+            )
+        rest = uri[len("models:/") :].strip("/") if uri.startswith("models:/") else None
         if rest is not None and "@" not in rest and not rest.partition("/")[2]:
-            raise UsageError(f"{uri}: give a version, 'latest' or an alias "
-                             "(models:/NAME/1, models:/NAME/latest or models:/NAME@ALIAS)")
-        if uri.startswith("runs:/") and not uri[len("runs:/"):].strip("/"):
+            raise UsageError(
+                f"{uri}: give a version, 'latest' or an alias "
+                "(models:/NAME/1, models:/NAME/latest or models:/NAME@ALIAS)"
+            )
+        if uri.startswith("runs:/") and not uri[len("runs:/") :].strip("/"):
             raise UsageError(f"{uri}: give a run id (runs:/<run_id>)")
         if args.command == "predict" and any(not s.strip() for s in args.inputs):
             raise UsageError("an input is empty: give at least one token per input")
@@ -202,7 +273,9 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
         if args.experiment is not None and not args.experiment.strip():
             raise UsageError("--experiment is empty")
         if args.study is not None and not args.study.strip():
-            raise UsageError("--study is empty; give a study run id, or leave it out for the latest study")
+            raise UsageError(
+                "--study is empty; give a study run id, or leave it out for the latest study"
+            )
     return _tracking_overrides(args, cfg), abl
 
 
@@ -226,15 +299,23 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
 
     progress = not getattr(args, "quiet", False)
     if args.command == "train":
-        runs = api.train_experiment(cfg, retrain=args.retrain, resume=args.resume, progress=progress)
+        runs = api.train_experiment(
+            cfg, retrain=args.retrain, resume=args.resume, progress=progress
+        )
         for r in runs:
             _print_model(r)
         return EXIT_OK
     if args.command == "run":
         text = Path(args.experiment).read_text(encoding="utf-8")
         try:
-            out = api.run(cfg, retrain=args.retrain, progress=progress, config_text=text,
-                          report=not args.no_report, resume=args.resume)
+            out = api.run(
+                cfg,
+                retrain=args.retrain,
+                progress=progress,
+                config_text=text,
+                report=not args.no_report,
+                resume=args.resume,
+            )
         except api.StudyFailedError as err:
             _print_study(err.result)
             return _error_exit(str(err), EXIT_FAILED)
@@ -244,13 +325,21 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
         if Path(args.model_uri).is_dir():
             results = api.predict(args.model_uri, args.inputs, args.beam, args.attention)
         else:
-            results = api.predict(args.model_uri, args.inputs, args.beam, args.attention, tracker=_store(args),
-                                  force=args.force)
+            results = api.predict(
+                args.model_uri,
+                args.inputs,
+                args.beam,
+                args.attention,
+                tracker=_store(args),
+                force=args.force,
+            )
         for r in results:
             if args.json:
                 print(json.dumps(r, ensure_ascii=False))
                 continue
-            note = f"  ({r['n_unknown']} unknown token(s) mapped to <unk>)" if r["n_unknown"] else ""
+            note = (
+                f"  ({r['n_unknown']} unknown token(s) mapped to <unk>)" if r["n_unknown"] else ""
+            )
             print(f"{_printable(r['input'])}\t{_printable(r['output'])}{note}")
             if args.attention and r.get("attention") is not None:
                 src = r["source_tokens"]
@@ -261,7 +350,9 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
                 print("\t(this model has no attention)")
         return EXIT_OK
     if args.command == "ablate":
-        run_id, result = api.ablate(args.model_uri, abl, tracker=_store(args), progress=progress, force=args.force)
+        run_id, result = api.ablate(
+            args.model_uri, abl, tracker=_store(args), progress=progress, force=args.force
+        )
         for k in sorted(result.summary):
             if not k.endswith(("_ci_low", "_ci_high")):
                 print(f"{k}\t{result.summary[k]:.4f}")
@@ -270,7 +361,9 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
         print(f"ablation run: runs:/{run_id}")
         return EXIT_OK
     if args.command == "report":
-        path = api.report(study_id=args.study, experiment=args.experiment, out_dir=args.out, tracker=_store(args))
+        path = api.report(
+            study_id=args.study, experiment=args.experiment, out_dir=args.out, tracker=_store(args)
+        )
         print(f"report: {path}")
         return EXIT_OK
     raise UsageError(f"unknown command {args.command!r}")
@@ -279,14 +372,19 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
 def _printable(text: str) -> str:
     """Control characters (ANSI escapes, tabs, newlines) escaped, so they neither reach the terminal
     nor break the tab-separated output; every other character is kept."""
-    return "".join(ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) == "Cc" else ch
-                   for ch in text)
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) == "Cc" else ch
+        for ch in text
+    )
 
 
 def _print_model(r) -> None:
     keys = [k for k in ("test/per", "test/wer", "test/exact_match") if k in r.metrics]
     summary = ", ".join(f"{k} {r.metrics[k]:.4f}" for k in keys)
-    print(f"{'reused' if r.reused else 'trained'} {r.spec.name}: runs:/{r.run_id}" + (f" ({summary})" if summary else ""))
+    print(
+        f"{'reused' if r.reused else 'trained'} {r.spec.name}: runs:/{r.run_id}"
+        + (f" ({summary})" if summary else "")
+    )
     if r.reused:
         print(f"  reused because the {r.reason}")
 
@@ -294,8 +392,10 @@ def _print_model(r) -> None:
 def _print_study(out) -> None:
     for m in out.models:
         abl = out.ablations.get(m.run_id)
-        print(f"{'reused' if m.reused else 'trained'} {m.spec.name}: runs:/{m.run_id}"
-              + (f", ablations runs:/{abl}" if abl else ", no ablations"))
+        print(
+            f"{'reused' if m.reused else 'trained'} {m.spec.name}: runs:/{m.run_id}"
+            + (f", ablations runs:/{abl}" if abl else ", no ablations")
+        )
     for f in out.failures:
         print(f"failed {f}" + (f": runs:/{f.run_id}" if f.run_id else ""))
     print(f"study: runs:/{out.study_run_id}" + (" (resumed)" if out.resumed else ""))
@@ -307,8 +407,12 @@ def _ui(args) -> int:
     from . import ui
 
     if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"attnstudy: warning: binding {args.host}: the UI (with write access to the store) is "
-              "reachable from other machines", file=sys.stderr, flush=True)
+        print(
+            f"attnstudy: warning: binding {args.host}: the UI (with write access to the store) is "
+            "reachable from other machines",
+            file=sys.stderr,
+            flush=True,
+        )
     proc = None
     try:  # Ctrl-C at any point (imports and store creation included) stops cleanly, the server too
         from .tracking import Tracker, artifact_root, default_tracking_uri
@@ -322,7 +426,10 @@ def _ui(args) -> int:
         proc = ui.start_server(uri, artifact_root(), args.host, args.port)
         base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
         ui.wait_healthy(base, 90, proc)
-        print(f"MLflow UI: {ui.runs_view_url(base, ui.experiment_id_by_name(base, args.experiment))}", flush=True)
+        print(
+            f"MLflow UI: {ui.runs_view_url(base, ui.experiment_id_by_name(base, args.experiment))}",
+            flush=True,
+        )
         print("press Ctrl-C to stop", flush=True)
         proc.wait()
         return EXIT_OK if proc.returncode == 0 else EXIT_FAILED
@@ -373,7 +480,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, request_interrupt)
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when the shell ignores it
+        if (
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):  # not when the shell ignores it
             signal.signal(signal.SIGINT, request_interrupt)
     _install_notices()
     try:
@@ -389,8 +498,11 @@ def main(argv: list[str] | None = None) -> int:
         acknowledge_interrupt()
         try:
             _interrupt_handled()
-            return _error_exit("interrupted; finished runs are kept, the current run is marked KILLED "
-                               "(resume with --resume)", EXIT_FAILED)
+            return _error_exit(
+                "interrupted; finished runs are kept, the current run is marked KILLED "
+                "(resume with --resume)",
+                EXIT_FAILED,
+            )
         except KeyboardInterrupt:  # a second Ctrl-C while the first is reported: still exit 1
             _interrupt_handled()
             return EXIT_FAILED
@@ -403,8 +515,12 @@ def main(argv: list[str] | None = None) -> int:
         from .models.io import ModelLoadError
 
         # what the user named does not exist or is malformed: 2; a run that failed: 1
-        code = EXIT_USAGE if isinstance(err, DataError | LookupError | ModelLoadError) else EXIT_FAILED
-        return _error_exit(f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}", code)
+        code = (
+            EXIT_USAGE if isinstance(err, DataError | LookupError | ModelLoadError) else EXIT_FAILED
+        )
+        return _error_exit(
+            f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}", code
+        )
 
 
 def entry() -> None:

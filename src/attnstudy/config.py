@@ -99,9 +99,23 @@ class DataConfig(_Strict):
     max_target_len: int = Field(1000, ge=1, le=MAX_LEN_BOUND)
     # dates (issue #7; see attnstudy.data.dates): CLDR locales, formats and skeletons; a pair
     # (locale, pattern) is held out (test only) if its locale or its pattern is listed as held out
-    dates_locales: tuple[str, ...] = ("en_US", "en_GB", "de_DE", "fr_FR", "es_ES", "it_IT", "nl_NL", "pt_BR")
+    dates_locales: tuple[str, ...] = (
+        "en_US",
+        "en_GB",
+        "de_DE",
+        "fr_FR",
+        "es_ES",
+        "it_IT",
+        "nl_NL",
+        "pt_BR",
+    )
     dates_heldout_locales: tuple[str, ...] = ()
-    dates_formats: tuple[Literal["short", "medium", "long", "full"], ...] = ("short", "medium", "long", "full")
+    dates_formats: tuple[Literal["short", "medium", "long", "full"], ...] = (
+        "short",
+        "medium",
+        "long",
+        "full",
+    )
     dates_skeletons: tuple[str, ...] = ("yMd", "yMMMd", "yMMMMd", "yMEd", "yMMMEd", "yMMMMEEEEd")
     dates_heldout_patterns: tuple[str, ...] = ()
     dates_start: str = Field("1950-01-01", pattern=r"^\d{4}-\d{2}-\d{2}$")
@@ -121,8 +135,10 @@ class DataConfig(_Strict):
             old = values.pop("tokenization")
             clash = [k for k in ("source_tokenization", "target_tokenization") if k in values]
             if clash:
-                raise ValueError(f"data.tokenization is replaced by data.source_tokenization and "
-                                 f"data.target_tokenization; remove it (it clashes with data.{clash[0]})")
+                raise ValueError(
+                    f"data.tokenization is replaced by data.source_tokenization and "
+                    f"data.target_tokenization; remove it (it clashes with data.{clash[0]})"
+                )
             values["source_tokenization"] = values["target_tokenization"] = old
         return values
 
@@ -151,7 +167,9 @@ class ModelConfig(_Strict):
     embedding_dim: int = Field(64, ge=1, le=4096)
     encoder_hidden: int = Field(128, ge=1, le=8192)
     decoder_hidden: int = Field(256, ge=1, le=8192)
-    attention: Literal["additive", "dot", "general", "concat", "scaled_dot", "multihead", "uniform", "none"] = "additive"
+    attention: Literal[
+        "additive", "dot", "general", "concat", "scaled_dot", "multihead", "uniform", "none"
+    ] = "additive"
     flow: Literal["bahdanau", "luong"] = "bahdanau"
     input_feeding: bool = True
     attention_dim: int = Field(128, ge=1, le=8192)
@@ -217,7 +235,9 @@ class AdversarialConfig(_Strict):
 class AblationConfig(_Strict):
     """Which ablations run, on how many test examples, from which prefix."""
 
-    ablations: list[Literal[ABLATIONS]] = Field(default_factory=lambda: list(ABLATIONS), min_length=1)  # type: ignore[valid-type]
+    ablations: list[Literal[ABLATIONS]] = Field(
+        default_factory=lambda: list(ABLATIONS), min_length=1
+    )  # type: ignore[valid-type]
     n_examples: int = Field(200, ge=1, le=MAX_EXAMPLES)
     prefix: Literal["greedy", "reference"] = "greedy"
     seed: int = Field(0, ge=0, lt=2**63)
@@ -237,11 +257,15 @@ def check_tracking_uri(uri: str) -> str:
     """
     bare = uri.strip()
     if bare in ("sqlite://", "sqlite:///", "sqlite:///:memory:") or bare.endswith(":memory:"):
-        raise ConfigError(f"tracking URI {uri!r} is an in-memory store: nothing would persist; "
-                          "use sqlite:///PATH/mlflow.db or an http(s):// server")
+        raise ConfigError(
+            f"tracking URI {uri!r} is an in-memory store: nothing would persist; "
+            "use sqlite:///PATH/mlflow.db or an http(s):// server"
+        )
     if bare.startswith("file:") or bare.startswith("/"):
-        raise ConfigError(f"tracking URI {uri!r} is a file store, which MLflow 3 does not open by default; "
-                         "use sqlite:///PATH/mlflow.db or an http(s):// server")
+        raise ConfigError(
+            f"tracking URI {uri!r} is a file store, which MLflow 3 does not open by default; "
+            "use sqlite:///PATH/mlflow.db or an http(s):// server"
+        )
     return uri
 
 
@@ -256,7 +280,9 @@ class ExperimentMeta(_Strict):
     @classmethod
     def _not_dots(cls, v: str) -> str:
         if set(v) == {"."}:
-            raise ValueError(f"experiment.name {v!r} is only dots; it names folders, so use letters or digits")
+            raise ValueError(
+                f"experiment.name {v!r} is only dots; it names folders, so use letters or digits"
+            )
         return v
 
     @field_validator("tracking_uri")
@@ -278,12 +304,37 @@ class ModelVariant(_Strict):
 COMMON_DATA_FIELDS = ("task", "n_train", "n_dev", "n_test")
 TASK_DATA_FIELDS: dict[str, tuple[str, ...]] = {
     **{t: ("data_seed", "vocab_size", "min_len", "max_len") for t in SYNTHETIC_TASKS},
-    "g2p": ("keep_stress", "split_salt", "g2p_split_key", "g2p_test_words", "g2p_dev_fraction",
-            "g2p_alignments", "g2p_aligner"),
-    "tsv": ("train_path", "dev_path", "test_path", "source_tokenization", "target_tokenization",
-            "alignment_base", "max_source_len", "max_target_len"),
-    "dates": ("data_seed", "dates_locales", "dates_heldout_locales", "dates_formats", "dates_skeletons",
-              "dates_heldout_patterns", "dates_start", "dates_end", "dates_native_digits", "dates_n_heldout"),
+    "g2p": (
+        "keep_stress",
+        "split_salt",
+        "g2p_split_key",
+        "g2p_test_words",
+        "g2p_dev_fraction",
+        "g2p_alignments",
+        "g2p_aligner",
+    ),
+    "tsv": (
+        "train_path",
+        "dev_path",
+        "test_path",
+        "source_tokenization",
+        "target_tokenization",
+        "alignment_base",
+        "max_source_len",
+        "max_target_len",
+    ),
+    "dates": (
+        "data_seed",
+        "dates_locales",
+        "dates_heldout_locales",
+        "dates_formats",
+        "dates_skeletons",
+        "dates_heldout_patterns",
+        "dates_start",
+        "dates_end",
+        "dates_native_digits",
+        "dates_n_heldout",
+    ),
 }
 """The data fields each task reads (the rest are ignored by it: not logged, not in the model key)."""
 NOT_IN_MODEL_KEY = {"data.train_path", "data.dev_path", "data.test_path", "training.threads"}
@@ -293,14 +344,25 @@ MAX_PARAM_CHARS = 6000
 """MLflow's limit on a param value."""
 
 
-def _section_fields(section: str, cfg: BaseModel, task: str, model: ModelConfig | None = None) -> list[str]:
+def _section_fields(
+    section: str, cfg: BaseModel, task: str, model: ModelConfig | None = None
+) -> list[str]:
     """Names of the fields of one section that the task and architecture use."""
     if section == "data":
         return [*COMMON_DATA_FIELDS, *TASK_DATA_FIELDS[task]]
     if section == "model":
         m = cfg
-        names = ["cell", "bidirectional", "layers", "embedding_dim", "encoder_hidden", "decoder_hidden",
-                 "attention", "flow", "dropout"]
+        names = [
+            "cell",
+            "bidirectional",
+            "layers",
+            "embedding_dim",
+            "encoder_hidden",
+            "decoder_hidden",
+            "attention",
+            "flow",
+            "dropout",
+        ]
         if m.flow == "luong":
             names.append("input_feeding")
         if m.attention in ("additive", "concat", "scaled_dot", "multihead"):
@@ -354,7 +416,11 @@ class RunSpec(_Strict):
         Args:
             data_digest: hex SHA-256 of the train/dev/test examples.
         """
-        payload: dict[str, Any] = {"schema": SCHEMA_VERSION, "seed": self.seed, "data_digest": data_digest}
+        payload: dict[str, Any] = {
+            "schema": SCHEMA_VERSION,
+            "seed": self.seed,
+            "data_digest": data_digest,
+        }
         for section, fields in self.used_fields().items():
             model_fields = type(getattr(self, section)).model_fields
             kept = {}
@@ -362,7 +428,11 @@ class RunSpec(_Strict):
                 if f"{section}.{name}" in NOT_IN_MODEL_KEY:
                     continue
                 extra = model_fields[name].json_schema_extra or {}
-                if isinstance(extra, dict) and "key_neutral" in extra and value == extra["key_neutral"]:
+                if (
+                    isinstance(extra, dict)
+                    and "key_neutral" in extra
+                    and value == extra["key_neutral"]
+                ):
                     continue
                 kept[name] = value
             payload[section] = kept
@@ -411,8 +481,10 @@ def migrate_run_config(raw: dict[str, Any]) -> dict[str, Any]:
     raw = copy.deepcopy(raw)
     version = int(raw.get("schema_version", 1))
     if version > SCHEMA_VERSION:
-        raise ValueError(f"the model config has schema_version {version}, newer than this attnstudy "
-                         f"({SCHEMA_VERSION}); upgrade attnstudy to load it")
+        raise ValueError(
+            f"the model config has schema_version {version}, newer than this attnstudy "
+            f"({SCHEMA_VERSION}); upgrade attnstudy to load it"
+        )
     if version < 2:
         data = raw.setdefault("data", {})
         tok = data.pop("tokenization", "chars")
@@ -494,11 +566,13 @@ def _describe(err: ValidationError, prefix: str = "") -> str:
         return f"unknown key '{loc}'" + (f" (valid keys: {valid})" if valid else "")
     msg = e["msg"]
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, ") :]
     given = e.get("input")
     if e["type"] in ("literal_error", "enum"):
         return f"{loc}: unknown value {given!r}; {msg[0].lower() + msg[1:]}"
-    return f"{loc}: {msg}" + (f" (got {given!r})" if not isinstance(given, dict) and given is not None else "")
+    return f"{loc}: {msg}" + (
+        f" (got {given!r})" if not isinstance(given, dict) and given is not None else ""
+    )
 
 
 describe_error = _describe
@@ -518,8 +592,14 @@ def _fields_at(title: str, loc: tuple) -> list[str]:
         sub = getattr(field, "annotation", None) if field else None
         if isinstance(sub, type) and issubclass(sub, BaseModel):
             model = sub
-        elif str(part) in ("data", "model", "training") and model in (ExperimentConfig, ModelVariant, RunSpec):
-            model = {"data": DataConfig, "model": ModelConfig, "training": TrainingConfig}[str(part)]
+        elif str(part) in ("data", "model", "training") and model in (
+            ExperimentConfig,
+            ModelVariant,
+            RunSpec,
+        ):
+            model = {"data": DataConfig, "model": ModelConfig, "training": TrainingConfig}[
+                str(part)
+            ]
         else:
             return []
     return list(model.model_fields)
@@ -563,7 +643,9 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
                 try:
                     node = node[int(part)]
                 except (ValueError, IndexError):
-                    raise ConfigError(f"--set {item}: no list entry {part!r} in '{'.'.join(path[:i])}'") from None
+                    raise ConfigError(
+                        f"--set {item}: no list entry {part!r} in '{'.'.join(path[:i])}'"
+                    ) from None
             else:
                 node = node.setdefault(part, {})
                 if not isinstance(node, dict | list):
@@ -601,7 +683,9 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     return parse_experiment(raw, overrides or [], source=str(p))
 
 
-def parse_experiment(raw: dict[str, Any], overrides: list[str] | None = None, source: str = "config") -> ExperimentConfig:
+def parse_experiment(
+    raw: dict[str, Any], overrides: list[str] | None = None, source: str = "config"
+) -> ExperimentConfig:
     """Validate a raw experiment dict (see :func:`load_experiment`).
 
     Raises:
@@ -613,7 +697,11 @@ def parse_experiment(raw: dict[str, Any], overrides: list[str] | None = None, so
     except ValidationError as err:
         raise ConfigError(f"{source}: {_describe(err)}") from None
     # the base sections must be valid on their own, so an error names the base, not a variant
-    for section, model in (("data", DataConfig), ("model", ModelConfig), ("training", TrainingConfig)):
+    for section, model in (
+        ("data", DataConfig),
+        ("model", ModelConfig),
+        ("training", TrainingConfig),
+    ):
         try:
             model.model_validate(getattr(cfg, section))
         except ValidationError as err:

@@ -29,7 +29,9 @@ class AttnStudyPyfunc(PythonModel):
     def predict(self, context, model_input: list[str], params=None) -> list[str]:
         from attnstudy.api import predict_loaded
 
-        sources = list(model_input["source"]) if hasattr(model_input, "columns") else list(model_input)
+        sources = (
+            list(model_input["source"]) if hasattr(model_input, "columns") else list(model_input)
+        )
         return [r["output"] for r in predict_loaded(self.loaded, [str(s) for s in sources])]
 
 

@@ -59,7 +59,11 @@ class UnfinishedRunError(LookupError):
     """The named model run is RUNNING, KILLED or FAILED: its model may be incomplete."""
 
 
-OWNER_HOST_TAG, OWNER_PID_TAG, OWNER_START_TAG = "attnstudy.owner.host", "attnstudy.owner.pid", "attnstudy.owner.start"
+OWNER_HOST_TAG, OWNER_PID_TAG, OWNER_START_TAG = (
+    "attnstudy.owner.host",
+    "attnstudy.owner.pid",
+    "attnstudy.owner.start",
+)
 """Tags naming the process that writes a run: host, PID and process start (boot id + start time)."""
 
 
@@ -77,8 +81,11 @@ def owner_tags() -> dict[str, str]:
     """The owner tags of this process."""
     import socket
 
-    return {OWNER_HOST_TAG: socket.gethostname(), OWNER_PID_TAG: str(os.getpid()),
-            OWNER_START_TAG: _process_start(os.getpid()) or "unknown"}
+    return {
+        OWNER_HOST_TAG: socket.gethostname(),
+        OWNER_PID_TAG: str(os.getpid()),
+        OWNER_START_TAG: _process_start(os.getpid()) or "unknown",
+    }
 
 
 def owner_alive(tags: dict[str, str]) -> bool | None:
@@ -115,7 +122,9 @@ def resolve_timeout(timeout: float | None = None) -> float:
     if not (0 < value <= 3600):
         from .config import ConfigError
 
-        raise ConfigError(f"ATTNSTUDY_TRACKING_TIMEOUT={env!r} is not a number of seconds in (0, 3600]")
+        raise ConfigError(
+            f"ATTNSTUDY_TRACKING_TIMEOUT={env!r} is not a number of seconds in (0, 3600]"
+        )
     return value
 
 
@@ -146,10 +155,14 @@ def check_server(uri: str, timeout: float) -> None:
             last = f"HTTP {err.code}"
         except (urllib.error.URLError, OSError, TimeoutError) as err:
             reason = getattr(err, "reason", err)
-            last = "connection refused" if isinstance(reason, ConnectionRefusedError) else "no answer"
+            last = (
+                "connection refused" if isinstance(reason, ConnectionRefusedError) else "no answer"
+            )
         if time.monotonic() >= deadline:
-            raise TrackingError(f"tracking server {uri} did not answer within {timeout:g} s ({last}); "
-                                "start it, or point --tracking-uri / MLFLOW_TRACKING_URI elsewhere")
+            raise TrackingError(
+                f"tracking server {uri} did not answer within {timeout:g} s ({last}); "
+                "start it, or point --tracking-uri / MLFLOW_TRACKING_URI elsewhere"
+            )
         time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
@@ -167,7 +180,10 @@ def project_root() -> Path:
 
 def default_tracking_uri() -> str:
     """``$MLFLOW_TRACKING_URI`` if set, else the project's SQLite store."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlruns' / 'mlflow.db'}"
+    return (
+        os.environ.get("MLFLOW_TRACKING_URI")
+        or f"sqlite:///{project_root() / 'mlruns' / 'mlflow.db'}"
+    )
 
 
 def artifact_root() -> Path:
@@ -177,8 +193,13 @@ def artifact_root() -> Path:
 def git_commit() -> str:
     """The project's git commit, or "unknown"."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project_root(), capture_output=True,
-                             text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=project_root(),
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -206,11 +227,12 @@ class Tracker:
         self.uri = check_tracking_uri(uri or default_tracking_uri())
         self.timeout = resolve_timeout(timeout)
         if self.uri.startswith("sqlite:///"):
-            db = Path(self.uri[len("sqlite:///"):])
+            db = Path(self.uri[len("sqlite:///") :])
             if not create and not db.is_file():
                 raise StoreNotFoundError(
                     f"no tracking store at {self.uri}; point to one with --tracking-uri, MLFLOW_TRACKING_URI "
-                    "or ATTNSTUDY_ROOT (the folder holding mlruns/), or create one with 'attnstudy train'")
+                    "or ATTNSTUDY_ROOT (the folder holding mlruns/), or create one with 'attnstudy train'"
+                )
             self._init_sqlite(db, create)
         elif self.uri.startswith(("http://", "https://")):
             check_server(self.uri, self.timeout)
@@ -236,9 +258,11 @@ class Tracker:
         size = db.stat().st_size if db.is_file() else None
         if (size is None or size == 0) and has_data:
             state = "empty (0 bytes)" if size == 0 else "missing"
-            raise TrackingError(f"the tracking database {db} is {state} but {root} holds artifacts or checkpoints: "
-                                "the database was lost or truncated; restore it from a backup, or move "
-                                f"{root} aside to start a new store")
+            raise TrackingError(
+                f"the tracking database {db} is {state} but {root} holds artifacts or checkpoints: "
+                "the database was lost or truncated; restore it from a backup, or move "
+                f"{root} aside to start a new store"
+            )
         if not create:
             if not os.access(db, os.W_OK) or not os.access(root, os.W_OK):
                 self.uri = f"sqlite:///file:{db}?mode=ro&uri=true"  # SQLite's read-only mode
@@ -255,8 +279,10 @@ class Tracker:
                 finally:
                     fcntl.flock(lock, fcntl.LOCK_UN)
         except OSError as err:
-            raise TrackingError(f"cannot write the tracking store {db}: {err.strerror or err}; "
-                                "choose a writable folder (ATTNSTUDY_ROOT) or set MLFLOW_TRACKING_URI") from None
+            raise TrackingError(
+                f"cannot write the tracking store {db}: {err.strerror or err}; "
+                "choose a writable folder (ATTNSTUDY_ROOT) or set MLFLOW_TRACKING_URI"
+            ) from None
 
     def _create_sqlite(self, db: Path) -> None:
         fd, tmp = tempfile.mkstemp(dir=db.parent, prefix=".mlflow.db.", suffix=".creating")
@@ -267,7 +293,9 @@ class Tracker:
                 MlflowClient(f"sqlite:///{tmp}").search_experiments(max_results=1)
             os.replace(tmp, db)
         except MlflowException as err:
-            raise TrackingError(f"cannot create the tracking store {db}: {_disk_message(err, db.parent)}") from None
+            raise TrackingError(
+                f"cannot create the tracking store {db}: {_disk_message(err, db.parent)}"
+            ) from None
         finally:
             for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
                 Path(leftover).unlink(missing_ok=True)
@@ -277,7 +305,9 @@ class Tracker:
             with deferred_signals():
                 MlflowClient(self.uri).search_experiments(max_results=1)
         except MlflowException as err:
-            raise TrackingError(f"cannot open the tracking store {self.uri}: {_disk_message(err, db.parent)}") from None
+            raise TrackingError(
+                f"cannot open the tracking store {self.uri}: {_disk_message(err, db.parent)}"
+            ) from None
 
     def _call(self, fn, *args, **kwargs):
         """One store call, with signals held (an interrupt never lands inside a database session)
@@ -287,7 +317,9 @@ class Tracker:
             with deferred_signals():
                 return fn(*args, **kwargs)
         except MlflowException as err:
-            raise TrackingError(f"tracking store {self.uri}: {_disk_message(err, project_root() / 'mlruns')}") from None
+            raise TrackingError(
+                f"tracking store {self.uri}: {_disk_message(err, project_root() / 'mlruns')}"
+            ) from None
 
     # --- experiments and runs ----------------------------------------------------------------
     def experiment_id(self, name: str, create: bool = True) -> str | None:
@@ -305,8 +337,13 @@ class Tracker:
         except MlflowException:  # created concurrently by another process
             return self._call(self.client.get_experiment_by_name, name).experiment_id
 
-    def start_run(self, experiment_id: str, name: str, tags: dict[str, str] | None = None,
-                  parent_run_id: str | None = None) -> str:
+    def start_run(
+        self,
+        experiment_id: str,
+        name: str,
+        tags: dict[str, str] | None = None,
+        parent_run_id: str | None = None,
+    ) -> str:
         """Create a run (nested under ``parent_run_id``) and return its id."""
         tags = dict(tags or {}) | owner_tags()
         if parent_run_id:
@@ -336,8 +373,14 @@ class Tracker:
         except BaseException as err:
             message = _first_line(err)
             try:
-                self.set_tags(run_id, {"error.class": type(err).__name__, "error.message": message[:500],
-                                       "mlflow.note.content": f"Failed: {type(err).__name__}: {message}"})
+                self.set_tags(
+                    run_id,
+                    {
+                        "error.class": type(err).__name__,
+                        "error.message": message[:500],
+                        "mlflow.note.content": f"Failed: {type(err).__name__}: {message}",
+                    },
+                )
             except TrackingError:
                 pass  # the store itself failed: ending the run below reports it
             if not hasattr(err, "failed_run_id"):
@@ -356,7 +399,9 @@ class Tracker:
 
     def find_resumable_study(self, experiment_id: str, study_key: str) -> str | None:
         """The newest KILLED or FAILED study run with this study key, or None."""
-        runs = self.search_runs([experiment_id], f"tags.kind = 'study' and tags.study_key = '{study_key}'")
+        runs = self.search_runs(
+            [experiment_id], f"tags.kind = 'study' and tags.study_key = '{study_key}'"
+        )
         for r in runs:
             if r.info.status in ("KILLED", "FAILED"):
                 return r.info.run_id
@@ -365,8 +410,11 @@ class Tracker:
     def finished_ablations(self, study_id: str, ablation_key: str) -> dict[str, str]:
         """Model run id → FINISHED ablation run of this study with this ablation key."""
         exp_id = self.get_run(study_id).info.experiment_id
-        runs = self.search_runs([exp_id], f"tags.kind = 'ablation' and tags.study_id = '{study_id}' and "
-                                f"tags.ablation_key = '{ablation_key}' and attributes.status = 'FINISHED'")
+        runs = self.search_runs(
+            [exp_id],
+            f"tags.kind = 'ablation' and tags.study_id = '{study_id}' and "
+            f"tags.ablation_key = '{ablation_key}' and attributes.status = 'FINISHED'",
+        )
         out: dict[str, str] = {}
         for r in reversed(runs):  # oldest first, so the newest wins
             out[r.data.tags.get("source_run_id", "")] = r.info.run_id
@@ -385,7 +433,7 @@ class Tracker:
         """Log params in batches of 100 (MLflow's per-call limit)."""
         items = [Param(k, str(v)) for k, v in params.items()]
         for i in range(0, len(items), 100):
-            self._call(self.client.log_batch, run_id, params=items[i:i + 100])
+            self._call(self.client.log_batch, run_id, params=items[i : i + 100])
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int = 0) -> None:
         """Log finite metrics in batches (MLflow refuses NaN/inf).
@@ -394,21 +442,29 @@ class Tracker:
         them and its ``nonfinite_metrics`` tag names the keys.
         """
         ts = int(time.time() * 1000)
-        items = [Metric(k, float(v), ts, step) for k, v in metrics.items() if v is not None and _finite(v)]
+        items = [
+            Metric(k, float(v), ts, step)
+            for k, v in metrics.items()
+            if v is not None and _finite(v)
+        ]
         dropped = sorted(k for k, v in metrics.items() if v is not None and not _finite(v))
         if dropped:
             names = self._dropped.setdefault(run_id, set())
             names.update(dropped)
             self._dropped_count[run_id] = self._dropped_count.get(run_id, 0) + len(dropped)
-            items.append(Metric("n_nonfinite_dropped", float(self._dropped_count[run_id]), ts, step))
+            items.append(
+                Metric("n_nonfinite_dropped", float(self._dropped_count[run_id]), ts, step)
+            )
             self.set_tags(run_id, {"nonfinite_metrics": ",".join(sorted(names))[:5000]})
         for i in range(0, len(items), 1000):
-            self._call(self.client.log_batch, run_id, metrics=items[i:i + 1000])
+            self._call(self.client.log_batch, run_id, metrics=items[i : i + 1000])
 
     def log_artifact(self, run_id: str, path: str | Path, artifact_path: str | None = None) -> None:
         self._call(self.client.log_artifact, run_id, str(path), artifact_path)
 
-    def log_artifacts(self, run_id: str, directory: str | Path, artifact_path: str | None = None) -> None:
+    def log_artifacts(
+        self, run_id: str, directory: str | Path, artifact_path: str | None = None
+    ) -> None:
         self._call(self.client.log_artifacts, run_id, str(directory), artifact_path)
 
     def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
@@ -440,10 +496,20 @@ class Tracker:
             local = self._call(self.client.download_artifacts, run_id, artifact_file, tmp)
             return pd.read_parquet(local) if local.endswith(".parquet") else pd.read_csv(local)
 
-    def search_runs(self, experiment_ids: list[str], filter_string: str = "", order_by: list[str] | None = None,
-                    max_results: int = 1000):
-        return self._call(self.client.search_runs, experiment_ids, filter_string,
-                          max_results=max_results, order_by=order_by or ["attributes.start_time DESC"])
+    def search_runs(
+        self,
+        experiment_ids: list[str],
+        filter_string: str = "",
+        order_by: list[str] | None = None,
+        max_results: int = 1000,
+    ):
+        return self._call(
+            self.client.search_runs,
+            experiment_ids,
+            filter_string,
+            max_results=max_results,
+            order_by=order_by or ["attributes.start_time DESC"],
+        )
 
     def get_run(self, run_id: str):
         return self._call(self.client.get_run, run_id)
@@ -457,10 +523,16 @@ class Tracker:
         store, or None (a run whose files were deleted is not reused)."""
         from .models.io import MODEL_FILES
 
-        runs = self.search_runs([experiment_id], f"tags.model_key = '{model_key}' and "
-                                "tags.kind = 'model' and attributes.status = 'FINISHED'", max_results=20)
+        runs = self.search_runs(
+            [experiment_id],
+            f"tags.model_key = '{model_key}' and "
+            "tags.kind = 'model' and attributes.status = 'FINISHED'",
+            max_results=20,
+        )
         for r in runs:
-            if all(self.has_artifact(r.info.run_id, f"{MODEL_ARTIFACT_DIR}/{f}") for f in MODEL_FILES):
+            if all(
+                self.has_artifact(r.info.run_id, f"{MODEL_ARTIFACT_DIR}/{f}") for f in MODEL_FILES
+            ):
                 return r
         return None
 
@@ -495,16 +567,26 @@ class Tracker:
             local = Path(tmp) / "pyfunc"
             with deferred_signals():
                 mlflow.pyfunc.save_model(
-                    path=str(local), python_model=str(package / "serving.py"),
+                    path=str(local),
+                    python_model=str(package / "serving.py"),
                     artifacts={p.stem: str(p) for p in sorted(files.iterdir()) if p.is_file()},
-                    code_paths=[str(package)], pip_requirements=pinned_requirements())
+                    code_paths=[str(package)],
+                    pip_requirements=pinned_requirements(),
+                )
             _strip_machine_paths(local / "MLmodel")
             exp_id = self.get_run(run_id).info.experiment_id
-            model = self._call(self.client.create_logged_model, exp_id, name=name, source_run_id=run_id,
-                               tags={"attnstudy.kind": "model"})
+            model = self._call(
+                self.client.create_logged_model,
+                exp_id,
+                name=name,
+                source_run_id=run_id,
+                tags={"attnstudy.kind": "model"},
+            )
             try:
                 self._call(self.client.log_model_artifacts, model.model_id, str(local))
-                self._call(self.client.finalize_logged_model, model.model_id, LoggedModelStatus.READY)
+                self._call(
+                    self.client.finalize_logged_model, model.model_id, LoggedModelStatus.READY
+                )
             except BaseException:
                 with deferred_signals():
                     try:
@@ -515,8 +597,14 @@ class Tracker:
         self._call(self.client.log_outputs, run_id, [LoggedModelOutput(model.model_id, 0)])
         return model.model_id
 
-    def register_model(self, run_id: str, model_id: str, name: str, tags: dict[str, str] | None = None,
-                       description: str | None = None) -> str:
+    def register_model(
+        self,
+        run_id: str,
+        model_id: str,
+        name: str,
+        tags: dict[str, str] | None = None,
+        description: str | None = None,
+    ) -> str:
         """Register a FINISHED run's logged model as a new version of ``name``.
 
         Called only after the run has ended FINISHED, so a version never points at a killed run.
@@ -531,7 +619,9 @@ class Tracker:
         """
         status = self.get_run(run_id).info.status
         if status != "FINISHED":
-            raise TrackingError(f"run {run_id} is {status}; only a FINISHED run's model is registered")
+            raise TrackingError(
+                f"run {run_id} is {status}; only a FINISHED run's model is registered"
+            )
         with deferred_signals():
             created = False
             try:
@@ -539,12 +629,20 @@ class Tracker:
                 created = True
             except MlflowException as err:
                 if err.error_code != "RESOURCE_ALREADY_EXISTS":
-                    raise TrackingError(f"could not register model {name!r}: {_first_line(err)}") from None
+                    raise TrackingError(
+                        f"could not register model {name!r}: {_first_line(err)}"
+                    ) from None
             try:
                 # MLflow resolves a models:/<id> source through the process-wide URI: point it here
                 with _process_uri(self.uri):
-                    mv = self.client.create_model_version(name, source=f"models:/{model_id}", run_id=run_id,
-                                                          model_id=model_id, tags=tags, description=description)
+                    mv = self.client.create_model_version(
+                        name,
+                        source=f"models:/{model_id}",
+                        run_id=run_id,
+                        model_id=model_id,
+                        tags=tags,
+                        description=description,
+                    )
             except BaseException as err:
                 if created:
                     try:
@@ -553,11 +651,15 @@ class Tracker:
                     except MlflowException:
                         pass
                 if isinstance(err, MlflowException):
-                    raise TrackingError(f"could not register model {name!r}: {_first_line(err)}") from None
+                    raise TrackingError(
+                        f"could not register model {name!r}: {_first_line(err)}"
+                    ) from None
                 raise
         return str(mv.version)
 
-    def download_model_dir(self, uri: str, dst: str | Path, allow_unfinished: bool = False) -> tuple[str, Path]:
+    def download_model_dir(
+        self, uri: str, dst: str | Path, allow_unfinished: bool = False
+    ) -> tuple[str, Path]:
         """Resolve ``runs:/<id>[/path]``, ``models:/<name>/<version>``, ``models:/<name>/latest`` or
         ``models:/<name>@<alias>`` and download only the weight, config and vocabulary files.
 
@@ -579,8 +681,9 @@ class Tracker:
             try:
                 local = Path(self.client.download_artifacts(run_id, f"{sub}/{f}", str(dst))).parent
             except (MlflowException, OSError):
-                raise ModelNotFoundError(f"{uri}: run {run_id} has no model file {sub}/{f}; "
-                                         "is it a trained-model run?") from None
+                raise ModelNotFoundError(
+                    f"{uri}: run {run_id} has no model file {sub}/{f}; is it a trained-model run?"
+                ) from None
         return run_id, local
 
     def _lookup(self, fn, *args, what: str):
@@ -591,13 +694,16 @@ class Tracker:
             with deferred_signals():
                 return fn(*args)
         except MlflowException as err:
-            if err.error_code in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND") or \
-                    (err.error_code == "INVALID_PARAMETER_VALUE" and not self.uri.startswith("http")):
+            if err.error_code in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND") or (
+                err.error_code == "INVALID_PARAMETER_VALUE" and not self.uri.startswith("http")
+            ):
                 raise ModelNotFoundError(f"{what} in {self.uri}") from None
             code = re.search(r"\b([45]\d\d)\b", str(err))
             answer = f"it answered HTTP {code.group(1)}" if code else _first_line(err)
-            raise TrackingError(f"tracking store {self.uri} failed ({answer}) while looking for "
-                                f"{what.split(': ', 1)[-1].removeprefix('no ')}; check the server") from None
+            raise TrackingError(
+                f"tracking store {self.uri} failed ({answer}) while looking for "
+                f"{what.split(': ', 1)[-1].removeprefix('no ')}; check the server"
+            ) from None
 
     def resolve_model_uri(self, uri: str, allow_unfinished: bool = False) -> tuple[str, str]:
         """(run_id, artifact sub-path holding the model files) for a model URI.
@@ -609,44 +715,69 @@ class Tracker:
         from .config import ConfigError
 
         if uri.startswith("runs:/"):
-            parts = uri[len("runs:/"):].strip("/").split("/", 1)
+            parts = uri[len("runs:/") :].strip("/").split("/", 1)
             run_id = parts[0]
             sub = parts[1] if len(parts) > 1 else MODEL_ARTIFACT_DIR
             pieces = sub.split("/")
             if sub.startswith("/") or any(p in ("", ".", "..") for p in pieces):
-                raise ConfigError(f"{uri}: the path inside the run must not hold '..', '.' or empty parts "
-                                  "(it would leave the run); use runs:/<run_id>[/model]")
-            run = self._lookup(self.client.get_run, run_id, what=f"{uri}: no run with id {run_id!r}")
+                raise ConfigError(
+                    f"{uri}: the path inside the run must not hold '..', '.' or empty parts "
+                    "(it would leave the run); use runs:/<run_id>[/model]"
+                )
+            run = self._lookup(
+                self.client.get_run, run_id, what=f"{uri}: no run with id {run_id!r}"
+            )
         elif uri.startswith("models:/"):
-            rest = uri[len("models:/"):].strip("/")
+            rest = uri[len("models:/") :].strip("/")
             if "@" in rest:
                 name, alias = rest.split("@", 1)
-                mv = self._lookup(self.client.get_model_version_by_alias, name, alias,
-                                  what=f"{uri}: no registered model {name!r} with alias {alias!r}")
+                mv = self._lookup(
+                    self.client.get_model_version_by_alias,
+                    name,
+                    alias,
+                    what=f"{uri}: no registered model {name!r} with alias {alias!r}",
+                )
             else:
                 name, _, version = rest.partition("/")
                 if not name or not version:
-                    raise ConfigError(f"{uri}: give a version, 'latest' or an alias "
-                                      "(models:/NAME/1, models:/NAME/latest or models:/NAME@ALIAS)")
+                    raise ConfigError(
+                        f"{uri}: give a version, 'latest' or an alias "
+                        "(models:/NAME/1, models:/NAME/latest or models:/NAME@ALIAS)"
+                    )
                 if version == "latest":
-                    versions = self._lookup(self.client.search_model_versions, f"name = '{name}'",
-                                            what=f"{uri}: no registered model {name!r}")
+                    versions = self._lookup(
+                        self.client.search_model_versions,
+                        f"name = '{name}'",
+                        what=f"{uri}: no registered model {name!r}",
+                    )
                     if not versions:
-                        raise ModelNotFoundError(f"{uri}: no registered model {name!r} in {self.uri}")
+                        raise ModelNotFoundError(
+                            f"{uri}: no registered model {name!r} in {self.uri}"
+                        )
                     mv = max(versions, key=lambda v: int(v.version))
                 else:
-                    mv = self._lookup(self.client.get_model_version, name, version,
-                                      what=f"{uri}: no version {version!r} of registered model {name!r}")
+                    mv = self._lookup(
+                        self.client.get_model_version,
+                        name,
+                        version,
+                        what=f"{uri}: no version {version!r} of registered model {name!r}",
+                    )
             if not mv.run_id:
                 raise ModelNotFoundError(f"{uri}: the model version has no source run")
             run_id, sub = mv.run_id, MODEL_ARTIFACT_DIR
-            run = self._lookup(self.client.get_run, run_id, what=f"{uri}: its run {run_id!r} is gone")
+            run = self._lookup(
+                self.client.get_run, run_id, what=f"{uri}: its run {run_id!r} is gone"
+            )
         else:
-            raise ConfigError(f"unknown model URI {uri!r}; use runs:/<run_id>, models:/<name>/<version> "
-                              "or models:/<name>@<alias>")
+            raise ConfigError(
+                f"unknown model URI {uri!r}; use runs:/<run_id>, models:/<name>/<version> "
+                "or models:/<name>@<alias>"
+            )
         if run.info.status != "FINISHED" and not allow_unfinished:
-            raise UnfinishedRunError(f"{uri}: run {run_id} is {run.info.status}{self._owner_note(run)}: its "
-                                     "model may be incomplete; use --force to use it anyway")
+            raise UnfinishedRunError(
+                f"{uri}: run {run_id} is {run.info.status}{self._owner_note(run)}: its "
+                "model may be incomplete; use --force to use it anyway"
+            )
         return run_id, sub
 
     # --- owners of running runs --------------------------------------------------------------
@@ -657,7 +788,11 @@ class Tracker:
         pid = run.data.tags.get(OWNER_PID_TAG, "?")
         if alive is None:
             return f" (owner PID {pid} on {run.data.tags.get(OWNER_HOST_TAG, 'another host')})"
-        return f" (still being written by PID {pid})" if alive else f" (its process {pid} is gone: it was killed)"
+        return (
+            f" (still being written by PID {pid})"
+            if alive
+            else f" (its process {pid} is gone: it was killed)"
+        )
 
     def reconcile_orphans(self, experiment_id: str) -> list[str]:
         """Mark RUNNING runs whose owner process (on this host) is gone as KILLED.
@@ -673,10 +808,15 @@ class Tracker:
         for r in runs:
             if owner_alive(r.data.tags) is False:
                 pid = r.data.tags.get(OWNER_PID_TAG)
-                self.set_tags(r.info.run_id, {"error.class": "OwnerGone",
-                                              "error.message": f"process {pid} ended without closing the run",
-                                              "mlflow.note.content": f"Killed: process {pid} ended without "
-                                                                     "closing the run (marked by a later process)"})
+                self.set_tags(
+                    r.info.run_id,
+                    {
+                        "error.class": "OwnerGone",
+                        "error.message": f"process {pid} ended without closing the run",
+                        "mlflow.note.content": f"Killed: process {pid} ended without "
+                        "closing the run (marked by a later process)",
+                    },
+                )
                 self.end_run(r.info.run_id, "KILLED")
                 closed.append(r.info.run_id)
         return closed
@@ -700,7 +840,9 @@ def pinned_requirements() -> list[str]:
         if req.marker is not None and "extra" in str(req.marker):
             continue
         try:
-            out.append(f"{req.name}=={Version(version(req.name)).public}")  # torch 2.13.0+cpu → 2.13.0
+            out.append(
+                f"{req.name}=={Version(version(req.name)).public}"
+            )  # torch 2.13.0+cpu → 2.13.0
         except PackageNotFoundError:
             out.append(str(req))
     return out

@@ -61,18 +61,29 @@ def early_stopping_metric(spec: RunSpec) -> str:
 def max_decode_len(spec: RunSpec, src_len: int) -> int:
     """Step budget (EOS included) for free-running decoding of a source of ``src_len`` tokens:
     ``ceil(training.max_decode_factor × src_len) + 2``, at most ``data.max_target_len + 1``."""
-    return min(int(math.ceil(spec.training.max_decode_factor * src_len)) + 2, spec.data.max_target_len + 1)
+    return min(
+        int(math.ceil(spec.training.max_decode_factor * src_len)) + 2, spec.data.max_target_len + 1
+    )
 
 
-def translate(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab,
-              spec: RunSpec, beam_size: int = 1, batch_size: int = 256) -> list[list[str]]:
+def translate(
+    model: Seq2Seq,
+    examples: Sequence[Example],
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    spec: RunSpec,
+    beam_size: int = 1,
+    batch_size: int = 256,
+) -> list[list[str]]:
     """Decode ``examples`` (greedy, or beam search when ``beam_size`` > 1); tokens without EOS."""
     hyps: list[list[str] | None] = [None] * len(examples)
     with eval_mode(model), torch.no_grad():
         for batch in make_batches(list(examples), src_vocab, tgt_vocab, batch_size, shuffle=False):
             max_len = max_decode_len(spec, int(batch.src_lengths.max()))
             if beam_size > 1:
-                budgets = torch.tensor([max_decode_len(spec, n) for n in batch.src_lengths.tolist()])
+                budgets = torch.tensor(
+                    [max_decode_len(spec, n) for n in batch.src_lengths.tolist()]
+                )
                 out = model.beam_search(batch.src, batch.src_lengths, budgets, beam_size)
             else:
                 out = model.greedy(batch.src, batch.src_lengths, max_len)
@@ -82,27 +93,51 @@ def translate(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt
     return hyps  # type: ignore[return-value]
 
 
-def dev_loss(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab,
-             batch_size: int = 256) -> float:
+def dev_loss(
+    model: Seq2Seq,
+    examples: Sequence[Example],
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    batch_size: int = 256,
+) -> float:
     """Mean per-token cross-entropy (nats) under teacher forcing."""
     total, tokens = 0.0, 0
     with eval_mode(model), torch.no_grad():
         for batch in make_batches(list(examples), src_vocab, tgt_vocab, batch_size, shuffle=False):
             logits = model(batch.src, batch.src_lengths, batch.tgt_in)
-            total += float(nn.functional.cross_entropy(logits.transpose(1, 2), batch.tgt_out,
-                                                      ignore_index=PAD_ID, reduction="sum"))
+            total += float(
+                nn.functional.cross_entropy(
+                    logits.transpose(1, 2), batch.tgt_out, ignore_index=PAD_ID, reduction="sum"
+                )
+            )
             tokens += int((batch.tgt_out != PAD_ID).sum())
     return total / max(tokens, 1)
 
 
-def evaluate_split(model: Seq2Seq, examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab,
-                   spec: RunSpec, beam_size: int = 1) -> tuple[dict[str, float], list[list[str]]]:
+def evaluate_split(
+    model: Seq2Seq,
+    examples: Sequence[Example],
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    spec: RunSpec,
+    beam_size: int = 1,
+) -> tuple[dict[str, float], list[list[str]]]:
     """Task metrics (metrics.evaluate) of greedy or beam decoding, and the hypotheses."""
     hyps = translate(model, examples, src_vocab, tgt_vocab, spec, beam_size)
     return evaluate(hyps, list(examples)), hyps
 
 
-CHECKPOINT_KEYS = {"model", "optimizer", "rng", "epoch", "history", "best", "best_epoch", "bad_epochs", "best_state"}
+CHECKPOINT_KEYS = {
+    "model",
+    "optimizer",
+    "rng",
+    "epoch",
+    "history",
+    "best",
+    "best_epoch",
+    "bad_epochs",
+    "best_state",
+}
 
 
 class CheckpointError(RuntimeError):
@@ -171,8 +206,10 @@ def checkpoint_lock(directory: str | Path) -> Iterator[Path]:
         except BlockingIOError:
             f.seek(0)
             pid = f.read().strip() or "?"
-            raise TrainingConflictError(f"this model (checkpoint folder {d}) is already being trained by PID {pid}; "
-                                        "wait for it to finish (its run will then be reused)") from None
+            raise TrainingConflictError(
+                f"this model (checkpoint folder {d}) is already being trained by PID {pid}; "
+                "wait for it to finish (its run will then be reused)"
+            ) from None
         f.seek(0)
         f.truncate()
         f.write(str(os.getpid()))
@@ -188,13 +225,26 @@ def _make_scheduler(spec: RunSpec, optimizer: torch.optim.Optimizer):
     if t.scheduling == "constant":
         return None
     return torch.optim.lr_scheduler.ReduceLROnPlateau(
-        optimizer, mode="min", factor=t.decrease_factor, patience=t.scheduling_patience, min_lr=t.min_lr,
-        threshold=0.0, threshold_mode="abs")  # strict improvement, as early stopping; sign-safe
+        optimizer,
+        mode="min",
+        factor=t.decrease_factor,
+        patience=t.scheduling_patience,
+        min_lr=t.min_lr,
+        threshold=0.0,
+        threshold_mode="abs",
+    )  # strict improvement, as early stopping; sign-safe
 
 
-def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, checkpoint_dir: str | Path,
-          on_epoch: Callable[[int, dict[str, float]], None] | None = None, resume: bool = False,
-          progress: bool = True) -> TrainResult:
+def train(
+    spec: RunSpec,
+    splits: Splits,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    checkpoint_dir: str | Path,
+    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+    resume: bool = False,
+    progress: bool = True,
+) -> TrainResult:
     """Train one model.
 
     Args:
@@ -233,8 +283,10 @@ def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, che
         try:
             model.load_state_dict(ckpt["model"])
         except RuntimeError as err:
-            raise CheckpointError(f"checkpoint {ckpt_path} does not fit this model "
-                                  f"({str(err).splitlines()[0][:160]}); delete it or train without --resume") from None
+            raise CheckpointError(
+                f"checkpoint {ckpt_path} does not fit this model "
+                f"({str(err).splitlines()[0][:160]}); delete it or train without --resume"
+            ) from None
         if scheduler is not None:
             if "scheduler" in ckpt:
                 scheduler.load_state_dict(ckpt["scheduler"])
@@ -244,7 +296,12 @@ def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, che
         optimizer.load_state_dict(ckpt["optimizer"])  # after the replay: the saved lr wins
         torch.set_rng_state(ckpt["rng"])
         start_epoch, history = ckpt["epoch"] + 1, ckpt["history"]
-        best, best_epoch, bad_epochs, best_state = ckpt["best"], ckpt["best_epoch"], ckpt["bad_epochs"], ckpt["best_state"]
+        best, best_epoch, bad_epochs, best_state = (
+            ckpt["best"],
+            ckpt["best_epoch"],
+            ckpt["bad_epochs"],
+            ckpt["best_state"],
+        )
         if on_epoch is not None:  # the resumed run carries the whole history
             for epoch, metrics in enumerate(history, start=1):
                 on_epoch(epoch, metrics)
@@ -255,16 +312,30 @@ def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, che
         if stopped_early:
             break
         model.train()
-        batches = make_batches(splits.train, src_vocab, tgt_vocab, spec.training.batch_size, shuffle=True,
-                               seed=spec.seed * 100_003 + epoch, bucket=spec.training.bucket_batches)
+        batches = make_batches(
+            splits.train,
+            src_vocab,
+            tgt_vocab,
+            spec.training.batch_size,
+            shuffle=True,
+            seed=spec.seed * 100_003 + epoch,
+            bucket=spec.training.bucket_batches,
+        )
         total, tokens = 0.0, 0
-        bar = tqdm(batches, desc=f"{spec.name} epoch {epoch}", leave=False, disable=not progress, unit="batch")
+        bar = tqdm(
+            batches,
+            desc=f"{spec.name} epoch {epoch}",
+            leave=False,
+            disable=not progress,
+            unit="batch",
+        )
         for batch in bar:
             check_interrupt()  # an interrupt a finalizer swallowed is acted on here
             logits = model(batch.src, batch.src_lengths, batch.tgt_in)
             n_tok = int((batch.tgt_out != PAD_ID).sum())
-            loss = nn.functional.cross_entropy(logits.transpose(1, 2), batch.tgt_out,
-                                               ignore_index=PAD_ID, reduction="sum")
+            loss = nn.functional.cross_entropy(
+                logits.transpose(1, 2), batch.tgt_out, ignore_index=PAD_ID, reduction="sum"
+            )
             optimizer.zero_grad(set_to_none=True)
             (loss / n_tok).backward()
             nn.utils.clip_grad_norm_(model.parameters(), spec.training.clip_norm)
@@ -272,15 +343,22 @@ def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, che
             total += loss.item()
             tokens += n_tok
             bar.set_postfix(loss=f"{total / tokens:.3f}")
-        metrics = {"train/loss": total / max(tokens, 1), "train/lr": optimizer.param_groups[0]["lr"],
-                   "dev/loss": dev_loss(model, splits.dev, src_vocab, tgt_vocab)}
+        metrics = {
+            "train/loss": total / max(tokens, 1),
+            "train/lr": optimizer.param_groups[0]["lr"],
+            "dev/loss": dev_loss(model, splits.dev, src_vocab, tgt_vocab),
+        }
         dev_metrics, _ = evaluate_split(model, splits.dev, src_vocab, tgt_vocab, spec)
         metrics.update({f"dev/{k}": v for k, v in dev_metrics.items() if k != "n"})
-        bad = [k for k in ("train/loss", "dev/loss", f"dev/{metric}") if not math.isfinite(metrics[k])]
+        bad = [
+            k for k in ("train/loss", "dev/loss", f"dev/{metric}") if not math.isfinite(metrics[k])
+        ]
         if bad or not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
             what = ", ".join(f"{k} = {metrics[k]}" for k in bad) or "the weights hold NaN/inf"
-            raise NonFiniteError(f"{spec.name} epoch {epoch}: {what}; training diverged (lower training.lr or "
-                                 "training.clip_norm, or resume from an earlier checkpoint)")
+            raise NonFiniteError(
+                f"{spec.name} epoch {epoch}: {what}; training diverged (lower training.lr or "
+                "training.clip_norm, or resume from an earlier checkpoint)"
+            )
         score = sign * metrics[f"dev/{metric}"]
         if score < best:
             best, best_epoch, bad_epochs = score, epoch, 0
@@ -290,15 +368,25 @@ def train(spec: RunSpec, splits: Splits, src_vocab: Vocab, tgt_vocab: Vocab, che
         if scheduler is not None:
             scheduler.step(score)
         history.append(metrics)
-        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                 "rng": torch.get_rng_state(), "epoch": epoch, "history": history, "best": best,
-                 "best_epoch": best_epoch, "bad_epochs": bad_epochs, "best_state": best_state}
+        state = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "rng": torch.get_rng_state(),
+            "epoch": epoch,
+            "history": history,
+            "best": best,
+            "best_epoch": best_epoch,
+            "bad_epochs": bad_epochs,
+            "best_state": best_state,
+        }
         if scheduler is not None:
             state["scheduler"] = scheduler.state_dict()
         _atomic_save(state, ckpt_path)
         if progress:
-            tqdm.write(f"{spec.name} epoch {epoch}: train/loss {metrics['train/loss']:.4f} "
-                       f"dev/{metric} {metrics[f'dev/{metric}']:.4f}")
+            tqdm.write(
+                f"{spec.name} epoch {epoch}: train/loss {metrics['train/loss']:.4f} "
+                f"dev/{metric} {metrics[f'dev/{metric}']:.4f}"
+            )
         if on_epoch is not None:
             on_epoch(epoch, metrics)
         stopped_early = bad_epochs >= spec.training.patience

@@ -34,12 +34,16 @@ def check_host(host: str) -> str:
         ValueError: empty (the server would listen on every interface) or unresolvable.
     """
     if not host.strip():
-        raise ValueError("--host is empty; give an address to bind, e.g. 127.0.0.1 (this machine only)")
+        raise ValueError(
+            "--host is empty; give an address to bind, e.g. 127.0.0.1 (this machine only)"
+        )
     try:
         socket.getaddrinfo(host, None)
     except (socket.gaierror, UnicodeError) as err:
-        raise ValueError(f"--host {host!r} does not resolve ({err.strerror if hasattr(err, 'strerror') else err}); "
-                         "give an address such as 127.0.0.1") from None
+        raise ValueError(
+            f"--host {host!r} does not resolve ({err.strerror if hasattr(err, 'strerror') else err}); "
+            "give an address such as 127.0.0.1"
+        ) from None
     return host
 
 
@@ -49,8 +53,13 @@ def port_in_use(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def start_server(backend_uri: str, artifacts_dir: Path, host: str = "127.0.0.1", port: int = 5000,
-                 log_path: Path | None = None) -> subprocess.Popen:
+def start_server(
+    backend_uri: str,
+    artifacts_dir: Path,
+    host: str = "127.0.0.1",
+    port: int = 5000,
+    log_path: Path | None = None,
+) -> subprocess.Popen:
     """Start ``mlflow server`` in its own process group.
 
     Args:
@@ -63,20 +72,41 @@ def start_server(backend_uri: str, artifacts_dir: Path, host: str = "127.0.0.1",
         The running process (stop it with :func:`stop_server`).
     """
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
-           "--artifacts-destination", artifacts_dir.as_uri(), "--host", host, "--port", str(port),
-           "--workers", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        backend_uri,
+        "--artifacts-destination",
+        artifacts_dir.as_uri(),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+    )
     # the guardian holds the read end of a pipe only this process writes to: when this process ends,
     # however it ends, the guardian stops the server's group (attnstudy.ui_guard)
-    proc.guard = subprocess.Popen([sys.executable, "-m", "attnstudy.ui_guard", str(proc.pid)],  # type: ignore[attr-defined]
-                                  stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  start_new_session=True)
+    proc.guard = subprocess.Popen(
+        [sys.executable, "-m", "attnstudy.ui_guard", str(proc.pid)],  # type: ignore[attr-defined]
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     return proc
 
 
-def wait_healthy(base_url: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+def wait_healthy(
+    base_url: str, timeout: float = 60.0, proc: subprocess.Popen | None = None
+) -> None:
     """Wait until ``GET /health`` answers 200.
 
     Raises:
@@ -156,7 +186,9 @@ def experiment_id_by_name(base_url: str, name: str) -> str | None:
     """Experiment id through the REST API, or None if there is no such experiment."""
     q = urllib.parse.urlencode({"experiment_name": name})
     try:
-        with urllib.request.urlopen(f"{base_url}/api/2.0/mlflow/experiments/get-by-name?{q}", timeout=5) as r:
+        with urllib.request.urlopen(
+            f"{base_url}/api/2.0/mlflow/experiments/get-by-name?{q}", timeout=5
+        ) as r:
             return json.load(r)["experiment"]["experiment_id"]
     except (urllib.error.URLError, OSError, KeyError, ValueError):
         return None

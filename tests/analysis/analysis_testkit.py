@@ -18,7 +18,14 @@ NAMES = symbols(5)
 VOCAB = Vocab.build([NAMES])
 
 # ablations of this helper (adversarial/importance belong to another module)
-OWN_ABLATIONS = ["permutation", "permutation_global", "uniform", "erase_max", "erase_until_flip", "alignment"]
+OWN_ABLATIONS = [
+    "permutation",
+    "permutation_global",
+    "uniform",
+    "erase_max",
+    "erase_until_flip",
+    "alignment",
+]
 
 
 def make_examples(n: int = 9, seed: int = 0) -> list[Example]:
@@ -35,11 +42,24 @@ def make_examples(n: int = 9, seed: int = 0) -> list[Example]:
     return out
 
 
-def tiny_model(attention: str = "additive", flow: str = "bahdanau", seed: int = 0, dropout: float = 0.0,
-               heads: int = 2):
+def tiny_model(
+    attention: str = "additive",
+    flow: str = "bahdanau",
+    seed: int = 0,
+    dropout: float = 0.0,
+    heads: int = 2,
+):
     torch.manual_seed(seed)
-    cfg = ModelConfig(embedding_dim=4, encoder_hidden=3, decoder_hidden=5, attention_dim=4, heads=heads,
-                      dropout=dropout, attention=attention, flow=flow)
+    cfg = ModelConfig(
+        embedding_dim=4,
+        encoder_hidden=3,
+        decoder_hidden=5,
+        attention_dim=4,
+        heads=heads,
+        dropout=dropout,
+        attention=attention,
+        flow=flow,
+    )
     model = build_model(cfg, len(VOCAB), len(VOCAB))
     model.eval()
     return model
@@ -82,8 +102,12 @@ class LinearReadout(nn.Module):
         return logits[:, 0] if single else logits
 
 
-def hand_batch(attention: torch.Tensor, lengths: list[int], examples: list[Example] | None = None,
-               prefix: str = "greedy") -> PreparedBatch:
+def hand_batch(
+    attention: torch.Tensor,
+    lengths: list[int],
+    examples: list[Example] | None = None,
+    prefix: str = "greedy",
+) -> PreparedBatch:
     """A PreparedBatch around a hand-made trace: attention (B, H, T_y, T_x), every step real."""
     b, h, t_y, t_x = attention.shape
     lengths_t = torch.tensor(lengths)
@@ -91,13 +115,33 @@ def hand_batch(attention: torch.Tensor, lengths: list[int], examples: list[Examp
     tgt = torch.full((b, t_y), 4, dtype=torch.long)
     tgt[:, -1] = 2  # EOS at the last step
     if examples is None:
-        examples = [Example(f"h/{i}", tuple("a" * n), tuple("a" * (t_y - 1))) for i, n in enumerate(lengths)]
-    trace = Trace(src=torch.full((b, t_x), 4), src_lengths=lengths_t, pad_mask=pad_mask, tgt_in=tgt, tgt_out=tgt,
-                  step_mask=torch.ones(b, t_y, dtype=torch.bool), logits=torch.zeros(b, t_y, len(VOCAB)),
-                  attention=attention, prefix=torch.zeros(b, t_y, 1), memory=None,
-                  embedded=torch.zeros(b, t_x, 1))
+        examples = [
+            Example(f"h/{i}", tuple("a" * n), tuple("a" * (t_y - 1))) for i, n in enumerate(lengths)
+        ]
+    trace = Trace(
+        src=torch.full((b, t_x), 4),
+        src_lengths=lengths_t,
+        pad_mask=pad_mask,
+        tgt_in=tgt,
+        tgt_out=tgt,
+        step_mask=torch.ones(b, t_y, dtype=torch.bool),
+        logits=torch.zeros(b, t_y, len(VOCAB)),
+        attention=attention,
+        prefix=torch.zeros(b, t_y, 1),
+        memory=None,
+        embedded=torch.zeros(b, t_x, 1),
+    )
     return PreparedBatch(examples, trace, prefix, VOCAB, VOCAB)
 
 
-__all__ = ["NAMES", "VOCAB", "LinearReadout", "OWN_ABLATIONS", "hand_batch", "make_examples", "one_batch",
-           "sharpen", "tiny_model"]
+__all__ = [
+    "NAMES",
+    "VOCAB",
+    "LinearReadout",
+    "OWN_ABLATIONS",
+    "hand_batch",
+    "make_examples",
+    "one_batch",
+    "sharpen",
+    "tiny_model",
+]

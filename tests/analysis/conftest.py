@@ -22,12 +22,17 @@ def vocab() -> Vocab:
 
 @pytest.fixture
 def cfg() -> AblationConfig:
-    return AblationConfig(n_permutations=12, n_random_orders=3, bootstrap_resamples=50, seed=3,
-                          ablations=OWN_ABLATIONS)
+    return AblationConfig(
+        n_permutations=12,
+        n_random_orders=3,
+        bootstrap_resamples=50,
+        seed=3,
+        ablations=OWN_ABLATIONS,
+    )
 
 
-@pytest.fixture(params=[("additive", "bahdanau"), ("multihead", "luong")], ids=["additive", "multihead"])
+@pytest.fixture(
+    params=[("additive", "bahdanau"), ("multihead", "luong")], ids=["additive", "multihead"]
+)
 def model(request):
     return sharpen(tiny_model(*request.param))
-
-

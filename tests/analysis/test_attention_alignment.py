@@ -48,7 +48,10 @@ def _gold_batch(heads: int = 1):
         att[0, 1] = torch.tensor([[0.1, 0.2, 0.7], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]])
         att[0, 0] = 2 * rows - att[0, 1]  # head mean = rows
     gold = Alignment(sure=frozenset({(0, 0)}), possible=frozenset({(1, 1), (2, 1)}))
-    examples = [Example("g/0", ("a", "b", "c"), ("a", "b"), gold), Example("g/1", ("a", "b", "c"), ("a", "b"), None)]
+    examples = [
+        Example("g/0", ("a", "b", "c"), ("a", "b"), gold),
+        Example("g/1", ("a", "b", "c"), ("a", "b"), None),
+    ]
     return hand_batch(att, [3, 3], examples, prefix="reference")
 
 
@@ -65,14 +68,21 @@ def test_run_alignment_by_hand():
     assert g1["alignment_skipped"].all() and g1["alignment_n_hyp"].isna().all()
     # corpus AER from the summed counts: 1 − (1 + 1)/(2 + 1)
     table = out.assign(prefix="reference")
-    summary = summarize(table, pd.DataFrame({"example_id": ["g/0", "g/1"]}), ["alignment"],
-                        {"alignment": "reference"}, CFG)
+    summary = summarize(
+        table,
+        pd.DataFrame({"example_id": ["g/0", "g/1"]}),
+        ["alignment"],
+        {"alignment": "reference"},
+        CFG,
+    )
     assert summary["ablation/alignment/aer"] == pytest.approx(1 / 3)
     assert summary["ablation/alignment/gold_mass"] == pytest.approx(0.55)
     assert summary["ablation/alignment/argmax_on_gold"] == pytest.approx(0.5)
     assert summary["ablation/alignment/n_skipped"] == 3
     assert summary["ablation/alignment/gold_mass_n_undefined"] == 1  # the <eos> step
-    assert summary["ablation/alignment/aer_linked"] == pytest.approx(1 / 3)  # every token has gold links
+    assert summary["ablation/alignment/aer_linked"] == pytest.approx(
+        1 / 3
+    )  # every token has gold links
 
 
 def test_standard_aer_counts_links_of_unaligned_target_tokens():
@@ -83,12 +93,24 @@ def test_standard_aer_counts_links_of_unaligned_target_tokens():
     att = rows.view(1, 1, 4, 3)
     # target tokens 0 and 1 are linked (both hits); token 2 has no gold link; step 3 is <eos>
     gold = Alignment(sure=frozenset({(0, 0), (1, 1)}), possible=frozenset())
-    batch = hand_batch(att, [3], [Example("u/0", ("a", "b", "c"), ("a", "b", "x"), gold)], prefix="reference")
+    batch = hand_batch(
+        att, [3], [Example("u/0", ("a", "b", "c"), ("a", "b", "x"), gold)], prefix="reference"
+    )
     out = run_alignment(TraceOnly(), batch, CFG)
     assert out["alignment_linked"].tolist() == [True, True, False, False]
-    assert out["alignment_n_hyp"].tolist() == [1, 1, 1, 0]  # the unlinked token's link counts, <eos> not
-    summary = summarize(out.assign(prefix="reference"), pd.DataFrame({"example_id": ["u/0"]}), ["alignment"],
-                        {"alignment": "reference"}, CFG)
+    assert out["alignment_n_hyp"].tolist() == [
+        1,
+        1,
+        1,
+        0,
+    ]  # the unlinked token's link counts, <eos> not
+    summary = summarize(
+        out.assign(prefix="reference"),
+        pd.DataFrame({"example_id": ["u/0"]}),
+        ["alignment"],
+        {"alignment": "reference"},
+        CFG,
+    )
     # standard: |A| = 3, |S| = 2, |A∩S| = |A∩P| = 2 → 1 − 4/5; linked targets only: 1 − 4/4
     assert summary["ablation/alignment/aer"] == pytest.approx(0.2)
     assert summary["ablation/alignment/aer_linked"] == pytest.approx(0.0)
@@ -101,7 +123,13 @@ def test_per_head_counts():
     assert g0["alignment_head1_n_hyp_possible"].tolist() == [0, 1, 0]  # head 1 links (2,0), (1,1)
     assert g0["alignment_head1_n_hyp_sure"].tolist() == [0, 0, 0]
     table = out.assign(prefix="reference")
-    s = summarize(table, pd.DataFrame({"example_id": ["g/0", "g/1"]}), ["alignment"], {"alignment": "reference"}, CFG)
+    s = summarize(
+        table,
+        pd.DataFrame({"example_id": ["g/0", "g/1"]}),
+        ["alignment"],
+        {"alignment": "reference"},
+        CFG,
+    )
     assert s["ablation/alignment/aer_head1"] == pytest.approx(1 - 1 / 3)  # (0 + 1)/(2 + 1)
 
 
@@ -113,7 +141,10 @@ def test_alignment_needs_the_reference_prefix(examples):
 
 def test_pharaoh_export():
     batch = _gold_batch()
-    assert to_pharaoh(batch.trace.attention[0], torch.ones(3, dtype=torch.bool), n_target=2) == "0-0 0-1"
+    assert (
+        to_pharaoh(batch.trace.attention[0], torch.ones(3, dtype=torch.bool), n_target=2)
+        == "0-0 0-1"
+    )
     assert batch_to_pharaoh(batch) == {"g/0": "0-0 0-1", "g/1": "0-0 0-1"}
 
 

@@ -26,11 +26,18 @@ def _readout() -> LinearReadout:
 
 
 def _batch():
-    att = torch.tensor([
-        [0.4, 0.3, 0.2, 0.1],  # A = 10, B = 9 → predicts A; flips exactly when position 3 is erased
-        [0.7, 0.3, 0.0, 0.0],  # 2 valid: predicts B, erasing one item never flips
-        [1.0, 0.0, 0.0, 0.0],  # 1 valid: skipped
-    ]).view(3, 1, 1, 4)
+    att = torch.tensor(
+        [
+            [
+                0.4,
+                0.3,
+                0.2,
+                0.1,
+            ],  # A = 10, B = 9 → predicts A; flips exactly when position 3 is erased
+            [0.7, 0.3, 0.0, 0.0],  # 2 valid: predicts B, erasing one item never flips
+            [1.0, 0.0, 0.0, 0.0],  # 1 valid: skipped
+        ]
+    ).view(3, 1, 1, 4)
     return hand_batch(att, [4, 2, 1])
 
 
@@ -41,7 +48,9 @@ def test_erase_until_flip_by_hand():
     out = run_erase_until_flip(_readout(), _batch(), CFG).set_index("example_id")
     r0 = out.loc["h/0"]
     # attention ↓ erases 0, 1, 2 and never reaches position 3 (n_valid − 1 = 3 items at most)
-    assert r0["erase_attn_desc_never_flipped"] == 1.0 and math.isnan(r0["erase_attn_desc_frac_positions"])
+    assert r0["erase_attn_desc_never_flipped"] == 1.0 and math.isnan(
+        r0["erase_attn_desc_frac_positions"]
+    )
     # attention ↑, gradient ↓ and gradient × attention ↓ all erase position 3 first
     for r in ("attn_asc", "grad_desc", "grad_attn_desc"):
         assert r0[f"erase_{r}_never_flipped"] == 0.0
@@ -50,7 +59,9 @@ def test_erase_until_flip_by_hand():
     # random: flips when position 3 is erased, if it is not last
     fracs, masses, never = [], [], []
     for i in range(CFG.n_random_orders):
-        order = torch.randperm(4, generator=step_generator(CFG.seed, "h/0", 0, f"erase_random/{i}")).tolist()
+        order = torch.randperm(
+            4, generator=step_generator(CFG.seed, "h/0", 0, f"erase_random/{i}")
+        ).tolist()
         rank = order.index(3)
         if rank == 3:
             never.append(1.0)
@@ -84,6 +95,7 @@ def test_attention_gradient_by_hand():
 
 def test_erase_max_by_hand():
     out = run_erase_max(_readout(), _batch(), CFG).set_index("example_id")
+
     # row 0 without position 0: α = (.3, .2, .1)/.6 → A = 100·(1/6), B = 10·(5/6)
     def probs(a, b):
         logits = torch.zeros(len(VOCAB))
@@ -102,8 +114,10 @@ def test_erase_until_flip_batch_independent_and_seeded(examples):
     model = sharpen(tiny_model("multihead", "luong"))
     cfg = AblationConfig(n_random_orders=3, seed=1)
     whole = run_erase_until_flip(model, one_batch(model, examples), cfg)
-    parts = pd.concat([run_erase_until_flip(model, one_batch(model, [ex]), cfg) for ex in examples],
-                      ignore_index=True)
+    parts = pd.concat(
+        [run_erase_until_flip(model, one_batch(model, [ex]), cfg) for ex in examples],
+        ignore_index=True,
+    )
     pd.testing.assert_frame_equal(whole, parts, atol=1e-6, rtol=0)
     assert (whole["erase_attn_desc_never_flipped"] == 0).any()  # some steps do flip
     done = whole[~whole["erase_until_flip_skipped"]]

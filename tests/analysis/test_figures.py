@@ -14,13 +14,24 @@ def steps(n=40, variants=("copy additive-bahdanau", "g2p general-luong"), seed=0
     rows = []
     for v in variants:
         for i in range(n):
-            rows.append({"variant": v, "example_id": f"ex{i % 8}", "step": i, "max_attention": rng.uniform(0.1, 1),
-                         "permutation_median_tvd": rng.uniform(0, 0.5), "adversarial_max_jsd": rng.uniform(0, 0.6),
-                         "importance_tau_attn_grad": rng.uniform(-1, 1), "importance_tau_attn_loo": rng.uniform(-1, 1),
-                         "importance_tau_grad_loo": rng.uniform(-1, 1),
-                         "erase_attn_desc_frac_positions": rng.uniform(0, 1), "erase_attn_desc_frac_mass": rng.uniform(0, 1),
-                         "erase_random_frac_positions": rng.uniform(0, 1), "erase_random_frac_mass": rng.uniform(0, 1),
-                         "alignment_gold_mass": rng.uniform(0, 1) if v.startswith("copy") else np.nan})
+            rows.append(
+                {
+                    "variant": v,
+                    "example_id": f"ex{i % 8}",
+                    "step": i,
+                    "max_attention": rng.uniform(0.1, 1),
+                    "permutation_median_tvd": rng.uniform(0, 0.5),
+                    "adversarial_max_jsd": rng.uniform(0, 0.6),
+                    "importance_tau_attn_grad": rng.uniform(-1, 1),
+                    "importance_tau_attn_loo": rng.uniform(-1, 1),
+                    "importance_tau_grad_loo": rng.uniform(-1, 1),
+                    "erase_attn_desc_frac_positions": rng.uniform(0, 1),
+                    "erase_attn_desc_frac_mass": rng.uniform(0, 1),
+                    "erase_random_frac_positions": rng.uniform(0, 1),
+                    "erase_random_frac_mass": rng.uniform(0, 1),
+                    "alignment_gold_mass": rng.uniform(0, 1) if v.startswith("copy") else np.nan,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -28,8 +39,16 @@ def texts(fig):
     return " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
 
 
-@pytest.mark.parametrize("fn", [figures.permutation_by_max_attention, figures.adversarial_by_max_attention,
-                                figures.kendall_tau, figures.erasure_fractions, figures.alignment_vs_ablation])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        figures.permutation_by_max_attention,
+        figures.adversarial_by_max_attention,
+        figures.kendall_tau,
+        figures.erasure_fractions,
+        figures.alignment_vs_ablation,
+    ],
+)
 def test_figures_draw_real_data_and_survive_empty_and_single_groups(fn):
     fig = fn(steps())
     assert isinstance(fig, Figure) and fig.axes
@@ -52,30 +71,60 @@ def test_per_example_alignment_never_pairs_steps_across_prefixes():
     table = figures.per_example_alignment(s)
     assert len(table) == 8
     ex0 = s[s.example_id == "ex0"]
-    assert table.loc[table.example_id == "ex0", "gold_mass"].item() == pytest.approx(ex0.alignment_gold_mass.mean())
+    assert table.loc[table.example_id == "ex0", "gold_mass"].item() == pytest.approx(
+        ex0.alignment_gold_mass.mean()
+    )
 
 
 def test_max_attention_bins_match_jain_wallace():
     b = figures.max_attention_bin(pd.Series([0.0, 0.24, 0.25, 0.5, 0.74, 0.75, 1.0]))
-    assert list(b.astype(str)) == ["[0, .25)", "[0, .25)", "[.25, .5)", "[.5, .75)", "[.5, .75)", "[.75, 1]", "[.75, 1]"]
+    assert list(b.astype(str)) == [
+        "[0, .25)",
+        "[0, .25)",
+        "[.25, .5)",
+        "[.5, .75)",
+        "[.5, .75)",
+        "[.75, 1]",
+        "[.75, 1]",
+    ]
 
 
 def test_accuracy_by_length_and_heatmaps():
-    preds = pd.DataFrame({"task": ["copy"] * 6, "variant": ["a"] * 3 + ["none"] * 3, "src_len": [3, 8, 12] * 2,
-                          "correct": [True, True, False, True, False, False]})
+    preds = pd.DataFrame(
+        {
+            "task": ["copy"] * 6,
+            "variant": ["a"] * 3 + ["none"] * 3,
+            "src_len": [3, 8, 12] * 2,
+            "correct": [True, True, False, True, False, False],
+        }
+    )
     fig = figures.accuracy_by_length(preds)
     assert fig.axes[0].get_ylabel() == "exact match (%)"
-    heat = figures.attention_heatmaps([{"title": "x", "source": list("abc"), "target": ["a", "b", "<eos>"],
-                                        "attention": np.eye(3).tolist(), "adversarial": [None, [0, 1, 0], None],
-                                        "gold": [[0, 0], [1, 1]]}])
+    heat = figures.attention_heatmaps(
+        [
+            {
+                "title": "x",
+                "source": list("abc"),
+                "target": ["a", "b", "<eos>"],
+                "attention": np.eye(3).tolist(),
+                "adversarial": [None, [0, 1, 0], None],
+                "gold": [[0, 0], [1, 1]],
+            }
+        ]
+    )
     images = [im for ax in heat.axes for im in ax.collections if isinstance(im, QuadMesh)]
     assert images and all(im.get_clim() == (0, 1) for im in images)
     assert texts(figures.attention_heatmaps([]))
 
 
 def test_seed_variance_figure_takes_the_suite_columns():
-    df = pd.DataFrame({"variant": ["a"] * 4, "seed_variance_attention_jsd": [0.1, 0.2, 0.3, 0.4],
-                       "seed_variance_output_tvd": [0.0, 0.1, 0.1, 0.2]})
+    df = pd.DataFrame(
+        {
+            "variant": ["a"] * 4,
+            "seed_variance_attention_jsd": [0.1, 0.2, 0.3, 0.4],
+            "seed_variance_output_tvd": [0.0, 0.1, 0.1, 0.2],
+        }
+    )
     fig = figures.seed_variance(df)
     assert fig.axes[0].has_data()
     assert "one seed" in texts(figures.seed_variance(pd.DataFrame()))

@@ -128,7 +128,7 @@ def test_batch_size_changes_nothing(intervention):
     w, valid = _attention()
     rep, empty = fn(w, valid, IDS)
     for b in range(len(LENGTHS)):
-        one, one_empty = fn(w[b:b + 1], valid[b:b + 1], IDS[b:b + 1])
+        one, one_empty = fn(w[b : b + 1], valid[b : b + 1], IDS[b : b + 1])
         torch.testing.assert_close(one[0], rep[b], atol=0, rtol=0)
         if empty is not None:
             assert torch.equal(one_empty[0], empty[b])
@@ -168,7 +168,9 @@ def test_permute_rows_input():
 
 def test_uniform_values():
     valid = torch.tensor([[True, True, True, False], [True, False, False, False]])
-    torch.testing.assert_close(uniform(valid), torch.tensor([[1 / 3, 1 / 3, 1 / 3, 0], [1, 0, 0, 0]]))
+    torch.testing.assert_close(
+        uniform(valid), torch.tensor([[1 / 3, 1 / 3, 1 / 3, 0], [1, 0, 0, 0]])
+    )
 
 
 def test_erase_max_by_hand():
@@ -183,7 +185,9 @@ def test_erase_max_by_hand():
 def test_erase_ranked_by_hand_and_erasing_padding_is_a_no_op():
     w = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.0, 0.0]])
     order = torch.tensor([[3, 1, 0, 2, 4, 5]])
-    torch.testing.assert_close(erase_ranked(w, order, 2).weights, torch.tensor([[0.25, 0.0, 0.75, 0.0, 0.0, 0.0]]))
+    torch.testing.assert_close(
+        erase_ranked(w, order, 2).weights, torch.tensor([[0.25, 0.0, 0.75, 0.0, 0.0, 0.0]])
+    )
     everything = erase_ranked(w, order, 6)
     assert everything.empty.item() and (everything.weights == 0).all()
     padding_first = torch.tensor([[4, 5, 0, 1, 2, 3]])
@@ -202,11 +206,14 @@ def test_one_hot_rejects_padding():
         one_hot(torch.tensor([2]), valid)
 
 
-@pytest.mark.parametrize("bad, match", [
-    (torch.tensor([[[[0.5, 0.4, 0.1]]]]), "padding"),
-    (torch.tensor([[[[0.5, 0.4, 0.0]]]]), "sum to 1"),
-    (torch.tensor([[[[1.5, -0.5, 0.0]]]]), "non-negative"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (torch.tensor([[[[0.5, 0.4, 0.1]]]]), "padding"),
+        (torch.tensor([[[[0.5, 0.4, 0.0]]]]), "sum to 1"),
+        (torch.tensor([[[[1.5, -0.5, 0.0]]]]), "non-negative"),
+    ],
+)
 def test_given_validates(bad, match):
     valid = torch.tensor([[True, True, False]])
     with pytest.raises(ValueError, match=match):

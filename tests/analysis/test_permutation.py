@@ -26,7 +26,9 @@ def test_local_equals_loop_reference(model, examples, cfg, prefix):
     fast = run_permutation(model, batch, cfg)
     slow = permutation_loop_reference(model, batch, cfg)
     pd.testing.assert_frame_equal(fast, slow, atol=1e-6, rtol=0)
-    assert fast["permutation_median_tvd"].max() > 1e-4  # the model is sensitive: not a vacuous check
+    assert (
+        fast["permutation_median_tvd"].max() > 1e-4
+    )  # the model is sensitive: not a vacuous check
     assert fast["permutation_n_identity"].sum() > 0  # two-position sources draw the identity
 
 
@@ -55,7 +57,9 @@ def test_identical_values_make_every_intervention_a_no_op(examples, cfg, attenti
     model = _constant_value_model(attention, flow)
     batch = one_batch(model, examples, "greedy")
     att = batch.trace.attention
-    assert (att.max(-1).values - att.min(-1).values).max() > 0.01 or att.size(-1) > 1  # attention not uniform
+    assert (att.max(-1).values - att.min(-1).values).max() > 0.01 or att.size(
+        -1
+    ) > 1  # attention not uniform
     perm = run_permutation(model, batch, cfg)
     assert perm["permutation_median_tvd"].max() <= 1e-6 and perm["permutation_flip_rate"].max() == 0
     uni = run_uniform(model, batch, cfg)
@@ -85,13 +89,17 @@ def test_same_seed_same_numbers_other_seed_other_numbers(examples, cfg):
     b = run_permutation(model, batch, cfg)
     c = run_permutation(model, batch, cfg.model_copy(update={"seed": cfg.seed + 1}))
     pd.testing.assert_frame_equal(a, b, atol=0, rtol=0)
-    assert not np.allclose(a["permutation_median_tvd"].fillna(0), c["permutation_median_tvd"].fillna(0))
+    assert not np.allclose(
+        a["permutation_median_tvd"].fillna(0), c["permutation_median_tvd"].fillna(0)
+    )
 
 
 def test_batch_composition_changes_nothing(examples, cfg):
     model = sharpen(tiny_model("multihead", "luong"))
     whole = run_permutation(model, one_batch(model, examples), cfg)
-    parts = pd.concat([run_permutation(model, one_batch(model, [ex]), cfg) for ex in examples], ignore_index=True)
+    parts = pd.concat(
+        [run_permutation(model, one_batch(model, [ex]), cfg) for ex in examples], ignore_index=True
+    )
     pd.testing.assert_frame_equal(whole, parts, atol=1e-6, rtol=0)
 
 
@@ -122,17 +130,28 @@ def test_global_permutation(examples, cfg):
     model = sharpen(tiny_model("multihead", "luong"), 4.0)
     batch = one_batch(model, examples, "greedy")
     out = run_permutation_global(model, batch, cfg)
-    assert list(out.columns) == ["example_id", "permutation_global_changed", "permutation_global_edit_distance",
-                                 "permutation_global_exact_original", "permutation_global_exact_permuted"]
-    assert (out["permutation_global_changed"] == (out["permutation_global_edit_distance"] > 0)).all()
+    assert list(out.columns) == [
+        "example_id",
+        "permutation_global_changed",
+        "permutation_global_edit_distance",
+        "permutation_global_exact_original",
+        "permutation_global_exact_permuted",
+    ]
+    assert (
+        out["permutation_global_changed"] == (out["permutation_global_edit_distance"] > 0)
+    ).all()
     # the original output is the model's greedy output
-    hyps = model.greedy(batch.trace.src, batch.trace.src_lengths, 2 * int(batch.trace.src_lengths.max()) + 2)
+    hyps = model.greedy(
+        batch.trace.src, batch.trace.src_lengths, 2 * int(batch.trace.src_lengths.max()) + 2
+    )
     exact = [tuple(VOCAB.itos[i] for i in h) in ex.references for h, ex in zip(hyps, examples)]
     assert out["permutation_global_exact_original"].tolist() == exact
     assert out["permutation_global_changed"].any()  # the untrained model's outputs react
     # batch composition does not matter
-    single = pd.concat([run_permutation_global(model, one_batch(model, [ex], "greedy"), cfg) for ex in examples],
-                       ignore_index=True)
+    single = pd.concat(
+        [run_permutation_global(model, one_batch(model, [ex], "greedy"), cfg) for ex in examples],
+        ignore_index=True,
+    )
     pd.testing.assert_frame_equal(out, single)
 
 
@@ -179,7 +198,9 @@ def test_one_long_example_is_cut_into_step_windows_within_the_budget(monkeypatch
     width = max(batch.trace.attention.size(1) * 1000, batch.trace.logits.size(-1))
     assert len(chunks) > 1
     assert all(len(c.rows) * p * (c.stop - c.start) * width <= local.ELEMENT_BUDGET for c in chunks)
-    assert sum(c.stop - c.start for c in chunks) == 1001  # every real step once (the <eos> step too)
+    assert (
+        sum(c.stop - c.start for c in chunks) == 1001
+    )  # every real step once (the <eos> step too)
     short = Example("long/1", src[:120], src[:120])
     small = one_batch(model, [short])
     cfg = AblationConfig(n_permutations=5)

@@ -15,19 +15,33 @@ from attnstudy.config import AblationConfig
 
 
 def _cfg(**kw) -> AblationConfig:
-    base = dict(n_permutations=8, n_random_orders=2, bootstrap_resamples=50, seed=5, ablations=OWN_ABLATIONS)
+    base = dict(
+        n_permutations=8, n_random_orders=2, bootstrap_resamples=50, seed=5, ablations=OWN_ABLATIONS
+    )
     return AblationConfig(**{**base, **kw})
 
 
 EXPECTED_KEYS = [
-    "ablation/permutation/flip_rate", "ablation/permutation/median_tvd", "ablation/permutation/n_steps",
-    "ablation/permutation/flip_rate_n_undefined", "ablation/permutation/n_skipped",
-    "ablation/uniform/flip_rate", "ablation/uniform/tvd", "ablation/erase_max/flip_rate", "ablation/erase_max/tvd",
-    "ablation/erase_until_flip/attn_desc_never_flipped", "ablation/erase_until_flip/random_never_flipped",
-    "ablation/alignment/aer", "ablation/alignment/gold_mass", "ablation/alignment/argmax_on_gold",
-    "ablation/alignment/aer_head0", "ablation/alignment/aer_head1",
-    "ablation/permutation_global/changed_rate", "ablation/permutation_global/exact_match_drop",
-    "ablation/permutation/median_tvd_ci_low", "ablation/permutation/median_tvd_ci_high",
+    "ablation/permutation/flip_rate",
+    "ablation/permutation/median_tvd",
+    "ablation/permutation/n_steps",
+    "ablation/permutation/flip_rate_n_undefined",
+    "ablation/permutation/n_skipped",
+    "ablation/uniform/flip_rate",
+    "ablation/uniform/tvd",
+    "ablation/erase_max/flip_rate",
+    "ablation/erase_max/tvd",
+    "ablation/erase_until_flip/attn_desc_never_flipped",
+    "ablation/erase_until_flip/random_never_flipped",
+    "ablation/alignment/aer",
+    "ablation/alignment/gold_mass",
+    "ablation/alignment/argmax_on_gold",
+    "ablation/alignment/aer_head0",
+    "ablation/alignment/aer_head1",
+    "ablation/permutation_global/changed_rate",
+    "ablation/permutation_global/exact_match_drop",
+    "ablation/permutation/median_tvd_ci_low",
+    "ablation/permutation/median_tvd_ci_high",
 ]
 
 
@@ -35,11 +49,27 @@ def test_suite_on_a_tiny_untrained_model():
     model = sharpen(tiny_model("multihead", "luong"))
     res = run_suite(model, make_examples(), VOCAB, VOCAB, _cfg(), progress=False, batch_size=4)
     assert isinstance(res, SuiteResult) and res.skipped == {}
-    base_cols = ["example_id", "prefix", "step", "src_len", "target_token", "predicted_token", "is_eos",
-                 "max_attention", "attention_entropy"]
+    base_cols = [
+        "example_id",
+        "prefix",
+        "step",
+        "src_len",
+        "target_token",
+        "predicted_token",
+        "is_eos",
+        "max_attention",
+        "attention_entropy",
+    ]
     assert list(res.table.columns[: len(base_cols)]) == base_cols
-    for col in ["permutation_median_tvd", "permutation_flip_rate", "uniform_tvd", "erase_max_flip",
-                "erase_grad_attn_desc_frac_mass", "alignment_gold_mass", "alignment_head1_n_hyp"]:
+    for col in [
+        "permutation_median_tvd",
+        "permutation_flip_rate",
+        "uniform_tvd",
+        "erase_max_flip",
+        "erase_grad_attn_desc_frac_mass",
+        "alignment_gold_mass",
+        "alignment_head1_n_hyp",
+    ]:
         assert col in res.table.columns
     assert set(res.table["prefix"]) == {"greedy", "reference"}  # alignment runs on the reference
     assert not res.table.duplicated(["example_id", "prefix", "step"]).any()
@@ -53,11 +83,17 @@ def test_suite_on_a_tiny_untrained_model():
     for key in res.summary:
         if key.endswith("_ci_low"):
             stat = key[: -len("_ci_low")]
-            assert res.summary[key] - 1e-12 <= res.summary[stat] <= res.summary[stat + "_ci_high"] + 1e-12
+            assert (
+                res.summary[key] - 1e-12
+                <= res.summary[stat]
+                <= res.summary[stat + "_ci_high"] + 1e-12
+            )
     steps = res.table[res.table["prefix"] == "greedy"]
     assert res.summary["ablation/permutation/n_steps"] == len(steps)
     assert res.summary["ablation/permutation/n_skipped"] == steps["permutation_skipped"].sum() > 0
-    assert res.summary["ablation/permutation/median_tvd"] == pytest.approx(steps["permutation_median_tvd"].mean())
+    assert res.summary["ablation/permutation/median_tvd"] == pytest.approx(
+        steps["permutation_median_tvd"].mean()
+    )
 
 
 def test_batch_size_changes_nothing():
@@ -90,9 +126,15 @@ def test_none_model_skips_attention_ablations_with_a_reason():
 
 
 def test_missing_module_is_skipped_with_a_reason(monkeypatch):
-    monkeypatch.setitem(suite.SPECS, "importance", suite._Spec("no_such_module", "run_importance", needs_attention=False))
+    monkeypatch.setitem(
+        suite.SPECS,
+        "importance",
+        suite._Spec("no_such_module", "run_importance", needs_attention=False),
+    )
     model = tiny_model("none")
-    res = run_suite(model, make_examples(3), VOCAB, VOCAB, _cfg(ablations=["importance"]), progress=False)
+    res = run_suite(
+        model, make_examples(3), VOCAB, VOCAB, _cfg(ablations=["importance"]), progress=False
+    )
     assert "not available" in res.skipped["importance"]
 
 
@@ -108,24 +150,46 @@ def test_train_mode_restored_and_eval_used():
 
 
 def test_summary_leaves_undefined_out_and_counts_it():
-    table = pd.DataFrame({
-        "example_id": ["a", "a", "b"], "prefix": "greedy", "step": [0, 1, 0],
-        "uniform_tvd": [float("nan")] * 3, "uniform_flip": [float("nan")] * 3,
-        "uniform_skipped": [True, False, False],
-    })
-    s = summarize(table, pd.DataFrame({"example_id": ["a", "b"]}), ["uniform"], {"uniform": "greedy"}, _cfg())
-    assert s == {"ablation/uniform/n_steps": 3.0, "ablation/uniform/n_skipped": 1.0,
-                 "ablation/uniform/flip_rate_n_undefined": 2.0, "ablation/uniform/tvd_n_undefined": 2.0}
+    table = pd.DataFrame(
+        {
+            "example_id": ["a", "a", "b"],
+            "prefix": "greedy",
+            "step": [0, 1, 0],
+            "uniform_tvd": [float("nan")] * 3,
+            "uniform_flip": [float("nan")] * 3,
+            "uniform_skipped": [True, False, False],
+        }
+    )
+    s = summarize(
+        table, pd.DataFrame({"example_id": ["a", "b"]}), ["uniform"], {"uniform": "greedy"}, _cfg()
+    )
+    assert s == {
+        "ablation/uniform/n_steps": 3.0,
+        "ablation/uniform/n_skipped": 1.0,
+        "ablation/uniform/flip_rate_n_undefined": 2.0,
+        "ablation/uniform/tvd_n_undefined": 2.0,
+    }
 
 
 def test_summary_micro_average_and_example_bootstrap():
     # example a: 3 steps of 1.0; example b: 1 step of 0.0 → micro-average 0.75 (not 0.5)
-    table = pd.DataFrame({
-        "example_id": ["a", "a", "a", "b"], "prefix": "greedy", "step": [0, 1, 2, 0],
-        "uniform_tvd": [1.0, 1.0, 1.0, 0.0], "uniform_flip": [1.0, 1.0, 1.0, 0.0], "uniform_skipped": False,
-    })
-    s = summarize(table, pd.DataFrame({"example_id": ["a", "b"]}), ["uniform"], {"uniform": "greedy"},
-                  _cfg(bootstrap_resamples=200))
+    table = pd.DataFrame(
+        {
+            "example_id": ["a", "a", "a", "b"],
+            "prefix": "greedy",
+            "step": [0, 1, 2, 0],
+            "uniform_tvd": [1.0, 1.0, 1.0, 0.0],
+            "uniform_flip": [1.0, 1.0, 1.0, 0.0],
+            "uniform_skipped": False,
+        }
+    )
+    s = summarize(
+        table,
+        pd.DataFrame({"example_id": ["a", "b"]}),
+        ["uniform"],
+        {"uniform": "greedy"},
+        _cfg(bootstrap_resamples=200),
+    )
     assert s["ablation/uniform/tvd"] == pytest.approx(0.75)
     # resampling examples: {a,a} → 1, {b,b} → 0, {a,b} → 0.75
     assert s["ablation/uniform/tvd_ci_low"] == pytest.approx(0.0)
@@ -134,7 +198,9 @@ def test_summary_micro_average_and_example_bootstrap():
 
 def test_progress_bars_do_not_break(capsys):
     model = sharpen(tiny_model("additive"))
-    res = run_suite(model, make_examples(3), VOCAB, VOCAB, _cfg(ablations=["uniform"]), progress=True)
+    res = run_suite(
+        model, make_examples(3), VOCAB, VOCAB, _cfg(ablations=["uniform"]), progress=True
+    )
     assert "ablation/uniform/tvd" in res.summary
     assert "ablation uniform" in capsys.readouterr().err
 
@@ -142,8 +208,6 @@ def test_progress_bars_do_not_break(capsys):
 def test_empty_examples_raise():
     with pytest.raises(ValueError, match="at least one example"):
         run_suite(tiny_model("additive"), [], VOCAB, VOCAB, _cfg(), progress=False)
-
-
 
 
 def test_batch_size_changes_nothing_under_the_greedy_prefix():
@@ -159,14 +223,19 @@ def test_streamed_table_equals_the_in_memory_table(tmp_path):
     cfg = _cfg()  # alignment on the reference, the rest on greedy: two column sets to join
     in_memory = run_suite(model, make_examples(), VOCAB, VOCAB, cfg, progress=False, batch_size=4)
     path = tmp_path / "ablations" / "steps.parquet"
-    streamed = run_suite(model, make_examples(), VOCAB, VOCAB, cfg, progress=False, batch_size=4, table_path=path)
+    streamed = run_suite(
+        model, make_examples(), VOCAB, VOCAB, cfg, progress=False, batch_size=4, table_path=path
+    )
     assert streamed.table is None and streamed.summary == in_memory.summary
     assert [p.name for p in path.parent.iterdir()] == ["steps.parquet"]  # part files cleaned up
     got = pd.read_parquet(path)
     want = in_memory.table
     assert list(got.columns) == list(want.columns) and len(got) == len(want) > 0
-    pd.testing.assert_frame_equal(got.astype(object).where(got.notna(), None),
-                                  want.astype(object).where(want.notna(), None), check_dtype=False)
+    pd.testing.assert_frame_equal(
+        got.astype(object).where(got.notna(), None),
+        want.astype(object).where(want.notna(), None),
+        check_dtype=False,
+    )
 
 
 def test_streaming_leaves_no_file_when_an_ablation_fails(tmp_path, monkeypatch):
@@ -177,8 +246,15 @@ def test_streaming_leaves_no_file_when_an_ablation_fails(tmp_path, monkeypatch):
     monkeypatch.setattr(suite._Spec, "load", lambda self: boom)
     path = tmp_path / "steps.parquet"
     with pytest.raises(RuntimeError, match="ablation failed"):
-        run_suite(sharpen(tiny_model("additive")), make_examples(3), VOCAB, VOCAB, _cfg(ablations=["uniform"]),
-                  progress=False, table_path=path)
+        run_suite(
+            sharpen(tiny_model("additive")),
+            make_examples(3),
+            VOCAB,
+            VOCAB,
+            _cfg(ablations=["uniform"]),
+            progress=False,
+            table_path=path,
+        )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -203,4 +279,7 @@ def test_undefined_values_are_counted_per_statistic():
     assert res.summary["ablation/importance/n_skipped"] == 0
     assert res.summary["ablation/importance/tau_attn_grad_n_undefined"] == n
     assert res.summary["ablation/importance/tau_grad_loo_n_undefined"] == 0
-    assert "ablation/importance/tau_grad_loo" in res.summary and "ablation/importance/tau_attn_grad" not in res.summary
+    assert (
+        "ablation/importance/tau_grad_loo" in res.summary
+        and "ablation/importance/tau_attn_grad" not in res.summary
+    )

@@ -19,14 +19,30 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def copy_model(tmp_path_factory):
     torch.set_num_threads(1)
-    cfg = parse_experiment({
-        "experiment": {"name": "copytest", "seeds": [1]},
-        "data": {"task": "copy", "vocab_size": 20, "min_len": 10, "max_len": 30, "n_train": 6000, "n_dev": 100,
-                 "n_test": 60},
-        "model": {"embedding_dim": 32, "encoder_hidden": 64, "decoder_hidden": 128, "attention_dim": 64,
-                  "attention": "general", "flow": "luong", "dropout": 0.0},
-        "training": {"epochs": 10, "batch_size": 64, "lr": 0.002, "patience": 10},
-    })
+    cfg = parse_experiment(
+        {
+            "experiment": {"name": "copytest", "seeds": [1]},
+            "data": {
+                "task": "copy",
+                "vocab_size": 20,
+                "min_len": 10,
+                "max_len": 30,
+                "n_train": 6000,
+                "n_dev": 100,
+                "n_test": 60,
+            },
+            "model": {
+                "embedding_dim": 32,
+                "encoder_hidden": 64,
+                "decoder_hidden": 128,
+                "attention_dim": 64,
+                "attention": "general",
+                "flow": "luong",
+                "dropout": 0.0,
+            },
+            "training": {"epochs": 10, "batch_size": 64, "lr": 0.002, "patience": 10},
+        }
+    )
     spec = cfg.runs()[0]
     splits, sv, tv = load_data(spec)
     result = train(spec, splits, sv, tv, tmp_path_factory.mktemp("ckpt"), progress=False)
@@ -37,9 +53,17 @@ def test_copy_model_attends_to_the_diagonal_and_permutation_flips(copy_model):
     from analysis.suite import run_suite
 
     result, splits, sv, tv = copy_model
-    print("copy model dev exact match by epoch:", [round(h["dev/exact_match"], 3) for h in result.history])
-    cfg = AblationConfig(ablations=["permutation", "alignment"], n_examples=40, n_permutations=50,
-                         prefix="reference", bootstrap_resamples=100)
+    print(
+        "copy model dev exact match by epoch:",
+        [round(h["dev/exact_match"], 3) for h in result.history],
+    )
+    cfg = AblationConfig(
+        ablations=["permutation", "alignment"],
+        n_examples=40,
+        n_permutations=50,
+        prefix="reference",
+        bootstrap_resamples=100,
+    )
     out = run_suite(result.model, splits.test[:40], sv, tv, cfg, progress=False)
     assert out.summary["ablation/alignment/aer"] <= 0.05
     assert out.summary["ablation/alignment/gold_mass"] >= 0.9

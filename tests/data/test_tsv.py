@@ -40,7 +40,10 @@ def test_happy_path_with_alignments(tmp_path, caplog):
     assert s.train[1].id == "tsv/train/2"
     chars = read_tsv(train, "chars", "chars", "train")
     assert chars[0].src == tuple("das haus")
-    assert "the source contains spaces, which are tokens under data.source_tokenization = 'chars'" in caplog.text
+    assert (
+        "the source contains spaces, which are tokens under data.source_tokenization = 'chars'"
+        in caplog.text
+    )
 
 
 @pytest.mark.parametrize(
@@ -95,7 +98,11 @@ def test_space_separated_pharaoh_data_reads_right_by_default(tmp_path):
 def test_letters_to_phones_per_field(tmp_path):
     p = write(tmp_path, "g2p.tsv", "hello\tHH AH L OW\t0-0 1-1 2-2 3-2 4-3\n")
     (ex,) = read_tsv(p, "chars", "spaces")
-    assert ex.src == tuple("hello") and ex.tgt == ("HH", "AH", "L", "OW") and (4, 3) in ex.alignment.sure
+    assert (
+        ex.src == tuple("hello")
+        and ex.tgt == ("HH", "AH", "L", "OW")
+        and (4, 3) in ex.alignment.sure
+    )
 
 
 def test_link_on_a_space_character_is_refused_naming_the_setting(tmp_path):
@@ -131,7 +138,9 @@ def test_special_tokens_in_the_data_are_refused_not_merged(tmp_path, special):
     q = write(tmp_path, "t.tsv", f"a\t{special}\n")
     with pytest.raises(DataError, match=rf"{q}:1: the target holds the token '{special}'"):
         read_tsv(q)
-    (ok,) = read_tsv(write(tmp_path, "c.tsv", f"{special}\tx\n"), "chars", "chars")  # characters: no clash
+    (ok,) = read_tsv(
+        write(tmp_path, "c.tsv", f"{special}\tx\n"), "chars", "chars"
+    )  # characters: no clash
     assert ok.src == tuple(special)
 
 
@@ -146,9 +155,14 @@ def test_empty_alignment_fields_are_counted_or_refused(tmp_path, caplog):
     all_empty = write(tmp_path, "e.tsv", "a b\tx y\t\nc\tz\t  \n")
     exs = read_tsv(all_empty)
     assert [e.alignment.possible for e in exs] == [frozenset(), frozenset()]
-    assert f"{all_empty}: 2 example(s) have an empty alignment field, read as 'no gold links'" in caplog.text
+    assert (
+        f"{all_empty}: 2 example(s) have an empty alignment field, read as 'no gold links'"
+        in caplog.text
+    )
     mixed = write(tmp_path, "m.tsv", "a b\tx y\t0-0\nc\tz\t\n")
-    with pytest.raises(DataError, match=rf"{mixed}:2: empty alignment field, while 1 other line\(s\) have links"):
+    with pytest.raises(
+        DataError, match=rf"{mixed}:2: empty alignment field, while 1 other line\(s\) have links"
+    ):
         read_tsv(mixed)
     unannotated = write(tmp_path, "u.tsv", "a b\tx y\t0-0\nc\tz\n")  # two fields: no gold alignment
     assert read_tsv(unannotated)[1].alignment is None
@@ -167,7 +181,10 @@ def test_one_based_links_get_a_hint_and_alignment_base_1(tmp_path, caplog):
     assert "source index 3 is past the source (3 tokens)" in str(err.value)
     assert "look 1-based" in str(err.value) and "data.alignment_base = 1" in str(err.value)
     exs = read_tsv(p, alignment_base=1)
-    assert exs[0].alignment.sure == {(0, 0), (1, 1), (2, 2)} and exs[1].alignment.sure == {(0, 1), (1, 0)}
+    assert exs[0].alignment.sure == {(0, 0), (1, 1), (2, 2)} and exs[1].alignment.sure == {
+        (0, 1),
+        (1, 0),
+    }
     zero = write(tmp_path, "zero.tsv", "a b\tx y\t0-0 1-1\n")
     with pytest.raises(DataError, match="index 0, but data.alignment_base = 1"):
         read_tsv(zero, alignment_base=1)

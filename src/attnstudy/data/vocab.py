@@ -45,8 +45,10 @@ class Vocab:
         tokens = {t for seq in sequences for t in seq}
         clash = sorted(tokens & set(SPECIALS))
         if clash:
-            raise ValueError(f"the data holds the special token(s) {clash}, which would merge with the "
-                             "model's own; rename them in the data")
+            raise ValueError(
+                f"the data holds the special token(s) {clash}, which would merge with the "
+                "model's own; rename them in the data"
+            )
         return cls([*SPECIALS, *sorted(tokens)])
 
     def encode(self, tokens: Sequence[str]) -> list[int]:

@@ -39,7 +39,9 @@ class Memory:
     def index_select(self, index: Tensor) -> Memory:
         """Rows of the batch, e.g. for beam search. ``index``: long, shape (N,)."""
         keys = None if self.keys is None else self.keys.index_select(0, index)
-        return Memory(keys, self.values.index_select(0, index), self.pad_mask.index_select(0, index))
+        return Memory(
+            keys, self.values.index_select(0, index), self.pad_mask.index_select(0, index)
+        )
 
 
 def masked_softmax(scores: Tensor, pad_mask: Tensor) -> Tensor:
@@ -118,7 +120,9 @@ class AdditiveAttention(Attention):
         return Memory(self.key_proj(encoder_states), encoder_states.unsqueeze(1), pad_mask)
 
     def scores(self, query: Tensor, memory: Memory) -> Tensor:
-        hidden = torch.tanh(self.query_proj(query).unsqueeze(2) + memory.keys.unsqueeze(1))  # (B,T_q,T_x,A)
+        hidden = torch.tanh(
+            self.query_proj(query).unsqueeze(2) + memory.keys.unsqueeze(1)
+        )  # (B,T_q,T_x,A)
         return self.v(hidden).squeeze(-1).unsqueeze(1)
 
 
@@ -159,7 +163,9 @@ class ConcatAttention(Attention):
 
     def memory(self, encoder_states: Tensor, pad_mask: Tensor) -> Memory:
         w_k = self.proj.weight[:, self.query_size :]
-        return Memory(encoder_states @ w_k.T + self.proj.bias, encoder_states.unsqueeze(1), pad_mask)
+        return Memory(
+            encoder_states @ w_k.T + self.proj.bias, encoder_states.unsqueeze(1), pad_mask
+        )
 
     def scores(self, query: Tensor, memory: Memory) -> Tensor:
         q = query @ self.proj.weight[:, : self.query_size].T
@@ -192,7 +198,11 @@ class MultiHeadAttention(Attention):
         return x.view(b, t, self.heads, self.d_k).transpose(1, 2)
 
     def memory(self, encoder_states: Tensor, pad_mask: Tensor) -> Memory:
-        return Memory(self._split(self.k_proj(encoder_states)), self._split(self.v_proj(encoder_states)), pad_mask)
+        return Memory(
+            self._split(self.k_proj(encoder_states)),
+            self._split(self.v_proj(encoder_states)),
+            pad_mask,
+        )
 
     def scores(self, query: Tensor, memory: Memory) -> Tensor:
         q = self._split(self.q_proj(query))

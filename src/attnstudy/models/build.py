@@ -25,9 +25,26 @@ def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> S
     """
     if cfg.attention not in ATTENTIONS:
         raise ValueError(f"unknown attention {cfg.attention!r}; valid: {', '.join(ATTENTIONS)}")
-    encoder = RecurrentEncoder(src_vocab_size, cfg.embedding_dim, cfg.encoder_hidden, cfg.cell,
-                               cfg.bidirectional, cfg.layers, cfg.dropout)
+    encoder = RecurrentEncoder(
+        src_vocab_size,
+        cfg.embedding_dim,
+        cfg.encoder_hidden,
+        cfg.cell,
+        cfg.bidirectional,
+        cfg.layers,
+        cfg.dropout,
+    )
     attention = ATTENTIONS[cfg.attention](cfg.decoder_hidden, encoder.output_size, cfg)
-    decoder = Decoder(tgt_vocab_size, cfg.embedding_dim, cfg.decoder_hidden, encoder.output_size,
-                      attention, cfg.flow, cfg.cell, cfg.layers, cfg.dropout, cfg.input_feeding)
+    decoder = Decoder(
+        tgt_vocab_size,
+        cfg.embedding_dim,
+        cfg.decoder_hidden,
+        encoder.output_size,
+        attention,
+        cfg.flow,
+        cfg.cell,
+        cfg.layers,
+        cfg.dropout,
+        cfg.input_feeding,
+    )
     return Seq2Seq(encoder, decoder)

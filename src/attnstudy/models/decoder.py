@@ -76,9 +76,20 @@ class Decoder(nn.Module):
         input_feeding: Luong input feeding (ignored by the Bahdanau flow).
     """
 
-    def __init__(self, vocab_size: int, embedding_dim: int, hidden: int, key_size: int,
-                 attention: Attention | None, flow: str = "bahdanau", cell: str = "gru",
-                 layers: int = 1, dropout: float = 0.0, input_feeding: bool = True, pad_id: int = 0):
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_dim: int,
+        hidden: int,
+        key_size: int,
+        attention: Attention | None,
+        flow: str = "bahdanau",
+        cell: str = "gru",
+        layers: int = 1,
+        dropout: float = 0.0,
+        input_feeding: bool = True,
+        pad_id: int = 0,
+    ):
         super().__init__()
         if flow not in ("bahdanau", "luong"):
             raise ValueError(f"unknown decoder flow {flow!r}; valid flows: bahdanau, luong")
@@ -95,8 +106,13 @@ class Decoder(nn.Module):
             rnn_in = embedding_dim + (hidden if self.input_feeding else 0)
             self.combine = nn.Linear(ctx + hidden, hidden)
         rnn = {"gru": nn.GRU, "lstm": nn.LSTM}[cell]
-        self.rnn = rnn(rnn_in, hidden, num_layers=layers, batch_first=True,
-                       dropout=dropout if layers > 1 else 0.0)
+        self.rnn = rnn(
+            rnn_in,
+            hidden,
+            num_layers=layers,
+            batch_first=True,
+            dropout=dropout if layers > 1 else 0.0,
+        )
         self.output = nn.Linear(hidden, vocab_size)
         self.dropout = nn.Dropout(dropout)
         self.state_size = hidden * (2 if cell == "lstm" else 1)
@@ -124,8 +140,14 @@ class Decoder(nn.Module):
         return rnn_state[-1, :, : self.hidden]
 
     # --- one step ----------------------------------------------------------------------------
-    def step(self, y_prev: Tensor, state: DecoderState, memory: Memory | None,
-             intervene=None, detach_attention: bool = False) -> StepOutput:
+    def step(
+        self,
+        y_prev: Tensor,
+        state: DecoderState,
+        memory: Memory | None,
+        intervene=None,
+        detach_attention: bool = False,
+    ) -> StepOutput:
         """One decoder step.
 
         Args:
@@ -147,14 +169,21 @@ class Decoder(nn.Module):
             query = self._top(state.rnn)
             context, weights = self._attend(query, memory, intervene, detach_attention)
             logits, rnn_state, _ = self._bahdanau_output(prefix, context)
-            return StepOutput(logits, weights, query if memory is not None else None, prefix,
-                              DecoderState(rnn_state))
+            return StepOutput(
+                logits,
+                weights,
+                query if memory is not None else None,
+                prefix,
+                DecoderState(rnn_state),
+            )
         inp = emb if state.feed is None else torch.cat([emb, state.feed], dim=-1)
         s, rnn_state = self._run_rnn(inp, state.rnn)
         context, weights = self._attend(s, memory, intervene, detach_attention)
         logits, h_tilde = self._luong_output(s, context)
         feed = h_tilde if self.input_feeding else None
-        return StepOutput(logits, weights, s if memory is not None else None, s, DecoderState(rnn_state, feed))
+        return StepOutput(
+            logits, weights, s if memory is not None else None, s, DecoderState(rnn_state, feed)
+        )
 
     def _attend(self, query: Tensor, memory: Memory | None, intervene, detach: bool):
         if self.attention is None or memory is None:
@@ -170,7 +199,10 @@ class Decoder(nn.Module):
 
     def _bahdanau_output(self, prefix: Tensor, context: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         n = prefix.size(0)
-        flat_state, emb = prefix[:, : self.layers * self.state_size], prefix[:, self.layers * self.state_size:]
+        flat_state, emb = (
+            prefix[:, : self.layers * self.state_size],
+            prefix[:, self.layers * self.state_size :],
+        )
         rnn_state = flat_state.view(n, self.layers, self.state_size).transpose(0, 1)
         s, rnn_state = self._run_rnn(torch.cat([emb, context], dim=-1), rnn_state)
         hidden = torch.tanh(self.readout(torch.cat([s, context, emb], dim=-1)))

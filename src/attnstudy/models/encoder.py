@@ -20,18 +20,35 @@ class RecurrentEncoder(nn.Module):
         dropout: on embeddings and between layers.
     """
 
-    def __init__(self, vocab_size: int, embedding_dim: int, hidden: int, cell: str = "gru",
-                 bidirectional: bool = True, layers: int = 1, dropout: float = 0.0, pad_id: int = 0):
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_dim: int,
+        hidden: int,
+        cell: str = "gru",
+        bidirectional: bool = True,
+        layers: int = 1,
+        dropout: float = 0.0,
+        pad_id: int = 0,
+    ):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=pad_id)
         rnn = {"gru": nn.GRU, "lstm": nn.LSTM}[cell]
-        self.rnn = rnn(embedding_dim, hidden, num_layers=layers, batch_first=True,
-                       bidirectional=bidirectional, dropout=dropout if layers > 1 else 0.0)
+        self.rnn = rnn(
+            embedding_dim,
+            hidden,
+            num_layers=layers,
+            batch_first=True,
+            bidirectional=bidirectional,
+            dropout=dropout if layers > 1 else 0.0,
+        )
         self.dropout = nn.Dropout(dropout)
         self.directions = 2 if bidirectional else 1
         self.output_size = hidden * self.directions
 
-    def forward(self, src: Tensor, src_lengths: Tensor, embedded: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, src: Tensor, src_lengths: Tensor, embedded: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Encode a padded batch.
 
         Args:

@@ -17,7 +17,12 @@ from ..data.vocab import Vocab
 from .build import build_model
 from .seq2seq import Seq2Seq
 
-WEIGHTS, CONFIG, SRC_VOCAB, TGT_VOCAB = "weights.pt", "config.json", "src_vocab.json", "tgt_vocab.json"
+WEIGHTS, CONFIG, SRC_VOCAB, TGT_VOCAB = (
+    "weights.pt",
+    "config.json",
+    "src_vocab.json",
+    "tgt_vocab.json",
+)
 MODEL_FILES = (WEIGHTS, CONFIG, SRC_VOCAB, TGT_VOCAB)
 
 
@@ -35,7 +40,9 @@ class LoadedModel:
     tgt_vocab: Vocab
 
 
-def save_model_dir(directory: str | Path, model: Seq2Seq, spec: RunSpec, src_vocab: Vocab, tgt_vocab: Vocab) -> Path:
+def save_model_dir(
+    directory: str | Path, model: Seq2Seq, spec: RunSpec, src_vocab: Vocab, tgt_vocab: Vocab
+) -> Path:
     """Write the four model files into ``directory`` (created). Returns the directory."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
@@ -62,20 +69,32 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
         src_vocab = Vocab.from_json(json.loads((d / SRC_VOCAB).read_text(encoding="utf-8")))
         tgt_vocab = Vocab.from_json(json.loads((d / TGT_VOCAB).read_text(encoding="utf-8")))
     except (ValueError, UnicodeDecodeError) as err:
-        raise ModelLoadError(f"invalid model config or vocabulary in {d}: {str(err).splitlines()[0]}") from None
+        raise ModelLoadError(
+            f"invalid model config or vocabulary in {d}: {str(err).splitlines()[0]}"
+        ) from None
     try:
         state = torch.load(d / WEIGHTS, map_location="cpu", weights_only=True)
     except Exception as err:  # weights_only refuses anything but tensors and plain containers
-        raise ModelLoadError(f"refusing to load {d / WEIGHTS}: not a plain state_dict "
-                             f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
+        raise ModelLoadError(
+            f"refusing to load {d / WEIGHTS}: not a plain state_dict "
+            f"({type(err).__name__}: {str(err).splitlines()[0][:200]})"
+        ) from None
     model = build_model(spec.model, len(src_vocab), len(tgt_vocab))
     try:
         model.load_state_dict(state)
     except (RuntimeError, TypeError, AttributeError) as err:
-        raise ModelLoadError(f"weights in {d} do not match the config: {str(err).splitlines()[0][:200]}") from None
-    bad = [name for name, t in model.state_dict().items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+        raise ModelLoadError(
+            f"weights in {d} do not match the config: {str(err).splitlines()[0][:200]}"
+        ) from None
+    bad = [
+        name
+        for name, t in model.state_dict().items()
+        if t.is_floating_point() and not bool(torch.isfinite(t).all())
+    ]
     if bad:
-        raise ModelLoadError(f"weights in {d} hold NaN or inf values ({len(bad)} tensor(s), e.g. {bad[0]}): "
-                             "every output and attention row would be meaningless; retrain the model")
+        raise ModelLoadError(
+            f"weights in {d} hold NaN or inf values ({len(bad)} tensor(s), e.g. {bad[0]}): "
+            "every output and attention row would be meaningless; retrain the model"
+        )
     model.eval()
     return LoadedModel(model, spec, src_vocab, tgt_vocab)

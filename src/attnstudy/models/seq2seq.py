@@ -98,12 +98,15 @@ class Seq2Seq(nn.Module):
     def has_attention(self) -> bool:
         return self.decoder.attention is not None
 
-    def encode(self, src: Tensor, src_lengths: Tensor, embedded: Tensor | None = None
-               ) -> tuple[Memory | None, DecoderState, Tensor]:
+    def encode(
+        self, src: Tensor, src_lengths: Tensor, embedded: Tensor | None = None
+    ) -> tuple[Memory | None, DecoderState, Tensor]:
         """Encode. Returns (memory or None, initial decoder state, pad_mask (B, T_x))."""
         if src.dim() != 2 or src_lengths.dim() != 1 or src.size(0) != src_lengths.size(0):
-            raise ValueError(f"src must be (B, T_x) with src_lengths (B,), got {tuple(src.shape)} "
-                             f"and {tuple(src_lengths.shape)}")
+            raise ValueError(
+                f"src must be (B, T_x) with src_lengths (B,), got {tuple(src.shape)} "
+                f"and {tuple(src_lengths.shape)}"
+            )
         if int(src_lengths.min()) < 1:
             raise ValueError("every source needs at least one token (got an empty sequence)")
         states, summary = self.encoder(src, src_lengths, embedded)
@@ -116,8 +119,15 @@ class Seq2Seq(nn.Module):
         return self.trace(src, src_lengths, tgt_in).logits
 
     # --- 1. trace ------------------------------------------------------------------------------
-    def trace(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, tgt_out: Tensor | None = None,
-              embedded: Tensor | None = None, detach_attention: bool = False) -> Trace:
+    def trace(
+        self,
+        src: Tensor,
+        src_lengths: Tensor,
+        tgt_in: Tensor,
+        tgt_out: Tensor | None = None,
+        embedded: Tensor | None = None,
+        detach_attention: bool = False,
+    ) -> Trace:
         """Teacher-forced pass over a given target prefix.
 
         Args:
@@ -144,17 +154,27 @@ class Seq2Seq(nn.Module):
                 weights.append(out.weights)
         step_mask = (tgt_out if tgt_out is not None else tgt_in) != PAD_ID
         if tgt_out is None:
-            tgt_out = torch.cat([tgt_in[:, 1:], tgt_in.new_full((tgt_in.size(0), 1), PAD_ID)], dim=1)
+            tgt_out = torch.cat(
+                [tgt_in[:, 1:], tgt_in.new_full((tgt_in.size(0), 1), PAD_ID)], dim=1
+            )
         return Trace(
-            src=src, src_lengths=src_lengths, pad_mask=pad_mask, tgt_in=tgt_in, tgt_out=tgt_out,
-            step_mask=step_mask, logits=torch.stack(logits, 1),
+            src=src,
+            src_lengths=src_lengths,
+            pad_mask=pad_mask,
+            tgt_in=tgt_in,
+            tgt_out=tgt_out,
+            step_mask=step_mask,
+            logits=torch.stack(logits, 1),
             attention=torch.stack(weights, 2) if weights else None,
-            prefix=torch.stack(prefixes, 1), memory=memory, embedded=embedded,
+            prefix=torch.stack(prefixes, 1),
+            memory=memory,
+            embedded=embedded,
         )
 
     # --- 2. local intervention -----------------------------------------------------------------
-    def logits_given_attention(self, trace: Trace, weights: Tensor, chunk_rows: int = 4096,
-                               steps: Tensor | None = None) -> Tensor:
+    def logits_given_attention(
+        self, trace: Trace, weights: Tensor, chunk_rows: int = 4096, steps: Tensor | None = None
+    ) -> Tensor:
         """Logits each step would give from its traced prefix state with replacement attention.
 
         Rows (example, replacement, step) are independent: the context is one batched matmul per
@@ -180,10 +200,17 @@ class Seq2Seq(nn.Module):
         if single:
             weights = weights.unsqueeze(1)
         b, p, h, t_y, t_x = weights.shape
-        expected = (trace.src.size(0), self.attention.heads, trace.tgt_in.size(1), trace.src.size(1))
+        expected = (
+            trace.src.size(0),
+            self.attention.heads,
+            trace.tgt_in.size(1),
+            trace.src.size(1),
+        )
         if (b, h, t_y, t_x) != expected:
-            raise ValueError(f"weights must be (B, P, H, T_y, T_x) with (B, H, T_y, T_x) = {expected}, "
-                             f"got {tuple(weights.shape)}")
+            raise ValueError(
+                f"weights must be (B, P, H, T_y, T_x) with (B, H, T_y, T_x) = {expected}, "
+                f"got {tuple(weights.shape)}"
+            )
         mask = trace.step_mask if steps is None else steps & trace.step_mask
         # context for every (example, replacement, step): one matmul per example and head
         flat = weights.permute(0, 2, 1, 3, 4).reshape(b, h, p * t_y, t_x)
@@ -192,14 +219,20 @@ class Seq2Seq(nn.Module):
         out = context.new_zeros(b, p, t_y, self.decoder.output.out_features)
         n = rows[0].numel()
         for start in range(0, n, chunk_rows):
-            bi, pi, ti = (r[start:start + chunk_rows] for r in rows)
+            bi, pi, ti = (r[start : start + chunk_rows] for r in rows)
             logits = self.decoder.output_given_context(trace.prefix[bi, ti], context[bi, pi, ti])
             out.index_put_((bi, pi, ti), logits)
         return out[:, 0] if single else out
 
     # --- 3. decoding and global intervention -------------------------------------------------
-    def decode(self, src: Tensor, src_lengths: Tensor, max_len: int, prefix: Tensor | None = None,
-               intervene=None) -> Decoded:
+    def decode(
+        self,
+        src: Tensor,
+        src_lengths: Tensor,
+        max_len: int,
+        prefix: Tensor | None = None,
+        intervene=None,
+    ) -> Decoded:
         """Greedy (free-running) or teacher-forced decoding, optionally intervening at every step.
 
         Args:
@@ -236,20 +269,34 @@ class Seq2Seq(nn.Module):
             y = pred
             if prefix is None and bool(finished.all()):
                 break
-        return Decoded(torch.stack(tokens, 1), lengths, torch.stack(logits, 1),
-                       torch.stack(weights, 2) if weights else None)
+        return Decoded(
+            torch.stack(tokens, 1),
+            lengths,
+            torch.stack(logits, 1),
+            torch.stack(weights, 2) if weights else None,
+        )
 
     @torch.no_grad()
     def greedy(self, src: Tensor, src_lengths: Tensor, max_len: int) -> list[list[int]]:
         """Greedy decoding; returns token ids per example, without EOS."""
         with eval_mode(self):
             out = self.decode(src, src_lengths, max_len)
-        return [row[: max(int(n) - 1, 0)].tolist() if row[int(n) - 1] == EOS_ID else row[: int(n)].tolist()
-                for row, n in zip(out.tokens, out.lengths)]
+        return [
+            row[: max(int(n) - 1, 0)].tolist()
+            if row[int(n) - 1] == EOS_ID
+            else row[: int(n)].tolist()
+            for row, n in zip(out.tokens, out.lengths)
+        ]
 
     @torch.no_grad()
-    def beam_search(self, src: Tensor, src_lengths: Tensor, max_len: int | Tensor, beam_size: int = 5,
-                    length_penalty: float = 1.0) -> list[list[int]]:
+    def beam_search(
+        self,
+        src: Tensor,
+        src_lengths: Tensor,
+        max_len: int | Tensor,
+        beam_size: int = 5,
+        length_penalty: float = 1.0,
+    ) -> list[list[int]]:
         """Batched beam search; hypotheses scored by log-probability / length^α (Wu et al. 2016 style).
 
         Every example is searched as if it were alone: its own step budget, and once no live beam
@@ -280,7 +327,7 @@ class Seq2Seq(nn.Module):
             done = [False] * b
 
             def norm(length: int) -> float:
-                return length ** length_penalty if length_penalty else 1.0
+                return length**length_penalty if length_penalty else 1.0
 
             for t in range(max(limits)):
                 out = self.decoder.step(y, state, memory)
@@ -302,7 +349,9 @@ class Seq2Seq(nn.Module):
                             break
                         seq = history[i * k + bi].tolist()
                         if tk == EOS_ID or last:
-                            finished[i].append((s / norm(len(seq) + 1), seq if tk == EOS_ID else seq + [tk]))
+                            finished[i].append(
+                                (s / norm(len(seq) + 1), seq if tk == EOS_ID else seq + [tk])
+                            )
                         elif j < k:
                             new_scores[i, j], new_src[i, j], new_tok[i, j] = s, bi, tk
                             j += 1
