@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXPERIMENT ?= experiments/quickstart.toml
 
-.PHONY: setup test-deps browser-deps run test test-fast bench ui lint clean
+.PHONY: setup test-deps browser-deps run test test-fast bench docs ui lint clean
 
 setup: $(STAMP)
 
@@ -37,7 +37,7 @@ browser-deps:
 run: setup
 	$(VENV)/bin/attnstudy run $(EXPERIMENT)
 
-test: setup test-deps
+test: setup test-deps lint
 	$(PY) -m pytest
 
 test-fast: setup
@@ -50,7 +50,12 @@ ui: setup
 	$(VENV)/bin/attnstudy ui
 
 lint: setup
+	$(VENV)/bin/ruff format --check src analysis tests benchmarks
 	$(VENV)/bin/ruff check src analysis tests benchmarks
+
+# the ablation tables of docs/design.md and README.md, generated from the catalogue
+docs: setup
+	$(PY) -m attnstudy.analysis.catalogue docs/design.md README.md
 
 clean:
 	rm -rf $(VENV) reports

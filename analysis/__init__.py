@@ -1,17 +1,14 @@
-"""The studies run on trained models: interventions, the ablation battery, alignment, summary.
+"""The studies run on trained models: the ablation catalogue and its ablations, interventions,
+divergences, the suite, figures, seed variance. Installed as ``attnstudy.analysis`` (the folder
+``analysis/`` at the top of the repository is mapped onto it).
 
-Every ablation is ``run_<name>(model, batch: PreparedBatch, cfg: AblationConfig) -> DataFrame``
-(one row per real decoder step); :func:`analysis.suite.run_suite` runs the configured battery.
-Submodules are imported on use, so ``import analysis`` stays light.
+Submodules are imported on use, so ``import attnstudy.analysis`` stays light.
 """
 
-__all__ = [
-    "alignment",
-    "common",
-    "divergences",
-    "erasure",
-    "interventions",
-    "permutation",
-    "seed_variance",
-    "suite",
-]
+if (
+    __name__ != "attnstudy.analysis"
+):  # the repository root on sys.path would make it a second package
+    raise ImportError(
+        f"the analysis package must be imported as attnstudy.analysis, not as {__name__!r} "
+        "(two copies would hold two ablation catalogues that disagree)"
+    )

@@ -1,4 +1,4 @@
-"""Divergences and rank correlation, each defined once and used everywhere (DESIGN.md §4).
+"""Divergences and rank correlation, each defined once and used everywhere (docs/design.md §4).
 
 * TVD(p, q) = ½ Σ_i |p_i − q_i| over the full output vocabulary (Jain & Wallace 2019, §4.1).
 * JSD(p, q) = ½ KL(p ‖ m) + ½ KL(q ‖ m), m = ½(p + q), natural log, so 0 ≤ JSD ≤ ln 2

@@ -1,7 +1,7 @@
 """Report figures: tidy DataFrame in, matplotlib Figure out (seaborn, Agg backend, no ``show``).
 
 Every function tolerates empty or single-value groups (it draws a note instead of failing) and
-labels its axes with units. Column conventions are those of :mod:`analysis.suite` plus a
+labels its axes with units. Column conventions are those of :mod:`attnstudy.analysis.suite` plus a
 ``variant`` column naming the model (e.g. ``g2p additive-bahdanau``).
 """
 
@@ -340,7 +340,7 @@ def seed_variance(df: pd.DataFrame) -> Figure:
 
     Args:
         df: columns ``variant``, ``seed_variance_attention_jsd`` (nats), ``seed_variance_output_tvd``
-            (0–1), as from :func:`analysis.seed_variance.seed_variance`.
+            (0–1), as from :func:`attnstudy.analysis.seed_variance.seed_variance`.
     """
     fig, ax = _subplots(figsize=(6.5, 4.5))
     df = df.rename(

@@ -6,13 +6,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from attnstudy.config import AblationConfig
-from attnstudy.data.tasks import Example
+from attnstudy.data.types import Example
 from attnstudy.data.vocab import Vocab
 from attnstudy.models import Seq2Seq
 
-from .adversarial import adversarial_rows, search_adversarial
-from .common import prepare_batches
+from .ablations.adversarial import adversarial_rows, search_adversarial
+from .batch import AblationContext, prepare_batches
+from .catalogue import AblationConfig
 
 
 def pick_examples(
@@ -31,7 +31,7 @@ def heatmap_data(
     cfg: AblationConfig,
     n: int = 2,
 ) -> list[dict]:
-    """JSON-ready heatmap records for :func:`analysis.figures.attention_heatmaps`.
+    """JSON-ready heatmap records for :func:`attnstudy.analysis.figures.attention_heatmaps`.
 
     Uses the reference prefix, so gold links (if the task has them) index the drawn target.
 
@@ -48,7 +48,9 @@ def heatmap_data(
     for batch in prepare_batches(
         model, chosen, src_vocab, tgt_vocab, prefix="reference", batch_size=len(chosen)
     ):
-        result = search_adversarial(model, batch, cfg)
+        result = search_adversarial(
+            model, batch, cfg.params_for("adversarial"), AblationContext.of(cfg)
+        )
         for i, ex in enumerate(batch.examples):
             rows = adversarial_rows(batch, result, i)
             n_steps = rows["original"].shape[0]

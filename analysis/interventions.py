@@ -1,4 +1,4 @@
-"""What replaces an attention row: permute, uniform, erase, one-hot, given (DESIGN.md §3–4).
+"""What replaces an attention row: permute, uniform, erase, one-hot, given (docs/design.md §3, §4).
 
 Every function maps attention weights and a valid-position mask to replacement weights of the
 same shape (or with a P axis of replacements). Shapes (glossary):
@@ -16,7 +16,7 @@ broadcast over the middle axes of ``weights`` (B, …, T_x), so a function accep
 NaN), padding keeps exactly 0 weight, a permutation keeps the multiset of a row's weights,
 erasing padding changes nothing, and a row's replacement does not depend on the other rows of
 the batch (randomness comes from a generator per (seed, example, step, ablation),
-:func:`analysis.common.step_generator`).
+:func:`attnstudy.analysis.batch.step_generator`).
 """
 
 from __future__ import annotations

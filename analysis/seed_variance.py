@@ -12,13 +12,14 @@ from itertools import combinations
 
 import pandas as pd
 
-from attnstudy.data.tasks import Example
+from attnstudy.data.types import Example
 from attnstudy.data.vocab import Vocab
 from attnstudy.models import Seq2Seq
 
-from ._local import NoAttentionError, step_frame
-from .common import prepare_batches
+from ._chunks import step_frame
+from .batch import prepare_batches
 from .divergences import jsd, tvd
+from .errors import NoAttentionError
 
 
 def seed_variance(

@@ -1,8 +1,8 @@
 """Run the configured ablation battery on one model → tidy per-step table + summary metrics.
 
-Batches are prepared and consumed one at a time (:func:`analysis.common.prepare_batches`); each
+Batches are prepared and consumed one at a time (:func:`attnstudy.analysis.batch.prepare_batches`); each
 is reduced to per-example sums of the summary statistics and its per-step rows go to a sink (a
-Parquet file when ``table_path`` is given), so memory stays flat in the number of examples. Prefix policy (DESIGN.md §4): ``cfg.prefix`` for
+Parquet file when ``table_path`` is given), so memory stays flat in the number of examples. Prefix policy (docs/design.md §4): ``cfg.prefix`` for
 permutation, uniform, erasure, adversarial and importance; the reference for alignment (gold
 links index the reference target). When both prefixes are in use the table holds both sets of
 steps, told apart by the ``prefix`` column. The summary holds micro-averages over steps (sums
@@ -13,7 +13,7 @@ left out and counted, so no NaN/inf reaches the summary (MLflow rejects them).
 
 from __future__ import annotations
 
-import importlib
+import json
 import math
 import os
 import re
@@ -25,16 +25,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy import stats
-from tqdm.auto import tqdm
 
-from attnstudy.config import AblationConfig
-from attnstudy.data.tasks import Example
+from attnstudy.data.types import Example
 from attnstudy.data.vocab import Vocab
-from attnstudy.models import Seq2Seq, eval_mode
+from attnstudy.models import eval_mode
+from attnstudy.progress import Progress
 from attnstudy.signals import check_interrupt
 
-from .common import base_table, prepare_batches
-from .erasure import RANKINGS
+from .batch import AblationContext, base_table, prepare_batches
+from .catalogue import AblationConfig, AblationSpec, get_ablation
+from .contract import capabilities
 
 BOOTSTRAP_ELEMENTS = 1_000_000
 """Resampled values per vectorised bootstrap call (≈ 8 MB per array), whatever the number of examples."""
@@ -48,7 +48,7 @@ class SuiteResult:
 
     Attributes:
         table: one row per real decoder step (``example_id``, ``prefix``, ``step``, the
-            :func:`analysis.common.base_table` columns, then every per-step ablation's columns);
+            :func:`attnstudy.analysis.batch.base_table` columns, then every per-step ablation's columns);
             None when the suite streamed it to ``table_path``.
         examples: one row per example (``example_id`` and the per-example ablations, e.g.
             global permutation).
@@ -63,59 +63,18 @@ class SuiteResult:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class _Spec:
-    module: str
-    function: str
-    per_example: bool = False
-    needs_attention: bool = True
-    reference_only: bool = False
-
-    def load(self) -> Callable:
-        return getattr(importlib.import_module(f".{self.module}", __package__), self.function)
-
-
-SPECS: dict[str, _Spec] = {
-    "permutation": _Spec("permutation", "run_permutation"),
-    "permutation_global": _Spec("permutation", "run_permutation_global", per_example=True),
-    "uniform": _Spec("permutation", "run_uniform"),
-    "erase_max": _Spec("erasure", "run_erase_max"),
-    "erase_until_flip": _Spec("erasure", "run_erase_until_flip"),
-    "adversarial": _Spec("adversarial", "run_adversarial"),
-    "importance": _Spec("importance", "run_importance", needs_attention=False),
-    "alignment": _Spec("alignment", "run_alignment", reference_only=True),
-}
-"""Ablation name → where its function lives and how it is scheduled (modules imported lazily)."""
-
-# summary stat → table column (micro-average over steps)
-STATS: dict[str, dict[str, str]] = {
-    "permutation": {"flip_rate": "permutation_flip_rate", "median_tvd": "permutation_median_tvd"},
-    "permutation_global": {
-        "changed_rate": "permutation_global_changed",
-        "edit_distance": "permutation_global_edit_distance",
-        "exact_match_original": "permutation_global_exact_original",
-        "exact_match_permuted": "permutation_global_exact_permuted",
-    },
-    "uniform": {"flip_rate": "uniform_flip", "tvd": "uniform_tvd"},
-    "erase_max": {"flip_rate": "erase_max_flip", "tvd": "erase_max_tvd"},
-    "erase_until_flip": {
-        f"{r}_{s}": f"erase_{r}_{s}"
-        for r in RANKINGS
-        for s in ("frac_positions", "frac_mass", "never_flipped")
-    },
-    "adversarial": {"max_jsd": "adversarial_max_jsd", "found_rate": "adversarial_found"},
-    "importance": {
-        "tau_attn_grad": "importance_tau_attn_grad",
-        "tau_attn_loo": "importance_tau_attn_loo",
-        "tau_grad_loo": "importance_tau_grad_loo",
-    },
-    "alignment": {"gold_mass": "alignment_gold_mass", "argmax_on_gold": "alignment_argmax_on_gold"},
-}
-SKIP_COLUMN = {"erase_until_flip": "erase_until_flip_skipped"}
+def _skip_reason(model, spec: AblationSpec) -> str | None:
+    """Why ``model`` cannot run ``spec`` (a capability it lacks), or None."""
+    missing = [c for c in spec.requires if c not in capabilities(model)]
+    if not missing:
+        return None
+    if "attention" in missing:
+        return "the model has no attention (attention = 'none')"
+    return f"the model lacks {', '.join(missing)} (see attnstudy.analysis.contract)"
 
 
 def run_suite(
-    model: Seq2Seq,
+    model,
     examples: Sequence[Example],
     src_vocab: Vocab,
     tgt_vocab: Vocab,
@@ -123,67 +82,79 @@ def run_suite(
     progress: bool = True,
     batch_size: int = 32,
     table_path: str | Path | None = None,
+    label: str = "",
+    info: dict | None = None,
 ) -> SuiteResult:
-    """Run ``cfg.ablations`` on the first ``cfg.n_examples`` examples.
+    """Run ``cfg.ablations`` (catalogue entries) on the first ``cfg.n_examples`` examples.
 
     Every prepared batch is analysed, reduced to per-example sums of the summary statistics, and
     its per-step rows handed to a sink; nothing per-step is kept across batches when
     ``table_path`` is given, so memory stays flat in the number of examples.
 
     Args:
-        model: the model; runs in eval mode, its previous mode is restored.
+        model: the model (see :mod:`attnstudy.analysis.contract`); runs in eval mode, its previous
+            mode is restored.
         examples: test examples (only the first ``cfg.n_examples`` are used).
         src_vocab, tgt_vocab: the model's vocabularies.
         cfg: which ablations and their settings.
-        progress: show one tqdm bar per ablation.
+        progress: show progress (one bar naming ``label``; plain lines outside a terminal).
         batch_size: examples per prepared batch (results do not depend on it).
         table_path: if given, the per-step table is streamed to this Parquet file (written
             atomically at the end) and ``SuiteResult.table`` is None; otherwise it is returned.
+        label: what the progress line names (the model run).
+        info: provenance stored in the streamed Parquet file's metadata (default: the resolved
+            ablation config, the attnstudy version and the git commit).
 
     Returns:
-        :class:`SuiteResult`. The ``none`` model skips every attention-based ablation (reason in
-        ``skipped``); an ablation whose module is not installed is skipped likewise.
+        :class:`SuiteResult`. An ablation the model lacks a capability for (the ``none`` model has
+        no attention) is skipped, with the reason in ``skipped``.
 
     Raises:
-        ValueError: for an empty example list or an unknown ablation name.
+        ValueError: for an empty example list. UnknownAblationError: an unknown ablation name.
+        AblationSpecError: an ablation whose function cannot be loaded (never a silent skip).
     """
     examples = list(examples)[: cfg.n_examples]
     if not examples:
         raise ValueError("run_suite needs at least one example")
+    ctx = AblationContext.of(cfg)
     skipped: dict[str, str] = {}
-    active: dict[str, Callable] = {}
+    active: dict[str, tuple[AblationSpec, Callable, object]] = {}
     for name in dict.fromkeys(cfg.ablations):
-        if name not in SPECS:
-            raise ValueError(f"unknown ablation {name!r}; valid: {', '.join(SPECS)}")
-        spec = SPECS[name]
-        if spec.needs_attention and not model.has_attention:
-            skipped[name] = "the model has no attention (attention = 'none')"
+        spec = get_ablation(name)
+        reason = _skip_reason(model, spec)
+        if reason is not None:
+            skipped[name] = reason
             continue
-        try:
-            active[name] = spec.load()
-        except (ImportError, AttributeError) as err:
-            skipped[name] = f"not available: {err}"
+        active[name] = (spec, spec.function(), cfg.params_for(name))
     groups: dict[str, list[str]] = {cfg.prefix: []}
-    for name in active:
-        groups.setdefault("reference" if SPECS[name].reference_only else cfg.prefix, []).append(
+    for name, (spec, _, _) in active.items():
+        groups.setdefault("reference" if spec.prefix == "reference" else cfg.prefix, []).append(
             name
         )
 
-    bars = {
-        n: tqdm(
-            total=len(examples), desc=f"ablation {n}", disable=not progress, position=i, leave=True
-        )
-        for i, n in enumerate(active)
-    }
-    sink = _StepSink(table_path)
+    rounds = sum(1 for p, names in groups.items() if names or p == cfg.prefix)
+    bar = Progress(
+        len(examples) * rounds,
+        f"ablations {label}".strip(),
+        enabled=progress and bool(active),
+        unit="example",
+    )
+    if info is None:
+        from attnstudy import __version__
+        from attnstudy.paths import git_commit
+
+        info = {"config": cfg.resolved(), "version": __version__, "commit": git_commit()}
+    sink = _StepSink(table_path, info)
     sums: list[pd.DataFrame] = []
-    example_parts: dict[str, list[pd.DataFrame]] = {n: [] for n in active if SPECS[n].per_example}
+    example_parts: dict[str, list[pd.DataFrame]] = {
+        n: [] for n, (sp, _, _) in active.items() if sp.unit == "example"
+    }
     try:
         with eval_mode(model):
             for prefix, names in groups.items():
                 if not names and prefix != cfg.prefix:
                     continue
-                step_names = [n for n in names if not SPECS[n].per_example]
+                step_specs = [active[n][0] for n in names if active[n][0].unit == "step"]
                 for batch in prepare_batches(
                     model, examples, src_vocab, tgt_vocab, prefix, batch_size
                 ):
@@ -191,27 +162,28 @@ def run_suite(
                     steps = base_table(batch)
                     steps.insert(1, "prefix", prefix)
                     for name in names:
-                        frame = active[name](model, batch, cfg)
-                        if SPECS[name].per_example:
+                        spec, fn, params = active[name]
+                        bar.update(0, note=name)
+                        frame = fn(model, batch, params, ctx)
+                        if spec.unit == "example":
                             example_parts[name].append(frame)
                         else:
                             frame.insert(1, "prefix", prefix)
                             steps = steps.merge(frame, on=KEYS, how="left", validate="one_to_one")
-                        bars[name].update(len(batch.examples))
-                    sums.append(example_sums(steps, step_names))
+                    bar.update(len(batch.examples))
+                    sums.append(example_sums(steps, step_specs))
                     sink.write(steps)
         table = sink.close()
     finally:
         sink.discard()
-        for bar in bars.values():
-            bar.close()
+        bar.close()
 
     per_example = pd.DataFrame({"example_id": [ex.id for ex in examples]})
     for name, frames in example_parts.items():
         frame = pd.concat(frames, ignore_index=True)
         per_example = per_example.merge(frame, on="example_id", how="left", validate="one_to_one")
-        sums.append(example_sums(per_example, [name]))
-    summary = summary_from_sums(_combine(sums), list(active), cfg)
+        sums.append(example_sums(per_example, [active[name][0]]))
+    summary = summary_from_sums(_combine(sums), [active[n][0] for n in active], cfg)
     return SuiteResult(table, per_example, summary, skipped)
 
 
@@ -222,8 +194,9 @@ class _StepSink:
     under :func:`pyarrow.unify_schemas` (missing columns become nulls), one part in memory at a time.
     """
 
-    def __init__(self, path: str | Path | None):
+    def __init__(self, path: str | Path | None, info: dict | None = None):
         self.path = None if path is None else Path(path)
+        self.info = info or {}
         self.frames: list[pd.DataFrame] = []
         self.parts: list[Path] = []
         self._tmp = None
@@ -249,7 +222,7 @@ class _StepSink:
 
         schema = pa.unify_schemas(
             [pq.read_schema(p).remove_metadata() for p in self.parts], promote_options="permissive"
-        )
+        ).with_metadata({b"attnstudy": json.dumps(self.info, default=str).encode()})
         tmp_out = Path(self._tmp.name) / "joined.parquet"
         with pq.ParquetWriter(tmp_out, schema) as writer:
             for part in self.parts:
@@ -324,72 +297,50 @@ def _put(out: dict[str, float], key: str, result: tuple[float, float, float] | N
         out[f"{key}_ci_low"], out[f"{key}_ci_high"] = low, high
 
 
-def example_sums(rows: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
-    """Per-example sums of everything the summary needs, for the ablations ``names`` in ``rows``.
+def example_sums(rows: pd.DataFrame, specs: Sequence[AblationSpec]) -> pd.DataFrame:
+    """Per-example sums of everything the summary needs, for the ablations ``specs`` in ``rows``.
 
     Args:
         rows: per-step rows of one prefix (or the per-example table for per-example ablations).
-        names: ablations whose statistics to sum.
+        specs: ablations whose statistics to sum (their :attr:`AblationSpec.derive` is applied first).
 
     Returns:
         DataFrame indexed by ``example_id`` (order of first appearance) with columns
-        ``<name>|n``, ``<name>|n_skipped``, ``<name>|<stat>_n_undefined`` and ``<name>|<stat>|num`` /
-        ``<name>|<stat>|den`` (a micro-average's numerator and its count of defined rows).
+        ``<name>|n``, ``<name>|n_skipped``, ``<name>|<count>``, ``<name>|<stat>_n_undefined`` and
+        ``<name>|<stat>|num`` / ``<name>|<stat>|den`` (a micro-average's numerator and its count of
+        defined rows, or a ratio's numerator and denominator); a ratio reported as its complement
+        (AER) is marked ``<name>|<stat>|num~``.
     """
     cols: dict[str, pd.Series] = {}
-    for name in names:
-        stats_of = {s: c for s, c in STATS.get(name, {}).items() if c in rows.columns}
-        cols[f"{name}|n"] = pd.Series(1.0, index=rows.index)
-        skip_col = SKIP_COLUMN.get(name, f"{name}_skipped")
+    for spec in specs:
+        name = spec.name
+        derive = spec.derive_function()
+        r = derive(rows) if derive is not None else rows
+        cols[f"{name}|n"] = pd.Series(1.0, index=r.index)
         skipped = (
-            rows[skip_col].astype("boolean").fillna(False).astype(bool)
-            if skip_col in rows.columns
-            else pd.Series(False, index=rows.index)
+            r[spec.skipped].astype("boolean").fillna(False).astype(bool)
+            if spec.skipped in r.columns
+            else pd.Series(False, index=r.index)
         )
         cols[f"{name}|n_skipped"] = skipped.astype(float)
-        values = {stat: rows[col].astype(float) for stat, col in stats_of.items()}
-        for (
-            stat,
-            v,
-        ) in values.items():  # undefined per statistic: τ attn–grad may be, τ grad–LOO not
-            cols[f"{name}|{stat}_n_undefined"] = (v.isna() & ~skipped).astype(float)
-        if name == "permutation" and "permutation_n_identity" in rows.columns:
-            cols[f"{name}|n_identity"] = rows["permutation_n_identity"].astype(float).fillna(0.0)
-        if name == "permutation_global" and {"exact_match_original", "exact_match_permuted"} <= set(
-            stats_of
-        ):
-            values["exact_match_drop"] = (
-                values["exact_match_original"] - values["exact_match_permuted"]
-            )
-        for stat, v in values.items():
-            cols[f"{name}|{stat}|num"] = v.fillna(0.0)
-            cols[f"{name}|{stat}|den"] = v.notna().astype(float)
-        if name == "alignment" and "alignment_n_sure" in rows.columns:
-            ok = rows["alignment_n_sure"].notna()
-            linked = (
-                ok & rows["alignment_linked"].astype("boolean").fillna(False).astype(bool)
-                if "alignment_linked" in rows.columns
-                else ok
-            )
-            heads = sorted(
-                {
-                    int(m.group(1))
-                    for c in rows.columns
-                    if (m := re.match(r"alignment_head(\d+)_n_hyp$", c))
-                }
-            )
-            # corpus AER from summed counts (Och & Ney 2003): 1 − (|A∩S| + |A∩P|) / (|A| + |S|); standard
-            # over every predicted link, "linked" over the target tokens that have gold links only
-            for label, pre in [("", "alignment_")] + [
-                (f"_head{h}", f"alignment_head{h}_") for h in heads
-            ]:
-                num = rows[f"{pre}n_hyp_sure"].astype(float) + rows[f"{pre}n_hyp_possible"].astype(
-                    float
+        for count in spec.counts:
+            if count in r.columns:
+                cols[f"{name}|{count.removeprefix(name + '_')}"] = (
+                    r[count].astype(float).fillna(0.0)
                 )
-                den = rows[f"{pre}n_hyp"].astype(float) + rows["alignment_n_sure"].astype(float)
-                for stat, keep in ((f"aer{label}", ok), (f"aer_linked{label}", linked)):
-                    cols[f"{name}|{stat}|num"] = num.where(keep, 0.0)
-                    cols[f"{name}|{stat}|den"] = den.where(keep, 0.0)
+        for stat, st in spec.all_stats(r.columns).items():
+            if not all(c in r.columns for c in st.columns):
+                continue
+            if st.column is not None:
+                v = r[st.column].astype(float)
+                # undefined per statistic: τ attn–grad may be, τ grad–LOO not
+                cols[f"{name}|{stat}_n_undefined"] = (v.isna() & ~skipped).astype(float)
+                cols[f"{name}|{stat}|num"] = v.fillna(0.0)
+                cols[f"{name}|{stat}|den"] = v.notna().astype(float)
+            else:
+                mark = "~" if st.complement else ""
+                cols[f"{name}|{stat}|num{mark}"] = r[st.num].astype(float).fillna(0.0)
+                cols[f"{name}|{stat}|den"] = r[st.den].astype(float).fillna(0.0)
     frame = pd.DataFrame(cols, index=rows.index)
     frame["example_id"] = rows["example_id"].to_numpy()
     return frame.groupby("example_id", sort=False).sum()
@@ -402,7 +353,7 @@ def _combine(parts: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def summary_from_sums(
-    sums: pd.DataFrame, names: Sequence[str], cfg: AblationConfig
+    sums: pd.DataFrame, specs: Sequence[AblationSpec], cfg: AblationConfig
 ) -> dict[str, float]:
     """Summary metrics ``ablation/<name>/<stat>`` from :func:`example_sums` (see module docstring).
 
@@ -410,24 +361,25 @@ def summary_from_sums(
         ValueError: if a metric name has a character MLflow rejects (a bug, never user input).
     """
     out: dict[str, float] = {}
-    for name in names:
+    for spec in specs:
+        name = spec.name
         key = f"ablation/{name}"
         if f"{name}|n" not in sums.columns:
             continue
-        out[f"{key}/n_examples" if SPECS[name].per_example else f"{key}/n_steps"] = float(
+        out[f"{key}/n_examples" if spec.unit == "example" else f"{key}/n_steps"] = float(
             sums[f"{name}|n"].sum()
         )
         out[f"{key}/n_skipped"] = float(sums[f"{name}|n_skipped"].sum())
         for col in sums.columns:
-            extra = col.split("|", 1)[1] if col.startswith(f"{name}|") else ""
-            if extra == "n_identity" or (extra.endswith("_n_undefined") and "|" not in extra):
-                out[f"{key}/{extra}"] = float(sums[col].sum())
+            parts = col.split("|")
+            if len(parts) == 2 and parts[0] == name and parts[1] not in ("n", "n_skipped"):
+                out[f"{key}/{parts[1]}"] = float(sums[col].sum())  # counts and *_n_undefined
         for col in sums.columns:
             parts = col.split("|")
-            if len(parts) != 3 or parts[0] != name or parts[2] != "num":
+            if len(parts) != 3 or parts[0] != name or parts[2] not in ("num", "num~"):
                 continue
             stat = parts[1]
-            transform = (lambda r: 1.0 - r) if stat.startswith("aer") else None
+            transform = (lambda r: 1.0 - r) if parts[2] == "num~" else None
             _put(
                 out,
                 f"{key}/{stat}",
@@ -460,8 +412,13 @@ def summarize(
     Raises:
         ValueError: if a metric name has a character MLflow rejects.
     """
+    specs = [get_ablation(n) for n in names]
     parts = []
-    for name in names:
-        rows = per_example if SPECS[name].per_example else table[table["prefix"] == prefix_of[name]]
-        parts.append(example_sums(rows, [name]))
-    return summary_from_sums(_combine(parts) if parts else pd.DataFrame(), names, cfg)
+    for spec in specs:
+        rows = (
+            per_example
+            if spec.unit == "example"
+            else table[table["prefix"] == prefix_of[spec.name]]
+        )
+        parts.append(example_sums(rows, [spec]))
+    return summary_from_sums(_combine(parts) if parts else pd.DataFrame(), specs, cfg)

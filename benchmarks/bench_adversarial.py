@@ -1,9 +1,9 @@
-"""Benchmark 2 — adversarial search: batched against a per-step loop (issue #5, item 2).
+"""Benchmark 2 — adversarial search: batched against a per-step loop.
 
-* **batched** — :func:`analysis.adversarial.search_adversarial`: every searchable step of a
+* **batched** — :func:`attnstudy.analysis.ablations.adversarial.search_adversarial`: every searchable step of a
   batch × its K candidates optimised as one problem (one forward + backward of the output
   layers per Adam iteration).
-* **per-step loop** — :func:`analysis.adversarial.adversarial_loop_reference`: one step (its K
+* **per-step loop** — :func:`attnstudy.analysis.ablations.adversarial.adversarial_loop_reference`: one step (its K
   candidates) at a time, each with its own parameters and Adam optimiser, seeded identically.
 
 Same seed → the same per-row objective values (the batched loss is a sum of independent rows,
@@ -17,8 +17,8 @@ from __future__ import annotations
 from functools import partial
 
 import torch
-
-from analysis.adversarial import adversarial_loop_reference, search_adversarial
+from attnstudy.analysis.ablations.adversarial import adversarial_loop_reference, search_adversarial
+from attnstudy.analysis.batch import AblationContext
 
 from . import common
 
@@ -26,7 +26,8 @@ TARGET = 5.0
 
 
 def _each(fn, model, batches, cfg, iters):
-    return [fn(model, b, cfg, steps=iters) for b in batches]
+    params, ctx = cfg.params_for("adversarial"), AblationContext.of(cfg)
+    return [fn(model, b, params, ctx, steps=iters) for b in batches]
 
 
 def _cat(results, name):
@@ -70,7 +71,7 @@ def run(args) -> dict:
                 "flow": f"{flow} ({common.FLOWS[flow]})",
                 "words": n_words,
                 "searched steps": n_rows,
-                "K": cfg.adversarial.k,
+                "K": cfg.params_for("adversarial").k,
                 "Adam iterations": iters,
                 "batched s": res["batched"].best,
                 "loop s": res["loop"].best,
@@ -100,7 +101,7 @@ def run(args) -> dict:
         args,
         {
             "words": n_words,
-            "K": cfg.adversarial.k,
+            "K": cfg.params_for("adversarial").k,
             "Adam iterations": iters,
             "prefix": prefix,
             "seed": cfg.seed,

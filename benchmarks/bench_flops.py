@@ -1,5 +1,5 @@
 """Benchmark 4 — closeness to the limit: achieved FLOP rate of the permutation and adversarial
-kernels as a fraction of ``torch.mm``'s rate on a 4096 × 4096 product (issue #5, item 4).
+kernels as a fraction of ``torch.mm``'s rate on a 4096 × 4096 product.
 
 FLOPs are counted analytically from the layer sizes (2·m·n·k per matrix product), for real
 (non-padding) steps and valid source positions only, at the quickstart model sizes:
@@ -13,7 +13,7 @@ FLOPs are counted analytically from the layer sizes (2·m·n·k per matrix produ
   the context (dα = dc · Vᵀ).
 
 Kernels timed: the permutation kernel is the ``logits_given_attention`` calls of
-``run_permutation`` on precomputed permutations (P = 100); the adversarial kernel is
+``attnstudy.analysis.ablations.permutation.run`` on precomputed permutations (P = 100); the adversarial kernel is
 ``search_adversarial`` (K = 5; per Adam iteration one forward + backward, plus the final
 forward). Both use the thread count of the ``torch.mm`` measurement. Targets: ≥ 50 %
 (permutation), ≥ 30 % (adversarial). A ``torch.profiler`` breakdown (self CPU time per operator)
@@ -25,13 +25,13 @@ Run: ``PYTHONPATH=src:. python -m benchmarks.bench_flops [--smoke]``.
 from __future__ import annotations
 
 import torch
+from attnstudy.analysis._chunks import n_valid, sub_trace, trace_chunks
+from attnstudy.analysis.ablations.adversarial import _searched_rows, search_adversarial
+from attnstudy.analysis.ablations.permutation import run as run_permutation
+from attnstudy.analysis.batch import AblationContext, step_generator
+from attnstudy.analysis.interventions import permute
 from torch.profiler import ProfilerActivity, profile
 
-from analysis._local import n_valid, sub_trace, trace_chunks
-from analysis.adversarial import _searched_rows, search_adversarial
-from analysis.common import step_generator
-from analysis.interventions import permute
-from analysis.permutation import run_permutation
 from attnstudy.models import eval_mode
 
 from . import common
@@ -64,7 +64,7 @@ def perm_work(bm, batches, cfg) -> tuple[list, float, int]:
     for batch in batches:
         tr, ids = batch.trace, batch.example_ids
         nv = n_valid(tr)
-        for chunk in trace_chunks(tr, cfg.n_permutations):
+        for chunk in trace_chunks(tr, cfg.params_for("permutation").n):
             idx = chunk.rows
             sub = sub_trace(tr, idx, chunk.start, chunk.stop)
             steps = sub.step_mask & (nv[idx] >= 2)[:, None]
@@ -73,7 +73,7 @@ def perm_work(bm, batches, cfg) -> tuple[list, float, int]:
             perm = permute(
                 sub.attention,
                 ~sub.pad_mask,
-                cfg.n_permutations,
+                cfg.params_for("permutation").n,
                 lambda b, t, idx=idx, ids=ids, s0=chunk.start: step_generator(
                     cfg.seed, ids[int(idx[b])], s0 + t, "permutation"
                 ),
@@ -81,9 +81,13 @@ def perm_work(bm, batches, cfg) -> tuple[list, float, int]:
             )
             calls.append((sub, perm.weights, steps))
             per_step = steps.sum(1)  # real steps per example
-            rows += int(per_step.sum()) * cfg.n_permutations
+            rows += int(per_step.sum()) * cfg.params_for("permutation").n
             flops += float(
-                (per_step * cfg.n_permutations * (lf["forward"] + lf["context"] * nv[idx])).sum()
+                (
+                    per_step
+                    * cfg.params_for("permutation").n
+                    * (lf["forward"] + lf["context"] * nv[idx])
+                ).sum()
             )
     return calls, flops, rows
 
@@ -167,12 +171,20 @@ def run(args) -> dict:
                 ]
 
         def perm_end_to_end(model=model, perm_batches=perm_batches):
-            return [run_permutation(model, b, cfg) for b in perm_batches]
+            return [
+                run_permutation(model, b, cfg.params_for("permutation"), AblationContext.of(cfg))
+                for b in perm_batches
+            ]
 
         def adv_kernel(model=model, adv_batches=adv_batches):
-            return [search_adversarial(model, b, cfg, steps=iters) for b in adv_batches]
+            return [
+                search_adversarial(
+                    model, b, cfg.params_for("adversarial"), AblationContext.of(cfg), steps=iters
+                )
+                for b in adv_batches
+            ]
 
-        a_flops, a_rows = adv_flops(bm, adv_batches, iters, cfg.adversarial.k)
+        a_flops, a_rows = adv_flops(bm, adv_batches, iters, cfg.params_for("adversarial").k)
         res = common.interleaved(
             {"perm": perm_kernel, "perm_e2e": perm_end_to_end, "adv": adv_kernel}, repeats
         )
@@ -235,7 +247,7 @@ def run(args) -> dict:
             "permutation words": n_words,
             "P": p_count,
             "adversarial words": n_adv,
-            "K": cfg.adversarial.k,
+            "K": cfg.params_for("adversarial").k,
             "Adam iterations": iters,
             "prefix": prefix,
             "timing": f"best of {repeats} interleaved",

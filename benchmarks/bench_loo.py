@@ -1,8 +1,8 @@
-"""Benchmark 3 — leave-one-out importance: batched against a per-position loop (issue #5, item 3).
+"""Benchmark 3 — leave-one-out importance: batched against a per-position loop.
 
-* **batched** — :func:`analysis.importance.loo_importance`: all single-token deletions of a
+* **batched** — :func:`attnstudy.analysis.ablations.importance.loo_importance`: all single-token deletions of a
   batch (B × L sources) encoded and traced as one batch, in chunks.
-* **loop** — :func:`analysis.importance.loo_loop_reference`: one deleted source at a time.
+* **loop** — :func:`attnstudy.analysis.ablations.importance.loo_loop_reference`: one deleted source at a time.
 
 Equality: in float32 the two differ by rounding that the recurrence amplifies (a padded batch
 and a lone sequence take different kernel paths; up to ~1e-4 in TVD was seen with the Luong
@@ -19,8 +19,7 @@ import dataclasses
 from functools import partial
 
 import torch
-
-from analysis.importance import loo_importance, loo_loop_reference
+from attnstudy.analysis.ablations.importance import loo_importance, loo_loop_reference
 
 from . import common
 

@@ -1,10 +1,10 @@
-"""Benchmark 1 — local permutation: the fast path against two loops (issue #5, item 1).
+"""Benchmark 1 — local permutation: the fast path against two loops.
 
 Three ways to compute the same per-step numbers (median TVD over P permutations, flip rate,
 identity count), from the same prepared batches (greedy prefix, traced once, outside the timing)
 and the same permutations (generator per (seed, example, step, "permutation")):
 
-* **fast** — :func:`analysis.permutation.run_permutation`: steps × P replacements as
+* **fast** — :func:`attnstudy.analysis.ablations.permutation.run`: steps × P replacements as
   independent rows of one ``logits_given_attention`` call per example chunk.
 * **per-step loop** — the per-step protocol of Moradi et al. (2019): for every decoder step t
   and every permutation p, one ``logits_given_attention`` call over the batch restricted to
@@ -30,12 +30,12 @@ from functools import partial
 import numpy as np
 import pandas as pd
 import torch
+from attnstudy.analysis._chunks import base_probs, n_valid, step_frame
+from attnstudy.analysis.ablations.permutation import run as run_permutation
+from attnstudy.analysis.batch import AblationContext, PreparedBatch, step_generator
+from attnstudy.analysis.divergences import tvd
+from attnstudy.analysis.interventions import Permuted, permute
 
-from analysis._local import base_probs, n_valid, step_frame
-from analysis.common import PreparedBatch, step_generator
-from analysis.divergences import tvd
-from analysis.interventions import Permuted, permute
-from analysis.permutation import run_permutation
 from attnstudy.models import eval_mode
 
 from . import common
@@ -58,7 +58,7 @@ def _permutations(batch: PreparedBatch, cfg) -> Permuted:
     return permute(
         tr.attention,
         ~tr.pad_mask,
-        cfg.n_permutations,
+        cfg.params_for("permutation").n,
         lambda b, t: step_generator(cfg.seed, ids[b], t, "permutation"),
         _steps(batch),
     )
@@ -134,7 +134,9 @@ def naive_loop(model, batch: PreparedBatch, cfg) -> pd.DataFrame:
 
 
 def fast_path(model, batch: PreparedBatch, cfg) -> pd.DataFrame:
-    return run_permutation(model, batch, cfg)[["example_id", "step", *COLUMNS]]
+    return run_permutation(model, batch, cfg.params_for("permutation"), AblationContext.of(cfg))[
+        ["example_id", "step", *COLUMNS]
+    ]
 
 
 def max_diff(a: pd.DataFrame, b: pd.DataFrame) -> float:

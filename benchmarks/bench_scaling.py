@@ -1,6 +1,6 @@
-"""Benchmark 5 — scaling of the ablation suite (issue #5, item 5).
+"""Benchmark 5 — scaling of the ablation suite.
 
-Suite cost (:func:`analysis.suite.run_suite`, everything from preparing the traces to the
+Suite cost (:func:`attnstudy.analysis.suite.run_suite`, everything from preparing the traces to the
 bootstrap summary) against
 
 * the number of examples (G2P test words, 1k, 2k, 5k, 10k; trained quickstart model, greedy
@@ -55,9 +55,10 @@ def _child(params: dict) -> dict:
 
     import pyarrow.parquet as pq
     import torch
+    from attnstudy.analysis import suite as suite_mod
+    from attnstudy.analysis.catalogue import AblationConfig, get_ablation
 
-    from analysis import suite as suite_mod
-    from attnstudy.config import AblationConfig, DataConfig, ModelConfig
+    from attnstudy.config import DataConfig, ModelConfig
     from attnstudy.data.tasks import load_task
     from attnstudy.data.vocab import Vocab
     from attnstudy.models import build_model
@@ -82,9 +83,9 @@ def _child(params: dict) -> dict:
 
     times: dict[str, float] = {}
     for name in cfg.ablations:  # timing wrappers (results unchanged)
-        spec = suite_mod.SPECS[name]
-        mod = importlib.import_module(f"analysis.{spec.module}")
-        fn = getattr(mod, spec.function)
+        module, _, attr = get_ablation(name).run.partition(":")
+        mod = importlib.import_module(module)
+        fn = getattr(mod, attr)
 
         def wrapped(*a, _fn=fn, _name=name, **kw):
             t0 = time.perf_counter()
@@ -93,7 +94,7 @@ def _child(params: dict) -> dict:
             finally:
                 times[_name] = times.get(_name, 0.0) + time.perf_counter() - t0
 
-        setattr(mod, spec.function, wrapped)
+        setattr(mod, attr, wrapped)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:  # streamed, as `attnstudy ablate` does

@@ -1,4 +1,4 @@
-"""Benchmark 7 — tracking overhead (issue #5, item 7).
+"""Benchmark 7 — tracking overhead.
 
 The share of the ablation suite's wall time spent in MLflow calls: :func:`attnstudy.api.ablate_run`
 (the suite plus everything it logs: params, the per-step and per-example Parquet tables, heatmap
@@ -118,7 +118,7 @@ def measure(tracker: TimingTracker, bm, cfg) -> dict:
 
 def warm_up(bm) -> None:
     """One tiny suite first, so the lazy imports of the analysis modules count in neither store."""
-    from analysis.suite import run_suite
+    from attnstudy.analysis.suite import run_suite
 
     cfg = common.ablation_cfg(
         n_examples=2,
@@ -202,9 +202,9 @@ def run(args) -> dict:
         args,
         {
             "examples": cfg.n_examples,
-            "P": cfg.n_permutations,
+            "P": cfg.params_for("permutation").n,
             "ablations": "all",
-            "adversarial iterations": cfg.adversarial.steps,
+            "adversarial iterations": cfg.params_for("adversarial").steps,
         },
         [("", common.table(rows)), ("Calls", common.table(call_rows))],
         notes,

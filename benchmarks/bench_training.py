@@ -1,4 +1,4 @@
-"""Benchmark 6 — training throughput (issue #5, item 6).
+"""Benchmark 6 — training throughput.
 
 Target-side tokens per second (real tokens, the ``<eos>`` step included; padding not counted)
 of the training step of :func:`attnstudy.training.train` (forward, summed cross-entropy,

@@ -1,5 +1,5 @@
 """What every benchmark shares: arguments, machine description, interleaved timing, models,
-tables and the ``RESULTS.md`` log (issue #5).
+tables and the ``RESULTS.md`` log.
 
 Every figure a benchmark reports is a ratio between two things run in the same process on the
 same inputs, timed interleaved (A, B, A, B, …) and compared by their best time, so it holds on
@@ -272,7 +272,7 @@ def report(
             fcntl.flock(f, fcntl.LOCK_EX)  # benchmarks may run in parallel lanes (run_all --jobs)
             if f.tell() == 0:
                 f.write(
-                    "# Benchmark results\n\nAppended by the scripts in `benchmarks/` (issue #5); "
+                    "# Benchmark results\n\nAppended by the scripts in `benchmarks/`; "
                     "newest last. Every figure is a ratio of two things run in the same process "
                     "on the same inputs; absolute times are for information only.\n\n"
                 )
@@ -385,7 +385,7 @@ def get_model(
 
 
 def ablation_cfg(**kw):
-    from attnstudy.config import AblationConfig
+    from attnstudy.analysis.catalogue import AblationConfig
 
     return AblationConfig(**kw)
 
@@ -394,7 +394,7 @@ def prepared(
     bm: BenchModel, n: int, prefix: str = "greedy", batch_size: int = 32, examples=None
 ) -> list:
     """Prepared batches (traces) over the first ``n`` test examples."""
-    from analysis.common import prepare_batches
+    from attnstudy.analysis.batch import prepare_batches
 
     exs = list(examples if examples is not None else bm.splits.test)[:n]
     return list(prepare_batches(bm.model, exs, bm.src_vocab, bm.tgt_vocab, prefix, batch_size))

@@ -1,4 +1,4 @@
-"""Run every benchmark of issue #5 (``make bench``), each in its own process.
+"""Run every benchmark of the benchmark plan (``make bench``), each in its own process.
 
 Full mode (the default) is sized for < 30 minutes on a 2-core machine; it first trains (or finds
 in ``benchmarks/.cache/``) the two small quickstart G2P models the benchmarks share. Every
@@ -24,7 +24,7 @@ import time
 from . import common
 
 BENCHMARKS = ["permutation", "adversarial", "loo", "flops", "scaling", "training", "tracking"]
-"""Script names (``benchmarks/bench_<name>.py``), in issue order."""
+"""Script names (``benchmarks/bench_<name>.py``), in the order they are listed and run."""
 
 
 def main(argv=None) -> int:

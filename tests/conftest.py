@@ -38,7 +38,7 @@ def store_root(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_config():
-    from attnstudy.config import load_experiment
+    from attnstudy.experiment import load_experiment
 
     return load_experiment(ROOT / "experiments" / "tiny.toml")
 

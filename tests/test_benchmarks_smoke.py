@@ -1,4 +1,4 @@
-"""Every benchmark of issue #5 in smoke mode (tiny sizes), so the scripts never rot.
+"""Every benchmark in smoke mode (tiny sizes), so the scripts never rot.
 
 Asserts that the scripts run, print and append their tables, and that their equality checks hold;
 never a timing assertion (the machine may be busy).

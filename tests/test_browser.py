@@ -129,7 +129,7 @@ def _shot(page, name: str, full_page: bool = False) -> None:
 
 def test_run_names_and_links_in_the_store(runs, tiny_study):
     """What the UI should show. Nesting is for browsing: a model trained before this study (reused by
-    it) is not the study's child, but carries the study's id in ``study_ids`` (DESIGN.md §5)."""
+    it) is not the study's child, but carries the study's id in ``study_ids`` (docs/design.md §5)."""
     study = tiny_study["study_run_id"]
     assert runs[study][:2] == ("tiny/study", None)
     assert len(tiny_study["models"]) == 2

@@ -1,6 +1,7 @@
 import pytest
 
-from attnstudy.config import ConfigError, load_experiment, parse_experiment
+from attnstudy.config import ConfigError
+from attnstudy.experiment import load_experiment, parse_experiment
 
 BASE = {
     "experiment": {"name": "t"},

@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from attnstudy.data.tasks import Example
+from attnstudy.data.types import Example
 from attnstudy.metrics import edit_distance, evaluate, per_example
 
 

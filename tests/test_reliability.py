@@ -1,4 +1,4 @@
-"""Reliability (issue #6): interruptions and resume, determinism across processes, concurrent
+"""Reliability: interruptions and resume, determinism across processes, concurrent
 processes on one fresh store, a real MLflow tracking server (and a dead one), numerical edge cases.
 
 Every CLI call is a real ``python -m attnstudy.cli`` process with its own ``ATTNSTUDY_ROOT``;
@@ -147,7 +147,7 @@ def metric_histories(
 ) -> dict:
     """metric key → [(step, value), …] sorted by step."""
     t = tracker(root)
-    keys = t.get_run(run_id).data.metrics
+    keys = t.get_run(run_id).metrics
     return {
         k: sorted((m.step, m.value) for m in t.client.get_metric_history(run_id, k))
         for k in keys
@@ -449,7 +449,7 @@ def test_two_trackers_in_one_process_log_models_to_their_own_store(tmp_path, mon
     import torch
 
     from attnstudy.api import load_data
-    from attnstudy.config import load_experiment
+    from attnstudy.experiment import load_experiment
     from attnstudy.models import build_model
     from attnstudy.models.io import save_model_dir
     from attnstudy.tracking import Tracker
@@ -473,15 +473,14 @@ def test_two_trackers_in_one_process_log_models_to_their_own_store(tmp_path, mon
     assert a.client.get_registered_model("tiny-reg").name == "tiny-reg"
     assert b.client.search_registered_models() == []
     got_run, _ = a.download_model_dir("models:/tiny-reg/1", tmp_path / "dl")
-    assert got_run == run_id and a.get_run(run_id).info.status == "FINISHED"
+    assert got_run == run_id and a.get_run(run_id).status == "FINISHED"
 
 
 def test_report_tables_without_alignment_columns():
     """``run`` with ``ablation.ablations`` lacking alignment ended in the report with
     "'Column not found: alignment_gold_mass'" (exit 2, study FAILED) after all the work."""
     import pandas as pd
-
-    from analysis.figures import per_example_alignment
+    from attnstudy.analysis.figures import per_example_alignment
 
     steps = pd.DataFrame(
         {"variant": ["a", "a"], "example_id": ["x", "y"], "permutation_median_tvd": [0.1, 0.2]}
@@ -507,8 +506,7 @@ def one_thread():
 
 def test_jsd_and_kl_terms_survive_fp32_underflow(one_thread):
     import torch
-
-    from analysis.divergences import LN2, entropy, jsd, tvd
+    from attnstudy.analysis.divergences import LN2, entropy, jsd, tvd
 
     tiny = torch.tensor(1e-45, dtype=torch.float32)
     assert tiny > 0 and tiny / 2 == 0  # the smallest subnormal: half of it underflows to zero
@@ -535,8 +533,7 @@ def test_jsd_is_right_where_the_mixture_underflows(one_thread):
     term then is p · (log p − log 0) = +inf, clamped to ln 2: two distributions that differ by
     1e-45 come out maximally different, and the gradient (the adversarial objective) is NaN."""
     import torch
-
-    from analysis.divergences import jsd
+    from attnstudy.analysis.divergences import jsd
 
     near = (torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.5, 0.5, 1e-45]))
     assert float(jsd(*near)) == pytest.approx(0.0, abs=1e-6)
@@ -553,7 +550,7 @@ def _edge_model(attention: str, seed: int = 0):
     import torch
 
     from attnstudy.config import ModelConfig
-    from attnstudy.data.tasks import symbols
+    from attnstudy.data.synthetic import symbols
     from attnstudy.data.vocab import Vocab
     from attnstudy.models import build_model
 
@@ -574,7 +571,8 @@ def _edge_model(attention: str, seed: int = 0):
 
 
 def _edge_examples():
-    from attnstudy.data.tasks import Example, symbols, synthetic_example
+    from attnstudy.data.synthetic import symbols, synthetic_example
+    from attnstudy.data.types import Example
 
     s = symbols(5)
     return [
@@ -594,9 +592,8 @@ def _edge_examples():
 def test_suite_on_degenerate_inputs_logs_only_finite_values(attention, scale, one_thread):
     import numpy as np
     import torch
-
-    from analysis.suite import METRIC_NAME, run_suite
-    from attnstudy.config import AblationConfig
+    from attnstudy.analysis.catalogue import AblationConfig
+    from attnstudy.analysis.suite import METRIC_NAME, run_suite
 
     model, vocab = _edge_model(attention)
     with torch.no_grad():

@@ -12,27 +12,27 @@ def test_study_hierarchy_tags_and_metrics(tiny_study):
 
     tracker = Tracker()
     study = tracker.get_run(tiny_study["study_run_id"])
-    assert study.info.status == "FINISHED" and study.data.tags["kind"] == "study"
-    assert study.info.run_name == "tiny/study"
+    assert study.status == "FINISHED" and study.tags["kind"] == "study"
+    assert study.name == "tiny/study"
     for m in tiny_study["models"]:
         assert m.reused  # trained by the tiny_models fixture, reused here by config hash
         model_run = tracker.get_run(m.run_id)
-        assert tiny_study["study_run_id"] in model_run.data.tags["study_ids"].split(",")
+        assert tiny_study["study_run_id"] in model_run.tags["study_ids"].split(",")
         abl = tracker.get_run(tiny_study["ablations"][m.run_id])
-        assert abl.info.status == "FINISHED"
-        assert abl.data.tags["source_run_id"] == m.run_id
-        assert abl.data.tags["mlflow.parentRunId"] == m.run_id
-        assert abl.data.tags["study_id"] == tiny_study["study_run_id"]
-        assert abl.info.run_name.endswith("/ablations")
-        assert all(math.isfinite(v) for v in abl.data.metrics.values())
-        assert all(k.startswith(("ablation/", "seed_variance/")) for k in abl.data.metrics)
-        table = tracker.load_table(abl.info.run_id, "ablations/steps.parquet")
+        assert abl.status == "FINISHED"
+        assert abl.tags["source_run_id"] == m.run_id
+        assert abl.tags["mlflow.parentRunId"] == m.run_id
+        assert abl.tags["study_id"] == tiny_study["study_run_id"]
+        assert abl.name.endswith("/ablations")
+        assert all(math.isfinite(v) for v in abl.metrics.values())
+        assert all(k.startswith(("ablation/", "seed_variance/")) for k in abl.metrics)
+        table = tracker.load_table(abl.run_id, "ablations/steps.parquet")
         assert {"example_id", "step", "is_eos", "max_attention", "attention_entropy"} <= set(
             table.columns
         )
         if m.spec.model.attention == "none":
-            assert "skipped.permutation" in abl.data.tags
-            assert "ablation/importance/tau_grad_loo" in abl.data.metrics
+            assert "skipped.permutation" in abl.tags
+            assert "ablation/importance/tau_grad_loo" in abl.metrics
         else:
             for key in (
                 "ablation/permutation/flip_rate",
@@ -43,8 +43,8 @@ def test_study_hierarchy_tags_and_metrics(tiny_study):
                 "ablation/alignment/aer",
                 "ablation/alignment/gold_mass",
             ):
-                assert key in abl.data.metrics, key
-            assert 0 <= abl.data.metrics["ablation/alignment/aer"] <= 1
+                assert key in abl.metrics, key
+            assert 0 <= abl.metrics["ablation/alignment/aer"] <= 1
 
 
 def test_report_has_every_figure_table_and_links(tiny_study):

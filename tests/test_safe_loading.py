@@ -1,4 +1,4 @@
-"""Loading a model never unpickles code (DESIGN.md §5)."""
+"""Loading a model never unpickles code (docs/design.md §5)."""
 
 import pickle
 

@@ -99,7 +99,7 @@ def test_planted_g2p_alignment_cache_runs_no_code_and_is_rebuilt(tmp_path, monke
 
 def test_paths_stay_where_they_belong(tiny_models, store_root, tmp_path):
     """D8, D19: a store tag chose the report folder; `runs:/M/../../N` loaded another run's model."""
-    from analysis.report import report_dir
+    from attnstudy.report import report_dir
 
     m, n = tiny_models[0].run_id, tiny_models[1].run_id
     res = cli(
@@ -150,7 +150,7 @@ def test_registered_pyfunc_is_pinned_and_records_no_machine_path(tiny_models, st
     serve`) and MLmodel recorded the absolute source path."""
     t = tracker(store_root)
     mv = t.client.get_model_version("tiny-copy-additive-bahdanau", "1")
-    assert t.get_run(mv.run_id).info.status == "FINISHED"
+    assert t.get_run(mv.run_id).status == "FINISHED"
     assert mv.source.startswith("models:/m-")  # the version names its logged model
     model = t.client.get_logged_model(mv.source.removeprefix("models:/"))
     art = Path(model.artifact_location.removeprefix("file://"))
@@ -257,7 +257,7 @@ def test_runs_of_a_killed_process_are_reconciled_and_refused(tmp_path):
     )
     assert {r["id"]: r["status"] for r in runs_table(root)}[run["id"]] == "KILLED"
     killed = tracker(root).get_run(run["id"])
-    assert killed.data.tags["error.class"] == "OwnerGone"
+    assert killed.tags["error.class"] == "OwnerGone"
     res = cli(root, "ablate", f"runs:/{run['id']}", "--ablations", "uniform", "--n-examples", "1")
     assert res.returncode == 2 and "is KILLED" in one_error_line(res)
 
@@ -448,7 +448,7 @@ def test_diverging_training_fails_and_nonfinite_metrics_are_counted(tmp_path, mo
     import math
 
     from attnstudy import api, training
-    from attnstudy.config import load_experiment
+    from attnstudy.experiment import load_experiment
     from attnstudy.training import NonFiniteError
 
     root = tmp_path / "r"
@@ -461,10 +461,10 @@ def test_diverging_training_fails_and_nonfinite_metrics_are_counted(tmp_path, mo
     with pytest.raises(NonFiniteError, match=r"epoch 1: dev/loss = nan; training diverged"):
         api.train_experiment(cfg, progress=False)
     (run,) = tracker(root).search_runs([tracker(root).experiment_id("tiny")])
-    assert run.info.status == "FAILED" and run.data.tags["error.class"] == "NonFiniteError"
+    assert run.status == "FAILED" and run.tags["error.class"] == "NonFiniteError"
     t = tracker(root)
-    t.log_metrics(run.info.run_id, {"a": math.nan, "b": 1.0, "c": math.inf})
-    got = t.get_run(run.info.run_id).data
+    t.log_metrics(run.run_id, {"a": math.nan, "b": 1.0, "c": math.inf})
+    got = t.get_run(run.run_id).data
     assert got.metrics["n_nonfinite_dropped"] == 2 and got.tags["nonfinite_metrics"] == "a,c"
 
 

@@ -29,7 +29,7 @@ def fresh_root(tmp_path, monkeypatch):
 
 
 def _cfg(*overrides: str):
-    from attnstudy.config import load_experiment
+    from attnstudy.experiment import load_experiment
 
     return load_experiment(TINY, list(overrides))
 
@@ -43,23 +43,24 @@ def _tracker():
 def test_one_failing_variant_does_not_stop_the_study(fresh_root, monkeypatch, capsys):
     """The first failing variant used to end the whole `attnstudy run`: later variants never ran and the
     failed run carried no reason."""
-    from analysis import erasure
+    from attnstudy.analysis.ablations import erase_max as erase_module
+
     from attnstudy import api, cli
 
-    real_train, real_erase = api.train, erasure.run_erase_max
+    real_train, real_erase = api.train, erase_module.run
 
     def train(spec, *args, **kw):
         if spec.model.attention == "general":
             raise RuntimeError("boom in training")
         return real_train(spec, *args, **kw)
 
-    def erase_max(model, batch, cfg):
+    def erase_max(model, batch, params, ctx):
         if model.attention.__class__.__name__ == "AdditiveAttention":
             raise RuntimeError("boom in ablation")
-        return real_erase(model, batch, cfg)
+        return real_erase(model, batch, params, ctx)
 
     monkeypatch.setattr(api, "train", train)
-    monkeypatch.setattr(erasure, "run_erase_max", erase_max)
+    monkeypatch.setattr(erase_module, "run", erase_max)
     code = cli.main(["run", str(TINY), "--quiet", "--set", THREE[0]])
     out, err = capsys.readouterr()
     assert code == 1
@@ -72,23 +73,17 @@ def test_one_failing_variant_does_not_stop_the_study(fresh_root, monkeypatch, ca
     t = _tracker()
     study_id = out.split("study: runs:/")[1].split()[0]
     study = t.get_run(study_id)
-    assert study.info.status == "FAILED"
-    assert study.data.metrics["study/n_ok"] == 1 and study.data.metrics["study/n_failed"] == 2
-    assert (
-        "boom in training" in study.data.tags["failed"]
-        and "boom in ablation" in study.data.tags["failed"]
-    )
-    runs = {r.info.run_name: r for r in t.search_runs([study.info.experiment_id])}
+    assert study.status == "FAILED"
+    assert study.metrics["study/n_ok"] == 1 and study.metrics["study/n_failed"] == 2
+    assert "boom in training" in study.tags["failed"] and "boom in ablation" in study.tags["failed"]
+    runs = {r.name: r for r in t.search_runs([study.experiment_id])}
     failed_model = runs["copy/general-luong/seed1"]
-    assert failed_model.info.status == "FAILED"
-    assert failed_model.data.tags["error.class"] == "RuntimeError"
-    assert failed_model.data.tags["mlflow.note.content"] == "Failed: RuntimeError: boom in training"
+    assert failed_model.status == "FAILED"
+    assert failed_model.tags["error.class"] == "RuntimeError"
+    assert failed_model.tags["mlflow.note.content"] == "Failed: RuntimeError: boom in training"
     failed_abl = runs["copy/additive-bahdanau/seed1/ablations"]
-    assert (
-        failed_abl.info.status == "FAILED"
-        and failed_abl.data.tags["error.message"] == "boom in ablation"
-    )
-    assert runs["copy/none-bahdanau/seed1/ablations"].info.status == "FINISHED"
+    assert failed_abl.status == "FAILED" and failed_abl.tags["error.message"] == "boom in ablation"
+    assert runs["copy/none-bahdanau/seed1/ablations"].status == "FINISHED"
     md = (fresh_root / "reports" / "tiny" / "report.md").read_text()
     assert "Study status: **FAILED**" in md
     assert "copy general-luong: training failed (boom in training)" in md
@@ -128,17 +123,17 @@ def test_an_interrupted_study_resumes(fresh_root, monkeypatch):
     t = _tracker()
     exp_id = t.experiment_id("tiny")
     (study,) = t.search_runs([exp_id], "tags.kind = 'study'")
-    assert study.info.status == "KILLED"
+    assert study.status == "KILLED"
     killed = t.search_runs([exp_id], "attributes.run_name = 'copy/general-luong/seed1'")[0]
-    assert killed.info.status == "KILLED"
+    assert killed.status == "KILLED"
 
     with pytest.raises(
         KeyboardInterrupt
     ):  # the interrupted training resumes; now an ablation is interrupted
         api.run(cfg, progress=False, report=False, resume=True)
-    assert t.get_run(study.info.run_id).info.status == "KILLED"
+    assert t.get_run(study.run_id).status == "KILLED"
     first_ablations = {
-        r.data.tags["source_run_id"]: r.info.run_id
+        r.tags["source_run_id"]: r.run_id
         for r in t.search_runs(
             [exp_id], "tags.kind = 'ablation' and attributes.status = 'FINISHED'"
         )
@@ -146,24 +141,21 @@ def test_an_interrupted_study_resumes(fresh_root, monkeypatch):
     assert len(first_ablations) == 1  # the additive model's; the general one was interrupted
 
     out = api.run(cfg, progress=False, report=True, resume=True)
-    assert out.resumed and out.study_run_id == study.info.run_id
-    assert t.get_run(study.info.run_id).info.status == "FINISHED"
+    assert out.resumed and out.study_run_id == study.run_id
+    assert t.get_run(study.run_id).status == "FINISHED"
     assert all(m.reused for m in out.models)  # all three trained by now
     general = next(m for m in out.models if m.spec.model.attention == "general")
     resumed_run = t.get_run(general.run_id)
-    assert (
-        resumed_run.info.run_id != killed.info.run_id
-        and resumed_run.data.metrics["train/epochs"] == 2
-    )
+    assert resumed_run.run_id != killed.run_id and resumed_run.metrics["train/epochs"] == 2
     hist = t.client.get_metric_history(general.run_id, "train/loss")
-    killed_hist = t.client.get_metric_history(killed.info.run_id, "train/loss")
+    killed_hist = t.client.get_metric_history(killed.run_id, "train/loss")
     assert [m.step for m in killed_hist] == [1]
     assert sorted(m.step for m in hist) == [1, 2]  # epoch 1 from the checkpoint, epoch 2 trained
     assert next(m.value for m in hist if m.step == 1) == killed_hist[0].value
     for model_run, abl in first_ablations.items():
         assert out.ablations[model_run] == abl  # reused, not rerun
     assert len(out.ablations) == 3
-    ids = t.get_run(out.study_run_id).data.tags["ablation_run_ids"].split(",")
+    ids = t.get_run(out.study_run_id).tags["ablation_run_ids"].split(",")
     assert sorted(ids) == sorted(out.ablations.values())
 
 
@@ -183,7 +175,7 @@ def test_report_of_a_partial_study_says_why_numbers_are_missing(fresh_root, over
     from attnstudy import api
 
     out = api.run(_cfg(*overrides), progress=False)
-    assert _tracker().get_run(out.study_run_id).info.status == "FINISHED"
+    assert _tracker().get_run(out.study_run_id).status == "FINISHED"
     md = out.report.with_name("report.md").read_text()
     assert expect in md
     assert not list(out.report.parent.parent.glob(".tiny.*"))  # no temporary folder left
@@ -191,8 +183,8 @@ def test_report_of_a_partial_study_says_why_numbers_are_missing(fresh_root, over
 
 
 def test_report_is_built_atomically(fresh_root, monkeypatch):
-    from analysis import report as report_mod
     from attnstudy import api
+    from attnstudy import report as report_mod
 
     out = api.run(_cfg(), progress=False)
     before = {p.name: p.read_bytes() for p in out.report.parent.glob("*.*")}
@@ -209,8 +201,9 @@ def test_report_is_built_atomically(fresh_root, monkeypatch):
 
 
 def test_a_later_ad_hoc_ablation_never_changes_a_studys_report(fresh_root):
+    from attnstudy.analysis.catalogue import AblationConfig
+
     from attnstudy import api
-    from attnstudy.config import AblationConfig
 
     out = api.run(_cfg(), progress=False)
     md = out.report.with_name("report.md").read_text()
@@ -227,9 +220,11 @@ def test_a_later_ad_hoc_ablation_never_changes_a_studys_report(fresh_root):
 def test_replaced_data_files_are_not_reused_and_old_models_refuse_new_data(fresh_root, tmp_path):
     """Replacing the TSV files at the same paths printed "reused" and reported the old model's test metrics
     beside ablations run on the new file."""
+    from attnstudy.analysis.catalogue import AblationConfig
+
     from attnstudy import api
-    from attnstudy.config import AblationConfig, parse_experiment
-    from attnstudy.data.tasks import DataError
+    from attnstudy.data.types import DataError
+    from attnstudy.experiment import parse_experiment
 
     data = tmp_path / "data"
     data.mkdir()
@@ -283,7 +278,7 @@ def test_replaced_data_files_are_not_reused_and_old_models_refuse_new_data(fresh
 
 def test_unknown_dev_and_test_tokens_are_counted_and_logged(fresh_root, tmp_path, caplog):
     from attnstudy import api
-    from attnstudy.config import parse_experiment
+    from attnstudy.experiment import parse_experiment
 
     (tmp_path / "train.tsv").write_text("a b\tb a\n" * 10)
     (tmp_path / "dev.tsv").write_text("a c\tc a\n" * 3)
@@ -308,6 +303,6 @@ def test_unknown_dev_and_test_tokens_are_counted_and_logged(fresh_root, tmp_path
     assert (
         "dev split: 3 of 6 source tokens (50.0 %) are not in the training vocabulary" in caplog.text
     )
-    metrics = _tracker().get_run(m.run_id).data.metrics
+    metrics = _tracker().get_run(m.run_id).metrics
     assert metrics["data/dev/source_unknown"] == 3 and metrics["data/dev/target_unknown"] == 3
     assert metrics["data/test/source_unknown"] == 0 and metrics["data/dev/source_tokens"] == 6

@@ -13,24 +13,24 @@ def test_model_runs_have_params_epoch_metrics_and_artifacts(tiny_models):
 
     tracker = Tracker()
     run = tracker.get_run(tiny_models[0].run_id)
-    assert run.info.status == "FINISHED"
-    assert run.info.run_name == "copy/additive-bahdanau/seed1"
-    assert run.data.params["model.attention"] == "additive"
-    assert run.data.params["model.flow"] == "bahdanau"
-    assert run.data.tags["kind"] == "model" and run.data.tags["model_key"] == tiny_models[0].key
-    history = tracker.client.get_metric_history(run.info.run_id, "train/loss")
+    assert run.status == "FINISHED"
+    assert run.name == "copy/additive-bahdanau/seed1"
+    assert run.params["model.attention"] == "additive"
+    assert run.params["model.flow"] == "bahdanau"
+    assert run.tags["kind"] == "model" and run.tags["model_key"] == tiny_models[0].key
+    history = tracker.client.get_metric_history(run.run_id, "train/loss")
     assert [m.step for m in history] == [1, 2]
     assert all(math.isfinite(m.value) for m in history)
     for key in ("dev/exact_match", "dev/per", "test/per", "test/wer", "test/exact_match"):
-        assert key in run.data.metrics
-    arts = {a.path for a in tracker.client.list_artifacts(run.info.run_id, "model")}
+        assert key in run.metrics
+    arts = {a.path for a in tracker.client.list_artifacts(run.run_id, "model")}
     assert arts == {
         "model/weights.pt",
         "model/config.json",
         "model/src_vocab.json",
         "model/tgt_vocab.json",
     }
-    preds = tracker.load_table(run.info.run_id, "predictions/test.parquet")
+    preds = tracker.load_table(run.run_id, "predictions/test.parquet")
     assert len(preds) == 20
     assert {"source", "reference", "hypothesis", "correct", "edit_distance"} <= set(preds.columns)
 
@@ -102,7 +102,7 @@ def test_unreachable_server_fails_within_the_configured_deadline(kind):
 
 def test_server_is_checked_before_the_data_is_read(tmp_path, monkeypatch):
     from attnstudy import api
-    from attnstudy.config import parse_experiment
+    from attnstudy.experiment import parse_experiment
     from attnstudy.tracking import TrackingError
 
     cfg = parse_experiment(

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from attnstudy.api import load_data
-from attnstudy.config import load_experiment
+from attnstudy.experiment import load_experiment
 from attnstudy.training import train, translate
 
 
@@ -45,7 +45,7 @@ def test_checkpoint_holds_model_optimizer_and_rng_and_resume_matches(spec, tmp_p
 
 def test_empty_training_split_is_rejected(spec, tmp_path):
     splits, sv, tv = load_data(spec)
-    from attnstudy.data.tasks import Splits
+    from attnstudy.data.types import Splits
 
     with pytest.raises(ValueError, match="training split is empty"):
         train(spec, Splits([], splits.dev, splits.test), sv, tv, tmp_path, progress=False)

@@ -1,4 +1,4 @@
-"""Python API with the CLI's verbs: ``train``, ``predict``, ``ablate``, ``run`` (DESIGN.md §6).
+"""Python API with the CLI's verbs: ``train``, ``predict``, ``ablate``, ``run`` (docs/design.md §6).
 
 Composition root together with :mod:`attnstudy.cli`: it wires data, models, training, the
 analysis suite and tracking. Everything here takes validated configs.
@@ -15,21 +15,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-import torch
 
-from .config import AblationConfig, ExperimentConfig, RunSpec
-from .data.dates import is_heldout
-from .data.tasks import DataError, Splits, load_task, source_key, splits_digest, tokenize
-from .data.vocab import SPECIALS, Vocab
+from .analysis.catalogue import AblationConfig
+from .config import RunSpec
+from .data.tasks import get_task, load_task, source_key
+from .data.types import DataError, Splits, splits_digest
+from .data.vocab import Vocab
+from .experiment import ExperimentConfig
+from .inference import predict_loaded
 from .metrics import evaluate, per_example
 from .models.io import LoadedModel, ModelLoadError, load_model_dir, save_model_dir
 from .notices import notice
-from .tracking import Tracker, git_commit, project_root
+from .paths import checkpoint_dir, default_tracking_uri, git_commit
+from .tracking import Artifact, Kind, Tag, Tracker, check_server, resolve_timeout, store
+from .tracking import models as packaging
+from .tracking.schema import Metric as MetricName
 from .training import (
     checkpoint_lock,
     early_stopping_metric,
     evaluate_split,
-    max_decode_len,
     read_checkpoint,
     train,
 )
@@ -63,7 +67,7 @@ class TaskData:
     Attributes:
         splits: train/dev/test examples.
         src_vocab, tgt_vocab: vocabularies of the training split.
-        digest: :func:`attnstudy.data.tasks.splits_digest` of the splits (part of the model key).
+        digest: :func:`attnstudy.data.types.splits_digest` of the splits (part of the model key).
         unknown: per ``<split>/<source|target>`` of dev and test, the number of tokens outside the
             training vocabulary (they become ``<unk>``) and ``…_tokens`` the number of tokens.
     """
@@ -127,6 +131,10 @@ def registered_name(spec: RunSpec) -> str:
     return f"{spec.experiment}-{spec.data.task}-{spec.model.attention}-{spec.model.flow}"
 
 
+SERVING_CODE = Path(__file__).with_name("serving.py")
+"""The registered pyfunc's code (logged with the attnstudy package beside it)."""
+
+
 def variant_slug(spec: RunSpec) -> str:
     """The logged model's name: task, score and flow, e.g. ``g2p-additive-bahdanau``."""
     return f"{spec.data.task}-{spec.model.attention}-{spec.model.flow}"
@@ -136,20 +144,20 @@ def _run_tags(
     spec: RunSpec, study_id: str | None, kind: str, key: str, digest: str
 ) -> dict[str, str]:
     tags = {
-        "kind": kind,
-        "task": spec.data.task,
-        "attention": spec.model.attention,
-        "flow": spec.model.flow,
-        "seed": str(spec.seed),
-        "model_key": key,
-        "data_digest": digest,
-        "git_commit": git_commit(),
-        "experiment": spec.experiment,
-        "schema_version": str(spec.schema_version),
+        Tag.KIND: kind,
+        Tag.TASK: spec.data.task,
+        Tag.ATTENTION: spec.model.attention,
+        Tag.FLOW: spec.model.flow,
+        Tag.SEED: str(spec.seed),
+        Tag.MODEL_KEY: key,
+        Tag.DATA_DIGEST: digest,
+        Tag.GIT_COMMIT: git_commit(),
+        Tag.EXPERIMENT: spec.experiment,
+        Tag.SCHEMA_VERSION: str(spec.schema_version),
     }
     if study_id:
-        tags["study_id"] = study_id
-        tags["study_ids"] = study_id
+        tags[Tag.STUDY_ID] = study_id
+        tags[Tag.STUDY_IDS] = study_id
     return tags
 
 
@@ -180,21 +188,16 @@ def train_spec(
     data = task_data(spec)
     key = spec.model_key(data.digest)
     if not retrain:
-        existing = tracker.find_finished_model(experiment_id, key)
+        existing = store.find_finished_model(tracker, experiment_id, key)
         if existing is not None:
             if study_id:
-                ids = set(filter(None, existing.data.tags.get("study_ids", "").split(","))) | {
-                    study_id
-                }
-                tracker.set_tags(existing.info.run_id, {"study_ids": ",".join(sorted(ids))})
+                store.add_study(tracker, existing, study_id)
             reason = (
-                f"finished run {existing.info.run_id} has the same model key {key} "
+                f"finished run {existing.run_id} has the same model key {key} "
                 f"(same used config fields and seed, data digest {data.digest[:12]})"
             )
-            return ModelRun(
-                existing.info.run_id, spec, True, dict(existing.data.metrics), key, reason
-            )
-    ckpt_dir = project_root() / "mlruns" / "checkpoints" / key
+            return ModelRun(existing.run_id, spec, True, dict(existing.metrics), key, reason)
+    ckpt_dir = checkpoint_dir(key)
     with checkpoint_lock(
         ckpt_dir
     ):  # a second training of the same model refuses instead of tearing files
@@ -206,11 +209,12 @@ def train_spec(
             spec, tracker, experiment_id, study_id, data, key, ckpt_dir, resume, progress
         )
         # registered only once the run is FINISHED: a version never points at an unfinished run
-        tracker.register_model(
+        packaging.register_model(
+            tracker,
             run_id,
             model_id,
             registered_name(spec),
-            tags=_run_tags(spec, None, "model", key, data.digest),
+            tags=_run_tags(spec, None, Kind.MODEL, key, data.digest),
         )
     return ModelRun(run_id, spec, False, final, key, "")
 
@@ -229,13 +233,13 @@ def _train_run(
     """Train one model inside its own run (see :func:`train_spec`). Returns (run id, logged model id, metrics)."""
     splits, src_vocab, tgt_vocab = data.splits, data.src_vocab, data.tgt_vocab
     run_id = tracker.start_run(
-        experiment_id, spec.name, _run_tags(spec, study_id, "model", key, data.digest), study_id
+        experiment_id, spec.name, _run_tags(spec, study_id, Kind.MODEL, key, data.digest), study_id
     )
     with tracker.active(run_id):
         params, full = spec.flat_params()
         tracker.log_params(run_id, params)
         if full:
-            tracker.log_text(run_id, json.dumps(full, indent=2), "params_full.json")
+            tracker.log_text(run_id, json.dumps(full, indent=2), Artifact.PARAMS_FULL)
         tracker.log_params(
             run_id,
             {
@@ -255,7 +259,7 @@ def _train_run(
                 for k, v in data.unknown.items()
             },
         )
-        tracker.log_text(run_id, spec.model_dump_json(indent=2), "config.json")
+        tracker.log_text(run_id, spec.model_dump_json(indent=2), Artifact.CONFIG)
         result = train(
             spec,
             splits,
@@ -273,7 +277,7 @@ def _train_run(
         }
         test_metrics, hyps = evaluate_split(result.model, splits.test, src_vocab, tgt_vocab, spec)
         final.update({f"test/{k}": v for k, v in test_metrics.items()})
-        final.update(heldout_metrics(hyps, splits.test))
+        final.update(heldout_metrics(hyps, splits.test, get_task(spec.data.task).heldout))
         # the best epoch's dev metrics were computed during training: no second decode of dev
         best = result.history[result.best_epoch - 1]
         final.update(
@@ -293,16 +297,26 @@ def _train_run(
         preds = pd.DataFrame(per_example(hyps, splits.test))
         preds.insert(0, "example_id", [ex.id for ex in splits.test])
         preds.insert(1, "src_len", [len(ex.src) for ex in splits.test])
-        tracker.log_table(run_id, preds, "predictions/test.parquet")
+        tracker.log_table(run_id, preds, Artifact.PREDICTIONS)
         # the model files are kept locally first, so a tracking failure loses no trained model
         model_dir = save_model_dir(ckpt_dir / "model", result.model, spec, src_vocab, tgt_vocab)
-        model_id = tracker.log_model_dir(run_id, model_dir, variant_slug(spec))
+        model_id = packaging.log_model_dir(
+            tracker,
+            run_id,
+            model_dir,
+            code_path=SERVING_CODE,
+            package_dir=SERVING_CODE.parent,
+            name=variant_slug(spec),
+        )
     return run_id, model_id, final
 
 
-def heldout_metrics(hyps: list[list[str]], test: list) -> dict[str, float]:
+def heldout_metrics(hyps: list[list[str]], test: list, is_heldout) -> dict[str, float]:
     """``test_heldin/*`` and ``test_heldout/*`` metrics when the test split mixes both (the dates task
-    holds out locales/patterns, ids ``…/test/heldout/…``); empty otherwise. Reuses the decoded ``hyps``."""
+    holds out locales/patterns; ``is_heldout`` is its registry entry's test, None for tasks without
+    a held-out part); empty otherwise. Reuses the decoded ``hyps``."""
+    if is_heldout is None:
+        return {}
     held = [is_heldout(ex.id) for ex in test]
     if not any(held) or all(held):
         return {}
@@ -322,8 +336,6 @@ def open_tracker(cfg: ExperimentConfig) -> Tracker:
     Raises:
         TrackingError: the server did not answer. DataError: bad data (nothing was written).
     """
-    from .tracking import check_server, default_tracking_uri, resolve_timeout
-
     uri = cfg.experiment.tracking_uri or default_tracking_uri()
     timeout = resolve_timeout(cfg.experiment.tracking_timeout)
     check_server(uri, timeout)
@@ -349,7 +361,7 @@ def train_experiment(
     else:
         check_data(cfg)
     exp_id = tracker.experiment_id(cfg.experiment.name)
-    tracker.reconcile_orphans(exp_id)
+    store.reconcile_orphans(tracker, exp_id)
     return [
         train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress)
         for spec in cfg.runs()
@@ -387,86 +399,11 @@ def load_model(
         return "", load_model_dir(uri)
     tracker = tracker or Tracker(create=False)
     with tempfile.TemporaryDirectory() as tmp:
-        run_id, local = tracker.download_model_dir(uri, tmp, allow_unfinished=force)
+        run_id, local = packaging.download_model_dir(tracker, uri, tmp, allow_unfinished=force)
         try:
             return run_id, load_model_dir(local)
         except ModelLoadError as err:  # name the URI, not the temporary folder it was read from
             raise ModelLoadError(str(err).replace(str(local), uri)) from None
-
-
-def tokenizations(spec: RunSpec) -> tuple[str, str]:
-    """How raw source text is split and how output tokens are joined: (source, target)."""
-    if spec.data.task == "tsv":
-        return spec.data.source_tokenization, spec.data.target_tokenization
-    if spec.data.task == "g2p":
-        return "chars", "spaces"
-    tok = "chars" if spec.data.vocab_size <= 52 else "spaces"
-    return tok, tok
-
-
-def predict_loaded(
-    loaded: LoadedModel, inputs: list[str], beam_size: int = 1, with_attention: bool = False
-) -> list[dict]:
-    """Decode raw input strings with a loaded model.
-
-    Returns:
-        one dict per input: ``input``, ``output`` (detokenised), ``tokens``, ``n_unknown`` (source
-        tokens mapped to ``<unk>``), and with ``with_attention`` the head-mean attention matrix
-        ``attention`` (T_y × T_x, list of lists) with ``source_tokens``.
-
-    Raises:
-        DataError: an empty input.
-    """
-    from .data.batching import collate
-    from .data.tasks import Example, detokenize
-    from .models import eval_mode
-
-    spec, model = loaded.spec, loaded.model
-    tok, out_tok = tokenizations(spec)
-    results = []
-    for text in inputs:
-        tokens = tokenize(text.lower() if spec.data.task == "g2p" else text, tok)
-        if not tokens:
-            raise DataError(f"empty input {text!r}: give at least one token")
-        if len(tokens) > spec.data.max_source_len:
-            raise DataError(
-                f"an input has {len(tokens):,} tokens, more than the model's data.max_source_len = "
-                f"{spec.data.max_source_len:,}; shorten it"
-            )
-        specials = sorted(set(tokens) & set(SPECIALS))
-        if specials:
-            raise DataError(
-                f"an input holds the special token(s) {specials}, which the model reserves; "
-                "remove them from the input"
-            )
-        ex = Example(id="input", src=tuple(tokens), tgt=("<unk>",))
-        batch = collate([ex], loaded.src_vocab, loaded.tgt_vocab)
-        max_len = max_decode_len(spec, len(tokens))
-        with eval_mode(model), torch.no_grad():
-            if beam_size > 1:
-                ids = model.beam_search(batch.src, batch.src_lengths, max_len, beam_size)[0]
-            else:
-                ids = model.greedy(batch.src, batch.src_lengths, max_len)[0]
-        out_tokens = loaded.tgt_vocab.decode(ids)
-        rec = {
-            "input": text,
-            "output": detokenize(out_tokens, out_tok),
-            "tokens": out_tokens,
-            "n_unknown": loaded.src_vocab.count_unknown(tokens),
-        }
-        if with_attention:
-            tin = torch.tensor([[1] + ids])
-            tout = torch.tensor([ids + [2]])
-            with eval_mode(model), torch.no_grad():
-                tr = model.trace(batch.src, batch.src_lengths, tin, tout)
-            rec["source_tokens"] = tokens
-            rec["attention"] = (
-                None
-                if tr.attention is None
-                else [[round(float(v), 4) for v in row] for row in tr.attention.mean(1)[0]]
-            )
-        results.append(rec)
-    return results
 
 
 def predict(
@@ -523,33 +460,21 @@ def ablate_run(
         (ablation run id, SuiteResult); the per-step table is streamed to the run's
         ``ablations/steps.parquet`` artifact, so ``SuiteResult.table`` is None.
     """
-    from analysis.suite import run_suite
+    from attnstudy.analysis.suite import run_suite
 
     spec = loaded.spec
     model_run = tracker.get_run(model_run_id)
-    data = checked_task_data(
-        loaded, model_run.data.tags.get("data_digest"), f"runs:/{model_run_id}"
-    )
+    data = checked_task_data(loaded, model_run.tags.get(Tag.DATA_DIGEST), f"runs:/{model_run_id}")
     examples = data.splits.test[: cfg.n_examples]
-    exp_id = model_run.info.experiment_id
-    key = model_run.data.tags.get("model_key") or spec.model_key(data.digest)
-    tags = _run_tags(spec, study_id, "ablation", key, data.digest) | {
-        "source_run_id": model_run_id,
-        "ablation_key": ablation_key(cfg),
+    exp_id = model_run.experiment_id
+    key = model_run.tags.get(Tag.MODEL_KEY) or spec.model_key(data.digest)
+    tags = _run_tags(spec, study_id, Kind.ABLATION, key, data.digest) | {
+        Tag.SOURCE_RUN_ID: model_run_id,
+        Tag.ABLATION_KEY: ablation_key(cfg),
     }
     run_id = tracker.start_run(exp_id, f"{spec.name}/ablations", tags, model_run_id)
     with tracker.active(run_id):
-        tracker.log_params(
-            run_id,
-            {
-                f"ablation.{k}": (json.dumps(v) if isinstance(v, list) else str(v))
-                for k, v in cfg.model_dump(mode="json", exclude={"adversarial"}).items()
-            },
-        )
-        tracker.log_params(
-            run_id,
-            {f"ablation.adversarial.{k}": str(v) for k, v in cfg.adversarial.model_dump().items()},
-        )
+        tracker.log_params(run_id, cfg.flat())
         with tempfile.TemporaryDirectory(prefix="attnstudy-ablate-") as tmp:
             steps_path = Path(tmp) / "steps.parquet"  # streamed: memory stays flat in n_examples
             t0 = time.perf_counter()
@@ -561,24 +486,27 @@ def ablate_run(
                 cfg,
                 progress=progress,
                 table_path=steps_path,
+                label=spec.name,
             )
             summary = dict(result.summary) | {"ablation/seconds": time.perf_counter() - t0}
             tracker.log_artifact(run_id, steps_path, "ablations")
         if result.examples is not None and len(result.examples):
-            tracker.log_table(run_id, result.examples, "ablations/examples.parquet")
+            tracker.log_table(run_id, result.examples, Artifact.EXAMPLES)
         if "adversarial" in cfg.ablations and loaded.model.has_attention:
-            from analysis.heatmaps import heatmap_data
+            from attnstudy.analysis.heatmaps import heatmap_data
 
             tracker.log_text(
                 run_id,
                 json.dumps(
                     heatmap_data(loaded.model, examples, loaded.src_vocab, loaded.tgt_vocab, cfg)
                 ),
-                "ablations/heatmaps.json",
+                Artifact.HEATMAPS,
             )
         if result.skipped:
-            tracker.log_text(run_id, json.dumps(result.skipped, indent=2), "ablations/skipped.json")
-            tracker.set_tags(run_id, {f"skipped.{k}": v[:500] for k, v in result.skipped.items()})
+            tracker.log_text(run_id, json.dumps(result.skipped, indent=2), Artifact.SKIPPED)
+            tracker.set_tags(
+                run_id, {f"{Tag.SKIPPED_PREFIX}{k}": v[:500] for k, v in result.skipped.items()}
+            )
         tracker.log_metrics(run_id, summary)
     return run_id, result
 
@@ -601,7 +529,7 @@ def ablate(
     tracker = tracker or Tracker(create=False)
     run_id, loaded = load_model(uri, tracker, force)
     if run_id:
-        tracker.reconcile_orphans(tracker.get_run(run_id).info.experiment_id)
+        store.reconcile_orphans(tracker, tracker.get_run(run_id).experiment_id)
     if not run_id:
         raise ValueError("ablate needs a model in the tracking store (runs:/… or models:/…)")
     return ablate_run(run_id, loaded, cfg or AblationConfig(), tracker, None, progress)
@@ -671,7 +599,7 @@ def study_key(cfg: ExperimentConfig, keys: list[str]) -> str:
         {
             "experiment": cfg.experiment.name,
             "models": keys,
-            "ablation": cfg.ablation.model_dump(mode="json"),
+            "ablation": cfg.ablation.resolved(),
         },
         sort_keys=True,
     )
@@ -680,7 +608,7 @@ def study_key(cfg: ExperimentConfig, keys: list[str]) -> str:
 
 def ablation_key(cfg: AblationConfig) -> str:
     """Key of an ablation configuration (a finished ablation run of a resumed study is reused on it)."""
-    return hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(cfg.resolved(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def run(
@@ -710,24 +638,15 @@ def run(
     """
     tracker = open_tracker(cfg)
     exp_id = tracker.experiment_id(cfg.experiment.name)
-    tracker.reconcile_orphans(exp_id)
+    store.reconcile_orphans(tracker, exp_id)
     specs = cfg.runs()
     skey = study_key(cfg, [model_key(spec) for spec in specs])
-    study_id = tracker.find_resumable_study(exp_id, skey) if resume else None
+    study_id = store.find_resumable_study(tracker, exp_id, skey) if resume else None
     resumed = study_id is not None
     if resumed:
         tracker.reopen_run(study_id)
     else:
-        study_id = tracker.start_run(
-            exp_id,
-            f"{cfg.experiment.name}/study",
-            {
-                "kind": "study",
-                "experiment": cfg.experiment.name,
-                "git_commit": git_commit(),
-                "study_key": skey,
-            },
-        )
+        study_id = store.start_study(tracker, exp_id, cfg.experiment.name, skey, git_commit())
     result = StudyResult(study_id, resumed=resumed)
     try:
         with tracker.active(study_id):
@@ -746,13 +665,13 @@ def run(
     except StudyFailedError:
         pass  # the study run is FAILED with the list; the report is still built
     if report:
-        from analysis.report import build_report
+        from attnstudy.report import build_report
 
         try:
             result.report = build_report(tracker, study_id)
         except Exception as err:
             result.failures.append(Failure("report", "report", _error_text(err)))
-            tracker.set_tags(study_id, {"failed": "; ".join(map(str, result.failures))[:5000]})
+            tracker.set_tags(study_id, {Tag.FAILED: "; ".join(map(str, result.failures))[:5000]})
             tracker.end_run(study_id, "FAILED")
     if result.failures:
         raise StudyFailedError(result)
@@ -776,20 +695,18 @@ def _run_study(
     Raises:
         StudyFailedError: some variants failed (after every other variant ran).
     """
-    tracker.set_tags(study_id, {"study_id": study_id})
     if config_text:
-        tracker.log_text(study_id, config_text, "experiment.toml")
-    tracker.log_text(study_id, cfg.model_dump_json(indent=2), "experiment.json")
+        tracker.log_text(study_id, config_text, Artifact.EXPERIMENT_TOML)
+    tracker.log_text(study_id, cfg.model_dump_json(indent=2), Artifact.EXPERIMENT_JSON)
     akey = ablation_key(cfg.ablation)
 
     def record() -> None:
-        tracker.set_tags(
+        store.record_study(
+            tracker,
             study_id,
-            {
-                "model_run_ids": ",".join(m.run_id for m in result.models),
-                "ablation_run_ids": ",".join(result.ablations.values()),
-                "failed_run_ids": ",".join(f.run_id for f in result.failures if f.run_id),
-            },
+            [m.run_id for m in result.models],
+            list(result.ablations.values()),
+            [f.run_id for f in result.failures if f.run_id],
         )
 
     for spec in specs:
@@ -804,7 +721,7 @@ def _run_study(
                 )
             )
         record()
-    done = tracker.finished_ablations(study_id, akey) if result.resumed else {}
+    done = store.finished_ablations(tracker, study_id, akey) if result.resumed else {}
     for m in result.models:
         if m.run_id in done:
             result.ablations[m.run_id] = done[m.run_id]
@@ -828,9 +745,11 @@ def _run_study(
     n_ok = len(specs) - len(
         {f.name for f in result.failures if f.phase in ("training", "ablation")}
     )
-    tracker.log_metrics(study_id, {"study/n_ok": n_ok, "study/n_failed": len(specs) - n_ok})
+    tracker.log_metrics(
+        study_id, {MetricName.STUDY_N_OK: n_ok, MetricName.STUDY_N_FAILED: len(specs) - n_ok}
+    )
     if result.failures:
-        tracker.set_tags(study_id, {"failed": "; ".join(map(str, result.failures))[:5000]})
+        tracker.set_tags(study_id, {Tag.FAILED: "; ".join(map(str, result.failures))[:5000]})
         raise StudyFailedError(result)
 
 
@@ -839,8 +758,8 @@ def _seed_variance(
 ) -> None:
     """For every configuration trained with several seeds: attention JSD vs output TVD between
     seeds (Wiegreffe & Pinter 2019), logged to the study run."""
-    from analysis.report import variant_name
-    from analysis.seed_variance import seed_variance
+    from attnstudy.analysis.seed_variance import seed_variance
+    from attnstudy.report import variant_name
 
     groups: dict[str, list[ModelRun]] = {}
     for m in models:
@@ -878,9 +797,7 @@ def _seed_variance(
             table["seed_variance_output_tvd"].mean()
         )
     if tables:
-        tracker.log_table(
-            study_id, pd.concat(tables, ignore_index=True), "seed_variance/steps.parquet"
-        )
+        tracker.log_table(study_id, pd.concat(tables, ignore_index=True), Artifact.SEED_VARIANCE)
         tracker.log_metrics(study_id, metrics)
 
 
@@ -895,7 +812,7 @@ def report(
     Raises:
         LookupError: no such experiment or study run, or no store.
     """
-    from analysis.report import build_report, latest_study
+    from attnstudy.report import build_report, latest_study
 
     tracker = tracker or Tracker(create=False)
     study_id = study_id or latest_study(tracker, experiment or "quickstart")

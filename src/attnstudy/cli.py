@@ -1,4 +1,4 @@
-"""The ``attnstudy`` command (DESIGN.md §6).
+"""The ``attnstudy`` command (docs/design.md §6).
 
 Arguments and the experiment config are validated before torch or mlflow are imported, so a usage
 error answers at once. Errors are one line on stderr; exit codes: 0 ok, 1 failed, 2 bad usage.
@@ -18,15 +18,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .config import (
-    ABLATIONS,
-    AblationConfig,
-    ConfigError,
-    ExperimentConfig,
-    check_tracking_uri,
-    describe_error,
-    load_experiment,
-)
+from .analysis.catalogue import AblationConfig, list_ablations
+from .config import ConfigError, check_tracking_uri, describe_error
+from .experiment import ExperimentConfig, load_experiment
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -123,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--ablations",
         default=None,
-        help=f"comma-separated subset of: {', '.join(ABLATIONS)} (default: all)",
+        help=f"comma-separated subset of: {', '.join(list_ablations())} (default: the default battery, "
+        f"{', '.join(list_ablations(default_only=True))})",
     )
     sp.add_argument(
         "--n-examples", type=int, default=None, help="test examples to analyse (default 200)"
@@ -174,11 +169,13 @@ def _ablation_config(args) -> AblationConfig:
         names = [a.strip() for a in args.ablations.split(",") if a.strip()]
         if not names:
             raise UsageError(
-                f"--ablations {args.ablations!r} names no ablation; valid: {', '.join(ABLATIONS)}"
+                f"--ablations {args.ablations!r} names no ablation; valid: {', '.join(list_ablations())}"
             )
-        unknown = [a for a in names if a not in ABLATIONS]
+        unknown = [a for a in names if a not in list_ablations()]
         if unknown:
-            raise UsageError(f"unknown ablation {unknown[0]!r}; valid: {', '.join(ABLATIONS)}")
+            raise UsageError(
+                f"unknown ablation {unknown[0]!r}; valid: {', '.join(list_ablations())}"
+            )
         values["ablations"] = names
     if args.n_examples is not None:
         if args.n_examples < 1:
@@ -415,7 +412,8 @@ def _ui(args) -> int:
         )
     proc = None
     try:  # Ctrl-C at any point (imports and store creation included) stops cleanly, the server too
-        from .tracking import Tracker, artifact_root, default_tracking_uri
+        from .paths import artifact_root, default_tracking_uri
+        from .tracking import Tracker
 
         if ui.port_in_use("127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host, args.port):
             raise UsageError(f"port {args.port} is in use; choose another with --port")
@@ -511,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # one line, never a traceback; ATTNSTUDY_DEBUG=1 shows it
         if os.environ.get("ATTNSTUDY_DEBUG"):
             raise
-        from .data.tasks import DataError
+        from .data.types import DataError
         from .models.io import ModelLoadError
 
         # what the user named does not exist or is malformed: 2; a run that failed: 1

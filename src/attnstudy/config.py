@@ -1,9 +1,9 @@
-"""Typed, validated experiment configuration.
+"""Typed, validated configuration of one trained model (core layer): data, model, training, the
+stored run config (:class:`RunSpec`, its schema version and migration, its model key) and the
+helpers every config uses (one-line errors, ``--set`` overrides).
 
-An experiment file (TOML) has base sections ``[data]``, ``[model]``, ``[training]`` and
-``[ablation]``, and a list ``[[models]]`` of variants; each variant deep-merges its own
-``data``/``model``/``training`` tables over the base and may name its own ``seeds``.
-Every variant × seed is one :class:`RunSpec`: one trained model, one MLflow run.
+The experiment file that combines them with the ablation settings is
+:mod:`attnstudy.experiment`.
 
 This module imports only the standard library and pydantic, so a usage error is reported
 before torch or mlflow are imported.
@@ -15,10 +15,9 @@ import copy
 import hashlib
 import json
 import tomllib
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 SCHEMA_VERSION = 2
 """Version of the stored run config (``config.json``); :func:`migrate_run_config` upgrades older ones.
@@ -38,16 +37,6 @@ SYNTHETIC_TOKEN_BUDGET = 50_000_000
 SYNTHETIC_TASKS = ("copy", "reverse", "sort", "bigram_flip")
 ATTENTIONS = ("additive", "dot", "general", "concat", "scaled_dot", "multihead", "uniform", "none")
 FLOWS = ("bahdanau", "luong")
-ABLATIONS = (
-    "permutation",
-    "permutation_global",
-    "uniform",
-    "erase_max",
-    "erase_until_flip",
-    "adversarial",
-    "importance",
-    "alignment",
-)
 
 
 Seed = Annotated[int, Field(ge=0, lt=2**63)]
@@ -97,7 +86,7 @@ class DataConfig(_Strict):
     # longest example kept (TSV: longer examples are filtered and counted; predict refuses longer inputs)
     max_source_len: int = Field(1000, ge=1, le=MAX_LEN_BOUND)
     max_target_len: int = Field(1000, ge=1, le=MAX_LEN_BOUND)
-    # dates (issue #7; see attnstudy.data.dates): CLDR locales, formats and skeletons; a pair
+    # dates (see attnstudy.data.dates): CLDR locales, formats and skeletons; a pair
     # (locale, pattern) is held out (test only) if its locale or its pattern is listed as held out
     dates_locales: tuple[str, ...] = (
         "en_US",
@@ -122,7 +111,7 @@ class DataConfig(_Strict):
     dates_end: str = Field("2049-12-31", pattern=r"^\d{4}-\d{2}-\d{2}$")
     dates_native_digits: bool = True
     dates_n_heldout: int | None = Field(None, ge=1, le=MAX_EXAMPLES)
-    # g2p alignments (issue #7; see attnstudy.data.g2p_align): gold letter-phone links
+    # g2p alignments (see attnstudy.data.g2p_align): gold letter-phone links
     g2p_alignments: bool = True
     g2p_aligner: Literal["em", "phonetisaurus"] = "em"
 
@@ -159,7 +148,7 @@ class DataConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    """Encoder, attention score and decoder flow (DESIGN.md §3)."""
+    """Encoder, attention score and decoder flow (docs/design.md §3)."""
 
     cell: Literal["gru", "lstm"] = "gru"
     bidirectional: bool = True
@@ -220,34 +209,6 @@ class TrainingConfig(_Strict):
     threads: int = Field(1, ge=1, le=256)
 
 
-class AdversarialConfig(_Strict):
-    """Jain & Wallace (2019) ``AdversaryMulti`` search settings."""
-
-    k: int = Field(5, ge=1, le=1000)
-    steps: int = Field(500, ge=1, le=1_000_000)
-    lr: float = Field(0.01, gt=0, le=100)
-    lam: float = Field(500.0, ge=0, le=1e9)
-    eps_opt: float = Field(0.01, ge=0, le=1)
-    eps_eval: float = Field(0.05, ge=0, le=1)
-    init_sd: float = Field(3.0, ge=0, le=100)
-
-
-class AblationConfig(_Strict):
-    """Which ablations run, on how many test examples, from which prefix."""
-
-    ablations: list[Literal[ABLATIONS]] = Field(
-        default_factory=lambda: list(ABLATIONS), min_length=1
-    )  # type: ignore[valid-type]
-    n_examples: int = Field(200, ge=1, le=MAX_EXAMPLES)
-    prefix: Literal["greedy", "reference"] = "greedy"
-    seed: int = Field(0, ge=0, lt=2**63)
-    n_permutations: int = Field(100, ge=1, le=100_000)
-    n_random_orders: int = Field(5, ge=1, le=1000)
-    bootstrap_resamples: int = Field(1000, ge=10, le=1_000_000)
-    chunk_rows: int = Field(4096, ge=1, le=10_000_000)
-    adversarial: AdversarialConfig = AdversarialConfig()
-
-
 def check_tracking_uri(uri: str) -> str:
     """The URI if it names a store that persists.
 
@@ -267,38 +228,6 @@ def check_tracking_uri(uri: str) -> str:
             "use sqlite:///PATH/mlflow.db or an http(s):// server"
         )
     return uri
-
-
-class ExperimentMeta(_Strict):
-    name: str = Field("default", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")
-    seeds: list[Seed] = Field(default_factory=lambda: [1], min_length=1, max_length=1000)
-    tracking_uri: str | None = None
-    # seconds to wait for a tracking server; None: $ATTNSTUDY_TRACKING_TIMEOUT, else 10
-    tracking_timeout: float | None = Field(None, gt=0, le=3600)
-
-    @field_validator("name")
-    @classmethod
-    def _not_dots(cls, v: str) -> str:
-        if set(v) == {"."}:
-            raise ValueError(
-                f"experiment.name {v!r} is only dots; it names folders, so use letters or digits"
-            )
-        return v
-
-    @field_validator("tracking_uri")
-    @classmethod
-    def _persistent(cls, v: str | None) -> str | None:
-        return None if v is None else check_tracking_uri(v)
-
-
-class ModelVariant(_Strict):
-    """One ``[[models]]`` entry: overrides over the base sections."""
-
-    name: str | None = None
-    seeds: list[Seed] | None = Field(None, min_length=1, max_length=1000)
-    data: dict[str, Any] = Field(default_factory=dict)
-    model: dict[str, Any] = Field(default_factory=dict)
-    training: dict[str, Any] = Field(default_factory=dict)
 
 
 COMMON_DATA_FIELDS = ("task", "n_train", "n_dev", "n_test")
@@ -409,7 +338,7 @@ class RunSpec(_Strict):
 
         SHA-256 (first 16 hex digits) of the schema version, the seed, the used fields (without
         file paths and threads: :data:`NOT_IN_MODEL_KEY`) and the digest of the materialised
-        data splits (:func:`attnstudy.data.tasks.splits_digest`), so replaced data files give a
+        data splits (:func:`attnstudy.data.types.splits_digest`), so replaced data files give a
         new key while the same data at another path does not. A field marked ``key_neutral`` (one
         added later) is left out while it has that value, so adding it changes no earlier key.
 
@@ -504,36 +433,6 @@ def load_run_spec(text: str) -> RunSpec:
     return RunSpec.model_validate(migrate_run_config(json.loads(text)))
 
 
-class ExperimentConfig(_Strict):
-    experiment: ExperimentMeta = ExperimentMeta()
-    data: dict[str, Any] = Field(default_factory=dict)
-    model: dict[str, Any] = Field(default_factory=dict)
-    training: dict[str, Any] = Field(default_factory=dict)
-    ablation: AblationConfig = AblationConfig()
-    models: list[ModelVariant] = Field(default_factory=lambda: [ModelVariant()], min_length=1)
-
-    def runs(self) -> list[RunSpec]:
-        """Resolve every variant × seed into a validated :class:`RunSpec`.
-
-        Raises:
-            ConfigError: if a merged section is invalid (names the variant and the field).
-        """
-        specs: list[RunSpec] = []
-        for i, variant in enumerate(self.models):
-            seeds = variant.seeds or self.experiment.seeds
-            merged = {
-                "data": _deep_merge(self.data, variant.data),
-                "model": _deep_merge(self.model, variant.model),
-                "training": _deep_merge(self.training, variant.training),
-            }
-            for seed in seeds:
-                try:
-                    specs.append(RunSpec(experiment=self.experiment.name, seed=seed, **merged))
-                except ValidationError as err:
-                    raise ConfigError(f"models[{i}]: {_describe(err)}") from None
-        return specs
-
-
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
     """Flatten nested dicts to dotted keys with string values (MLflow params)."""
     out: dict[str, str] = {}
@@ -592,10 +491,10 @@ def _fields_at(title: str, loc: tuple) -> list[str]:
         sub = getattr(field, "annotation", None) if field else None
         if isinstance(sub, type) and issubclass(sub, BaseModel):
             model = sub
-        elif str(part) in ("data", "model", "training") and model in (
-            ExperimentConfig,
-            ModelVariant,
-            RunSpec,
+        elif str(part) in ("data", "model", "training") and model.__name__ in (
+            "ExperimentConfig",
+            "ModelVariant",
+            "RunSpec",
         ):
             model = {"data": DataConfig, "model": ModelConfig, "training": TrainingConfig}[
                 str(part)
@@ -605,8 +504,13 @@ def _fields_at(title: str, loc: tuple) -> list[str]:
     return list(model.model_fields)
 
 
-for _m in (ExperimentConfig, RunSpec, DataConfig, ModelConfig, TrainingConfig, AblationConfig):
-    _MODELS[_m.__name__] = _m
+def register_config_model(model: type[BaseModel]) -> None:
+    """Let :func:`describe_error` list the valid keys of ``model`` (by its class name)."""
+    _MODELS[model.__name__] = model
+
+
+for _m in (RunSpec, DataConfig, ModelConfig, TrainingConfig):
+    register_config_model(_m)
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -654,60 +558,3 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             raise ConfigError(f"--set {item}: cannot set a key on a list")
         node[path[-1]] = value
     return raw
-
-
-def load_experiment(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Read, override and validate an experiment TOML file.
-
-    Args:
-        path: the experiment file.
-        overrides: ``key=value`` strings (``--set``), applied before validation.
-
-    Returns:
-        The validated config; ``.runs()`` resolves the variants.
-
-    Raises:
-        ConfigError: missing/unreadable file, malformed TOML, unknown key, wrong type or value.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"experiment file not found: {p} (see experiments/ for examples)")
-    try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise ConfigError(f"{p}: not UTF-8 text; save the experiment file as UTF-8") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{p}: malformed TOML: {err}") from None
-    except OSError as err:
-        raise ConfigError(f"cannot read {p}: {err.strerror}") from None
-    return parse_experiment(raw, overrides or [], source=str(p))
-
-
-def parse_experiment(
-    raw: dict[str, Any], overrides: list[str] | None = None, source: str = "config"
-) -> ExperimentConfig:
-    """Validate a raw experiment dict (see :func:`load_experiment`).
-
-    Raises:
-        ConfigError: as :func:`load_experiment`.
-    """
-    raw = apply_overrides(raw, overrides or [])
-    try:
-        cfg = ExperimentConfig.model_validate(raw)
-    except ValidationError as err:
-        raise ConfigError(f"{source}: {_describe(err)}") from None
-    # the base sections must be valid on their own, so an error names the base, not a variant
-    for section, model in (
-        ("data", DataConfig),
-        ("model", ModelConfig),
-        ("training", TrainingConfig),
-    ):
-        try:
-            model.model_validate(getattr(cfg, section))
-        except ValidationError as err:
-            raise ConfigError(f"{source}: {_describe(err, section + '.')}") from None
-    try:
-        cfg.runs()
-    except ConfigError as err:
-        raise ConfigError(f"{source}: {err}") from None
-    return cfg

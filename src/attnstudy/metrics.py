@@ -13,7 +13,7 @@ from typing import Any
 
 import editdistance
 
-from attnstudy.data.tasks import Example
+from attnstudy.data.types import Example
 
 DEFAULT_LENGTH_BUCKETS = (5, 10, 15, 20, 30, 50, 80)
 

@@ -1,6 +1,8 @@
 """MLflow "models from code" pyfunc wrapper, so a trained model appears in the Models tab and can be
 served (``mlflow models serve``). Its artifacts are the plain model files; loading goes through
-:func:`attnstudy.models.io.load_model_dir` (``weights_only=True``), never through pickle.
+:func:`attnstudy.models.io.load_model_dir` (``weights_only=True``), never through pickle. This file
+and the attnstudy package are stored with the model (its ``code/``): MLflow runs them when the
+pyfunc is loaded, so load a registered pyfunc only from a store you trust.
 
 Input: a list of strings or a DataFrame with a ``source`` column; output: one string per input.
 """
@@ -27,7 +29,7 @@ class AttnStudyPyfunc(PythonModel):
         self.loaded = load_model_dir(tmp)
 
     def predict(self, context, model_input: list[str], params=None) -> list[str]:
-        from attnstudy.api import predict_loaded
+        from attnstudy.inference import predict_loaded
 
         sources = (
             list(model_input["source"]) if hasattr(model_input, "columns") else list(model_input)

@@ -23,7 +23,8 @@ from tqdm.auto import tqdm
 
 from .config import RunSpec
 from .data.batching import make_batches
-from .data.tasks import Example, Splits
+from .data.tasks import get_task
+from .data.types import Example, Splits
 from .data.vocab import PAD_ID, Vocab
 from .metrics import evaluate
 from .models import Seq2Seq, build_model, eval_mode
@@ -52,10 +53,11 @@ class TrainResult:
 
 
 def early_stopping_metric(spec: RunSpec) -> str:
-    """The dev metric that selects the model: PER for G2P, exact match otherwise (unless set)."""
+    """The dev metric that selects the model: ``training.early_stopping``, or under ``auto`` the
+    task's own (its registry entry: PER for G2P, exact match otherwise)."""
     if spec.training.early_stopping != "auto":
         return spec.training.early_stopping
-    return "per" if spec.data.task == "g2p" else "exact_match"
+    return get_task(spec.data.task).early_stopping_metric
 
 
 def max_decode_len(spec: RunSpec, src_len: int) -> int:

@@ -6,11 +6,13 @@ A uniquely named module (not ``conftest``) so tests can import it unambiguously.
 from __future__ import annotations
 
 import torch
+from attnstudy.analysis.batch import AblationContext, PreparedBatch, prepare_batches
+from attnstudy.analysis.catalogue import AblationConfig, get_ablation
 from torch import nn
 
-from analysis.common import PreparedBatch, prepare_batches
 from attnstudy.config import ModelConfig
-from attnstudy.data.tasks import Example, symbols, synthetic_example
+from attnstudy.data.synthetic import symbols, synthetic_example
+from attnstudy.data.types import Example
 from attnstudy.data.vocab import Vocab
 from attnstudy.models import Trace, build_model
 
@@ -26,6 +28,15 @@ OWN_ABLATIONS = [
     "erase_until_flip",
     "alignment",
 ]
+
+
+def call(name: str, model, batch: PreparedBatch, cfg: AblationConfig | None = None):
+    """Run one catalogue ablation on a batch as the suite does: its own parameters from ``cfg``
+    (defaults when None) and the run context (seed, chunk size)."""
+    cfg = cfg or AblationConfig()
+    return get_ablation(name).function()(
+        model, batch, cfg.params_for(name), AblationContext.of(cfg)
+    )
 
 
 def make_examples(n: int = 9, seed: int = 0) -> list[Example]:
@@ -139,6 +150,7 @@ __all__ = [
     "VOCAB",
     "LinearReadout",
     "OWN_ABLATIONS",
+    "call",
     "hand_batch",
     "make_examples",
     "one_batch",

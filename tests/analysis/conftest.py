@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from analysis_testkit import OWN_ABLATIONS, VOCAB, make_examples, sharpen, tiny_model
+from attnstudy.analysis.catalogue import AblationConfig
 
-from attnstudy.config import AblationConfig
-from attnstudy.data.tasks import Example
+from attnstudy.data.types import Example
 from attnstudy.data.vocab import Vocab
 
 

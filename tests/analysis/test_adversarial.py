@@ -8,18 +8,19 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
-from analysis.adversarial import (
+from analysis_testkit import call
+from attnstudy.analysis.ablations.adversarial import (
     adversarial_loop_reference,
     adversarial_rows,
     adversarial_table,
-    run_adversarial,
     search_adversarial,
 )
-from analysis.common import prepare_batches
-from analysis.divergences import LN2, jsd
-from attnstudy.config import AblationConfig, AdversarialConfig, ModelConfig
-from attnstudy.data.tasks import Example
+from attnstudy.analysis.batch import AblationContext, prepare_batches
+from attnstudy.analysis.catalogue import AblationConfig
+from attnstudy.analysis.divergences import LN2, jsd
+
+from attnstudy.config import ModelConfig
+from attnstudy.data.types import Example
 from attnstudy.data.vocab import Vocab
 from attnstudy.models import build_model
 
@@ -71,11 +72,11 @@ def batch_of(model, data, examples=None, batch_size=8):
 
 
 def cfg_with(**adv) -> AblationConfig:
-    return AblationConfig(seed=3, adversarial=AdversarialConfig(**adv))
+    return AblationConfig(seed=3, adversarial=adv)
 
 
 def test_defaults_are_jain_wallace():
-    a = AdversarialConfig()
+    a = AblationConfig().params_for("adversarial")
     assert (a.k, a.steps, a.lr, a.lam, a.eps_opt, a.eps_eval, a.init_sd) == (
         5,
         500,
@@ -95,8 +96,10 @@ def test_batched_search_equals_per_step_loop(data, attention, flow, heads):
     cfg = cfg_with(steps=15)
     model = make_model(data, attention, flow, heads, dtype=torch.float64)
     batch = batch_of(model, data)
-    fast = search_adversarial(model, batch, cfg)
-    slow = adversarial_loop_reference(model, batch, cfg)
+    fast = search_adversarial(model, batch, cfg.params_for("adversarial"), AblationContext.of(cfg))
+    slow = adversarial_loop_reference(
+        model, batch, cfg.params_for("adversarial"), AblationContext.of(cfg)
+    )
     assert fast.objective.shape == (12,)  # 14 real steps, 2 of them with a one-token source
     assert torch.equal(fast.b_idx, slow.b_idx) and torch.equal(fast.t_idx, slow.t_idx)
     torch.testing.assert_close(fast.objective, slow.objective, atol=1e-5, rtol=0)
@@ -105,7 +108,7 @@ def test_batched_search_equals_per_step_loop(data, attention, flow, heads):
     assert torch.equal(fast.best, slow.best)
     # the search moved away from the initialisation and lowered the objective
     start = search_adversarial(
-        model, batch, cfg.model_copy(update={"adversarial": AdversarialConfig(steps=1)})
+        model, batch, cfg.params_for("adversarial"), AblationContext.of(cfg), steps=1
     )
     assert (fast.objective < start.objective).all()
 
@@ -115,8 +118,10 @@ def test_batched_search_equals_loop_in_float32(data):
     model = make_model(data)
     batch = batch_of(model, data)
     fast, slow = (
-        search_adversarial(model, batch, cfg),
-        adversarial_loop_reference(model, batch, cfg),
+        search_adversarial(model, batch, cfg.params_for("adversarial"), AblationContext.of(cfg)),
+        adversarial_loop_reference(
+            model, batch, cfg.params_for("adversarial"), AblationContext.of(cfg)
+        ),
     )
     # λ = 500 multiplies fp32 rounding of the TVD hinge in the objective; compare its parts
     torch.testing.assert_close(fast.candidates, slow.candidates, atol=1e-5, rtol=0)
@@ -138,7 +143,7 @@ def test_attention_blind_model_reaches_the_divergence_maximum(data, attention, f
     cfg = cfg_with(steps=300)
     model = make_model(data, attention, flow, heads, blind=True)
     batch = batch_of(model, data)
-    res = search_adversarial(model, batch, cfg)
+    res = search_adversarial(model, batch, cfg.params_for("adversarial"), AblationContext.of(cfg))
     df = adversarial_table(batch, res)
     searched = df[~df.adversarial_skipped]
     assert len(searched) == 12 and searched.adversarial_found.all()
@@ -160,7 +165,7 @@ def test_eps_eval_zero_reports_nan_where_nothing_found(data):
     cfg = cfg_with(steps=20, eps_eval=0.0)
     model = make_model(data)
     batch = batch_of(model, data)
-    df = run_adversarial(model, batch, cfg)
+    df = call("adversarial", model, batch, cfg)
     assert len(df) == 14
     searched = df[~df.adversarial_skipped]
     assert not searched.adversarial_found.all()  # an output-changing model: TVD > 0 somewhere
@@ -176,7 +181,7 @@ def test_table_columns_and_skipped_steps(data):
     cfg = cfg_with(steps=5, eps_eval=1.0)
     model = make_model(data)
     batch = batch_of(model, data)
-    df = run_adversarial(model, batch, cfg)
+    df = call("adversarial", model, batch, cfg)
     assert list(df.columns[:2]) == ["example_id", "step"]
     assert {
         "adversarial_skipped",
@@ -198,7 +203,7 @@ def test_candidates_are_distributions_over_valid_positions(data):
     cfg = cfg_with(steps=5)
     model = make_model(data, "multihead", "luong", heads=2)
     batch = batch_of(model, data)
-    res = search_adversarial(model, batch, cfg)
+    res = search_adversarial(model, batch, cfg.params_for("adversarial"), AblationContext.of(cfg))
     assert res.candidates.shape == (12, 5, 2, 3)
     pad = batch.trace.pad_mask[res.b_idx]  # (N, T_x)
     assert (res.candidates.masked_select(pad[:, None, None, :]) == 0).all()
@@ -209,9 +214,9 @@ def test_batch_composition_does_not_change_results(data):
     cfg = cfg_with(steps=10)
     model = make_model(data)
     examples = data[0]
-    together = run_adversarial(model, batch_of(model, data), cfg)
+    together = call("adversarial", model, batch_of(model, data), cfg)
     alone = pd.concat(
-        [run_adversarial(model, batch_of(model, data, [ex]), cfg) for ex in examples],
+        [call("adversarial", model, batch_of(model, data, [ex]), cfg) for ex in examples],
         ignore_index=True,
     )
     pd.testing.assert_frame_equal(together, alone, check_exact=False, atol=1e-5, rtol=0)
@@ -221,7 +226,7 @@ def test_mode_and_requires_grad_restored_no_param_grads(data):
     model = make_model(data).train()
     model.encoder.embedding.weight.requires_grad_(False)  # a frozen parameter stays frozen
     batch = batch_of(model, data)
-    run_adversarial(model, batch, cfg_with(steps=3))
+    call("adversarial", model, batch, cfg_with(steps=3))
     assert model.training
     assert not model.encoder.embedding.weight.requires_grad
     assert all(
@@ -234,14 +239,14 @@ def test_none_model_raises(data):
     model = make_model(data, "none")
     batch = batch_of(model, data)
     with pytest.raises(ValueError, match="no attention|none"):
-        run_adversarial(model, batch, cfg_with(steps=2))
+        call("adversarial", model, batch, cfg_with(steps=2))
 
 
 def test_adversarial_rows_for_a_heatmap(data):
     cfg = cfg_with(steps=10, eps_eval=0.02)
     model = make_model(data)
     batch = batch_of(model, data)
-    res = search_adversarial(model, batch, cfg)
+    res = search_adversarial(model, batch, cfg.params_for("adversarial"), AblationContext.of(cfg))
     df = adversarial_table(batch, res)
     rows = adversarial_rows(batch, res, "ex2")
     assert (
@@ -268,6 +273,6 @@ def test_adversarial_rows_for_a_heatmap(data):
 def test_batch_of_one_token_sources_is_all_skipped(data):
     model = make_model(data)
     batch = batch_of(model, data, [data[0][1]])  # source "a"
-    df = run_adversarial(model, batch, cfg_with(steps=3))
+    df = call("adversarial", model, batch, cfg_with(steps=3))
     assert len(df) == 2 and df.adversarial_skipped.all() and df.adversarial_found.isna().all()
     assert df.adversarial_max_jsd.isna().all()

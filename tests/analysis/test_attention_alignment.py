@@ -12,13 +12,18 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from analysis_testkit import hand_batch, one_batch, tiny_model
+from analysis_testkit import call, hand_batch, one_batch, tiny_model
+from attnstudy.analysis.ablations.alignment import (
+    aer,
+    batch_to_pharaoh,
+    hard_alignment,
+    to_pharaoh,
+)
+from attnstudy.analysis.catalogue import AblationConfig
+from attnstudy.analysis.suite import summarize
 
-from analysis.alignment import aer, batch_to_pharaoh, hard_alignment, run_alignment, to_pharaoh
-from analysis.suite import summarize
-from attnstudy.config import AblationConfig
 from attnstudy.data.alignment import Alignment
-from attnstudy.data.tasks import Example
+from attnstudy.data.types import Example
 
 CFG = AblationConfig(bootstrap_resamples=50)
 
@@ -56,7 +61,7 @@ def _gold_batch(heads: int = 1):
 
 
 def test_run_alignment_by_hand():
-    out = run_alignment(TraceOnly(), _gold_batch(), CFG)
+    out = call("alignment", TraceOnly(), _gold_batch(), CFG)
     g0 = out[out["example_id"] == "g/0"]
     assert g0["alignment_n_hyp"].tolist() == [1, 1, 0]  # <eos> step has no gold link: left out
     assert g0["alignment_n_hyp_sure"].tolist() == [1, 0, 0]
@@ -96,7 +101,7 @@ def test_standard_aer_counts_links_of_unaligned_target_tokens():
     batch = hand_batch(
         att, [3], [Example("u/0", ("a", "b", "c"), ("a", "b", "x"), gold)], prefix="reference"
     )
-    out = run_alignment(TraceOnly(), batch, CFG)
+    out = call("alignment", TraceOnly(), batch, CFG)
     assert out["alignment_linked"].tolist() == [True, True, False, False]
     assert out["alignment_n_hyp"].tolist() == [
         1,
@@ -118,7 +123,7 @@ def test_standard_aer_counts_links_of_unaligned_target_tokens():
 
 
 def test_per_head_counts():
-    out = run_alignment(TraceOnly(), _gold_batch(heads=2), CFG)
+    out = call("alignment", TraceOnly(), _gold_batch(heads=2), CFG)
     g0 = out[out["example_id"] == "g/0"]
     assert g0["alignment_head1_n_hyp_possible"].tolist() == [0, 1, 0]  # head 1 links (2,0), (1,1)
     assert g0["alignment_head1_n_hyp_sure"].tolist() == [0, 0, 0]
@@ -136,7 +141,7 @@ def test_per_head_counts():
 def test_alignment_needs_the_reference_prefix(examples):
     model = tiny_model("additive")
     with pytest.raises(ValueError, match="reference"):
-        run_alignment(model, one_batch(model, examples, "greedy"), CFG)
+        call("alignment", model, one_batch(model, examples, "greedy"), CFG)
 
 
 def test_pharaoh_export():
@@ -149,6 +154,6 @@ def test_pharaoh_export():
 
 
 class TraceOnly:
-    """Stand-in model: run_alignment only reads the traced attention."""
+    """Stand-in model: the alignment ablation only reads the traced attention."""
 
     has_attention = True

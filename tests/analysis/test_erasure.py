@@ -7,12 +7,13 @@ import math
 import pandas as pd
 import pytest
 import torch
-from analysis_testkit import VOCAB, LinearReadout, hand_batch, one_batch, sharpen, tiny_model
-
-from analysis._local import NoAttentionError
-from analysis.common import step_generator
-from analysis.erasure import attention_gradient, run_erase_max, run_erase_until_flip
-from attnstudy.config import AblationConfig
+from analysis_testkit import VOCAB, LinearReadout, call, hand_batch, one_batch, sharpen, tiny_model
+from attnstudy.analysis.ablations.erase_until_flip import (
+    attention_gradient,
+)
+from attnstudy.analysis.batch import step_generator
+from attnstudy.analysis.catalogue import AblationConfig
+from attnstudy.analysis.errors import NoAttentionError
 
 A, B = 4, 5  # token ids
 
@@ -45,7 +46,7 @@ CFG = AblationConfig(n_random_orders=4, seed=7)
 
 
 def test_erase_until_flip_by_hand():
-    out = run_erase_until_flip(_readout(), _batch(), CFG).set_index("example_id")
+    out = call("erase_until_flip", _readout(), _batch(), CFG).set_index("example_id")
     r0 = out.loc["h/0"]
     # attention ↓ erases 0, 1, 2 and never reaches position 3 (n_valid − 1 = 3 items at most)
     assert r0["erase_attn_desc_never_flipped"] == 1.0 and math.isnan(
@@ -58,7 +59,7 @@ def test_erase_until_flip_by_hand():
         assert r0[f"erase_{r}_frac_mass"] == pytest.approx(0.1)
     # random: flips when position 3 is erased, if it is not last
     fracs, masses, never = [], [], []
-    for i in range(CFG.n_random_orders):
+    for i in range(CFG.params_for("erase_until_flip").n_random_orders):
         order = torch.randperm(
             4, generator=step_generator(CFG.seed, "h/0", 0, f"erase_random/{i}")
         ).tolist()
@@ -94,7 +95,7 @@ def test_attention_gradient_by_hand():
 
 
 def test_erase_max_by_hand():
-    out = run_erase_max(_readout(), _batch(), CFG).set_index("example_id")
+    out = call("erase_max", _readout(), _batch(), CFG).set_index("example_id")
 
     # row 0 without position 0: α = (.3, .2, .1)/.6 → A = 100·(1/6), B = 10·(5/6)
     def probs(a, b):
@@ -113,9 +114,9 @@ def test_erase_max_by_hand():
 def test_erase_until_flip_batch_independent_and_seeded(examples):
     model = sharpen(tiny_model("multihead", "luong"))
     cfg = AblationConfig(n_random_orders=3, seed=1)
-    whole = run_erase_until_flip(model, one_batch(model, examples), cfg)
+    whole = call("erase_until_flip", model, one_batch(model, examples), cfg)
     parts = pd.concat(
-        [run_erase_until_flip(model, one_batch(model, [ex]), cfg) for ex in examples],
+        [call("erase_until_flip", model, one_batch(model, [ex]), cfg) for ex in examples],
         ignore_index=True,
     )
     pd.testing.assert_frame_equal(whole, parts, atol=1e-6, rtol=0)
@@ -128,4 +129,4 @@ def test_erase_until_flip_batch_independent_and_seeded(examples):
 def test_none_model_raises(examples):
     model = tiny_model("none")
     with pytest.raises(NoAttentionError):
-        run_erase_until_flip(model, one_batch(model, examples), CFG)
+        call("erase_until_flip", model, one_batch(model, examples), CFG)

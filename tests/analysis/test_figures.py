@@ -3,10 +3,9 @@
 import numpy as np
 import pandas as pd
 import pytest
+from attnstudy.analysis import figures
 from matplotlib.collections import QuadMesh
 from matplotlib.figure import Figure
-
-from analysis import figures
 
 
 def steps(n=40, variants=("copy additive-bahdanau", "g2p general-luong"), seed=0):

@@ -8,10 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
-from analysis.common import prepare_batches
-from analysis.divergences import kendall_tau, tvd
-from analysis.importance import (
+from analysis_testkit import call
+from attnstudy.analysis.ablations.importance import (
     REASON_CONSTANT_ATTENTION,
     REASON_CONSTANT_IMPORTANCE,
     REASON_NO_ATTENTION,
@@ -20,10 +18,13 @@ from analysis.importance import (
     importance_vectors,
     loo_importance,
     loo_loop_reference,
-    run_importance,
 )
-from attnstudy.config import AblationConfig, ModelConfig
-from attnstudy.data.tasks import Example
+from attnstudy.analysis.batch import prepare_batches
+from attnstudy.analysis.catalogue import AblationConfig
+from attnstudy.analysis.divergences import kendall_tau, tvd
+
+from attnstudy.config import ModelConfig
+from attnstudy.data.types import Example
 from attnstudy.data.vocab import Vocab
 from attnstudy.models import build_model
 
@@ -210,7 +211,7 @@ def test_table_values_match_kendall_on_the_vectors(data):
     model = make_model(data)
     batch = batch_of(model, data)
     vec = importance_vectors(model, batch)
-    df = run_importance(model, batch, AblationConfig())
+    df = call("importance", model, batch, AblationConfig())
     assert list(df.columns[:2]) == ["example_id", "step"] and len(df) == 14
     assert set(TAU_COLS) <= set(df.columns)
     row = df[(df.example_id == "ex0") & (df.step == 1)].iloc[0]
@@ -242,7 +243,7 @@ def test_table_values_match_kendall_on_the_vectors(data):
 def test_uniform_attention_gives_undefined_attention_tau(data):
     model = make_model(data, "uniform")
     batch = batch_of(model, data)
-    df = run_importance(model, batch, AblationConfig())
+    df = call("importance", model, batch, AblationConfig())
     rest = df[~df.importance_skipped]
     assert rest[["importance_tau_attn_grad", "importance_tau_attn_loo"]].isna().all().all()
     assert (rest.importance_attn_reason == REASON_CONSTANT_ATTENTION).all()
@@ -254,7 +255,7 @@ def test_none_model_keeps_gradient_loo_tau(data):
     batch = batch_of(model, data)
     vec = importance_vectors(model, batch)
     assert vec.attention is None
-    df = run_importance(model, batch, AblationConfig())
+    df = call("importance", model, batch, AblationConfig())
     assert df[["importance_tau_attn_grad", "importance_tau_attn_loo"]].isna().all().all()
     assert (df.importance_attn_reason == REASON_NO_ATTENTION).all()
     assert df[~df.importance_skipped].importance_tau_grad_loo.notna().all()
@@ -275,7 +276,7 @@ def test_source_blind_model_has_zero_importance(data):
     vec = importance_vectors(model, batch)
     valid = ~vec.loo.isnan()
     assert (vec.loo[valid] < 1e-7).all() and (vec.gradient[valid] == 0).all()
-    df = run_importance(model, batch, AblationConfig())
+    df = call("importance", model, batch, AblationConfig())
     rest = df[~df.importance_skipped]
     cols = [
         "importance_tau_attn_grad",
@@ -291,10 +292,10 @@ def test_source_blind_model_has_zero_importance(data):
 def test_batch_size_does_not_change_the_table(data):
     model = make_model(data, "dot", "luong")
     examples = data[0]
-    together = run_importance(model, batch_of(model, data), AblationConfig())
+    together = call("importance", model, batch_of(model, data), AblationConfig())
     pairs = pd.concat(
         [
-            run_importance(model, batch_of(model, data, examples[i : i + 2]), AblationConfig())
+            call("importance", model, batch_of(model, data, examples[i : i + 2]), AblationConfig())
             for i in range(0, len(examples), 2)
         ],
         ignore_index=True,
@@ -305,7 +306,7 @@ def test_batch_size_does_not_change_the_table(data):
 def test_mode_restored_and_no_parameter_gradients(data):
     model = make_model(data).train()
     batch = batch_of(model, data)
-    run_importance(model, batch, AblationConfig())
+    call("importance", model, batch, AblationConfig())
     assert model.training
     assert all(p.grad is None for p in model.parameters())
     assert all(p.requires_grad for p in model.parameters())
@@ -321,8 +322,8 @@ def test_greedy_prefix_and_one_token_batch(data):
     ex, sv, tv = data
     model = make_model(data)
     batch = next(prepare_batches(model, ex, sv, tv, "greedy", 8))
-    df = run_importance(model, batch, AblationConfig())
+    df = call("importance", model, batch, AblationConfig())
     assert len(df) == int(batch.trace.step_mask.sum())
     assert df[~df.importance_skipped].importance_tau_grad_loo.notna().any()
-    alone = run_importance(model, batch_of(model, data, [ex[1]]), AblationConfig())
+    alone = call("importance", model, batch_of(model, data, [ex[1]]), AblationConfig())
     assert alone.importance_skipped.all() and alone[TAU_COLS].isna().all().all()

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from analysis.common import step_generator
-from analysis.interventions import (
+from attnstudy.analysis.batch import step_generator
+from attnstudy.analysis.interventions import (
     erase_max,
     erase_ranked,
     given,
@@ -15,6 +14,7 @@ from analysis.interventions import (
     ranks_of,
     uniform,
 )
+
 from attnstudy.models import masked_softmax
 
 LENGTHS = [5, 3, 1, 2]

@@ -6,25 +6,24 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from analysis_testkit import VOCAB, make_examples, one_batch, sharpen, tiny_model
-
-from analysis._local import NoAttentionError
-from analysis.erasure import run_erase_max, run_erase_until_flip
-from analysis.permutation import (
+from analysis_testkit import VOCAB, call, make_examples, one_batch, sharpen, tiny_model
+from attnstudy.analysis.ablations.permutation import (
     permutation_loop_reference,
-    run_permutation,
-    run_permutation_global,
-    run_uniform,
 )
-from attnstudy.config import AblationConfig
-from attnstudy.data.tasks import Example
+from attnstudy.analysis.batch import AblationContext
+from attnstudy.analysis.catalogue import AblationConfig
+from attnstudy.analysis.errors import NoAttentionError
+
+from attnstudy.data.types import Example
 
 
 @pytest.mark.parametrize("prefix", ["reference", "greedy"])
 def test_local_equals_loop_reference(model, examples, cfg, prefix):
     batch = one_batch(model, examples, prefix)
-    fast = run_permutation(model, batch, cfg)
-    slow = permutation_loop_reference(model, batch, cfg)
+    fast = call("permutation", model, batch, cfg)
+    slow = permutation_loop_reference(
+        model, batch, cfg.params_for("permutation"), AblationContext.of(cfg)
+    )
     pd.testing.assert_frame_equal(fast, slow, atol=1e-6, rtol=0)
     assert (
         fast["permutation_median_tvd"].max() > 1e-4
@@ -35,12 +34,12 @@ def test_local_equals_loop_reference(model, examples, cfg, prefix):
 def test_uniform_attention_model_has_zero_permutation_effect(examples, cfg):
     model = sharpen(tiny_model("uniform"))
     batch = one_batch(model, examples, "greedy")
-    out = run_permutation(model, batch, cfg)
+    out = call("permutation", model, batch, cfg)
     done = out[~out["permutation_skipped"]]
     assert len(done) > 10
     assert done["permutation_median_tvd"].max() <= 1e-6
     assert (done["permutation_flip_rate"] == 0).all()
-    uni = run_uniform(model, batch, cfg)
+    uni = call("uniform", model, batch, cfg)
     assert uni["uniform_tvd"].max() <= 1e-6 and (uni["uniform_flip"].dropna() == 0).all()
 
 
@@ -60,13 +59,13 @@ def test_identical_values_make_every_intervention_a_no_op(examples, cfg, attenti
     assert (att.max(-1).values - att.min(-1).values).max() > 0.01 or att.size(
         -1
     ) > 1  # attention not uniform
-    perm = run_permutation(model, batch, cfg)
+    perm = call("permutation", model, batch, cfg)
     assert perm["permutation_median_tvd"].max() <= 1e-6 and perm["permutation_flip_rate"].max() == 0
-    uni = run_uniform(model, batch, cfg)
+    uni = call("uniform", model, batch, cfg)
     assert uni["uniform_tvd"].max() <= 1e-6
-    em = run_erase_max(model, batch, cfg)
+    em = call("erase_max", model, batch, cfg)
     assert em["erase_max_tvd"].max() <= 1e-6 and em["erase_max_flip"].max() == 0
-    euf = run_erase_until_flip(model, batch, cfg)
+    euf = call("erase_until_flip", model, batch, cfg)
     done = euf[~euf["erase_until_flip_skipped"]]
     assert len(done) > 0
     for r in ("attn_desc", "attn_asc", "random", "grad_desc", "grad_attn_desc"):
@@ -78,16 +77,16 @@ def test_sensitive_model_does_react(examples, cfg):
     """The contrast of the two known-answer tests above: the same checks on a normal model fail."""
     model = sharpen(tiny_model("multihead", "luong"))
     batch = one_batch(model, examples, "reference")
-    assert run_uniform(model, batch, cfg)["uniform_tvd"].max() > 1e-3
-    assert run_permutation(model, batch, cfg)["permutation_median_tvd"].max() > 1e-3
+    assert call("uniform", model, batch, cfg)["uniform_tvd"].max() > 1e-3
+    assert call("permutation", model, batch, cfg)["permutation_median_tvd"].max() > 1e-3
 
 
 def test_same_seed_same_numbers_other_seed_other_numbers(examples, cfg):
     model = sharpen(tiny_model("additive"))
     batch = one_batch(model, examples, "reference")
-    a = run_permutation(model, batch, cfg)
-    b = run_permutation(model, batch, cfg)
-    c = run_permutation(model, batch, cfg.model_copy(update={"seed": cfg.seed + 1}))
+    a = call("permutation", model, batch, cfg)
+    b = call("permutation", model, batch, cfg)
+    c = call("permutation", model, batch, cfg.model_copy(update={"seed": cfg.seed + 1}))
     pd.testing.assert_frame_equal(a, b, atol=0, rtol=0)
     assert not np.allclose(
         a["permutation_median_tvd"].fillna(0), c["permutation_median_tvd"].fillna(0)
@@ -96,16 +95,17 @@ def test_same_seed_same_numbers_other_seed_other_numbers(examples, cfg):
 
 def test_batch_composition_changes_nothing(examples, cfg):
     model = sharpen(tiny_model("multihead", "luong"))
-    whole = run_permutation(model, one_batch(model, examples), cfg)
+    whole = call("permutation", model, one_batch(model, examples), cfg)
     parts = pd.concat(
-        [run_permutation(model, one_batch(model, [ex]), cfg) for ex in examples], ignore_index=True
+        [call("permutation", model, one_batch(model, [ex]), cfg) for ex in examples],
+        ignore_index=True,
     )
     pd.testing.assert_frame_equal(whole, parts, atol=1e-6, rtol=0)
 
 
 def test_single_position_steps_are_skipped(examples, cfg):
     model = sharpen(tiny_model("additive"))
-    out = run_permutation(model, one_batch(model, examples), cfg)
+    out = call("permutation", model, one_batch(model, examples), cfg)
     one = out["example_id"].isin([ex.id for ex in examples if len(ex.src) == 1])
     assert one.any() and out.loc[one, "permutation_skipped"].all()
     assert out.loc[one, "permutation_median_tvd"].isna().all()
@@ -115,13 +115,13 @@ def test_single_position_steps_are_skipped(examples, cfg):
 def test_small_chunks_change_nothing(examples, cfg, monkeypatch):
     model = sharpen(tiny_model("additive"))
     batch = one_batch(model, examples)
-    a = run_permutation(model, batch, cfg)
-    import analysis._local as local
+    a = call("permutation", model, batch, cfg)
+    import attnstudy.analysis._chunks as local
 
     monkeypatch.setattr(local, "ELEMENT_BUDGET", 1)  # one step of one example per chunk
-    b = run_permutation(model, batch, cfg.model_copy(update={"chunk_rows": 3}))
+    b = call("permutation", model, batch, cfg.model_copy(update={"chunk_rows": 3}))
     pd.testing.assert_frame_equal(a, b, atol=1e-6, rtol=0)
-    chunks = list(local.trace_chunks(batch.trace, cfg.n_permutations, budget=1))
+    chunks = list(local.trace_chunks(batch.trace, cfg.params_for("permutation").n, budget=1))
     assert all(len(c.rows) == 1 and c.stop - c.start == 1 for c in chunks)
     assert len(chunks) == int(batch.trace.step_mask.sum())
 
@@ -129,7 +129,7 @@ def test_small_chunks_change_nothing(examples, cfg, monkeypatch):
 def test_global_permutation(examples, cfg):
     model = sharpen(tiny_model("multihead", "luong"), 4.0)
     batch = one_batch(model, examples, "greedy")
-    out = run_permutation_global(model, batch, cfg)
+    out = call("permutation_global", model, batch, cfg)
     assert list(out.columns) == [
         "example_id",
         "permutation_global_changed",
@@ -149,7 +149,10 @@ def test_global_permutation(examples, cfg):
     assert out["permutation_global_changed"].any()  # the untrained model's outputs react
     # batch composition does not matter
     single = pd.concat(
-        [run_permutation_global(model, one_batch(model, [ex], "greedy"), cfg) for ex in examples],
+        [
+            call("permutation_global", model, one_batch(model, [ex], "greedy"), cfg)
+            for ex in examples
+        ],
         ignore_index=True,
     )
     pd.testing.assert_frame_equal(out, single)
@@ -157,16 +160,20 @@ def test_global_permutation(examples, cfg):
 
 def test_global_permutation_of_uniform_attention_changes_nothing(examples, cfg):
     model = sharpen(tiny_model("uniform"), 4.0)
-    out = run_permutation_global(model, one_batch(model, examples, "greedy"), cfg)
+    out = call("permutation_global", model, one_batch(model, examples, "greedy"), cfg)
     assert not out["permutation_global_changed"].any()
 
 
 def test_none_model_raises(examples, cfg):
     model = tiny_model("none")
     batch = one_batch(model, examples)
-    for fn in (run_permutation, run_uniform, run_permutation_global, permutation_loop_reference):
+    for name in ("permutation", "uniform", "permutation_global", "erase_max", "erase_until_flip"):
         with pytest.raises(NoAttentionError, match="none"):
-            fn(model, batch, cfg)
+            call(name, model, batch, cfg)
+    with pytest.raises(NoAttentionError, match="none"):
+        permutation_loop_reference(
+            model, batch, cfg.params_for("permutation"), AblationContext.of(cfg)
+        )
 
 
 def test_train_mode_is_restored_and_eval_is_used():
@@ -174,9 +181,9 @@ def test_train_mode_is_restored_and_eval_is_used():
     cfg = AblationConfig(n_permutations=5)
     model = sharpen(tiny_model("additive", dropout=0.5))
     batch = one_batch(model, examples)
-    expected = run_permutation(model, batch, cfg)  # model is in eval mode
+    expected = call("permutation", model, batch, cfg)  # model is in eval mode
     model.train()
-    got = run_permutation(model, batch, cfg)
+    got = call("permutation", model, batch, cfg)
     assert model.training
     pd.testing.assert_frame_equal(expected, got)
 
@@ -185,9 +192,8 @@ def test_one_long_example_is_cut_into_step_windows_within_the_budget(monkeypatch
     """A 5,000-token example once made the permutation build a B×P×H×T_y×T_x index (250 GB).
     Chunks now cut a long example into windows of steps, each inside the element budget, and the
     numbers do not depend on the windows."""
+    import attnstudy.analysis._chunks as local
     from analysis_testkit import NAMES
-
-    import analysis._local as local
 
     g = torch.Generator().manual_seed(1)
     src = tuple(NAMES[i] for i in torch.randint(0, len(NAMES), (1000,), generator=g))
@@ -204,7 +210,7 @@ def test_one_long_example_is_cut_into_step_windows_within_the_budget(monkeypatch
     short = Example("long/1", src[:120], src[:120])
     small = one_batch(model, [short])
     cfg = AblationConfig(n_permutations=5)
-    whole = run_permutation(model, small, cfg)
+    whole = call("permutation", model, small, cfg)
     monkeypatch.setattr(local, "ELEMENT_BUDGET", 5 * 120 * 7)  # windows of 7 steps
-    windows = run_permutation(model, small, cfg)
+    windows = call("permutation", model, small, cfg)
     pd.testing.assert_frame_equal(whole, windows, atol=1e-6, rtol=0)

@@ -6,9 +6,8 @@ import math
 
 import pytest
 from analysis_testkit import VOCAB, make_examples, sharpen, tiny_model
-
-from analysis._local import NoAttentionError
-from analysis.seed_variance import seed_variance
+from attnstudy.analysis.errors import NoAttentionError
+from attnstudy.analysis.seed_variance import seed_variance
 
 
 def test_same_model_twice_gives_zero():

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import math
 
+import attnstudy.analysis.suite as suite
 import numpy as np
 import pandas as pd
 import pytest
 from analysis_testkit import OWN_ABLATIONS, VOCAB, make_examples, sharpen, tiny_model
-
-import analysis.suite as suite
-from analysis.suite import METRIC_NAME, SuiteResult, run_suite, summarize
-from attnstudy.config import AblationConfig
+from attnstudy.analysis.catalogue import AblationConfig
+from attnstudy.analysis.suite import METRIC_NAME, SuiteResult, run_suite, summarize
 
 
 def _cfg(**kw) -> AblationConfig:
@@ -53,6 +52,7 @@ def test_suite_on_a_tiny_untrained_model():
         "example_id",
         "prefix",
         "step",
+        "layer",
         "src_len",
         "target_token",
         "predicted_token",
@@ -125,17 +125,35 @@ def test_none_model_skips_attention_ablations_with_a_reason():
     assert not any(k.startswith("ablation/") and "/permutation/" in k for k in res.summary)
 
 
-def test_missing_module_is_skipped_with_a_reason(monkeypatch):
-    monkeypatch.setitem(
-        suite.SPECS,
-        "importance",
-        suite._Spec("no_such_module", "run_importance", needs_attention=False),
+def test_an_ablation_whose_function_cannot_be_loaded_fails_loudly():
+    """A typo in a spec's function name used to turn the ablation into "skipped" silently; "skipped"
+    now only means the model lacks a capability."""
+    from attnstudy.analysis.catalogue import (
+        AblationSpec,
+        AblationSpecError,
+        register_ablation,
+        unregister_ablation,
     )
-    model = tiny_model("none")
-    res = run_suite(
-        model, make_examples(3), VOCAB, VOCAB, _cfg(ablations=["importance"]), progress=False
+
+    register_ablation(
+        AblationSpec(
+            "typo_ablation",
+            run="attnstudy.analysis.ablations.permutation:run_permutatoin",
+            requires=(),
+        )
     )
-    assert "not available" in res.skipped["importance"]
+    try:
+        with pytest.raises(AblationSpecError, match="run_permutatoin.*cannot be loaded"):
+            run_suite(
+                tiny_model("additive"),
+                make_examples(3),
+                VOCAB,
+                VOCAB,
+                _cfg(ablations=["typo_ablation"]),
+                progress=False,
+            )
+    finally:
+        unregister_ablation("typo_ablation")
 
 
 def test_train_mode_restored_and_eval_used():
@@ -202,7 +220,8 @@ def test_progress_bars_do_not_break(capsys):
         model, make_examples(3), VOCAB, VOCAB, _cfg(ablations=["uniform"]), progress=True
     )
     assert "ablation/uniform/tvd" in res.summary
-    assert "ablation uniform" in capsys.readouterr().err
+    err = capsys.readouterr().err  # not a terminal: plain lines, no cursor escapes
+    assert "ablations: 3/3 examples" in err and "[uniform]" in err and "\x1b" not in err
 
 
 def test_empty_examples_raise():
@@ -242,8 +261,9 @@ def test_streaming_leaves_no_file_when_an_ablation_fails(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("ablation failed")
 
-    monkeypatch.setitem(suite.SPECS, "uniform", suite._Spec("permutation", "run_uniform"))
-    monkeypatch.setattr(suite._Spec, "load", lambda self: boom)
+    import attnstudy.analysis.ablations.uniform as uniform_module
+
+    monkeypatch.setattr(uniform_module, "run", boom)
     path = tmp_path / "steps.parquet"
     with pytest.raises(RuntimeError, match="ablation failed"):
         run_suite(

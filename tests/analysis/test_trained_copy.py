@@ -8,9 +8,10 @@ with a unidirectional encoder AER was still 0.32. Luong's flow (query s_t) align
 
 import pytest
 import torch
+from attnstudy.analysis.catalogue import AblationConfig
 
 from attnstudy.api import load_data
-from attnstudy.config import AblationConfig, parse_experiment
+from attnstudy.experiment import parse_experiment
 from attnstudy.training import train
 
 pytestmark = pytest.mark.slow
@@ -50,7 +51,7 @@ def copy_model(tmp_path_factory):
 
 
 def test_copy_model_attends_to_the_diagonal_and_permutation_flips(copy_model):
-    from analysis.suite import run_suite
+    from attnstudy.analysis.suite import run_suite
 
     result, splits, sv, tv = copy_model
     print(

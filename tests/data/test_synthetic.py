@@ -1,7 +1,9 @@
 import pytest
 
 from attnstudy.config import DataConfig
-from attnstudy.data.tasks import TASKS, DataError, load_task, symbols, synthetic_example
+from attnstudy.data.synthetic import symbols, synthetic_example
+from attnstudy.data.tasks import TASKS, load_task
+from attnstudy.data.types import DataError
 
 SYNTHETIC = ["copy", "reverse", "sort", "bigram_flip"]
 

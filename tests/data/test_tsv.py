@@ -1,7 +1,9 @@
 import pytest
 
 from attnstudy.config import DataConfig
-from attnstudy.data.tasks import DataError, detokenize, load_task, read_tsv, tokenize
+from attnstudy.data.tasks import load_task
+from attnstudy.data.tsv import read_tsv
+from attnstudy.data.types import DataError, detokenize, tokenize
 
 
 def write(tmp_path, name, content: bytes | str):

@@ -1,4 +1,4 @@
-"""The analysis contract (DESIGN.md §3) for every score × flow × cell."""
+"""The analysis contract (docs/design.md §3) for every score × flow × cell."""
 
 import itertools
 
@@ -174,7 +174,8 @@ def test_beam_search_does_not_depend_on_batch_mates(attention, flow):
     """Each example's own step budget and stopping rule: beam search of a batch equals beam search
     of every example alone (it used the batch's longest budget, so short examples changed)."""
     from attnstudy.config import RunSpec
-    from attnstudy.data.tasks import Example, symbols
+    from attnstudy.data.synthetic import symbols
+    from attnstudy.data.types import Example
     from attnstudy.data.vocab import Vocab
     from attnstudy.training import translate
 

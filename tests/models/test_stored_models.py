@@ -13,7 +13,7 @@ import torch
 
 from attnstudy.config import SCHEMA_VERSION
 from attnstudy.data.batching import collate
-from attnstudy.data.tasks import Example
+from attnstudy.data.types import Example
 from attnstudy.models.io import load_model_dir
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "models"

@@ -1,4 +1,4 @@
-"""Padding and length-bucketed batching of :class:`~attnstudy.data.tasks.Example` lists."""
+"""Padding and length-bucketed batching of :class:`~attnstudy.data.types.Example` lists."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from dataclasses import dataclass
 
 import torch
 
-from attnstudy.data.tasks import Example
+from attnstudy.data.types import Example
 from attnstudy.data.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab
 
 
 @dataclass
 class Batch:
-    """A padded batch; the source has no ``<bos>``/``<eos>`` (DESIGN.md §3).
+    """A padded batch; the source has no ``<bos>``/``<eos>`` (docs/design.md §3).
 
     Attributes:
         src: ``(B, T_x)`` source ids, padded with ``PAD_ID``.

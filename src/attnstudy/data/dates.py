@@ -1,4 +1,4 @@
-"""The ``dates`` task: human-written dates in many locales → ISO 8601 ``YYYY-MM-DD`` (issue #7).
+"""The ``dates`` task: human-written dates in many locales → ISO 8601 ``YYYY-MM-DD``.
 
 Each source is one date rendered with the CLDR data that ``babel`` ships, in one locale's own
 formats (``short``, ``medium``, ``long``, ``full``) or through a skeleton (``yMMMd`` …, matched
@@ -36,10 +36,9 @@ from dataclasses import dataclass
 
 from attnstudy.config import DataConfig
 from attnstudy.data.alignment import Alignment
+from attnstudy.data.types import DEFAULT_SIZES, SPLITS, DataError, Example, Splits, seeded_rng
 
 FORMATS = ("short", "medium", "long", "full")
-SPLITS = ("train", "dev", "test")
-DEFAULT_SIZES = {"train": 5000, "dev": 500, "test": 500}
 _SALT = "attnstudy-dates-v1"
 _YEAR, _MONTH, _DAY = "y", "M", "d"
 # pattern letter -> ISO field; every other letter (E, c, e, G, …) is a distractor
@@ -229,9 +228,7 @@ def gold_alignment(rendered: Rendered) -> Alignment:
 def make_example(
     date: dt.date, locale: str, pattern_name: str, id: str, native_digits: bool = True
 ):
-    """The :class:`~attnstudy.data.tasks.Example` of one date in one locale and pattern."""
-    from attnstudy.data.tasks import Example
-
+    """The :class:`~attnstudy.data.types.Example` of one date in one locale and pattern."""
     r = render(date, locale, pattern_name, native_digits)
     return Example(id=id, src=tuple(r.text), tgt=tuple(iso(date)), alignment=gold_alignment(r))
 
@@ -300,8 +297,6 @@ def load_dates(cfg: DataConfig):
     Raises:
         DataError: for a configuration problem (unknown locale, bad skeleton, bad range).
     """
-    from attnstudy.data.tasks import DataError, Splits, _rng
-
     try:
         start = _parse_day(cfg.dates_start, "dates_start").toordinal()
         end = _parse_day(cfg.dates_end, "dates_end").toordinal()
@@ -325,7 +320,7 @@ def load_dates(cfg: DataConfig):
                 groups.append(("dates/test/heldout", held, cfg.dates_n_heldout or n))
             examples = []
             for prefix, pairs, count in groups:
-                rng: random.Random = _rng(cfg.data_seed, prefix)
+                rng: random.Random = seeded_rng(cfg.data_seed, prefix)
                 for k in range(count):
                     loc, pat = pairs[rng.randrange(len(pairs))]
                     date = dt.date.fromordinal(pools[split][rng.randrange(len(pools[split]))])

@@ -1,4 +1,4 @@
-"""Letter↔phone reference alignments for CMUdict (issue #7): a many-to-many EM aligner.
+"""Letter↔phone reference alignments for CMUdict: a many-to-many EM aligner.
 
 The method of m2m-aligner and Phonetisaurus (Jiampojamarn, Kondrak & Sherif 2007,
 "Applying Many-to-Many Alignments and Hidden Markov Models to Letter-to-Phoneme Conversion",

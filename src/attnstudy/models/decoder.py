@@ -1,6 +1,6 @@
 """Recurrent decoder with a choice of flow, independent of the attention score.
 
-Flows (DESIGN.md §3):
+Flows (docs/design.md §3):
 
 * ``bahdanau`` (Bahdanau et al. 2014, eq. 4–6 and appendix A.2.2): the query is the previous
   state s_{t−1}; the context c_t enters the RNN input, s_t = RNN([E y_{t−1}; c_t], s_{t−1});

@@ -1,7 +1,7 @@
 """Save and load a trained model as plain files: weights (state_dict), JSON config, vocabularies.
 
 Loading never unpickles code: weights are read with ``torch.load(weights_only=True)`` and the
-config is validated JSON (DESIGN.md §5).
+config is validated JSON (docs/design.md §5).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The encoder-decoder and the analysis contract (DESIGN.md §3).
+"""The encoder-decoder and the analysis contract (docs/design.md §3).
 
 1. :meth:`Seq2Seq.trace` — a teacher-forced pass over a given target prefix returning per-step
    logits, attention and the per-step prefix state.
@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor, nn
@@ -28,17 +28,21 @@ BOS_ID, EOS_ID, PAD_ID = 1, 2, 0
 
 @dataclass
 class Trace:
-    """A teacher-forced pass.
+    """A teacher-forced pass (satisfies :class:`attnstudy.analysis.contract.AttentionTrace`).
 
     Attributes:
         src: long (B, T_x); src_lengths: long (B,); pad_mask: bool (B, T_x), True at padding.
         tgt_in: long (B, T_y), BOS + prefix; tgt_out: long (B, T_y), prefix + EOS.
         step_mask: bool (B, T_y), True at real (non-padding) steps.
         logits: (B, T_y, V).
-        attention: (B, H, T_y, T_x), or None for the ``none`` model.
+        attention: (B, H, T_y, T_x), the cross-attention of the analysed layer, or None for the
+            ``none`` model.
         prefix: (B, T_y, ·) per-step prefix state for :meth:`Seq2Seq.logits_given_attention`.
         memory: the attention memory (keys/values), or None.
         embedded: the source embeddings used, (B, T_x, E) (a leaf when gradients were asked for).
+        layers: (B, L, H, T_y, T_x) cross-attention of every layer for a multi-layer family, else
+            None (the recurrent decoder has one attention: L = 1).
+        layer: index of the analysed layer.
     """
 
     src: Tensor
@@ -52,6 +56,55 @@ class Trace:
     prefix: Tensor
     memory: Memory | None
     embedded: Tensor
+    layers: Tensor | None = None
+    layer: int = 0
+
+    @property
+    def cross_attention(self) -> Tensor | None:
+        """(B, L, H, T_y, T_x), every layer's cross-attention (L = 1 here unless :attr:`layers`)."""
+        if self.layers is not None:
+            return self.layers
+        return None if self.attention is None else self.attention.unsqueeze(1)
+
+    def with_layer(self, layer: int) -> Trace:
+        """The trace analysing layer ``layer`` (negative counts from the top).
+
+        Raises:
+            ValueError: no such layer.
+        """
+        n = 1 if self.layers is None else self.layers.size(1)
+        index = layer + n if layer < 0 else layer
+        if not 0 <= index < n:
+            raise ValueError(
+                f"layer {layer} out of range: the model has {n} layer(s) of cross-attention"
+            )
+        if self.layers is None:
+            return self if index == self.layer else replace(self, layer=index)
+        return replace(self, attention=self.layers[:, index], layer=index)
+
+    def select(self, rows: Tensor, start: int = 0, stop: int | None = None) -> Trace:
+        """The trace of a subset of batch rows (long (B',)) and a window of decoder steps.
+
+        Every step's local intervention needs only its own prefix state and the encoder memory,
+        so a window ``[start, stop)`` of steps is a valid trace for local interventions.
+        """
+        t = slice(start, self.tgt_in.size(1) if stop is None else stop)
+        pick = lambda x: None if x is None else x.index_select(0, rows)  # noqa: E731
+        return Trace(
+            src=pick(self.src),
+            src_lengths=pick(self.src_lengths),
+            pad_mask=pick(self.pad_mask),
+            tgt_in=pick(self.tgt_in)[:, t],
+            tgt_out=pick(self.tgt_out)[:, t],
+            step_mask=pick(self.step_mask)[:, t],
+            logits=pick(self.logits)[:, t],
+            attention=None if self.attention is None else pick(self.attention)[:, :, t],
+            prefix=pick(self.prefix)[:, t],
+            memory=None if self.memory is None else self.memory.index_select(rows),
+            embedded=pick(self.embedded),
+            layers=None if self.layers is None else pick(self.layers)[:, :, :, t],
+            layer=self.layer,
+        )
 
 
 @dataclass
@@ -97,6 +150,34 @@ class Seq2Seq(nn.Module):
     @property
     def has_attention(self) -> bool:
         return self.decoder.attention is not None
+
+    @property
+    def n_layers(self) -> int:
+        """Layers with cross-attention: one (the recurrent decoder attends once per step)."""
+        return 1
+
+    def value_vectors(self, trace: Trace) -> Tensor:
+        """f(x_j) per head, (B, H, T_x, d), such that the context of step t is Σ_h Σ_j α_thj f_h(x_j):
+        the attention memory's values after the score's output projection (multihead: each head's
+        block of W^O; the other scores have none), so Σ over heads and positions is the context.
+
+        Raises:
+            ValueError: for the ``none`` model.
+        """
+        if not self.has_attention or trace.memory is None:
+            raise ValueError("the 'none' model has no value vectors")
+        values = trace.memory.values  # (B, H, T_x, d_v)
+        out_proj = getattr(self.attention, "out_proj", None)
+        if out_proj is None:
+            return values
+        h, d = values.size(1), values.size(-1)
+        blocks = out_proj.weight.view(out_proj.out_features, h, d).permute(1, 2, 0)  # (H, d_v, A)
+        return torch.einsum("bhxd,hda->bhxa", values, blocks)
+
+    def embed(self, src: Tensor) -> Tensor:
+        """Source embeddings (B, T_x, E) of ``src`` long (B, T_x): what gradient importance
+        differentiates against (pass them back through :meth:`trace`'s ``embedded``)."""
+        return self.encoder.embedding(src)
 
     def encode(
         self, src: Tensor, src_lengths: Tensor, embedded: Tensor | None = None

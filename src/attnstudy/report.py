@@ -1,7 +1,7 @@
-"""The study report, built from the tracking store alone (DESIGN.md §5, STYLE.md).
+"""The study report, built from the tracking store alone (docs/design.md §5).
 
 Search the study's runs → load their tables (test predictions, per-step ablation tables, heatmap
-data) → figures (:mod:`analysis.figures`) → ``report.html`` with the figures beside it and a
+data) → figures (:mod:`attnstudy.analysis.figures`) → ``report.html`` with the figures beside it and a
 Markdown twin ``report.md`` in ``reports/<experiment>/``, also logged as the study run's
 ``report/`` artifact. Any machine that sees the store can rebuild it.
 """
@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnstudy.notices import notice
-
-from . import figures
+from .analysis import figures
+from .analysis.catalogue import list_ablations
+from .notices import notice
+from .paths import project_root
+from .tracking import Artifact, Tag, Tracker, store
 
 SUMMARY_COLUMNS = {
     "test/exact_match": "exact match",
@@ -63,142 +65,97 @@ class StudyData:
 
 def variant_name(tags: dict[str, str]) -> str:
     """Model label used in figures: ``task attention-flow`` (+ ``seedN`` when not seed 1)."""
-    seed = tags.get("seed", "")
-    return f"{tags.get('task', '?')} {tags.get('attention', '?')}-{tags.get('flow', '?')}" + (
+    seed = tags.get(Tag.SEED, "")
+    return f"{tags.get(Tag.TASK, '?')} {tags.get(Tag.ATTENTION, '?')}-{tags.get(Tag.FLOW, '?')}" + (
         f" seed{seed}" if seed and seed != "1" else ""
     )
 
 
-def latest_study(tracker, experiment: str) -> str:
+def latest_study(tracker: Tracker, experiment: str) -> str:
     """Run id of the newest FINISHED study run of ``experiment`` (else the newest study, with a notice).
 
     Raises:
         LookupError: no such experiment, or it has no study run.
     """
-    exp_id = tracker.experiment_id(experiment, create=False)
-    if exp_id is None:
-        raise LookupError(
-            f"no experiment named {experiment!r} in {tracker.uri}; run 'attnstudy run' first"
-        )
-    runs = tracker.search_runs([exp_id], "tags.kind = 'study'", max_results=200)
-    if not runs:
-        raise LookupError(f"experiment {experiment!r} has no study run; run 'attnstudy run' first")
-    finished = [r for r in runs if r.info.status == "FINISHED"]
-    chosen = finished[0] if finished else runs[0]
-    if chosen is not runs[0]:
-        notice(
-            f"reporting the newest finished study {chosen.info.run_id}; the newer study {runs[0].info.run_id} "
-            f"is {runs[0].info.status} (name it with --study to report it)"
-        )
-    elif not finished:
-        notice(
-            f"experiment {experiment!r} has no finished study; reporting the newest, {chosen.info.run_id}, "
-            f"which is {chosen.info.status}"
-        )
-    return chosen.info.run_id
+    study_id, note = store.latest_study(tracker, experiment)
+    if note:
+        notice(note)
+    return study_id
 
 
-def _ids(tags: dict[str, str], key: str) -> list[str]:
-    return [i for i in tags.get(key, "").split(",") if i]
-
-
-def load_study(tracker, study_id: str) -> StudyData:
+def load_study(tracker: Tracker, study_id: str) -> StudyData:
     """Read a study's runs and tables from the store: exactly the model and ablation runs the study
-    recorded (``model_run_ids``, ``ablation_run_ids``, ``failed_run_ids`` tags), so ad-hoc ablations
-    run later never change a study's report.
+    recorded (:func:`attnstudy.tracking.store.study_runs`), so ad-hoc ablations run later never
+    change a study's report.
 
     Raises:
-        LookupError: ``study_id`` is not a study run.
+        LookupError: ``study_id`` is not a study run (or no run).
     """
-    study = tracker.find_run(study_id)
-    if study.data.tags.get("kind") != "study":
-        raise LookupError(
-            f"run {study_id} is not a study run (kind={study.data.tags.get('kind')!r})"
-        )
-    tags = study.data.tags
-    exp_id = study.info.experiment_id
-    experiment = tags.get("experiment", "study")
-    model_runs = [tracker.get_run(i) for i in _ids(tags, "model_run_ids")]
-    failed = [tracker.get_run(i) for i in _ids(tags, "failed_run_ids")]
-    if "ablation_run_ids" in tags:
-        ablation_list = [tracker.get_run(i) for i in _ids(tags, "ablation_run_ids")]
-    else:  # a study recorded before the ids were: its ablations carry its id
-        ablation_list = list(
-            reversed(
-                tracker.search_runs(
-                    [exp_id], f"tags.kind = 'ablation' and tags.study_id = '{study_id}'"
-                )
-            )
-        )
-    ablation_list += [r for r in failed if r.data.tags.get("kind") == "ablation"]
-    ablation_runs = {r.data.tags.get("source_run_id"): r for r in ablation_list}
-    failed_models = [r for r in failed if r.data.tags.get("kind") == "model"]
-
+    runs = store.study_runs(tracker, study_id)
+    study = runs.study
     rows, preds, steps, heatmaps, notes = [], [], [], [], []
-    for run in [*model_runs, *failed_models]:
-        mtags, variant = run.data.tags, variant_name(run.data.tags)
+    for run in runs.models:
+        mtags, variant = run.tags, variant_name(run.tags)
         row = {
             "variant": variant,
-            "task": mtags.get("task"),
-            "attention": mtags.get("attention"),
-            "flow": mtags.get("flow"),
-            "seed": mtags.get("seed"),
-            "model_run_id": run.info.run_id,
-            "model_status": run.info.status,
-            "model_error": mtags.get("error.message", ""),
+            "task": mtags.get(Tag.TASK),
+            "attention": mtags.get(Tag.ATTENTION),
+            "flow": mtags.get(Tag.FLOW),
+            "seed": mtags.get(Tag.SEED),
+            "model_run_id": run.run_id,
+            "model_status": run.status,
+            "model_error": mtags.get(Tag.ERROR_MESSAGE, ""),
         }
-        if run.info.status == "FINISHED":
-            row.update({k: v for k, v in run.data.metrics.items() if k in SUMMARY_COLUMNS})
-            p = _try_table(tracker, run.info.run_id, "predictions/test.parquet")
+        if run.status == "FINISHED":
+            row.update({k: v for k, v in run.metrics.items() if k in SUMMARY_COLUMNS})
+            p = _try_table(tracker, run.run_id, Artifact.PREDICTIONS)
             if p is not None:
-                preds.append(p.assign(variant=variant, task=mtags.get("task")))
+                preds.append(p.assign(variant=variant, task=mtags.get(Tag.TASK)))
             else:
                 notes.append(
-                    f"{variant}: its test predictions (predictions/test.parquet of run "
-                    f"{run.info.run_id}) are missing from the store"
+                    f"{variant}: its test predictions ({Artifact.PREDICTIONS} of run "
+                    f"{run.run_id}) are missing from the store"
                 )
-        abl = ablation_runs.get(run.info.run_id)
+        abl = runs.ablations.get(run.run_id)
         if abl is not None:
-            atags = abl.data.tags
             row.update(
                 {
-                    "ablation_run_id": abl.info.run_id,
-                    "ablation_status": abl.info.status,
-                    "ablation_error": atags.get("error.message", ""),
-                    "ablations_run": abl.data.params.get("ablation.ablations", "[]"),
+                    "ablation_run_id": abl.run_id,
+                    "ablation_status": abl.status,
+                    "ablation_error": abl.tags.get(Tag.ERROR_MESSAGE, ""),
+                    "ablations_run": abl.params.get("ablation.ablations", "[]"),
                     "skipped": {
-                        k[len("skipped.") :]: v
-                        for k, v in atags.items()
-                        if k.startswith("skipped.")
+                        k[len(Tag.SKIPPED_PREFIX) :]: v
+                        for k, v in abl.tags.items()
+                        if k.startswith(Tag.SKIPPED_PREFIX)
                     },
-                    "n_alignment_steps": abl.data.metrics.get("ablation/alignment/n_steps"),
-                    "n_alignment_skipped": abl.data.metrics.get("ablation/alignment/n_skipped"),
+                    "n_alignment_steps": abl.metrics.get("ablation/alignment/n_steps"),
+                    "n_alignment_skipped": abl.metrics.get("ablation/alignment/n_skipped"),
                 }
             )
-            if abl.info.status == "FINISHED":
-                row.update({k: v for k, v in abl.data.metrics.items() if k in SUMMARY_COLUMNS})
-                s = _try_table(tracker, abl.info.run_id, "ablations/steps.parquet")
+            if abl.status == "FINISHED":
+                row.update({k: v for k, v in abl.metrics.items() if k in SUMMARY_COLUMNS})
+                s = _try_table(tracker, abl.run_id, Artifact.STEPS)
                 if s is not None:
-                    prefix = abl.data.params.get("ablation.prefix", "greedy")
+                    prefix = abl.params.get("ablation.prefix", "greedy")
                     steps.append(
-                        s.assign(variant=variant, task=mtags.get("task"), analysis_prefix=prefix)
+                        s.assign(variant=variant, task=mtags.get(Tag.TASK), analysis_prefix=prefix)
                     )
                 else:
                     notes.append(
-                        f"{variant}: its per-step ablation table (ablations/steps.parquet of run "
-                        f"{abl.info.run_id}) is missing from the store; its figures are empty"
+                        f"{variant}: its per-step ablation table ({Artifact.STEPS} of run "
+                        f"{abl.run_id}) is missing from the store; its figures are empty"
                     )
-                for ex in _try_json(tracker, abl.info.run_id, "ablations/heatmaps.json") or []:
+                for ex in _try_json(tracker, abl.run_id, Artifact.HEATMAPS) or []:
                     heatmaps.append(
-                        ex
-                        | {"title": f"{variant}: {ex.get('title', '')}", "run_id": abl.info.run_id}
+                        ex | {"title": f"{variant}: {ex.get('title', '')}", "run_id": abl.run_id}
                     )
         rows.append(row)
-    seed_var = _try_table(tracker, study_id, "seed_variance/steps.parquet")
-    config_text = _try_text(tracker, study_id, "experiment.toml") or ""
+    seed_var = _try_table(tracker, study_id, Artifact.SEED_VARIANCE)
+    config_text = _try_text(tracker, study_id, Artifact.EXPERIMENT_TOML) or ""
     return StudyData(
-        experiment,
-        exp_id,
+        study.tags.get(Tag.EXPERIMENT, "study"),
+        study.experiment_id,
         study_id,
         pd.DataFrame(rows),
         pd.concat(preds, ignore_index=True) if preds else pd.DataFrame(),
@@ -206,7 +163,7 @@ def load_study(tracker, study_id: str) -> StudyData:
         heatmaps,
         seed_var if seed_var is not None else pd.DataFrame(),
         config_text,
-        status=study.info.status,
+        status=study.status,
         notes=notes,
     )
 
@@ -307,8 +264,6 @@ def report_dir(experiment: str) -> Path:
     Raises:
         ValueError: if the folder would leave ``reports/`` (cannot happen for a slug; checked anyway).
     """
-    from attnstudy.tracking import project_root
-
     root = (project_root() / "reports").resolve()
     slug = (
         re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]", "_", experiment)).lstrip(".") or "study"
@@ -364,7 +319,7 @@ def build_report(tracker, study_id: str, out_dir: str | Path | None = None) -> P
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     for key, _ in made:
-        tracker.log_artifact(study_id, out / "figures" / f"{key}.png", "figures")
+        tracker.log_artifact(study_id, out / "figures" / f"{key}.png", Artifact.FIGURES_DIR)
     for ex in _one_per_model(
         data.heatmaps, limit=len(data.heatmaps)
     ):  # each model's heatmap to its ablation run
@@ -372,7 +327,7 @@ def build_report(tracker, study_id: str, out_dir: str | Path | None = None) -> P
         tracker.log_figure(
             ex["run_id"], fig, f"figures/heatmap_{_slug(ex.get('title', 'example'))}.png"
         )
-    tracker.log_artifacts(study_id, out, "report")
+    tracker.log_artifacts(study_id, out, Artifact.REPORT_DIR)
     return out / "report.html"
 
 
@@ -450,10 +405,8 @@ def _ablations_run(data: StudyData) -> set[str]:
 
 def _status_lines(data: StudyData) -> list[str]:
     """What the study's status and failures mean for the report (empty for a finished study)."""
-    from attnstudy.config import ABLATIONS
-
     lines = [f"Note: {n}." for n in data.notes]
-    not_run = [a for a in ABLATIONS if a not in _ablations_run(data)]
+    not_run = [a for a in list_ablations(default_only=True) if a not in _ablations_run(data)]
     if not_run:
         lines.append(f"Ablations not run in this study: {', '.join(not_run)}.")
     if data.status != "FINISHED":

@@ -28,15 +28,31 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
+from attnstudy.analysis.catalogue import AblationSpec, Stat
 from torch import Tensor
 
-from attnstudy.config import AblationConfig
 from attnstudy.models import Seq2Seq, eval_mode
 
-from .common import PreparedBatch
-from .divergences import kendall_tau, tvd
+from ..batch import AblationContext, PreparedBatch
+from ..divergences import kendall_tau, tvd
 
 NAME = "importance"
+
+SPEC = AblationSpec(
+    name="importance",
+    run="attnstudy.analysis.ablations.importance:run",
+    requires=("gradients",),
+    stats={
+        "tau_attn_grad": Stat("importance_tau_attn_grad", label="τ attn–grad"),
+        "tau_attn_loo": Stat("importance_tau_attn_loo", label="τ attn–LOO"),
+        "tau_grad_loo": Stat("importance_tau_grad_loo", label="τ grad–LOO"),
+    },
+    figure="kendall_tau",
+    order=70,
+    description="gradient × input and leave-one-out importance; Kendall τ of attention against each "
+    "and of the two against each other",
+    reference="Jain & Wallace 2019, §3",
+)
 PAD_ID = 0
 
 REASON_NO_ATTENTION = "no attention (the 'none' model)"
@@ -77,7 +93,7 @@ def gradient_importance(model: Seq2Seq, batch: PreparedBatch) -> Tensor:
     """
     tr = batch.trace
     with eval_mode(model), torch.enable_grad():
-        leaf = model.encoder.embedding(tr.src).detach().requires_grad_(True)  # (B, T_x, E)
+        leaf = model.embed(tr.src).detach().requires_grad_(True)  # (B, T_x, E)
         trace = model.trace(
             tr.src, tr.src_lengths, tr.tgt_in, tr.tgt_out, embedded=leaf, detach_attention=True
         )
@@ -185,19 +201,18 @@ def loo_loop_reference(model: Seq2Seq, batch: PreparedBatch) -> Tensor:
 
 
 def importance_vectors(
-    model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig | None = None
+    model: Seq2Seq, batch: PreparedBatch, chunk_rows: int = 4096
 ) -> ImportanceVectors:
     """Gradient, leave-one-out and head-mean attention vectors of every step of a batch.
 
     Args:
         model: the model (mode restored; no parameter gradients accumulated).
         batch: prepared batch.
-        cfg: ablation config (``chunk_rows`` sizes the leave-one-out chunks); default config if None.
+        chunk_rows: decoder rows per leave-one-out trace call.
 
     Returns:
         :class:`ImportanceVectors`.
     """
-    chunk_rows = (cfg or AblationConfig()).chunk_rows
     att = batch.trace.attention
     return ImportanceVectors(
         gradient=gradient_importance(model, batch),
@@ -273,18 +288,18 @@ def importance_table(batch: PreparedBatch, vectors: ImportanceVectors) -> pd.Dat
     return df
 
 
-def run_importance(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> pd.DataFrame:
+def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> pd.DataFrame:
     """Attention vs gradient and leave-one-out importance per decoder step (J&W 2019 §3).
 
     Args:
         model: the model (eval mode during the call, previous mode restored; no parameter
             gradients accumulated).
         batch: prepared batch (B examples, trace over the chosen prefix).
-        cfg: ablation config (``chunk_rows``).
+        params: none. ctx: ``chunk_rows``.
 
     Returns:
         One row per real step, columns as :func:`importance_table`. For the ``none`` model the
         attention τ columns are NaN with ``importance_attn_reason`` saying why; gradient–LOO τ
         is still computed.
     """
-    return importance_table(batch, importance_vectors(model, batch, cfg))
+    return importance_table(batch, importance_vectors(model, batch, ctx.chunk_rows))

@@ -1,8 +1,9 @@
-"""What every ablation shares: prepared batches (a trace over the chosen prefix) and seeded RNGs.
+"""What every ablation shares: prepared batches (a trace over the chosen prefix), the run context
+and seeded RNGs.
 
-An ablation is a function ``fn(model, batch: PreparedBatch, cfg: AblationConfig) -> DataFrame``
-whose rows are decoder steps (``example_id``, ``step`` and its own columns); the suite merges
-them into one tidy per-step table.
+An ablation is a function ``fn(model, batch: PreparedBatch, params, ctx: AblationContext) ->
+DataFrame`` whose rows are decoder steps (``example_id``, ``step`` and its own columns); the suite
+merges them into one tidy per-step table (see :mod:`attnstudy.analysis.catalogue`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,29 @@ import torch
 from torch import Tensor
 
 from attnstudy.data.batching import collate
-from attnstudy.data.tasks import Example
+from attnstudy.data.types import Example
 from attnstudy.data.vocab import EOS_ID, PAD_ID, Vocab
 from attnstudy.models import Seq2Seq, Trace, eval_mode
 
 from .divergences import entropy
+
+
+@dataclass(frozen=True)
+class AblationContext:
+    """What every ablation run shares beyond its own parameters.
+
+    Attributes:
+        seed: the ablation seed (random draws come from :func:`step_generator`).
+        chunk_rows: rows per output-layer call in local interventions (sized for the cache).
+    """
+
+    seed: int = 0
+    chunk_rows: int = 4096
+
+    @classmethod
+    def of(cls, cfg) -> AblationContext:
+        """From an :class:`~attnstudy.analysis.catalogue.AblationConfig`."""
+        return cls(seed=cfg.seed, chunk_rows=cfg.chunk_rows)
 
 
 @dataclass
@@ -60,7 +79,7 @@ class PreparedBatch:
 
 
 def step_generator(seed: int, example_id: str, step: int, ablation: str) -> torch.Generator:
-    """A torch generator seeded from (seed, example id, step, ablation name) (DESIGN.md §4).
+    """A torch generator seeded from (seed, example id, step, ablation name) (docs/design.md §4).
 
     The stream is independent of batch composition and of which examples ran before.
     """
@@ -76,14 +95,16 @@ def prepare_batches(
     prefix: str = "greedy",
     batch_size: int = 32,
     max_decode_factor: float = 2.0,
+    layer: int = -1,
 ) -> Iterator[PreparedBatch]:
     """Yield :class:`PreparedBatch` objects over ``examples`` (in order, ``batch_size`` at a time).
 
     With ``prefix="greedy"`` the trace follows the model's own greedy output (the step that emits
-    ``<eos>`` included); with ``"reference"`` it follows the first reference.
+    ``<eos>`` included); with ``"reference"`` it follows the first reference. ``layer`` chooses the
+    cross-attention layer the ablations analyse (default the last; the recurrent family has one).
 
     Raises:
-        ValueError: for an unknown prefix.
+        ValueError: for an unknown prefix or layer.
     """
     if prefix not in ("greedy", "reference"):
         raise ValueError(f"unknown prefix {prefix!r}; valid: greedy, reference")
@@ -103,6 +124,8 @@ def prepare_batches(
             else:
                 tgt_in, tgt_out = batch.tgt_in, batch.tgt_out
             trace = model.trace(batch.src, batch.src_lengths, tgt_in, tgt_out)
+        if trace.attention is not None:
+            trace = trace.with_layer(layer)
         check_finite(trace, chunk)
         yield PreparedBatch(chunk, trace, prefix, src_vocab, tgt_vocab)
 
@@ -147,11 +170,11 @@ def _prefix_tensors(hyps: list[list[int]]) -> tuple[Tensor, Tensor]:
 
 
 def base_table(batch: PreparedBatch) -> pd.DataFrame:
-    """The columns every per-step record carries (DESIGN.md §4).
+    """The columns every per-step record carries.
 
-    Columns: example_id, step, src_len, target_token (the prefix token at this step),
-    predicted_token (argmax), is_eos, max_attention and attention_entropy (head mean; NaN
-    without attention), n_valid (valid source positions).
+    Columns: example_id, step, layer (the analysed layer of cross-attention; 0 for the recurrent
+    family), src_len, target_token (the prefix token at this step), predicted_token (argmax),
+    is_eos, max_attention and attention_entropy (head mean; NaN without attention).
     """
     tr = batch.trace
     b_idx, t_idx = tr.step_mask.nonzero(as_tuple=True)
@@ -161,6 +184,7 @@ def base_table(batch: PreparedBatch) -> pd.DataFrame:
     rows = {
         "example_id": [batch.examples[b].id for b in b_idx.tolist()],
         "step": t_idx.numpy(),
+        "layer": np.full(len(b_idx), getattr(tr, "layer", 0), dtype=np.int64),
         "src_len": tr.src_lengths[b_idx].numpy(),
         "target_token": [itos[i] for i in tr.tgt_out[b_idx, t_idx].tolist()],
         "predicted_token": [itos[i] for i in pred[b_idx, t_idx].tolist()],

@@ -1,9 +1,7 @@
-"""Erasure (Serrano & Smith 2019, "Is Attention Interpretable?", ACL).
+"""Erase until the decision flips (Serrano & Smith 2019, "Is Attention Interpretable?", ACL, §4).
 
-* :func:`run_erase_max` — zero the single largest weight of α_t, renormalise (L1); TVD and flip
-  (their §3).
-* :func:`run_erase_until_flip` — zero items one at a time in a ranking order until the argmax
-  changes (their §4); rankings: attention ↓, attention ↑, random (``cfg.n_random_orders``),
+Zero items one at a time in a ranking order until the argmax changes; rankings: attention ↓,
+  attention ↑, random (``n_random_orders`` of them),
   gradient of the predicted token's log-probability w.r.t. the attention ↓, gradient ×
   attention ↓. All k-prefixes of all steps form the P axis of one ``logits_given_attention``
   call per ranking and example chunk.
@@ -22,54 +20,43 @@ import warnings
 import numpy as np
 import pandas as pd
 import torch
+from attnstudy.analysis.catalogue import AblationSpec, Params, Stat
+from pydantic import Field
 from torch import Tensor
 
-from attnstudy.config import AblationConfig
 from attnstudy.models import Seq2Seq, Trace, eval_mode
 
-from ._local import base_probs, n_valid, require_attention, step_frame, sub_trace, trace_chunks
-from .common import PreparedBatch, step_generator
-from .divergences import tvd
-from .interventions import erase_max, erase_ranked
+from .._chunks import base_probs, n_valid, require_attention, step_frame, sub_trace, trace_chunks
+from ..batch import AblationContext, PreparedBatch, step_generator
+from ..interventions import erase_ranked
 
 RANKINGS = ("attn_desc", "attn_asc", "random", "grad_desc", "grad_attn_desc")
 """Ranking names as they appear in the columns ``erase_<ranking>_…``."""
 
 
-def run_erase_max(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> pd.DataFrame:
-    """Erase the largest attention weight (every head) and renormalise (Serrano & Smith 2019, §3).
+class EraseUntilFlipParams(Params):
+    """``[ablation.erase_until_flip]``."""
 
-    Returns:
-        One row per real step: ``example_id``, ``step``, ``erase_max_tvd`` (TVD(p_t, p̃_t), full
-        vocabulary), ``erase_max_flip`` (argmax changed, as float), ``erase_max_skipped``
-        (source with < 2 valid positions: nothing would be left; values NaN).
+    n_random_orders: int = Field(5, ge=1, le=1000, description="random erasure orders per step")
 
-    Raises:
-        NoAttentionError: for the ``none`` model.
-    """
-    att = require_attention(model, batch, "erase_max")
-    tr = batch.trace
-    frame, b_idx, t_idx = step_frame(batch)
-    nv = n_valid(tr)
-    steps = tr.step_mask & (nv >= 2)[:, None]
-    rep = erase_max(att, ~tr.pad_mask)
-    with eval_mode(model), torch.no_grad():
-        base = base_probs(model, tr, cfg.chunk_rows)
-        probs = torch.softmax(
-            model.logits_given_attention(tr, rep.weights, cfg.chunk_rows, steps), -1
-        )
-    steps = steps & ~rep.empty.any(1)
-    frame["erase_max_tvd"] = (
-        tvd(probs, base).double().masked_fill(~steps, float("nan"))[b_idx, t_idx].numpy()
-    )
-    frame["erase_max_flip"] = (
-        (probs.argmax(-1) != base.argmax(-1))
-        .double()
-        .masked_fill(~steps, float("nan"))[b_idx, t_idx]
-        .numpy()
-    )
-    frame["erase_max_skipped"] = (nv[b_idx] < 2).numpy()
-    return frame
+
+SPEC = AblationSpec(
+    name="erase_until_flip",
+    run="attnstudy.analysis.ablations.erase_until_flip:run",
+    params=EraseUntilFlipParams,
+    requires=("attention", "local", "gradients"),
+    stats={
+        f"{r}_{s}": Stat(f"erase_{r}_{s}")
+        for r in ("attn_desc", "attn_asc", "random", "grad_desc", "grad_attn_desc")
+        for s in ("frac_positions", "frac_mass", "never_flipped")
+    },
+    skip_column="erase_until_flip_skipped",
+    figure="erasure",
+    order=50,
+    description="items erased one by one in five rankings until the argmax flips; fraction of positions "
+    "and of attention mass erased, never-flipped share",
+    reference="Serrano & Smith 2019, §4",
+)
 
 
 def attention_gradient(
@@ -105,18 +92,18 @@ def _order(score: Tensor, valid: Tensor) -> Tensor:
 
 
 def ranking_orders(
-    model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig, pred: Tensor
+    model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext, pred: Tensor
 ) -> dict[str, Tensor]:
     """Erasure orders of every ranking, each long (B, T_y, T_x), valid positions first.
 
     Random orders are keyed ``random/0`` … ``random/{n-1}``, drawn with
-    ``step_generator(cfg.seed, example_id, t, "erase_random/i")``.
+    ``step_generator(ctx.seed, example_id, t, "erase_random/i")``.
     """
     tr = batch.trace
     att = tr.attention
     valid = ~tr.pad_mask
     mean_att = att.mean(1)
-    grad = attention_gradient(model, tr, pred, cfg.chunk_rows)
+    grad = attention_gradient(model, tr, pred, ctx.chunk_rows)
     orders = {
         "attn_desc": _order(mean_att, valid),
         "attn_asc": _order(-mean_att, valid),
@@ -124,11 +111,11 @@ def ranking_orders(
         "grad_attn_desc": _order((grad * att).sum(1), valid),
     }
     base = torch.arange(tr.src.size(1)).expand(tr.step_mask.shape + (tr.src.size(1),))
-    for i in range(cfg.n_random_orders):
+    for i in range(params.n_random_orders):
         order = base.clone()
         for b, t in tr.step_mask.nonzero().tolist():
             pos = valid[b].nonzero()[:, 0]
-            gen = step_generator(cfg.seed, batch.example_ids[b], t, f"erase_random/{i}")
+            gen = step_generator(ctx.seed, batch.example_ids[b], t, f"erase_random/{i}")
             order[b, t, : pos.numel()] = pos[torch.randperm(pos.numel(), generator=gen)]
             order[b, t, pos.numel() :] = (~valid[b]).nonzero()[:, 0]
         orders[f"random/{i}"] = order
@@ -178,7 +165,7 @@ def erase_until_flip(
     return first
 
 
-def run_erase_until_flip(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> pd.DataFrame:
+def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> pd.DataFrame:
     """Erase ranked items until the decision flips (Serrano & Smith 2019, §4, Figs. 3–6).
 
     Per ranking r and step t: k_r = the number of items erased when argmax p̃_t first differs
@@ -190,7 +177,7 @@ def run_erase_until_flip(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConf
         ``erase_<r>_frac_positions`` = k_r / n_valid, ``erase_<r>_frac_mass`` = head-mean
         attention mass of the erased items, ``erase_<r>_never_flipped`` (1.0 / 0.0; NaN when
         skipped); the fractions are NaN when the step never flipped. For ``random`` the values
-        are the means over the ``cfg.n_random_orders`` orders (fractions over the orders that
+        are the means over the ``params.n_random_orders`` orders (fractions over the orders that
         flipped; ``never_flipped`` = fraction of orders that never flipped).
 
     Raises:
@@ -204,12 +191,12 @@ def run_erase_until_flip(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConf
     mean_att = att.mean(1).double()
     with eval_mode(model):
         with torch.no_grad():
-            pred = base_probs(model, tr, cfg.chunk_rows).argmax(-1)
-        orders = ranking_orders(model, batch, cfg, pred)
+            pred = base_probs(model, tr, ctx.chunk_rows).argmax(-1)
+        orders = ranking_orders(model, batch, params, ctx, pred)
         results: dict[str, tuple[Tensor, Tensor, Tensor]] = {}
         with torch.no_grad():
             for name, order in orders.items():
-                k = erase_until_flip(model, tr, order, pred, steps, cfg.chunk_rows)
+                k = erase_until_flip(model, tr, order, pred, steps, ctx.chunk_rows)
                 flipped = k > 0
                 mass = (
                     mean_att.gather(-1, order)
@@ -223,7 +210,7 @@ def run_erase_until_flip(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConf
                 results[name] = (frac_pos, frac_mass, never)
     for r in RANKINGS:
         if r == "random":
-            parts = [results[f"random/{i}"] for i in range(cfg.n_random_orders)]
+            parts = [results[f"random/{i}"] for i in range(params.n_random_orders)]
             stacked = [torch.stack([p[j] for p in parts]).numpy() for j in range(3)]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN (never flipped / skipped)

@@ -25,7 +25,7 @@ and Adam's update is element-wise, so the batched search follows each row's own 
 
 Multi-head models: every head gets its own candidate distribution (replacement shape
 (B, K, H, T_y, T_x)); JSD between attention distributions — in the objective and in the
-report — is taken between head means, the quantity every per-step summary uses (DESIGN.md §3);
+report — is taken between head means, the quantity every per-step summary uses (docs/design.md §3);
 all heads of a candidate start from the same noise.
 
 Cost: every Adam iteration is one forward + backward of the output layers over N × K rows, so a
@@ -41,15 +41,44 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
+from attnstudy.analysis.catalogue import AblationSpec, Params, Stat
+from pydantic import Field
 from torch import Tensor
 
-from attnstudy.config import AblationConfig, AdversarialConfig
 from attnstudy.models import Seq2Seq, eval_mode
 
-from .common import PreparedBatch, step_generator
-from .divergences import jsd, tvd
+from ..batch import AblationContext, PreparedBatch, step_generator
+from ..divergences import jsd, tvd
 
 NAME = "adversarial"
+
+
+class AdversarialParams(Params):
+    """``[ablation.adversarial]``: Jain & Wallace (2019) ``AdversaryMulti`` search settings."""
+
+    k: int = Field(5, ge=1, le=1000, description="candidate distributions per step")
+    steps: int = Field(500, ge=1, le=1_000_000, description="Adam iterations")
+    lr: float = Field(0.01, gt=0, le=100, description="Adam learning rate (amsgrad)")
+    lam: float = Field(500.0, ge=0, le=1e9, description="weight λ of the output-change hinge")
+    eps_opt: float = Field(0.01, ge=0, le=1, description="TVD hinge ε during the search")
+    eps_eval: float = Field(0.05, ge=0, le=1, description="TVD threshold ε for keeping a candidate")
+    init_sd: float = Field(3.0, ge=0, le=100, description="σ of the initial logit noise")
+
+
+SPEC = AblationSpec(
+    name="adversarial",
+    run="attnstudy.analysis.ablations.adversarial:run",
+    params=AdversarialParams,
+    stats={
+        "max_jsd": Stat("adversarial_max_jsd", label="adversarial max JSD"),
+        "found_rate": Stat("adversarial_found"),
+    },
+    figure="adversarial",
+    order=60,
+    description="K attention distributions as far (JSD) from α_t as possible with the output within ε "
+    "(TVD); max JSD, share found",
+    reference="Jain & Wallace 2019, §4.2 (AdversaryMulti)",
+)
 
 
 @dataclass
@@ -104,7 +133,7 @@ def _initial_logits(
     batch: PreparedBatch,
     b_idx: Tensor,
     t_idx: Tensor,
-    acfg: AdversarialConfig,
+    acfg: AdversarialParams,
     seed: int,
     heads: int,
 ) -> Tensor:
@@ -136,7 +165,7 @@ def _row_objective(
     theta: Tensor,
     b_idx: Tensor,
     t_idx: Tensor,
-    acfg: AdversarialConfig,
+    acfg: AdversarialParams,
     chunk_rows: int,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Per-row adversarial loss for the rows (b_idx, t_idx).
@@ -178,24 +207,25 @@ def _optimise(
     batch: PreparedBatch,
     b_idx: Tensor,
     t_idx: Tensor,
-    cfg: AblationConfig,
+    params: AdversarialParams,
+    ctx: AblationContext,
     steps: int | None = None,
 ) -> AdversarialResult:
     """Run the batched search over the rows (b_idx, t_idx) (model already in eval, no param grads)."""
-    acfg = cfg.adversarial
+    acfg = params
     n_iter = acfg.steps if steps is None else steps
-    theta = _initial_logits(batch, b_idx, t_idx, acfg, cfg.seed, model.attention.heads)
+    theta = _initial_logits(batch, b_idx, t_idx, acfg, ctx.seed, batch.trace.attention.size(1))
     theta.requires_grad_(True)
     optim = torch.optim.Adam([theta], lr=acfg.lr, amsgrad=True)
     with torch.enable_grad():
         for _ in range(n_iter):
-            loss, *_ = _row_objective(model, batch, theta, b_idx, t_idx, acfg, cfg.chunk_rows)
+            loss, *_ = _row_objective(model, batch, theta, b_idx, t_idx, acfg, ctx.chunk_rows)
             optim.zero_grad(set_to_none=True)
             loss.sum().backward()
             optim.step()
     with torch.no_grad():
         loss, div, out_tvd, cand = _row_objective(
-            model, batch, theta, b_idx, t_idx, acfg, cfg.chunk_rows
+            model, batch, theta, b_idx, t_idx, acfg, ctx.chunk_rows
         )
     kept = out_tvd <= acfg.eps_eval
     score = div.masked_fill(~kept, float("-inf"))
@@ -223,7 +253,11 @@ def _check(model: Seq2Seq, batch: PreparedBatch) -> None:
 
 
 def search_adversarial(
-    model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig, steps: int | None = None
+    model: Seq2Seq,
+    batch: PreparedBatch,
+    params: AdversarialParams,
+    ctx: AblationContext,
+    steps: int | None = None,
 ) -> AdversarialResult:
     """Batched ``AdversaryMulti`` search over every searchable step of a batch (J&W 2019, §4.2).
 
@@ -231,9 +265,9 @@ def search_adversarial(
         model: the model (put in eval mode; its parameters get no gradients — ``requires_grad``
             is switched off during the search — and both are restored afterwards).
         batch: prepared batch; its trace gives α (B, H, T_y, T_x) and p (B, T_y, V).
-        cfg: ablation config; ``cfg.adversarial`` holds K, iterations, lr, λ, ε_opt, ε_eval, σ;
-            ``cfg.seed`` seeds the initial noise; ``cfg.chunk_rows`` sizes the output-layer chunks.
-        steps: override of ``cfg.adversarial.steps`` (Adam iterations).
+        params: K, iterations, lr, λ, ε_opt, ε_eval, σ.
+        ctx: ``seed`` seeds the initial noise; ``chunk_rows`` sizes the output-layer chunks.
+        steps: override of ``params.steps`` (Adam iterations).
 
     Returns:
         :class:`AdversarialResult` over the N real steps with ≥ 2 valid source positions.
@@ -246,13 +280,17 @@ def search_adversarial(
     flags = _requires_grad_off(model)
     try:
         with eval_mode(model):
-            return _optimise(model, batch, b_idx, t_idx, cfg, steps)
+            return _optimise(model, batch, b_idx, t_idx, params, ctx, steps)
     finally:
         _restore_requires_grad(model, flags)
 
 
 def adversarial_loop_reference(
-    model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig, steps: int | None = None
+    model: Seq2Seq,
+    batch: PreparedBatch,
+    params: AdversarialParams,
+    ctx: AblationContext,
+    steps: int | None = None,
 ) -> AdversarialResult:
     """Plain-loop reference of :func:`search_adversarial`: one step (K candidates) at a time.
 
@@ -269,12 +307,14 @@ def adversarial_loop_reference(
         with eval_mode(model):
             for b, t in zip(b_all.tolist(), t_all.tolist()):
                 parts.append(
-                    _optimise(model, batch, torch.tensor([b]), torch.tensor([t]), cfg, steps)
+                    _optimise(
+                        model, batch, torch.tensor([b]), torch.tensor([t]), params, ctx, steps
+                    )
                 )
     finally:
         _restore_requires_grad(model, flags)
-    acfg = cfg.adversarial
-    h, t_x = model.attention.heads, batch.trace.src.size(1)
+    acfg = params
+    h, t_x = batch.trace.attention.size(1), batch.trace.src.size(1)
 
     def cat(name: str, empty: Tensor) -> Tensor:
         return torch.cat([getattr(p, name) for p in parts]) if parts else empty
@@ -301,7 +341,7 @@ def adversarial_table(batch: PreparedBatch, result: AdversarialResult) -> pd.Dat
     <NA> when skipped),
     ``adversarial_n_kept``, ``adversarial_max_jsd`` (max JSD(α̃, α) among kept candidates, nats,
     NaN if none), ``adversarial_max_tvd`` (the output TVD of that candidate, NaN if none).
-    ε_opt and ε_eval are in ``df.attrs`` (and in ``cfg.adversarial`` for logging).
+    ε_opt and ε_eval are in ``df.attrs`` (and in the ablation's params for logging).
     """
     tr = batch.trace
     b_real, t_real = tr.step_mask.nonzero(as_tuple=True)
@@ -338,13 +378,15 @@ def adversarial_table(batch: PreparedBatch, result: AdversarialResult) -> pd.Dat
     return df
 
 
-def run_adversarial(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> pd.DataFrame:
+def run(
+    model: Seq2Seq, batch: PreparedBatch, params: AdversarialParams, ctx: AblationContext
+) -> pd.DataFrame:
     """Adversarial attention per decoder step (Jain & Wallace 2019, §4.2, ``AdversaryMulti``).
 
     Args:
         model: the model (eval mode and ``requires_grad`` flags restored afterwards).
         batch: prepared batch (B examples, trace over the chosen prefix).
-        cfg: ablation config; uses ``cfg.adversarial``, ``cfg.seed``, ``cfg.chunk_rows``.
+        params: the search settings. ctx: ``seed``, ``chunk_rows``.
 
     Returns:
         One row per real decoder step, columns as :func:`adversarial_table`.
@@ -352,7 +394,7 @@ def run_adversarial(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -
     Raises:
         ValueError: for the ``none`` model (no attention).
     """
-    return adversarial_table(batch, search_adversarial(model, batch, cfg))
+    return adversarial_table(batch, search_adversarial(model, batch, params, ctx))
 
 
 def adversarial_rows(

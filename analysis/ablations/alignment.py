@@ -18,21 +18,45 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
+from attnstudy.analysis.catalogue import AblationSpec, Stat
 from torch import Tensor
 
-from attnstudy.config import AblationConfig
 from attnstudy.data.alignment import Alignment, format_pharaoh
 from attnstudy.data.vocab import EOS_ID
 from attnstudy.models import Seq2Seq
 
-from ._local import NoAttentionError, require_attention, step_frame
-from .common import PreparedBatch
+from .._chunks import require_attention, step_frame
+from ..batch import AblationContext, PreparedBatch
+from ..errors import NoAttentionError
 
 COUNTS = ("n_hyp", "n_hyp_sure", "n_hyp_possible", "n_sure")
+
+SPEC = AblationSpec(
+    name="alignment",
+    run="attnstudy.analysis.ablations.alignment:run",
+    prefix="reference",
+    requires=("attention",),
+    stats={
+        "aer": Stat(num="alignment_aer_num", den="alignment_aer_den", complement=True, label="AER"),
+        "aer_linked": Stat(
+            num="alignment_aer_linked_num", den="alignment_aer_linked_den", complement=True
+        ),
+        "gold_mass": Stat("alignment_gold_mass", label="gold mass"),
+        "argmax_on_gold": Stat("alignment_argmax_on_gold"),
+    },
+    derive="attnstudy.analysis.ablations.alignment:derive",
+    more_stats="attnstudy.analysis.ablations.alignment:head_stats",
+    figure="alignment_vs_ablation",
+    order=80,
+    description="the attention argmax as a hard alignment: AER (standard, and over linked target tokens), "
+    "attention mass on gold links",
+    reference="Och & Ney 2003 (AER); fairseq extract_hard_alignment",
+)
 
 
 def _argmax_link(row: Tensor, valid: Tensor) -> int | None:
@@ -95,13 +119,13 @@ def aer(
     return aer_from_counts(len(a), len(a & s), len(a & p), len(s))
 
 
-def run_alignment(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> pd.DataFrame:
+def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> pd.DataFrame:
     """Agreement of the attention with gold alignments, per decoder step.
 
     Args:
         model: the model (only its traced attention is used).
         batch: prepared with ``prefix="reference"`` (gold links index the reference target).
-        cfg: unused (kept for the ablation convention).
+        params, ctx: unused (the ablation convention).
 
     Returns:
         One row per real step: ``example_id``, ``step``, ``alignment_linked`` (the target token
@@ -175,6 +199,47 @@ def run_alignment(model: Seq2Seq, batch: PreparedBatch, cfg: AblationConfig) -> 
     return frame
 
 
+def _heads(columns) -> list[int]:
+    return sorted(
+        {int(m.group(1)) for c in columns if (m := re.match(r"alignment_head(\d+)_n_hyp$", c))}
+    )
+
+
+def derive(rows: pd.DataFrame) -> pd.DataFrame:
+    """The numerator and denominator columns of the corpus AER (Och & Ney 2003, eq. 7):
+    1 − (|A∩S| + |A∩P|) / (|A| + |S|) from summed counts, standard (every predicted link) and over
+    linked target tokens only, for the head mean and per head."""
+    if "alignment_n_sure" not in rows.columns:
+        return rows
+    ok = rows["alignment_n_sure"].notna()
+    linked = (
+        ok & rows["alignment_linked"].astype("boolean").fillna(False).astype(bool)
+        if "alignment_linked" in rows.columns
+        else ok
+    )
+    cols = {}
+    for label, pre in [("", "alignment_")] + [
+        (f"_head{h}", f"alignment_head{h}_") for h in _heads(rows.columns)
+    ]:
+        num = rows[f"{pre}n_hyp_sure"].astype(float) + rows[f"{pre}n_hyp_possible"].astype(float)
+        den = rows[f"{pre}n_hyp"].astype(float) + rows["alignment_n_sure"].astype(float)
+        for stat, keep in ((f"aer{label}", ok), (f"aer_linked{label}", linked)):
+            cols[f"alignment_{stat}_num"] = num.where(keep, 0.0)
+            cols[f"alignment_{stat}_den"] = den.where(keep, 0.0)
+    return rows.assign(**cols)
+
+
+def head_stats(columns) -> dict[str, Stat]:
+    """Per-head AER statistics of a multi-head model (``aer_head<h>``, ``aer_linked_head<h>``)."""
+    out = {}
+    for h in _heads(columns):
+        for stat in (f"aer_head{h}", f"aer_linked_head{h}"):
+            out[stat] = Stat(
+                num=f"alignment_{stat}_num", den=f"alignment_{stat}_den", complement=True
+            )
+    return out
+
+
 def to_pharaoh(weights: Tensor, valid: Tensor, n_target: int | None = None) -> str:
     """Attention-derived hard alignment of one example in Pharaoh format (``0-0 1-2 …``).
 
@@ -217,6 +282,6 @@ __all__ = [
     "aer_from_counts",
     "batch_to_pharaoh",
     "hard_alignment",
-    "run_alignment",
+    "run",
     "to_pharaoh",
 ]

@@ -15,16 +15,12 @@ import torch
 from torch import Tensor
 
 from attnstudy.models import Seq2Seq, Trace
-from attnstudy.models.attention import Memory
 
-from .common import PreparedBatch
+from .batch import PreparedBatch
+from .errors import NoAttentionError
 
 ELEMENT_BUDGET = 4_000_000
 """Max elements of one replacement tensor (B_chunk · P · H · T_y · T_x), ~16 MB in fp32."""
-
-
-class NoAttentionError(ValueError):
-    """The model has no attention (the ``none`` score): attention-based ablations do not apply."""
 
 
 def require_attention(model: Seq2Seq, batch: PreparedBatch, name: str) -> Tensor:
@@ -41,36 +37,8 @@ def require_attention(model: Seq2Seq, batch: PreparedBatch, name: str) -> Tensor
 
 
 def sub_trace(trace: Trace, rows: Tensor, start: int = 0, stop: int | None = None) -> Trace:
-    """The trace of a subset of batch rows and a window of decoder steps.
-
-    Every step's local intervention needs only its own prefix state and the encoder memory, so a
-    window ``[start, stop)`` of steps is a valid trace for :meth:`Seq2Seq.logits_given_attention`.
-
-    Args:
-        trace: the full trace (B, T_y steps).
-        rows: long (B',), the batch rows.
-        start, stop: the step window (default: every step).
-    """
-    stop = trace.tgt_in.size(1) if stop is None else stop
-    t = slice(start, stop)
-    mem = trace.memory
-    if mem is not None:
-        keys = None if mem.keys is None else mem.keys.index_select(0, rows)
-        mem = Memory(keys, mem.values.index_select(0, rows), mem.pad_mask.index_select(0, rows))
-    att = None if trace.attention is None else trace.attention.index_select(0, rows)[:, :, t]
-    return Trace(
-        src=trace.src.index_select(0, rows),
-        src_lengths=trace.src_lengths.index_select(0, rows),
-        pad_mask=trace.pad_mask.index_select(0, rows),
-        tgt_in=trace.tgt_in.index_select(0, rows)[:, t],
-        tgt_out=trace.tgt_out.index_select(0, rows)[:, t],
-        step_mask=trace.step_mask.index_select(0, rows)[:, t],
-        logits=trace.logits.index_select(0, rows)[:, t],
-        attention=att,
-        prefix=trace.prefix.index_select(0, rows)[:, t],
-        memory=mem,
-        embedded=trace.embedded.index_select(0, rows),
-    )
+    """:meth:`Trace.select`: the trace of some batch rows and a window of decoder steps."""
+    return trace.select(rows, start, stop)
 
 
 @dataclass(frozen=True)

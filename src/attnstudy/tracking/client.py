@@ -1,10 +1,10 @@
-"""MLflow tracking — the only module of ``attnstudy`` that imports mlflow (DESIGN.md §5).
+"""The tracking client: one thin layer over :class:`mlflow.tracking.MlflowClient` through which
+every store call passes, so timeouts, retries, signal handling and error messages are bounded in
+one place; searches return plain :class:`~attnstudy.tracking.schema.RunRecord` objects.
 
 Store: SQLite ``mlruns/mlflow.db`` with artifacts under ``mlruns/artifacts/``, both absolute,
-resolved from the project root (the nearest ancestor of the working directory holding
-``pyproject.toml`` or ``mlruns/``, or ``$ATTNSTUDY_ROOT``). Any tracking URI (``http://…``
-included) can replace it. Every call goes through :class:`Tracker`, so timeouts and retries are
-bounded in one place. Metrics and params are logged in batches.
+resolved from the project root (:mod:`attnstudy.paths`); any tracking URI (``http://…`` included)
+can replace it. Metrics and params are logged in batches.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import shutil
-import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
@@ -33,9 +31,11 @@ from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from .signals import acknowledge_interrupt, check_interrupt, deferred_signals  # noqa: E402
+from ..paths import artifact_root, default_tracking_uri, store_dir  # noqa: E402
+from ..signals import acknowledge_interrupt, check_interrupt, deferred_signals  # noqa: E402
+from .schema import Metric as MetricName  # noqa: E402
+from .schema import RunRecord, Tag  # noqa: E402
 
-MODEL_ARTIFACT_DIR = "model"
 logging.getLogger("mlflow").setLevel(logging.WARNING)  # no INFO chatter on the CLI
 # store errors reach the user as one TrackingError line; MLflow's own ERROR tracebacks (with SQL) would
 # print hundreds of lines for one full disk
@@ -59,14 +59,6 @@ class UnfinishedRunError(LookupError):
     """The named model run is RUNNING, KILLED or FAILED: its model may be incomplete."""
 
 
-OWNER_HOST_TAG, OWNER_PID_TAG, OWNER_START_TAG = (
-    "attnstudy.owner.host",
-    "attnstudy.owner.pid",
-    "attnstudy.owner.start",
-)
-"""Tags naming the process that writes a run: host, PID and process start (boot id + start time)."""
-
-
 def _process_start(pid: int) -> str | None:
     """``<boot id>/<start time in clock ticks>`` of a process on this host, None if it does not exist."""
     try:
@@ -82,9 +74,9 @@ def owner_tags() -> dict[str, str]:
     import socket
 
     return {
-        OWNER_HOST_TAG: socket.gethostname(),
-        OWNER_PID_TAG: str(os.getpid()),
-        OWNER_START_TAG: _process_start(os.getpid()) or "unknown",
+        Tag.OWNER_HOST: socket.gethostname(),
+        Tag.OWNER_PID: str(os.getpid()),
+        Tag.OWNER_START: _process_start(os.getpid()) or "unknown",
     }
 
 
@@ -93,7 +85,7 @@ def owner_alive(tags: dict[str, str]) -> bool | None:
     (or the run has no owner tags), else True/False (a reused PID is told apart by its start time)."""
     import socket
 
-    host, pid, start = tags.get(OWNER_HOST_TAG), tags.get(OWNER_PID_TAG), tags.get(OWNER_START_TAG)
+    host, pid, start = tags.get(Tag.OWNER_HOST), tags.get(Tag.OWNER_PID), tags.get(Tag.OWNER_START)
     if host != socket.gethostname() or not (pid or "").isdigit():
         return None
     now = _process_start(int(pid))
@@ -120,7 +112,7 @@ def resolve_timeout(timeout: float | None = None) -> float:
     except ValueError:
         value = float("nan")
     if not (0 < value <= 3600):
-        from .config import ConfigError
+        from ..config import ConfigError
 
         raise ConfigError(
             f"ATTNSTUDY_TRACKING_TIMEOUT={env!r} is not a number of seconds in (0, 3600]"
@@ -166,45 +158,6 @@ def check_server(uri: str, timeout: float) -> None:
         time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
-def project_root() -> Path:
-    """``$ATTNSTUDY_ROOT``, else the nearest ancestor of the cwd with pyproject.toml or mlruns/."""
-    env = os.environ.get("ATTNSTUDY_ROOT")
-    if env:
-        return Path(env).resolve()
-    cwd = Path.cwd().resolve()
-    for d in (cwd, *cwd.parents):
-        if (d / "mlruns").is_dir() or (d / "pyproject.toml").is_file():
-            return d
-    return cwd
-
-
-def default_tracking_uri() -> str:
-    """``$MLFLOW_TRACKING_URI`` if set, else the project's SQLite store."""
-    return (
-        os.environ.get("MLFLOW_TRACKING_URI")
-        or f"sqlite:///{project_root() / 'mlruns' / 'mlflow.db'}"
-    )
-
-
-def artifact_root() -> Path:
-    return project_root() / "mlruns" / "artifacts"
-
-
-def git_commit() -> str:
-    """The project's git commit, or "unknown"."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=project_root(),
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 class Tracker:
     """A thin layer over :class:`mlflow.tracking.MlflowClient`.
 
@@ -222,7 +175,7 @@ class Tracker:
     """
 
     def __init__(self, uri: str | None = None, timeout: float | None = None, create: bool = True):
-        from .config import check_tracking_uri
+        from ..config import check_tracking_uri
 
         self.uri = check_tracking_uri(uri or default_tracking_uri())
         self.timeout = resolve_timeout(timeout)
@@ -318,7 +271,7 @@ class Tracker:
                 return fn(*args, **kwargs)
         except MlflowException as err:
             raise TrackingError(
-                f"tracking store {self.uri}: {_disk_message(err, project_root() / 'mlruns')}"
+                f"tracking store {self.uri}: {_disk_message(err, store_dir())}"
             ) from None
 
     # --- experiments and runs ----------------------------------------------------------------
@@ -347,7 +300,7 @@ class Tracker:
         """Create a run (nested under ``parent_run_id``) and return its id."""
         tags = dict(tags or {}) | owner_tags()
         if parent_run_id:
-            tags["mlflow.parentRunId"] = parent_run_id
+            tags[Tag.PARENT] = parent_run_id
         run = self._call(self.client.create_run, experiment_id, run_name=name, tags=tags)
         return run.info.run_id
 
@@ -376,14 +329,14 @@ class Tracker:
                 self.set_tags(
                     run_id,
                     {
-                        "error.class": type(err).__name__,
-                        "error.message": message[:500],
-                        "mlflow.note.content": f"Failed: {type(err).__name__}: {message}",
+                        Tag.ERROR_CLASS: type(err).__name__,
+                        Tag.ERROR_MESSAGE: message[:500],
+                        Tag.NOTE: f"Failed: {type(err).__name__}: {message}",
                     },
                 )
             except TrackingError:
                 pass  # the store itself failed: ending the run below reports it
-            if not hasattr(err, "failed_run_id"):
+            if not hasattr(err, "failed_run_id"):  # the innermost run names the failure
                 try:
                     err.failed_run_id = run_id
                 except AttributeError:
@@ -396,29 +349,6 @@ class Tracker:
         """Mark an ended run RUNNING again, owned by this process (a study continued with ``--resume``)."""
         self.set_tags(run_id, owner_tags())
         self._call(self.client.update_run, run_id, status="RUNNING")
-
-    def find_resumable_study(self, experiment_id: str, study_key: str) -> str | None:
-        """The newest KILLED or FAILED study run with this study key, or None."""
-        runs = self.search_runs(
-            [experiment_id], f"tags.kind = 'study' and tags.study_key = '{study_key}'"
-        )
-        for r in runs:
-            if r.info.status in ("KILLED", "FAILED"):
-                return r.info.run_id
-        return None
-
-    def finished_ablations(self, study_id: str, ablation_key: str) -> dict[str, str]:
-        """Model run id → FINISHED ablation run of this study with this ablation key."""
-        exp_id = self.get_run(study_id).info.experiment_id
-        runs = self.search_runs(
-            [exp_id],
-            f"tags.kind = 'ablation' and tags.study_id = '{study_id}' and "
-            f"tags.ablation_key = '{ablation_key}' and attributes.status = 'FINISHED'",
-        )
-        out: dict[str, str] = {}
-        for r in reversed(runs):  # oldest first, so the newest wins
-            out[r.data.tags.get("source_run_id", "")] = r.info.run_id
-        return out
 
     def has_artifact(self, run_id: str, path: str) -> bool:
         """Whether the run has the artifact file ``path`` (e.g. ``model/weights.pt``)."""
@@ -453,9 +383,9 @@ class Tracker:
             names.update(dropped)
             self._dropped_count[run_id] = self._dropped_count.get(run_id, 0) + len(dropped)
             items.append(
-                Metric("n_nonfinite_dropped", float(self._dropped_count[run_id]), ts, step)
+                Metric(MetricName.N_NONFINITE, float(self._dropped_count[run_id]), ts, step)
             )
-            self.set_tags(run_id, {"nonfinite_metrics": ",".join(sorted(names))[:5000]})
+            self.set_tags(run_id, {Tag.NONFINITE: ",".join(sorted(names))[:5000]})
         for i in range(0, len(items), 1000):
             self._call(self.client.log_batch, run_id, metrics=items[i : i + 1000])
 
@@ -502,189 +432,32 @@ class Tracker:
         filter_string: str = "",
         order_by: list[str] | None = None,
         max_results: int = 1000,
-    ):
-        return self._call(
+    ) -> list[RunRecord]:
+        """Runs matching an MLflow filter (newest first unless ``order_by`` says otherwise)."""
+        runs = self._call(
             self.client.search_runs,
             experiment_ids,
             filter_string,
             max_results=max_results,
             order_by=order_by or ["attributes.start_time DESC"],
         )
+        return [RunRecord.of(r) for r in runs]
 
-    def get_run(self, run_id: str):
-        return self._call(self.client.get_run, run_id)
+    def get_run(self, run_id: str) -> RunRecord:
+        """A run by id (a store error if it does not exist: use :meth:`find_run` for a user's id)."""
+        return RunRecord.of(self._call(self.client.get_run, run_id))
 
-    def find_run(self, run_id: str):
+    def find_run(self, run_id: str) -> RunRecord:
         """The run, or :class:`ModelNotFoundError` ("no run with id …") if it does not exist."""
-        return self._lookup(self.client.get_run, run_id, what=f"no run with id {run_id!r}")
-
-    def find_finished_model(self, experiment_id: str, model_key: str):
-        """The newest FINISHED model run with this model key whose model files are all in the
-        store, or None (a run whose files were deleted is not reused)."""
-        from .models.io import MODEL_FILES
-
-        runs = self.search_runs(
-            [experiment_id],
-            f"tags.model_key = '{model_key}' and "
-            "tags.kind = 'model' and attributes.status = 'FINISHED'",
-            max_results=20,
+        return RunRecord.of(
+            self._lookup(self.client.get_run, run_id, what=f"no run with id {run_id!r}")
         )
-        for r in runs:
-            if all(
-                self.has_artifact(r.info.run_id, f"{MODEL_ARTIFACT_DIR}/{f}") for f in MODEL_FILES
-            ):
-                return r
-        return None
 
-    # --- models ------------------------------------------------------------------------------
-    def log_model_dir(self, run_id: str, model_dir: str | Path, name: str = "model") -> str:
-        """Log the plain model files under ``model/`` and a "models from code" pyfunc logged model.
-
-        The pyfunc (``attnstudy.serving``, listed in the Models tab, servable with ``mlflow models
-        serve``) carries the same four files, the attnstudy package it was logged with (``code/``)
-        and pip requirements pinned to the versions installed when it was logged; its ``MLmodel``
-        records no path of this machine. Loading it with ``mlflow.pyfunc.load_model`` runs that
-        stored code (attnstudy's own loader never does: it reads only the plain files). The model
-        is not registered here: :meth:`register_model` does that once the run is FINISHED.
-
-        Args:
-            run_id: the (running) model run.
-            model_dir: folder holding the four model files.
-            name: the logged model's name (e.g. the variant, ``copy-additive-bahdanau``).
-
-        Returns:
-            The logged model's id (``m-…``).
-        """
-        from mlflow.entities import LoggedModelOutput, LoggedModelStatus
-
-        from . import serving
-
-        self.log_artifacts(run_id, model_dir, MODEL_ARTIFACT_DIR)
-        package = Path(serving.__file__).parent
-        with tempfile.TemporaryDirectory(prefix="attnstudy-pyfunc-") as tmp:
-            files = Path(tmp) / "files"
-            shutil.copytree(model_dir, files)
-            local = Path(tmp) / "pyfunc"
-            with deferred_signals():
-                mlflow.pyfunc.save_model(
-                    path=str(local),
-                    python_model=str(package / "serving.py"),
-                    artifacts={p.stem: str(p) for p in sorted(files.iterdir()) if p.is_file()},
-                    code_paths=[str(package)],
-                    pip_requirements=pinned_requirements(),
-                )
-            _strip_machine_paths(local / "MLmodel")
-            exp_id = self.get_run(run_id).info.experiment_id
-            model = self._call(
-                self.client.create_logged_model,
-                exp_id,
-                name=name,
-                source_run_id=run_id,
-                tags={"attnstudy.kind": "model"},
-            )
-            try:
-                self._call(self.client.log_model_artifacts, model.model_id, str(local))
-                self._call(
-                    self.client.finalize_logged_model, model.model_id, LoggedModelStatus.READY
-                )
-            except BaseException:
-                with deferred_signals():
-                    try:
-                        self.client.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
-                    except MlflowException:
-                        pass
-                raise
-        self._call(self.client.log_outputs, run_id, [LoggedModelOutput(model.model_id, 0)])
-        return model.model_id
-
-    def register_model(
-        self,
-        run_id: str,
-        model_id: str,
-        name: str,
-        tags: dict[str, str] | None = None,
-        description: str | None = None,
-    ) -> str:
-        """Register a FINISHED run's logged model as a new version of ``name``.
-
-        Called only after the run has ended FINISHED, so a version never points at a killed run.
-        Signals are held for the whole registration, and a registered model this call created is
-        deleted again if its first version could not be created (no empty registered model).
-
-        Returns:
-            The new version.
-
-        Raises:
-            TrackingError: the run is not FINISHED, or the store failed.
-        """
-        status = self.get_run(run_id).info.status
-        if status != "FINISHED":
-            raise TrackingError(
-                f"run {run_id} is {status}; only a FINISHED run's model is registered"
-            )
-        with deferred_signals():
-            created = False
-            try:
-                self.client.create_registered_model(name)
-                created = True
-            except MlflowException as err:
-                if err.error_code != "RESOURCE_ALREADY_EXISTS":
-                    raise TrackingError(
-                        f"could not register model {name!r}: {_first_line(err)}"
-                    ) from None
-            try:
-                # MLflow resolves a models:/<id> source through the process-wide URI: point it here
-                with _process_uri(self.uri):
-                    mv = self.client.create_model_version(
-                        name,
-                        source=f"models:/{model_id}",
-                        run_id=run_id,
-                        model_id=model_id,
-                        tags=tags,
-                        description=description,
-                    )
-            except BaseException as err:
-                if created:
-                    try:
-                        if not self.client.search_model_versions(f"name = '{name}'"):
-                            self.client.delete_registered_model(name)
-                    except MlflowException:
-                        pass
-                if isinstance(err, MlflowException):
-                    raise TrackingError(
-                        f"could not register model {name!r}: {_first_line(err)}"
-                    ) from None
-                raise
-        return str(mv.version)
-
-    def download_model_dir(
-        self, uri: str, dst: str | Path, allow_unfinished: bool = False
-    ) -> tuple[str, Path]:
-        """Resolve ``runs:/<id>[/path]``, ``models:/<name>/<version>``, ``models:/<name>/latest`` or
-        ``models:/<name>@<alias>`` and download only the weight, config and vocabulary files.
-
-        Returns:
-            (run_id, local directory).
-
-        Raises:
-            ModelNotFoundError: missing run/model/version/alias, a path leaving the run, or no model files.
-            UnfinishedRunError: the run is not FINISHED (unless ``allow_unfinished``).
-            TrackingError: the store failed (the message gives the server's answer).
-        """
-        from .models.io import MODEL_FILES
-
-        run_id, sub = self.resolve_model_uri(uri, allow_unfinished)
-        dst = Path(dst)
-        dst.mkdir(parents=True, exist_ok=True)
-        local = dst
-        for f in MODEL_FILES:
-            try:
-                local = Path(self.client.download_artifacts(run_id, f"{sub}/{f}", str(dst))).parent
-            except (MlflowException, OSError):
-                raise ModelNotFoundError(
-                    f"{uri}: run {run_id} has no model file {sub}/{f}; is it a trained-model run?"
-                ) from None
-        return run_id, local
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        """``(step, value)`` of every logged value of a metric, by step."""
+        return sorted(
+            (m.step, m.value) for m in self._call(self.client.get_metric_history, run_id, key)
+        )
 
     def _lookup(self, fn, *args, what: str):
         """A registry/run lookup: a missing entity is :class:`ModelNotFoundError` (``what`` says
@@ -705,162 +478,8 @@ class Tracker:
                 f"{what.split(': ', 1)[-1].removeprefix('no ')}; check the server"
             ) from None
 
-    def resolve_model_uri(self, uri: str, allow_unfinished: bool = False) -> tuple[str, str]:
-        """(run_id, artifact sub-path holding the model files) for a model URI.
-
-        Raises:
-            ModelNotFoundError, UnfinishedRunError, TrackingError: as :meth:`download_model_dir`.
-            ConfigError: a malformed URI (unknown scheme, ``models:/NAME`` without version).
-        """
-        from .config import ConfigError
-
-        if uri.startswith("runs:/"):
-            parts = uri[len("runs:/") :].strip("/").split("/", 1)
-            run_id = parts[0]
-            sub = parts[1] if len(parts) > 1 else MODEL_ARTIFACT_DIR
-            pieces = sub.split("/")
-            if sub.startswith("/") or any(p in ("", ".", "..") for p in pieces):
-                raise ConfigError(
-                    f"{uri}: the path inside the run must not hold '..', '.' or empty parts "
-                    "(it would leave the run); use runs:/<run_id>[/model]"
-                )
-            run = self._lookup(
-                self.client.get_run, run_id, what=f"{uri}: no run with id {run_id!r}"
-            )
-        elif uri.startswith("models:/"):
-            rest = uri[len("models:/") :].strip("/")
-            if "@" in rest:
-                name, alias = rest.split("@", 1)
-                mv = self._lookup(
-                    self.client.get_model_version_by_alias,
-                    name,
-                    alias,
-                    what=f"{uri}: no registered model {name!r} with alias {alias!r}",
-                )
-            else:
-                name, _, version = rest.partition("/")
-                if not name or not version:
-                    raise ConfigError(
-                        f"{uri}: give a version, 'latest' or an alias "
-                        "(models:/NAME/1, models:/NAME/latest or models:/NAME@ALIAS)"
-                    )
-                if version == "latest":
-                    versions = self._lookup(
-                        self.client.search_model_versions,
-                        f"name = '{name}'",
-                        what=f"{uri}: no registered model {name!r}",
-                    )
-                    if not versions:
-                        raise ModelNotFoundError(
-                            f"{uri}: no registered model {name!r} in {self.uri}"
-                        )
-                    mv = max(versions, key=lambda v: int(v.version))
-                else:
-                    mv = self._lookup(
-                        self.client.get_model_version,
-                        name,
-                        version,
-                        what=f"{uri}: no version {version!r} of registered model {name!r}",
-                    )
-            if not mv.run_id:
-                raise ModelNotFoundError(f"{uri}: the model version has no source run")
-            run_id, sub = mv.run_id, MODEL_ARTIFACT_DIR
-            run = self._lookup(
-                self.client.get_run, run_id, what=f"{uri}: its run {run_id!r} is gone"
-            )
-        else:
-            raise ConfigError(
-                f"unknown model URI {uri!r}; use runs:/<run_id>, models:/<name>/<version> "
-                "or models:/<name>@<alias>"
-            )
-        if run.info.status != "FINISHED" and not allow_unfinished:
-            raise UnfinishedRunError(
-                f"{uri}: run {run_id} is {run.info.status}{self._owner_note(run)}: its "
-                "model may be incomplete; use --force to use it anyway"
-            )
-        return run_id, sub
-
-    # --- owners of running runs --------------------------------------------------------------
-    def _owner_note(self, run) -> str:
-        if run.info.status != "RUNNING":
-            return ""
-        alive = owner_alive(run.data.tags)
-        pid = run.data.tags.get(OWNER_PID_TAG, "?")
-        if alive is None:
-            return f" (owner PID {pid} on {run.data.tags.get(OWNER_HOST_TAG, 'another host')})"
-        return (
-            f" (still being written by PID {pid})"
-            if alive
-            else f" (its process {pid} is gone: it was killed)"
-        )
-
-    def reconcile_orphans(self, experiment_id: str) -> list[str]:
-        """Mark RUNNING runs whose owner process (on this host) is gone as KILLED.
-
-        A SIGKILL, an OOM kill or a full disk can end a process before it closes its runs; the
-        next process that writes the experiment closes them, so no dead run looks unfinished forever.
-
-        Returns:
-            The run ids marked KILLED.
-        """
-        runs = self.search_runs([experiment_id], "attributes.status = 'RUNNING'", max_results=1000)
-        closed = []
-        for r in runs:
-            if owner_alive(r.data.tags) is False:
-                pid = r.data.tags.get(OWNER_PID_TAG)
-                self.set_tags(
-                    r.info.run_id,
-                    {
-                        "error.class": "OwnerGone",
-                        "error.message": f"process {pid} ended without closing the run",
-                        "mlflow.note.content": f"Killed: process {pid} ended without "
-                        "closing the run (marked by a later process)",
-                    },
-                )
-                self.end_run(r.info.run_id, "KILLED")
-                closed.append(r.info.run_id)
-        return closed
-
     def set_alias(self, name: str, alias: str, version: str) -> None:
         self._call(self.client.set_registered_model_alias, name, alias, version)
-
-
-def pinned_requirements() -> list[str]:
-    """attnstudy's own requirements, each pinned to the version installed now (the pyfunc's
-    ``requirements.txt``): the attnstudy code itself travels with the model (``code/``), so nothing
-    is resolved from a public index by name alone."""
-    from importlib.metadata import PackageNotFoundError, requires, version
-
-    from packaging.requirements import Requirement
-    from packaging.version import Version
-
-    out = []
-    for text in requires("attnstudy") or []:
-        req = Requirement(text)
-        if req.marker is not None and "extra" in str(req.marker):
-            continue
-        try:
-            out.append(
-                f"{req.name}=={Version(version(req.name)).public}"
-            )  # torch 2.13.0+cpu → 2.13.0
-        except PackageNotFoundError:
-            out.append(str(req))
-    return out
-
-
-def _strip_machine_paths(mlmodel: Path) -> None:
-    """Drop the absolute source paths MLflow records in an ``MLmodel`` file (the artifacts'
-    ``uri`` and the model code's full path; the loader needs only the file name)."""
-    import yaml
-
-    doc = yaml.safe_load(mlmodel.read_text(encoding="utf-8"))
-    pyfunc = doc.get("flavors", {}).get("python_function", {})
-    for art in (pyfunc.get("artifacts") or {}).values():
-        if isinstance(art, dict):
-            art.pop("uri", None)
-    if pyfunc.get("model_code_path"):
-        pyfunc["model_code_path"] = Path(pyfunc["model_code_path"]).name
-    mlmodel.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
 
 
 @contextmanager

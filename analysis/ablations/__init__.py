@@ -1,0 +1,1 @@
+"""The ablations: one module per ablation, each defining SPEC (see attnstudy.analysis.catalogue)."""

@@ -1,0 +1,55 @@
+"""Uniform attention (Moradi et al. 2019): α_t := 1/n over the n valid positions; TVD and flip per step."""
+
+from __future__ import annotations
+
+import pandas as pd
+import torch
+from attnstudy.analysis.catalogue import AblationSpec, Stat
+
+from attnstudy.models import Seq2Seq, eval_mode
+
+from .._chunks import base_probs, n_valid, require_attention, step_frame
+from ..batch import AblationContext, PreparedBatch
+from ..divergences import tvd
+from ..interventions import uniform
+
+SPEC = AblationSpec(
+    name="uniform",
+    run="attnstudy.analysis.ablations.uniform:run",
+    stats={
+        "flip_rate": Stat("uniform_flip", label="uniform flip rate"),
+        "tvd": Stat("uniform_tvd"),
+    },
+    order=30,
+    description="the attention row replaced by uniform weights over the valid positions; TVD, flip",
+    reference="Moradi et al. 2019; Wiegreffe & Pinter 2019 (uniform baseline)",
+)
+
+
+def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> pd.DataFrame:
+    """Uniform attention: α_t := 1/n over the n valid positions (Moradi et al. 2019).
+
+    Returns:
+        One row per real step: ``example_id``, ``step``, ``uniform_tvd`` (TVD(p_t, p̃_t) over the
+        full vocabulary), ``uniform_flip`` (bool as float: argmax changed), ``uniform_skipped``
+        (source with < 2 valid positions: values NaN).
+
+    Raises:
+        NoAttentionError: for the ``none`` model.
+    """
+    att = require_attention(model, batch, "uniform")
+    tr = batch.trace
+    frame, b_idx, t_idx = step_frame(batch)
+    nv = n_valid(tr)
+    steps = tr.step_mask & (nv >= 2)[:, None]
+    with eval_mode(model), torch.no_grad():
+        base = base_probs(model, tr, ctx.chunk_rows)
+        probs = torch.softmax(
+            model.logits_given_attention(tr, uniform(~tr.pad_mask, att), ctx.chunk_rows, steps), -1
+        )
+    d = tvd(probs, base).double().masked_fill(~steps, float("nan"))
+    f = (probs.argmax(-1) != base.argmax(-1)).double().masked_fill(~steps, float("nan"))
+    frame["uniform_tvd"] = d[b_idx, t_idx].numpy()
+    frame["uniform_flip"] = f[b_idx, t_idx].numpy()
+    frame["uniform_skipped"] = (nv[b_idx] < 2).numpy()
+    return frame

@@ -1,0 +1,454 @@
+"""The ablation catalogue: every ablation is one registered :class:`AblationSpec`.
+
+A spec names the ablation, its function, its own validated parameters (``[ablation.<name>]`` in an
+experiment file), what it needs of the model, its unit (decoder step or example), its prefix
+(the analysis prefix or the reference), the summary statistics with their reducers, the report
+labels and its figure. Config validation, the suite, the report, the CLI help, the docs table and
+the cross-cutting tests all read this catalogue; nothing else lists ablations.
+
+**Adding an ablation** = one module in ``attnstudy.analysis.ablations`` (it defines ``SPEC``) plus
+one test file; from a notebook, one :func:`register_ablation` call.
+
+The modules of ``attnstudy.analysis.ablations`` are discovered *without importing them*: each
+module's spec header — its ``SPEC = AblationSpec(…)`` assignment, the :class:`Params` subclasses it
+uses and its imports from this module and pydantic — is read from the source and run alone, so
+validating a config never imports torch. The rest of the module (the implementation) is imported
+when the ablation runs. This module imports only the standard library and pydantic.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+CAPABILITIES = ("attention", "local", "global", "gradients", "values")
+"""What an ablation may need of a model (:mod:`attnstudy.analysis.contract`): traced attention,
+local intervention (``logits_given_attention``), global intervention (``decode(intervene=)``),
+input gradients (``embed`` + ``trace(embedded=)``), the transformed value vectors
+(``value_vectors``)."""
+
+
+class UnknownAblationError(ValueError):
+    """An ablation name that is not in the catalogue (the message lists the choices)."""
+
+
+class AblationSpecError(ValueError):
+    """An ablation module or spec that breaks the catalogue's rules (the message says which)."""
+
+
+class Params(BaseModel):
+    """Base of an ablation's own parameters (``[ablation.<name>]``): strict, frozen, finite."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class NoParams(Params):
+    """An ablation without parameters of its own."""
+
+
+@dataclass(frozen=True)
+class Stat:
+    """One summary statistic of an ablation, reduced over the rows (steps or examples) of a model.
+
+    Either a micro-average of ``column`` over the rows where it is defined (not NaN), or, with
+    ``num`` and ``den``, the ratio Σ num / Σ den over the rows (a corpus-level ratio such as AER);
+    ``complement`` reports 1 − that ratio. Bootstrap intervals resample examples either way.
+
+    Attributes:
+        column: the per-row column averaged.
+        num, den: the per-row columns of a ratio of sums.
+        complement: report 1 − ratio (AER = 1 − (|A∩S| + |A∩P|) / (|A| + |S|)).
+        label: the report's column header (none: not in the report's summary table).
+    """
+
+    column: str | None = None
+    num: str | None = None
+    den: str | None = None
+    complement: bool = False
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if (self.column is None) == (self.num is None or self.den is None):
+            raise AblationSpecError("a Stat is either column=… or num=… with den=…")
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (self.column,) if self.column is not None else (self.num, self.den)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class AblationSpec:
+    """One ablation.
+
+    Attributes:
+        name: its name in configs, metrics (``ablation/<name>/<stat>``) and columns (``<name>_…``).
+        run: ``"module:function"`` (imported when it runs) or a callable
+            ``fn(model, batch, params, ctx) -> DataFrame`` with one row per real step (``example_id``,
+            ``step`` and its own columns), or per example (``example_id``) when ``unit = "example"``.
+        params: its parameter model (a :class:`Params` subclass).
+        unit: ``"step"`` or ``"example"``.
+        prefix: ``"analysis"`` (the configured prefix) or ``"reference"`` (the reference target,
+            e.g. for gold alignments).
+        requires: capabilities of :data:`CAPABILITIES` the model must have; a model without one
+            skips the ablation, with the reason.
+        stats: summary statistic name → :class:`Stat`.
+        counts: per-row count columns summed into ``ablation/<name>/<count>``.
+        derive: optional ``fn(rows) -> rows`` adding derived columns before the statistics
+            (e.g. an exact-match drop, the AER's numerator and denominator).
+        more_stats: optional ``fn(columns) -> {stat: Stat}`` for statistics whose number depends
+            on the model (one per attention head).
+        skip_column: the bool column marking rows the ablation could not analyse (default
+            ``<name>_skipped``).
+        figure: the report figure it feeds, or None.
+        default: part of the default battery (``ablation.ablations`` left out).
+        order: position in the battery and in tables.
+        description: one line for the docs and ``--help``.
+        reference: the paper (and section) it follows.
+    """
+
+    name: str
+    run: str | Callable[..., Any]
+    params: type[Params] = NoParams
+    unit: Literal["step", "example"] = "step"
+    prefix: Literal["analysis", "reference"] = "analysis"
+    requires: tuple[str, ...] = ("attention", "local")
+    stats: Mapping[str, Stat] = field(default_factory=dict)
+    counts: tuple[str, ...] = ()
+    derive: str | Callable[[Any], Any] | None = None
+    more_stats: str | Callable[[Any], Mapping[str, Stat]] | None = None
+    skip_column: str | None = None
+    figure: str | None = None
+    default: bool = True
+    order: int = 100
+    description: str = ""
+    reference: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier() or not self.name.islower():
+            raise AblationSpecError(f"ablation name {self.name!r} must be a lower-case identifier")
+        unknown = [c for c in self.requires if c not in CAPABILITIES]
+        if unknown:
+            raise AblationSpecError(
+                f"ablation {self.name!r} requires unknown capabilities {unknown}; "
+                f"known: {', '.join(CAPABILITIES)}"
+            )
+        if not (isinstance(self.params, type) and issubclass(self.params, Params)):
+            raise AblationSpecError(f"ablation {self.name!r}: params must be a Params subclass")
+
+    @property
+    def skipped(self) -> str:
+        """The column marking rows the ablation could not analyse."""
+        return self.skip_column or f"{self.name}_skipped"
+
+    def function(self) -> Callable[..., Any]:
+        """The run function (its module imported now).
+
+        Raises:
+            AblationSpecError: the module or function does not exist (never a silent skip).
+        """
+        return _resolve(self.run, self.name, "run")
+
+    def derive_function(self) -> Callable[[Any], Any] | None:
+        return None if self.derive is None else _resolve(self.derive, self.name, "derive")
+
+    def all_stats(self, columns) -> dict[str, Stat]:
+        """:attr:`stats` plus those :attr:`more_stats` finds among ``columns``."""
+        extra = (
+            {}
+            if self.more_stats is None
+            else _resolve(self.more_stats, self.name, "more_stats")(columns)
+        )
+        return {**self.stats, **extra}
+
+
+def _resolve(target: str | Callable[..., Any], name: str, what: str) -> Callable[..., Any]:
+    if callable(target):
+        return target
+    module, _, attr = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as err:
+        raise AblationSpecError(
+            f"ablation {name!r}: its {what} function {target!r} cannot be loaded ({err})"
+        ) from err
+
+
+_REGISTRY: dict[str, AblationSpec] = {}
+_DISCOVERED = False
+ABLATIONS_PACKAGE = "attnstudy.analysis.ablations"
+ABLATIONS_DIR = Path(__file__).with_name("ablations")
+
+
+def register_ablation(spec: AblationSpec, overwrite: bool = False) -> AblationSpec:
+    """Add an ablation to the catalogue (inseq's ``register_step_function``, for ablations).
+
+    Raises:
+        AblationSpecError: the name is taken (unless ``overwrite``).
+    """
+    _discover()
+    if spec.name in _REGISTRY and not overwrite:
+        raise AblationSpecError(
+            f"an ablation named {spec.name!r} is already registered; pass overwrite=True"
+        )
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def unregister_ablation(name: str) -> None:
+    """Remove an ablation registered with :func:`register_ablation` (tests, notebooks)."""
+    _REGISTRY.pop(name, None)
+
+
+def list_ablations(default_only: bool = False) -> list[str]:
+    """Every ablation's name in battery order (``default_only``: the default battery)."""
+    _discover()
+    specs = sorted(_REGISTRY.values(), key=lambda s: (s.order, s.name))
+    return [s.name for s in specs if s.default or not default_only]
+
+
+def get_ablation(name: str) -> AblationSpec:
+    """The spec of an ablation.
+
+    Raises:
+        UnknownAblationError: not in the catalogue (the message lists the choices).
+    """
+    _discover()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownAblationError(
+            f"unknown ablation {name!r}; valid: {', '.join(list_ablations())}"
+        ) from None
+
+
+# ----------------------------------------------------------------------------- discovery
+
+
+_HEADER_IMPORTS = ("attnstudy.analysis.catalogue", "pydantic", "typing", "__future__")
+
+
+def read_spec(path: Path) -> AblationSpec:
+    """The ``SPEC`` of an ablation module, read from its source without importing the module.
+
+    Runs only the module's imports from this module, pydantic and typing, its :class:`Params`
+    subclasses, and the ``SPEC = …`` assignment.
+
+    Raises:
+        AblationSpecError: no ``SPEC`` assignment, or the header uses anything else.
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    header: list[ast.stmt] = []
+    found = False
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "") in _HEADER_IMPORTS:
+            header.append(node)
+        elif isinstance(node, ast.ClassDef) and any(
+            isinstance(b, ast.Name) and b.id in ("Params", "NoParams") for b in node.bases
+        ):
+            header.append(node)
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "SPEC" for t in node.targets
+        ):
+            header.append(node)
+            found = True
+    if not found:
+        raise AblationSpecError(f"{path}: an ablation module must assign SPEC = AblationSpec(...)")
+    namespace: dict[str, Any] = {"__name__": f"{ABLATIONS_PACKAGE}.{path.stem}"}
+    try:
+        exec(compile(ast.Module(body=header, type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
+    except NameError as err:
+        raise AblationSpecError(
+            f"{path}: its SPEC may use only the catalogue, pydantic, typing and the "
+            f"module's own Params classes ({err})"
+        ) from None
+    spec = namespace["SPEC"]
+    if not isinstance(spec, AblationSpec):
+        raise AblationSpecError(f"{path}: SPEC is not an AblationSpec")
+    return spec
+
+
+def _discover() -> None:
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    _DISCOVERED = True
+    for path in sorted(ABLATIONS_DIR.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        spec = read_spec(path)
+        if spec.name in _REGISTRY:
+            raise AblationSpecError(f"{path}: ablation {spec.name!r} is defined twice")
+        _REGISTRY[spec.name] = spec
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+class AblationConfig(BaseModel):
+    """Which ablations run, on how many test examples, from which prefix, with which settings.
+
+    The general settings are fields; each ablation's own settings are a table named after it
+    (``[ablation.permutation] n = 100``), validated by that ablation's :class:`Params`. Keys of
+    earlier versions (``n_permutations``, ``n_random_orders``) are read as their new tables.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+
+    ablations: list[str] = Field(
+        default_factory=lambda: list_ablations(default_only=True), min_length=1
+    )
+    n_examples: int = Field(200, ge=1, le=2_000_000)
+    prefix: Literal["greedy", "reference"] = "greedy"
+    seed: int = Field(0, ge=0, lt=2**63)
+    bootstrap_resamples: int = Field(1000, ge=10, le=1_000_000)
+    chunk_rows: int = Field(4096, ge=1, le=10_000_000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tables(cls, data: Any) -> Any:
+        return _prepare(data) if isinstance(data, dict) else data
+
+    def params_for(self, name: str) -> Params:
+        """The validated parameters of one ablation (its defaults when its table is absent)."""
+        spec = get_ablation(name)
+        given = (self.model_extra or {}).get(name)
+        return given if isinstance(given, spec.params) else spec.params()
+
+    def resolved(self) -> dict[str, Any]:
+        """Every setting that determines the results, defaults filled in: the general fields and the
+        parameters of each selected ablation (for logging and the ablation key)."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in type(self).model_fields}
+        for name in self.ablations:
+            out[name] = self.params_for(name).model_dump(mode="json")
+        return out
+
+    def flat(self) -> dict[str, str]:
+        """:meth:`resolved` as MLflow params ``ablation.<key>`` (lists as JSON)."""
+        import json
+
+        out: dict[str, str] = {}
+        for key, value in self.resolved().items():
+            if isinstance(value, dict):
+                out.update({f"ablation.{key}.{k}": str(v) for k, v in value.items()})
+            else:
+                out[f"ablation.{key}"] = (
+                    json.dumps(value) if isinstance(value, list) else str(value)
+                )
+        return out
+
+
+_OLD_KEYS = {
+    "n_permutations": ("permutation", "n"),
+    "n_random_orders": ("erase_until_flip", "n_random_orders"),
+}
+
+
+def _prepare(data: dict[str, Any]) -> dict[str, Any]:
+    """Validate ablation names and per-ablation tables; read earlier keys as their new tables.
+
+    Raises:
+        ValueError: an unknown ablation name or table key, or an invalid per-ablation value (one
+            line naming ``ablation.<name>.<key>``).
+    """
+    data = dict(data)
+    for old, (name, key) in _OLD_KEYS.items():
+        if old in data:
+            table = dict(data.get(name) or {})
+            if key in table:
+                raise ValueError(
+                    f"ablation.{old} is replaced by ablation.{name}.{key}; give only one of them"
+                )
+            table[key] = data.pop(old)
+            data[name] = table
+    fields = set(AblationConfig.model_fields)
+    if "ablations" in data and isinstance(data["ablations"], list | tuple):
+        for n in data["ablations"]:
+            if isinstance(n, str):
+                get_ablation(n)  # UnknownAblationError (a ValueError) lists the choices
+    for key in list(data):
+        if key in fields:
+            continue
+        if key not in list_ablations():
+            valid = ", ".join([*sorted(fields), *list_ablations()])
+            raise ValueError(f"unknown key 'ablation.{key}' (valid keys: {valid})")
+        spec = get_ablation(key)
+        value = data[key]
+        if isinstance(value, spec.params):
+            continue
+        if not isinstance(value, dict):
+            raise ValueError(
+                f"ablation.{key} must be a table of {spec.name}'s settings, got {value!r}"
+            )
+        try:
+            data[key] = spec.params.model_validate(value)
+        except ValidationError as err:
+            e = err.errors()[0]
+            loc = ".".join(str(p) for p in e["loc"])
+            if e["type"] == "extra_forbidden":
+                valid = ", ".join(sorted(spec.params.model_fields)) or "none"
+                raise ValueError(
+                    f"unknown key 'ablation.{key}.{loc}' (valid keys: {valid})"
+                ) from None
+            raise ValueError(f"ablation.{key}.{loc}: {e['msg']} (got {e.get('input')!r})") from None
+    return data
+
+
+# ----------------------------------------------------------------------------- documentation
+
+
+def markdown_table() -> str:
+    """The table of ablations in docs/design.md and README.md, generated from the catalogue."""
+    rows = [
+        "| ablation | what it does | unit | prefix | needs | parameters | statistics | reference |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in list_ablations():
+        s = get_ablation(name)
+        params = ", ".join(f"`{k}` = {f.default}" for k, f in s.params.model_fields.items()) or "–"
+        names = list(s.stats)
+        stats = (
+            ", ".join(f"`{k}`" for k in names)
+            if len(names) <= 6
+            else ", ".join(f"`{k}`" for k in names[:3]) + f", … ({len(names)} in all)"
+        )
+        default = "" if s.default else " (opt-in)"
+        rows.append(
+            f"| `{name}`{default} | {s.description} | {s.unit} | {s.prefix} | {', '.join(s.requires) or '–'} "
+            f"| {params} | {stats} | {s.reference} |"
+        )
+    return "\n".join(rows)
+
+
+BEGIN, END = (
+    "<!-- ablation-catalogue:begin (generated: make docs) -->",
+    "<!-- ablation-catalogue:end -->",
+)
+
+
+def update_docs(*paths: Path) -> list[Path]:
+    """Rewrite the generated ablation table between the markers of each file; returns those changed."""
+    changed = []
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        head, _, rest = text.partition(BEGIN)
+        _, _, tail = rest.partition(END)
+        new = f"{head}{BEGIN}\n{markdown_table()}\n{END}{tail}"
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed.append(path)
+    return changed
+
+
+if __name__ == "__main__":  # make docs; run through the importable module, not this __main__ copy
+    import sys
+
+    from attnstudy.analysis import catalogue
+
+    for p in catalogue.update_docs(*(Path(a) for a in sys.argv[1:])):
+        print(f"updated {p}")

@@ -1,0 +1,144 @@
+"""The model contract: what the ablations need of a model, as :class:`typing.Protocol` classes.
+
+A model family (the recurrent :class:`~attnstudy.models.Seq2Seq`, a Transformer, a wrapped
+pretrained model) satisfies the protocols of the capabilities it has, and every ablation whose
+``requires`` those capabilities runs on it unchanged. Cross-attention always has a layer axis:
+``(B, L, H, T_y, T_x)``, L = 1 for the recurrent family; the ablations analyse one layer at a time
+(:attr:`AttentionTrace.layer`), and the tidy tables carry a ``layer`` column.
+
+Shapes (glossary, used throughout :mod:`attnstudy.analysis`):
+
+    B   batch size          P   replacements per step     L   layers with cross-attention
+    H   attention heads     T_y decoder steps             T_x source positions (padded)
+    V   output vocabulary   E   source embedding size
+
+Capabilities (:data:`attnstudy.analysis.catalogue.CAPABILITIES`):
+
+* ``attention`` — the trace has cross-attention (:class:`AttentionTrace`);
+* ``local`` — :class:`LocallyIntervenable`: each step's logits recomputed from its own prefix
+  state with replacement attention rows (permutation, uniform, erasure, adversarial);
+* ``global`` — :class:`GloballyIntervenable`: decoding again with an intervention at every step;
+* ``gradients`` — :class:`InputGradients`: a trace through given source embeddings
+  (gradient × input and leave-one-out importance);
+* ``values`` — :class:`ValueVectors`: the value vectors after the score's value and output
+  projections, whose weighted sum is the context (norm-based analysis).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from torch import Tensor
+
+
+@runtime_checkable
+class AttentionTrace(Protocol):
+    """A teacher-forced pass over a target prefix.
+
+    Attributes:
+        src: long (B, T_x); src_lengths: long (B,); pad_mask: bool (B, T_x), True at padding.
+        tgt_in: long (B, T_y), BOS + prefix; tgt_out: long (B, T_y), prefix + EOS.
+        step_mask: bool (B, T_y), True at real steps.
+        logits: (B, T_y, V).
+        cross_attention: (B, L, H, T_y, T_x), rows summing to 1, exactly 0 at padding; None without
+            attention.
+        attention: (B, H, T_y, T_x), the cross-attention of the analysed layer :attr:`layer`.
+        layer: index of the analysed layer (0 ≤ layer < L).
+    """
+
+    src: Tensor
+    src_lengths: Tensor
+    pad_mask: Tensor
+    tgt_in: Tensor
+    tgt_out: Tensor
+    step_mask: Tensor
+    logits: Tensor
+    layer: int
+
+    @property
+    def cross_attention(self) -> Tensor | None: ...
+
+    @property
+    def attention(self) -> Tensor | None: ...
+
+    def select(self, rows: Tensor, start: int = 0, stop: int | None = None) -> AttentionTrace:
+        """The trace of some batch rows (long (B',)) and a window of steps ``[start, stop)``."""
+        ...
+
+    def with_layer(self, layer: int) -> AttentionTrace:
+        """The same trace analysing another layer's cross-attention."""
+        ...
+
+
+@runtime_checkable
+class LocallyIntervenable(Protocol):
+    """``logits_given_attention``: every real step's logits recomputed from its traced prefix state
+    with replacement attention rows of the trace's analysed layer (the other layers keep theirs).
+
+    ``weights``: (B, H, T_y, T_x) or (B, P, H, T_y, T_x); returns (B, T_y, V) or (B, P, T_y, V),
+    0 at steps not computed (``steps``: bool (B, T_y)). Must also work under autograd.
+    """
+
+    has_attention: bool
+
+    def logits_given_attention(
+        self, trace: Any, weights: Tensor, chunk_rows: int = 4096, steps: Tensor | None = None
+    ) -> Tensor: ...
+
+
+@runtime_checkable
+class GloballyIntervenable(Protocol):
+    """``decode``: free-running (or teacher-forced) decoding with ``intervene(weights (B, H, T_x), t)``
+    replacing the analysed layer's attention row at every step, so effects propagate."""
+
+    def decode(
+        self,
+        src: Tensor,
+        src_lengths: Tensor,
+        max_len: int,
+        prefix: Tensor | None = None,
+        intervene: Any = None,
+    ) -> Any: ...
+
+
+@runtime_checkable
+class InputGradients(Protocol):
+    """``embed`` and a ``trace`` through given source embeddings (B, T_x, E), optionally with the
+    attention detached (gradient importance, Jain & Wallace 2019 §3)."""
+
+    def embed(self, src: Tensor) -> Tensor: ...
+
+    def trace(
+        self,
+        src: Tensor,
+        src_lengths: Tensor,
+        tgt_in: Tensor,
+        tgt_out: Tensor | None = None,
+        embedded: Tensor | None = None,
+        detach_attention: bool = False,
+    ) -> Any: ...
+
+
+@runtime_checkable
+class ValueVectors(Protocol):
+    """``value_vectors(trace)``: f(x_j) per head, (B, H, T_x, d), such that the context of step t is
+    Σ_h Σ_j α_thj f_h(x_j) (Kobayashi et al. 2020, eq. 4)."""
+
+    def value_vectors(self, trace: Any) -> Tensor: ...
+
+
+def capabilities(model: Any) -> set[str]:
+    """The capabilities of :data:`~attnstudy.analysis.catalogue.CAPABILITIES` a model has."""
+    out = set()
+    has_attention = bool(getattr(model, "has_attention", False))
+    if has_attention:
+        out.add("attention")
+        if isinstance(model, LocallyIntervenable):
+            out.add("local")
+        if isinstance(model, GloballyIntervenable):
+            out.add("global")
+    if isinstance(model, InputGradients):
+        out.add("gradients")
+    if has_attention and isinstance(model, ValueVectors):
+        out.add("values")
+    return out

@@ -1,0 +1,268 @@
+"""The user's own data: ``source<TAB>target[<TAB>Pharaoh alignment]`` files."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnstudy.config import DataConfig
+from attnstudy.data.alignment import Alignment
+from attnstudy.data.types import SPLITS, DataError, Example, Splits, tokenize
+from attnstudy.data.vocab import SPECIALS
+from attnstudy.notices import notice
+
+_LINK = re.compile(r"^(-?\d+)([-p])(-?\d+)$")
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass
+class _Line:
+    """One parsed TSV line before its links are checked against the file as a whole."""
+
+    number: int
+    src: tuple[str, ...]
+    tgt: tuple[str, ...]
+    links: (
+        list[tuple[str, int, str, int]] | None
+    )  # (text, i, kind, j) as written; None: no 3rd field
+
+
+def _check_specials(tokens: Sequence[str], where: str, field_name: str, setting: str) -> None:
+    for tok in tokens:
+        if tok in SPECIALS:
+            raise DataError(
+                f"{where}: the {field_name} holds the token {tok!r}, one of the model's special tokens "
+                f"({', '.join(SPECIALS)}), which would be merged with it; rename it in the data "
+                f"(or check data.{setting})"
+            )
+
+
+def _parse_line(blob: bytes, number: int, p: Path, src_tok: str, tgt_tok: str) -> _Line:
+    where = f"{p}:{number}"
+    try:
+        line = blob.decode("utf-8").removesuffix("\r")
+    except UnicodeDecodeError:
+        raise DataError(f"{where}: not UTF-8 text; save the file as UTF-8") from None
+    if not line.strip():
+        raise DataError(f"{where}: blank line; remove it (one example per line)")
+    fields = line.split("\t")
+    if len(fields) not in (2, 3):
+        raise DataError(
+            f"{where}: expected 2 or 3 tab-separated fields (source, target[, alignment]), "
+            f"got {len(fields)}; separate fields with exactly one TAB"
+        )
+    src, tgt = tokenize(fields[0], src_tok), tokenize(fields[1], tgt_tok)
+    if not src:
+        raise DataError(f"{where}: empty source; every example needs a source")
+    if not tgt:
+        raise DataError(f"{where}: empty target; every example needs a target")
+    _check_specials(src, where, "source", "source_tokenization")
+    _check_specials(tgt, where, "target", "target_tokenization")
+    links = None
+    if len(fields) == 3:
+        links = []
+        for text in fields[2].split():
+            m = _LINK.match(text)
+            if m is None:
+                raise DataError(
+                    f"{where}: alignment link '{text}' is not 'i-j' or 'ipj' (0-based "
+                    "source-target); fix the alignment or drop the third field"
+                )
+            links.append((text, int(m.group(1)), m.group(2), int(m.group(3))))
+    return _Line(number, tuple(src), tuple(tgt), links)
+
+
+def _looks_one_based(lines: list[_Line]) -> bool:
+    """Every index ≥ 1, none past the end under 1-based reading, and some one past the end 0-based."""
+    linked = [(ln, i, j) for ln in lines for _, i, _, j in (ln.links or [])]
+    return (
+        bool(linked)
+        and all(1 <= i <= len(ln.src) and 1 <= j <= len(ln.tgt) for ln, i, j in linked)
+        and any(i == len(ln.src) or j == len(ln.tgt) for ln, i, j in linked)
+    )
+
+
+def _alignment(
+    line: _Line, p: Path, base: int, one_based: bool, src_tok: str, tgt_tok: str
+) -> Alignment:
+    where = f"{p}:{line.number}"
+    hint = (
+        "; the links look 1-based (every index ≥ 1, the largest one past the end): set "
+        "data.alignment_base = 1"
+        if one_based and base == 0
+        else "; fix the alignment or drop the third field"
+    )
+    sure: set[tuple[int, int]] = set()
+    possible: set[tuple[int, int]] = set()
+    for text, i, kind, j in line.links or []:
+        if i < base or j < base:
+            what = "a negative index" if min(i, j) < 0 else "index 0, but data.alignment_base = 1"
+            raise DataError(
+                f"{where}: alignment link '{text}' has {what}; indices are {base}-based{hint}"
+            )
+        i, j = i - base, j - base
+        if i >= len(line.src):
+            raise DataError(
+                f"{where}: alignment link '{text}': source index {i + base} is past the source "
+                f"({len(line.src)} tokens){hint}"
+            )
+        if j >= len(line.tgt):
+            raise DataError(
+                f"{where}: alignment link '{text}': target index {j + base} is past the target "
+                f"({len(line.tgt)} tokens){hint}"
+            )
+        for side, tokens, idx, tok, setting in (
+            ("source", line.src, i, src_tok, "source_tokenization"),
+            ("target", line.tgt, j, tgt_tok, "target_tokenization"),
+        ):
+            if tok == "chars" and tokens[idx].isspace():
+                raise DataError(
+                    f"{where}: alignment link '{text}' points at a space of the {side}, which is a token only "
+                    f"under data.{setting} = 'chars'; the links were written for space-separated tokens: "
+                    f"set data.{setting} = 'spaces'"
+                )
+        possible.add((i, j))
+        if kind == "-":
+            sure.add((i, j))
+    return Alignment(sure=frozenset(sure), possible=frozenset(possible))
+
+
+def _tokenization_hints(lines: list[_Line], p: Path, src_tok: str, tgt_tok: str) -> None:
+    """One-line hints (never refusals) when a field's tokenization looks doubtful."""
+    for side, tok, setting in (
+        ("source", src_tok, "source_tokenization"),
+        ("target", tgt_tok, "target_tokenization"),
+    ):
+        seqs = [(ln.number, ln.src if side == "source" else ln.tgt) for ln in lines]
+        if tok == "spaces" and all(len(s) == 1 for _, s in seqs):
+            longer = next(((n, s) for n, s in seqs if len(s[0]) > 1), None)
+            if longer is not None:
+                notice(
+                    f"{p}:{longer[0]}: every {side} is a single space-separated token ({longer[1][0]!r}); "
+                    f"if the {side} is a sequence of characters, set data.{setting} = 'chars'"
+                )
+        if tok == "chars":
+            spaced = next((n for n, s in seqs if " " in s), None)
+            if spaced is not None:
+                notice(
+                    f"{p}:{spaced}: the {side} contains spaces, which are tokens under data.{setting} = 'chars'; "
+                    f"if the {side} is space-separated words, set data.{setting} = 'spaces'"
+                )
+
+
+def read_tsv(
+    path: str | Path,
+    source_tokenization: str = "spaces",
+    target_tokenization: str = "spaces",
+    split: str = "data",
+    alignment_base: int = 0,
+    max_source_len: int | None = None,
+    max_target_len: int | None = None,
+) -> list[Example]:
+    """Read ``source<TAB>target[<TAB>pharaoh alignment]`` lines.
+
+    A final line ending and a UTF-8 byte-order mark are fine; any other blank line is an error.
+    What the reader cannot interpret with certainty is refused (a special token in the data, a link
+    past a field or on a space character, an empty alignment field in a file whose other lines have
+    links); doubtful tokenizations get a one-line hint (:func:`attnstudy.notices.notice`).
+
+    Args:
+        path: a UTF-8 text file.
+        source_tokenization, target_tokenization: ``"chars"`` or ``"spaces"`` (see :func:`tokenize`).
+        split: used in example ids, ``"tsv/<split>/<line number>"``.
+        alignment_base: 0 (Pharaoh, fast_align, awesome-align) or 1 (indices counted from 1).
+        max_source_len, max_target_len: longer examples are left out, with a notice counting them.
+
+    Raises:
+        DataError: ``file:line: problem; what to do`` for a missing file, non-UTF-8 text, a blank
+            line, a wrong number of fields, an empty source or target, a special token, a bad or
+            misplaced alignment link, or a file without examples.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"{p}: file not found; check data.{split}_path")
+    try:
+        raw = p.read_bytes()
+    except OSError as err:
+        raise DataError(f"{p}: cannot read ({err.strerror}); check the file permissions") from None
+    raw = raw.removeprefix(_BOM)
+    blobs = raw.split(b"\n")
+    if blobs and blobs[-1] == b"":
+        blobs.pop()  # the final line ending
+    lines = [
+        _parse_line(b, n, p, source_tokenization, target_tokenization)
+        for n, b in enumerate(blobs, start=1)
+    ]
+    if not lines:
+        raise DataError(f"{p}: no examples; each line needs source<TAB>target")
+    with_links = [ln for ln in lines if ln.links]
+    empty = [ln for ln in lines if ln.links is not None and not ln.links]
+    if empty and with_links:
+        raise DataError(
+            f"{p}:{empty[0].number}: empty alignment field, while {len(with_links)} other line(s) have links; "
+            "write this example's links, or drop its third field (the TAB) to leave it unannotated"
+        )
+    if empty:
+        notice(
+            f"{p}: {len(empty)} example(s) have an empty alignment field, read as 'no gold links'"
+        )
+    one_based = _looks_one_based(
+        lines
+    )  # then some link is past the end: the error names the setting
+    examples = []
+    too_long = []
+    for ln in lines:
+        alignment = None
+        if ln.links is not None:
+            alignment = _alignment(
+                ln, p, alignment_base, one_based, source_tokenization, target_tokenization
+            )
+        if (max_source_len is not None and len(ln.src) > max_source_len) or (
+            max_target_len is not None and len(ln.tgt) > max_target_len
+        ):
+            too_long.append(ln)
+            continue
+        examples.append(
+            Example(id=f"tsv/{split}/{ln.number}", src=ln.src, tgt=ln.tgt, alignment=alignment)
+        )
+    if too_long:
+        first = too_long[0]
+        notice(
+            f"{p}: left out {len(too_long)} example(s) longer than data.max_source_len = {max_source_len} "
+            f"or data.max_target_len = {max_target_len} tokens (first: line {first.number}, "
+            f"{len(first.src)} source / {len(first.tgt)} target tokens)"
+        )
+    if not examples:
+        raise DataError(
+            f"{p}: no examples left (all longer than data.max_source_len / max_target_len); "
+            "raise those settings"
+        )
+    _tokenization_hints(lines, p, source_tokenization, target_tokenization)
+    return examples
+
+
+def load_tsv(cfg: DataConfig) -> Splits:
+    """The user's own files ``train_path``/``dev_path``/``test_path``; ``n_*`` take a prefix.
+
+    Raises:
+        DataError: as :func:`read_tsv`, or if a path is not set.
+    """
+    out: dict[str, list[Example]] = {}
+    for split in SPLITS:
+        path = getattr(cfg, f"{split}_path")
+        if not path:
+            raise DataError(f"task 'tsv' needs data.{split}_path")
+        examples = read_tsv(
+            path,
+            cfg.source_tokenization,
+            cfg.target_tokenization,
+            split,
+            cfg.alignment_base,
+            cfg.max_source_len,
+            cfg.max_target_len,
+        )
+        n = getattr(cfg, f"n_{split}")
+        out[split] = examples[:n] if n is not None else examples
+    return Splits(**out)

@@ -1,0 +1,155 @@
+"""The experiment file (TOML): base sections ``[data]``, ``[model]``, ``[training]`` and
+``[ablation]`` and a list ``[[models]]`` of variants; each variant deep-merges its own
+``data``/``model``/``training`` tables over the base and may name its own ``seeds``. Every
+variant × seed is one :class:`~attnstudy.config.RunSpec`: one trained model, one MLflow run.
+
+This module imports only the standard library, pydantic and the torch-free configuration and
+catalogue modules, so a usage error is reported before torch or mlflow are imported.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator
+
+from .analysis.catalogue import AblationConfig
+from .config import (
+    ConfigError,
+    DataConfig,
+    ModelConfig,
+    RunSpec,
+    Seed,
+    TrainingConfig,
+    _deep_merge,
+    _describe,
+    _Strict,
+    apply_overrides,
+    check_tracking_uri,
+    register_config_model,
+)
+
+
+class ExperimentMeta(_Strict):
+    name: str = Field("default", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")
+    seeds: list[Seed] = Field(default_factory=lambda: [1], min_length=1, max_length=1000)
+    tracking_uri: str | None = None
+    # seconds to wait for a tracking server; None: $ATTNSTUDY_TRACKING_TIMEOUT, else 10
+    tracking_timeout: float | None = Field(None, gt=0, le=3600)
+
+    @field_validator("name")
+    @classmethod
+    def _not_dots(cls, v: str) -> str:
+        if set(v) == {"."}:
+            raise ValueError(
+                f"experiment.name {v!r} is only dots; it names folders, so use letters or digits"
+            )
+        return v
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _persistent(cls, v: str | None) -> str | None:
+        return None if v is None else check_tracking_uri(v)
+
+
+class ModelVariant(_Strict):
+    """One ``[[models]]`` entry: overrides over the base sections."""
+
+    name: str | None = None
+    seeds: list[Seed] | None = Field(None, min_length=1, max_length=1000)
+    data: dict[str, Any] = Field(default_factory=dict)
+    model: dict[str, Any] = Field(default_factory=dict)
+    training: dict[str, Any] = Field(default_factory=dict)
+
+
+class ExperimentConfig(_Strict):
+    experiment: ExperimentMeta = ExperimentMeta()
+    data: dict[str, Any] = Field(default_factory=dict)
+    model: dict[str, Any] = Field(default_factory=dict)
+    training: dict[str, Any] = Field(default_factory=dict)
+    ablation: AblationConfig = Field(default_factory=AblationConfig)
+    models: list[ModelVariant] = Field(default_factory=lambda: [ModelVariant()], min_length=1)
+
+    def runs(self) -> list[RunSpec]:
+        """Resolve every variant × seed into a validated :class:`RunSpec`.
+
+        Raises:
+            ConfigError: if a merged section is invalid (names the variant and the field).
+        """
+        specs: list[RunSpec] = []
+        for i, variant in enumerate(self.models):
+            seeds = variant.seeds or self.experiment.seeds
+            merged = {
+                "data": _deep_merge(self.data, variant.data),
+                "model": _deep_merge(self.model, variant.model),
+                "training": _deep_merge(self.training, variant.training),
+            }
+            for seed in seeds:
+                try:
+                    specs.append(RunSpec(experiment=self.experiment.name, seed=seed, **merged))
+                except ValidationError as err:
+                    raise ConfigError(f"models[{i}]: {_describe(err)}") from None
+        return specs
+
+
+for _m in (ExperimentConfig, ExperimentMeta, ModelVariant, AblationConfig):
+    register_config_model(_m)
+
+
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read, override and validate an experiment TOML file.
+
+    Args:
+        path: the experiment file.
+        overrides: ``key=value`` strings (``--set``), applied before validation.
+
+    Returns:
+        The validated config; ``.runs()`` resolves the variants.
+
+    Raises:
+        ConfigError: missing/unreadable file, malformed TOML, unknown key, wrong type or value.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"experiment file not found: {p} (see experiments/ for examples)")
+    try:
+        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not UTF-8 text; save the experiment file as UTF-8") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{p}: malformed TOML: {err}") from None
+    except OSError as err:
+        raise ConfigError(f"cannot read {p}: {err.strerror}") from None
+    return parse_experiment(raw, overrides or [], source=str(p))
+
+
+def parse_experiment(
+    raw: dict[str, Any], overrides: list[str] | None = None, source: str = "config"
+) -> ExperimentConfig:
+    """Validate a raw experiment dict (see :func:`load_experiment`).
+
+    Raises:
+        ConfigError: as :func:`load_experiment`.
+    """
+    raw = apply_overrides(raw, overrides or [])
+    try:
+        cfg = ExperimentConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(f"{source}: {_describe(err)}") from None
+    # the base sections must be valid on their own, so an error names the base, not a variant
+    for section, model in (
+        ("data", DataConfig),
+        ("model", ModelConfig),
+        ("training", TrainingConfig),
+    ):
+        try:
+            model.model_validate(getattr(cfg, section))
+        except ValidationError as err:
+            raise ConfigError(f"{source}: {_describe(err, section + '.')}") from None
+    try:
+        cfg.runs()
+    except ConfigError as err:
+        raise ConfigError(f"{source}: {err}") from None
+    return cfg

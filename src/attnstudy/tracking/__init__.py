@@ -1,0 +1,32 @@
+"""MLflow tracking: the only package of attnstudy (with :mod:`attnstudy.serving`) that imports mlflow.
+
+* :mod:`.client` — :class:`Tracker`, the thin client every store call goes through;
+* :mod:`.schema` — run kinds, tag names, artifact paths and :class:`RunRecord`, named once;
+* :mod:`.store` — the study store: writing studies and finding their runs again;
+* :mod:`.models` — model packaging, registration and model URIs.
+"""
+
+from .client import (
+    ModelNotFoundError,
+    StoreNotFoundError,
+    Tracker,
+    TrackingError,
+    UnfinishedRunError,
+    check_server,
+    resolve_timeout,
+)
+from .schema import Artifact, Kind, RunRecord, Tag
+
+__all__ = [
+    "Artifact",
+    "Kind",
+    "ModelNotFoundError",
+    "RunRecord",
+    "StoreNotFoundError",
+    "Tag",
+    "Tracker",
+    "TrackingError",
+    "UnfinishedRunError",
+    "check_server",
+    "resolve_timeout",
+]

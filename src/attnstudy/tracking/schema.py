@@ -1,0 +1,121 @@
+"""The store's schema, named once: run kinds, tag names, artifact paths, and the plain record
+every search returns (writer and reader share these names; nothing outside :mod:`attnstudy.tracking`
+spells a tag or an artifact path).
+
+Layout (one study): a study run (``<experiment>/study``) → one model run per variant and seed
+(``<task>/<attention>-<flow>/seed<N>``, nested under the study that trained it) → one ablation run
+per suite (``…/ablations``, nested under its model). Nesting is for browsing; links are tags,
+because a reused model belongs to an older study.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    """The ``kind`` tag of a run."""
+
+    STUDY = "study"
+    MODEL = "model"
+    ABLATION = "ablation"
+
+
+class Tag:
+    """Tag names."""
+
+    KIND = "kind"
+    EXPERIMENT = "experiment"
+    TASK = "task"
+    ATTENTION = "attention"
+    FLOW = "flow"
+    SEED = "seed"
+    GIT_COMMIT = "git_commit"
+    SCHEMA_VERSION = "schema_version"
+    MODEL_KEY = "model_key"
+    DATA_DIGEST = "data_digest"
+    STUDY_ID = "study_id"
+    STUDY_IDS = "study_ids"
+    STUDY_KEY = "study_key"
+    SOURCE_RUN_ID = "source_run_id"
+    ABLATION_KEY = "ablation_key"
+    MODEL_RUN_IDS = "model_run_ids"
+    ABLATION_RUN_IDS = "ablation_run_ids"
+    FAILED_RUN_IDS = "failed_run_ids"
+    FAILED = "failed"
+    SKIPPED_PREFIX = "skipped."
+    ERROR_CLASS = "error.class"
+    ERROR_MESSAGE = "error.message"
+    NONFINITE = "nonfinite_metrics"
+    OWNER_HOST = "attnstudy.owner.host"
+    OWNER_PID = "attnstudy.owner.pid"
+    OWNER_START = "attnstudy.owner.start"
+    NOTE = "mlflow.note.content"  # the run's description in the MLflow UI
+    PARENT = "mlflow.parentRunId"
+
+
+class Artifact:
+    """Artifact paths inside a run."""
+
+    MODEL_DIR = "model"
+    CONFIG = "config.json"
+    PARAMS_FULL = "params_full.json"
+    PREDICTIONS = "predictions/test.parquet"
+    STEPS = "ablations/steps.parquet"
+    EXAMPLES = "ablations/examples.parquet"
+    HEATMAPS = "ablations/heatmaps.json"
+    SKIPPED = "ablations/skipped.json"
+    SEED_VARIANCE = "seed_variance/steps.parquet"
+    EXPERIMENT_TOML = "experiment.toml"
+    EXPERIMENT_JSON = "experiment.json"
+    REPORT_DIR = "report"
+    FIGURES_DIR = "figures"
+
+
+class Metric:
+    """Metric names the store's own bookkeeping writes."""
+
+    N_NONFINITE = "n_nonfinite_dropped"
+    STUDY_N_OK = "study/n_ok"
+    STUDY_N_FAILED = "study/n_failed"
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run as plain data: what every search and lookup of the tracking layer returns.
+
+    Attributes:
+        run_id, experiment_id, name: identity.
+        status: ``RUNNING``, ``FINISHED``, ``FAILED`` or ``KILLED``.
+        tags, params, metrics: the run's latest values.
+    """
+
+    run_id: str
+    experiment_id: str
+    name: str
+    status: str
+    tags: dict[str, str] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return self.tags.get(Tag.KIND, "")
+
+    def ids(self, tag: str) -> list[str]:
+        """A comma-separated id list tag (``model_run_ids`` …) as a list."""
+        return [i for i in self.tags.get(tag, "").split(",") if i]
+
+    @classmethod
+    def of(cls, run) -> RunRecord:
+        """From an MLflow ``Run`` entity."""
+        return cls(
+            run.info.run_id,
+            run.info.experiment_id,
+            run.info.run_name or "",
+            run.info.status,
+            dict(run.data.tags),
+            dict(run.data.params),
+            dict(run.data.metrics),
+        )

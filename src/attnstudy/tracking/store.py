@@ -1,0 +1,217 @@
+"""The study store: how studies, model runs and ablation runs are written and found again.
+
+The writer side (starting and recording runs with their tags) and the reader side (what a report
+reads back: exactly the runs a study recorded) share :mod:`attnstudy.tracking.schema`, so a tag
+or artifact path is spelled once. Everything returns plain :class:`RunRecord` objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..models.io import MODEL_FILES
+from .client import Tracker, owner_alive
+from .schema import Artifact, Kind, RunRecord, Tag
+
+
+def _q(value: str) -> str:
+    """A value quoted for an MLflow filter string."""
+    return "'" + value.replace("'", "\\'") + "'"
+
+
+def find_finished_model(tracker: Tracker, experiment_id: str, model_key: str) -> RunRecord | None:
+    """The newest FINISHED model run with this model key whose model files are all in the store,
+    or None (a run whose files were deleted is never reused)."""
+    runs = tracker.search_runs(
+        [experiment_id],
+        f"tags.{Tag.MODEL_KEY} = {_q(model_key)} and tags.{Tag.KIND} = '{Kind.MODEL}' "
+        "and attributes.status = 'FINISHED'",
+        max_results=20,
+    )
+    for r in runs:
+        if all(tracker.has_artifact(r.run_id, f"{Artifact.MODEL_DIR}/{f}") for f in MODEL_FILES):
+            return r
+    return None
+
+
+def add_study(tracker: Tracker, model: RunRecord, study_id: str) -> None:
+    """Record that a reused model run belongs to one more study (``study_ids`` tag)."""
+    ids = set(model.ids(Tag.STUDY_IDS)) | {study_id}
+    tracker.set_tags(model.run_id, {Tag.STUDY_IDS: ",".join(sorted(ids))})
+
+
+def start_study(
+    tracker: Tracker, experiment_id: str, experiment: str, study_key: str, git_commit: str
+) -> str:
+    """A new study run ``<experiment>/study``; returns its id."""
+    run_id = tracker.start_run(
+        experiment_id,
+        f"{experiment}/study",
+        {
+            Tag.KIND: Kind.STUDY,
+            Tag.EXPERIMENT: experiment,
+            Tag.GIT_COMMIT: git_commit,
+            Tag.STUDY_KEY: study_key,
+        },
+    )
+    tracker.set_tags(run_id, {Tag.STUDY_ID: run_id})
+    return run_id
+
+
+def find_resumable_study(tracker: Tracker, experiment_id: str, study_key: str) -> str | None:
+    """The newest KILLED or FAILED study run with this study key, or None."""
+    runs = tracker.search_runs(
+        [experiment_id],
+        f"tags.{Tag.KIND} = '{Kind.STUDY}' and tags.{Tag.STUDY_KEY} = {_q(study_key)}",
+    )
+    return next((r.run_id for r in runs if r.status in ("KILLED", "FAILED")), None)
+
+
+def record_study(
+    tracker: Tracker,
+    study_id: str,
+    model_run_ids: list[str],
+    ablation_run_ids: list[str],
+    failed_run_ids: list[str],
+) -> None:
+    """Write which runs belong to a study: the report reads exactly these, so an ad-hoc ablation
+    run later never changes a finished study's report."""
+    tracker.set_tags(
+        study_id,
+        {
+            Tag.MODEL_RUN_IDS: ",".join(model_run_ids),
+            Tag.ABLATION_RUN_IDS: ",".join(ablation_run_ids),
+            Tag.FAILED_RUN_IDS: ",".join(failed_run_ids),
+        },
+    )
+
+
+def finished_ablations(tracker: Tracker, study_id: str, ablation_key: str) -> dict[str, str]:
+    """Model run id → FINISHED ablation run of this study with this ablation key (for ``--resume``)."""
+    exp_id = tracker.get_run(study_id).experiment_id
+    runs = tracker.search_runs(
+        [exp_id],
+        f"tags.{Tag.KIND} = '{Kind.ABLATION}' and tags.{Tag.STUDY_ID} = {_q(study_id)} and "
+        f"tags.{Tag.ABLATION_KEY} = {_q(ablation_key)} and attributes.status = 'FINISHED'",
+    )
+    return {r.tags.get(Tag.SOURCE_RUN_ID, ""): r.run_id for r in reversed(runs)}  # the newest wins
+
+
+def owner_note(run: RunRecord) -> str:
+    """Why a RUNNING run is running: its owner is alive, gone, or on another host."""
+    if run.status != "RUNNING":
+        return ""
+    alive = owner_alive(run.tags)
+    pid = run.tags.get(Tag.OWNER_PID, "?")
+    if alive is None:
+        return f" (owner PID {pid} on {run.tags.get(Tag.OWNER_HOST, 'another host')})"
+    return (
+        f" (still being written by PID {pid})"
+        if alive
+        else f" (its process {pid} is gone: it was killed)"
+    )
+
+
+def reconcile_orphans(tracker: Tracker, experiment_id: str) -> list[str]:
+    """Mark RUNNING runs whose owner process (on this host) is gone as KILLED.
+
+    A SIGKILL, an OOM kill or a full disk can end a process before it closes its runs; the next
+    process that writes the experiment closes them, so no dead run looks unfinished forever.
+
+    Returns:
+        The run ids marked KILLED.
+    """
+    closed = []
+    for r in tracker.search_runs(
+        [experiment_id], "attributes.status = 'RUNNING'", max_results=1000
+    ):
+        if owner_alive(r.tags) is False:
+            pid = r.tags.get(Tag.OWNER_PID)
+            tracker.set_tags(
+                r.run_id,
+                {
+                    Tag.ERROR_CLASS: "OwnerGone",
+                    Tag.ERROR_MESSAGE: f"process {pid} ended without closing the run",
+                    Tag.NOTE: f"Killed: process {pid} ended without closing the run (marked by a later process)",
+                },
+            )
+            tracker.end_run(r.run_id, "KILLED")
+            closed.append(r.run_id)
+    return closed
+
+
+def latest_study(tracker: Tracker, experiment: str) -> tuple[str, str]:
+    """The newest FINISHED study run of ``experiment`` (else the newest study of any status).
+
+    Returns:
+        (study run id, a note when it is not simply the newest study, else "").
+
+    Raises:
+        LookupError: no such experiment, or it has no study run.
+    """
+    exp_id = tracker.experiment_id(experiment, create=False)
+    if exp_id is None:
+        raise LookupError(
+            f"no experiment named {experiment!r} in {tracker.uri}; run 'attnstudy run' first"
+        )
+    runs = tracker.search_runs([exp_id], f"tags.{Tag.KIND} = '{Kind.STUDY}'", max_results=200)
+    if not runs:
+        raise LookupError(f"experiment {experiment!r} has no study run; run 'attnstudy run' first")
+    finished = [r for r in runs if r.status == "FINISHED"]
+    chosen = finished[0] if finished else runs[0]
+    note = ""
+    if chosen is not runs[0]:
+        note = (
+            f"reporting the newest finished study {chosen.run_id}; the newer study {runs[0].run_id} "
+            f"is {runs[0].status} (name it with --study to report it)"
+        )
+    elif not finished:
+        note = (
+            f"experiment {experiment!r} has no finished study; reporting the newest, {chosen.run_id}, "
+            f"which is {chosen.status}"
+        )
+    return chosen.run_id, note
+
+
+@dataclass
+class StudyRuns:
+    """The runs of one study, as the study recorded them (the report's input).
+
+    Attributes:
+        study: the study run.
+        models: its model runs (trained or reused), in order, then those whose training failed.
+        ablations: model run id → that model's ablation run of this study (finished or failed).
+    """
+
+    study: RunRecord
+    models: list[RunRecord] = field(default_factory=list)
+    ablations: dict[str, RunRecord] = field(default_factory=dict)
+
+
+def study_runs(tracker: Tracker, study_id: str) -> StudyRuns:
+    """Read back exactly the runs a study recorded (``model_run_ids``, ``ablation_run_ids``,
+    ``failed_run_ids``); a study recorded before those tags existed falls back to its ablation runs'
+    ``study_id`` tag.
+
+    Raises:
+        ModelNotFoundError: no run with that id. LookupError: it is not a study run.
+    """
+    study = tracker.find_run(study_id)
+    if study.kind != Kind.STUDY:
+        raise LookupError(f"run {study_id} is not a study run (kind={study.kind or None!r})")
+    failed = [tracker.get_run(i) for i in study.ids(Tag.FAILED_RUN_IDS)]
+    if Tag.ABLATION_RUN_IDS in study.tags:
+        ablations = [tracker.get_run(i) for i in study.ids(Tag.ABLATION_RUN_IDS)]
+    else:
+        ablations = list(
+            reversed(
+                tracker.search_runs(
+                    [study.experiment_id],
+                    f"tags.{Tag.KIND} = '{Kind.ABLATION}' and tags.{Tag.STUDY_ID} = {_q(study_id)}",
+                )
+            )
+        )
+    ablations += [r for r in failed if r.kind == Kind.ABLATION]
+    models = [tracker.get_run(i) for i in study.ids(Tag.MODEL_RUN_IDS)]
+    models += [r for r in failed if r.kind == Kind.MODEL]
+    return StudyRuns(study, models, {r.tags.get(Tag.SOURCE_RUN_ID, ""): r for r in ablations})
