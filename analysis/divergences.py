@@ -6,6 +6,7 @@
   fp32 underflow never produces NaN.
 * Kendall τ-b with its two-sided p-value via :func:`scipy.stats.kendalltau`; undefined
   (a constant vector, fewer than 2 items) → ``nan`` for the caller to count, never to average.
+  Values equal up to float rounding (within 1e-6 of the vector's scale) are ties.
 """
 
 from __future__ import annotations
@@ -55,8 +56,35 @@ def jsd(p: Tensor, q: Tensor) -> Tensor:
     return out.clamp(min=0.0, max=LN2)
 
 
+TIE_TOLERANCE = 1e-6
+"""Values of one vector closer than this fraction of its largest magnitude are ties in Kendall τ."""
+
+
+def tied(v: np.ndarray, rel: float = TIE_TOLERANCE) -> np.ndarray:
+    """``v`` with values that differ by less than ``rel`` × max |v| from their group's smallest
+    member replaced by it, so equal values computed with different float rounding stay ties.
+
+    (Two leave-one-out deletions of equal adjacent tokens give the same source and so the same
+    TVD in exact arithmetic; batched with other examples, the two numbers can differ in the last
+    bits, and an untied pair would change τ-b by up to 2/n(n−1) per pair.)
+    """
+    v = np.asarray(v, dtype=float)
+    if v.size < 2:
+        return v
+    tol = rel * float(np.max(np.abs(v)))
+    out = v.copy()
+    order = np.argsort(v, kind="stable")
+    rep = v[order[0]]
+    for i in order:
+        if v[i] - rep > tol:
+            rep = v[i]
+        out[i] = rep
+    return out
+
+
 def kendall_tau(x, y) -> tuple[float, float]:
-    """Kendall τ-b and two-sided p-value (scipy.stats.kendalltau, method 'auto').
+    """Kendall τ-b and two-sided p-value (scipy.stats.kendalltau, method 'auto'), with values of a
+    vector within :data:`TIE_TOLERANCE` of its scale treated as ties (:func:`tied`).
 
     Args:
         x, y: 1-D sequences of equal length n.
@@ -67,8 +95,8 @@ def kendall_tau(x, y) -> tuple[float, float]:
     Raises:
         ValueError: if the lengths differ.
     """
-    x = np.asarray(x, dtype=float)
-    y = np.asarray(y, dtype=float)
+    x = tied(np.asarray(x, dtype=float))
+    y = tied(np.asarray(y, dtype=float))
     if x.shape != y.shape:
         raise ValueError(f"kendall_tau needs equal lengths, got {x.shape} and {y.shape}")
     if x.size < 2 or np.all(x == x[0]) or np.all(y == y[0]):

@@ -448,11 +448,12 @@ def test_two_trackers_in_one_process_log_models_to_their_own_store(tmp_path, mon
     model of a run goes to that run's store, whichever Tracker was created last."""
     import torch
 
-    from attnstudy.api import load_data
+    from attnstudy.api import SERVING_CODE, load_data
     from attnstudy.experiment import load_experiment
     from attnstudy.models import build_model
     from attnstudy.models.io import save_model_dir
     from attnstudy.tracking import Tracker
+    from attnstudy.tracking import models as packaging
 
     monkeypatch.setenv("ATTNSTUDY_ROOT", str(tmp_path))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -468,11 +469,13 @@ def test_two_trackers_in_one_process_log_models_to_their_own_store(tmp_path, mon
     )  # created last: mlflow's global URI is b's
     run_id = a.start_run(a.experiment_id("tiny"), "m")
     with a.active(run_id):
-        model_id = a.log_model_dir(run_id, model_dir, "tiny-model")
-    a.register_model(run_id, model_id, "tiny-reg")
+        model_id = packaging.log_model_dir(
+            a, run_id, model_dir, SERVING_CODE, SERVING_CODE.parent, "tiny-model"
+        )
+    packaging.register_model(a, run_id, model_id, "tiny-reg")
     assert a.client.get_registered_model("tiny-reg").name == "tiny-reg"
     assert b.client.search_registered_models() == []
-    got_run, _ = a.download_model_dir("models:/tiny-reg/1", tmp_path / "dl")
+    got_run, _ = packaging.download_model_dir(a, "models:/tiny-reg/1", tmp_path / "dl")
     assert got_run == run_id and a.get_run(run_id).status == "FINISHED"
 
 

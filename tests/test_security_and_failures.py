@@ -464,7 +464,7 @@ def test_diverging_training_fails_and_nonfinite_metrics_are_counted(tmp_path, mo
     assert run.status == "FAILED" and run.tags["error.class"] == "NonFiniteError"
     t = tracker(root)
     t.log_metrics(run.run_id, {"a": math.nan, "b": 1.0, "c": math.inf})
-    got = t.get_run(run.run_id).data
+    got = t.get_run(run.run_id)
     assert got.metrics["n_nonfinite_dropped"] == 2 and got.tags["nonfinite_metrics"] == "a,c"
 
 

@@ -110,7 +110,12 @@ def gradient_importance(model: Seq2Seq, batch: PreparedBatch) -> Tensor:
 
 
 def _deleted_sources(src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Every single-token deletion of every source of length ≥ 2.
+    """Every distinct single-token deletion of every source of length ≥ 2.
+
+    Deleting token j or j − 1 of a run of equal tokens gives the same source, so only the first
+    token of each run is deleted; :func:`_copy_runs` gives the others its value. (Computed
+    separately, the equal values differ in the last float bits with the batch's padding, and
+    Kendall τ would order a pair that is a tie.)
 
     Args:
         src: long (B, T_x); lengths: long (B,).
@@ -122,8 +127,10 @@ def _deleted_sources(src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tens
     b_list, j_list = [], []
     for b, n in enumerate(lengths.tolist()):
         if n >= 2:
-            b_list += [b] * n
-            j_list += list(range(n))
+            row = src[b, :n].tolist()
+            js = [j for j in range(n) if j == 0 or row[j] != row[j - 1]]
+            b_list += [b] * len(js)
+            j_list += js
     rows_b = torch.tensor(b_list, dtype=torch.long)
     rows_j = torch.tensor(j_list, dtype=torch.long)
     t_x = src.size(1)
@@ -136,11 +143,30 @@ def _deleted_sources(src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tens
     return rows_b, rows_j, src_del, len_del
 
 
+def _copy_runs(out: Tensor, src: Tensor, lengths: Tensor) -> Tensor:
+    """Give every token of a run of equal source tokens the LOO value of the run's first token.
+
+    Args:
+        out: (B, T_y, T_x) LOO values, filled at the first token of each run (modified in place).
+        src: long (B, T_x); lengths: long (B,).
+
+    Returns:
+        ``out``.
+    """
+    for b, n in enumerate(lengths.tolist()):
+        row = src[b, :n].tolist()
+        for j in range(1, n):
+            if row[j] == row[j - 1]:
+                out[b, :, j] = out[b, :, j - 1]
+    return out
+
+
 def loo_importance(model: Seq2Seq, batch: PreparedBatch, chunk_rows: int = 4096) -> Tensor:
     """Leave-one-out importance, all deletions of the batch as one (chunked) batch.
 
     LOO_tj = TVD(p_t, p_t^{−j}) where p^{−j} is the trace of the same target prefix over the
-    source with token j deleted (J&W 2019 §3, ``remove_and_run``).
+    source with token j deleted (J&W 2019 §3, ``remove_and_run``). Tokens of a run of equal
+    tokens share one value: deleting any of them gives the same source.
 
     Args:
         model: the model (eval mode during the call, previous mode restored).
@@ -167,6 +193,7 @@ def loo_importance(model: Seq2Seq, batch: PreparedBatch, chunk_rows: int = 4096)
             trace = model.trace(src_del[sl, :n_max], len_del[sl], tr.tgt_in[rb], tr.tgt_out[rb])
             div = tvd(p[rb], torch.softmax(trace.logits, -1))  # (R, T_y)
             out[rb, :, rj] = div
+    _copy_runs(out, tr.src, tr.src_lengths)
     return out.masked_fill(~tr.step_mask[:, :, None], math.nan)
 
 

@@ -327,3 +327,14 @@ def test_greedy_prefix_and_one_token_batch(data):
     assert df[~df.importance_skipped].importance_tau_grad_loo.notna().any()
     alone = call("importance", model, batch_of(model, data, [ex[1]]), AblationConfig())
     assert alone.importance_skipped.all() and alone[TAU_COLS].isna().all().all()
+
+
+def test_values_equal_up_to_rounding_are_ties_in_kendall_tau():
+    """Two deletions of equal adjacent tokens give one LOO value in exact arithmetic; batched with
+    other examples they differed in the last bits, and τ changed with the batch size (0.74 vs 0.95)."""
+    exact = kendall_tau([0.1, 0.5, 0.5, 0.9], [1.0, 2.0, 3.0, 4.0])
+    noisy = kendall_tau([0.1, 0.5, 0.5 + 3e-9, 0.9], [1.0, 2.0, 3.0, 4.0])
+    assert noisy == exact and exact[0] == pytest.approx(0.9128709, abs=1e-6)  # τ-b with one tie
+    assert kendall_tau([0.1, 0.5, 0.5001, 0.9], [1, 2, 3, 4])[0] == pytest.approx(
+        1.0
+    )  # a real difference
