@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from analysis_testkit import OWN_ABLATIONS, VOCAB, make_examples, sharpen, tiny_model
+from analysis_testkit import FAST_ABLATIONS, VOCAB, make_examples, sharpen, tiny_model
 from attnstudy.analysis.catalogue import AblationConfig
 
 from attnstudy.data.types import Example
@@ -27,7 +27,7 @@ def cfg() -> AblationConfig:
         n_random_orders=3,
         bootstrap_resamples=50,
         seed=3,
-        ablations=OWN_ABLATIONS,
+        ablations=FAST_ABLATIONS,
     )
 
 

@@ -8,14 +8,14 @@ import attnstudy.analysis.suite as suite
 import numpy as np
 import pandas as pd
 import pytest
-from analysis_testkit import OWN_ABLATIONS, VOCAB, make_examples, sharpen, tiny_model
+from analysis_testkit import FAST_ABLATIONS, VOCAB, make_examples, sharpen, tiny_model
 from attnstudy.analysis.catalogue import AblationConfig
 from attnstudy.analysis.suite import METRIC_NAME, SuiteResult, run_suite, summarize
 
 
 def _cfg(**kw) -> AblationConfig:
     base = dict(
-        n_permutations=8, n_random_orders=2, bootstrap_resamples=50, seed=5, ablations=OWN_ABLATIONS
+        n_permutations=8, n_random_orders=2, bootstrap_resamples=50, seed=5, ablations=FAST_ABLATIONS
     )
     return AblationConfig(**{**base, **kw})
 
@@ -119,7 +119,7 @@ def test_same_seed_same_summary():
 def test_none_model_skips_attention_ablations_with_a_reason():
     model = tiny_model("none")
     res = run_suite(model, make_examples(4), VOCAB, VOCAB, _cfg(), progress=False)
-    assert set(res.skipped) == set(OWN_ABLATIONS)
+    assert set(res.skipped) == set(FAST_ABLATIONS)
     assert all("no attention" in reason for reason in res.skipped.values())
     assert len(res.table) > 0 and res.table["max_attention"].isna().all()
     assert not any(k.startswith("ablation/") and "/permutation/" in k for k in res.summary)
