@@ -20,7 +20,7 @@ from torch import Tensor
 from attnstudy.data.batching import collate
 from attnstudy.data.types import Example
 from attnstudy.data.vocab import EOS_ID, PAD_ID, Vocab
-from attnstudy.models import Seq2Seq, Trace, eval_mode
+from attnstudy.models import ALL, Seq2Seq, Trace, eval_mode
 
 from .divergences import entropy
 
@@ -130,6 +130,58 @@ def prepare_batches(
         yield PreparedBatch(chunk, trace, prefix, src_vocab, tgt_vocab)
 
 
+def analysis_units(trace: Trace, layers, heads: str = "all") -> list[tuple[int, int]]:
+    """The (layer, head) units the battery analyses on a model, from ``ablation.layers`` and
+    ``ablation.heads``; :data:`~attnstudy.models.ALL` marks all layers at once / all heads jointly.
+
+    Args:
+        trace: any trace of the model (its number of layers and heads).
+        layers: a list of layer indices (negative from the top), ``"each"`` or ``"all"``.
+        heads: ``"all"`` (jointly) or ``"each"`` (each head alone, the others keep their rows).
+
+    Returns:
+        Distinct units in order; one unit (layer 0, all heads) for a model without attention.
+
+    Raises:
+        ValueError: a layer index out of range (one line naming the setting and the model's L).
+    """
+    cross = trace.cross_attention
+    if cross is None:
+        return [(0, ALL)]
+    n_layers, n_heads = cross.size(1), cross.size(2)
+    if layers == "all":
+        chosen = [ALL if n_layers > 1 else 0]
+    elif layers == "each":
+        chosen = list(range(n_layers))
+    else:
+        chosen = []
+        for layer in layers:
+            index = layer + n_layers if layer < 0 else layer
+            if not 0 <= index < n_layers:
+                raise ValueError(
+                    f"ablation.layers = {list(layers)}: layer {layer} is out of range for a model "
+                    f"with {n_layers} layer(s) of cross-attention (use 0…{n_layers - 1}, negative "
+                    "indices from the top, 'each' or 'all')"
+                )
+            chosen.append(index)
+    units = []
+    for layer in chosen:
+        for head in range(n_heads) if heads == "each" and layer != ALL else [ALL]:
+            units.append((layer, head))
+    return list(dict.fromkeys(units))
+
+
+def unit_batch(batch: PreparedBatch, layer: int, head: int) -> PreparedBatch:
+    """The batch analysing one (layer, head) unit (see :func:`analysis_units`)."""
+    tr = batch.trace
+    if tr.cross_attention is None:
+        return batch
+    tr = tr.with_layer(layer)
+    if head != getattr(tr, "head", ALL):
+        tr = tr.with_head(head)
+    return PreparedBatch(batch.examples, tr, batch.prefix, batch.src_vocab, batch.tgt_vocab)
+
+
 def check_finite(trace: Trace, examples: Sequence[Example]) -> None:
     """Refuse a trace whose logits or attention hold NaN/inf: every ablation number built on it
     (a flip rate of 0, an AER of 1) would look meaningful and mean nothing.
@@ -173,7 +225,7 @@ def base_table(batch: PreparedBatch) -> pd.DataFrame:
     """The columns every per-step record carries.
 
     Columns: example_id, step, layer (the analysed layer of cross-attention; 0 for the recurrent
-    family), src_len, target_token (the prefix token at this step), predicted_token (argmax),
+    family, −1 for all layers at once), head (the analysed head; −1 for all heads jointly), src_len, target_token (the prefix token at this step), predicted_token (argmax),
     is_eos, max_attention and attention_entropy (head mean; NaN without attention).
     """
     tr = batch.trace
@@ -185,6 +237,7 @@ def base_table(batch: PreparedBatch) -> pd.DataFrame:
         "example_id": [batch.examples[b].id for b in b_idx.tolist()],
         "step": t_idx.numpy(),
         "layer": np.full(len(b_idx), getattr(tr, "layer", 0), dtype=np.int64),
+        "head": np.full(len(b_idx), getattr(tr, "head", ALL), dtype=np.int64),
         "src_len": tr.src_lengths[b_idx].numpy(),
         "target_token": [itos[i] for i in tr.tgt_out[b_idx, t_idx].tolist()],
         "predicted_token": [itos[i] for i in pred[b_idx, t_idx].tolist()],

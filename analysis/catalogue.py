@@ -27,11 +27,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-CAPABILITIES = ("attention", "local", "global", "gradients", "values")
+CAPABILITIES = ("attention", "local", "global", "gradients", "values", "self_attention")
 """What an ablation may need of a model (:mod:`attnstudy.analysis.contract`): traced attention,
 local intervention (``logits_given_attention``), global intervention (``decode(intervene=)``),
 input gradients (``embed`` + ``trace(embedded=)``), the transformed value vectors
-(``value_vectors``)."""
+(``value_vectors``), the encoder's self-attention (``encoder_attention``)."""
 
 
 class UnknownAblationError(ValueError):
@@ -308,6 +308,21 @@ class AblationConfig(BaseModel):
     seed: int = Field(0, ge=0, lt=2**63)
     bootstrap_resamples: int = Field(1000, ge=10, le=1_000_000)
     chunk_rows: int = Field(4096, ge=1, le=10_000_000)
+    # the analysed units of a multi-layer, multi-head model: layer indices (negative from the top),
+    # "each" layer in turn, or "all" layers at once; all heads jointly or "each" head alone
+    layers: Literal["all", "each"] | list[int] = Field(
+        default_factory=lambda: [-1], min_length=1, max_length=64
+    )
+    heads: Literal["all", "each"] = "all"
+
+    @model_validator(mode="after")
+    def _units(self) -> AblationConfig:
+        if self.layers == "all" and self.heads == "each":
+            raise ValueError(
+                "ablation.heads = 'each' needs single layers, but ablation.layers = 'all' "
+                "analyses all layers at once; use ablation.layers = 'each' or a list of layers"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod

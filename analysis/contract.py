@@ -21,7 +21,14 @@ Capabilities (:data:`attnstudy.analysis.catalogue.CAPABILITIES`):
 * ``gradients`` — :class:`InputGradients`: a trace through given source embeddings
   (gradient × input and leave-one-out importance);
 * ``values`` — :class:`ValueVectors`: the value vectors after the score's value and output
-  projections, whose weighted sum is the context (norm-based analysis).
+  projections, whose weighted sum is the context (norm-based analysis);
+* ``self_attention`` — :class:`EncoderSelfAttention`: the encoder's self-attention of every
+  layer (attention rollout).
+
+The analysed unit: :attr:`AttentionTrace.attention` holds the rows of one layer (all heads, or one
+head with ``with_head``) or of all layers at once (``with_layer("all")``: the layers' heads side by
+side), and a replacement passed to ``logits_given_attention`` replaces exactly those rows. A model
+with more than one layer takes ``layer=`` (and ``head=``) in ``decode``.
 """
 
 from __future__ import annotations
@@ -88,8 +95,9 @@ class LocallyIntervenable(Protocol):
 
 @runtime_checkable
 class GloballyIntervenable(Protocol):
-    """``decode``: free-running (or teacher-forced) decoding with ``intervene(weights (B, H, T_x), t)``
-    replacing the analysed layer's attention row at every step, so effects propagate."""
+    """``decode``: free-running (or teacher-forced) decoding with ``intervene(weights (B, H', T_x), t)``
+    replacing the analysed rows at every step, so effects propagate. A multi-layer model also
+    takes ``layer=`` (index or -1 for all layers, each called in turn) and ``head=`` (-1: all)."""
 
     def decode(
         self,
@@ -127,6 +135,14 @@ class ValueVectors(Protocol):
     def value_vectors(self, trace: Any) -> Tensor: ...
 
 
+@runtime_checkable
+class EncoderSelfAttention(Protocol):
+    """``encoder_attention(trace)``: the encoder's self-attention, (B, L_enc, H, T_x, T_x), rows over
+    source positions (attention rollout, Abnar & Zuidema 2020)."""
+
+    def encoder_attention(self, trace: Any) -> Tensor: ...
+
+
 def capabilities(model: Any) -> set[str]:
     """The capabilities of :data:`~attnstudy.analysis.catalogue.CAPABILITIES` a model has."""
     out = set()
@@ -141,4 +157,6 @@ def capabilities(model: Any) -> set[str]:
         out.add("gradients")
     if has_attention and isinstance(model, ValueVectors):
         out.add("values")
+    if has_attention and isinstance(model, EncoderSelfAttention):
+        out.add("self_attention")
     return out

@@ -32,14 +32,15 @@ from attnstudy.models import eval_mode
 from attnstudy.progress import Progress
 from attnstudy.signals import check_interrupt
 
-from .batch import AblationContext, base_table, prepare_batches
+from .batch import AblationContext, analysis_units, base_table, prepare_batches, unit_batch
 from .catalogue import AblationConfig, AblationSpec, get_ablation
 from .contract import capabilities
 
 BOOTSTRAP_ELEMENTS = 1_000_000
 """Resampled values per vectorised bootstrap call (≈ 8 MB per array), whatever the number of examples."""
 METRIC_NAME = re.compile(r"^[A-Za-z0-9_/.\-]+$")
-KEYS = ["example_id", "prefix", "step"]
+KEYS = ["example_id", "prefix", "layer", "head", "step"]
+ALL = -1  # a unit's layer or head: all at once (attnstudy.models.ALL)
 
 
 @dataclass
@@ -145,46 +146,96 @@ def run_suite(
 
         info = {"config": cfg.resolved(), "version": __version__, "commit": git_commit()}
     sink = _StepSink(table_path, info)
-    sums: list[pd.DataFrame] = []
-    example_parts: dict[str, list[pd.DataFrame]] = {
-        n: [] for n, (sp, _, _) in active.items() if sp.unit == "example"
-    }
+    sums: dict[tuple[int, int], list[pd.DataFrame]] = {}
+    example_parts: dict[tuple[int, int], dict[str, list[pd.DataFrame]]] = {}
+    units: list[tuple[int, int]] | None = None
     try:
         with eval_mode(model):
             for prefix, names in groups.items():
                 if not names and prefix != cfg.prefix:
                     continue
                 step_specs = [active[n][0] for n in names if active[n][0].unit == "step"]
-                for batch in prepare_batches(
+                for whole in prepare_batches(
                     model, examples, src_vocab, tgt_vocab, prefix, batch_size
                 ):
                     check_interrupt()
-                    steps = base_table(batch)
-                    steps.insert(1, "prefix", prefix)
-                    for name in names:
-                        spec, fn, params = active[name]
-                        bar.update(0, note=name)
-                        frame = fn(model, batch, params, ctx)
-                        if spec.unit == "example":
-                            example_parts[name].append(frame)
-                        else:
-                            frame.insert(1, "prefix", prefix)
-                            steps = steps.merge(frame, on=KEYS, how="left", validate="one_to_one")
-                    bar.update(len(batch.examples))
-                    sums.append(example_sums(steps, step_specs))
-                    sink.write(steps)
+                    if units is None:
+                        units = analysis_units(whole.trace, cfg.layers, cfg.heads)
+                    for unit in units:
+                        batch = unit_batch(whole, *unit)
+                        steps = base_table(batch)
+                        steps.insert(1, "prefix", prefix)
+                        parts = example_parts.setdefault(
+                            unit,
+                            {n: [] for n, (sp, _, _) in active.items() if sp.unit == "example"},
+                        )
+                        for name in names:
+                            spec, fn, params = active[name]
+                            bar.update(0, note=name if len(units) == 1 else f"{name} {_unit(unit)}")
+                            frame = fn(model, batch, params, ctx)
+                            if spec.unit == "example":
+                                parts[name].append(frame)
+                            else:
+                                frame.insert(1, "prefix", prefix)
+                                frame.insert(
+                                    2, "layer", steps["layer"].iloc[0] if len(steps) else 0
+                                )
+                                frame.insert(
+                                    3, "head", steps["head"].iloc[0] if len(steps) else ALL
+                                )
+                                steps = steps.merge(
+                                    frame, on=KEYS, how="left", validate="one_to_one"
+                                )
+                        sums.setdefault(unit, []).append(example_sums(steps, step_specs))
+                        sink.write(steps)
+                    bar.update(len(whole.examples))
         table = sink.close()
     finally:
         sink.discard()
         bar.close()
 
-    per_example = pd.DataFrame({"example_id": [ex.id for ex in examples]})
-    for name, frames in example_parts.items():
-        frame = pd.concat(frames, ignore_index=True)
-        per_example = per_example.merge(frame, on="example_id", how="left", validate="one_to_one")
-        sums.append(example_sums(per_example, [active[name][0]]))
-    summary = summary_from_sums(_combine(sums), [active[n][0] for n in active], cfg)
+    units = units or [(0, ALL)]
+    specs = [active[n][0] for n in active]
+    summary: dict[str, float] = {}
+    frames = []
+    primary = _primary(units)
+    for unit in units:
+        per_unit = pd.DataFrame({"example_id": [ex.id for ex in examples]})
+        unit_sums = sums.get(unit, [])
+        for name, parts in example_parts.get(unit, {}).items():
+            frame = pd.concat(parts, ignore_index=True)
+            per_unit = per_unit.merge(frame, on="example_id", how="left", validate="one_to_one")
+            unit_sums.append(example_sums(per_unit, [active[name][0]]))
+        unit_summary = summary_from_sums(_combine(unit_sums), specs, cfg) if unit_sums else {}
+        if unit == primary:
+            summary.update(unit_summary)
+        if len(units) > 1:
+            infix = _unit(unit)
+            summary.update(
+                {
+                    k.replace("ablation/", f"ablation/{infix}/", 1): v
+                    for k, v in unit_summary.items()
+                }
+            )
+            per_unit.insert(1, "layer", unit[0])
+            per_unit.insert(2, "head", unit[1])
+        frames.append(per_unit)
+    per_example = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     return SuiteResult(table, per_example, summary, skipped)
+
+
+def _unit(unit: tuple[int, int]) -> str:
+    """A unit's name in metric keys: ``layer1``, ``layer1/head2``, ``all_layers``."""
+    layer, head = unit
+    name = "all_layers" if layer == ALL else f"layer{layer}"
+    return name if head == ALL else f"{name}/head{head}"
+
+
+def _primary(units: list[tuple[int, int]]) -> tuple[int, int]:
+    """The unit whose metrics also go under the plain ``ablation/<name>/<stat>`` keys: the top
+    analysed layer with all heads jointly if analysed, else the first unit."""
+    joint = [u for u in units if u[1] == ALL and u[0] != ALL]
+    return max(joint) if joint else units[0]
 
 
 class _StepSink:

@@ -88,9 +88,13 @@ def run(
 
         return permute(weights, valid, 1, gen).weights[:, 0]
 
+    # the analysed unit: a model with one layer and all heads analysed needs no selector
+    unit = {}
+    if tr.cross_attention.size(1) > 1 or getattr(tr, "head", -1) != -1:
+        unit = {"layer": tr.layer, "head": getattr(tr, "head", -1)}
     with eval_mode(model), torch.no_grad():
         orig = model.decode(tr.src, tr.src_lengths, max_len)
-        pert = model.decode(tr.src, tr.src_lengths, max_len, intervene=intervene)
+        pert = model.decode(tr.src, tr.src_lengths, max_len, intervene=intervene, **unit)
     decode = batch.tgt_vocab.decode
     rows = []
     for i, ex in enumerate(batch.examples):

@@ -127,8 +127,9 @@ def load_data(spec: RunSpec) -> tuple[Splits, Vocab, Vocab]:
 
 
 def registered_name(spec: RunSpec) -> str:
-    """Registered model name, e.g. ``quickstart-g2p-additive-bahdanau``."""
-    return f"{spec.experiment}-{spec.data.task}-{spec.model.attention}-{spec.model.flow}"
+    """Registered model name, e.g. ``quickstart-g2p-additive-bahdanau``,
+    ``quickstart-g2p-transformer-L2H4``."""
+    return f"{spec.experiment}-{spec.data.task}-{spec.label}"
 
 
 SERVING_CODE = Path(__file__).with_name("serving.py")
@@ -136,8 +137,8 @@ SERVING_CODE = Path(__file__).with_name("serving.py")
 
 
 def variant_slug(spec: RunSpec) -> str:
-    """The logged model's name: task, score and flow, e.g. ``g2p-additive-bahdanau``."""
-    return f"{spec.data.task}-{spec.model.attention}-{spec.model.flow}"
+    """The logged model's name: task and variant label, e.g. ``g2p-additive-bahdanau``."""
+    return f"{spec.data.task}-{spec.label}"
 
 
 def _run_tags(
@@ -147,7 +148,11 @@ def _run_tags(
         Tag.KIND: kind,
         Tag.TASK: spec.data.task,
         Tag.ATTENTION: spec.model.attention,
-        Tag.FLOW: spec.model.flow,
+        Tag.FLOW: getattr(spec.model, "flow", "–"),
+        Tag.ARCHITECTURE: spec.model.architecture,
+        Tag.LAYERS: str(spec.model.n_layers),
+        Tag.HEADS: str(spec.model.n_heads),
+        Tag.VARIANT: spec.label,
         Tag.SEED: str(spec.seed),
         Tag.MODEL_KEY: key,
         Tag.DATA_DIGEST: digest,
@@ -785,11 +790,9 @@ def _seed_variance(
             seeds=[m.spec.seed for m in runs],
         )
         spec = runs[0].spec
-        name = variant_name(
-            {"task": spec.data.task, "attention": spec.model.attention, "flow": spec.model.flow}
-        )
+        name = variant_name({Tag.TASK: spec.data.task, Tag.VARIANT: spec.label})
         tables.append(table.assign(variant=name))
-        slug = f"{spec.data.task}_{spec.model.attention}_{spec.model.flow}"
+        slug = f"{spec.data.task}_{spec.label}".replace("-", "_")
         metrics[f"seed_variance/{slug}/attention_jsd"] = float(
             table["seed_variance_attention_jsd"].mean()
         )

@@ -17,7 +17,15 @@ import json
 import tomllib
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 
 SCHEMA_VERSION = 2
 """Version of the stored run config (``config.json``); :func:`migrate_run_config` upgrades older ones.
@@ -35,7 +43,17 @@ MAX_EXAMPLES = 2_000_000
 SYNTHETIC_TOKEN_BUDGET = 50_000_000
 """Most source tokens a synthetic task may generate (Σ over splits of n × max_len)."""
 SYNTHETIC_TASKS = ("copy", "reverse", "sort", "bigram_flip")
-ATTENTIONS = ("additive", "dot", "general", "concat", "scaled_dot", "multihead", "uniform", "none")
+ATTENTIONS = (
+    "additive",
+    "dot",
+    "general",
+    "concat",
+    "scaled_dot",
+    "multihead",
+    "multihead_general",
+    "uniform",
+    "none",
+)
 FLOWS = ("bahdanau", "luong")
 
 
@@ -148,8 +166,10 @@ class DataConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    """Encoder, attention score and decoder flow (docs/design.md §3)."""
+    """The recurrent family (``architecture = "rnn"``, the default): encoder, attention score and
+    decoder flow (docs/design.md §3)."""
 
+    architecture: Literal["rnn"] = Field("rnn", json_schema_extra={"key_neutral": "rnn"})
     cell: Literal["gru", "lstm"] = "gru"
     bidirectional: bool = True
     layers: int = Field(1, ge=1, le=8)
@@ -157,18 +177,60 @@ class ModelConfig(_Strict):
     encoder_hidden: int = Field(128, ge=1, le=8192)
     decoder_hidden: int = Field(256, ge=1, le=8192)
     attention: Literal[
-        "additive", "dot", "general", "concat", "scaled_dot", "multihead", "uniform", "none"
+        "additive",
+        "dot",
+        "general",
+        "concat",
+        "scaled_dot",
+        "multihead",
+        "multihead_general",
+        "uniform",
+        "none",
     ] = "additive"
     flow: Literal["bahdanau", "luong"] = "bahdanau"
     input_feeding: bool = True
     attention_dim: int = Field(128, ge=1, le=8192)
     heads: int = Field(4, ge=1, le=64)
+    # per-head query/key and value sizes of scaled_dot / multihead (None: attention_dim // heads)
+    attention_key_dim: int | None = Field(
+        None, ge=1, le=8192, json_schema_extra={"key_neutral": None}
+    )
+    attention_value_dim: int | None = Field(
+        None, ge=1, le=8192, json_schema_extra={"key_neutral": None}
+    )
     dropout: float = Field(0.1, ge=0.0, lt=1.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _other_architecture(cls, values: Any) -> Any:
+        if isinstance(values, dict):
+            foreign = sorted(set(values) & TRANSFORMER_ONLY_KEYS)
+            if foreign:
+                raise ValueError(
+                    f"'{foreign[0]}' is a key of the transformer architecture; set "
+                    f'model.architecture = "transformer" or remove it'
+                )
+        return values
 
     @property
     def key_dim(self) -> int:
         """Size of an encoder state (the attention key): hidden × directions."""
         return self.encoder_hidden * (2 if self.bidirectional else 1)
+
+    @property
+    def label(self) -> str:
+        """The variant label: score and flow, e.g. ``additive-bahdanau``."""
+        return f"{self.attention}-{self.flow}"
+
+    @property
+    def n_layers(self) -> int:
+        """Layers with cross-attention: one (the recurrent decoder attends once per step)."""
+        return 1
+
+    @property
+    def n_heads(self) -> int:
+        """Attention heads."""
+        return self.heads if self.attention in ("multihead", "multihead_general") else 1
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
@@ -179,11 +241,128 @@ class ModelConfig(_Strict):
                 f"set model.decoder_hidden = {self.key_dim} or use 'general'"
             )
         if self.attention == "multihead" and self.attention_dim % self.heads:
+            if self.attention_key_dim is None or self.attention_value_dim is None:
+                raise ValueError(
+                    f"attention 'multihead' needs attention_dim divisible by heads (or both "
+                    f"attention_key_dim and attention_value_dim), got attention_dim = "
+                    f"{self.attention_dim} and heads = {self.heads}"
+                )
+        if self.attention == "multihead_general" and self.decoder_hidden % self.heads:
             raise ValueError(
-                f"attention 'multihead' needs attention_dim divisible by heads, got "
-                f"attention_dim = {self.attention_dim} and heads = {self.heads}"
+                f"attention 'multihead_general' splits the decoder state into heads, so "
+                f"decoder_hidden ({self.decoder_hidden}) must be divisible by heads ({self.heads})"
+            )
+        if self.attention == "multihead_general" and self.key_dim % self.heads:
+            raise ValueError(
+                f"attention 'multihead_general' splits the encoder state into heads, so "
+                f"encoder_hidden × directions ({self.key_dim}) must be divisible by heads "
+                f"({self.heads})"
+            )
+        untied = [
+            k for k in ("attention_key_dim", "attention_value_dim") if getattr(self, k) is not None
+        ]
+        if untied and self.attention not in ("scaled_dot", "multihead"):
+            raise ValueError(
+                f"model.{untied[0]} applies to the scaled_dot and multihead scores only, not "
+                f"{self.attention!r}"
             )
         return self
+
+
+class TransformerConfig(_Strict):
+    """The Transformer encoder-decoder (Vaswani et al. 2017), ``architecture = "transformer"``.
+
+    ``layers`` encoder and ``layers`` decoder layers of ``heads`` heads over ``d_model``;
+    ``layer_norm`` before (``pre``, Xiong et al. 2020) or after (``post``, the paper) each
+    sublayer; ``positions`` sinusoidal (§3.5) or learned (``max_positions`` of them);
+    ``tie_embeddings`` shares the target embedding with the output projection (Press & Wolf 2017).
+    ``attention``: ``multihead`` cross-attention, or the ``uniform`` / ``none`` baselines.
+    """
+
+    architecture: Literal["transformer"]
+    layers: int = Field(2, ge=1, le=24)
+    heads: int = Field(4, ge=1, le=64)
+    d_model: int = Field(128, ge=2, le=8192)
+    d_ff: int = Field(512, ge=1, le=65_536)
+    dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    layer_norm: Literal["pre", "post"] = "pre"
+    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    max_positions: int = Field(1024, ge=2, le=MAX_LEN_BOUND + 2)
+    tie_embeddings: bool = False
+    attention: Literal["multihead", "uniform", "none"] = "multihead"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _other_architecture(cls, values: Any) -> Any:
+        if isinstance(values, dict):
+            foreign = sorted(set(values) & RNN_ONLY_KEYS)
+            if foreign:
+                raise ValueError(
+                    f"'{foreign[0]}' is a key of the rnn architecture, not of a transformer "
+                    f"(its keys: {', '.join(TransformerConfig.model_fields)})"
+                )
+        return values
+
+    @property
+    def label(self) -> str:
+        """The variant label, e.g. ``transformer-L2H4`` (``…-uniform`` / ``…-none`` baselines)."""
+        base = f"transformer-L{self.layers}H{self.heads}"
+        return base if self.attention == "multihead" else f"{base}-{self.attention}"
+
+    @property
+    def n_layers(self) -> int:
+        """Decoder layers with cross-attention."""
+        return self.layers
+
+    @property
+    def n_heads(self) -> int:
+        return self.heads
+
+    @model_validator(mode="after")
+    def _check(self) -> TransformerConfig:
+        if self.d_model % self.heads:
+            raise ValueError(
+                f"a transformer needs d_model divisible by heads, got d_model = {self.d_model} "
+                f"and heads = {self.heads}"
+            )
+        if self.d_model % 2:
+            raise ValueError(f"d_model must be even (sine/cosine pairs), got {self.d_model}")
+        return self
+
+
+RNN_ONLY_KEYS = set(ModelConfig.model_fields) - set(TransformerConfig.model_fields)
+"""Keys of the recurrent family that a Transformer config refuses (``cell``, ``flow``, …)."""
+TRANSFORMER_ONLY_KEYS = set(TransformerConfig.model_fields) - set(ModelConfig.model_fields)
+"""Keys of the Transformer that a recurrent config refuses (``d_model``, …)."""
+ARCHITECTURES = ("rnn", "transformer")
+
+
+def _architecture(value: Any) -> str:
+    if isinstance(value, dict):
+        return value.get("architecture", "rnn")
+    return getattr(value, "architecture", "rnn")
+
+
+AnyModelConfig = Annotated[
+    Annotated[ModelConfig, Tag("rnn")] | Annotated[TransformerConfig, Tag("transformer")],
+    Discriminator(_architecture),
+]
+"""A model section: :class:`ModelConfig` (``architecture = "rnn"``, the default) or
+:class:`TransformerConfig`."""
+
+
+def validate_model_config(raw: dict[str, Any]) -> ModelConfig | TransformerConfig:
+    """Validate a raw model section of either architecture.
+
+    Raises:
+        ValidationError: as pydantic (an unknown architecture names the valid ones).
+    """
+    arch = _architecture(raw)
+    if arch not in ARCHITECTURES:
+        raise ValueError(
+            f"model.architecture: unknown value {arch!r}; valid: {', '.join(ARCHITECTURES)}"
+        )
+    return (TransformerConfig if arch == "transformer" else ModelConfig).model_validate(raw)
 
 
 class TrainingConfig(_Strict):
@@ -207,6 +386,8 @@ class TrainingConfig(_Strict):
     bucket_batches: bool = True
     # intra-op threads: small recurrent models gain little from more, and lose badly on a busy machine
     threads: int = Field(1, ge=1, le=256)
+    # label smoothing of the training loss (Szegedy et al. 2016, §7); dev/loss stays cross-entropy
+    label_smoothing: float = Field(0.0, ge=0.0, lt=1.0, json_schema_extra={"key_neutral": 0.0})
 
 
 def check_tracking_uri(uri: str) -> str:
@@ -279,9 +460,12 @@ def _section_fields(
     """Names of the fields of one section that the task and architecture use."""
     if section == "data":
         return [*COMMON_DATA_FIELDS, *TASK_DATA_FIELDS[task]]
+    if section == "model" and cfg.architecture == "transformer":
+        return list(type(cfg).model_fields)
     if section == "model":
         m = cfg
         names = [
+            "architecture",
             "cell",
             "bidirectional",
             "layers",
@@ -296,8 +480,10 @@ def _section_fields(
             names.append("input_feeding")
         if m.attention in ("additive", "concat", "scaled_dot", "multihead"):
             names.append("attention_dim")
-        if m.attention == "multihead":
+        if m.attention in ("multihead", "multihead_general"):
             names.append("heads")
+        if m.attention in ("scaled_dot", "multihead"):
+            names += ["attention_key_dim", "attention_value_dim"]
         return names
     names = list(type(cfg).model_fields)
     if cfg.scheduling == "constant":
@@ -312,13 +498,21 @@ class RunSpec(_Strict):
     experiment: str
     seed: Seed
     data: DataConfig
-    model: ModelConfig
+    model: AnyModelConfig
     training: TrainingConfig
+    # the [[models]] entry's name, if it has one (labels runs; not part of the model key)
+    variant: str | None = Field(None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.\-]+$")
+
+    @property
+    def label(self) -> str:
+        """The variant label: its ``name``, else the model's (``additive-bahdanau``,
+        ``transformer-L2H4``)."""
+        return self.variant or self.model.label
 
     @property
     def name(self) -> str:
-        """Run name, e.g. ``g2p/additive-bahdanau/seed1``."""
-        return f"{self.data.task}/{self.model.attention}-{self.model.flow}/seed{self.seed}"
+        """Run name, e.g. ``g2p/additive-bahdanau/seed1``, ``g2p/transformer-L2H4/seed1``."""
+        return f"{self.data.task}/{self.label}/seed{self.seed}"
 
     def used_fields(self) -> dict[str, dict[str, Any]]:
         """The fields the task and architecture use, per section, as JSON values.
@@ -458,10 +652,20 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def _describe(err: ValidationError, prefix: str = "") -> str:
     """One line for the first pydantic error: location, problem, and the valid keys/names."""
     e = err.errors()[0]
-    loc = (prefix + ".".join(str(p) for p in e["loc"])).rstrip(".") or "config"
+    parts = list(e["loc"])
+    arch = None  # the discriminated model section puts its tag after "model": drop it
+    for i in range(len(parts) - 1):
+        if parts[i] == "model" and parts[i + 1] in ARCHITECTURES:
+            arch = parts.pop(i + 1)
+            break
+    loc = (prefix + ".".join(str(p) for p in parts)).rstrip(".") or "config"
+    if e["type"] == "union_tag_invalid":
+        given = e.get("input")
+        arch = _architecture(given) if isinstance(given, dict) else given
+        return f"{loc}.architecture: unknown value {arch!r}; valid: rnn, transformer"
     if e["type"] == "extra_forbidden":
         model = err.title
-        valid = ", ".join(sorted(_fields_at(model, e["loc"][:-1])))
+        valid = ", ".join(sorted(_fields_at(model, tuple(parts[:-1]), arch)))
         return f"unknown key '{loc}'" + (f" (valid keys: {valid})" if valid else "")
     msg = e["msg"]
     if msg.startswith("Value error, "):
@@ -480,7 +684,7 @@ describe_error = _describe
 _MODELS: dict[str, type[BaseModel]] = {}
 
 
-def _fields_at(title: str, loc: tuple) -> list[str]:
+def _fields_at(title: str, loc: tuple, arch: str | None = None) -> list[str]:
     model = _MODELS.get(title)
     if model is None:
         return []
@@ -496,9 +700,11 @@ def _fields_at(title: str, loc: tuple) -> list[str]:
             "ModelVariant",
             "RunSpec",
         ):
-            model = {"data": DataConfig, "model": ModelConfig, "training": TrainingConfig}[
-                str(part)
-            ]
+            model = {
+                "data": DataConfig,
+                "model": TransformerConfig if arch == "transformer" else ModelConfig,
+                "training": TrainingConfig,
+            }[str(part)]
         else:
             return []
     return list(model.model_fields)
@@ -509,7 +715,7 @@ def register_config_model(model: type[BaseModel]) -> None:
     _MODELS[model.__name__] = model
 
 
-for _m in (RunSpec, DataConfig, ModelConfig, TrainingConfig):
+for _m in (RunSpec, DataConfig, ModelConfig, TransformerConfig, TrainingConfig):
     register_config_model(_m)
 
 

@@ -1,7 +1,11 @@
 """The experiment file (TOML): base sections ``[data]``, ``[model]``, ``[training]`` and
 ``[ablation]`` and a list ``[[models]]`` of variants; each variant deep-merges its own
-``data``/``model``/``training`` tables over the base and may name its own ``seeds``. Every
-variant × seed is one :class:`~attnstudy.config.RunSpec`: one trained model, one MLflow run.
+``data``/``model``/``training`` tables over the base and may name its own ``seeds``. A variant
+of another architecture than the base ``[model]`` (``model.architecture``, default ``rnn``)
+takes none of the base model keys: the base section describes models of its architecture. Every
+variant × seed is one :class:`~attnstudy.config.RunSpec`: one trained model, one MLflow run,
+labelled by the variant's ``name`` or its model (``additive-bahdanau``, ``transformer-L2H4``);
+two variants with one label in one task are refused.
 
 This module imports only the standard library, pydantic and the torch-free configuration and
 catalogue modules, so a usage error is reported before torch or mlflow are imported.
@@ -19,7 +23,6 @@ from .analysis.catalogue import AblationConfig
 from .config import (
     ConfigError,
     DataConfig,
-    ModelConfig,
     RunSpec,
     Seed,
     TrainingConfig,
@@ -29,6 +32,7 @@ from .config import (
     apply_overrides,
     check_tracking_uri,
     register_config_model,
+    validate_model_config,
 )
 
 
@@ -57,7 +61,7 @@ class ExperimentMeta(_Strict):
 class ModelVariant(_Strict):
     """One ``[[models]]`` entry: overrides over the base sections."""
 
-    name: str | None = None
+    name: str | None = Field(None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.\-]+$")
     seeds: list[Seed] | None = Field(None, min_length=1, max_length=1000)
     data: dict[str, Any] = Field(default_factory=dict)
     model: dict[str, Any] = Field(default_factory=dict)
@@ -79,18 +83,34 @@ class ExperimentConfig(_Strict):
             ConfigError: if a merged section is invalid (names the variant and the field).
         """
         specs: list[RunSpec] = []
+        seen: dict[str, int] = {}
+        base_arch = self.model.get("architecture", "rnn")
         for i, variant in enumerate(self.models):
             seeds = variant.seeds or self.experiment.seeds
+            arch = variant.model.get("architecture", base_arch)
             merged = {
                 "data": _deep_merge(self.data, variant.data),
-                "model": _deep_merge(self.model, variant.model),
+                "model": _deep_merge(self.model, variant.model)
+                if arch == base_arch
+                else dict(variant.model),
                 "training": _deep_merge(self.training, variant.training),
             }
+            label = None
             for seed in seeds:
                 try:
-                    specs.append(RunSpec(experiment=self.experiment.name, seed=seed, **merged))
+                    spec = RunSpec(
+                        experiment=self.experiment.name, seed=seed, variant=variant.name, **merged
+                    )
                 except ValidationError as err:
                     raise ConfigError(f"models[{i}]: {_describe(err)}") from None
+                specs.append(spec)
+                label = f"{spec.data.task}/{spec.label}"
+            if label in seen:
+                raise ConfigError(
+                    f"models[{i}] and models[{seen[label]}] are both {label}: give them different "
+                    'names (name = "…" in [[models]])'
+                )
+            seen[label] = i
         return specs
 
 
@@ -139,15 +159,17 @@ def parse_experiment(
     except ValidationError as err:
         raise ConfigError(f"{source}: {_describe(err)}") from None
     # the base sections must be valid on their own, so an error names the base, not a variant
-    for section, model in (
-        ("data", DataConfig),
-        ("model", ModelConfig),
-        ("training", TrainingConfig),
+    for section, validate in (
+        ("data", DataConfig.model_validate),
+        ("model", validate_model_config),
+        ("training", TrainingConfig.model_validate),
     ):
         try:
-            model.model_validate(getattr(cfg, section))
+            validate(getattr(cfg, section))
         except ValidationError as err:
             raise ConfigError(f"{source}: {_describe(err, section + '.')}") from None
+        except ValueError as err:
+            raise ConfigError(f"{source}: {err}") from None
     try:
         cfg.runs()
     except ConfigError as err:

@@ -64,11 +64,12 @@ class StudyData:
 
 
 def variant_name(tags: dict[str, str]) -> str:
-    """Model label used in figures: ``task attention-flow`` (+ ``seedN`` when not seed 1)."""
+    """Model label used in figures: ``task variant`` (``g2p additive-bahdanau``,
+    ``g2p transformer-L2H4``; runs from before the variant tag: attention-flow), + ``seedN`` when
+    not seed 1."""
     seed = tags.get(Tag.SEED, "")
-    return f"{tags.get(Tag.TASK, '?')} {tags.get(Tag.ATTENTION, '?')}-{tags.get(Tag.FLOW, '?')}" + (
-        f" seed{seed}" if seed and seed != "1" else ""
-    )
+    label = tags.get(Tag.VARIANT) or f"{tags.get(Tag.ATTENTION, '?')}-{tags.get(Tag.FLOW, '?')}"
+    return f"{tags.get(Tag.TASK, '?')} {label}" + (f" seed{seed}" if seed and seed != "1" else "")
 
 
 def latest_study(tracker: Tracker, experiment: str) -> str:

@@ -336,7 +336,11 @@ def train(
             logits = model(batch.src, batch.src_lengths, batch.tgt_in)
             n_tok = int((batch.tgt_out != PAD_ID).sum())
             loss = nn.functional.cross_entropy(
-                logits.transpose(1, 2), batch.tgt_out, ignore_index=PAD_ID, reduction="sum"
+                logits.transpose(1, 2),
+                batch.tgt_out,
+                ignore_index=PAD_ID,
+                reduction="sum",
+                label_smoothing=spec.training.label_smoothing,
             )
             optimizer.zero_grad(set_to_none=True)
             (loss / n_tok).backward()

@@ -10,11 +10,11 @@ from attnstudy.analysis.batch import AblationContext, PreparedBatch, prepare_bat
 from attnstudy.analysis.catalogue import AblationConfig, get_ablation, list_ablations
 from torch import nn
 
-from attnstudy.config import ModelConfig
+from attnstudy.config import ModelConfig, TransformerConfig
 from attnstudy.data.synthetic import symbols, synthetic_example
 from attnstudy.data.types import Example
 from attnstudy.data.vocab import Vocab
-from attnstudy.models import Trace, build_model
+from attnstudy.models import RecurrentTrace, build_model
 
 NAMES = symbols(5)
 VOCAB = Vocab.build([NAMES])
@@ -54,7 +54,21 @@ def tiny_model(
     dropout: float = 0.0,
     heads: int = 2,
 ):
+    """A tiny untrained model in eval mode: the recurrent family with ``flow`` "bahdanau" or
+    "luong", or a two-layer Transformer with ``flow="transformer"`` (``attention`` "multihead",
+    "uniform" or "none")."""
     torch.manual_seed(seed)
+    if flow == "transformer":
+        cfg = TransformerConfig(
+            architecture="transformer",
+            layers=2,
+            heads=heads,
+            d_model=8,
+            d_ff=16,
+            dropout=dropout,
+            attention=attention,
+        )
+        return build_model(cfg, len(VOCAB), len(VOCAB)).eval()
     cfg = ModelConfig(
         embedding_dim=4,
         encoder_hidden=3,
@@ -123,7 +137,7 @@ def hand_batch(
         examples = [
             Example(f"h/{i}", tuple("a" * n), tuple("a" * (t_y - 1))) for i, n in enumerate(lengths)
         ]
-    trace = Trace(
+    trace = RecurrentTrace(
         src=torch.full((b, t_x), 4),
         src_lengths=lengths_t,
         pad_mask=pad_mask,
@@ -131,7 +145,7 @@ def hand_batch(
         tgt_out=tgt,
         step_mask=torch.ones(b, t_y, dtype=torch.bool),
         logits=torch.zeros(b, t_y, len(VOCAB)),
-        attention=attention,
+        cross=attention.unsqueeze(1),
         prefix=torch.zeros(b, t_y, 1),
         memory=None,
         embedded=torch.zeros(b, t_x, 1),

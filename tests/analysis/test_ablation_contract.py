@@ -20,7 +20,13 @@ from attnstudy.analysis.catalogue import AblationConfig, get_ablation, list_abla
 from attnstudy.analysis.contract import capabilities
 from attnstudy.analysis.suite import run_suite
 
-MODELS = [("additive", "bahdanau"), ("multihead", "luong"), ("none", "bahdanau")]
+MODELS = [
+    ("additive", "bahdanau"),
+    ("multihead", "luong"),
+    ("none", "bahdanau"),
+    ("multihead", "transformer"),
+    ("none", "transformer"),
+]
 
 
 def _cfg(name: str) -> AblationConfig:
@@ -61,7 +67,9 @@ CASES = [(n, a, f) for n in list_ablations() for a, f in MODELS]
 
 
 @pytest.mark.parametrize(
-    ("name", "attention", "flow"), CASES, ids=[f"{n}-{a}" for n, a, _ in CASES]
+    ("name", "attention", "flow"),
+    CASES,
+    ids=[f"{n}-{a}" + ("-transformer" if f == "transformer" else "") for n, a, f in CASES],
 )
 def test_every_ablation_keeps_the_contract(name, attention, flow):
     model = _model(attention, flow)

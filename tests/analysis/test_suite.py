@@ -15,7 +15,11 @@ from attnstudy.analysis.suite import METRIC_NAME, SuiteResult, run_suite, summar
 
 def _cfg(**kw) -> AblationConfig:
     base = dict(
-        n_permutations=8, n_random_orders=2, bootstrap_resamples=50, seed=5, ablations=FAST_ABLATIONS
+        n_permutations=8,
+        n_random_orders=2,
+        bootstrap_resamples=50,
+        seed=5,
+        ablations=FAST_ABLATIONS,
     )
     return AblationConfig(**{**base, **kw})
 
@@ -53,6 +57,7 @@ def test_suite_on_a_tiny_untrained_model():
         "prefix",
         "step",
         "layer",
+        "head",
         "src_len",
         "target_token",
         "predicted_token",

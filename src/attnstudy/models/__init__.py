@@ -2,15 +2,21 @@
 
 from .attention import ATTENTIONS, Attention, Memory, masked_softmax
 from .build import build_model
-from .seq2seq import Decoded, Seq2Seq, Trace, eval_mode
+from .seq2seq import RecurrentTrace, Seq2Seq
+from .trace import ALL, Decoded, Trace, eval_mode
+from .transformer import Transformer, TransformerTrace
 
 __all__ = [
+    "ALL",
     "ATTENTIONS",
     "Attention",
     "Decoded",
     "Memory",
+    "RecurrentTrace",
     "Seq2Seq",
     "Trace",
+    "Transformer",
+    "TransformerTrace",
     "build_model",
     "eval_mode",
     "masked_softmax",

@@ -177,25 +177,37 @@ class MultiHeadAttention(Attention):
     r"""Vaswani et al. (2017), eq. (1)–(2): scaled dot-product attention with h heads,
 
     :math:`\mathrm{head}_i = \mathrm{softmax}(Q W_i^Q (K W_i^K)^\top / \sqrt{d_k}) V W_i^V`,
-    context :math:`= [\mathrm{head}_1; …; \mathrm{head}_h] W^O` (no W^O when h = 1,
-    the ``scaled_dot`` score). ``memory.keys``: (B, H, T_x, d_k); values (B, H, T_x, d_k).
+    context :math:`= [\mathrm{head}_1; …; \mathrm{head}_h] W^O` (no W^O when h = 1, the
+    ``scaled_dot`` score). Queries and keys have d_k per head, values d_v per head (untied: the
+    query/key/value lesson's d_k = 3, d_v = 7); both default to ``attention_dim // heads``.
+    ``memory.keys``: (B, H, T_x, d_k); values (B, H, T_x, d_v); the context has H·d_v entries.
     """
 
-    def __init__(self, query_size: int, key_size: int, attention_dim: int, heads: int = 1):
+    def __init__(
+        self,
+        query_size: int,
+        key_size: int,
+        attention_dim: int,
+        heads: int = 1,
+        key_dim: int | None = None,
+        value_dim: int | None = None,
+    ):
         super().__init__(query_size, key_size)
-        if attention_dim % heads:
+        if (key_dim is None or value_dim is None) and attention_dim % heads:
             raise ValueError(f"attention_dim {attention_dim} is not divisible by heads {heads}")
         self.heads = heads
-        self.d_k = attention_dim // heads
-        self.q_proj = nn.Linear(query_size, attention_dim, bias=False)
-        self.k_proj = nn.Linear(key_size, attention_dim, bias=False)
-        self.v_proj = nn.Linear(key_size, attention_dim, bias=False)
-        self.out_proj = nn.Linear(attention_dim, attention_dim, bias=False) if heads > 1 else None
-        self.context_size = attention_dim
+        self.d_k = key_dim or attention_dim // heads
+        self.d_v = value_dim or attention_dim // heads
+        self.q_proj = nn.Linear(query_size, heads * self.d_k, bias=False)
+        self.k_proj = nn.Linear(key_size, heads * self.d_k, bias=False)
+        self.v_proj = nn.Linear(key_size, heads * self.d_v, bias=False)
+        out = heads * self.d_v
+        self.out_proj = nn.Linear(out, out, bias=False) if heads > 1 else None
+        self.context_size = out
 
-    def _split(self, x: Tensor) -> Tensor:  # (B, T, A) -> (B, H, T, d_k)
+    def _split(self, x: Tensor) -> Tensor:  # (B, T, H·d) -> (B, H, T, d)
         b, t, _ = x.shape
-        return x.view(b, t, self.heads, self.d_k).transpose(1, 2)
+        return x.view(b, t, self.heads, -1).transpose(1, 2)
 
     def memory(self, encoder_states: Tensor, pad_mask: Tensor) -> Memory:
         return Memory(
@@ -213,6 +225,43 @@ class MultiHeadAttention(Attention):
         return self.out_proj(ctx) if self.out_proj is not None else ctx
 
 
+class MultiHeadGeneralAttention(Attention):
+    r"""Luong's ``general`` score per head (the multi-head exercise of the Bahdanau/Luong lesson):
+    the query q_t and each key k_j are split into H equal groups, head h scores
+    :math:`e_{thj} = q_{t,h}^\top W_h k_{j,h}` (:math:`W_h`: (d_q/H) × (d_k/H)), and its context is
+    :math:`\sum_j α_{thj} k_{j,h}`; the heads' contexts are concatenated (d_k in all). With one
+    head this is exactly ``general`` (W_1 = W).
+
+    ``memory.keys``: (B, H, T_x, d_q/H) = W_h k_{j,h}; values (B, H, T_x, d_k/H).
+    """
+
+    def __init__(self, query_size: int, key_size: int, heads: int):
+        super().__init__(query_size, key_size)
+        if query_size % heads or key_size % heads:
+            raise ValueError(
+                f"multihead_general needs the query size ({query_size}) and the key size "
+                f"({key_size}) divisible by heads ({heads})"
+            )
+        self.heads = heads
+        self.key_proj = nn.Parameter(
+            torch.empty(heads, query_size // heads, key_size // heads).uniform_(
+                -1 / math.sqrt(key_size // heads), 1 / math.sqrt(key_size // heads)
+            )
+        )
+
+    def _split(self, x: Tensor) -> Tensor:  # (B, T, H·d) -> (B, H, T, d)
+        b, t, _ = x.shape
+        return x.view(b, t, self.heads, -1).transpose(1, 2)
+
+    def memory(self, encoder_states: Tensor, pad_mask: Tensor) -> Memory:
+        values = self._split(encoder_states)  # (B, H, T_x, d_k/H)
+        keys = torch.einsum("bhxk,hqk->bhxq", values, self.key_proj)
+        return Memory(keys, values, pad_mask)
+
+    def scores(self, query: Tensor, memory: Memory) -> Tensor:
+        return torch.matmul(self._split(query), memory.keys.transpose(-1, -2))
+
+
 class UniformAttention(Attention):
     """Baseline: fixed weights 1/T_x over valid positions (Wiegreffe & Pinter 2019, §3)."""
 
@@ -226,8 +275,13 @@ ATTENTIONS = {
     "dot": lambda q, k, cfg: DotAttention(q, k),
     "general": lambda q, k, cfg: GeneralAttention(q, k),
     "concat": lambda q, k, cfg: ConcatAttention(q, k, cfg.attention_dim),
-    "scaled_dot": lambda q, k, cfg: MultiHeadAttention(q, k, cfg.attention_dim, heads=1),
-    "multihead": lambda q, k, cfg: MultiHeadAttention(q, k, cfg.attention_dim, heads=cfg.heads),
+    "scaled_dot": lambda q, k, cfg: MultiHeadAttention(
+        q, k, cfg.attention_dim, 1, cfg.attention_key_dim, cfg.attention_value_dim
+    ),
+    "multihead": lambda q, k, cfg: MultiHeadAttention(
+        q, k, cfg.attention_dim, cfg.heads, cfg.attention_key_dim, cfg.attention_value_dim
+    ),
+    "multihead_general": lambda q, k, cfg: MultiHeadGeneralAttention(q, k, cfg.heads),
     "uniform": lambda q, k, cfg: UniformAttention(q, k),
     "none": lambda q, k, cfg: None,
 }

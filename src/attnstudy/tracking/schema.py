@@ -30,6 +30,10 @@ class Tag:
     TASK = "task"
     ATTENTION = "attention"
     FLOW = "flow"
+    ARCHITECTURE = "architecture"
+    LAYERS = "layers"
+    HEADS = "heads"
+    VARIANT = "variant"  # the variant label: its [[models]] name, else additive-bahdanau, transformer-L2H4
     SEED = "seed"
     GIT_COMMIT = "git_commit"
     SCHEMA_VERSION = "schema_version"

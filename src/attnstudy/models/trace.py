@@ -1,0 +1,215 @@
+"""What a teacher-forced pass returns, for every model family: :class:`Trace` and its selectors.
+
+A trace holds the cross-attention of every decoder layer, ``(B, L, H, T_y, T_x)`` (L = 1 for the
+recurrent family), and a selector of the *analysed unit*: one layer or all layers at once
+(:data:`ALL`), and all heads jointly or one head. The ablations see only :attr:`Trace.attention`,
+the analysed rows ``(B, H', T_y, T_x)``:
+
+* one layer, all heads: H' = H, that layer's rows;
+* all layers at once: H' = L·H, the layers' heads side by side (layer-major), so an ablation
+  that treats heads independently (a permutation per head, the max of each head erased) treats
+  every (layer, head) row independently, and the head mean is the layer-and-head mean;
+* one layer, one head: H' = 1; a replacement for it keeps the other heads' own rows
+  (:meth:`Trace.expand_heads`).
+
+Each family subclasses :class:`Trace` with the state its local intervention needs and overrides
+:meth:`Trace.select` to carry that state.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
+
+import torch
+from torch import Tensor, nn
+
+ALL = -1
+"""Selector value: all layers at once (``layer``) or all heads jointly (``head``)."""
+
+
+@dataclass(kw_only=True)
+class Trace:
+    """A teacher-forced pass over a target prefix (satisfies
+    :class:`attnstudy.analysis.contract.AttentionTrace`).
+
+    Attributes:
+        src: long (B, T_x); src_lengths: long (B,); pad_mask: bool (B, T_x), True at padding.
+        tgt_in: long (B, T_y), BOS + prefix; tgt_out: long (B, T_y), prefix + EOS.
+        step_mask: bool (B, T_y), True at real (non-padding) steps.
+        logits: (B, T_y, V).
+        cross: (B, L, H, T_y, T_x) cross-attention of every decoder layer, rows summing to 1,
+            exactly 0 at padding; None for a model without cross-attention.
+        embedded: the source embeddings used, (B, T_x, E) (a leaf when gradients were asked for).
+        layer: the analysed layer, 0 ≤ layer < L, or :data:`ALL`.
+        head: the analysed head, 0 ≤ head < H, or :data:`ALL` (all heads jointly).
+    """
+
+    src: Tensor
+    src_lengths: Tensor
+    pad_mask: Tensor
+    tgt_in: Tensor
+    tgt_out: Tensor
+    step_mask: Tensor
+    logits: Tensor
+    cross: Tensor | None
+    embedded: Tensor
+    layer: int = 0
+    head: int = ALL
+
+    @property
+    def cross_attention(self) -> Tensor | None:
+        """(B, L, H, T_y, T_x): every layer's cross-attention."""
+        return self.cross
+
+    @property
+    def n_layers(self) -> int:
+        """L, the decoder layers with cross-attention (1 without any)."""
+        return 1 if self.cross is None else self.cross.size(1)
+
+    @property
+    def n_heads(self) -> int:
+        """H, heads per layer (1 without cross-attention)."""
+        return 1 if self.cross is None else self.cross.size(2)
+
+    @property
+    def unit_attention(self) -> Tensor | None:
+        """(B, H_u, T_y, T_x): every head of the analysed layer(s), H_u = H (one layer) or L·H
+        (:data:`ALL`, layer-major), before any head selection."""
+        if self.cross is None:
+            return None
+        if self.layer == ALL:
+            return self.cross.flatten(1, 2)
+        return self.cross[:, self.layer]
+
+    @property
+    def attention(self) -> Tensor | None:
+        """(B, H', T_y, T_x): the analysed rows (see the module docstring); None without
+        cross-attention."""
+        unit = self.unit_attention
+        if unit is None or self.head == ALL:
+            return unit
+        return unit[:, self.head : self.head + 1]
+
+    def with_layer(self, layer: int | str) -> Trace:
+        """The same trace analysing another layer: an index (negative counts from the top) or
+        ``"all"``/:data:`ALL` for all layers at once (with one layer, the same as layer 0).
+
+        Raises:
+            ValueError: no such layer, or ``"all"`` with one head selected.
+        """
+        n = self.n_layers
+        if layer in ("all", ALL) and not isinstance(layer, bool):
+            if n == 1:
+                return replace(self, layer=0)
+            if self.head != ALL:
+                raise ValueError("one head of all layers at once is not defined; analyse a layer")
+            return replace(self, layer=ALL)
+        if not isinstance(layer, int):
+            raise ValueError(f"layer must be an index or 'all', got {layer!r}")
+        index = layer + n if layer < 0 else layer
+        if not 0 <= index < n:
+            raise ValueError(
+                f"layer {layer} out of range: the model has {n} layer(s) of cross-attention"
+            )
+        return self if index == self.layer else replace(self, layer=index)
+
+    def with_head(self, head: int | str) -> Trace:
+        """The same trace analysing one head (the others keep their rows under an intervention)
+        or all heads jointly (``"all"``/:data:`ALL`).
+
+        Raises:
+            ValueError: no such head, or one head while all layers are analysed at once.
+        """
+        if head in ("all", ALL) and not isinstance(head, bool):
+            return replace(self, head=ALL)
+        if not isinstance(head, int) or not 0 <= head < self.n_heads:
+            raise ValueError(f"head {head!r} out of range: the model has {self.n_heads} head(s)")
+        if self.layer == ALL:
+            raise ValueError("one head of all layers at once is not defined; analyse a layer")
+        return replace(self, head=head)
+
+    def expand_heads(self, weights: Tensor) -> Tensor:
+        """Replacement rows for the analysed rows → rows for every head of the analysed layer(s).
+
+        Args:
+            weights: (B, P, H', T_y, T_x), replacements of :attr:`attention`'s rows.
+
+        Returns:
+            (B, P, H_u, T_y, T_x): ``weights`` itself when all heads are analysed; otherwise the
+            layer's own rows with the analysed head's replaced.
+        """
+        if self.head == ALL:
+            return weights
+        unit = self.unit_attention
+        b, p = weights.shape[:2]
+        full = unit.unsqueeze(1).expand(b, p, *unit.shape[1:]).clone()
+        full[:, :, self.head] = weights[:, :, 0]
+        return full
+
+    def _pick(self, rows: Tensor, t: slice) -> dict:
+        """The common fields of a subset of batch rows and a window of steps (for subclasses'
+        :meth:`select`)."""
+
+        def pick(x):
+            return None if x is None else x.index_select(0, rows)
+
+        return dict(
+            src=pick(self.src),
+            src_lengths=pick(self.src_lengths),
+            pad_mask=pick(self.pad_mask),
+            tgt_in=pick(self.tgt_in)[:, t],
+            tgt_out=pick(self.tgt_out)[:, t],
+            step_mask=pick(self.step_mask)[:, t],
+            logits=pick(self.logits)[:, t],
+            cross=None if self.cross is None else pick(self.cross)[:, :, :, t],
+            embedded=pick(self.embedded),
+            layer=self.layer,
+            head=self.head,
+        )
+
+    def select(self, rows: Tensor, start: int = 0, stop: int | None = None) -> Trace:
+        """The trace of a subset of batch rows (long (B',)) and a window of decoder steps
+        ``[start, stop)`` — still a valid trace for local interventions of those steps."""
+        raise NotImplementedError
+
+    def _window(self, start: int, stop: int | None) -> slice:
+        return slice(start, self.tgt_in.size(1) if stop is None else stop)
+
+
+def field_names(cls) -> list[str]:
+    """The dataclass field names of a trace class (for tests and subclasses)."""
+    return [f.name for f in fields(cls)]
+
+
+@dataclass
+class Decoded:
+    """Output of ``decode``.
+
+    Attributes:
+        tokens: long (B, T), emitted tokens, PAD after EOS.
+        lengths: long (B,), number of tokens up to and including EOS (or T if none).
+        logits: (B, T, V).
+        attention: (B, H', T, T_x) of the analysed rows actually used, or None.
+    """
+
+    tokens: Tensor
+    lengths: Tensor
+    logits: Tensor
+    attention: Tensor | None
+
+
+@contextmanager
+def eval_mode(model: nn.Module):
+    """Run in ``eval()`` mode and restore the previous mode afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+def causal_mask(t: int, device=None) -> Tensor:
+    """bool (T, T), True above the diagonal: position i may not attend to j > i."""
+    return torch.ones(t, t, dtype=torch.bool, device=device).triu(1)
