@@ -130,7 +130,12 @@ def prepare_batches(
         yield PreparedBatch(chunk, trace, prefix, src_vocab, tgt_vocab)
 
 
-def analysis_units(trace: Trace, layers, heads: str = "all") -> list[tuple[int, int]]:
+def table_index(selector: int | str) -> int:
+    """A layer or head selector as the tables write it: the index, or −1 for :data:`ALL`."""
+    return -1 if selector == ALL else int(selector)
+
+
+def analysis_units(trace: Trace, layers, heads: str = "all") -> list[tuple[int | str, int | str]]:
     """The (layer, head) units the battery analyses on a model, from ``ablation.layers`` and
     ``ablation.heads``; :data:`~attnstudy.models.ALL` marks all layers at once / all heads jointly.
 
@@ -171,7 +176,7 @@ def analysis_units(trace: Trace, layers, heads: str = "all") -> list[tuple[int, 
     return list(dict.fromkeys(units))
 
 
-def unit_batch(batch: PreparedBatch, layer: int, head: int) -> PreparedBatch:
+def unit_batch(batch: PreparedBatch, layer: int | str, head: int | str) -> PreparedBatch:
     """The batch analysing one (layer, head) unit (see :func:`analysis_units`)."""
     tr = batch.trace
     if tr.cross_attention is None:
@@ -236,8 +241,8 @@ def base_table(batch: PreparedBatch) -> pd.DataFrame:
     rows = {
         "example_id": [batch.examples[b].id for b in b_idx.tolist()],
         "step": t_idx.numpy(),
-        "layer": np.full(len(b_idx), getattr(tr, "layer", 0), dtype=np.int64),
-        "head": np.full(len(b_idx), getattr(tr, "head", ALL), dtype=np.int64),
+        "layer": np.full(len(b_idx), table_index(getattr(tr, "layer", 0)), dtype=np.int64),
+        "head": np.full(len(b_idx), table_index(getattr(tr, "head", ALL)), dtype=np.int64),
         "src_len": tr.src_lengths[b_idx].numpy(),
         "target_token": [itos[i] for i in tr.tgt_out[b_idx, t_idx].tolist()],
         "predicted_token": [itos[i] for i in pred[b_idx, t_idx].tolist()],

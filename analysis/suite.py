@@ -28,11 +28,18 @@ from scipy import stats
 
 from attnstudy.data.types import Example
 from attnstudy.data.vocab import Vocab
-from attnstudy.models import eval_mode
+from attnstudy.models import ALL, eval_mode
 from attnstudy.progress import Progress
 from attnstudy.signals import check_interrupt
 
-from .batch import AblationContext, analysis_units, base_table, prepare_batches, unit_batch
+from .batch import (
+    AblationContext,
+    analysis_units,
+    base_table,
+    prepare_batches,
+    table_index,
+    unit_batch,
+)
 from .catalogue import AblationConfig, AblationSpec, get_ablation
 from .contract import capabilities
 
@@ -40,7 +47,6 @@ BOOTSTRAP_ELEMENTS = 1_000_000
 """Resampled values per vectorised bootstrap call (≈ 8 MB per array), whatever the number of examples."""
 METRIC_NAME = re.compile(r"^[A-Za-z0-9_/.\-]+$")
 KEYS = ["example_id", "prefix", "layer", "head", "step"]
-ALL = -1  # a unit's layer or head: all at once (attnstudy.models.ALL)
 
 
 @dataclass
@@ -146,9 +152,9 @@ def run_suite(
 
         info = {"config": cfg.resolved(), "version": __version__, "commit": git_commit()}
     sink = _StepSink(table_path, info)
-    sums: dict[tuple[int, int], list[pd.DataFrame]] = {}
-    example_parts: dict[tuple[int, int], dict[str, list[pd.DataFrame]]] = {}
-    units: list[tuple[int, int]] | None = None
+    sums: dict[tuple, list[pd.DataFrame]] = {}
+    example_parts: dict[tuple, dict[str, list[pd.DataFrame]]] = {}
+    units: list[tuple] | None = None
     try:
         with eval_mode(model):
             for prefix, names in groups.items():
@@ -217,21 +223,21 @@ def run_suite(
                     for k, v in unit_summary.items()
                 }
             )
-            per_unit.insert(1, "layer", unit[0])
-            per_unit.insert(2, "head", unit[1])
+            per_unit.insert(1, "layer", table_index(unit[0]))
+            per_unit.insert(2, "head", table_index(unit[1]))
         frames.append(per_unit)
     per_example = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     return SuiteResult(table, per_example, summary, skipped)
 
 
-def _unit(unit: tuple[int, int]) -> str:
+def _unit(unit: tuple) -> str:
     """A unit's name in metric keys: ``layer1``, ``layer1/head2``, ``all_layers``."""
     layer, head = unit
     name = "all_layers" if layer == ALL else f"layer{layer}"
     return name if head == ALL else f"{name}/head{head}"
 
 
-def _primary(units: list[tuple[int, int]]) -> tuple[int, int]:
+def _primary(units: list[tuple]) -> tuple:
     """The unit whose metrics also go under the plain ``ablation/<name>/<stat>`` keys: the top
     analysed layer with all heads jointly if analysed, else the first unit."""
     joint = [u for u in units if u[1] == ALL and u[0] != ALL]

@@ -7,6 +7,7 @@ FLOPs are counted analytically from the layer sizes (2·m·n·k per matrix produ
 * per replacement row, forward: the context (2 · n_valid · context size), and the output layers
   of the flow — Bahdanau: GRU/LSTM cell (2 · (|W_ih| + |W_hh|)), readout (2 · |W_r|), output
   (2 · |W_o|); Luong: combine (2 · |W_c|), output (2 · |W_o|);
+  Transformer (last layer analysed): W^O, the feed-forward and the output projection;
 * adversarial backward (gradients w.r.t. the candidate weights only, parameters frozen): the
   input-gradient product of every layer on the path from the context to the loss — output,
   readout or combine, the cell's input weights (not W_hh: the prefix state needs no gradient) and
@@ -41,7 +42,21 @@ TARGET_ADV = 0.30
 
 
 def layer_flops(model) -> dict[str, float]:
-    """Per-row matmul FLOPs of the output layers, split into the parts the formulas need."""
+    """Per-row matmul FLOPs of the output layers, split into the parts the formulas need.
+
+    Transformer (last layer analysed): the cross-attention's W^O (2·d²), the feed-forward
+    (2 · 2·d·d_ff) and the output projection (2·d·V) forward; backward (gradients w.r.t. the
+    weights only) the same products; context 2·d per valid source position.
+    """
+    if getattr(model, "decoder_layers", None) is not None:
+        top = model.decoder_layers[-1]
+        ff = sum(m.weight.numel() for m in top.ff.net if isinstance(m, torch.nn.Linear))
+        fwd = (
+            2.0 * top.cross_attn.out_proj.weight.numel()
+            + 2.0 * ff
+            + 2.0 * model.output.weight.numel()
+        )
+        return {"forward": fwd, "backward": fwd, "context": 2.0 * model.d_model}
     dec = model.decoder
     rnn = {n: p for n, p in dec.rnn.named_parameters() if n.startswith("weight")}
     w_ih = sum(p.numel() for n, p in rnn.items() if "weight_ih" in n)
@@ -147,7 +162,7 @@ def run(args) -> dict:
     peak = common.mm_rate(mm_n, threads, repeats=2 if args.smoke else 3)
     cfg = common.ablation_cfg(n_permutations=p_count, seed=0)
     rows, sections, notes, out = [], [], [], {}
-    for flow in common.FLOWS:
+    for flow in common.KERNELS:
         bm = common.get_model(args, flow)
         notes.append(f"model {flow}: {bm.origin}")
         batches = common.prepared(bm, max(n_words, n_adv), prefix, batch_size=32)
@@ -221,7 +236,7 @@ def run(args) -> dict:
             )
         )
     sections.insert(0, ("", common.table(rows)))
-    for flow in common.FLOWS:
+    for flow in common.KERNELS:
         fp, fa = out[(flow, "perm")], out[(flow, "adv")]
         notes.append(
             f"{flow}: permutation kernel {100 * fp:.1f} % of mm (target ≥ 50 %, "

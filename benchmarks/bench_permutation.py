@@ -14,6 +14,8 @@ and the same permutations (generator per (seed, example, step, "permutation")):
   encoder and the decoder from the start, ``fn`` replacing only step t's row, and step t's
   logits are read.
 
+Models: both recurrent flows and the Transformer (its last layer's cross-attention, all heads).
+
 All three must agree to ≤ 1e-6. Targets: naive / fast ≥ 30×, per-step / fast ≥ 3×. The naive
 reference costs minutes per flow at 500 words, so (to keep ``make bench`` under 30 minutes) it
 runs on the first three batches (96 words) and is compared with the fast path timed on the same
@@ -127,10 +129,20 @@ def naive_loop(model, batch: PreparedBatch, cfg) -> pd.DataFrame:
                     return row if s == t else w
 
                 out = model.decode(
-                    tr.src, tr.src_lengths, t + 1, prefix=tr.tgt_in[:, : t + 1], intervene=fn
+                    tr.src,
+                    tr.src_lengths,
+                    t + 1,
+                    prefix=tr.tgt_in[:, : t + 1],
+                    intervene=fn,
+                    **_unit(tr),
                 )
                 probs[:, p, t] = torch.softmax(out.logits[:, t], -1)
     return _reduce(batch, probs, base, perm)
+
+
+def _unit(trace) -> dict:
+    """``decode``'s layer selector for a multi-layer model (the analysed layer)."""
+    return {"layer": trace.layer} if trace.n_layers > 1 else {}
 
 
 def fast_path(model, batch: PreparedBatch, cfg) -> pd.DataFrame:
@@ -165,7 +177,7 @@ def run(args) -> dict:
     cfg = common.ablation_cfg(n_permutations=p_count, seed=0)
     rows, checks = [], {}
     origins = {}
-    for flow in common.FLOWS:
+    for flow in common.KERNELS:
         bm = common.get_model(args, flow)
         origins[flow] = bm.origin
         batches = common.prepared(bm, n_words, prefix, batch_size=32)
@@ -188,7 +200,7 @@ def run(args) -> dict:
         checks[flow] = (d_step, d_naive)
         rows.append(
             {
-                "flow": f"{flow} ({common.FLOWS[flow]})",
+                "flow": f"{flow} ({common.KERNELS[flow]})",
                 "words": n_words,
                 "permuted steps": steps,
                 "P": p_count,

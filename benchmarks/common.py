@@ -47,6 +47,11 @@ QUICKSTART_MODEL = dict(
 
 FLOWS = {"bahdanau": "additive", "luong": "general"}
 """Decoder flow → the attention score it is paired with in the quickstart experiment."""
+QUICKSTART_TRANSFORMER = dict(layers=2, heads=4, d_model=64, d_ff=256, dropout=0.1)
+"""The quickstart's Transformer (its G2P variant)."""
+KERNELS = {**FLOWS, "transformer": "multihead"}
+"""The model families the permutation and FLOP-rate benchmarks time: both recurrent flows and
+the Transformer (key ``transformer``, its last layer analysed)."""
 
 
 # ----------------------------------------------------------------------------- arguments
@@ -294,11 +299,15 @@ def run_spec(
     bucket: bool = True,
     **data_overrides,
 ):
-    """A RunSpec with the quickstart sizes for ``flow`` (its quickstart attention score)."""
-    from attnstudy.config import DataConfig, ModelConfig, RunSpec, TrainingConfig
+    """A RunSpec with the quickstart sizes for ``flow`` (its quickstart attention score), or the
+    quickstart's Transformer for ``flow="transformer"``."""
+    from attnstudy.config import DataConfig, ModelConfig, RunSpec, TrainingConfig, TransformerConfig
 
     data = DataConfig(task=task, n_train=n_train, n_dev=n_dev, n_test=n_test, **data_overrides)
-    model = ModelConfig(attention=FLOWS[flow], flow=flow, **QUICKSTART_MODEL)
+    if flow == "transformer":
+        model = TransformerConfig(architecture="transformer", **QUICKSTART_TRANSFORMER)
+    else:
+        model = ModelConfig(attention=FLOWS[flow], flow=flow, **QUICKSTART_MODEL)
     training = TrainingConfig(
         epochs=epochs, batch_size=64, lr=0.003, patience=3, bucket_batches=bucket
     )
@@ -332,7 +341,7 @@ def get_model(
         from attnstudy.api import load_model
 
         _, loaded = load_model(args.model_uri)
-        if loaded.spec.model.flow == flow:
+        if getattr(loaded.spec.model, "flow", loaded.spec.model.architecture) == flow:
             splits, _, _ = load_data(loaded.spec)
             loaded.model.eval()
             return BenchModel(

@@ -34,7 +34,7 @@ def test_permutation_paths_agree(results):
     from benchmarks import bench_permutation
 
     out = bench_permutation.main(smoke(results))
-    assert set(out["checks"]) == {"bahdanau", "luong"}
+    assert set(out["checks"]) == {"bahdanau", "luong", "transformer"}
     for d_step, d_naive in out["checks"].values():
         assert d_step <= 1e-6 and d_naive <= 1e-6
     assert all(r["permuted steps"] > 0 for r in out["rows"])
@@ -71,7 +71,7 @@ def test_flops_fractions_are_finite(results):
 
 
 def test_flop_count_of_the_layers():
-    from attnstudy.config import ModelConfig
+    from attnstudy.config import ModelConfig, TransformerConfig
     from attnstudy.models import build_model
     from benchmarks.bench_flops import layer_flops
 
@@ -83,6 +83,11 @@ def test_flop_count_of_the_layers():
     assert bah["context"] == 2 * 128
     lu = layer_flops(build_model(ModelConfig(attention="general", flow="luong", **kw), 30, 43))
     assert lu["forward"] == lu["backward"] == 2 * 128 * 256 + 2 * 43 * 128
+    tf = TransformerConfig(architecture="transformer", layers=2, heads=4, d_model=64, d_ff=256)
+    fl = layer_flops(build_model(tf, 30, 43))
+    # W^O: 2·64·64; feed-forward: 2·(64·256 + 256·64); output: 2·43·64
+    assert fl["forward"] == fl["backward"] == 2 * 64 * 64 + 2 * 2 * 64 * 256 + 2 * 43 * 64
+    assert fl["context"] == 2 * 64
 
 
 def test_scaling_runs_children(results):

@@ -8,7 +8,7 @@ import torch
 from attnstudy.analysis.catalogue import AblationSpec, Stat
 
 from attnstudy.metrics import edit_distance
-from attnstudy.models import Seq2Seq, eval_mode
+from attnstudy.models import ALL, Seq2Seq, eval_mode
 
 from .._chunks import require_attention
 from ..batch import AblationContext, PreparedBatch, step_generator
@@ -90,8 +90,8 @@ def run(
 
     # the analysed unit: a model with one layer and all heads analysed needs no selector
     unit = {}
-    if tr.cross_attention.size(1) > 1 or getattr(tr, "head", -1) != -1:
-        unit = {"layer": tr.layer, "head": getattr(tr, "head", -1)}
+    if tr.cross_attention.size(1) > 1 or getattr(tr, "head", ALL) != ALL:
+        unit = {"layer": tr.layer, "head": getattr(tr, "head", ALL)}
     with eval_mode(model), torch.no_grad():
         orig = model.decode(tr.src, tr.src_lengths, max_len)
         pert = model.decode(tr.src, tr.src_lengths, max_len, intervene=intervene, **unit)

@@ -54,8 +54,8 @@ class Decoding:
         max_len: int,
         prefix: Tensor | None = None,
         intervene: Intervention | None = None,
-        layer: int = ALL,
-        head: int = ALL,
+        layer: int | str = ALL,
+        head: int | str = ALL,
     ) -> Decoded:
         """Greedy (free-running) or teacher-forced decoding, optionally intervening at every step.
 

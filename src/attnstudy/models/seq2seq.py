@@ -245,7 +245,7 @@ class Seq2Seq(Decoding, nn.Module):
         return _RecurrentState(state, memory)
 
     def advance(
-        self, y: Tensor, state: _RecurrentState, t: int, intervene=None, layer: int = ALL
+        self, y: Tensor, state: _RecurrentState, t: int, intervene=None, layer: int | str = ALL
     ) -> tuple[Tensor, Tensor | None, _RecurrentState]:
         """One decoder step from the previous token ``y`` (long (N,)).
 

@@ -24,8 +24,9 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch import Tensor, nn
 
-ALL = -1
-"""Selector value: all layers at once (``layer``) or all heads jointly (``head``)."""
+ALL = "all"
+"""Selector value: all layers at once (``layer``) or all heads jointly (``head``); integer
+selectors are indices, negative ones counting from the top. Tables write it as −1."""
 
 
 @dataclass(kw_only=True)
@@ -41,7 +42,7 @@ class Trace:
         cross: (B, L, H, T_y, T_x) cross-attention of every decoder layer, rows summing to 1,
             exactly 0 at padding; None for a model without cross-attention.
         embedded: the source embeddings used, (B, T_x, E) (a leaf when gradients were asked for).
-        layer: the analysed layer, 0 ≤ layer < L, or :data:`ALL`.
+        layer: the analysed layer, 0 ≤ layer < L, or :data:`ALL` (``"all"``).
         head: the analysed head, 0 ≤ head < H, or :data:`ALL` (all heads jointly).
     """
 
@@ -54,8 +55,8 @@ class Trace:
     logits: Tensor
     cross: Tensor | None
     embedded: Tensor
-    layer: int = 0
-    head: int = ALL
+    layer: int | str = 0
+    head: int | str = ALL
 
     @property
     def cross_attention(self) -> Tensor | None:
@@ -93,19 +94,19 @@ class Trace:
 
     def with_layer(self, layer: int | str) -> Trace:
         """The same trace analysing another layer: an index (negative counts from the top) or
-        ``"all"``/:data:`ALL` for all layers at once (with one layer, the same as layer 0).
+        :data:`ALL` for all layers at once (with one layer, the same as layer 0).
 
         Raises:
-            ValueError: no such layer, or ``"all"`` with one head selected.
+            ValueError: no such layer, or :data:`ALL` with one head selected.
         """
         n = self.n_layers
-        if layer in ("all", ALL) and not isinstance(layer, bool):
+        if layer == ALL:
             if n == 1:
                 return replace(self, layer=0)
             if self.head != ALL:
                 raise ValueError("one head of all layers at once is not defined; analyse a layer")
             return replace(self, layer=ALL)
-        if not isinstance(layer, int):
+        if not isinstance(layer, int) or isinstance(layer, bool):
             raise ValueError(f"layer must be an index or 'all', got {layer!r}")
         index = layer + n if layer < 0 else layer
         if not 0 <= index < n:
@@ -116,14 +117,14 @@ class Trace:
 
     def with_head(self, head: int | str) -> Trace:
         """The same trace analysing one head (the others keep their rows under an intervention)
-        or all heads jointly (``"all"``/:data:`ALL`).
+        or all heads jointly (:data:`ALL`).
 
         Raises:
             ValueError: no such head, or one head while all layers are analysed at once.
         """
-        if head in ("all", ALL) and not isinstance(head, bool):
-            return replace(self, head=ALL)
-        if not isinstance(head, int) or not 0 <= head < self.n_heads:
+        if head == ALL:
+            return self if self.head == ALL else replace(self, head=ALL)
+        if not isinstance(head, int) or isinstance(head, bool) or not 0 <= head < self.n_heads:
             raise ValueError(f"head {head!r} out of range: the model has {self.n_heads} head(s)")
         if self.layer == ALL:
             raise ValueError("one head of all layers at once is not defined; analyse a layer")

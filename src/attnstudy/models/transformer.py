@@ -343,9 +343,26 @@ class Transformer(Decoding, nn.Module):
         self.decoder_norm = nn.LayerNorm(d_model) if pre else None
         self.bridge = nn.Linear(d_model, d_model) if attention == "none" else None
         self.output = nn.Linear(d_model, tgt_vocab_size)
+        self.dropout = nn.Dropout(dropout)
+        self._init_weights()
         if tie_embeddings:
             self.output.weight = self.tgt_embedding.weight
-        self.dropout = nn.Dropout(dropout)
+
+    def _init_weights(self) -> None:
+        """Xavier-uniform linear layers with zero biases, embeddings N(0, d^−½) with a zero padding
+        row (as fairseq's Transformer): scaled by √d, a token embedding then has the size of its
+        position encoding, so positions stay visible to the first layer."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        for emb in (self.src_embedding, self.tgt_embedding):
+            nn.init.normal_(emb.weight, 0.0, self.d_model**-0.5)
+            with torch.no_grad():
+                emb.weight[PAD_ID].zero_()
+        if self.positions is not None:
+            nn.init.normal_(self.positions.weight, 0.0, self.d_model**-0.5)
 
     # --- contract attributes -------------------------------------------------------------------
     @property
@@ -625,7 +642,7 @@ class Transformer(Decoding, nn.Module):
         return _TransformerState(memory, empty, empty.clone())
 
     def advance(
-        self, y: Tensor, state: _TransformerState, t: int, intervene=None, layer: int = ALL
+        self, y: Tensor, state: _TransformerState, t: int, intervene=None, layer: int | str = ALL
     ) -> tuple[Tensor, Tensor | None, _TransformerState]:
         """One decoder step at position ``t`` from the previous token ``y`` (long (N,)), with the
         key/value cache of positions < t.
@@ -667,7 +684,7 @@ class Transformer(Decoding, nn.Module):
         nxt = _TransformerState(state.memory, torch.stack(keys, 1), torch.stack(values, 1))
         return self._logits(x)[:, 0], torch.cat(used, 1) if used else None, nxt
 
-    def _layers_of(self, layer: int) -> set[int]:
+    def _layers_of(self, layer: int | str) -> set[int]:
         if layer == ALL:
             return set(range(self.layers))
         index = layer + self.layers if layer < 0 else layer
