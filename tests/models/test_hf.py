@@ -31,7 +31,7 @@ from attnstudy.models.hf import (  # noqa: E402
 from attnstudy.models.hf_tiny import build_tiny  # noqa: E402
 from attnstudy.models.trace import ALL  # noqa: E402
 
-CASES = [("marian", "word"), ("marian", "bpe"), ("t5", "word"), ("t5", "bpe")]
+CASES = [("marian", "word"), ("marian", "bpe"), ("t5", "word"), ("t5", "bpe"), ("bart", "bpe")]
 TEXTS = ["cat dog bird", "snow rain", "old red river stone"]
 
 
@@ -180,6 +180,9 @@ def test_greedy_decoding_equals_generate(case, models):
         eos_token_id=ids["eos"],
         pad_token_id=ids["pad"],
     )
+    # generate fills options left None from the model's own generation config: clear its
+    # forced EOS there too, so that neither side forces a token
+    model.hf.generation_config.forced_eos_token_id = None
     with torch.no_grad():
         ours = model.greedy(src, lengths, max_len)
         theirs = model.hf.generate(

@@ -1,8 +1,8 @@
 """Tiny Hugging Face encoder-decoders built and fine-tuned locally (no download): the shipped
 example's model and the test fixtures of :mod:`attnstudy.models.hf`.
 
-:func:`build_tiny` writes a ``save_pretrained`` folder holding a randomly initialised Marian or
-T5 model, a tokenizer trained here with ``tokenizers`` (word-level, or BPE so that words split into
+:func:`build_tiny` writes a ``save_pretrained`` folder holding a randomly initialised Marian, BART
+or T5 model, a tokenizer trained here with ``tokenizers`` (word-level, or BPE so that words split into
 subwords), fine-tuned for a few seconds on a copy task over a small lexicon.
 """
 
@@ -61,7 +61,14 @@ def _tokenizer(kind: str, texts: list[str]):
 
 
 def _model(family: str, vocab_size: int, pad: int, eos: int):
-    from transformers import MarianConfig, MarianMTModel, T5Config, T5ForConditionalGeneration
+    from transformers import (
+        BartConfig,
+        BartForConditionalGeneration,
+        MarianConfig,
+        MarianMTModel,
+        T5Config,
+        T5ForConditionalGeneration,
+    )
 
     if family == "marian":
         cfg = MarianConfig(
@@ -99,7 +106,29 @@ def _model(family: str, vocab_size: int, pad: int, eos: int):
             dropout_rate=0.0,
         )
         return T5ForConditionalGeneration(cfg)
-    raise ValueError(f"unknown family {family!r}; valid: marian, t5")
+    if family == "bart":
+        # BART starts decoding from its end-of-sequence token
+        cfg = BartConfig(
+            vocab_size=vocab_size,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=64,
+            pad_token_id=pad,
+            eos_token_id=eos,
+            bos_token_id=eos,
+            decoder_start_token_id=eos,
+            forced_bos_token_id=None,
+            forced_eos_token_id=eos,
+            dropout=0.0,
+            attention_dropout=0.0,
+        )
+        return BartForConditionalGeneration(cfg)
+    raise ValueError(f"unknown family {family!r}; valid: marian, bart, t5")
 
 
 def build_tiny(
@@ -113,7 +142,7 @@ def build_tiny(
 
     Args:
         folder: where to write (created).
-        family: ``"marian"`` or ``"t5"``.
+        family: ``"marian"``, ``"bart"`` or ``"t5"``.
         tokenizer: ``"word"`` (one token per word) or ``"bpe"`` (words split into subwords).
         steps: Adam steps of fine-tuning (batch 32, lr 3e-3); 0 keeps the random weights.
         seed: for the initialisation, the data and the batches.
