@@ -110,9 +110,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_tracking(sp)
 
-    sp = sub.add_parser("ablate", help="run the ablation battery on a stored model")
+    sp = sub.add_parser("ablate", help="run the ablation battery on a stored or pretrained model")
     sp.add_argument(
-        "model_uri", help="runs:/<run_id>, models:/<name>/<version> or models:/<name>@<alias>"
+        "model_uri",
+        help="runs:/<run_id>, models:/<name>/<version>, models:/<name>@<alias>, or hf:FOLDER (a "
+        "Hugging Face encoder-decoder saved with save_pretrained; needs --tsv)",
+    )
+    sp.add_argument(
+        "--tsv",
+        default=None,
+        metavar="FILE",
+        help="examples for a pretrained model: UTF-8 lines source<TAB>target[<TAB>links]",
     )
     sp.add_argument(
         "--ablations",
@@ -233,7 +241,10 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
         uri = args.model_uri
         if args.command == "predict" and args.beam < 1:
             raise UsageError(f"--beam must be at least 1, got {args.beam}")
-        if not (
+        if args.command == "ablate" and uri.startswith("hf:"):
+            if not args.tsv:
+                raise UsageError(f"{uri}: a pretrained model needs its examples: add --tsv FILE")
+        elif not (
             uri.startswith(("runs:/", "models:/"))
             or (args.command == "predict" and Path(uri).is_dir())
         ):
@@ -276,11 +287,11 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
     return _tracking_overrides(args, cfg), abl
 
 
-def _store(args):
-    """The store a verb that reads an existing one names (never created)."""
+def _store(args, create: bool = False):
+    """The store a verb names: never created, except by a verb that records a new model."""
     from .tracking import Tracker
 
-    return Tracker(args.tracking_uri, args.tracking_timeout, create=False)
+    return Tracker(args.tracking_uri, args.tracking_timeout, create=create)
 
 
 def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> int:
@@ -347,9 +358,18 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
                 print("\t(this model has no attention)")
         return EXIT_OK
     if args.command == "ablate":
-        run_id, result = api.ablate(
-            args.model_uri, abl, tracker=_store(args), progress=progress, force=args.force
-        )
+        if args.tsv or args.model_uri.startswith("hf:"):
+            from . import pretrained
+
+            tracker = _store(args, create=args.model_uri.startswith("hf:"))
+            model_run_id, run_id, result = pretrained.ablate_pretrained(
+                args.model_uri, args.tsv, abl, tracker, progress=progress
+            )
+            print(f"model run: runs:/{model_run_id}")
+        else:
+            run_id, result = api.ablate(
+                args.model_uri, abl, tracker=_store(args), progress=progress, force=args.force
+            )
         for k in sorted(result.summary):
             if not k.endswith(("_ci_low", "_ci_high")):
                 print(f"{k}\t{result.summary[k]:.4f}")

@@ -321,3 +321,63 @@ def test_data_examples_become_subword_examples_and_word_links_are_not_guessed(mo
         subword_examples(bpe, [ex])
     (plain,) = subword_examples(bpe, [Example("x/1", ("cat", "dog"), ("cat", "dog"))])
     assert plain.src[:3] == ("c", "##a", "##t") and plain.tgt[-1] == "##g"
+
+
+def test_ablate_hf_folder_from_the_command_line(tmp_path, folders, capsys):
+    """``attnstudy ablate hf:FOLDER --tsv FILE`` records the model once, nests the ablation run
+    under it, reuses it for the same folder, and ``runs:/`` refuses a folder that changed."""
+    import shutil
+
+    import mlflow
+
+    from attnstudy.cli import main
+
+    folder = tmp_path / "tiny-marian"
+    shutil.copytree(folders[("marian", "word")], folder)
+    tsv = tmp_path / "copy.tsv"
+    tsv.write_text(
+        "cat dog\tcat dog\t0-0 1-1\nsnow rain fire\tsnow rain fire\nblue fish\tblue fish\n"
+    )
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    common = ["--ablations", "permutation,uniform,alignment", "--prefix", "reference", "--quiet"]
+    common += ["--tracking-uri", uri]
+
+    def ablate(target, *extra):
+        rc = main(["ablate", target, *extra, *common])
+        return rc, capsys.readouterr()
+
+    rc, out = ablate(f"hf:{folder}", "--tsv", str(tsv))
+    assert rc == 0, out.err
+    model_run = out.out.split("model run: runs:/")[1].split()[0]
+    first = out.out.split("ablation run: runs:/")[1].split()[0]
+    client = mlflow.MlflowClient(uri)
+    run = client.get_run(first)
+    assert run.data.tags["mlflow.parentRunId"] == model_run
+    assert run.data.tags["variant"] == "hf-tiny-marian"
+    assert 0.0 <= run.data.metrics["ablation/permutation/flip_rate"] <= 1.0
+    metrics = run.data.metrics
+    # 3 + 4 + 3 steps (EOS included); gold links only on the first line
+    assert metrics["ablation/alignment/n_steps"] == 10
+    assert metrics["ablation/alignment/n_skipped"] == 7  # the lines without links
+    assert metrics["ablation/alignment/gold_mass_n_undefined"] == 1  # the linked line's EOS
+    recorded = client.get_run(model_run).data.tags
+    assert recorded["architecture"] == "hf:marian" and recorded["layers"] == "2"
+    assert json.loads(recorded["hf.digest"]) == folder_digests(folder)
+    rc, out = ablate(f"hf:{folder}", "--tsv", str(tsv))
+    assert rc == 0 and f"model run: runs:/{model_run}" in out.out  # reused
+    rc, out = ablate(f"runs:/{model_run}", "--tsv", str(tsv))
+    assert rc == 0, out.err
+    weights = next(folder.glob("*.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    rc, out = ablate(f"runs:/{model_run}", "--tsv", str(tsv))
+    assert rc == 2 and "weights" in out.err and "changed" in out.err
+    assert len(out.err.strip().splitlines()) == 1
+    rc, out = ablate(f"hf:{tmp_path / 'missing'}", "--tsv", str(tsv))
+    assert rc == 2 and "no such folder" in out.err
+    rc, out = ablate(f"hf:{folder}")
+    assert rc == 2 and "--tsv" in out.err
+    tsv.write_text("cat dog\n")
+    rc, out = ablate(f"hf:{folder}", "--tsv", str(tsv))
+    assert rc == 2 and "copy.tsv:1" in out.err

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnstudy.data.types import Example
+from attnstudy.data.types import DataError, Example
 from attnstudy.data.vocab import EOS, PAD, SPECIALS, UNK, Vocab
 
 from .decoding import BOS_ID, EOS_ID, PAD_ID, Decoding
@@ -69,8 +69,9 @@ BANNED_LOGIT = -1.0e9
 float32, and unlike −inf it keeps p·log p finite in every divergence."""
 
 
-class HFError(ValueError):
-    """A Hugging Face model folder attnstudy cannot use, as one line saying what to do."""
+class HFError(DataError):
+    """A Hugging Face model folder attnstudy cannot use, as one line saying what to do (what the
+    user named is missing or malformed: exit code 2 at the command line)."""
 
 
 @dataclass(frozen=True)
@@ -450,7 +451,7 @@ class HFSeq2Seq(Decoding, nn.Module):
             )
         finally:
             _ACTIVE.reset(token)
-        (sk, sv), (ck, cv) = _stack(out.past_key_values)
+        (sk, sv), (ck, cv) = _stack(out.cache)
         step_mask = (tgt_out if tgt_out is not None else tgt_in) != PAD_ID
         if tgt_out is None:
             tgt_out = torch.cat([tgt_in[:, 1:], tgt_in.new_full((tgt_in.size(0), 1), PAD_ID)], 1)
@@ -497,13 +498,13 @@ class HFSeq2Seq(Decoding, nn.Module):
                 encoder_outputs=(hidden,),
                 attention_mask=mask,
                 decoder_input_ids=ids[:, None],
-                past_key_values=_cache(self_kv, cross_kv),
+                cache=_cache(self_kv, cross_kv),
                 use_cache=True,
                 return_dict=True,
             )
         finally:
             _ACTIVE.reset(token)
-        new_self, new_cross = _stack(out.past_key_values)
+        new_self, new_cross = _stack(out.cache)
         return out.logits[:, -1], new_self, new_cross, used
 
     def logits_given_attention(

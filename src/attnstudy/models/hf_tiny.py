@@ -176,3 +176,26 @@ def build_tiny(
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m attnstudy.models.hf_tiny FOLDER [--family F] [--tokenizer T] [--steps N]``."""
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="python -m attnstudy.models.hf_tiny",
+        description="build and fine-tune a tiny Hugging Face model on a copy task, offline",
+    )
+    p.add_argument("folder")
+    p.add_argument("--family", choices=["marian", "bart", "t5"], default="marian")
+    p.add_argument("--tokenizer", choices=["word", "bpe"], default="bpe")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    folder = build_tiny(args.folder, args.family, args.tokenizer, args.steps, args.seed)
+    print(f"saved: {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
