@@ -143,3 +143,16 @@ def test_run_all_in_two_lanes_appends_whole_sections(results):
     # each section is written in one locked append: the leave-one-out table is not cut by the other
     loo = text[text.index("## Leave-one-out") :]
     assert "## Scaling" not in loo.split("\n## ")[0]
+
+
+def test_hf_fast_path_equals_naive_re_decode(results):
+    import importlib.util
+
+    from prerequisites import require
+
+    require(importlib.util.find_spec("transformers") is not None, "the [hf] extra is missing")
+    from benchmarks import bench_hf
+
+    out = bench_hf.main(smoke(results))
+    assert out["diff"] <= 1e-5 and out["rows"][0]["steps"] > 0
+    assert "Hugging Face model" in results.read_text()
