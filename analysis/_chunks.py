@@ -66,13 +66,15 @@ def trace_chunks(trace: Trace, p: int, budget: int | None = None) -> Iterator[Ch
     if steps_fit >= t_y:
         size = max(1, budget // (per_step * t_y))
         for start in range(0, b, size):
-            yield Chunk(torch.arange(start, min(b, start + size)), 0, t_y)
+            yield Chunk(torch.arange(start, min(b, start + size), device=trace.src.device), 0, t_y)
         return
     real = trace.step_mask.sum(1).tolist()
     for row in range(b):
         n = int(real[row]) if real[row] else 0
         for start in range(0, n, steps_fit):
-            yield Chunk(torch.tensor([row]), start, min(n, start + steps_fit))
+            yield Chunk(
+                torch.tensor([row], device=trace.src.device), start, min(n, start + steps_fit)
+            )
 
 
 def base_probs(model: Seq2Seq, trace: Trace, chunk_rows: int) -> Tensor:
@@ -94,6 +96,9 @@ def step_frame(batch: PreparedBatch) -> tuple[pd.DataFrame, Tensor, Tensor]:
     b_idx, t_idx = batch.trace.step_mask.nonzero(as_tuple=True)
     ids = batch.example_ids
     frame = pd.DataFrame(
-        {"example_id": [ids[i] for i in b_idx.tolist()], "step": t_idx.numpy().astype(np.int64)}
+        {
+            "example_id": [ids[i] for i in b_idx.tolist()],
+            "step": t_idx.cpu().numpy().astype(np.int64),
+        }
     )
     return frame, b_idx, t_idx

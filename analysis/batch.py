@@ -19,7 +19,8 @@ from torch import Tensor
 
 from attnstudy.data.batching import collate
 from attnstudy.data.types import Example
-from attnstudy.data.vocab import EOS_ID, PAD_ID, Vocab
+from attnstudy.data.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab
+from attnstudy.devices import model_device
 from attnstudy.models import ALL, Seq2Seq, Trace, eval_mode
 
 from .divergences import entropy
@@ -84,7 +85,11 @@ def step_generator(seed: int, example_id: str, step: int, ablation: str) -> torc
     The stream is independent of batch composition and of which examples ran before.
     """
     digest = hashlib.sha256(f"{seed}|{example_id}|{step}|{ablation}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
+    # on the CPU whatever the model's device: draws are moved afterwards, so they are the same
+    # numbers on every device
+    return torch.Generator(device="cpu").manual_seed(
+        int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+    )
 
 
 def prepare_batches(
@@ -102,15 +107,17 @@ def prepare_batches(
     With ``prefix="greedy"`` the trace follows the model's own greedy output (the step that emits
     ``<eos>`` included); with ``"reference"`` it follows the first reference. ``layer`` chooses the
     cross-attention layer the ablations analyse (default the last; the recurrent family has one).
+    The batch's tensors are on the model's device (:func:`attnstudy.devices.model_device`).
 
     Raises:
         ValueError: for an unknown prefix or layer.
     """
     if prefix not in ("greedy", "reference"):
         raise ValueError(f"unknown prefix {prefix!r}; valid: greedy, reference")
+    device = model_device(model)
     for start in range(0, len(examples), batch_size):
         chunk = list(examples[start : start + batch_size])
-        batch = collate(chunk, src_vocab, tgt_vocab)
+        batch = collate(chunk, src_vocab, tgt_vocab).to(device)
         with eval_mode(model), torch.no_grad():
             if prefix == "greedy":
                 max_len = int(max_decode_factor * int(batch.src_lengths.max())) + 2
@@ -120,7 +127,7 @@ def prepare_batches(
                     h[: int(max_decode_factor * n) + 1]
                     for h, n in zip(hyps, batch.src_lengths.tolist())
                 ]
-                tgt_in, tgt_out = _prefix_tensors(hyps)
+                tgt_in, tgt_out = _prefix_tensors(hyps, device)
             else:
                 tgt_in, tgt_out = batch.tgt_in, batch.tgt_out
             trace = model.trace(batch.src, batch.src_lengths, tgt_in, tgt_out)
@@ -215,14 +222,16 @@ def check_finite(trace: Trace, examples: Sequence[Example]) -> None:
             )
 
 
-def _prefix_tensors(hyps: list[list[int]]) -> tuple[Tensor, Tensor]:
-    """BOS + hyp and hyp + EOS, PAD-padded, shape (B, max len + 1) each."""
+def _prefix_tensors(hyps: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
+    """BOS + hyp and hyp + EOS, PAD-padded, shape (B, max len + 1) each, on ``device``."""
     t = max(len(h) for h in hyps) + 1
-    tgt_in = torch.full((len(hyps), t), PAD_ID, dtype=torch.long)
-    tgt_out = torch.full((len(hyps), t), PAD_ID, dtype=torch.long)
-    for i, h in enumerate(hyps):
-        tgt_in[i, : len(h) + 1] = torch.tensor([1] + h)
-        tgt_out[i, : len(h) + 1] = torch.tensor(h + [EOS_ID])
+    pad = [[PAD_ID] * (t - 1 - len(h)) for h in hyps]
+    tgt_in = torch.tensor(
+        [[BOS_ID, *h, *p] for h, p in zip(hyps, pad)], dtype=torch.long, device=device
+    )
+    tgt_out = torch.tensor(
+        [[*h, EOS_ID, *p] for h, p in zip(hyps, pad)], dtype=torch.long, device=device
+    )
     return tgt_in, tgt_out
 
 
@@ -240,17 +249,17 @@ def base_table(batch: PreparedBatch) -> pd.DataFrame:
     itos = batch.tgt_vocab.itos
     rows = {
         "example_id": [batch.examples[b].id for b in b_idx.tolist()],
-        "step": t_idx.numpy(),
+        "step": t_idx.cpu().numpy(),
         "layer": np.full(len(b_idx), table_index(getattr(tr, "layer", 0)), dtype=np.int64),
         "head": np.full(len(b_idx), table_index(getattr(tr, "head", ALL)), dtype=np.int64),
-        "src_len": tr.src_lengths[b_idx].numpy(),
+        "src_len": tr.src_lengths[b_idx].cpu().numpy(),
         "target_token": [itos[i] for i in tr.tgt_out[b_idx, t_idx].tolist()],
         "predicted_token": [itos[i] for i in pred[b_idx, t_idx].tolist()],
-        "is_eos": (tr.tgt_out[b_idx, t_idx] == EOS_ID).numpy(),
+        "is_eos": (tr.tgt_out[b_idx, t_idx] == EOS_ID).cpu().numpy(),
     }
     if att is not None:
-        rows["max_attention"] = att[b_idx, t_idx].max(-1).values.numpy()
-        rows["attention_entropy"] = entropy(att[b_idx, t_idx]).numpy()
+        rows["max_attention"] = att[b_idx, t_idx].max(-1).values.cpu().numpy()
+        rows["attention_entropy"] = entropy(att[b_idx, t_idx]).cpu().numpy()
     else:
         rows["max_attention"] = np.full(len(b_idx), np.nan)
         rows["attention_entropy"] = np.full(len(b_idx), np.nan)

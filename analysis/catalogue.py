@@ -27,6 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from attnstudy.config import Device
+
 CAPABILITIES = ("attention", "local", "global", "gradients", "values", "self_attention")
 """What an ablation may need of a model (:mod:`attnstudy.analysis.contract`): traced attention,
 local intervention (``logits_given_attention``), global intervention (``decode(intervene=)``),
@@ -290,6 +292,10 @@ def _discover() -> None:
 # ----------------------------------------------------------------------------- configuration
 
 
+NOT_RESULT_SETTINGS = ("device",)
+"""General ablation settings that decide where the work runs, not what it computes."""
+
+
 class AblationConfig(BaseModel):
     """Which ablations run, on how many test examples, from which prefix, with which settings.
 
@@ -314,6 +320,9 @@ class AblationConfig(BaseModel):
         default_factory=lambda: [-1], min_length=1, max_length=64
     )
     heads: Literal["all", "each"] = "all"
+    # where the analysis runs ("auto", "cpu", "cuda", "cuda:N"; resolved where it runs); not a
+    # setting of the results: left out of resolved() and the ablation key, logged as a tag
+    device: Device = "auto"
 
     @model_validator(mode="after")
     def _units(self) -> AblationConfig:
@@ -338,7 +347,9 @@ class AblationConfig(BaseModel):
     def resolved(self) -> dict[str, Any]:
         """Every setting that determines the results, defaults filled in: the general fields and the
         parameters of each selected ablation (for logging and the ablation key)."""
-        out: dict[str, Any] = {k: getattr(self, k) for k in type(self).model_fields}
+        out: dict[str, Any] = {
+            k: getattr(self, k) for k in type(self).model_fields if k not in NOT_RESULT_SETTINGS
+        }
         for name in self.ablations:
             out[name] = self.params_for(name).model_dump(mode="json")
         return out

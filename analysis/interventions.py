@@ -84,17 +84,28 @@ def renormalise(weights: Tensor) -> Erased:
     return Erased(torch.where(total > 0, weights / safe, torch.zeros_like(weights)), empty)
 
 
-def permutation_indices(generator: torch.Generator, n: int, heads: int, n_valid: int) -> Tensor:
+def permutation_indices(
+    generator: torch.Generator,
+    n: int,
+    heads: int,
+    n_valid: int,
+    device: torch.device | str | None = None,
+) -> Tensor:
     """``n`` independent uniform permutations of ``n_valid`` items per head.
 
-    The draw is one ``torch.rand(n, heads, n_valid)`` from ``generator`` (argsort of i.i.d.
-    uniforms is a uniform random permutation), so the local path and the loop reference, given
-    the same generator, see the same permutations.
+    The draw is one ``torch.rand(n, heads, n_valid)`` from ``generator`` on the generator's own
+    device (the CPU for :func:`attnstudy.analysis.batch.step_generator`), argsorted there (argsort
+    of i.i.d. uniforms is a uniform random permutation) and only then moved to ``device``, so the
+    local path and the loop reference, given the same generator, see the same permutations on
+    every device.
 
     Returns:
-        long (n, heads, n_valid); row ``[p, h]`` maps new position i to old position ``[p, h, i]``.
+        long (n, heads, n_valid) on ``device`` (default: the generator's); row ``[p, h]`` maps new
+        position i to old position ``[p, h, i]``.
     """
-    return torch.rand(n, heads, n_valid, generator=generator).argsort(-1)
+    draw = torch.rand(n, heads, n_valid, generator=generator, device=generator.device)
+    order = draw.argsort(-1)
+    return order if device is None else order.to(device)
 
 
 def permute(
@@ -121,7 +132,8 @@ def permute(
 
     Returns:
         :class:`Permuted` with weights (B, P, H, T_y, T_x) — (B, P, H, T_x) for row input — and
-        ``identity`` (B, P, T_y) — (B, P) for row input.
+        ``identity`` (B, P, T_y) — (B, P) for row input, on the device of ``weights`` (the
+        permutation indices are built on the CPU, where they are drawn, and moved once).
 
     Raises:
         ValueError: for a bad shape or mask, or ``n < 1``.
@@ -137,20 +149,22 @@ def permute(
         raise ValueError(f"need at least one permutation, got n={n}")
     _valid_like(weights, valid)
     b, h, t_y, t_x = weights.shape
-    if steps is None:
-        steps = torch.ones(b, t_y, dtype=torch.bool)
-    index = torch.arange(t_x).expand(b, n, h, t_y, t_x).clone()  # (B, P, H, T_y, T_x)
-    identity = torch.ones(b, n, t_y, dtype=torch.bool)
+    cpu = torch.device("cpu")
+    steps = torch.ones(b, t_y, dtype=torch.bool, device=cpu) if steps is None else steps.to(cpu)
+    valid_cpu = valid.to(cpu)
+    index = torch.arange(t_x, device=cpu).expand(b, n, h, t_y, t_x).clone()  # (B, P, H, T_y, T_x)
+    identity = torch.ones(b, n, t_y, dtype=torch.bool, device=cpu)
     gen_fn = generators if callable(generators) else (lambda _b, _t: generators)
     for bi, ti in steps.nonzero().tolist():
-        pos = valid[bi].nonzero()[:, 0]
+        pos = valid_cpu[bi].nonzero()[:, 0]
         nv = pos.numel()
         if nv < 2:
             continue
-        perm = permutation_indices(gen_fn(bi, ti), n, h, nv)  # (P, H, nv)
+        perm = permutation_indices(gen_fn(bi, ti), n, h, nv, device=cpu)  # (P, H, nv)
         index[bi, :, :, ti][..., pos] = pos[perm]  # view of (P, H, T_x), valid columns
-        identity[bi, :, ti] = (perm == torch.arange(nv)).all(-1).all(-1)
-    out = weights.unsqueeze(1).expand(b, n, h, t_y, t_x).gather(-1, index)
+        identity[bi, :, ti] = (perm == torch.arange(nv, device=cpu)).all(-1).all(-1)
+    out = weights.unsqueeze(1).expand(b, n, h, t_y, t_x).gather(-1, index.to(weights.device))
+    identity = identity.to(weights.device)
     if rows:
         return Permuted(out[:, :, :, 0], identity[:, :, 0])
     return Permuted(out, identity)
@@ -199,7 +213,7 @@ def erase_max(weights: Tensor, valid: Tensor) -> Erased:
 
 def ranks_of(order: Tensor) -> Tensor:
     """Inverse permutation: ``ranks[..., order[..., r]] = r``. ``order``: long (..., T_x)."""
-    ar = torch.arange(order.size(-1)).expand(order.shape)
+    ar = torch.arange(order.size(-1), device=order.device).expand(order.shape)
     return torch.empty_like(order).scatter_(-1, order, ar)
 
 
@@ -218,7 +232,7 @@ def erase_ranked(weights: Tensor, order: Tensor, k: Tensor | int) -> Erased:
         :class:`Erased`; erasing every position with mass gives an empty row (flagged, zeros),
         never NaN.
     """
-    k = torch.as_tensor(k)
+    k = torch.as_tensor(k, device=order.device)
     erased = ranks_of(order) < k.unsqueeze(-1)
     return renormalise(weights.masked_fill(erased, 0.0))
 
@@ -280,7 +294,7 @@ def given(
                 f"got {tuple(weights.shape)}"
             )
     v = _valid_like(weights, valid)
-    check = torch.ones(weights.shape[:-1], dtype=torch.bool)
+    check = torch.ones(weights.shape[:-1], dtype=torch.bool, device=weights.device)
     if steps is not None:
         s = steps.view(steps.size(0), *([1] * (weights.dim() - 3)), steps.size(1))
         check = check & s

@@ -72,10 +72,10 @@ def seed_variance(
         for i, j in combinations(range(len(models)), 2):
             part = frame.copy()
             part["seed_a"], part["seed_b"] = seeds[i], seeds[j]
-            part["seed_variance_attention_jsd"] = jsd(att[i], att[j]).double().numpy()
-            part["seed_variance_output_tvd"] = tvd(probs[i], probs[j]).double().numpy()
+            part["seed_variance_attention_jsd"] = jsd(att[i], att[j]).double().cpu().numpy()
+            part["seed_variance_output_tvd"] = tvd(probs[i], probs[j]).double().cpu().numpy()
             part["seed_variance_argmax_differs"] = (
-                probs[i].argmax(-1) != probs[j].argmax(-1)
-            ).numpy()
+                (probs[i].argmax(-1) != probs[j].argmax(-1)).cpu().numpy()
+            )
             parts.append(part)
     return pd.concat(parts, ignore_index=True)

@@ -147,16 +147,21 @@ def _initial_logits(
     """
     tr = batch.trace
     t_x = tr.src.size(1)
-    out = torch.zeros(len(b_idx), acfg.k, heads, t_x, dtype=tr.logits.dtype)
+    # drawn and assembled on the CPU (the generators' device), moved to the model's device once
+    cpu = torch.device("cpu")
+    out = torch.zeros(len(b_idx), acfg.k, heads, t_x, dtype=tr.logits.dtype, device=cpu)
+    lengths = tr.src_lengths.tolist()
     for n, (b, t) in enumerate(zip(b_idx.tolist(), t_idx.tolist())):
-        length = int(tr.src_lengths[b])
+        length = int(lengths[b])
         gen = step_generator(seed, batch.examples[b].id, t, NAME)
         noise = (
-            torch.randn((acfg.k, 1, length), generator=gen).expand(acfg.k, heads, length)
+            torch.randn((acfg.k, 1, length), generator=gen, device=gen.device).expand(
+                acfg.k, heads, length
+            )
             * acfg.init_sd
         )
         out[n, :, :, :length] = (math.log(1.0 / length) + noise).to(out.dtype)
-    return out
+    return out.to(tr.src.device)
 
 
 def _row_objective(
@@ -301,6 +306,7 @@ def adversarial_loop_reference(
     """
     _check(model, batch)
     b_all, t_all = _searched_rows(batch)
+    dev = batch.trace.src.device
     flags = _requires_grad_off(model)
     parts = []
     try:
@@ -308,7 +314,13 @@ def adversarial_loop_reference(
             for b, t in zip(b_all.tolist(), t_all.tolist()):
                 parts.append(
                     _optimise(
-                        model, batch, torch.tensor([b]), torch.tensor([t]), params, ctx, steps
+                        model,
+                        batch,
+                        torch.tensor([b], device=dev),
+                        torch.tensor([t], device=dev),
+                        params,
+                        ctx,
+                        steps,
                     )
                 )
     finally:
@@ -322,12 +334,12 @@ def adversarial_loop_reference(
     return AdversarialResult(
         b_all,
         t_all,
-        cat("candidates", torch.zeros(0, acfg.k, h, t_x)),
-        cat("jsd", torch.zeros(0, acfg.k)),
-        cat("tvd", torch.zeros(0, acfg.k)),
-        cat("objective", torch.zeros(0)),
-        cat("kept", torch.zeros(0, acfg.k, dtype=torch.bool)),
-        cat("best", torch.zeros(0, dtype=torch.long)),
+        cat("candidates", torch.zeros(0, acfg.k, h, t_x, device=dev)),
+        cat("jsd", torch.zeros(0, acfg.k, device=dev)),
+        cat("tvd", torch.zeros(0, acfg.k, device=dev)),
+        cat("objective", torch.zeros(0, device=dev)),
+        cat("kept", torch.zeros(0, acfg.k, dtype=torch.bool, device=dev)),
+        cat("best", torch.zeros(0, dtype=torch.long, device=dev)),
         acfg.eps_opt,
         acfg.eps_eval,
     )
@@ -352,19 +364,21 @@ def adversarial_table(batch: PreparedBatch, result: AdversarialResult) -> pd.Dat
     found = np.zeros(n, dtype=bool)
     n_kept = np.zeros(n, dtype=np.int64)
     skipped = np.ones(n, dtype=bool)
+    kept_n = result.kept.sum(-1).tolist()  # host copies, once
+    best, r_jsd, r_tvd = result.best.tolist(), result.jsd.tolist(), result.tvd.tolist()
     for r, (b, t) in enumerate(zip(result.b_idx.tolist(), result.t_idx.tolist())):
         i = pos[(b, t)]
         skipped[i] = False
-        n_kept[i] = int(result.kept[r].sum())
-        k = int(result.best[r])
+        n_kept[i] = int(kept_n[r])
+        k = int(best[r])
         if k >= 0:
             found[i] = True
-            max_jsd[i] = float(result.jsd[r, k])
-            max_tvd[i] = float(result.tvd[r, k])
+            max_jsd[i] = float(r_jsd[r][k])
+            max_tvd[i] = float(r_tvd[r][k])
     df = pd.DataFrame(
         {
             "example_id": [batch.examples[b].id for b in b_real.tolist()],
-            "step": t_real.numpy(),
+            "step": t_real.cpu().numpy(),
             f"{NAME}_skipped": skipped,
             # missing (<NA>) where not searched, so a found rate counts searched steps only
             f"{NAME}_found": pd.array(np.where(skipped, None, found), dtype="boolean"),
@@ -424,7 +438,7 @@ def adversarial_rows(
     tr = batch.trace
     n_steps = int(tr.step_mask[example].sum())
     length = int(tr.src_lengths[example])
-    orig = tr.attention[example, :, :n_steps, :length].numpy()  # (H, T, L)
+    orig = tr.attention[example, :, :n_steps, :length].cpu().numpy()  # (H, T, L)
     adv = np.full_like(orig, np.nan)
     found = np.zeros(n_steps, dtype=bool)
     div = np.full(n_steps, np.nan)
@@ -433,7 +447,7 @@ def adversarial_rows(
         k = int(result.best[r])
         if b != example or k < 0 or t >= n_steps:
             continue
-        adv[:, t] = result.candidates[r, k, :, :length].numpy()
+        adv[:, t] = result.candidates[r, k, :, :length].cpu().numpy()
         found[t] = True
         div[t] = float(result.jsd[r, k])
         dist[t] = float(result.tvd[r, k])

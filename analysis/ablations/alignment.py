@@ -151,8 +151,11 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
     tr = batch.trace
     frame, b_idx, t_idx = step_frame(batch)
     h = att.size(1)
+    # per-token bookkeeping on host copies (one transfer, not one per step on a GPU)
+    att = att.cpu()
     mean = att.mean(1)
-    valid = ~tr.pad_mask
+    valid = (~tr.pad_mask).cpu()
+    lengths, tgt_out = tr.src_lengths.tolist(), tr.tgt_out.tolist()
     cols: dict[str, list[float]] = {"alignment_linked": []}
     cols.update({f"alignment_{c}": [] for c in COUNTS})
     cols.update({"alignment_gold_mass": [], "alignment_argmax_on_gold": []})
@@ -166,10 +169,10 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
             for v in cols.values():
                 v.append(np.nan)
             continue
-        n_x = int(tr.src_lengths[b])
+        n_x = int(lengths[b])
         sure_t = {i for i, j in gold.sure if j == t and i < n_x}
         poss_t = {i for i, j in gold.possible | gold.sure if j == t and i < n_x}
-        if int(tr.tgt_out[b, t]) == EOS_ID:
+        if int(tgt_out[b][t]) == EOS_ID:
             for name, v in cols.items():
                 v.append(
                     np.nan if name in ("alignment_gold_mass", "alignment_argmax_on_gold") else 0.0

@@ -51,13 +51,14 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
         )
     steps = steps & ~rep.empty.any(1)
     frame["erase_max_tvd"] = (
-        tvd(probs, base).double().masked_fill(~steps, float("nan"))[b_idx, t_idx].numpy()
+        tvd(probs, base).double().masked_fill(~steps, float("nan"))[b_idx, t_idx].cpu().numpy()
     )
     frame["erase_max_flip"] = (
         (probs.argmax(-1) != base.argmax(-1))
         .double()
         .masked_fill(~steps, float("nan"))[b_idx, t_idx]
+        .cpu()
         .numpy()
     )
-    frame["erase_max_skipped"] = (nv[b_idx] < 2).numpy()
+    frame["erase_max_skipped"] = (nv[b_idx] < 2).cpu().numpy()
     return frame

@@ -110,15 +110,19 @@ def ranking_orders(
         "grad_desc": _order(grad.sum(1), valid),
         "grad_attn_desc": _order((grad * att).sum(1), valid),
     }
-    base = torch.arange(tr.src.size(1)).expand(tr.step_mask.shape + (tr.src.size(1),))
+    # random orders are drawn and built on the CPU (the generators' device), then moved once
+    cpu = torch.device("cpu")
+    valid_cpu, real = valid.to(cpu), tr.step_mask.nonzero().tolist()
+    base = torch.arange(tr.src.size(1), device=cpu).expand(tr.step_mask.shape + (tr.src.size(1),))
     for i in range(params.n_random_orders):
         order = base.clone()
-        for b, t in tr.step_mask.nonzero().tolist():
-            pos = valid[b].nonzero()[:, 0]
+        for b, t in real:
+            pos = valid_cpu[b].nonzero()[:, 0]
             gen = step_generator(ctx.seed, batch.example_ids[b], t, f"erase_random/{i}")
-            order[b, t, : pos.numel()] = pos[torch.randperm(pos.numel(), generator=gen)]
-            order[b, t, pos.numel() :] = (~valid[b]).nonzero()[:, 0]
-        orders[f"random/{i}"] = order
+            draw = torch.randperm(pos.numel(), generator=gen, device=gen.device)
+            order[b, t, : pos.numel()] = pos[draw]
+            order[b, t, pos.numel() :] = (~valid_cpu[b]).nonzero()[:, 0]
+        orders[f"random/{i}"] = order.to(tr.src.device)
     return orders
 
 
@@ -140,7 +144,8 @@ def erase_until_flip(
         long (B, T_y): k of the first flip, 0 where it never flipped (or was not evaluated).
     """
     nv = n_valid(trace)
-    first = torch.zeros(trace.step_mask.shape, dtype=torch.long)
+    dev = trace.src.device
+    first = torch.zeros(trace.step_mask.shape, dtype=torch.long, device=dev)
     for chunk in trace_chunks(trace, max(1, int(nv.max()) - 1)):
         rows, window = chunk.rows, slice(chunk.start, chunk.stop)
         sub = sub_trace(trace, rows, chunk.start, chunk.stop)
@@ -149,7 +154,7 @@ def erase_until_flip(
             continue
         k_max = int(nv[rows].max()) - 1
         b, h, t_y, t_x = sub.attention.shape
-        k = torch.arange(1, k_max + 1)
+        k = torch.arange(1, k_max + 1, device=dev)
         rep = erase_ranked(
             sub.attention.unsqueeze(1).expand(b, k_max, h, t_y, t_x),
             order[rows, window][:, None, None],
@@ -203,7 +208,7 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
                     .cumsum(-1)
                     .gather(-1, (k - 1).clamp(min=0).unsqueeze(-1))[..., 0]
                 )
-                nan = torch.tensor(float("nan"), dtype=torch.float64)
+                nan = torch.tensor(float("nan"), dtype=torch.float64, device=mean_att.device)
                 frac_pos = torch.where(flipped, k.double() / nv[:, None].double(), nan)
                 frac_mass = torch.where(flipped, mass, nan)
                 never = torch.where(steps, (~flipped).double(), nan)
@@ -211,16 +216,16 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
     for r in RANKINGS:
         if r == "random":
             parts = [results[f"random/{i}"] for i in range(params.n_random_orders)]
-            stacked = [torch.stack([p[j] for p in parts]).numpy() for j in range(3)]
+            stacked = [torch.stack([p[j] for p in parts]).cpu().numpy() for j in range(3)]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN (never flipped / skipped)
                 frac_pos, frac_mass, never = (
-                    torch.from_numpy(np.nanmean(s, axis=0)) for s in stacked
+                    torch.from_numpy(np.nanmean(s, axis=0)).to(mean_att.device) for s in stacked
                 )
         else:
             frac_pos, frac_mass, never = results[r]
-        frame[f"erase_{r}_frac_positions"] = frac_pos[b_idx, t_idx].numpy()
-        frame[f"erase_{r}_frac_mass"] = frac_mass[b_idx, t_idx].numpy()
-        frame[f"erase_{r}_never_flipped"] = never[b_idx, t_idx].numpy()
-    frame["erase_until_flip_skipped"] = (nv[b_idx] < 2).numpy()
+        frame[f"erase_{r}_frac_positions"] = frac_pos[b_idx, t_idx].cpu().numpy()
+        frame[f"erase_{r}_frac_mass"] = frac_mass[b_idx, t_idx].cpu().numpy()
+        frame[f"erase_{r}_never_flipped"] = never[b_idx, t_idx].cpu().numpy()
+    frame["erase_until_flip_skipped"] = (nv[b_idx] < 2).cpu().numpy()
     return frame

@@ -131,11 +131,11 @@ def _deleted_sources(src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tens
             js = [j for j in range(n) if j == 0 or row[j] != row[j - 1]]
             b_list += [b] * len(js)
             j_list += js
-    rows_b = torch.tensor(b_list, dtype=torch.long)
-    rows_j = torch.tensor(j_list, dtype=torch.long)
+    rows_b = torch.tensor(b_list, dtype=torch.long, device=src.device)
+    rows_j = torch.tensor(j_list, dtype=torch.long, device=src.device)
     t_x = src.size(1)
     width = max(t_x - 1, 1)
-    pos = torch.arange(width)[None, :]  # (1, T_x − 1)
+    pos = torch.arange(width, device=src.device)[None, :]  # (1, T_x − 1)
     gather = (pos + (pos >= rows_j[:, None]).long()).clamp(max=t_x - 1)  # skip the deleted token
     src_del = src[rows_b].gather(1, gather)
     len_del = lengths[rows_b] - 1
@@ -179,7 +179,7 @@ def loo_importance(model: Seq2Seq, batch: PreparedBatch, chunk_rows: int = 4096)
     """
     tr = batch.trace
     b, t_y, t_x = tr.src.size(0), tr.tgt_in.size(1), tr.src.size(1)
-    out = torch.full((b, t_y, t_x), math.nan, dtype=tr.logits.dtype)
+    out = torch.full((b, t_y, t_x), math.nan, dtype=tr.logits.dtype, device=tr.src.device)
     rows_b, rows_j, src_del, len_del = _deleted_sources(tr.src, tr.src_lengths)
     if rows_b.numel() == 0:
         return out
@@ -207,7 +207,7 @@ def loo_loop_reference(model: Seq2Seq, batch: PreparedBatch) -> Tensor:
     """
     tr = batch.trace
     b, t_y, t_x = tr.src.size(0), tr.tgt_in.size(1), tr.src.size(1)
-    out = torch.full((b, t_y, t_x), math.nan, dtype=tr.logits.dtype)
+    out = torch.full((b, t_y, t_x), math.nan, dtype=tr.logits.dtype, device=tr.src.device)
     p = torch.softmax(tr.logits, -1)
     with eval_mode(model), torch.no_grad():
         for i in range(b):
@@ -219,7 +219,7 @@ def loo_loop_reference(model: Seq2Seq, batch: PreparedBatch) -> Tensor:
                 src = torch.cat([tr.src[i, :j], tr.src[i, j + 1 : n]]).unsqueeze(0)
                 trace = model.trace(
                     src,
-                    torch.tensor([n - 1]),
+                    torch.tensor([n - 1], device=tr.src.device),
                     tr.tgt_in[i : i + 1, :steps],
                     tr.tgt_out[i : i + 1, :steps],
                 )
@@ -259,9 +259,10 @@ def importance_table(batch: PreparedBatch, vectors: ImportanceVectors) -> pd.Dat
     """
     tr = batch.trace
     b_idx, t_idx = tr.step_mask.nonzero(as_tuple=True)
-    grad = vectors.gradient.numpy()
-    loo = vectors.loo.numpy()
-    att = None if vectors.attention is None else vectors.attention.numpy()
+    grad = vectors.gradient.cpu().numpy()
+    loo = vectors.loo.cpu().numpy()
+    att = None if vectors.attention is None else vectors.attention.cpu().numpy()
+    lengths = tr.src_lengths.tolist()
     cols: dict[str, list] = {
         k: []
         for k in (
@@ -275,7 +276,7 @@ def importance_table(batch: PreparedBatch, vectors: ImportanceVectors) -> pd.Dat
     }
     skipped, attn_reason, pair_reason = [], [], []
     for b, t in zip(b_idx.tolist(), t_idx.tolist()):
-        n = int(tr.src_lengths[b])
+        n = int(lengths[b])
         g, lo = grad[b, t, :n], loo[b, t, :n]
         skipped.append(n < 2)
         nan2 = (math.nan, math.nan)
@@ -304,7 +305,7 @@ def importance_table(batch: PreparedBatch, vectors: ImportanceVectors) -> pd.Dat
     df = pd.DataFrame(
         {
             "example_id": [batch.examples[b].id for b in b_idx.tolist()],
-            "step": t_idx.numpy(),
+            "step": t_idx.cpu().numpy(),
             f"{NAME}_skipped": np.array(skipped, dtype=bool),
             **{f"{NAME}_{k}": np.array(v, dtype=float) for k, v in cols.items()},
             # object dtype whatever the values, so tables of different batches concatenate alike

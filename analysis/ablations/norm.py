@@ -76,15 +76,16 @@ def run(model, batch: PreparedBatch, params, ctx: AblationContext) -> pd.DataFra
     tr = batch.trace
     frame, b_idx, t_idx = step_frame(batch)
     with torch.no_grad():
-        norms = norm_weights(model, batch).double().numpy()
-        loo = loo_importance(model, batch, ctx.chunk_rows).double().numpy()
-    att = tr.attention.mean(1).double().numpy()
+        norms = norm_weights(model, batch).double().cpu().numpy()
+        loo = loo_importance(model, batch, ctx.chunk_rows).double().cpu().numpy()
+    att = tr.attention.mean(1).double().cpu().numpy()
+    lengths = tr.src_lengths.tolist()
     cols: dict[str, list[float]] = {
         k: [] for k in ("tau_attn_norm", "tau_norm_loo", "tau_attn_loo", "argmax_agrees")
     }
     skipped = []
     for b, t in zip(b_idx.tolist(), t_idx.tolist()):
-        n = int(tr.src_lengths[b])
+        n = int(lengths[b])
         skipped.append(n < 2)
         if n < 2:
             for v in cols.values():

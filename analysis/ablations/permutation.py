@@ -76,9 +76,10 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
     p_count = params.n
     nv = n_valid(tr)
     ids = batch.example_ids
-    med = torch.full(tr.step_mask.shape, float("nan"), dtype=torch.float64)
+    dev = tr.src.device
+    med = torch.full(tr.step_mask.shape, float("nan"), dtype=torch.float64, device=dev)
     flip = med.clone()
-    n_id = torch.zeros(tr.step_mask.shape, dtype=torch.long)
+    n_id = torch.zeros(tr.step_mask.shape, dtype=torch.long, device=dev)
     with eval_mode(model), torch.no_grad():
         for chunk in trace_chunks(tr, p_count):
             rows, window = chunk.rows, slice(chunk.start, chunk.stop)
@@ -101,16 +102,16 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
             n_keep = keep.sum(1)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices → NaN
-                m = torch.from_numpy(np.nanmedian(d.numpy(), axis=1))
+                m = torch.from_numpy(np.nanmedian(d.cpu().numpy(), axis=1)).to(dev)
             f = (flips * keep).sum(1) / n_keep.clamp(min=1)
             f = f.masked_fill(n_keep == 0, float("nan"))
             med[rows, window] = torch.where(steps, m, med[rows, window])
             flip[rows, window] = torch.where(steps, f, flip[rows, window])
             n_id[rows, window] = torch.where(steps, (~keep).sum(1), n_id[rows, window])
-    frame["permutation_median_tvd"] = med[b_idx, t_idx].numpy()
-    frame["permutation_flip_rate"] = flip[b_idx, t_idx].numpy()
-    frame["permutation_n_identity"] = n_id[b_idx, t_idx].numpy()
-    frame["permutation_skipped"] = (nv[b_idx] < 2).numpy()
+    frame["permutation_median_tvd"] = med[b_idx, t_idx].cpu().numpy()
+    frame["permutation_flip_rate"] = flip[b_idx, t_idx].cpu().numpy()
+    frame["permutation_n_identity"] = n_id[b_idx, t_idx].cpu().numpy()
+    frame["permutation_skipped"] = (nv[b_idx] < 2).cpu().numpy()
     return frame
 
 
@@ -134,6 +135,7 @@ def permutation_loop_reference(
     tr = batch.trace
     frame, b_idx, t_idx = step_frame(batch)
     h = att.size(1)
+    dev = tr.src.device
     meds, flips, n_ids, skipped = [], [], [], []
     with eval_mode(model), torch.no_grad():
         for b, t in zip(b_idx.tolist(), t_idx.tolist()):
@@ -143,7 +145,7 @@ def permutation_loop_reference(
             if nv < 2:
                 meds.append(np.nan), flips.append(np.nan), n_ids.append(0)
                 continue
-            mem = sub_trace(tr, torch.tensor([b])).memory
+            mem = sub_trace(tr, torch.tensor([b], device=dev)).memory
             prefix = tr.prefix[b, t].unsqueeze(0)
 
             def probs_of(
@@ -159,14 +161,15 @@ def permutation_loop_reference(
                 params.n,
                 h,
                 nv,
+                device=dev,
             )
             ds, fs, n_id = [], [], 0
             for perm in perms:  # (H, nv)
-                if bool((perm == torch.arange(nv)).all()):
+                if bool((perm == torch.arange(nv, device=dev)).all()):
                     n_id += 1
                     continue
                 new = row.clone()
-                new[:, pos] = row[:, pos][torch.arange(h)[:, None], perm]
+                new[:, pos] = row[:, pos][torch.arange(h, device=dev)[:, None], perm]
                 q = probs_of(new)
                 ds.append(float(tvd(q, base)))
                 fs.append(float(q.argmax() != base.argmax()))

@@ -55,7 +55,7 @@ def encoder_rollout(encoder_attention: torch.Tensor) -> torch.Tensor:
         positions sum to 1).
     """
     a = encoder_attention.mean(2)  # (B, L, T_x, T_x) head mean
-    eye = torch.eye(a.size(-1), dtype=a.dtype)
+    eye = torch.eye(a.size(-1), dtype=a.dtype, device=a.device)
     rolled = eye.expand(a.size(0), -1, -1)
     for layer in range(a.size(1)):
         step = 0.5 * a[:, layer] + 0.5 * eye

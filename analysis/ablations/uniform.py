@@ -49,7 +49,7 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
         )
     d = tvd(probs, base).double().masked_fill(~steps, float("nan"))
     f = (probs.argmax(-1) != base.argmax(-1)).double().masked_fill(~steps, float("nan"))
-    frame["uniform_tvd"] = d[b_idx, t_idx].numpy()
-    frame["uniform_flip"] = f[b_idx, t_idx].numpy()
-    frame["uniform_skipped"] = (nv[b_idx] < 2).numpy()
+    frame["uniform_tvd"] = d[b_idx, t_idx].cpu().numpy()
+    frame["uniform_flip"] = f[b_idx, t_idx].cpu().numpy()
+    frame["uniform_skipped"] = (nv[b_idx] < 2).cpu().numpy()
     return frame

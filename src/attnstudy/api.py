@@ -21,6 +21,7 @@ from .config import RunSpec
 from .data.tasks import get_task, load_task, source_key
 from .data.types import DataError, Splits, splits_digest
 from .data.vocab import Vocab
+from .devices import resolve_device
 from .experiment import ExperimentConfig
 from .inference import predict_loaded
 from .metrics import evaluate, per_example
@@ -237,9 +238,9 @@ def _train_run(
 ) -> tuple[str, str, dict[str, float]]:
     """Train one model inside its own run (see :func:`train_spec`). Returns (run id, logged model id, metrics)."""
     splits, src_vocab, tgt_vocab = data.splits, data.src_vocab, data.tgt_vocab
-    run_id = tracker.start_run(
-        experiment_id, spec.name, _run_tags(spec, study_id, Kind.MODEL, key, data.digest), study_id
-    )
+    device = resolve_device(spec.training.device)  # where this process trains, before any run
+    tags = _run_tags(spec, study_id, Kind.MODEL, key, data.digest) | {Tag.DEVICE: str(device)}
+    run_id = tracker.start_run(experiment_id, spec.name, tags, study_id)
     with tracker.active(run_id):
         params, full = spec.flat_params()
         tracker.log_params(run_id, params)
@@ -274,6 +275,7 @@ def _train_run(
             resume=resume,
             progress=progress,
             on_epoch=lambda epoch, m: tracker.log_metrics(run_id, m, step=epoch),
+            device=device,
         )
         final: dict[str, float] = {
             "train/seconds": result.seconds,
@@ -335,16 +337,19 @@ def heldout_metrics(hyps: list[list[str]], test: list, is_heldout) -> dict[str, 
 
 def open_tracker(cfg: ExperimentConfig) -> Tracker:
     """The experiment's store, opened in the order a study needs: a tracking server is checked
-    (read-only) first, then every variant's data is loaded and checked, and only then is the store
-    opened (a local one is created if missing), so bad data or an unreachable server changes nothing.
+    (read-only) first, then every variant's data is loaded and checked, then the devices, and only
+    then is the store opened (a local one is created if missing), so bad data, a missing GPU or an
+    unreachable server changes nothing.
 
     Raises:
-        TrackingError: the server did not answer. DataError: bad data (nothing was written).
+        TrackingError: the server did not answer. DataError: bad data. DeviceError: a device this
+        machine does not have (nothing was written).
     """
     uri = cfg.experiment.tracking_uri or default_tracking_uri()
     timeout = resolve_timeout(cfg.experiment.tracking_timeout)
     check_server(uri, timeout)
     check_data(cfg)
+    check_devices(cfg)
     return Tracker(uri, timeout)
 
 
@@ -365,12 +370,25 @@ def train_experiment(
         tracker = open_tracker(cfg)
     else:
         check_data(cfg)
+        check_devices(cfg)
     exp_id = tracker.experiment_id(cfg.experiment.name)
     store.reconcile_orphans(tracker, exp_id)
     return [
         train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress)
         for spec in cfg.runs()
     ]
+
+
+def check_devices(cfg: ExperimentConfig) -> None:
+    """Resolve every training device and the ablation device on this machine (the local executor
+    runs the work here), before anything touches the store.
+
+    Raises:
+        DeviceError: a device this machine does not have (one line, with what to use instead).
+    """
+    for spec in cfg.runs():
+        resolve_device(spec.training.device)
+    resolve_device(cfg.ablation.device, "ablation.device")
 
 
 def check_data(cfg: ExperimentConfig) -> None:
@@ -473,10 +491,13 @@ def ablate_run(
     examples = data.splits.test[: cfg.n_examples]
     exp_id = model_run.experiment_id
     key = model_run.tags.get(Tag.MODEL_KEY) or spec.model_key(data.digest)
+    device = resolve_device(cfg.device, "ablation.device")
     tags = _run_tags(spec, study_id, Kind.ABLATION, key, data.digest) | {
         Tag.SOURCE_RUN_ID: model_run_id,
         Tag.ABLATION_KEY: ablation_key(cfg),
+        Tag.DEVICE: str(device),
     }
+    loaded.model.to(device)  # float32 whatever the training precision
     run_id = tracker.start_run(exp_id, f"{spec.name}/ablations", tags, model_run_id)
     with tracker.active(run_id):
         tracker.log_params(run_id, cfg.flat())
@@ -774,6 +795,9 @@ def _seed_variance(
         if len(runs) < 2:
             continue
         loaded = [load_model(f"runs:/{m.run_id}", tracker)[1] for m in runs]
+        device = resolve_device(cfg.device, "ablation.device")
+        for lm in loaded:
+            lm.model.to(device)
         if any(
             lm.src_vocab != loaded[0].src_vocab or lm.tgt_vocab != loaded[0].tgt_vocab
             for lm in loaded

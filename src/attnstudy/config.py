@@ -14,10 +14,12 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 import tomllib
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -56,6 +58,19 @@ ATTENTIONS = (
 )
 FLOWS = ("bahdanau", "luong")
 
+
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d{1,3})$")
+
+
+def _check_device(value: str) -> str:
+    if not DEVICE_PATTERN.match(value):
+        raise ValueError("use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    return value
+
+
+Device = Annotated[str, AfterValidator(_check_device)]
+"""``training.device`` / ``ablation.device``: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (resolved
+where the work runs: :mod:`attnstudy.devices`)."""
 
 Seed = Annotated[int, Field(ge=0, lt=2**63)]
 """A random seed: 0 ≤ seed < 2⁶³ (torch and numpy take signed 64-bit seeds)."""
@@ -388,6 +403,13 @@ class TrainingConfig(_Strict):
     threads: int = Field(1, ge=1, le=256)
     # label smoothing of the training loss (Szegedy et al. 2016, §7); dev/loss stays cross-entropy
     label_smoothing: float = Field(0.0, ge=0.0, lt=1.0, json_schema_extra={"key_neutral": 0.0})
+    # where training runs: "auto" (a GPU if this torch has CUDA and one is visible, else the CPU),
+    # "cpu", "cuda" or "cuda:N"; resolved where the work runs, logged as the run's device tag, not
+    # part of the model key (like threads)
+    device: Device = "auto"
+    # mixed precision for training only (float16 with loss scaling on CUDA, bfloat16 on the CPU);
+    # evaluation, the stored weights and every ablation stay float32
+    amp: bool = Field(False, json_schema_extra={"key_neutral": False})
 
 
 def check_tracking_uri(uri: str) -> str:
@@ -447,9 +469,15 @@ TASK_DATA_FIELDS: dict[str, tuple[str, ...]] = {
     ),
 }
 """The data fields each task reads (the rest are ignored by it: not logged, not in the model key)."""
-NOT_IN_MODEL_KEY = {"data.train_path", "data.dev_path", "data.test_path", "training.threads"}
+NOT_IN_MODEL_KEY = {
+    "data.train_path",
+    "data.dev_path",
+    "data.test_path",
+    "training.threads",
+    "training.device",
+}
 """Used fields that do not determine the trained model: file paths (their content is in the data
-digest) and the thread count."""
+digest), the thread count and the device."""
 MAX_PARAM_CHARS = 6000
 """MLflow's limit on a param value."""
 

@@ -3,6 +3,11 @@
 Deterministic on CPU for a given seed: parameters are initialised after ``torch.manual_seed``,
 batch order comes from a generator seeded by (seed, epoch), and a checkpoint holds model,
 optimiser and RNG state, so a resumed run continues exactly where it stopped.
+
+The model is built on the CPU (the same initial weights whatever the device) and moved to
+``training.device`` (:mod:`attnstudy.devices`); every batch follows it. ``training.amp`` runs the
+training forward and backward under autocast (float16 with loss scaling on CUDA, bfloat16 on the
+CPU); the parameters, evaluation and the stored model stay float32.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from .data.batching import make_batches
 from .data.tasks import get_task
 from .data.types import Example, Splits
 from .data.vocab import PAD_ID, Vocab
+from .devices import model_device, resolve_device
 from .metrics import evaluate
 from .models import Seq2Seq, build_model, eval_mode
 from .signals import check_interrupt
@@ -79,12 +85,14 @@ def translate(
 ) -> list[list[str]]:
     """Decode ``examples`` (greedy, or beam search when ``beam_size`` > 1); tokens without EOS."""
     hyps: list[list[str] | None] = [None] * len(examples)
+    device = model_device(model)
     with eval_mode(model), torch.no_grad():
         for batch in make_batches(list(examples), src_vocab, tgt_vocab, batch_size, shuffle=False):
+            batch = batch.to(device)
             max_len = max_decode_len(spec, int(batch.src_lengths.max()))
             if beam_size > 1:
                 budgets = torch.tensor(
-                    [max_decode_len(spec, n) for n in batch.src_lengths.tolist()]
+                    [max_decode_len(spec, n) for n in batch.src_lengths.tolist()], device="cpu"
                 )
                 out = model.beam_search(batch.src, batch.src_lengths, budgets, beam_size)
             else:
@@ -104,8 +112,10 @@ def dev_loss(
 ) -> float:
     """Mean per-token cross-entropy (nats) under teacher forcing."""
     total, tokens = 0.0, 0
+    device = model_device(model)
     with eval_mode(model), torch.no_grad():
         for batch in make_batches(list(examples), src_vocab, tgt_vocab, batch_size, shuffle=False):
+            batch = batch.to(device)
             logits = model(batch.src, batch.src_lengths, batch.tgt_in)
             total += float(
                 nn.functional.cross_entropy(
@@ -237,6 +247,20 @@ def _make_scheduler(spec: RunSpec, optimizer: torch.optim.Optimizer):
     )  # strict improvement, as early stopping; sign-safe
 
 
+class _Amp:
+    """Mixed precision for the training forward/backward (``training.amp``): autocast to float16
+    with a gradient scaler on CUDA, to bfloat16 (no scaler needed) on the CPU; both pass-throughs
+    when off."""
+
+    def __init__(self, enabled: bool, device: torch.device):
+        self.enabled, self.device = enabled, device
+        self.dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+        self.scaler = torch.amp.GradScaler(device.type, enabled=enabled and device.type == "cuda")
+
+    def autocast(self):
+        return torch.autocast(self.device.type, dtype=self.dtype, enabled=self.enabled)
+
+
 def train(
     spec: RunSpec,
     splits: Splits,
@@ -246,6 +270,7 @@ def train(
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
     resume: bool = False,
     progress: bool = True,
+    device: torch.device | None = None,
 ) -> TrainResult:
     """Train one model.
 
@@ -258,19 +283,23 @@ def train(
         on_epoch: called with (epoch, metrics) after every epoch (tracking hook).
         resume: continue from ``checkpoint_dir/last.pt`` if it exists.
         progress: show a tqdm bar.
+        device: where to train (default: ``training.device`` resolved on this machine).
 
     Returns:
-        :class:`TrainResult` holding the best model.
+        :class:`TrainResult` holding the best model, on ``device``.
 
     Raises:
-        ValueError: if the training split is empty.
+        ValueError: if the training split is empty. DeviceError: the device does not exist here.
     """
     if not splits.train:
         raise ValueError("the training split is empty")
+    device = resolve_device(spec.training.device) if device is None else torch.device(device)
     torch.set_num_threads(spec.training.threads)
     torch.manual_seed(spec.seed)
-    model = build_model(spec.model, len(src_vocab), len(tgt_vocab))
+    # built on the CPU after the seed, then moved: the same initial weights on every device
+    model = build_model(spec.model, len(src_vocab), len(tgt_vocab)).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=spec.training.lr)
+    amp = _Amp(spec.training.amp, device)
     metric = early_stopping_metric(spec)
     sign = 1.0 if metric in LOWER_IS_BETTER else -1.0
     scheduler = _make_scheduler(spec, optimizer)
@@ -297,6 +326,10 @@ def train(
                     scheduler.step(sign * past[f"dev/{metric}"])
         optimizer.load_state_dict(ckpt["optimizer"])  # after the replay: the saved lr wins
         torch.set_rng_state(ckpt["rng"])
+        if device.type == "cuda" and "cuda_rng" in ckpt:  # dropout draws on the GPU
+            torch.cuda.set_rng_state(ckpt["cuda_rng"], device)
+        if "scaler" in ckpt:
+            amp.scaler.load_state_dict(ckpt["scaler"])
         start_epoch, history = ckpt["epoch"] + 1, ckpt["history"]
         best, best_epoch, bad_epochs, best_state = (
             ckpt["best"],
@@ -333,19 +366,23 @@ def train(
         )
         for batch in bar:
             check_interrupt()  # an interrupt a finalizer swallowed is acted on here
-            logits = model(batch.src, batch.src_lengths, batch.tgt_in)
+            batch = batch.to(device)
+            with amp.autocast():
+                logits = model(batch.src, batch.src_lengths, batch.tgt_in)
             n_tok = int((batch.tgt_out != PAD_ID).sum())
             loss = nn.functional.cross_entropy(
-                logits.transpose(1, 2),
+                logits.float().transpose(1, 2),
                 batch.tgt_out,
                 ignore_index=PAD_ID,
                 reduction="sum",
                 label_smoothing=spec.training.label_smoothing,
             )
             optimizer.zero_grad(set_to_none=True)
-            (loss / n_tok).backward()
+            amp.scaler.scale(loss / n_tok).backward()
+            amp.scaler.unscale_(optimizer)  # clip the true gradients
             nn.utils.clip_grad_norm_(model.parameters(), spec.training.clip_norm)
-            optimizer.step()
+            amp.scaler.step(optimizer)
+            amp.scaler.update()
             total += loss.item()
             tokens += n_tok
             bar.set_postfix(loss=f"{total / tokens:.3f}")
@@ -387,6 +424,10 @@ def train(
         }
         if scheduler is not None:
             state["scheduler"] = scheduler.state_dict()
+        if device.type == "cuda":
+            state["cuda_rng"] = torch.cuda.get_rng_state(device)
+        if amp.scaler.is_enabled():
+            state["scaler"] = amp.scaler.state_dict()
         _atomic_save(state, ckpt_path)
         if progress:
             tqdm.write(

@@ -4,10 +4,10 @@ mlflow only where it belongs, and the store's schema named in one place.
 Layers, bottom to top (a module may import its own layer and those below):
 
     base      attnstudy (the package), config, notices, signals, paths, progress
-    core      data.*, models.*, metrics, training, inference
+    core      data.*, models.*, metrics, devices, training, inference
     analysis  analysis.*  (the catalogue, the ablations, the suite, figures)
     tracking  tracking.*  (client, schema, store, models)
-    app       experiment, api, cli, report, serving, ui, ui_guard
+    app       experiment, api, cli, report, serving, ui, ui_guard, server, distributed
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ LAYERS = [
             "attnstudy.models",
             "attnstudy.models.*",
             "attnstudy.metrics",
+            "attnstudy.devices",
             "attnstudy.training",
             "attnstudy.inference",
         ],
@@ -59,6 +60,8 @@ LAYERS = [
             "attnstudy.serving",
             "attnstudy.ui",
             "attnstudy.ui_guard",
+            "attnstudy.server",
+            "attnstudy.distributed",
         ],
     ),
 ]

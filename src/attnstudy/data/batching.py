@@ -63,6 +63,9 @@ def collate(
         tgt_vocab: target vocabulary.
         indices: row → position in the caller's example list; default ``0 … B−1``.
 
+    Returns:
+        The batch, on the CPU (move it with :meth:`Batch.to`).
+
     Raises:
         ValueError: if ``examples`` is empty or ``indices`` has the wrong length.
     """
@@ -74,19 +77,17 @@ def collate(
     srcs = [src_vocab.encode(ex.src) for ex in examples]
     tgts = [tgt_vocab.encode(ex.tgt) for ex in examples]
     t_x, t_y = max(map(len, srcs)), max(map(len, tgts)) + 1
-    src = torch.tensor([s + [PAD_ID] * (t_x - len(s)) for s in srcs], dtype=torch.long)
-    tgt_in = torch.tensor(
-        [[BOS_ID, *t] + [PAD_ID] * (t_y - 1 - len(t)) for t in tgts], dtype=torch.long
-    )
-    tgt_out = torch.tensor(
-        [[*t, EOS_ID] + [PAD_ID] * (t_y - 1 - len(t)) for t in tgts], dtype=torch.long
-    )
+    host = torch.device("cpu")  # built on the host; Batch.to moves it to the model's device
+
+    def ids(rows: list[list[int]]) -> torch.Tensor:
+        return torch.tensor(rows, dtype=torch.long, device=host)
+
     return Batch(
-        src=src,
-        src_lengths=torch.tensor([len(s) for s in srcs], dtype=torch.long),
-        tgt_in=tgt_in,
-        tgt_out=tgt_out,
-        tgt_lengths=torch.tensor([len(t) + 1 for t in tgts], dtype=torch.long),
+        src=ids([s + [PAD_ID] * (t_x - len(s)) for s in srcs]),
+        src_lengths=ids([len(s) for s in srcs]),
+        tgt_in=ids([[BOS_ID, *t] + [PAD_ID] * (t_y - 1 - len(t)) for t in tgts]),
+        tgt_out=ids([[*t, EOS_ID] + [PAD_ID] * (t_y - 1 - len(t)) for t in tgts]),
+        tgt_lengths=ids([len(t) + 1 for t in tgts]),
         indices=idx,
     )
 

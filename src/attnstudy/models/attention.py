@@ -244,7 +244,8 @@ class MultiHeadGeneralAttention(Attention):
             )
         self.heads = heads
         self.key_proj = nn.Parameter(
-            torch.empty(heads, query_size // heads, key_size // heads).uniform_(
+            # built on the CPU like every parameter; the model moves with Module.to(device)
+            torch.empty(heads, query_size // heads, key_size // heads, device="cpu").uniform_(
                 -1 / math.sqrt(key_size // heads), 1 / math.sqrt(key_size // heads)
             )
         )

@@ -145,7 +145,7 @@ class Decoding:
         """
         with eval_mode(self):
             b, k = src.size(0), beam_size
-            limits = [int(x) for x in torch.as_tensor(max_len).expand(b).tolist()]
+            limits = [int(x) for x in torch.as_tensor(max_len, device="cpu").expand(b).tolist()]
             rep = torch.arange(b, device=src.device).repeat_interleave(k)
             state = self.begin(src, src_lengths).index_select(rep)
             scores = torch.full((b, k), float("-inf"), device=src.device)
@@ -166,9 +166,10 @@ class Decoding:
                 top, idx = cand.topk(min(2 * k, k * v), dim=-1)
                 beam_idx, tok = idx // v, idx % v
                 top, beam_idx, tok = top.cpu(), beam_idx.cpu(), tok.cpu()
-                new_scores = torch.full((b, k), float("-inf"))
-                new_src = torch.zeros(b, k, dtype=torch.long)
-                new_tok = torch.full((b, k), PAD_ID, dtype=torch.long)
+                # the beams' bookkeeping is host-side; the model's tensors stay on its device
+                new_scores = torch.full((b, k), float("-inf"), device="cpu")
+                new_src = torch.zeros(b, k, dtype=torch.long, device="cpu")
+                new_tok = torch.full((b, k), PAD_ID, dtype=torch.long, device="cpu")
                 for i in range(b):
                     if done[i]:
                         continue
@@ -193,7 +194,9 @@ class Decoding:
                     if last or (finished[i] and max(f[0] for f in finished[i]) >= bound):
                         done[i] = True
                         new_scores[i] = float("-inf")
-                flat_src = (torch.arange(b)[:, None] * k + new_src).view(-1).to(src.device)
+                flat_src = (
+                    (torch.arange(b, device="cpu")[:, None] * k + new_src).view(-1).to(src.device)
+                )
                 state = state.index_select(flat_src)
                 history = torch.cat(
                     [history.index_select(0, flat_src), new_tok.view(-1, 1).to(src.device)], dim=1

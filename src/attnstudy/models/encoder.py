@@ -67,7 +67,7 @@ class RecurrentEncoder(nn.Module):
         packed = pack_padded_sequence(x, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
         out, _ = self.rnn(packed)
         states, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
-        last = states[torch.arange(src.size(0)), src_lengths - 1]  # (B, D)
+        last = states[torch.arange(src.size(0), device=src.device), src_lengths - 1]  # (B, D)
         if self.directions == 2:
             half = states.size(-1) // 2
             summary = torch.cat([last[:, :half], states[:, 0, half:]], dim=-1)

@@ -46,7 +46,8 @@ def save_model_dir(
     """Write the four model files into ``directory`` (created). Returns the directory."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), d / WEIGHTS)
+    # host copies: the stored weights load on any machine, whatever device trained them
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, d / WEIGHTS)
     (d / CONFIG).write_text(spec.model_dump_json(indent=2), encoding="utf-8")
     (d / SRC_VOCAB).write_text(json.dumps(src_vocab.to_json()), encoding="utf-8")
     (d / TGT_VOCAB).write_text(json.dumps(tgt_vocab.to_json()), encoding="utf-8")

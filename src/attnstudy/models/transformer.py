@@ -44,15 +44,21 @@ from .trace import ALL, Trace
 __all__ = ["Transformer", "TransformerMemory", "TransformerTrace", "sinusoidal_positions"]
 
 
-def sinusoidal_positions(n: int, d: int) -> Tensor:
+def sinusoidal_positions(n: int, d: int, device: torch.device | str = "cpu") -> Tensor:
     """Vaswani et al. (2017), §3.5: PE(pos, 2i) = sin(pos / 10000^{2i/d}), PE(pos, 2i+1) = cos(…).
+
+    Args:
+        n: positions; d: model size; device: where the table is created (a model's buffer is
+            built on the CPU and moves with ``Module.to``).
 
     Returns:
         (n, d) float32.
     """
-    pos = torch.arange(n, dtype=torch.float32)[:, None]
-    div = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
-    pe = torch.zeros(n, d)
+    pos = torch.arange(n, dtype=torch.float32, device=device)[:, None]
+    div = torch.exp(
+        torch.arange(0, d, 2, dtype=torch.float32, device=device) * (-math.log(10000.0) / d)
+    )
+    pe = torch.zeros(n, d, device=device)
     pe[:, 0::2] = torch.sin(pos * div)
     pe[:, 1::2] = torch.cos(pos * div)[:, : d // 2]
     return pe
@@ -747,7 +753,7 @@ def naive_logits_given_attention(
             tokens = trace.tgt_in[i : i + 1, : t + 1]
             for r in range(p):
                 x = model._decoder_input(tokens, 0, memory)
-                future = torch.ones(t + 1, t + 1, dtype=torch.bool).triu(1)
+                future = torch.ones(t + 1, t + 1, dtype=torch.bool, device=tokens.device).triu(1)
                 for m, layer in enumerate(model.decoder_layers):
                     a = layer.sub.inp(0, x)
                     k, v = layer.self_attn.keys_values(a)

@@ -55,6 +55,8 @@ class Tag:
     OWNER_HOST = "attnstudy.owner.host"
     OWNER_PID = "attnstudy.owner.pid"
     OWNER_START = "attnstudy.owner.start"
+    DEVICE = "device"  # where the run's training or analysis ran (cpu, cuda:0, …)
+    CLUSTER_TASK = "attnstudy.cluster_task"  # the cluster task that wrote the run (distributed.py)
     NOTE = "mlflow.note.content"  # the run's description in the MLflow UI
     PARENT = "mlflow.parentRunId"
 
