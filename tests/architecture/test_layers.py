@@ -205,6 +205,29 @@ def test_mlflow_only_in_tracking_and_serving():
     assert not bad, f"mlflow imported outside tracking/serving: {bad}"
 
 
+def test_ray_only_in_the_distributed_module_and_only_inside_functions():
+    """The default install has no Ray: importing any module must not need it."""
+    offenders = []
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top = {id(n) for n in tree.body}
+        for node in ast.walk(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if not any(n == "ray" or n.startswith("ray.") for n in names):
+                continue
+            if name != "attnstudy.distributed":
+                offenders.append(f"{name} imports ray")
+            elif id(node) in top:
+                offenders.append(f"{name} imports ray at module level")
+    assert not offenders, offenders
+
+
 def test_no_module_imports_a_top_level_analysis_package():
     _, raw = graph()
     bad = [

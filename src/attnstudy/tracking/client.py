@@ -167,6 +167,8 @@ class Tracker:
             :func:`resolve_timeout`.
         create: create the SQLite store if it does not exist; verbs that only read an existing
             store pass False and get :class:`StoreNotFoundError` instead of a new, empty store.
+        run_tags: tags set on every run this tracker starts (a cluster task marks its runs, so
+            its driver can close what a dead worker left RUNNING).
 
     Raises:
         TrackingError: the store cannot be created or reached.
@@ -174,9 +176,16 @@ class Tracker:
         ValueError: an in-memory or file store URI, or a bad ``$ATTNSTUDY_TRACKING_TIMEOUT``.
     """
 
-    def __init__(self, uri: str | None = None, timeout: float | None = None, create: bool = True):
+    def __init__(
+        self,
+        uri: str | None = None,
+        timeout: float | None = None,
+        create: bool = True,
+        run_tags: dict[str, str] | None = None,
+    ):
         from ..config import check_tracking_uri
 
+        self.run_tags = dict(run_tags or {})
         self.uri = check_tracking_uri(uri or default_tracking_uri())
         self.timeout = resolve_timeout(timeout)
         if self.uri.startswith("sqlite:///"):
@@ -290,6 +299,11 @@ class Tracker:
         except MlflowException:  # created concurrently by another process
             return self._call(self.client.get_experiment_by_name, name).experiment_id
 
+    def artifact_location(self, experiment_id: str) -> str:
+        """Where an experiment's runs keep their artifacts (``mlflow-artifacts:/…`` when a tracking
+        server proxies them, a path or URI of the server's disk otherwise)."""
+        return self._call(self.client.get_experiment, experiment_id).artifact_location
+
     def start_run(
         self,
         experiment_id: str,
@@ -298,7 +312,7 @@ class Tracker:
         parent_run_id: str | None = None,
     ) -> str:
         """Create a run (nested under ``parent_run_id``) and return its id."""
-        tags = dict(tags or {}) | owner_tags()
+        tags = dict(tags or {}) | owner_tags() | self.run_tags
         if parent_run_id:
             tags[Tag.PARENT] = parent_run_id
         run = self._call(self.client.create_run, experiment_id, run_name=name, tags=tags)

@@ -215,3 +215,33 @@ def study_runs(tracker: Tracker, study_id: str) -> StudyRuns:
     models = [tracker.get_run(i) for i in study.ids(Tag.MODEL_RUN_IDS)]
     models += [r for r in failed if r.kind == Kind.MODEL]
     return StudyRuns(study, models, {r.tags.get(Tag.SOURCE_RUN_ID, ""): r for r in ablations})
+
+
+def fail_task_runs(
+    tracker: Tracker, experiment_id: str, token: str, reason: str, status: str = "FAILED"
+) -> list[str]:
+    """End every run that a cluster task started (its ``attnstudy.cluster_task`` tag is ``token``)
+    and left RUNNING: its worker died (or was cancelled) before it could close them.
+
+    Args:
+        reason: why, for the runs' error tags and description.
+        status: ``FAILED`` (a dead worker) or ``KILLED`` (an interrupted study).
+
+    Returns:
+        The run ids ended, innermost (newest) first.
+    """
+    runs = tracker.search_runs(
+        [experiment_id],
+        f"tags.`{Tag.CLUSTER_TASK}` = {_q(token)} and attributes.status = 'RUNNING'",
+    )
+    for r in runs:
+        tracker.set_tags(
+            r.run_id,
+            {
+                Tag.ERROR_CLASS: "WorkerDied" if status == "FAILED" else "Interrupted",
+                Tag.ERROR_MESSAGE: reason[:500],
+                Tag.NOTE: f"{'Failed' if status == 'FAILED' else 'Killed'}: {reason}",
+            },
+        )
+        tracker.end_run(r.run_id, status)
+    return [r.run_id for r in runs]

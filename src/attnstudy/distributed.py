@@ -1,0 +1,638 @@
+"""A study on a Ray cluster: ``attnstudy run EXPERIMENT --executor ray [--ray-address ADDR]``.
+
+The driver (this process) validates the config and the data, creates the experiment and the study
+run itself (two workers creating it at once would race: ``RESOURCE_ALREADY_EXISTS``), submits one
+Ray task per (variant, seed) training with its CPU/GPU request and chains each model's ablation
+task to its training task, so an ablation starts as soon as its model is done. It collects the
+run ids as tasks finish, then computes seed variance and the report from the store
+(:func:`attnstudy.api.run` does that part, for every executor alike).
+
+* **The store is a tracking server.** Workers cannot share an embedded SQLite file: the tracking
+  URI must be ``http(s)://``, and the experiment must keep its artifacts behind the server
+  (``mlflow-artifacts:`` proxying, ``mlflow server --artifacts-destination``), so workers reach
+  them only through the server, never through a disk path of some machine.
+* **Failures.** Tasks run with ``max_retries=0`` (a retry would create a second run while the
+  crashed attempt's run stays RUNNING). A training or ablation that raises fails alone, its run
+  FAILED with the error, as in the local executor. A worker that dies (killed, out of memory, its
+  node lost) leaves its run RUNNING: every run a task starts carries the task's token
+  (``attnstudy.cluster_task``), and the driver ends those runs FAILED with the reason. The other
+  tasks go on; the study's summary and the exit code say what failed.
+* **Same numbers.** A task trains and ablates exactly as the local executor does, with the same
+  seeds, threads and data; each task checks that its node loads the same data (digest) as the
+  driver did, since a data file that differs between nodes would otherwise train another model
+  under the same name.
+* **Devices** resolve on the worker (:mod:`attnstudy.devices`); a task requests ``num_gpus=1``
+  only for an explicit ``cuda``/``cuda:N``, and ``auto`` in a task that got no GPU is the CPU.
+* **Checkpoints** stay on the node that trained: ``--resume`` continues an interrupted training
+  from its checkpoint only if its task lands on that node again (it trains from scratch
+  otherwise, with the same result).
+
+Without ``--ray-address`` (and without ``$RAY_ADDRESS``) the driver starts a private Ray head on
+this machine's loopback for the run (:class:`LocalRayHead`) and stops it afterwards.
+
+Ray is an optional dependency (the ``[distributed]`` extra) and is imported only here, inside
+functions, so the default install never needs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError
+
+RAY_EXTRA = (
+    "the Ray executor needs the [distributed] extra: pip install -e '.[distributed]' "
+    "(ray 2.60.0, psycopg[binary], psutil)"
+)
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+SERVER_HINT = (
+    "start one with 'attnstudy server --backend-store-uri postgresql+psycopg://USER@HOST/DB "
+    "--artifacts DIR' and pass --tracking-uri http://HOST:5000"
+)
+
+
+class ClusterError(RuntimeError):
+    """The Ray cluster cannot be reached or started (the message says what to do)."""
+
+
+def require_server_uri(uri: str) -> str:
+    """The tracking URI, if cluster workers can share it (``http(s)://``).
+
+    Raises:
+        ConfigError: any other store (one line saying how to start a server).
+    """
+    if not uri.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"--executor ray needs an http(s):// tracking server that every worker reaches, not "
+            f"{uri} (workers cannot share an embedded SQLite file); {SERVER_HINT}"
+        )
+    return uri
+
+
+def check_artifact_location(location: str, experiment: str, uri: str) -> None:
+    """Refuse an experiment whose artifacts live on a disk path instead of behind the server.
+
+    Raises:
+        ConfigError: the location is not ``mlflow-artifacts:`` (or an http(s) URL of the server).
+    """
+    if not location.startswith(("mlflow-artifacts:", "http://", "https://")):
+        raise ConfigError(
+            f"experiment {experiment!r} on {uri} keeps its artifacts at {location}, a path workers "
+            "cannot reach; serve artifacts through the server (mlflow server "
+            "--artifacts-destination DIR, as 'attnstudy server' does) and use a new experiment name"
+        )
+
+
+def _ray():
+    """``import ray``, or :class:`ClusterError` naming the extra."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        import ray
+    except ImportError:
+        raise ClusterError(RAY_EXTRA) from None
+    return ray
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    return (host, int(port)) if host and port.isdigit() else None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` right now."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+# ----------------------------------------------------------------------------- a local head
+
+
+@dataclass
+class LocalRayHead:
+    """A Ray head on this machine's loopback, owned by whoever started it.
+
+    ``ray start --head --block`` in its own session with free ports (never the default 6379), its
+    own temporary folder, token authentication with a random token, usage statistics off, and
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (without it, ``--node-ip-address 127.0.0.1`` still binds
+    some services to every interface). :meth:`stop` ends exactly the processes it started, by PID
+    (``ray stop`` would stop every Ray process of the machine, other users' included).
+
+    Args:
+        num_cpus, num_gpus: the resources the head offers (its workers run the tasks).
+        object_store_mb: the object store's size (tasks exchange small JSON payloads only).
+        env: extra environment of the head and its workers.
+    """
+
+    num_cpus: int = 2
+    num_gpus: int = 0
+    object_store_mb: int = 256
+    env: dict[str, str] = field(default_factory=dict)
+    address: str = ""
+    token: str = ""
+    temp_dir: Path | None = None
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+    _known: dict[int, float] = field(default_factory=dict)
+
+    def driver_env(self) -> dict[str, str]:
+        """What a driver (or any client) needs in its environment to connect to this head."""
+        return {
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": self.token,
+        }
+
+    def head_env(self) -> dict[str, str]:
+        """The head's own environment on top of :meth:`driver_env` (its workers inherit it): no
+        metrics export (the minimal ``ray`` install has no agent to receive them)."""
+        return self.driver_env() | {"RAY_enable_metrics_collection": "0"}
+
+    def start(self, timeout: float = 120.0) -> str:
+        """Start the head; returns its address ``127.0.0.1:PORT``.
+
+        Raises:
+            ClusterError: Ray is not installed, or the head did not start within ``timeout`` s.
+        """
+        _ray()  # the extra is installed
+        self.token = secrets.token_hex(24)
+        self.temp_dir = Path(
+            tempfile.mkdtemp(prefix="attn-ray-", dir="/tmp")
+        )  # short: socket paths
+        self.log_path = self.temp_dir / "head.log"
+        port = free_port()
+        ports = {
+            "--port": port,
+            "--node-manager-port": free_port(),
+            "--object-manager-port": free_port(),
+            "--dashboard-agent-listen-port": free_port(),
+            "--dashboard-agent-grpc-port": free_port(),
+            "--runtime-env-agent-port": free_port(),
+            "--metrics-export-port": free_port(),
+        }
+        workers = sorted({free_port() for _ in range(4 * self.num_cpus + 8)})
+        cmd = [
+            sys.executable,
+            "-m",
+            "ray.scripts.scripts",
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            *(f"{k}={v}" for k, v in ports.items()),
+            f"--worker-port-list={','.join(map(str, workers))}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--num-cpus={self.num_cpus}",
+            f"--num-gpus={self.num_gpus}",
+            f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
+            f"--temp-dir={self.temp_dir}",
+        ]
+        env = dict(os.environ) | self.env | self.head_env()
+        log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        self.address = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                tail = self.log_tail()
+                self.stop()
+                raise ClusterError(f"the local Ray head exited ({tail})")
+            if "Ray runtime started" in self.log_path.read_text(errors="replace"):
+                self._remember()
+                return self.address
+            time.sleep(0.2)
+        self.stop()
+        raise ClusterError(f"the local Ray head did not start within {timeout:g} s")
+
+    def log_tail(self) -> str:
+        """The last line of the head's output that says something."""
+        if self.log_path is None or not self.log_path.is_file():
+            return "no output"
+        lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        return lines[-1][:300] if lines else "no output"
+
+    def _remember(self) -> None:
+        """Record the head's process tree (PID → start time), so :meth:`stop` ends exactly these."""
+        import psutil
+
+        if self.proc is None:
+            return
+        try:
+            head = psutil.Process(self.proc.pid)
+            for p in [head, *head.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    self._known[p.pid] = p.create_time()
+        except psutil.Error:
+            pass
+
+    def pids(self) -> set[int]:
+        """The PIDs of every live process this head started (the head, its services, workers)."""
+        import psutil
+
+        self._remember()
+        alive = set()
+        for pid, started in self._known.items():
+            with contextlib.suppress(psutil.Error):
+                p = psutil.Process(pid)
+                if p.create_time() == started and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.add(pid)
+        return alive
+
+    def stop(self, timeout: float = 40.0) -> None:
+        """SIGTERM to the head (it drains and ends its services and workers), then SIGKILL to any
+        process of its recorded tree still alive after ``timeout`` seconds; removes its folder."""
+        import shutil
+
+        if self.proc is not None:
+            self._remember()
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(10)
+            deadline = time.monotonic() + 10
+            while self.pids() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            for pid in self.pids():  # only processes of this head's tree (PID and start time)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            self.proc = None
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            self.temp_dir = None
+
+
+# ----------------------------------------------------------------------------- the executor
+
+
+class RayExecutor:
+    """Runs a study's trainings and ablations as Ray tasks (see the module docstring).
+
+    Args:
+        address: the Ray head (``HOST:PORT``); None: ``$RAY_ADDRESS``, else a private
+            :class:`LocalRayHead` on this machine for the duration of the study.
+        num_cpus: CPUs of that private head (default: this machine's).
+    """
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None):
+        self.address = address or os.environ.get("RAY_ADDRESS") or None
+        self.num_cpus = num_cpus
+        self.head: LocalRayHead | None = None
+        self._ray = None
+        self._connected_here = False
+
+    # --- connection ---------------------------------------------------------------------
+    def prepare(self, cfg, tracker, experiment_id: str) -> None:
+        """Check the store (a server that proxies artifacts) and connect to Ray, before the study
+        run exists.
+
+        Raises:
+            ConfigError: the store cannot be shared by workers. ClusterError: no Ray cluster.
+        """
+        require_server_uri(tracker.uri)
+        check_artifact_location(
+            tracker.artifact_location(experiment_id), cfg.experiment.name, tracker.uri
+        )
+        self._connect()
+
+    def _connect(self) -> None:
+        ray = _ray()
+        if ray.is_initialized():  # a notebook that called ray.init() itself
+            self._ray = ray
+            return
+        if self.address is None:
+            self.head = LocalRayHead(num_cpus=self.num_cpus or os.cpu_count() or 1)
+            self.address = self.head.start()
+            os.environ.update(self.head.driver_env())
+        hp = _host_port(self.address)
+        if hp is None:
+            raise ClusterError(f"--ray-address {self.address!r}: give HOST:PORT of the Ray head")
+        if hp[0] in LOOPBACK:  # else Ray maps 127.0.0.1 to this machine's outside address
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        try:
+            socket.create_connection(hp, timeout=5).close()
+        except OSError:  # ray.init would wait minutes for a head that is not there
+            raise ClusterError(
+                f"no Ray head answers at {self.address}; start one with 'ray start --head "
+                "--node-ip-address HOST --port PORT' (README: Running on a cluster)"
+            ) from None
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            ray.init(address=self.address, logging_level=logging.WARNING, log_to_driver=True)
+        except Exception as err:
+            text = str(err).strip().splitlines()
+            raise ClusterError(
+                f"cannot connect to the Ray head at {self.address}: "
+                f"{text[0][:300] if text else type(err).__name__} (a cluster with token "
+                "authentication needs its RAY_AUTH_TOKEN in this environment)"
+            ) from None
+        finally:  # ray.init replaces the SIGTERM handler; the CLI's own handler stays in charge
+            for s, h in handlers.items():
+                if signal.getsignal(s) is not h and h is not None:
+                    signal.signal(s, h)
+        self._ray, self._connected_here = ray, True
+
+    def close(self) -> None:
+        """Disconnect, and stop the private head if this executor started one."""
+        if self._ray is not None and self._connected_here:
+            with contextlib.suppress(Exception):
+                self._ray.shutdown()
+            self._connected_here = False
+        if self.head is not None:
+            self.head.stop()
+            self.head = None
+
+    # --- the study ----------------------------------------------------------------------
+    def run_variants(self, ctx) -> None:
+        """Submit every training and its chained ablation, then collect them as they finish (see
+        :meth:`attnstudy.api.Executor.run_variants`)."""
+        from . import api
+        from .devices import requests_gpu
+        from .paths import project_root
+        from .progress import Progress
+
+        ray = self._ray
+        train_fn, ablate_fn = ray.remote(train_task), ray.remote(ablate_task)
+        common = {
+            "uri": ctx.tracker.uri,
+            "timeout": ctx.tracker.timeout,
+            "experiment_id": ctx.experiment_id,
+            "study_id": ctx.study_id,
+            "root": str(project_root()),
+        }
+        ablation = ctx.cfg.ablation.model_dump(mode="json")
+        abl_gpu = 1 if requests_gpu(ctx.cfg.ablation.device) else 0
+        jobs: list[_Job] = []
+        for i, spec in enumerate(ctx.specs):
+            threads = spec.training.threads
+            job = _Job(i, spec, f"{ctx.study_id}/{i}/train/{uuid.uuid4().hex[:8]}")
+            job.ablate_token = f"{ctx.study_id}/{i}/ablate/{uuid.uuid4().hex[:8]}"
+            payload = common | {
+                "spec": spec.model_dump_json(),
+                "data_digest": api.task_data(spec).digest,
+                "retrain": ctx.retrain,
+                "resume": ctx.resume,
+                "token": job.train_token,
+            }
+            job.train_ref = train_fn.options(
+                num_cpus=threads,
+                num_gpus=1 if requests_gpu(spec.training.device) else 0,
+                max_retries=0,
+                name=f"train {spec.name}",
+            ).remote(payload)
+            job.ablate_ref = ablate_fn.options(
+                num_cpus=threads, num_gpus=abl_gpu, max_retries=0, name=f"ablate {spec.name}"
+            ).remote(
+                job.train_ref,
+                common
+                | {
+                    "spec": spec.model_dump_json(),
+                    "ablation": ablation,
+                    "done": ctx.done,
+                    "token": job.ablate_token,
+                },
+            )
+            jobs.append(job)
+        by_ref = {}
+        for job in jobs:
+            by_ref[job.train_ref] = (job, "training")
+            by_ref[job.ablate_ref] = (job, "ablation")
+        bar = Progress(len(by_ref), "cluster tasks", enabled=ctx.progress, unit="task")
+        pending = list(by_ref)
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                for ref in ready:
+                    job, phase = by_ref[ref]
+                    if phase == "ablation" and "training" not in job.collected:
+                        # its training task is done too (Ray ran it first): its outcome first
+                        self._collect(ctx, job, "training", job.train_ref)
+                        pending = [r for r in pending if r != job.train_ref]
+                        bar.update(1)
+                    if phase not in job.collected:
+                        self._collect(ctx, job, phase, ref)
+                        bar.update(1, note=f"{phase} {job.spec.name}")
+                self._record(ctx, jobs)
+        except KeyboardInterrupt:
+            self._cancel(ctx, jobs, pending)
+            raise
+        finally:
+            bar.close()
+
+    def _collect(self, ctx, job: _Job, phase: str, ref) -> None:
+        """Turn one finished task into a model, an ablation run or a failure."""
+        from . import api
+        from .tracking import store
+
+        ray = self._ray
+        job.collected.add(phase)
+        try:
+            out = ray.get(ref)
+        except ray.exceptions.RayError as err:  # the worker died or the task never ran
+            if phase == "ablation" and job.train_failed:
+                return  # not run because its training failed: recorded there
+            reason = f"the Ray worker running it died ({_first_line(err)})"
+            token = job.train_token if phase == "training" else job.ablate_token
+            closed = store.fail_task_runs(ctx.tracker, ctx.experiment_id, token, reason)
+            job.failure = api.Failure(job.spec.name, phase, reason, closed[0] if closed else None)
+            job.train_failed = job.train_failed or phase == "training"
+            return
+        if out.get("skipped"):
+            return
+        if not out["ok"]:
+            job.failure = api.Failure(job.spec.name, phase, out["error"], out.get("failed_run_id"))
+            job.train_failed = job.train_failed or phase == "training"
+            return
+        if phase == "training":
+            job.model = api.ModelRun(
+                out["run_id"], job.spec, out["reused"], out["metrics"], out["key"], out["reason"]
+            )
+        else:
+            job.ablation = out["run_id"]
+
+    @staticmethod
+    def _record(ctx, jobs: list[_Job]) -> None:
+        """Write what has come in to ``ctx.result`` (models in spec order) and to the study run."""
+        result = ctx.result
+        result.models[:] = [j.model for j in jobs if j.model is not None]
+        result.ablations.clear()
+        result.ablations.update({j.model.run_id: j.ablation for j in jobs if j.ablation})
+        failures = [f for f in result.failures if f.phase not in ("training", "ablation")]
+        result.failures[:] = failures + [j.failure for j in jobs if j.failure is not None]
+        ctx.record()
+
+    def _cancel(self, ctx, jobs: list[_Job], pending: list) -> None:
+        """Ctrl-C in the driver: cancel the tasks still running (their runs end KILLED), then close
+        as KILLED what a task could not close itself."""
+        from .tracking import store
+
+        for ref in pending:
+            with contextlib.suppress(Exception):
+                self._ray.cancel(ref)
+        deadline = time.monotonic() + 20
+        for ref in pending:
+            with contextlib.suppress(Exception):
+                self._ray.wait([ref], timeout=max(0.1, deadline - time.monotonic()))
+        for job in jobs:
+            for token in (job.train_token, job.ablate_token):
+                with contextlib.suppress(Exception):
+                    store.fail_task_runs(
+                        ctx.tracker,
+                        ctx.experiment_id,
+                        token,
+                        "the study was interrupted",
+                        status="KILLED",
+                    )
+
+
+@dataclass
+class _Job:
+    """One (variant, seed): its two tasks and what came of them."""
+
+    index: int
+    spec: Any
+    train_token: str
+    ablate_token: str = ""
+    train_ref: Any = None
+    ablate_ref: Any = None
+    model: Any = None
+    ablation: str | None = None
+    failure: Any = None
+    train_failed: bool = False
+    collected: set[str] = field(default_factory=set)
+
+
+def _first_line(err: BaseException) -> str:
+    text = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+    return f"{type(err).__name__}: {text[0][:200]}" if text else type(err).__name__
+
+
+# ----------------------------------------------------------------------------- the tasks
+
+
+@contextlib.contextmanager
+def _worker(job: dict):
+    """A task's surroundings on its worker: its own tracker (runs marked with the task's token),
+    the intra-op threads of its spec, the scheduler's GPU placement, and a project root for the
+    checkpoints (``$ATTNSTUDY_ROOT`` of the node, else the driver's root if it exists here, else a
+    cache folder)."""
+    import ray
+    import torch
+
+    from .config import RunSpec
+    from .devices import placed_by_scheduler
+    from .tracking import Tag, Tracker
+
+    spec = RunSpec.model_validate_json(job["spec"])
+    os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"  # the driver prints the run ids
+    before = os.environ.get("ATTNSTUDY_ROOT")
+    if before is None:
+        root = Path(job["root"])
+        if not (root.is_dir() and os.access(root, os.W_OK)):
+            root = Path.home() / ".cache" / "attnstudy" / "cluster"
+            root.mkdir(parents=True, exist_ok=True)
+        os.environ["ATTNSTUDY_ROOT"] = str(root)
+    torch.set_num_threads(spec.training.threads)
+    try:
+        tracker = Tracker(job["uri"], job["timeout"], run_tags={Tag.CLUSTER_TASK: job["token"]})
+        with placed_by_scheduler(gpu=bool(ray.get_gpu_ids())):
+            yield spec, tracker
+    finally:
+        if before is None:
+            os.environ.pop("ATTNSTUDY_ROOT", None)
+
+
+def train_task(job: dict) -> dict:
+    """One training on a Ray worker (:func:`attnstudy.api.train_spec`, progress off).
+
+    Returns:
+        ``{"ok": True, run_id, reused, metrics, key, reason}``, or ``{"ok": False, error,
+        failed_run_id}`` when the training failed (its run is then FAILED with the error).
+    """
+    from . import api
+    from .data.types import DataError
+
+    with _worker(job) as (spec, tracker):
+        try:
+            digest = api.task_data(spec).digest
+            if digest != job["data_digest"]:
+                raise DataError(
+                    f"{spec.name}: the data on this node (digest {digest[:12]}) differ from the "
+                    f"driver's ({job['data_digest'][:12]}); give every node the same data files"
+                )
+            m = api.train_spec(
+                spec,
+                tracker,
+                job["experiment_id"],
+                job["study_id"],
+                job["retrain"],
+                job["resume"],
+                progress=False,
+            )
+        except Exception as err:
+            return {
+                "ok": False,
+                "error": api._error_text(err),
+                "failed_run_id": getattr(err, "failed_run_id", None),
+            }
+        return {
+            "ok": True,
+            "run_id": m.run_id,
+            "reused": m.reused,
+            "metrics": dict(m.metrics),
+            "key": m.key,
+            "reason": m.reason,
+        }
+
+
+def ablate_task(trained: dict, job: dict) -> dict:
+    """The ablations of one trained model on a Ray worker (:func:`attnstudy.api.ablate_run`),
+    started as soon as its training task returned.
+
+    Returns:
+        ``{"ok": True, run_id}``; ``{"skipped": True}`` when its training failed; ``{"ok": False,
+        error, failed_run_id}`` when the ablations failed.
+    """
+    from . import api
+    from .analysis.catalogue import AblationConfig
+
+    if not trained.get("ok"):
+        return {"skipped": True}
+    model_run_id = trained["run_id"]
+    if model_run_id in job["done"]:  # a resumed study's finished ablation
+        return {"ok": True, "run_id": job["done"][model_run_id]}
+    with _worker(job) as (_, tracker):
+        try:
+            cfg = AblationConfig.model_validate(job["ablation"])
+            _, loaded = api.load_model(f"runs:/{model_run_id}", tracker)
+            run_id, _ = api.ablate_run(
+                model_run_id, loaded, cfg, tracker, job["study_id"], progress=False
+            )
+        except Exception as err:
+            return {
+                "ok": False,
+                "error": api._error_text(err),
+                "failed_run_id": getattr(err, "failed_run_id", None),
+            }
+        return {"ok": True, "run_id": run_id}

@@ -1,0 +1,215 @@
+"""``attnstudy server``: a team's MLflow tracking server, started the way the field runs one.
+
+``mlflow server`` with a database backend store (PostgreSQL through psycopg 3:
+``postgresql+psycopg://USER@HOST:PORT/DB``; SQLAlchemy 2.1 also reads a plain ``postgresql://`` as
+psycopg 3) and ``--artifacts-destination DIR``, so clients and cluster workers reach artifacts only
+through the server (``mlflow-artifacts:`` proxying), never through a disk path. One worker and
+job execution off: only this one process opens the database, so only it creates or migrates the
+schema (several processes opening a fresh store at once fail: 2 of 12 on SQLite, 3 of 12 on
+PostgreSQL, measured). It binds 127.0.0.1 unless told otherwise: the server has no
+authentication of its own (``--app-name basic-auth`` turns on MLflow's basic-auth app).
+
+The database URI goes to the server through ``$MLFLOW_BACKEND_STORE_URI``, not its command line,
+and a password belongs in ``$PGPASSWORD`` or ``~/.pgpass`` (libpq reads both), so no password shows
+in the process list. This module imports only the standard library until the server starts.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+DATABASE_SCHEMES = {
+    "postgresql": "psycopg",
+    "postgresql+psycopg": "psycopg",
+    "mysql": "MySQLdb",
+    "mysql+pymysql": "pymysql",
+    "mssql+pyodbc": "pyodbc",
+    "sqlite": None,
+}
+"""Backend store schemes a server accepts → the driver module they need (None: built in)."""
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def backend_uri(given: str | None) -> str:
+    """The backend store URI: ``given``, else ``$MLFLOW_BACKEND_STORE_URI``.
+
+    Raises:
+        ValueError: none, not a database URI, or one whose driver is not installed (one line).
+    """
+    uri = given or os.environ.get("MLFLOW_BACKEND_STORE_URI")
+    if not uri:
+        raise ValueError(
+            "give the database: --backend-store-uri postgresql+psycopg://USER@HOST:5432/DB "
+            "(or $MLFLOW_BACKEND_STORE_URI)"
+        )
+    scheme = uri.split("://", 1)[0] if "://" in uri else ""
+    if scheme not in DATABASE_SCHEMES:
+        hint = (
+            "; psycopg2 is not what the [distributed] extra installs: use postgresql+psycopg://"
+            if scheme.startswith("postgresql+")
+            else ""
+        )
+        raise ValueError(
+            f"--backend-store-uri {mask(uri)!r} is not a database URI a team server can share; use "
+            f"postgresql+psycopg://USER@HOST:5432/DB (schemes: {', '.join(DATABASE_SCHEMES)}){hint}"
+        )
+    module = DATABASE_SCHEMES[scheme]
+    if module is not None:
+        import importlib.util
+
+        if importlib.util.find_spec(module) is None:
+            raise ValueError(
+                f"--backend-store-uri {scheme}://… needs the Python module {module!r}: "
+                "pip install -e '.[distributed]' (psycopg[binary] for PostgreSQL)"
+            )
+    return uri
+
+
+def mask(uri: str) -> str:
+    """The URI with its password (if any) replaced by ``***``."""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return "<unparsable URI>"
+    if parts.password is None:
+        return uri
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def artifacts_destination(artifacts: str) -> str:
+    """``--artifacts-destination`` for a folder (created) or an object-store URI (``s3://…``)."""
+    if "://" in artifacts:
+        return artifacts
+    path = Path(artifacts).expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path.as_uri()
+
+
+def check_args(uri: str | None, artifacts: str, host: str, port: int) -> None:
+    """Validate ``attnstudy server``'s arguments (torch- and mlflow-free).
+
+    Raises:
+        ValueError: one line naming the argument and the fix.
+    """
+    from . import ui
+
+    backend_uri(uri)
+    if not artifacts.strip():
+        raise ValueError("--artifacts is empty: give a folder for the server's artifacts")
+    if not 0 < port < 65536:
+        raise ValueError(f"--port must be between 1 and 65535, got {port}")
+    ui.check_host(host)
+
+
+def start(
+    uri: str,
+    artifacts: str,
+    host: str = "127.0.0.1",
+    port: int = 5000,
+    app_name: str | None = None,
+    log_path: Path | None = None,
+) -> subprocess.Popen:
+    """Start the tracking server in its own process group, guarded like the UI's
+    (:mod:`attnstudy.ui_guard`: it never outlives this process). Stop it with
+    :func:`attnstudy.ui.stop_server`.
+
+    Args:
+        uri: the backend store (see :func:`backend_uri`).
+        artifacts: a folder or object-store URI for ``--artifacts-destination``.
+        host, port: where to listen.
+        app_name: ``"basic-auth"`` for MLflow's authentication app, else None.
+        log_path: server output goes here (default: this process's stdout/stderr).
+    """
+    env = dict(
+        os.environ,
+        MLFLOW_BACKEND_STORE_URI=uri,
+        MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false",
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--artifacts-destination",
+        artifacts_destination(artifacts),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
+    if app_name:
+        cmd += ["--app-name", app_name]
+    out = open(log_path, "ab") if log_path else None
+    proc = subprocess.Popen(  # its own group: stop_server ends uvicorn's worker with it
+        cmd,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT if out else None,
+        start_new_session=True,
+    )
+    if out is not None:
+        out.close()
+    proc.guard = subprocess.Popen(  # type: ignore[attr-defined]
+        [sys.executable, "-m", "attnstudy.ui_guard", str(proc.pid)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    return proc
+
+
+def serve(
+    uri: str | None, artifacts: str, host: str, port: int, app_name: str | None = None
+) -> int:
+    """``attnstudy server``: run the server in the foreground until Ctrl-C (or SIGTERM).
+
+    Returns:
+        0 after Ctrl-C, 1 if the server failed to start or exited on its own.
+    """
+    from . import ui
+
+    uri = backend_uri(uri)
+    if host not in LOOPBACK and not app_name:
+        print(
+            f"attnstudy: warning: binding {host} without authentication: whoever reaches it can "
+            "read and write every run; add --app-name basic-auth (README: Running on a cluster)",
+            file=sys.stderr,
+            flush=True,
+        )
+    if ui.port_in_use("127.0.0.1" if host in ("0.0.0.0", "::") else host, port):
+        print(
+            f"attnstudy: error: port {port} is in use; choose another with --port", file=sys.stderr
+        )
+        return 2
+    proc = None
+    base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    try:
+        proc = start(uri, artifacts, host, port, app_name)
+        try:
+            ui.wait_healthy(base, 180, proc)
+        except RuntimeError as err:
+            print(f"attnstudy: error: {err} (its output is above)", file=sys.stderr)
+            return 1
+        print(
+            f"MLflow tracking server: {base} (store {mask(uri)}, artifacts "
+            f"{artifacts_destination(artifacts)}); point studies at it with --tracking-uri {base} "
+            "or MLFLOW_TRACKING_URI; Ctrl-C stops it",
+            flush=True,
+        )
+        proc.wait()
+        print(f"attnstudy: error: the server exited with code {proc.returncode}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("stopping the MLflow tracking server", file=sys.stderr)
+        return 0
+    finally:
+        if proc is not None:
+            ui.stop_server(proc)

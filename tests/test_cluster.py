@@ -1,0 +1,310 @@
+"""A study on a Ray cluster against a team's tracking server, for real, on loopback.
+
+A throwaway PostgreSQL cluster (Debian's ``initdb`` into a temporary folder), ``attnstudy server``
+on it, a Ray head on 127.0.0.1 with free ports and two CPUs, then ``attnstudy run --executor ray``
+of the tiny experiment with two seeds: every run FINISHED with the right links, the report built,
+the per-step tables and summaries equal to the local executor's (timing metrics aside), every
+listener on loopback; a worker killed mid-training fails its variant alone. Everything started
+here is stopped here, by handle and PID (``ray stop`` would stop every Ray process of the machine).
+
+Prerequisites (``make test`` installs them): Debian's ``postgresql`` and the ``[distributed]``
+extra; a skip on a developer's machine without them, a failure under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from prerequisites import require
+
+ROOT = Path(__file__).parents[1]
+TINY = ROOT / "experiments" / "tiny.toml"
+TIMING = ("train/seconds", "ablation/seconds")
+pytestmark = pytest.mark.slow
+
+
+def _prerequisites() -> None:
+    missing = [m for m in ("ray", "psycopg", "psutil") if importlib.util.find_spec(m) is None]
+    require(not missing, f"the [distributed] extra is not installed (no {', '.join(missing)})")
+    from benchmarks.cluster_kit import initdb_path
+
+    require(initdb_path() is not None, "Debian's postgresql (/usr/lib/postgresql/*/bin/initdb)")
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            require(False, "a 'postgres' user to run initdb as (Debian's postgresql creates it)")
+
+
+class Cluster:
+    """What the module fixture started, and how to stop it."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.pg = self.server = self.head = None
+        self.url = ""
+        self.seen: dict[int, list[str]] = {}  # every listener seen, by PID
+
+    def pids(self) -> set[int]:
+        from benchmarks.cluster_kit import tree_pids
+
+        out = set()
+        if self.pg is not None:
+            out |= self.pg.pids()
+        out |= tree_pids(self.server)
+        if self.head is not None:
+            out |= self.head.pids()
+        return out
+
+    def watch(self, extra: set[int] = frozenset()) -> None:
+        from benchmarks.cluster_kit import listeners
+
+        for pid, addrs in listeners(self.pids() | set(extra)).items():
+            self.seen.setdefault(pid, [])
+            self.seen[pid] += [a for a in addrs if a not in self.seen[pid]]
+
+    def env(self, root: Path) -> dict[str, str]:
+        return dict(os.environ) | self.head.driver_env() | {"ATTNSTUDY_ROOT": str(root)}
+
+    def run(self, root: Path, *args: str, timeout: float = 900, on_poll=None):
+        """``attnstudy run TINY --executor ray`` as a subprocess, watching the listeners of
+        everything (the driver included) while it runs."""
+        from benchmarks.cluster_kit import tree_pids
+
+        root.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "attnstudy.cli",
+            "run",
+            str(TINY),
+            "--executor",
+            "ray",
+            "--ray-address",
+            self.head.address,
+            "--tracking-uri",
+            self.url,
+            "--quiet",
+            *args,
+        ]
+        proc = subprocess.Popen(
+            cmd,
+            cwd=root,
+            env=self.env(root),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.driver_pid = proc.pid
+        deadline = time.monotonic() + timeout
+        try:
+            while proc.poll() is None and time.monotonic() < deadline:
+                self.watch(tree_pids(proc))
+                if on_poll is not None:
+                    on_poll()
+                time.sleep(1.0)
+            out, err = proc.communicate(timeout=max(1, deadline - time.monotonic()))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    _prerequisites()
+    from attnstudy.distributed import LocalRayHead
+    from benchmarks.cluster_kit import ThrowawayPostgres, start_tracking_server, stop_process
+
+    c = Cluster(tmp_path_factory.mktemp("cluster"))
+    started: set[int] = set()
+    try:
+        c.pg = ThrowawayPostgres().start()
+        c.server, c.url = start_tracking_server(
+            c.pg.uri, c.base / "artifacts", c.base / "server.log", c.pg.env
+        )
+        c.head = LocalRayHead(num_cpus=2)
+        c.head.start()
+        started = c.pids()
+        c.watch()
+        yield c
+    finally:
+        started |= c.pids()
+        if c.head is not None:
+            c.head.stop()
+        stop_process(c.server)
+        if c.pg is not None:
+            c.pg.stop()
+    left = [p for p in started if _alive(p)]
+    assert not left, f"processes left running: {left}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _tracker(url: str):
+    from attnstudy.tracking import Tracker
+
+    return Tracker(url)
+
+
+def _runs(tracker, experiment: str):
+    exp = tracker.experiment_id(experiment, create=False)
+    return {r.name: r for r in tracker.search_runs([exp])}
+
+
+def _local_study(tmp_path: Path, seeds: str):
+    root = tmp_path / "local"
+    root.mkdir()
+    env = dict(os.environ, ATTNSTUDY_ROOT=str(root))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    res = subprocess.run(
+        [sys.executable, "-m", "attnstudy.cli", "run", str(TINY), "--quiet", "--set", seeds],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    return f"sqlite:///{root / 'mlruns' / 'mlflow.db'}"
+
+
+def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_path):
+    import pandas as pd
+
+    from attnstudy.tracking import Tracker
+
+    seeds = "experiment.seeds=[1,2]"
+    res = cluster.run(tmp_path / "ray", "--set", seeds)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert "study: runs:/" in res.stdout and "report: " in res.stdout
+    report = tmp_path / "ray" / "reports" / "tiny" / "report.html"
+    assert report.is_file() and "additive" in report.read_text(encoding="utf-8")
+    assert not (tmp_path / "ray" / "mlruns" / "mlflow.db").exists()  # nothing went to SQLite
+
+    t = _tracker(cluster.url)
+    runs = _runs(t, "tiny")
+    study = next(r for r in runs.values() if r.kind == "study")
+    models = {n: r for n, r in runs.items() if r.kind == "model"}
+    ablations = {n: r for n, r in runs.items() if r.kind == "ablation"}
+    names = {f"copy/{v}/seed{s}" for v in ("additive-bahdanau", "none-bahdanau") for s in (1, 2)}
+    assert set(models) == names and set(ablations) == {f"{n}/ablations" for n in names}
+    assert all(r.status == "FINISHED" for r in runs.values()), {
+        n: r.status for n, r in runs.items()
+    }
+    assert study.metrics["study/n_ok"] == 4 and study.metrics["study/n_failed"] == 0
+    assert set(study.ids("model_run_ids")) == {r.run_id for r in models.values()}
+    assert set(study.ids("ablation_run_ids")) == {r.run_id for r in ablations.values()}
+    assert "seed_variance/copy_additive_bahdanau/attention_jsd" in study.metrics
+    worker_pids = set()
+    for name, m in models.items():
+        a = ablations[f"{name}/ablations"]
+        assert m.tags["study_id"] == study.run_id and m.tags["mlflow.parentRunId"] == study.run_id
+        assert a.tags["source_run_id"] == m.run_id and a.tags["mlflow.parentRunId"] == m.run_id
+        assert a.tags["study_id"] == study.run_id and m.tags["device"] == a.tags["device"] == "cpu"
+        assert m.tags["attnstudy.cluster_task"].startswith(f"{study.run_id}/")
+        worker_pids.add(int(m.tags["attnstudy.owner.pid"]))
+    # trained by (at least) two of our head's workers, not by the driver
+    assert len(worker_pids) >= 2 and cluster.driver_pid not in worker_pids
+    assert worker_pids <= set(cluster.head._known), (worker_pids, cluster.head._known)
+    exp = t.experiment_id("tiny", create=False)
+    assert t.artifact_location(exp).startswith("mlflow-artifacts:")
+
+    # the same numbers as the local executor (per-step tables, summaries, predictions)
+    local = Tracker(_local_study(tmp_path, seeds))
+    local_runs = _runs(local, "tiny")
+    for name, m in models.items():
+        lm = local_runs[name]
+        assert {k: v for k, v in m.metrics.items() if k not in TIMING} == {
+            k: v for k, v in lm.metrics.items() if k not in TIMING
+        }, name
+        assert m.tags["model_key"] == lm.tags["model_key"]
+        pd.testing.assert_frame_equal(
+            t.load_table(m.run_id, "predictions/test.parquet"),
+            local.load_table(lm.run_id, "predictions/test.parquet"),
+        )
+        a, la = ablations[f"{name}/ablations"], local_runs[f"{name}/ablations"]
+        assert {k: v for k, v in a.metrics.items() if k not in TIMING} == {
+            k: v for k, v in la.metrics.items() if k not in TIMING
+        }, name
+        pd.testing.assert_frame_equal(
+            t.load_table(a.run_id, "ablations/steps.parquet"),
+            local.load_table(la.run_id, "ablations/steps.parquet"),
+            check_exact=True,
+        )
+    local_study = next(r for r in local_runs.values() if r.kind == "study")
+    sv = "seed_variance/copy_additive_bahdanau/attention_jsd"
+    assert study.metrics[sv] == local_study.metrics[sv]
+
+    # every listener of everything started (PostgreSQL, MLflow, Ray's services and workers, the
+    # driver) was on loopback the whole time
+    from benchmarks.cluster_kit import is_loopback
+
+    cluster.watch()
+    assert len(cluster.seen) >= 4, cluster.seen  # postgres, mlflow, gcs, raylet at least
+    outside = {p: a for p, a in cluster.seen.items() if not all(map(is_loopback, a))}
+    assert not outside, outside
+
+
+def test_a_dead_worker_fails_its_variant_alone(cluster, tmp_path):
+    """SIGKILL to the worker training one variant: its run, left RUNNING by the dead process, is
+    ended FAILED by the driver with the reason; the other variant finishes; exit code 1."""
+    t = _tracker(cluster.url)
+    killed: list[int] = []
+
+    def kill_the_long_training() -> None:
+        if killed:
+            return
+        exp = t.experiment_id("tiny-crash", create=False)
+        if exp is None:
+            return
+        for r in t.search_runs([exp], "attributes.status = 'RUNNING' and tags.kind = 'model'"):
+            if r.name.startswith("copy/additive-bahdanau") and r.metrics.get("train/loss"):
+                pid = int(r.tags["attnstudy.owner.pid"])
+                assert pid in cluster.head.pids()  # a worker of our head, nothing else
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+    res = cluster.run(
+        tmp_path / "crash",
+        "--set",
+        "experiment.name=tiny-crash",
+        "--set",
+        "models.0.training.epochs=400",
+        "--set",
+        "models.0.training.patience=400",
+        on_poll=kill_the_long_training,
+    )
+    assert killed, res.stderr[-3000:]
+    assert res.returncode == 1, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("attnstudy: error: 1 part(s) of the study failed: "), last
+    assert "copy/additive-bahdanau/seed1 (training: the Ray worker running it died" in last
+    runs = _runs(t, "tiny-crash")
+    dead = runs["copy/additive-bahdanau/seed1"]
+    assert dead.status == "FAILED" and dead.tags["error.class"] == "WorkerDied"
+    assert dead.tags["mlflow.note.content"].startswith("Failed: the Ray worker running it died")
+    assert "copy/additive-bahdanau/seed1/ablations" not in runs
+    assert runs["copy/none-bahdanau/seed1"].status == "FINISHED"
+    assert runs["copy/none-bahdanau/seed1/ablations"].status == "FINISHED"
+    study = next(r for r in runs.values() if r.kind == "study")
+    assert study.status == "FAILED"
+    assert study.metrics["study/n_ok"] == 1 and study.metrics["study/n_failed"] == 1
+    assert study.ids("failed_run_ids") == [dead.run_id]
+    assert (tmp_path / "crash" / "reports" / "tiny-crash" / "report.md").is_file()

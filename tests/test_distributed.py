@@ -1,0 +1,139 @@
+"""The Ray executor and the team server without a cluster: what is refused before anything runs,
+how a dead worker's runs are closed, and that the default install needs neither Ray nor psycopg
+(the real cluster is tests/test_cluster.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prerequisites import require
+
+ROOT = Path(__file__).parents[1]
+TINY = ROOT / "experiments" / "tiny.toml"
+
+
+def _cli(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    import os
+
+    e = dict(os.environ, ATTNSTUDY_ROOT=str(root)) | env
+    e.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run(
+        [sys.executable, "-m", "attnstudy.cli", *args],
+        cwd=root,
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_ray_without_a_tracking_server_is_refused_in_one_line(tmp_path):
+    (tmp_path / "mlruns").mkdir()
+    res = _cli(tmp_path, "run", str(TINY), "--executor", "ray")
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(err) == 1, res.stderr
+    assert err[0].startswith("attnstudy: error: --executor ray needs an http(s):// tracking server")
+    assert "sqlite:///" in err[0] and "attnstudy server --backend-store-uri" in err[0]
+    assert not (tmp_path / "mlruns" / "mlflow.db").exists()
+    res = _cli(tmp_path, "run", str(TINY), "--ray-address", "127.0.0.1:1")
+    assert res.returncode == 2
+    assert res.stderr.strip() == "attnstudy: error: --ray-address is for --executor ray"
+
+
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        ([], "give the database: --backend-store-uri postgresql+psycopg://"),
+        (["--backend-store-uri", "file:/srv/mlruns"], "is not a database URI a team server can"),
+        (["--backend-store-uri", "postgresql+psycopg2://u@h/db"], "use postgresql+psycopg://"),
+        (["--backend-store-uri", "sqlite:///x.db", "--host", " "], "--host is empty"),
+        (["--backend-store-uri", "sqlite:///x.db", "--port", "0"], "--port must be between"),
+    ],
+)
+def test_server_arguments_are_checked_before_anything_starts(tmp_path, args, expect):
+    res = _cli(tmp_path, "server", "--artifacts", str(tmp_path / "a"), *args)
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(err) == 1 and expect in err[0], res.stderr
+    assert not (tmp_path / "a").exists()
+
+
+def test_a_database_password_is_never_printed():
+    from attnstudy.server import mask
+
+    assert mask("postgresql+psycopg://ann:s3cr3t@db:5432/mlflow") == (
+        "postgresql+psycopg://ann:***@db:5432/mlflow"
+    )
+    assert mask("postgresql+psycopg://ann@db/mlflow") == "postgresql+psycopg://ann@db/mlflow"
+
+
+def test_the_default_install_needs_neither_ray_nor_a_database_driver():
+    """The CLI, the executor's and the server's modules import without Ray, psycopg, torch or
+    mlflow (Ray is imported inside functions of attnstudy.distributed only)."""
+    code = (
+        "import sys, attnstudy.cli, attnstudy.distributed, attnstudy.server\n"
+        "print(sorted(m for m in ('ray', 'psycopg', 'torch', 'mlflow') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-2000:]
+
+
+def test_artifacts_must_live_behind_the_server():
+    from attnstudy.config import ConfigError
+    from attnstudy.distributed import check_artifact_location
+
+    check_artifact_location("mlflow-artifacts:/3", "tiny", "http://h:5000")  # proxied: fine
+    with pytest.raises(ConfigError, match=r"keeps its artifacts at /srv/art/3, a path workers"):
+        check_artifact_location("/srv/art/3", "tiny", "http://h:5000")
+    with pytest.raises(ConfigError, match="file:///srv"):
+        check_artifact_location("file:///srv/art/3", "tiny", "http://h:5000")
+
+
+def test_runs_a_dead_worker_left_running_are_failed_with_the_reason(store_root):
+    """Only the RUNNING runs of that task: a finished run of the task and another task's runs keep
+    their status."""
+    from attnstudy.tracking import Tag, Tracker, store
+
+    mine = Tracker(run_tags={Tag.CLUSTER_TASK: "study/0/train/abc"})
+    other = Tracker(run_tags={Tag.CLUSTER_TASK: "study/1/train/def"})
+    exp = mine.experiment_id("dead-worker")
+    left = mine.start_run(exp, "copy/additive-bahdanau/seed1", {Tag.KIND: "model"})
+    done = mine.start_run(exp, "copy/none-bahdanau/seed1", {Tag.KIND: "model"})
+    mine.end_run(done)
+    alive = other.start_run(exp, "copy/none-bahdanau/seed2", {Tag.KIND: "model"})
+    reason = "the Ray worker running it died (WorkerCrashedError: …)"
+    assert store.fail_task_runs(mine, exp, "study/0/train/abc", reason) == [left]
+    runs = {r.run_id: r for r in mine.search_runs([exp])}
+    assert runs[left].status == "FAILED" and runs[left].tags[Tag.ERROR_CLASS] == "WorkerDied"
+    assert runs[left].tags[Tag.NOTE] == f"Failed: {reason}"
+    assert runs[done].status == "FINISHED" and runs[alive].status == "RUNNING"
+    assert runs[left].tags[Tag.CLUSTER_TASK] == "study/0/train/abc"
+    other.end_run(alive)
+
+
+def test_ablation_settings_cross_to_a_worker_unchanged(tiny_config):
+    """A task gets the ablation config as JSON: its per-ablation tables survive the trip (a pickled
+    Params instance would belong to another class on the worker and fall back to defaults)."""
+    from attnstudy.analysis.catalogue import AblationConfig
+
+    sent = tiny_config.ablation.model_dump(mode="json")
+    got = AblationConfig.model_validate(sent)
+    assert got.resolved() == tiny_config.ablation.resolved()
+    assert got.params_for("adversarial").steps == 20 and got.params_for("permutation").n == 10
+
+
+def test_no_ray_head_at_the_address_fails_fast_in_one_line():
+    require(importlib.util.find_spec("ray") is not None, "the [distributed] extra (ray)")
+    import time
+
+    from attnstudy.distributed import ClusterError, RayExecutor, free_port
+
+    t0 = time.monotonic()
+    with pytest.raises(ClusterError, match=r"^no Ray head answers at 127\.0\.0\.1:\d+; start one"):
+        RayExecutor(f"127.0.0.1:{free_port()}")._connect()
+    assert time.monotonic() - t0 < 30  # ray.init alone would wait minutes
