@@ -11,8 +11,9 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# the CPU wheel first: a bare torch requirement would pull a multi-GB CUDA build
-	$(PY) -m pip install -q torch==2.13.0
+	# the CPU wheel first: a bare torch requirement would pull a multi-GB CUDA build; for a CUDA
+	# build: make setup TORCH_INDEX=https://download.pytorch.org/whl/cu128 (README: GPUs)
+	$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 

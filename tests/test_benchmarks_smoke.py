@@ -7,6 +7,7 @@ never a timing assertion (the machine may be busy).
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 import torch
@@ -156,3 +157,38 @@ def test_hf_fast_path_equals_naive_re_decode(results):
     out = bench_hf.main(smoke(results))
     assert out["diff"] <= 1e-5 and out["rows"][0]["steps"] > 0
     assert "Hugging Face model" in results.read_text()
+
+
+def test_the_gpu_benchmark_runs_without_mlflow_as_a_dry_run(tmp_path):
+    """``benchmarks/gpu.sh --dry-run``: the tracking-free entry point runs end to end with mlflow
+    unimportable, writes ``$OUT``, and the second device computes the same permutation numbers."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    block = tmp_path / "block" / "mlflow"
+    block.mkdir(parents=True)
+    (block / "__init__.py").write_text("raise ImportError('mlflow is not on the GPU machine')\n")
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), PYTHON=sys.executable, PYTHONPATH=str(block.parent))
+    res = subprocess.run(
+        [str(root / "benchmarks" / "gpu.sh"), "--dry-run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads((out / "gpu.json").read_text())
+    assert got["dry_run"] and [r["workload"] for r in got["rows"]] == [
+        "permutation fast path",
+        "adversarial search",
+        "training epoch",
+    ]
+    assert all(r["cpu 1 thread s"] > 0 and r["device s"] > 0 for r in got["rows"])
+    assert got["checks"]["permutation max abs diff (cpu vs device)"] <= 1e-5
+    assert got["checks"]["permutation NaN pattern equal"]
+    assert got["checks"]["training tokens equal"]
+    assert "dry run" in (out / "gpu.md").read_text()

