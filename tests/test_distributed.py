@@ -42,6 +42,21 @@ def test_ray_without_a_tracking_server_is_refused_in_one_line(tmp_path):
     res = _cli(tmp_path, "run", str(TINY), "--ray-address", "127.0.0.1:1")
     assert res.returncode == 2
     assert res.stderr.strip() == "attnstudy: error: --ray-address is for --executor ray"
+    res = _cli(
+        tmp_path,
+        "run",
+        str(TINY),
+        "--executor",
+        "ray",
+        "--tracking-uri",
+        "http://127.0.0.1:1",
+        "--ray-address",
+        "head.example",
+    )
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip() == (
+        "attnstudy: error: --ray-address 'head.example': give HOST:PORT of the Ray head"
+    )
 
 
 @pytest.mark.parametrize(
@@ -131,9 +146,12 @@ def test_no_ray_head_at_the_address_fails_fast_in_one_line():
     require(importlib.util.find_spec("ray") is not None, "the [distributed] extra (ray)")
     import time
 
-    from attnstudy.distributed import ClusterError, RayExecutor, free_port
+    from attnstudy.distributed import ClusterNotFoundError, RayExecutor, free_port
 
     t0 = time.monotonic()
-    with pytest.raises(ClusterError, match=r"^no Ray head answers at 127\.0\.0\.1:\d+; start one"):
+    # a ClusterNotFoundError: the CLI exits 2 (what the user named is not there)
+    with pytest.raises(
+        ClusterNotFoundError, match=r"^no Ray head answers at 127\.0\.0\.1:\d+; start one"
+    ):
         RayExecutor(f"127.0.0.1:{free_port()}")._connect()
     assert time.monotonic() - t0 < 30  # ray.init alone would wait minutes

@@ -342,10 +342,11 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
         if args.ray_address is not None and args.executor != "ray":
             raise UsageError("--ray-address is for --executor ray")
         if args.executor == "ray":
-            from .distributed import require_server_uri  # standard library only
+            from .distributed import check_ray_address, require_server_uri  # standard library only
             from .paths import default_tracking_uri
 
             require_server_uri(cfg.experiment.tracking_uri or default_tracking_uri())
+            check_ray_address(args.ray_address or os.environ.get("RAY_ADDRESS") or None)
     return cfg, abl
 
 
@@ -604,12 +605,12 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("ATTNSTUDY_DEBUG"):
             raise
         from .data.types import DataError
+        from .distributed import ClusterNotFoundError
         from .models.io import ModelLoadError
 
         # what the user named does not exist or is malformed: 2; a run that failed: 1
-        code = (
-            EXIT_USAGE if isinstance(err, DataError | LookupError | ModelLoadError) else EXIT_FAILED
-        )
+        named = DataError | LookupError | ModelLoadError | ClusterNotFoundError
+        code = EXIT_USAGE if isinstance(err, named) else EXIT_FAILED
         return _error_exit(
             f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}", code
         )

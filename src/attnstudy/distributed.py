@@ -68,6 +68,25 @@ class ClusterError(RuntimeError):
     """The Ray cluster cannot be reached or started (the message says what to do)."""
 
 
+class ClusterNotFoundError(ClusterError):
+    """No Ray head answers at the address the user gave (exit code 2: what was named is missing)."""
+
+
+def check_ray_address(address: str | None) -> None:
+    """Validate ``--ray-address`` (or ``$RAY_ADDRESS``) and that Ray is installed, before anything
+    runs; standard library only.
+
+    Raises:
+        ConfigError: not ``HOST:PORT``, or the ``[distributed]`` extra is missing (one line).
+    """
+    import importlib.util
+
+    if address is not None and _host_port(address) is None:
+        raise ConfigError(f"--ray-address {address!r}: give HOST:PORT of the Ray head")
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError(RAY_EXTRA)
+
+
 def require_server_uri(uri: str) -> str:
     """The tracking URI, if cluster workers can share it (``http(s)://``).
 
@@ -333,7 +352,7 @@ class RayExecutor:
         try:
             socket.create_connection(hp, timeout=5).close()
         except OSError:  # ray.init would wait minutes for a head that is not there
-            raise ClusterError(
+            raise ClusterNotFoundError(
                 f"no Ray head answers at {self.address}; start one with 'ray start --head "
                 "--node-ip-address HOST --port PORT' (README: Running on a cluster)"
             ) from None
