@@ -155,3 +155,25 @@ def test_no_ray_head_at_the_address_fails_fast_in_one_line():
     ):
         RayExecutor(f"127.0.0.1:{free_port()}")._connect()
     assert time.monotonic() - t0 < 30  # ray.init alone would wait minutes
+
+
+def test_a_task_no_node_can_run_is_refused_instead_of_waiting_for_ever(tiny_config):
+    from attnstudy.config import ConfigError
+    from attnstudy.distributed import check_placeable, task_requests
+    from attnstudy.experiment import parse_experiment
+
+    raw = {"training": {"threads": 2}, "models": [{"model": {"attention": "additive"}}]}
+    raw["models"].append({"model": {"attention": "none"}, "training": {"device": "cuda"}})
+    req = task_requests(parse_experiment(raw))
+    assert req["train copy/additive-bahdanau/seed1"] == (2.0, 0.0)
+    assert req["train copy/none-bahdanau/seed1"] == (2.0, 1.0)
+    assert req["ablate copy/none-bahdanau/seed1"] == (2.0, 0.0)  # ablation.device stays auto
+    check_placeable(req, [{"CPU": 2.0}, {"CPU": 4.0, "GPU": 1.0}])  # every task has a node
+    with pytest.raises(
+        ConfigError,
+        match=r"^no node of the Ray cluster can run 'train copy/none-bahdanau/seed1': it asks "
+        r"2 CPU\(s\) .* and 1 GPU\(s\) .*, the nodes have 8 CPU/0 GPU, 1 CPU/1 GPU;",
+    ):
+        check_placeable(req, [{"CPU": 8.0}, {"CPU": 1.0, "GPU": 1.0}])
+    with pytest.raises(ConfigError, match="asks 2 CPU"):
+        check_placeable(req, [{"CPU": 1.0, "GPU": 1.0}])

@@ -138,6 +138,44 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def task_requests(cfg) -> dict[str, tuple[float, float]]:
+    """What each task of a study asks Ray for: ``{"train <name>" | "ablate <name>": (CPUs, GPUs)}``
+    (CPUs = ``training.threads``; one GPU only for an explicit ``cuda``/``cuda:N``)."""
+    from .devices import requests_gpu
+
+    abl_gpu = 1.0 if requests_gpu(cfg.ablation.device) else 0.0
+    out = {}
+    for spec in cfg.runs():
+        cpus = float(spec.training.threads)
+        out[f"train {spec.name}"] = (cpus, 1.0 if requests_gpu(spec.training.device) else 0.0)
+        out[f"ablate {spec.name}"] = (cpus, abl_gpu)
+    return out
+
+
+def check_placeable(requests: dict[str, tuple[float, float]], nodes: list[dict]) -> None:
+    """Refuse a study with a task that no node of the cluster can run (Ray would keep it pending,
+    and the study would wait for ever).
+
+    Args:
+        requests: from :func:`task_requests`.
+        nodes: each alive node's total resources (``ray.nodes()[i]["Resources"]``).
+
+    Raises:
+        ConfigError: one line naming the first such task, what it asks and what the nodes have.
+    """
+    for name, (cpus, gpus) in requests.items():
+        if not any(n.get("CPU", 0) >= cpus and n.get("GPU", 0) >= gpus for n in nodes):
+            have = (
+                ", ".join(f"{n.get('CPU', 0):g} CPU/{n.get('GPU', 0):g} GPU" for n in nodes)
+                or "no alive node"
+            )
+            raise ConfigError(
+                f"no node of the Ray cluster can run {name!r}: it asks {cpus:g} CPU(s) "
+                f"(training.threads) and {gpus:g} GPU(s) (device 'cuda'), the nodes have {have}; "
+                "lower training.threads, use device 'auto', or add such a node"
+            )
+
+
 # ----------------------------------------------------------------------------- a local head
 
 
@@ -327,13 +365,17 @@ class RayExecutor:
         run exists.
 
         Raises:
-            ConfigError: the store cannot be shared by workers. ClusterError: no Ray cluster.
+            ConfigError: the store cannot be shared by workers, or no node of the cluster can run
+                some task (a task Ray cannot place would wait for ever). ClusterError: no Ray
+                cluster.
         """
         require_server_uri(tracker.uri)
         check_artifact_location(
             tracker.artifact_location(experiment_id), cfg.experiment.name, tracker.uri
         )
         self._connect()
+        nodes = [n.get("Resources", {}) for n in self._ray.nodes() if n.get("Alive")]
+        check_placeable(task_requests(cfg), nodes)
 
     def _connect(self) -> None:
         ray = _ray()
