@@ -2,9 +2,9 @@
 
 A throwaway PostgreSQL cluster (Debian's ``initdb`` into a temporary folder), ``attnstudy server``
 on it, a Ray head on 127.0.0.1 with free ports and two CPUs, then ``attnstudy run --executor ray``
-of the tiny experiment with two seeds: every run FINISHED with the right links, the report built,
-the per-step tables and summaries equal to the local executor's (timing metrics aside), every
-listener on loopback; a worker killed mid-training fails its variant alone. Everything started
+of the tiny experiment (one variant) with two seeds: every run FINISHED with the right links, the
+report built, the per-step tables and summaries equal to the local executor's (timing metrics
+aside), every listener on loopback; a worker killed mid-training fails its variant alone. Everything started
 here is stopped here, by handle and PID (``ray stop`` would stop every Ray process of the machine).
 
 Prerequisites (``make test`` installs them): Debian's ``postgresql`` and the ``[distributed]``
@@ -168,13 +168,14 @@ def _runs(tracker, experiment: str):
     return {r.name: r for r in tracker.search_runs([exp])}
 
 
-def _local_study(tmp_path: Path, seeds: str):
+def _local_study(tmp_path: Path, overrides: list[str]):
     root = tmp_path / "local"
     root.mkdir()
     env = dict(os.environ, ATTNSTUDY_ROOT=str(root))
     env.pop("MLFLOW_TRACKING_URI", None)
     res = subprocess.run(
-        [sys.executable, "-m", "attnstudy.cli", "run", str(TINY), "--quiet", "--set", seeds],
+        [sys.executable, "-m", "attnstudy.cli", "run", str(TINY), "--quiet", "--no-report"]
+        + [a for o in overrides for a in ("--set", o)],
         cwd=root,
         env=env,
         capture_output=True,
@@ -190,8 +191,13 @@ def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_
 
     from attnstudy.tracking import Tracker
 
-    seeds = "experiment.seeds=[1,2]"
-    res = cluster.run(tmp_path / "ray", "--set", seeds)
+    # one variant, two seeds, two workers: the least that shows placement, seed variance and
+    # equality (the suite's 2 cores are shared; every process start costs seconds)
+    overrides = [
+        "experiment.seeds=[1,2]",
+        'models=[{model={attention="additive",flow="bahdanau"}}]',
+    ]
+    res = cluster.run(tmp_path / "ray", *(a for o in overrides for a in ("--set", o)))
     assert res.returncode == 0, res.stderr[-4000:]
     assert "study: runs:/" in res.stdout and "report: " in res.stdout
     report = tmp_path / "ray" / "reports" / "tiny" / "report.html"
@@ -203,12 +209,12 @@ def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_
     study = next(r for r in runs.values() if r.kind == "study")
     models = {n: r for n, r in runs.items() if r.kind == "model"}
     ablations = {n: r for n, r in runs.items() if r.kind == "ablation"}
-    names = {f"copy/{v}/seed{s}" for v in ("additive-bahdanau", "none-bahdanau") for s in (1, 2)}
+    names = {f"copy/additive-bahdanau/seed{s}" for s in (1, 2)}
     assert set(models) == names and set(ablations) == {f"{n}/ablations" for n in names}
     assert all(r.status == "FINISHED" for r in runs.values()), {
         n: r.status for n, r in runs.items()
     }
-    assert study.metrics["study/n_ok"] == 4 and study.metrics["study/n_failed"] == 0
+    assert study.metrics["study/n_ok"] == 2 and study.metrics["study/n_failed"] == 0
     assert set(study.ids("model_run_ids")) == {r.run_id for r in models.values()}
     assert set(study.ids("ablation_run_ids")) == {r.run_id for r in ablations.values()}
     assert "seed_variance/copy_additive_bahdanau/attention_jsd" in study.metrics
@@ -227,7 +233,7 @@ def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_
     assert t.artifact_location(exp).startswith("mlflow-artifacts:")
 
     # the same numbers as the local executor (per-step tables, summaries, predictions)
-    local = Tracker(_local_study(tmp_path, seeds))
+    local = Tracker(_local_study(tmp_path, overrides))
     local_runs = _runs(local, "tiny")
     for name, m in models.items():
         lm = local_runs[name]

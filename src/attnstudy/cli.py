@@ -389,6 +389,14 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
             from .distributed import RayExecutor
 
             executor = RayExecutor(args.ray_address)
+            if args.resume:
+                from .notices import notice
+
+                notice(
+                    "--resume on a cluster continues an interrupted training from its checkpoint "
+                    "only if its task runs on the node that holds it; elsewhere it trains again "
+                    "(the same result)"
+                )
         try:
             out = api.run(
                 cfg,
