@@ -73,11 +73,15 @@ class Cluster:
             self.seen[pid] += [a for a in addrs if a not in self.seen[pid]]
 
     def env(self, root: Path) -> dict[str, str]:
-        return dict(os.environ) | self.head.driver_env() | {"ATTNSTUDY_ROOT": str(root)}
+        env = dict(os.environ) | self.head.driver_env() | {"ATTNSTUDY_ROOT": str(root)}
+        env.pop("RAY_ADDRESS", None)
+        return env
 
-    def run(self, root: Path, *args: str, timeout: float = 900, on_poll=None):
+    def run(self, root: Path, *args: str, timeout: float = 900, on_poll=None, own_head=False):
         """``attnstudy run TINY --executor ray`` as a subprocess, watching the listeners of
-        everything (the driver included) while it runs."""
+        everything (the driver included) while it runs; ``own_head``: without ``--ray-address``
+        (the driver starts a private head on loopback and must stop it). Every PID of the
+        driver's tree seen while it ran is kept in ``driver_tree``."""
         from benchmarks.cluster_kit import tree_pids
 
         root.mkdir(parents=True, exist_ok=True)
@@ -89,8 +93,7 @@ class Cluster:
             str(TINY),
             "--executor",
             "ray",
-            "--ray-address",
-            self.head.address,
+            *([] if own_head else ["--ray-address", self.head.address]),
             "--tracking-uri",
             self.url,
             "--quiet",
@@ -105,10 +108,13 @@ class Cluster:
             text=True,
         )
         self.driver_pid = proc.pid
+        self.driver_tree = {proc.pid}
         deadline = time.monotonic() + timeout
         try:
             while proc.poll() is None and time.monotonic() < deadline:
-                self.watch(tree_pids(proc))
+                tree = tree_pids(proc)
+                self.driver_tree |= tree
+                self.watch(tree)
                 if on_poll is not None:
                     on_poll()
                 time.sleep(1.0)
@@ -270,7 +276,11 @@ def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_
 
 def test_a_dead_worker_fails_its_variant_alone(cluster, tmp_path):
     """SIGKILL to the worker training one variant: its run, left RUNNING by the dead process, is
-    ended FAILED by the driver with the reason; the other variant finishes; exit code 1."""
+    ended FAILED by the driver with the reason; the other variant finishes; exit code 1. Run
+    without ``--ray-address``: the driver's private head on loopback, every process of which is
+    gone when the driver exits."""
+    import psutil
+
     t = _tracker(cluster.url)
     killed: list[int] = []
 
@@ -283,7 +293,9 @@ def test_a_dead_worker_fails_its_variant_alone(cluster, tmp_path):
         for r in t.search_runs([exp], "attributes.status = 'RUNNING' and tags.kind = 'model'"):
             if r.name.startswith("copy/additive-bahdanau") and r.metrics.get("train/loss"):
                 pid = int(r.tags["attnstudy.owner.pid"])
-                assert pid in cluster.head.pids()  # a worker of our head, nothing else
+                # a worker of the driver's private head, nothing else
+                assert cluster.driver_pid in {p.pid for p in psutil.Process(pid).parents()}
+                assert pid not in cluster.head.pids()
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
 
@@ -296,7 +308,16 @@ def test_a_dead_worker_fails_its_variant_alone(cluster, tmp_path):
         "--set",
         "models.0.training.patience=400",
         on_poll=kill_the_long_training,
+        own_head=True,
     )
+    left = [p for p in cluster.driver_tree if _alive(p)]
+    assert not left, f"the driver left processes of its private head running: {left}"
+    from benchmarks.cluster_kit import is_loopback
+
+    private = {p: a for p, a in cluster.seen.items() if p in cluster.driver_tree}
+    assert len(private) >= 3, private  # the private head's gcs, raylet and workers listened
+    outside = {p: a for p, a in private.items() if not all(map(is_loopback, a))}
+    assert not outside, outside
     assert killed, res.stderr[-3000:]
     assert res.returncode == 1, res.stderr[-3000:]
     last = res.stderr.strip().splitlines()[-1]
