@@ -228,9 +228,10 @@ class HFVocabulary:
             itos.append(name)
         self.vocab = Vocab(itos)
         to_model = [pad, start, eos, unk if unk is not None else pad, *others]
-        self.to_model = torch.tensor(to_model, dtype=torch.long)
+        # host-side id tables, moved to the model's device where they are used
+        self.to_model = torch.tensor(to_model, dtype=torch.long, device="cpu")
         self.columns = self.to_model.clone()
-        banned = torch.zeros(len(itos), dtype=torch.bool)
+        banned = torch.zeros(len(itos), dtype=torch.bool, device="cpu")
         banned[PAD_ID] = banned[BOS_ID] = True
         banned[3] = unk is None
         self.banned = banned
@@ -240,7 +241,7 @@ class HFVocabulary:
             if k >= 4 or k in (BOS_ID, 3):
                 from_model[i] = k
         from_model[eos], from_model[pad] = EOS_ID, PAD_ID
-        self.from_model = torch.tensor(from_model, dtype=torch.long)
+        self.from_model = torch.tensor(from_model, dtype=torch.long, device="cpu")
         self.model_ids = {"pad": pad, "eos": eos, "decoder_start": start, "unk": unk}
 
     def logits(self, model_logits: Tensor) -> Tensor:
