@@ -7,7 +7,7 @@ Layers, bottom to top (a module may import its own layer and those below):
     core      data.*, models.*, metrics, devices, training, inference
     analysis  analysis.*  (the catalogue, the ablations, the suite, figures)
     tracking  tracking.*  (client, schema, store, models)
-    app       experiment, api, cli, report, serving, ui, ui_guard, server, distributed
+    app       experiment, api, cli, report, serving, ui, ui_guard, server, distributed, pretrained
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ LAYERS = [
             "attnstudy.ui_guard",
             "attnstudy.server",
             "attnstudy.distributed",
+            "attnstudy.pretrained",
         ],
     ),
 ]
