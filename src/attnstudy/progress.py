@@ -73,7 +73,8 @@ class Progress:
         self.last = time.monotonic()
         note = f" [{self.note}]" if self.note else ""
         print(
-            f"{self.desc}: {self.done}/{self.total} {self.unit}s, {self.last - self.t0:.0f} s{note}",
+            f"{self.desc}: {self.done}/{self.total} {_plural(self.unit)}, "
+            f"{self.last - self.t0:.0f} s{note}",
             file=self.stream,
             flush=True,
         )
@@ -96,3 +97,8 @@ def _is_tty(stream) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def _plural(unit: str) -> str:
+    """``example`` → ``examples``, ``batch`` → ``batches``."""
+    return unit + ("es" if unit.endswith(("ch", "sh", "s", "x")) else "s")

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from .config import RunSpec
 from .data.batching import make_batches
@@ -34,6 +33,7 @@ from .data.vocab import PAD_ID, Vocab
 from .devices import model_device, resolve_device
 from .metrics import evaluate
 from .models import Seq2Seq, build_model, eval_mode
+from .progress import Progress
 from .signals import check_interrupt
 
 LOWER_IS_BETTER = {"loss", "per", "wer"}
@@ -282,7 +282,8 @@ def train(
             RNG state, history, best weights) lives.
         on_epoch: called with (epoch, metrics) after every epoch (tracking hook).
         resume: continue from ``checkpoint_dir/last.pt`` if it exists.
-        progress: show a tqdm bar.
+        progress: show progress: one bar per epoch naming the model in a terminal, a plain line
+            every few seconds and one per epoch outside it (:class:`attnstudy.progress.Progress`).
         device: where to train (default: ``training.device`` resolved on this machine).
 
     Returns:
@@ -357,14 +358,10 @@ def train(
             bucket=spec.training.bucket_batches,
         )
         total, tokens = 0.0, 0
-        bar = tqdm(
-            batches,
-            desc=f"{spec.name} epoch {epoch}",
-            leave=False,
-            disable=not progress,
-            unit="batch",
+        bar = Progress(
+            len(batches), f"train {spec.name} epoch {epoch}", enabled=progress, unit="batch"
         )
-        for batch in bar:
+        for batch in batches:
             check_interrupt()  # an interrupt a finalizer swallowed is acted on here
             batch = batch.to(device)
             with amp.autocast():
@@ -385,7 +382,8 @@ def train(
             amp.scaler.update()
             total += loss.item()
             tokens += n_tok
-            bar.set_postfix(loss=f"{total / tokens:.3f}")
+            bar.update(1, note=f"loss {total / tokens:.3f}")
+        bar.close()
         metrics = {
             "train/loss": total / max(tokens, 1),
             "train/lr": optimizer.param_groups[0]["lr"],
@@ -429,11 +427,10 @@ def train(
         if amp.scaler.is_enabled():
             state["scaler"] = amp.scaler.state_dict()
         _atomic_save(state, ckpt_path)
-        if progress:
-            tqdm.write(
-                f"{spec.name} epoch {epoch}: train/loss {metrics['train/loss']:.4f} "
-                f"dev/{metric} {metrics[f'dev/{metric}']:.4f}"
-            )
+        bar.write(
+            f"{spec.name} epoch {epoch}: train/loss {metrics['train/loss']:.4f} "
+            f"dev/{metric} {metrics[f'dev/{metric}']:.4f}"
+        )
         if on_epoch is not None:
             on_epoch(epoch, metrics)
         stopped_early = bad_epochs >= spec.training.patience
