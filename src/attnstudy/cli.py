@@ -114,9 +114,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("predict", help="decode inputs with a stored model")
     sp.add_argument(
         "model_uri",
-        help="runs:/<run_id>, models:/<name>/<version>, models:/<name>@<alias> or a model folder",
+        help="runs:/<run_id>, models:/<name>/<version>, models:/<name>/latest, models:/<name>@<alias> "
+        "or a model folder",
     )
-    sp.add_argument("inputs", nargs="+", help="input strings (a G2P word, a token sequence, …)")
+    sp.add_argument("inputs", nargs="*", help="input strings (a G2P word, a token sequence, …)")
+    sp.add_argument(
+        "--input",
+        dest="input_file",
+        metavar="FILE",
+        default=None,
+        help="read inputs from FILE, one per line (UTF-8; '-' reads standard input); the model is "
+        "loaded once for all of them",
+    )
     sp.add_argument("--attention", action="store_true", help="also print the attention matrix")
     sp.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
     sp.add_argument("--json", action="store_true", help="print JSON lines")
@@ -314,8 +323,13 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
             )
         if uri.startswith("runs:/") and not uri[len("runs:/") :].strip("/"):
             raise UsageError(f"{uri}: give a run id (runs:/<run_id>)")
-        if args.command == "predict" and any(not s.strip() for s in args.inputs):
-            raise UsageError("an input is empty: give at least one token per input")
+        if args.command == "predict":
+            if args.input_file is not None:
+                args.inputs = [*args.inputs, *_read_inputs(args.input_file)]
+            if not args.inputs:
+                raise UsageError("give inputs as arguments or with --input FILE (- for stdin)")
+            if any(not s.strip() for s in args.inputs):
+                raise UsageError("an input is empty: give at least one token per input")
     if args.command == "ui":
         if not 0 < args.port < 65536:
             raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
@@ -348,6 +362,41 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
             require_server_uri(cfg.experiment.tracking_uri or default_tracking_uri())
             check_ray_address(args.ray_address or os.environ.get("RAY_ADDRESS") or None)
     return cfg, abl
+
+
+def _read_inputs(path: str) -> list[str]:
+    """The inputs of ``--input``: one per line of a UTF-8 file (``-``: standard input).
+
+    Raises:
+        UsageError: a missing or unreadable file, non-UTF-8 text, a blank line (named by line).
+    """
+    name = "standard input" if path == "-" else path
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"--input {path}: file not found") from None
+    except OSError as err:
+        raise UsageError(f"--input {path}: cannot read it ({err.strerror or err})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise UsageError(f"{name}:{line}: not UTF-8 text; save the inputs as UTF-8") from None
+    lines = text.removeprefix("\ufeff").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    out = []
+    for i, line in enumerate(lines, start=1):
+        line = line.removesuffix("\r")
+        if not line.strip():
+            raise UsageError(f"{name}:{i}: blank line; give one input per line")
+        out.append(line)
+    if not out:
+        raise UsageError(f"{name}: no inputs (one input per line)")
+    return out
 
 
 def _store(args, create: bool = False):

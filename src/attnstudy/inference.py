@@ -46,62 +46,91 @@ def source_tokens(spec: RunSpec, text: str) -> list[str]:
     return tokens
 
 
+PREDICT_BATCH = 64
+"""Inputs decoded together (results never depend on batch-mates: each input keeps its own budget)."""
+
+
 def predict_loaded(
-    loaded: LoadedModel, inputs: list[str], beam_size: int = 1, with_attention: bool = False
+    loaded: LoadedModel,
+    inputs: list[str],
+    beam_size: int = 1,
+    with_attention: bool = False,
+    batch_size: int = PREDICT_BATCH,
 ) -> list[dict]:
-    """Decode raw input strings with a loaded model, one input at a time.
+    """Decode raw input strings with a loaded model, ``batch_size`` inputs at a time.
+
+    Every input is decoded with its own step budget (:func:`attnstudy.training.max_decode_len`),
+    and greedy and beam search are batch-invariant, so an input's output is the one it gets when
+    decoded alone (tested).
 
     Args:
         loaded: the model with its config and vocabularies.
         inputs: raw texts (a G2P word, a token sequence, …).
         beam_size: 1 for greedy decoding, else beam search with that many beams.
         with_attention: also return the head-mean attention over the decoded output.
+        batch_size: inputs per decoding batch.
 
     Returns:
-        one dict per input: ``input``, ``output`` (detokenised), ``tokens``, ``n_unknown`` (source
-        tokens mapped to ``<unk>``), and with ``with_attention`` the head-mean attention matrix
-        ``attention`` (T_y × T_x, list of lists of floats rounded to 4 digits; None for a model
-        without attention) with ``source_tokens``.
+        one dict per input, in order: ``input``, ``output`` (detokenised), ``tokens``,
+        ``n_unknown`` (source tokens mapped to ``<unk>``), and with ``with_attention`` the head-mean
+        attention matrix ``attention`` (T_y × T_x, T_y = output tokens + ``<eos>``; list of lists
+        of floats rounded to 4 digits; None for a model without attention) with ``source_tokens``.
 
     Raises:
-        DataError: see :func:`source_tokens`.
+        DataError: see :func:`source_tokens` (every input is checked before any is decoded).
     """
     spec, model = loaded.spec, loaded.model
     out_tok = tokenizations(spec)[1]
+    token_lists = [source_tokens(spec, text) for text in inputs]
     results = []
-    for text in inputs:
-        tokens = source_tokens(spec, text)
+    for start in range(0, len(inputs), batch_size):
+        chunk = token_lists[start : start + batch_size]
         batch = collate(
-            [Example(id="input", src=tuple(tokens), tgt=("<unk>",))],
+            [Example(id=f"input-{i}", src=tuple(t), tgt=("<unk>",)) for i, t in enumerate(chunk)],
             loaded.src_vocab,
             loaded.tgt_vocab,
         )
-        max_len = max_decode_len(spec, len(tokens))
+        budgets = [max_decode_len(spec, len(t)) for t in chunk]
         with eval_mode(model), torch.no_grad():
             if beam_size > 1:
-                ids = model.beam_search(batch.src, batch.src_lengths, max_len, beam_size)[0]
-            else:
-                ids = model.greedy(batch.src, batch.src_lengths, max_len)[0]
-        out_tokens = loaded.tgt_vocab.decode(ids)
-        rec = {
-            "input": text,
-            "output": detokenize(out_tokens, out_tok),
-            "tokens": out_tokens,
-            "n_unknown": loaded.src_vocab.count_unknown(tokens),
-        }
-        if with_attention:
-            with eval_mode(model), torch.no_grad():
-                tr = model.trace(
-                    batch.src,
-                    batch.src_lengths,
-                    torch.tensor([[BOS_ID, *ids]]),
-                    torch.tensor([[*ids, EOS_ID]]),
+                hyps = model.beam_search(
+                    batch.src, batch.src_lengths, torch.tensor(budgets), beam_size
                 )
-            rec["source_tokens"] = tokens
-            rec["attention"] = (
-                None
-                if tr.attention is None
-                else [[round(float(v), 4) for v in row] for row in tr.attention.mean(1)[0]]
-            )
-        results.append(rec)
+            else:
+                hyps = model.greedy(batch.src, batch.src_lengths, max(budgets))
+        # each input's own budget, so an output never depends on its batch-mates
+        hyps = [h[:n] for h, n in zip(hyps, budgets)]
+        attention = _attention(model, batch, hyps) if with_attention else None
+        for i, (text, tokens, ids) in enumerate(zip(inputs[start:], chunk, hyps)):
+            out_tokens = loaded.tgt_vocab.decode(ids)
+            rec = {
+                "input": text,
+                "output": detokenize(out_tokens, out_tok),
+                "tokens": out_tokens,
+                "n_unknown": loaded.src_vocab.count_unknown(tokens),
+            }
+            if with_attention:
+                rec["source_tokens"] = tokens
+                rec["attention"] = None if attention is None else attention[i]
+            results.append(rec)
     return results
+
+
+def _attention(model, batch, hyps: list[list[int]]) -> list[list[list[float]]] | None:
+    """Head-mean attention (analysed layer) of every input over its own output + ``<eos>``."""
+    t = max(len(h) for h in hyps) + 1
+    tgt_in = torch.zeros((len(hyps), t), dtype=torch.long)
+    tgt_out = torch.zeros((len(hyps), t), dtype=torch.long)
+    for i, h in enumerate(hyps):
+        tgt_in[i, : len(h) + 1] = torch.tensor([BOS_ID, *h])
+        tgt_out[i, : len(h) + 1] = torch.tensor([*h, EOS_ID])
+    with eval_mode(model), torch.no_grad():
+        tr = model.trace(batch.src, batch.src_lengths, tgt_in, tgt_out)
+    if tr.attention is None:
+        return None
+    att = tr.attention.mean(1)  # (B, T_y, T_x)
+    out = []
+    for i, h in enumerate(hyps):
+        n_src = int(batch.src_lengths[i])
+        out.append([[round(float(v), 4) for v in row[:n_src]] for row in att[i, : len(h) + 1]])
+    return out
