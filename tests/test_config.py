@@ -106,7 +106,9 @@ def test_load_experiment_file_errors(tmp_path):
         load_experiment(latin)
 
 
-@pytest.mark.parametrize("name", ["quickstart", "g2p", "synthetic", "tiny"])
+@pytest.mark.parametrize(
+    "name", ["quickstart", "g2p", "synthetic", "tiny", "copy", "dates", "tsv-example"]
+)
 def test_shipped_experiments_validate(name):
     from pathlib import Path
 
@@ -237,3 +239,69 @@ def test_values_that_would_fail_after_the_store_is_touched_are_refused(override,
         ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
     ):
         parse_experiment(BASE, [override])
+
+
+# --- relative data paths ------------------------------------------------------------------------
+
+
+def _tsv_experiment(folder, path="data/train.tsv"):
+    exp = folder / "exp.toml"
+    exp.write_text(
+        f'[data]\ntask = "tsv"\ntrain_path = "{path}"\ndev_path = "{path}"\ntest_path = "{path}"\n'
+        f'[[models]]\ndata = {{ train_path = "{path}" }}\n',
+        encoding="utf-8",
+    )
+    return exp
+
+
+def _file(path, text="a b\tx y\n"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_relative_data_paths_resolve_against_the_experiment_files_folder(tmp_path, monkeypatch):
+    folder, cwd = tmp_path / "experiments", tmp_path / "work"
+    cwd.mkdir()
+    train = _file(folder / "data" / "train.tsv")
+    monkeypatch.chdir(cwd)
+    spec = load_experiment(_tsv_experiment(folder)).runs()[0]
+    assert spec.data.train_path == str(train) and spec.data.test_path == str(train)
+    # the same file reached both ways (the working directory is the file's folder) is no conflict
+    monkeypatch.chdir(folder)
+    assert load_experiment(folder / "exp.toml").runs()[0].data.dev_path == str(train)
+
+
+def test_a_relative_path_naming_two_different_files_is_refused(tmp_path, monkeypatch):
+    folder, cwd = tmp_path / "experiments", tmp_path / "work"
+    ours = _file(folder / "data" / "train.tsv")
+    theirs = _file(cwd / "data" / "train.tsv", "c d\tz\n")
+    monkeypatch.chdir(cwd)
+    with pytest.raises(ConfigError) as err:
+        load_experiment(_tsv_experiment(folder))
+    message = str(err.value)
+    assert "\n" not in message
+    assert "data.train_path = 'data/train.tsv' names two different files" in message
+    assert str(ours) in message and str(theirs) in message
+
+
+def test_a_path_found_only_against_the_working_directory_is_refused(tmp_path, monkeypatch):
+    folder, cwd = tmp_path / "experiments", tmp_path / "work"
+    folder.mkdir()
+    theirs = _file(cwd / "data" / "train.tsv")
+    monkeypatch.chdir(cwd)
+    with pytest.raises(ConfigError, match="resolve against its folder") as err:
+        load_experiment(_tsv_experiment(folder))
+    assert str(folder / "data" / "train.tsv") in str(err.value) and str(theirs) in str(err.value)
+
+
+def test_set_paths_are_relative_to_the_working_directory(tmp_path, monkeypatch):
+    folder, cwd = tmp_path / "experiments", tmp_path / "work"
+    _file(folder / "data" / "train.tsv")
+    mine = _file(cwd / "mine.tsv")
+    monkeypatch.chdir(cwd)
+    spec = load_experiment(
+        _tsv_experiment(folder), ["data.test_path=mine.tsv", "models.0.data.train_path=mine.tsv"]
+    ).runs()[0]
+    assert spec.data.test_path == str(mine) and spec.data.train_path == str(mine)
+    assert spec.data.dev_path == str(folder / "data" / "train.tsv")

@@ -142,7 +142,73 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
         raise ConfigError(f"{p}: malformed TOML: {err}") from None
     except OSError as err:
         raise ConfigError(f"cannot read {p}: {err.strerror}") from None
-    return parse_experiment(raw, overrides or [], source=str(p))
+    raw = resolve_data_paths(raw, p.resolve().parent, source=str(p))
+    # --set values are the user's own typing: their relative paths are relative to the working directory
+    raw = resolve_data_paths(apply_overrides(raw, overrides or []), Path.cwd(), check=False)
+    return parse_experiment(raw, [], source=str(p))
+
+
+def _path_fields() -> list[str]:
+    return [name for name in DataConfig.model_fields if name.endswith("_path")]
+
+
+def resolve_data_paths(
+    raw: dict[str, Any], folder: Path, source: str = "config", check: bool = True
+) -> dict[str, Any]:
+    """Make the relative data paths of a raw experiment (``[data]`` and every ``[[models]]`` data
+    table: ``train_path``, ``dev_path``, ``test_path``) absolute against ``folder``.
+
+    The rule: a relative path in an experiment file resolves against the file's folder, so an
+    experiment runs the same from any working directory. With ``check``, a path that names a
+    *different* existing file against the working directory is refused (one line naming both),
+    and so is a path that exists only against the working directory (what older versions read).
+
+    Args:
+        raw: the parsed TOML (not modified).
+        folder: the experiment file's folder (or the working directory for ``--set`` values).
+        source: the file, for messages.
+        check: compare with the working directory (off for ``--set`` values).
+
+    Returns:
+        A copy of ``raw`` with absolute paths.
+
+    Raises:
+        ConfigError: an ambiguous path, or one found only against the working directory.
+    """
+    import copy
+    import os
+
+    raw = copy.deepcopy(raw)
+    tables = [("data", raw.get("data"))]
+    for i, variant in enumerate(raw.get("models") or []):
+        if isinstance(variant, dict):
+            tables.append((f"models[{i}].data", variant.get("data")))
+    cwd = Path.cwd()
+    for where, table in tables:
+        if not isinstance(table, dict):
+            continue
+        for key in _path_fields():
+            value = table.get(key)
+            if not isinstance(value, str) or not value or Path(value).expanduser().is_absolute():
+                if isinstance(value, str) and value:
+                    table[key] = str(Path(value).expanduser())
+                continue
+            here, there = folder / value, cwd / value
+            if check and here.resolve() != there.resolve() and there.exists():
+                if here.exists() and not os.path.samefile(here, there):
+                    raise ConfigError(
+                        f"{source}: {where}.{key} = {value!r} names two different files: {here} "
+                        f"(against the experiment file's folder, which is what counts) and {there} "
+                        "(against the working directory); give an absolute path"
+                    )
+                if not here.exists():
+                    raise ConfigError(
+                        f"{source}: {where}.{key} = {value!r}: no file {here} (relative paths in an "
+                        f"experiment file resolve against its folder); {there} exists against the "
+                        "working directory: write the path relative to the experiment file, or absolute"
+                    )
+            table[key] = str(here)
+    return raw
 
 
 def parse_experiment(

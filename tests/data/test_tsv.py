@@ -201,3 +201,22 @@ def test_examples_over_the_length_bounds_are_filtered_and_counted(tmp_path, capl
     assert "first: line 2, 5000 source" in caplog.text
     with pytest.raises(DataError, match="no examples left"):
         read_tsv(write(tmp_path, "only.tsv", f"{long}\tz\n"), max_source_len=10)
+
+
+def test_shipped_tsv_example_loads_from_any_working_directory(tmp_path, monkeypatch):
+    """experiments/tsv-example.toml names its data relative to its own folder."""
+    from pathlib import Path
+
+    from attnstudy import api
+    from attnstudy.experiment import load_experiment
+
+    monkeypatch.chdir(tmp_path)
+    exp = Path(__file__).parents[2] / "experiments" / "tsv-example.toml"
+    spec = load_experiment(exp).runs()[0]
+    splits, src, tgt = api.load_data(spec)
+    assert (len(splits.train), len(splits.dev), len(splits.test)) == (800, 100, 100)
+    ex = next(e for e in splits.train if e.src == ("three", "hundred", "forty", "nine"))
+    assert ex.tgt == ("3", "4", "9")
+    assert ex.alignment.sure == {(0, 0), (2, 1), (3, 2)}
+    assert ex.alignment.possible == {(0, 0), (1, 0), (2, 1), (3, 2)}  # "hundred" 1p0
+    assert all(e.alignment is not None for e in splits.test)
