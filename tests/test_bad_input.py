@@ -69,6 +69,9 @@ def tsv_experiment(tmp: Path, train: Path, tokenization: str = "chars") -> Path:
     return exp
 
 
+UNREACHABLE = ["--tracking-uri", "http://127.0.0.1:9", "--tracking-timeout", "1"]
+
+
 def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[str], int, str]]:
     """(name, argv, exit code, substring of the one error line)."""
     exp = tmp / "exp"
@@ -287,8 +290,29 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
             "no run with id '0123456789abcdef'",
         ),
         ("report: empty study id", ["report", "--study", ""], 2, "--study is empty"),
+        # a run that failed (the server named does not answer): 1, on every verb that uses a store
+        *[
+            (
+                f"{verb}: unreachable server",
+                [verb, *args, *UNREACHABLE],
+                1,
+                "did not answer within 1 s",
+            )
+            for verb, args in (
+                ("run", [t]),
+                ("predict", [f"runs:/{model_run}", "abc"]),
+                ("ablate", [f"runs:/{model_run}"]),
+                ("report", ["--experiment", "tiny"]),
+            )
+        ],
         # ui
         ("ui: port out of range", ["ui", "--port", "70000"], 2, "--port"),
+        (
+            "ui: store named does not exist",
+            ["ui", "--tracking-uri", f"sqlite:///{exp}/no.db"],
+            2,
+            "no tracking store",
+        ),
         # usage
         ("no verb", [], 2, "required"),
         ("unknown verb", ["fly"], 2, "invalid choice"),
@@ -386,3 +410,24 @@ def test_unknown_characters_at_prediction_are_counted_not_fatal(tiny_models, sto
     out = cli(store_root, "predict", f"runs:/{tiny_models[0].run_id}", "ab", "a#%")
     assert out.returncode == 0, out.stderr
     assert "2 unknown token(s) mapped to <unk>" in out.stdout
+
+
+def test_ui_that_cannot_start_exits_1(store_root):
+    """The exit-code rule on the ui verb: a server that fails to start is a run that failed (1)."""
+    out = cli(store_root, "ui", "--host", "192.0.2.1", "--port", "5099", timeout=180)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1, out.stderr
+    assert lines[-1].startswith("attnstudy: error: the mlflow server exited")
+    assert "http://192.0.2.1:5099" in lines[-1] and "Traceback" not in out.stderr
+
+
+def test_every_verb_has_both_exit_codes_tested(tmp_path):
+    """The rule (2: what the user named is missing or malformed; 1: a run failed) is tested on
+    every verb: each verb of the CLI has a case of each code above (ui's 1 in its own test)."""
+    from attnstudy.cli import build_parser
+
+    verbs = set(build_parser()._subparsers._group_actions[0].choices)
+    cases = _cases(tmp_path, "run", "study")
+    codes = {v: {c for n, _, c, _ in cases if n.split(":")[0] == v} for v in verbs}
+    codes["ui"].add(1)  # test_ui_that_cannot_start_exits_1
+    assert all(codes[v] >= {1, 2} for v in verbs), codes

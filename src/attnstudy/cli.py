@@ -1,7 +1,10 @@
 """The ``attnstudy`` command (docs/design.md §6).
 
 Arguments and the experiment config are validated before torch or mlflow are imported, so a usage
-error answers at once. Errors are one line on stderr; exit codes: 0 ok, 1 failed, 2 bad usage.
+error answers at once. Errors are one line on stderr. Exit codes, on every verb: 0 ok; 2 what the
+user named does not exist or is malformed (an argument, a config value, a file, a run, a model URI,
+a store, data that cannot be read with certainty); 1 a run failed (training diverged, a server did
+not answer, variants of a study failed).
 """
 
 from __future__ import annotations
@@ -23,6 +26,13 @@ from .config import ConfigError, check_tracking_uri, describe_error
 from .experiment import ExperimentConfig, load_experiment
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_CODES_HELP = """exit codes (every verb):
+  0  done
+  2  what you named does not exist or is malformed: an argument, a config value, a file, a run,
+     a model URI, a store, data that cannot be read with certainty (nothing was written)
+  1  a run failed: a training diverged, a tracking server did not answer, variants of a study
+     failed (the others ran; the report says what failed)
+ATTNSTUDY_DEBUG=1 shows tracebacks."""
 
 
 class UsageError(Exception):
@@ -39,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="attnstudy",
         description="Train seq2seq attention models and test whether their "
         "attention explains their output (Jain & Wallace 2019 style ablations, tracked in MLflow).",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 

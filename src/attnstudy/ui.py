@@ -115,7 +115,10 @@ def wait_healthy(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"mlflow server exited with code {proc.returncode}")
+            raise RuntimeError(
+                f"the mlflow server exited (code {proc.returncode}) before answering at {base_url}: "
+                "is the address one of this machine's, and the store readable?"
+            )
         try:
             with urllib.request.urlopen(base_url + "/health", timeout=2) as resp:
                 if resp.status == 200:
