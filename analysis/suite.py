@@ -91,6 +91,7 @@ def run_suite(
     table_path: str | Path | None = None,
     label: str = "",
     info: dict | None = None,
+    recorder=None,
 ) -> SuiteResult:
     """Run ``cfg.ablations`` (catalogue entries) on the first ``cfg.n_examples`` examples.
 
@@ -111,6 +112,9 @@ def run_suite(
         label: what the progress line names (the model run).
         info: provenance stored in the streamed Parquet file's metadata (default: the resolved
             ablation config, the attnstudy version and the git commit).
+        recorder: an :class:`attnstudy.analysis.heatmaps.Recorder`: every analysed batch is
+            handed to it with what the ablations of its ``capture`` table computed (the
+            adversarial search, the importance vectors), for heatmaps and the example browser.
 
     Returns:
         :class:`SuiteResult`. An ablation the model lacks a capability for (the ``none`` model has
@@ -167,6 +171,7 @@ def run_suite(
                     check_interrupt()
                     if units is None:
                         units = analysis_units(whole.trace, cfg.layers, cfg.heads)
+                        primary = _primary(units)
                     for unit in units:
                         batch = unit_batch(whole, *unit)
                         steps = base_table(batch)
@@ -175,10 +180,18 @@ def run_suite(
                             unit,
                             {n: [] for n, (sp, _, _) in active.items() if sp.unit == "example"},
                         )
+                        # the recorder sees the primary unit's batch and what its ablations computed
+                        record = recorder is not None and unit == primary
+                        captured = {}
                         for name in names:
                             spec, fn, params = active[name]
                             bar.update(0, note=name if len(units) == 1 else f"{name} {_unit(unit)}")
-                            frame = fn(model, batch, params, ctx)
+                            if record and name in recorder.capture:
+                                frame, captured[name] = recorder.capture[name](
+                                    model, batch, params, ctx
+                                )
+                            else:
+                                frame = fn(model, batch, params, ctx)
                             if spec.unit == "example":
                                 parts[name].append(frame)
                             else:
@@ -192,6 +205,8 @@ def run_suite(
                                 steps = steps.merge(
                                     frame, on=KEYS, how="left", validate="one_to_one"
                                 )
+                        if record:
+                            recorder.add(batch, captured)
                         sums.setdefault(unit, []).append(example_sums(steps, step_specs))
                         sink.write(steps)
                     bar.update(len(whole.examples))
