@@ -146,3 +146,47 @@ def finite_or_none(value) -> float | None:
         return None
     v = float(value)
     return v if np.isfinite(v) else None
+
+
+def gold_mass_by_offset(
+    records: list[dict], offsets: tuple[int, ...] = (-1, 0, 1)
+) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Attention mass on the gold links moved by ``k`` source positions, per example.
+
+    For each target token t with possible gold links P_t (reference prefix, ``<eos>`` excluded),
+    m_t(k) = Σ_{s ∈ P_t, 0 ≤ s+k < T_x} α_{t, s+k}; k = 0 is the gold mass of the alignment
+    ablation. A model whose attention sits one position off (typical of a Bahdanau-flow decoder,
+    whose query s_{t−1} precedes the emitted token) has m(+1) or m(−1) far above m(0).
+
+    Args:
+        records: from :func:`attnstudy.analysis.heatmaps.example_records` (those with ``gold``).
+        offsets: the shifts k.
+
+    Returns:
+        k → (Σ_t m_t(k) per example, number of linked target tokens per example), arrays aligned
+        on the records with gold links; empty without any.
+    """
+    sums = {k: [] for k in offsets}
+    counts = []
+    for rec in records:
+        if not rec.get("gold") or "reference_attention" not in rec:
+            continue
+        att = np.array(
+            [[np.nan if v is None else v for v in row] for row in rec["reference_attention"]],
+            dtype=float,
+        )
+        n_src = att.shape[1]
+        links: dict[int, set[int]] = {}
+        for s, t, _ in rec["gold"]:
+            links.setdefault(t, set()).add(s)
+        rows = [t for t in links if t < att.shape[0] and rec["reference_rows"][t] != "<eos>"]
+        counts.append(float(len(rows)))
+        for k in offsets:
+            sums[k].append(
+                float(
+                    sum(att[t, s + k] for t in rows for s in links[t] if 0 <= s + k < n_src)
+                )
+            )
+    if not counts:
+        return {}
+    return {k: (np.array(v), np.array(counts)) for k, v in sums.items()}

@@ -18,6 +18,7 @@ from typing import Protocol
 
 import pandas as pd
 
+from . import run_pages
 from .analysis.catalogue import AblationConfig
 from .config import RunSpec
 from .data.tasks import get_task, load_task, source_key
@@ -217,12 +218,15 @@ def train_spec(
             spec, tracker, experiment_id, study_id, data, key, ckpt_dir, resume, progress
         )
         # registered only once the run is FINISHED: a version never points at an unfinished run
-        packaging.register_model(
+        run_pages.register_version(
             tracker,
             run_id,
             model_id,
             registered_name(spec),
-            tags=_run_tags(spec, None, Kind.MODEL, key, data.digest),
+            spec,
+            _run_tags(spec, None, Kind.MODEL, key, data.digest),
+            final,
+            early_stopping_metric(spec),
         )
     return ModelRun(run_id, spec, False, final, key, "")
 
@@ -244,6 +248,7 @@ def _train_run(
     tags = _run_tags(spec, study_id, Kind.MODEL, key, data.digest) | {Tag.DEVICE: str(device)}
     run_id = tracker.start_run(experiment_id, spec.name, tags, study_id)
     with tracker.active(run_id):
+        datasets = run_pages.log_model_datasets(tracker, run_id, spec, splits)
         params, full = spec.flat_params()
         tracker.log_params(run_id, params)
         if full:
@@ -302,7 +307,6 @@ def _train_run(
                 beam_size=spec.training.beam_size,
             )
             final.update({f"test_beam/{k}": v for k, v in beam_metrics.items()})
-        tracker.log_metrics(run_id, final, step=len(result.history))
         preds = pd.DataFrame(per_example(hyps, splits.test))
         preds.insert(0, "example_id", [ex.id for ex in splits.test])
         preds.insert(1, "src_len", [len(ex.src) for ex in splits.test])
@@ -316,6 +320,34 @@ def _train_run(
             code_path=SERVING_CODE,
             package_dir=SERVING_CODE.parent,
             name=variant_slug(spec),
+        )
+        # test metrics are linked to the logged model and the test dataset (its page shows them)
+        test = {k: v for k, v in final.items() if k.startswith("test")}
+        tracker.log_metrics(
+            run_id, {k: v for k, v in final.items() if k not in test}, step=len(result.history)
+        )
+        tracker.log_metrics(
+            run_id, test, step=len(result.history), model_id=model_id, dataset=datasets["test"]
+        )
+        run_pages.log_training_pages(
+            tracker,
+            run_id,
+            spec,
+            result.history,
+            result.best_epoch,
+            early_stopping_metric(spec),
+            preds,
+        )
+        run_pages.log_alignments(tracker, run_id, result.model, splits.test, src_vocab, tgt_vocab)
+        tracker.set_tags(
+            run_id,
+            {
+                Tag.NOTE: run_pages.describe_model_run(
+                    spec,
+                    final,
+                    {k: len(getattr(splits, k)) for k in ("train", "dev", "test")},
+                )
+            },
         )
     return run_id, model_id, final
 
@@ -479,8 +511,13 @@ def ablate_run(
     tracker: Tracker,
     study_id: str | None = None,
     progress: bool = True,
+    thresholds=None,
 ):
-    """Run the ablation suite on a model's test sample and log it as a nested run.
+    """Run the ablation suite on a model's test sample and log it as a nested run, with its
+    example browser, tables, figures, description and verdict (:mod:`attnstudy.run_pages`).
+
+    Args:
+        thresholds: the verdict's :class:`attnstudy.findings.VerdictThresholds` (default values).
 
     Returns:
         (ablation run id, SuiteResult); the per-step table is streamed to the run's
@@ -504,6 +541,10 @@ def ablate_run(
     run_id = tracker.start_run(exp_id, f"{spec.name}/ablations", tags, model_run_id)
     with tracker.active(run_id):
         tracker.log_params(run_id, cfg.flat())
+        run_pages.log_analysed_dataset(tracker, run_id, spec, examples)
+        from attnstudy.analysis.heatmaps import Recorder
+
+        recorder = Recorder(cfg.prefix)
         with tempfile.TemporaryDirectory(prefix="attnstudy-ablate-") as tmp:
             steps_path = Path(tmp) / "steps.parquet"  # streamed: memory stays flat in n_examples
             t0 = time.perf_counter()
@@ -516,20 +557,28 @@ def ablate_run(
                 progress=progress,
                 table_path=steps_path,
                 label=spec.name,
+                recorder=recorder,
             )
-            summary = dict(result.summary) | {"ablation/seconds": time.perf_counter() - t0}
+            summary = dict(result.summary) | {
+                "ablation/seconds": time.perf_counter() - t0,
+                "ablation/n_examples": float(len(examples)),
+            }
             tracker.log_artifact(run_id, steps_path, "ablations")
-        if result.examples is not None and len(result.examples):
-            tracker.log_table(run_id, result.examples, Artifact.EXAMPLES)
-        if "adversarial" in cfg.ablations and loaded.model.has_attention:
-            from attnstudy.analysis.heatmaps import heatmap_data
-
-            tracker.log_text(
+            if result.examples is not None and len(result.examples):
+                tracker.log_table(run_id, result.examples, Artifact.EXAMPLES)
+            run_pages.log_ablation_pages(
+                tracker,
                 run_id,
-                json.dumps(
-                    heatmap_data(loaded.model, examples, loaded.src_vocab, loaded.tgt_vocab, cfg)
-                ),
-                Artifact.HEATMAPS,
+                model_run_id,
+                run_pages.variant_name(model_run.tags),
+                spec.model.attention,
+                examples,
+                cfg.flat(),
+                summary,
+                steps_path,
+                result.examples,
+                recorder.result(),
+                thresholds,
             )
         if result.skipped:
             tracker.log_text(run_id, json.dumps(result.skipped, indent=2), Artifact.SKIPPED)
@@ -798,6 +847,18 @@ def _run_study(
     if config_text:
         tracker.log_text(study_id, config_text, Artifact.EXPERIMENT_TOML)
     tracker.log_text(study_id, cfg.model_dump_json(indent=2), Artifact.EXPERIMENT_JSON)
+    if not result.resumed:
+        tracker.log_params(
+            study_id, {"experiment": cfg.experiment.name, "n_models": len(specs), **cfg.ablation.flat()}
+        )
+    tracker.set_tags(
+        study_id,
+        {
+            Tag.NOTE: run_pages.describe_study(
+                cfg.experiment.name, len(specs), cfg.ablation.resolved()
+            )
+        },
+    )
     akey = ablation_key(cfg.ablation)
 
     def record() -> None:
@@ -867,7 +928,7 @@ def _run_variants_here(ctx: StudyContext) -> None:
         try:
             _, loaded = load_model(f"runs:/{m.run_id}", tracker)
             result.ablations[m.run_id], _ = ablate_run(
-                m.run_id, loaded, cfg.ablation, tracker, study_id, progress
+                m.run_id, loaded, cfg.ablation, tracker, study_id, progress, cfg.report.verdict
             )
         except Exception as err:
             result.failures.append(
@@ -884,7 +945,8 @@ def _seed_variance(
     """For every configuration trained with several seeds: attention JSD vs output TVD between
     seeds (Wiegreffe & Pinter 2019), logged to the study run."""
     from attnstudy.analysis.seed_variance import seed_variance
-    from attnstudy.report import variant_name
+
+    variant_name = run_pages.variant_name
 
     groups: dict[str, list[ModelRun]] = {}
     for m in models:

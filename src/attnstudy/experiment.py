@@ -34,6 +34,7 @@ from .config import (
     register_config_model,
     validate_model_config,
 )
+from .findings import ReportConfig, VerdictThresholds
 
 
 class ExperimentMeta(_Strict):
@@ -74,6 +75,7 @@ class ExperimentConfig(_Strict):
     model: dict[str, Any] = Field(default_factory=dict)
     training: dict[str, Any] = Field(default_factory=dict)
     ablation: AblationConfig = Field(default_factory=AblationConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
     models: list[ModelVariant] = Field(default_factory=lambda: [ModelVariant()], min_length=1)
 
     def runs(self) -> list[RunSpec]:
@@ -114,7 +116,14 @@ class ExperimentConfig(_Strict):
         return specs
 
 
-for _m in (ExperimentConfig, ExperimentMeta, ModelVariant, AblationConfig):
+for _m in (
+    ExperimentConfig,
+    ExperimentMeta,
+    ModelVariant,
+    AblationConfig,
+    ReportConfig,
+    VerdictThresholds,
+):
     register_config_model(_m)
 
 

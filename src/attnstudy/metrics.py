@@ -107,8 +107,9 @@ def per_example(
 
     Returns:
         Dicts with ``id``, ``source``, ``reference`` (the closest), ``hypothesis`` (tokens
-        joined by spaces), ``correct`` (matches any reference) and ``edit_distance`` (to
-        the closest reference).
+        joined by spaces), ``correct`` (matches any reference), ``edit_distance`` (to
+        the closest reference) and ``reference_length`` (its tokens: Σ edit_distance /
+        Σ reference_length is the corpus PER).
 
     Raises:
         ValueError: if the counts differ.
@@ -127,6 +128,7 @@ def per_example(
                 "hypothesis": " ".join(hyp),
                 "correct": hyp in refs,
                 "edit_distance": dist,
+                "reference_length": len(ref),
             }
         )
     return rows

