@@ -764,7 +764,15 @@ def _row_labels(rec: dict) -> list[str]:
 
 
 def _draw(ax, mat, xt, yt, cmap, vmin=0.0, vmax=1.0, gold=None, cbar_label=None, fig=None):
-    arr = np.array([[np.nan if v is None else v for v in row] for row in mat], dtype=float)
+    """Draw a T × T_x matrix (a null row, e.g. a step without an adversary, is left blank)."""
+    width = len(xt) or max((len(r) for r in mat if r is not None), default=0)
+    arr = np.array(
+        [
+            [np.nan] * width if row is None else [np.nan if v is None else v for v in row]
+            for row in mat
+        ],
+        dtype=float,
+    )
     im = ax.imshow(arr, vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(len(xt)), xt, fontsize=FONT - 2, rotation=90 if len(xt) > 14 else 0)
     ax.set_yticks(range(len(yt)), yt, fontsize=FONT - 2)

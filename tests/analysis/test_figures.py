@@ -4,7 +4,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from attnstudy.analysis import figures
-from matplotlib.collections import QuadMesh
 from matplotlib.figure import Figure
 
 
@@ -35,7 +34,10 @@ def steps(n=40, variants=("copy additive-bahdanau", "g2p general-luong"), seed=0
 
 
 def texts(fig):
-    return " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    """Every text drawn on the figure's axes: notes and titles."""
+    return " ".join(
+        [t.get_text() for ax in fig.axes for t in ax.texts] + [ax.get_title() for ax in fig.axes]
+    )
 
 
 @pytest.mark.parametrize(
@@ -111,8 +113,11 @@ def test_accuracy_by_length_and_heatmaps():
             }
         ]
     )
-    images = [im for ax in heat.axes for im in ax.collections if isinstance(im, QuadMesh)]
-    assert images and all(im.get_clim() == (0, 1) for im in images)
+    images = [im for ax in heat.axes for im in ax.images]
+    # attention, adversarial (its step without an adversary left blank) and the gold panel
+    assert len(images) == 3 and all(im.get_clim() == (0, 1) for im in images)
+    adversarial = images[1].get_array()
+    assert adversarial.mask[0].all() and adversarial[1].tolist() == [0, 1, 0]
     assert texts(figures.attention_heatmaps([]))
 
 
