@@ -21,18 +21,29 @@ from .catalogue import AblationConfig, get_ablation
 from .suite import BOOTSTRAP_ELEMENTS, _combine, example_sums, summary_from_sums
 
 
+def _joint(steps: pd.DataFrame) -> pd.DataFrame:
+    """The rows of single layers with all their heads jointly (``head`` −1, ``layer`` ≥ 0): the
+    rows of one head alone, or of every layer at once (``layer`` −1), are other units."""
+    rows = steps
+    if "head" in rows.columns:
+        rows = rows[rows["head"] == -1]
+    return rows[rows["layer"] >= 0]
+
+
 def layers_of(steps: pd.DataFrame) -> list[int]:
-    """The analysed layers in a per-step table (``[0]`` for a table without a ``layer`` column)."""
+    """The single layers analysed with all heads jointly in a per-step table (``[0]`` for a
+    table without a ``layer`` column)."""
     if steps is None or steps.empty or "layer" not in steps.columns:
         return [0]
-    return sorted(int(v) for v in steps["layer"].dropna().unique())
+    return sorted(int(v) for v in _joint(steps)["layer"].dropna().unique())
 
 
 def _layer_sums(
     steps: pd.DataFrame, layer: int, names: Sequence[str], analysis_prefix: str
 ) -> tuple[pd.DataFrame, list]:
     specs, parts = [], []
-    rows = steps[steps["layer"] == layer]
+    rows = _joint(steps) if "layer" in steps.columns else steps
+    rows = rows[rows["layer"] == layer] if "layer" in rows.columns else rows
     for name in names:
         spec = get_ablation(name)
         if spec.unit != "step":

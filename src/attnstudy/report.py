@@ -290,7 +290,9 @@ def task_estimates(e: ModelEntry) -> dict[str, Estimate]:
             if "reference_length" in p:
                 lengths = p["reference_length"].astype(float).to_numpy()
             else:  # stores of earlier versions: space-joined reference tokens
-                lengths = p["reference"].astype(str).str.split(" ").map(len).astype(float).to_numpy()
+                lengths = (
+                    p["reference"].astype(str).str.split(" ").map(len).astype(float).to_numpy()
+                )
             r = ratio_ci(p["edit_distance"].astype(float).to_numpy(), lengths, cfg)
             if r and abs(r[0] - m["test/per"]) < 1e-9:
                 out["test/per"] = Estimate(r[0], r[1], r[2], len(lengths))
@@ -298,9 +300,12 @@ def task_estimates(e: ModelEntry) -> dict[str, Estimate]:
 
 
 def n_layers(e: ModelEntry) -> int:
+    """Single layers analysed (all heads jointly) in the model's per-step table."""
     if e.steps is None or e.steps.empty or "layer" not in e.steps.columns:
         return 1
-    return int(e.steps["layer"].nunique())
+    from .analysis.layers import layers_of
+
+    return len(layers_of(e.steps))
 
 
 def layer_facts(e: ModelEntry, base: ModelFacts) -> list[ModelFacts]:
@@ -470,13 +475,10 @@ def summary_tables(
                         str(ff.n_steps) if ff and ff.n_steps else "–",
                     ]
                     row += [
-                        _cell(ff.stats.get(s.key) if ff else None, reason(e, s.key))
-                        for s in stats
+                        _cell(ff.stats.get(s.key) if ff else None, reason(e, s.key)) for s in stats
                     ]
                 rows.append(row)
-        tables.append(
-            _table(title, TABLE_INTROS.get(q, ""), header, rows) | {"key": q}
-        )
+        tables.append(_table(title, TABLE_INTROS.get(q, ""), header, rows) | {"key": q})
     return tables
 
 
@@ -572,43 +574,90 @@ CAPTIONS = {
 }
 
 DEFINITIONS = [
-    ("decoder step", "one target position t of one example: one attention row α_t over the source "
-     "and one output distribution p_t; the step that emits <eos> is included."),
-    ("prefix", "the target tokens fed to the decoder before step t. Greedy (the default): the "
-     "model's own greedy output, so every step is one the model really takes; reference: the gold "
-     "target (teacher forcing). Alignment always uses the reference, because gold links index it."),
-    ("TVD", "total variation distance between two output distributions, ½ Σ_v |p(v) − q(v)| over "
-     "the full vocabulary; 0 = identical, 1 = disjoint."),
-    ("JSD", "Jensen–Shannon divergence between two attention distributions, natural log: 0 = "
-     "identical, at most ln 2 ≈ 0.693 (disjoint)."),
-    ("flip", "the predicted token (argmax of p_t) changes under the intervention; a flip rate is "
-     "the share of interventions (permutations) or steps that flip, averaged over steps."),
-    ("permutation", "the attention row's weights randomly reassigned among the valid source "
-     "positions, P times per step (Jain & Wallace 2019, §4.1)."),
-    ("uniform", "the attention row replaced by equal weights over the valid positions (Wiegreffe & "
-     "Pinter 2019's baseline)."),
-    ("erase-max", "the largest attention weight set to 0 and the row renormalised (Serrano & Smith "
-     "2019, §3)."),
-    ("erase-until-flip", "positions erased one at a time in a ranking order until the prediction "
-     "flips (Serrano & Smith 2019, §4); orders: attention ↓/↑, random, gradient of log p_t w.r.t. "
-     "the attention ↓, gradient × attention ↓."),
-    ("adversarial attention", "K rows optimised to maximise JSD from α_t while the output stays "
-     "within ε (TVD) (Jain & Wallace 2019, §4.2, AdversaryMulti)."),
-    ("gradient × input", "|Σ_d ∂ log p_t(y_t)/∂e_jd · e_jd| for source embedding e_j, attention "
-     "detached (Jain & Wallace 2019, §3)."),
+    (
+        "decoder step",
+        "one target position t of one example: one attention row α_t over the source "
+        "and one output distribution p_t; the step that emits <eos> is included.",
+    ),
+    (
+        "prefix",
+        "the target tokens fed to the decoder before step t. Greedy (the default): the "
+        "model's own greedy output, so every step is one the model really takes; reference: the gold "
+        "target (teacher forcing). Alignment always uses the reference, because gold links index it.",
+    ),
+    (
+        "TVD",
+        "total variation distance between two output distributions, ½ Σ_v |p(v) − q(v)| over "
+        "the full vocabulary; 0 = identical, 1 = disjoint.",
+    ),
+    (
+        "JSD",
+        "Jensen–Shannon divergence between two attention distributions, natural log: 0 = "
+        "identical, at most ln 2 ≈ 0.693 (disjoint).",
+    ),
+    (
+        "flip",
+        "the predicted token (argmax of p_t) changes under the intervention; a flip rate is "
+        "the share of interventions (permutations) or steps that flip, averaged over steps.",
+    ),
+    (
+        "permutation",
+        "the attention row's weights randomly reassigned among the valid source "
+        "positions, P times per step (Jain & Wallace 2019, §4.1).",
+    ),
+    (
+        "uniform",
+        "the attention row replaced by equal weights over the valid positions (Wiegreffe & "
+        "Pinter 2019's baseline).",
+    ),
+    (
+        "erase-max",
+        "the largest attention weight set to 0 and the row renormalised (Serrano & Smith "
+        "2019, §3).",
+    ),
+    (
+        "erase-until-flip",
+        "positions erased one at a time in a ranking order until the prediction "
+        "flips (Serrano & Smith 2019, §4); orders: attention ↓/↑, random, gradient of log p_t w.r.t. "
+        "the attention ↓, gradient × attention ↓.",
+    ),
+    (
+        "adversarial attention",
+        "K rows optimised to maximise JSD from α_t while the output stays "
+        "within ε (TVD) (Jain & Wallace 2019, §4.2, AdversaryMulti).",
+    ),
+    (
+        "gradient × input",
+        "|Σ_d ∂ log p_t(y_t)/∂e_jd · e_jd| for source embedding e_j, attention "
+        "detached (Jain & Wallace 2019, §3).",
+    ),
     ("leave-one-out (LOO)", "TVD between p_t and the output with source token j deleted."),
-    ("Kendall τ-b", "rank correlation of two importance vectors over a step's source positions "
-     "(−1 … 1), with ties."),
-    ("AER", "alignment error rate, 1 − (|A∩S| + |A∩P|) / (|A| + |S|) (Och & Ney 2003, eq. 7), with "
-     "A the predicted links (one argmax link per reference target token), S ⊆ P the sure and "
-     "possible gold links, summed over the corpus; 0 = perfect. 'Linked targets' leaves out target "
-     "tokens without any gold link."),
-    ("sure / possible links", "gold links marked certain (S) or acceptable (P ⊇ S), Pharaoh "
-     "'i-j' and 'ipj'."),
-    ("gold mass", "the attention mass a target token puts on its gold-linked source tokens, "
-     "averaged over tokens with gold links."),
-    ("95 % interval", "percentile bootstrap over examples (not steps): the examples are resampled "
-     "with replacement, so steps of one example stay together."),
+    (
+        "Kendall τ-b",
+        "rank correlation of two importance vectors over a step's source positions "
+        "(−1 … 1), with ties.",
+    ),
+    (
+        "AER",
+        "alignment error rate, 1 − (|A∩S| + |A∩P|) / (|A| + |S|) (Och & Ney 2003, eq. 7), with "
+        "A the predicted links (one argmax link per reference target token), S ⊆ P the sure and "
+        "possible gold links, summed over the corpus; 0 = perfect. 'Linked targets' leaves out target "
+        "tokens without any gold link.",
+    ),
+    (
+        "sure / possible links",
+        "gold links marked certain (S) or acceptable (P ⊇ S), Pharaoh 'i-j' and 'ipj'.",
+    ),
+    (
+        "gold mass",
+        "the attention mass a target token puts on its gold-linked source tokens, "
+        "averaged over tokens with gold links.",
+    ),
+    (
+        "95 % interval",
+        "percentile bootstrap over examples (not steps): the examples are resampled "
+        "with replacement, so steps of one example stay together.",
+    ),
 ]
 
 
@@ -621,9 +670,7 @@ def _figures(data: StudyData, facts, layers, palette, eps) -> list[dict]:
     )
     out = []
     all_facts = [f for e in data.entries if (f := facts.get(e.model_run_id))]
-    all_facts = [
-        x for f in all_facts for x in ([f] + layers.get(_run_of(data, f), []))
-    ]
+    all_facts = [x for f in all_facts for x in ([f] + layers.get(_run_of(data, f), []))]
     est = estimates_table([f for f in all_facts if f.attention != "none"])
     layer_pal = dict(palette)
     for f in all_facts:
@@ -656,7 +703,10 @@ def _figures(data: StudyData, facts, layers, palette, eps) -> list[dict]:
                 (
                     f"heatmaps_{_slug(e.variant)}",
                     figures.attention_heatmaps(
-                        [h | {"title": f"{e.variant}: {h.get('title', '')}"} for h in e.legacy_heatmaps]
+                        [
+                            h | {"title": f"{e.variant}: {h.get('title', '')}"}
+                            for h in e.legacy_heatmaps
+                        ]
                     ),
                 )
             )
@@ -667,7 +717,7 @@ def _figures(data: StudyData, facts, layers, palette, eps) -> list[dict]:
         cap_key = "heatmaps" if key.startswith("heatmaps_") else key
         title, caption = CAPTIONS[cap_key]
         if key.startswith("heatmaps_"):
-            title = f"{title}: {key[len('heatmaps_'):].replace('_', ' ')}"
+            title = f"{title}: {key[len('heatmaps_') :].replace('_', ' ')}"
         png = figure_png(fig)
         result.append(
             {
@@ -712,15 +762,29 @@ def report_context(
     for e in data.entries:
         f = facts[e.model_run_id]
         if e.model_status != "FINISHED":
-            findings.append({"model": e.variant, "text": f"Training {reason(e, 'test/x')}: "
-                             f"{e.model_error or 'no reason recorded'}.", "layers": []})
+            findings.append(
+                {
+                    "model": e.variant,
+                    "text": f"Training {reason(e, 'test/x')}: "
+                    f"{e.model_error or 'no reason recorded'}.",
+                    "layers": [],
+                }
+            )
             continue
         if e.ablation_status not in (None, "FINISHED"):
-            findings.append({"model": e.variant, "text": f"Ablations {reason(e, 'ablation/x/y')}: "
-                             f"{e.ablation_error or 'no reason recorded'}.", "layers": []})
+            findings.append(
+                {
+                    "model": e.variant,
+                    "text": f"Ablations {reason(e, 'ablation/x/y')}: "
+                    f"{e.ablation_error or 'no reason recorded'}.",
+                    "layers": [],
+                }
+            )
             continue
         if e.ablation_run_id is None:
-            findings.append({"model": e.variant, "text": "Not ablated in this study.", "layers": []})
+            findings.append(
+                {"model": e.variant, "text": "Not ablated in this study.", "layers": []}
+            )
             continue
         v = verdict(f, t)
         verdicts.append(v)
@@ -729,7 +793,9 @@ def report_context(
             {
                 "model": e.variant,
                 "text": v.text,
-                "layers": [{"name": lf.name, "text": verdict(lf, t).text} for lf in layers[e.model_run_id]],
+                "layers": [
+                    {"name": lf.name, "text": verdict(lf, t).text} for lf in layers[e.model_run_id]
+                ],
                 "categories": {q: getattr(v, q) for q in ("used", "unique", "agrees", "aligns")},
             }
         )
@@ -753,7 +819,9 @@ def report_context(
                 "model_url": links.run(e.model_run_id),
                 "ablation_run": e.ablation_run_id,
                 "ablation_url": links.run(e.ablation_run_id) if e.ablation_run_id else None,
-                "browser_file": f"examples/{_slug(e.variant)}.html" if e.records or e.steps is not None else None,
+                "browser_file": f"examples/{_slug(e.variant)}.html"
+                if e.records or e.steps is not None
+                else None,
                 "browser_url": links.artifact(e.ablation_run_id, Artifact.BROWSER)
                 if e.has_browser
                 else None,
@@ -786,7 +854,9 @@ def report_context(
             "prefix": ", ".join(sorted(prefixes)) or None,
             "seeds": ", ".join(sorted(seeds)),
             "one_seed": one_seed,
-            "bootstrap": _bootstrap_cfg(data.entries[0]).bootstrap_resamples if data.entries else 1000,
+            "bootstrap": _bootstrap_cfg(data.entries[0]).bootstrap_resamples
+            if data.entries
+            else 1000,
             "criterion": SHOW_CRITERION,
         },
         "thresholds": [
@@ -806,7 +876,9 @@ def status_lines(data: StudyData) -> list[dict]:
     ran = {n for e in data.entries for n in e.ablations_run}
     not_run = [a for a in list_ablations(default_only=True) if a not in ran]
     if not_run:
-        lines.append({"text": f"Ablations not run in this study: {', '.join(not_run)}.", "item": False})
+        lines.append(
+            {"text": f"Ablations not run in this study: {', '.join(not_run)}.", "item": False}
+        )
     if data.status != "FINISHED":
         lines.append(
             {
@@ -817,11 +889,17 @@ def status_lines(data: StudyData) -> list[dict]:
     for e in data.entries:
         if e.model_status == "FAILED":
             lines.append(
-                {"text": f"{e.variant}: training failed ({e.model_error or 'no reason recorded'})", "item": True}
+                {
+                    "text": f"{e.variant}: training failed ({e.model_error or 'no reason recorded'})",
+                    "item": True,
+                }
             )
         elif e.ablation_status == "FAILED":
             lines.append(
-                {"text": f"{e.variant}: ablations failed ({e.ablation_error or 'no reason recorded'})", "item": True}
+                {
+                    "text": f"{e.variant}: ablations failed ({e.ablation_error or 'no reason recorded'})",
+                    "item": True,
+                }
             )
     return lines
 
