@@ -285,9 +285,9 @@ def _used(f: ModelFacts, t: VerdictThresholds, v: Verdict, n: str) -> None:
             f"{t.unused_flip:g} and {t.used_flip:g}."
         )
     if uni is not None:
-        keep = 1 - uni.value
+        keep = Estimate(1 - uni.value, 1 - uni.high, 1 - uni.low, uni.n)
         s += (
-            f" Under uniform attention the token stays the same at {100 * keep:.0f} % of steps; "
+            f" Under uniform attention the token stays the same at {keep.pct()} of steps; "
             f"{LITERATURE['moradi']}, with counterfactual attention at every decoder step of an "
             "NMT model, report that the model still produced the same word for 68 % of function "
             "words and 21 % of content words."
@@ -553,6 +553,13 @@ STATS = [
 ]
 """The statistics the report shows, by question."""
 
+VERDICT_ONLY = [
+    "ablation/permutation_global/exact_match_original",
+    "ablation/permutation_global/exact_match_permuted",
+]
+"""Statistics the verdict quotes beside those of :data:`STATS` (the global permutation's exact
+match before and after)."""
+
 
 def facts_from_metrics(
     name: str,
@@ -563,11 +570,8 @@ def facts_from_metrics(
 ) -> ModelFacts:
     """:class:`ModelFacts` from an ablation run's metrics and params (and the model run's)."""
     params = params or {}
-    stats = {
-        s.key: e
-        for s in STATS
-        if s.key.startswith("ablation/") and (e := estimate(metrics, s.key)) is not None
-    }
+    keys = [s.key for s in STATS if s.key.startswith("ablation/")] + VERDICT_ONLY
+    stats = {k: e for k in keys if (e := estimate(metrics, k)) is not None}
     n_steps = next(
         (int(metrics[k]) for k in sorted(metrics) if k.endswith("/n_steps") and metrics[k]), None
     )

@@ -1,0 +1,262 @@
+"""The generated findings: known answers from constructed numbers, then from a constructed store
+through the whole report (a uniform-attention model, a model whose permutation flip rate is 0.9,
+a two-layer model, and a model without attention)."""
+
+import re
+
+import pytest
+from attnstudy.findings import (
+    VerdictThresholds,
+    facts_from_metrics,
+    overall,
+    verdict,
+)
+
+
+def metrics(**stats):
+    """``ablation/<name>/<stat>`` = (value, low, high) → flat metrics with their intervals."""
+    out = {"ablation/n_examples": 50.0}
+    for key, (value, low, high) in stats.items():
+        name, stat = key.split("__")
+        k = f"ablation/{name}/{stat}"
+        out[k], out[f"{k}_ci_low"], out[f"{k}_ci_high"] = value, low, high
+        out[f"ablation/{name}/n_steps"] = 400.0
+    return out
+
+
+PARAMS = {"ablation.adversarial.eps_eval": "0.01", "ablation.permutation.n": "100"}
+
+UNIFORM = metrics(
+    permutation__flip_rate=(0.0, 0.0, 0.0),
+    uniform__flip_rate=(0.0, 0.0, 0.0),
+    erase_max__flip_rate=(0.0, 0.0, 0.0),
+    adversarial__found_rate=(0.02, 0.0, 0.05),
+    adversarial__max_jsd=(0.01, 0.0, 0.02),
+)
+USED = metrics(
+    permutation__flip_rate=(0.9, 0.86, 0.93),
+    uniform__flip_rate=(0.8, 0.75, 0.85),
+    erase_max__flip_rate=(0.7, 0.64, 0.76),
+    permutation_global__exact_match_original=(0.8, 0.7, 0.9),
+    permutation_global__exact_match_permuted=(0.1, 0.04, 0.18),
+    permutation_global__exact_match_drop=(0.7, 0.6, 0.8),
+    adversarial__found_rate=(0.95, 0.9, 0.98),
+    adversarial__max_jsd=(0.4, 0.35, 0.45),
+    importance__tau_attn_grad=(0.1, 0.02, 0.18),
+    importance__tau_attn_loo=(0.12, 0.05, 0.2),
+    importance__tau_grad_loo=(0.5, 0.42, 0.58),
+    alignment__aer=(0.12, 0.08, 0.17),
+    alignment__gold_mass=(0.8, 0.75, 0.85),
+)
+
+
+def test_uniform_attention_is_not_used_and_says_why():
+    f = facts_from_metrics("copy uniform-bahdanau", "uniform", UNIFORM, PARAMS)
+    v = verdict(f)
+    assert v.used == "no" and v.unique == "yes"
+    used = v.sentences[0]
+    assert used.startswith("Attention is not used (n = 50 examples, 400 decoder steps)")
+    assert "of P = 100 random permutations of the attention row, 0 % [0, 0] change" in used
+    assert "fixed by construction" in used
+    assert "Jain & Wallace (2019, NAACL) found for text classification with BiLSTM encoders" in used
+    assert "ε = 0.01" in v.sentences[1]
+
+
+def test_flip_rate_0_9_is_used_not_unique_weaker_agreement_aligned_with_literature():
+    f = facts_from_metrics("g2p additive-bahdanau", "additive", USED, PARAMS)
+    v = verdict(f)
+    assert (v.used, v.unique, v.agrees, v.aligns) == ("yes", "no", "weaker", "yes")
+    used, unique, agrees, aligns = v.sentences
+    assert used.startswith("Attention is used (n = 50 examples, 400 decoder steps)")
+    assert "90 % [86, 93] change the predicted token" in used
+    assert "uniform attention at 80 % [75, 85]" in used
+    assert "erasing the largest weight at 70 % [64, 76]" in used
+    # the reference points exactly as published, with the measured complement of uniform flips
+    assert "the token stays the same at 20 % [15, 25] of steps" in used
+    assert "68 % of function words and 21 % of content words" in used
+    assert (
+        "lowers exact match from 0.8 [0.7, 0.9] to 0.1 [0.04, 0.18] (drop 0.7 [0.6, 0.8])" in used
+    )
+    assert "Vashishth et al. (2019), who found that in NMT permuting attention degrades" in used
+    assert "for 95 % [90, 98] of decoder steps" in unique and "0.4 [0.35, 0.45] nats" in unique
+    assert unique.startswith("It is not a unique explanation")
+    assert "τ = 0.1 [0.02, 0.18] (weakly)" in agrees
+    assert "less than they agree with each other" in agrees
+    assert aligns.startswith(
+        "It aligns with the gold alignment: its argmax has AER 0.12 [0.08, 0.17]"
+    )
+    # no number in the text that is not measured or one of the three quoted reference points
+    allowed = {"2019", "50", "400", "100", "0.01", "68", "21", "0.693", "0", "2"}  # ln 2 ≈ 0.693
+    numbers = set(re.findall(r"\d+(?:\.\d+)?", v.text))
+    measured = {str(x) for x in (90, 86, 93, 80, 75, 85, 70, 64, 76, 20, 15, 25, 95, 98)} | {
+        "0.8",
+        "0.7",
+        "0.9",
+        "0.1",
+        "0.04",
+        "0.18",
+        "0.6",
+        "0.4",
+        "0.35",
+        "0.45",
+        "0.02",
+        "0.12",
+        "0.05",
+        "0.2",
+        "0.5",
+        "0.42",
+        "0.58",
+        "0.08",
+        "0.17",
+        "0.75",
+        "0.85",
+    }
+    assert numbers <= allowed | measured, numbers - allowed - measured
+
+
+def test_thresholds_are_configurable_and_change_the_answer():
+    f = facts_from_metrics("m", "additive", USED, PARAMS)
+    strict = VerdictThresholds(used_flip=0.95, unused_flip=0.5)
+    v = verdict(f, strict)
+    assert v.used == "unclear"
+    assert "between the thresholds 0.5 and 0.95" in v.sentences[0]
+    assert verdict(f, VerdictThresholds(align_aer=0.1)).aligns == "partly"
+    with pytest.raises(ValueError):
+        VerdictThresholds(used_flip=1.5)
+
+
+def test_an_interval_straddling_a_threshold_is_unclear_not_rounded():
+    m = metrics(permutation__flip_rate=(0.12, 0.05, 0.2))
+    assert verdict(facts_from_metrics("m", "additive", m, PARAMS)).used == "unclear"
+
+
+def test_overall_paragraph_counts_models():
+    fu = facts_from_metrics("u", "uniform", UNIFORM, PARAMS)
+    fa = facts_from_metrics("a", "additive", USED, PARAMS)
+    fn = facts_from_metrics("n", "none", {}, PARAMS)
+    vs = [verdict(f) for f in (fu, fa, fn)]
+    assert vs[2].sentences[0].startswith("No attention")
+    text = overall(vs, [fu, fa, fn])
+    assert text.startswith("Of the 2 models with attention, 1 uses it")
+    assert "at 90 % of their decoder steps" in text
+    assert "1 does not use it" in text
+    assert "not a unique explanation for 1 of 2" in text
+
+
+# ----------------------------------------------------------------------------- a constructed store
+
+
+def _steps(layers: dict[int, float], n_examples: int = 12, n_steps: int = 5):
+    """A per-step table whose permutation flip rate is exactly ``layers[l]`` at every step of layer l."""
+    import pandas as pd
+
+    rows = []
+    for layer, flip in layers.items():
+        for i in range(n_examples):
+            for t in range(n_steps):
+                rows.append(
+                    {
+                        "example_id": f"ex{i}",
+                        "prefix": "greedy",
+                        "layer": layer,
+                        "head": -1,
+                        "step": t,
+                        "max_attention": 0.5,
+                        "permutation_flip_rate": flip,
+                        "permutation_median_tvd": flip / 2,
+                        "permutation_skipped": False,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def constructed_report(tmp_path_factory):
+    """A study of four models written straight into a fresh store, and its built report."""
+    from attnstudy.report import build_report
+    from attnstudy.tracking import Artifact, Kind, Tag, Tracker
+
+    root = tmp_path_factory.mktemp("findings")
+    tracker = Tracker(f"sqlite:///{root / 'mlflow.db'}")
+    exp = tracker.experiment_id("constructed")
+    study = tracker.start_run(exp, "study", {Tag.KIND: Kind.STUDY, Tag.EXPERIMENT: "constructed"})
+    layered = metrics(permutation__flip_rate=(0.9, 0.9, 0.9))
+    models = {
+        "uniform-bahdanau": ("uniform", UNIFORM, None),
+        "additive-bahdanau": ("additive", USED, None),
+        "transformer-L2H1": ("multihead", layered, _steps({0: 0.0, 1: 0.9})),
+        "none-bahdanau": ("none", {}, None),
+    }
+    model_ids, ablation_ids = [], []
+    for variant, (attention, m, steps) in models.items():
+        tags = {
+            Tag.KIND: Kind.MODEL,
+            Tag.TASK: "copy",
+            Tag.ATTENTION: attention,
+            Tag.FLOW: "bahdanau",
+            Tag.VARIANT: variant,
+            Tag.SEED: "1",
+        }
+        run = tracker.start_run(exp, variant, tags, study)
+        tracker.log_metrics(run, {"test/exact_match": 0.5})
+        tracker.end_run(run)
+        abl = tracker.start_run(
+            exp, f"{variant}/ablations", {Tag.KIND: Kind.ABLATION, Tag.SOURCE_RUN_ID: run}, run
+        )
+        tracker.log_params(
+            abl, PARAMS | {"ablation.prefix": "greedy", "ablation.ablations": '["permutation"]'}
+        )
+        if attention == "none":
+            tracker.set_tags(
+                abl, {f"{Tag.SKIPPED_PREFIX}permutation": "the model has no attention"}
+            )
+        tracker.log_metrics(abl, m)
+        if steps is not None:
+            tracker.log_table(abl, steps, Artifact.STEPS)
+        tracker.end_run(abl)
+        model_ids.append(run)
+        ablation_ids.append(abl)
+    tracker.set_tags(
+        study,
+        {Tag.MODEL_RUN_IDS: ",".join(model_ids), Tag.ABLATION_RUN_IDS: ",".join(ablation_ids)},
+    )
+    tracker.end_run(study)
+    html = build_report(tracker, study, root / "report")
+    return html.read_text(encoding="utf-8"), (root / "report" / "report.md").read_text("utf-8")
+
+
+def _section(md: str, heading: str) -> str:
+    start = md.index(f"### {heading}\n")
+    end = md.find("\n#", start + 4)
+    return md[start:end]
+
+
+def test_constructed_store_report_says_the_expected_thing(constructed_report):
+    html, md = constructed_report
+    findings = md[md.index("## Findings") : md.index("## How this was measured")]
+    uniform = _section(findings, "copy uniform-bahdanau")
+    assert "`used: no`" in uniform and "Attention is not used" in uniform
+    assert "fixed by construction" in uniform
+    used = _section(findings, "copy additive-bahdanau")
+    assert "`used: yes`" in used and "90 % [86, 93] change the predicted token" in used
+    assert "68 % of function words and 21 % of content words" in used
+    assert "Vashishth et al. (2019)" in used
+    none = _section(findings, "copy none-bahdanau")
+    assert "No attention: this model is the bottleneck baseline" in none
+    # the two-layer model: a verdict per layer and for the layer mean
+    layered = findings[findings.index("### copy transformer-L2H1") :]
+    assert "layer 0" in layered and "layer 1" in layered and "layer mean" in layered
+    per_layer = {
+        name: layered[layered.index(name) : layered.index(name) + 400]
+        for name in ("layer 0", "layer 1", "layer mean")
+    }
+    assert "Attention is not used" in per_layer["layer 0"]
+    assert "0 % [0, 0] change" in per_layer["layer 0"]
+    assert "Attention is used" in per_layer["layer 1"]
+    assert "90 % [90, 90] change" in per_layer["layer 1"]
+    assert "45 % [45, 45] change" in per_layer["layer mean"]
+    assert findings.split("\n\n")[1].startswith("**Of the 3 models with attention, 2 use it")
+    # the HTML says the same, from the same data
+    assert "fixed by construction" in html and "68 % of function words" in html
+    assert html.count('class="verdict"') == 4  # one per model
+    assert html.count('class="verdict layer"') == 3  # layer 0, layer 1, layer mean
