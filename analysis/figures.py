@@ -224,9 +224,7 @@ def learning_curve(history: list[dict], metric: str, best_epoch: int | None = No
     values = [h.get(f"dev/{metric}", np.nan) for h in history]
     ax2.plot(epochs, values, "o-", color="#029e73")
     name, better = METRIC_NAMES.get(metric, (metric.replace("_", " "), ""))
-    ax2.set(
-        title=f"dev {name} per epoch (early stopping){better}", xlabel="epoch", ylabel=name
-    )
+    ax2.set(title=f"dev {name} per epoch (early stopping){better}", xlabel="epoch", ylabel=name)
     for ax in (ax1, ax2):
         ax.set_xticks(epochs)
         if best_epoch:
@@ -382,8 +380,8 @@ def accuracy_by_length(preds: pd.DataFrame, palette: dict | None = None) -> Figu
     order = _order(preds, palette)
     _legend_below(fig, palette, order)
     fig.text(
-        0.0,
-        0.0,
+        0.01,
+        0.005,
         f"bars: Wilson 95 % intervals; numbers: test examples per point; hollow: n < {MIN_N}",
         fontsize=FONT - 2,
         color="0.3",
@@ -466,8 +464,8 @@ def _by_max_attention(
     fig.suptitle(title)
     _legend_below(fig, palette, _order(d, palette))
     fig.text(
-        0.0,
-        0.0,
+        0.01,
+        0.005,
         f"numbers under the axis: decoder steps per group; groups with fewer than {MIN_N} steps are "
         "drawn as points; black line: median; empty bins are left out",
         fontsize=FONT - 2,
@@ -583,8 +581,8 @@ def kendall_tau(steps: pd.DataFrame, palette: dict | None = None) -> Figure:
     defined, _ = per_layer(steps[steps[cols].notna().any(axis=1)], palette)
     n = defined.groupby("variant").size()
     fig.text(
-        0.0,
-        0.0,
+        0.01,
+        0.005,
         "steps per model: " + ", ".join(f"{v} {n.get(v, 0)}" for v in order),
         fontsize=FONT - 2,
         color="0.3",
@@ -669,8 +667,8 @@ def erasure_fractions(steps: pd.DataFrame, palette: dict | None = None) -> Figur
             ax.set_yticklabels([])
     _legend_below(fig, palette, order)
     fig.text(
-        0.0,
-        0.0,
+        0.01,
+        0.005,
         "numbers: decoder steps behind each bar (middle and right: only steps that flipped); "
         f"hatched: fewer than {MIN_N}; error bars: 95 % bootstrap over examples",
         fontsize=FONT - 2,
@@ -758,7 +756,9 @@ def _row_labels(rec: dict) -> list[str]:
         return rows
     ref = [*rec.get("reference", []), "<eos>"]
     return [
-        r if i < len(ref) and rec["rows"][i] == ref[i] else f"{r} ≠ {ref[i] if i < len(ref) else '–'}"
+        r
+        if i < len(ref) and rec["rows"][i] == ref[i]
+        else f"{r} ≠ {ref[i] if i < len(ref) else '–'}"
         for i, r in enumerate(rows)
     ]
 
@@ -818,13 +818,23 @@ def example_heatmaps(
         fig, ax = _subplots(figsize=(11, 2))
         _note(ax, f"{title}: no attention to show")
         return fig
-    cols = [("attention", "attention (analysed prefix)")]
+    # two-line titles: five panels share 11 inches
+    cols = [("attention", "attention\n(analysed prefix)")]
     if any("adversarial" in r for r in records):
-        cols.append(("adversarial", "adversarial attention" + (f" (TVD ≤ ε = {eps:g})" if eps is not None else "")))
+        cols.append(
+            (
+                "adversarial",
+                "adversarial attention\n"
+                + (f"(output TVD ≤ ε = {eps:g})" if eps is not None else ""),
+            )
+        )
     if any("gradient" in r for r in records):
-        cols += [("gradient", "|gradient × input| (row max = 1)"), ("loo", "leave-one-out TVD (row max = 1)")]
+        cols += [
+            ("gradient", "|gradient × input|\n(row max = 1)"),
+            ("loo", "leave-one-out TVD\n(row max = 1)"),
+        ]
     if any("gold" in r for r in records):
-        cols.append(("reference_attention", "attention on the reference, gold links"))
+        cols.append(("reference_attention", "attention on the reference\nwith gold links"))
     heights = [max(len(r["rows"]), len(r.get("reference_rows", []))) for r in records]
     fig = Figure(figsize=(11, 1.0 + sum(0.28 * h + 0.9 for h in heights)), layout="constrained")
     axes = fig.subplots(len(records), len(cols), squeeze=False, height_ratios=heights)
@@ -879,15 +889,29 @@ def example_heatmaps(
         )
         axes[i, 0].set_ylabel(f"{rec['id']}{which}\n{prefix}", fontsize=FONT - 2)
     if last is not None:
-        fig.colorbar(last, ax=axes[:, 0].tolist(), location="left", shrink=0.6, label="attention weight", pad=0.1)
+        fig.colorbar(
+            last,
+            ax=axes[:, 0].tolist(),
+            location="left",
+            shrink=0.6,
+            label="attention weight",
+            pad=0.1,
+        )
     handles = []
     if any("gold" in r for r in records):
         handles = [
             Line2D([], [], color="0.2", lw=1.6, label="sure gold link (white box)"),
             Line2D([], [], color="0.2", lw=1.6, ls="--", label="possible gold link (dashed box)"),
         ]
-    handles.append(Patch(color="none", label="␣ = space; ≠ : prediction differs from the reference"))
-    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=FONT - 2, frameon=False)
+    handles.append(
+        Patch(
+            color="none",
+            label="␣ = space; ≠ : prediction differs from the reference (– : past its end)",
+        )
+    )
+    fig.legend(
+        handles=handles, loc="outside lower center", ncols=3, fontsize=FONT - 2, frameon=False
+    )
     fig.suptitle(title)
     return fig
 

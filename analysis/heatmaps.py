@@ -19,8 +19,9 @@ import torch
 
 from attnstudy.data.types import Example
 from attnstudy.data.vocab import Vocab
+from attnstudy.models import ALL
 
-from .batch import AblationContext, PreparedBatch, prepare_batches
+from .batch import AblationContext, PreparedBatch, prepare_batches, table_index
 from .catalogue import AblationConfig
 
 DIGITS = 3
@@ -180,7 +181,9 @@ def _record(batch: PreparedBatch, i: int, ex: Example, adv, imp) -> dict:
         "steps": steps.tolist(),
         "rows": [batch.tgt_vocab.itos[j] for j in ids.tolist()],
         "p": [_r(v) for v in probs.tolist()],
-        "layer": int(getattr(tr, "layer", 0)),
+        # the analysed unit as the tables write it (−1: all layers at once / all heads jointly)
+        "layer": table_index(getattr(tr, "layer", 0)),
+        "head": table_index(getattr(tr, "head", ALL)),
         "attention": [_matrix(layer.mean(0).numpy()) for layer in layers],
     }
     if layers.size(1) > 1:

@@ -71,7 +71,7 @@ def per_example_summary(
         analysis_prefix: ``greedy`` or ``reference`` (default: greedy if present).
 
     Returns:
-        Columns ``example_id``, ``layer``, ``n_steps`` (analysis-prefix steps, ``<eos>``
+        Columns ``example_id``, ``layer``, ``head`` (when the table has it), ``n_steps`` (analysis-prefix steps, ``<eos>``
         included), the means of :data:`MEANS` present (NaN where no step defines them), ``gold_mass``
         (mean over linked target tokens), ``aer`` (the example's own AER, Och & Ney 2003 eq. 7, from
         its summed counts; NaN without gold links), ``global_changed`` and
@@ -80,7 +80,8 @@ def per_example_summary(
     if steps is None or steps.empty:
         return pd.DataFrame(columns=["example_id", "layer", "n_steps"])
     steps = steps if "layer" in steps.columns else steps.assign(layer=0)
-    keys = ["example_id", "layer"]
+    # one row per analysed unit: a layer (all heads jointly, head −1) or one head of it
+    keys = ["example_id", "layer"] + (["head"] if "head" in steps.columns else [])
     rows = analysis_rows(steps, analysis_prefix)
     out = rows.groupby(keys, sort=False).size().rename("n_steps").reset_index()
     cols = {c: name for c, name in MEANS.items() if c in rows.columns}
@@ -101,11 +102,12 @@ def per_example_summary(
             ).reset_index()
             out = out.merge(align, on=keys, how="left")
     if examples is not None and len(examples) and "permutation_global_changed" in examples:
-        glob = examples[["example_id"]].assign(
+        on = ["example_id"] + [k for k in ("layer", "head") if k in examples and k in out]
+        glob = examples[on].assign(
             global_changed=examples["permutation_global_changed"].astype(float),
             global_edit_distance=examples["permutation_global_edit_distance"].astype(float),
         )
-        out = out.merge(glob, on="example_id", how="left")
+        out = out.merge(glob, on=on, how="left", validate="many_to_one")
     return out
 
 
@@ -183,9 +185,7 @@ def gold_mass_by_offset(
         counts.append(float(len(rows)))
         for k in offsets:
             sums[k].append(
-                float(
-                    sum(att[t, s + k] for t in rows for s in links[t] if 0 <= s + k < n_src)
-                )
+                float(sum(att[t, s + k] for t in rows for s in links[t] if 0 <= s + k < n_src))
             )
     if not counts:
         return {}

@@ -5,6 +5,7 @@ a two-layer model, and a model without attention)."""
 import re
 
 import pytest
+
 from attnstudy.findings import (
     VerdictThresholds,
     facts_from_metrics,

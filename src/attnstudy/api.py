@@ -849,7 +849,8 @@ def _run_study(
     tracker.log_text(study_id, cfg.model_dump_json(indent=2), Artifact.EXPERIMENT_JSON)
     if not result.resumed:
         tracker.log_params(
-            study_id, {"experiment": cfg.experiment.name, "n_models": len(specs), **cfg.ablation.flat()}
+            study_id,
+            {"experiment": cfg.experiment.name, "n_models": len(specs), **cfg.ablation.flat()},
         )
     tracker.set_tags(
         study_id,

@@ -28,7 +28,10 @@ STEP_COLUMNS = {
     "importance_tau_grad_loo": "τ grad–LOO",
 }
 """Per-step columns of the analysis prefix shown in an example's step table."""
-REFERENCE_COLUMNS = {"alignment_gold_mass": "gold mass", "alignment_argmax_on_gold": "argmax on gold"}
+REFERENCE_COLUMNS = {
+    "alignment_gold_mass": "gold mass",
+    "alignment_argmax_on_gold": "argmax on gold",
+}
 """Per-step columns of the reference prefix (alignment)."""
 
 
@@ -40,6 +43,17 @@ def _num(v):
     except (TypeError, ValueError):
         return None
     return round(f, 4) if math.isfinite(f) else None
+
+
+def _unit_rows(rows: pd.DataFrame, rec: dict) -> pd.DataFrame:
+    """The rows of the unit (layer, head) a record was taken from."""
+    if not len(rows):
+        return rows
+    if "layer" in rows.columns:
+        rows = rows[rows["layer"] == rec.get("layer", 0)]
+    if "head" in rows.columns:
+        rows = rows[rows["head"] == rec.get("head", -1)]
+    return rows
 
 
 def browser_data(
@@ -96,6 +110,7 @@ def browser_data(
                 {
                     "id": eid,
                     "layer": int(s["layer"]) if "layer" in s and pd.notna(s.get("layer")) else 0,
+                    "head": int(s["head"]) if "head" in s and pd.notna(s.get("head")) else -1,
                     "source": " ".join(rec.get("source", [])),
                     "reference": " ".join(rec.get("reference", [])),
                     "prediction": hyp,
@@ -110,8 +125,7 @@ def browser_data(
     for eid, rec in by_id.items():
         d = dict(rec)
         layer_rows = greedy[greedy["example_id"] == eid] if len(greedy) else greedy
-        if "layer" in layer_rows.columns and len(layer_rows):
-            layer_rows = layer_rows[layer_rows["layer"] == rec.get("layer", 0)]
+        layer_rows = _unit_rows(layer_rows, rec)
         at = layer_rows.set_index("step") if len(layer_rows) else None
         d["step_values"] = {
             label: [
@@ -122,8 +136,7 @@ def browser_data(
             if c in steps.columns
         }
         ref_rows = ref[ref["example_id"] == eid] if len(ref) else ref
-        if "layer" in ref_rows.columns and len(ref_rows):
-            ref_rows = ref_rows[ref_rows["layer"] == rec.get("layer", 0)]
+        ref_rows = _unit_rows(ref_rows, rec)
         if len(ref_rows) and "reference_rows" in rec:
             r = ref_rows.sort_values("step")
             d["reference_values"] = {

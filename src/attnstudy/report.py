@@ -464,15 +464,18 @@ def summary_tables(
                 row = [ff.name if ff else e.variant]
                 if q == "task":
                     n = e.model_metrics.get("test/n")
-                    row.append(f"{int(n):,}" if n else "–")
+                    row.append(f"{int(n):,}" if n else reason(e, "test/n"))
                     row += [
                         _cell(ff.task_metrics.get(s.key) if ff else None, reason(e, s.key))
                         for s in stats
                     ]
                 else:
+                    # a failed ablation analysed no examples, whatever it was asked for
+                    measured = e.ablation_status == "FINISHED"
+                    why = reason(e, stats[0].key)
                     row += [
-                        str(ff.n_examples) if ff and ff.n_examples else "–",
-                        str(ff.n_steps) if ff and ff.n_steps else "–",
+                        str(ff.n_examples) if ff and ff.n_examples and measured else why,
+                        str(ff.n_steps) if ff and ff.n_steps and measured else why,
                     ]
                     row += [
                         _cell(ff.stats.get(s.key) if ff else None, reason(e, s.key)) for s in stats

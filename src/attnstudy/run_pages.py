@@ -129,9 +129,7 @@ def alignment_files(
 
     lines: dict[str, list[str]] = {}
     layer_of_main = 0
-    for batch in prepare_batches(
-        model, examples, src_vocab, tgt_vocab, "reference", batch_size
-    ):
+    for batch in prepare_batches(model, examples, src_vocab, tgt_vocab, "reference", batch_size):
         tr = batch.trace
         layer_of_main = int(getattr(tr, "layer", 0))
         n_layers = tr.cross_attention.size(1)
@@ -389,7 +387,9 @@ def log_ablation_pages(
         )
         tracker.log_figure(run_id, fig, "figures/heatmaps.png")
     v = verdict(facts, thresholds)
-    tags = {f"{Tag.VERDICT_PREFIX}{q}": getattr(v, q) for q in ("used", "unique", "agrees", "aligns")}
+    tags = {
+        f"{Tag.VERDICT_PREFIX}{q}": getattr(v, q) for q in ("used", "unique", "agrees", "aligns")
+    }
     n_steps = f", {facts.n_steps} decoder steps" if facts.n_steps else ""
     note = (
         f"**Ablations of {name}** on {len(examples)} test examples{n_steps} "
@@ -414,7 +414,9 @@ def _predictions(tracker: Tracker, model_run_id: str) -> pd.DataFrame | None:
 
 def log_analysed_dataset(tracker: Tracker, run_id: str, spec: RunSpec, examples) -> None:
     """The analysed test examples of an ablation run as a dataset (context ``test analysed``)."""
-    log_splits(tracker, run_id, {"test analysed": list(examples)}, spec.data.task, data_source(spec))
+    log_splits(
+        tracker, run_id, {"test analysed": list(examples)}, spec.data.task, data_source(spec)
+    )
 
 
 # --------------------------------------------------------------------------- study runs

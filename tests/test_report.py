@@ -1,0 +1,125 @@
+"""The report as a reader gets it: self-contained HTML (images as data: URIs, so it renders inside
+MLflow's artifact frame), every table cell a ``value [low, high]`` or a reason, one caption per
+figure, the definitions, and a Markdown twin with the same numbers."""
+
+import base64
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+NUMBER = r"-?\d[\d,]*(?:\.\d+)?(?:e-?\d+)?"
+CELL = re.compile(rf"^{NUMBER}( \[{NUMBER}, {NUMBER}\])?$")
+REASONS = re.compile(
+    r"^(no attention|not run|failed|training failed|no gold links|skipped|not measured|"
+    r"undefined( \(\d+ of \d+ steps\))?)$"
+)
+TERMS = ["TVD", "JSD", "flip", "erase-max", "erase-until-flip", "AER", "gold mass", "prefix"]
+
+
+class Page(HTMLParser):
+    """Tables (rows of cell texts), images, figures with their captions, definition terms."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self.images, self.figures, self.terms = [], [], [], []
+        self._cell = self._where = None
+        self._table_class = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table":
+            self.tables.append((a.get("class", ""), []))
+        elif tag == "tr" and self.tables:
+            self.tables[-1][1].append([])
+        elif tag in ("td", "th", "dt", "figcaption"):
+            self._cell, self._where = "", tag
+        elif tag == "img":
+            self.images.append(a.get("src", ""))
+            if self.figures and self.figures[-1]["open"]:
+                self.figures[-1]["images"] += 1
+        elif tag == "figure":
+            self.figures.append({"open": True, "images": 0, "captions": []})
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+    def handle_endtag(self, tag):
+        if tag == self._where and self._cell is not None:
+            text = " ".join(self._cell.split())
+            if tag == "td":
+                self.tables[-1][1][-1].append(text)
+            elif tag == "dt":
+                self.terms.append(text)
+            elif tag == "figcaption":
+                self.figures[-1]["captions"].append(text)
+            self._cell = self._where = None
+        elif tag == "figure":
+            self.figures[-1]["open"] = False
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tiny_study):
+    html = tiny_study.report.read_text(encoding="utf-8")
+    md = tiny_study.report.with_name("report.md").read_text(encoding="utf-8")
+    page = Page()
+    page.feed(html)
+    return html, md, page
+
+
+def test_images_are_embedded_pngs_and_nothing_is_fetched(tiny_report):
+    html, _, page = tiny_report
+    assert len(page.images) >= 6
+    for src in page.images:
+        assert src.startswith("data:image/png;base64,"), src[:40]
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    # no relative asset a blob-URL frame could not resolve
+    assert not re.search(r'(src|href)="(?!data:|https?:|#|examples/)', html)
+
+
+def test_every_figure_has_one_caption(tiny_report):
+    _, _, page = tiny_report
+    assert page.figures
+    for fig in page.figures:
+        assert fig["images"] == 1 and len(fig["captions"]) == 1 and len(fig["captions"][0]) > 40
+
+
+def test_every_cell_is_a_value_with_interval_or_a_reason(tiny_report):
+    _, _, page = tiny_report
+    summary = [rows for cls, rows in page.tables if cls == "summary"]
+    assert len(summary) >= 5
+    checked = with_interval = 0
+    for rows in summary:
+        for row in rows[1:]:  # rows[0] is the header row
+            for cell in row[1:]:
+                assert CELL.match(cell) or REASONS.match(cell), cell
+                checked += 1
+                with_interval += "[" in cell
+    assert checked > 40 and with_interval > 20
+    assert "–" not in "".join(c for rows in summary for row in rows for c in row)
+
+
+def test_definitions_and_settings_are_stated(tiny_report):
+    html, md, page = tiny_report
+    for term in TERMS:
+        assert any(term in t for t in page.terms), term
+    assert "AER sure/possible" in " ".join(page.terms) or "S ⊆ P" in html
+    assert "ε = 0.05 (TVD)" in html and "P = 10" in html and "Prefix: <b>greedy</b>" in html
+    assert "Och &amp; Ney 2003, eq. 7" in html
+
+
+def test_markdown_twin_has_the_same_findings_and_numbers(tiny_report, tiny_study):
+    html, md, page = tiny_report
+    summary = [rows for cls, rows in page.tables if cls == "summary"]
+    for rows in summary:
+        for row in rows[1:]:
+            assert "| " + " | ".join(row) + " |" in md, row
+    assert md.count("](data:") == 0  # the Markdown links its figure files
+    files = re.findall(r"!\[[^]]*\]\((figures/[^)]+)\)", md)
+    assert len(files) == len(page.figures)
+    assert all((tiny_study.report.parent / f).is_file() for f in files)
+    findings_md = md[md.index("## Findings") : md.index("## How this was measured")]
+    assert "Attention is" in findings_md and "No attention" in findings_md
