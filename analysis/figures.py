@@ -258,9 +258,11 @@ def estimates_plot(table: pd.DataFrame, palette: dict | None = None, title: str 
         _note(ax, "no statistics")
         return fig
     sizes = [table[table["group"] == g]["label"].nunique() for g in groups]
-    fig = Figure(figsize=(11, 1.2 + 0.42 * sum(sizes) + 0.5 * len(groups)), layout="constrained")
-    axes = fig.subplots(len(groups), 1, squeeze=False, height_ratios=[max(s, 1) for s in sizes])
     variants = list(dict.fromkeys(table["variant"])) if "variant" in table else [""]
+    # each model gets its own line within a statistic's row, tall enough for its label
+    row = 0.3 + 0.3 * len(variants)
+    fig = Figure(figsize=(11, 1.2 + row * sum(sizes) + 0.5 * len(groups)), layout="constrained")
+    axes = fig.subplots(len(groups), 1, squeeze=False, height_ratios=[max(s, 1) for s in sizes])
     palette = palette or variant_palette(variants)
     for ax, group in zip(axes[:, 0], groups):
         sub = table[table["group"] == group]
@@ -274,12 +276,15 @@ def estimates_plot(table: pd.DataFrame, palette: dict | None = None, title: str 
                 if np.isfinite(r["low"]) and np.isfinite(r["high"]):
                     ax.plot([r["low"], r["high"]], [y, y], color=colour, lw=2)
                 ax.plot(r["value"], y, "o", color=colour, ms=6)
+                # the label right of the interval, on the model's own line: never on another's
+                end = r["high"] if np.isfinite(r["high"]) else r["value"]
                 ax.annotate(
                     _fmt_estimate(r),
-                    (r["value"], y),
-                    xytext=(0, 5),
+                    (max(end, r["value"]), y),
+                    xytext=(4, 0),
                     textcoords="offset points",
-                    ha="center",
+                    ha="left",
+                    va="center",
                     fontsize=FONT - 2,
                     color=colour,
                 )
@@ -290,7 +295,7 @@ def estimates_plot(table: pd.DataFrame, palette: dict | None = None, title: str 
         lo = np.nanmin([sub["low"].min(), sub["value"].min()])
         hi = np.nanmax([sub["high"].max(), sub["value"].max()])
         pad = max((hi - lo) * 0.08, 0.02)
-        ax.set_xlim(lo - pad, hi + pad)
+        ax.set_xlim(lo - pad, hi + max((hi - lo) * 0.45, 0.2))  # room for the labels
     if title:
         fig.suptitle(title)
     if variants != [""]:

@@ -238,3 +238,104 @@ def test_report_html_images_load_and_tables_have_rows(tiny_study, page):
     assert tables, "the report has no table"
     assert all(n >= 1 for n in tables), tables
     _shot(page, "report", full_page=True)
+
+
+# ----------------------------------------------------------------------------- inside MLflow's frame
+
+
+def _artifact_frame(page, server, run_id: str, path: str):
+    """Open ``path`` of ``run_id`` in MLflow's artifact viewer; the frame MLflow renders it in."""
+    from attnstudy.report import Links
+
+    page.goto(Links(server["base"], server["exp_id"]).artifact(run_id, path))  # as the report links
+    page.get_by_text(path, exact=True).first.wait_for()
+    page.locator("iframe").first.wait_for()
+    handle = page.locator("iframe").first.element_handle()
+    frame = handle.content_frame()
+    frame.wait_for_load_state("load")
+    return frame
+
+
+def test_report_inside_mlflow_shows_every_image_and_a_verdict_per_model(server, tiny_study, page):
+    study = tiny_study["study_run_id"]
+    frame = _artifact_frame(page, server, study, "report/report.html")
+    frame.wait_for_selector("#findings")
+    frame.wait_for_function(
+        "() => Array.from(document.images).every(i => i.complete)", timeout=20_000
+    )
+    images = frame.evaluate(
+        """() => Array.from(document.images).map(i => ({
+        src: i.getAttribute('src').slice(0, 30), w: i.naturalWidth}))"""
+    )
+    assert len(images) >= 6 and all(i["w"] > 100 for i in images), images
+    findings = frame.evaluate(
+        """() => Array.from(document.querySelectorAll('.finding')).map(d => ({
+        model: d.dataset.model, text: d.querySelector('p.verdict').innerText}))"""
+    )
+    assert {f["model"] for f in findings} == {"copy additive-bahdanau", "copy none-bahdanau"}
+    by_model = {f["model"]: f["text"] for f in findings}
+    assert by_model["copy additive-bahdanau"].startswith("Attention is")
+    assert by_model["copy none-bahdanau"].startswith("No attention")
+    frame.locator("#findings").scroll_into_view_if_needed()
+    _shot(page, "report_in_mlflow_findings")
+    frame.locator("#figures").scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    _shot(page, "report_in_mlflow_figures")
+
+
+def test_experiment_opens_in_the_training_view(server, tiny_study, page):
+    """The links attnstudy gives (the URL `attnstudy ui` prints, the report's links) open the
+    training views. MLflow 3.17.2's UI takes the view from ``?workflowType=`` or the user's last
+    choice (localStorage), default GenAI; it does not read the ``mlflow.experimentKind`` tag
+    (set anyway: tests/test_mlflow_pages.py), so every link carries the parameter."""
+    from attnstudy.report import Links, ui_base_url
+
+    assert "workflowType=machine_learning" in server["url"]
+    page.goto(server["url"])
+    try:
+        page.get_by_text("tiny/study", exact=True).first.wait_for(timeout=30_000)
+    except PlaywrightTimeout:
+        _shot(page, "FAILED_experiment_training_view")
+        pytest.fail(f"{page.url}: no runs table; page text: {page.inner_text('body')[:2000]}")
+    assert "workflowType=machine_learning" in page.url and "/runs" in page.url, page.url
+    page.wait_for_timeout(500)
+    _shot(page, "experiment_training_view")
+    # the report's link to the study run opens its run page in the same view
+    links = Links(server["base"], server["exp_id"])
+    page.goto(links.run(tiny_study["study_run_id"]))
+    page.get_by_role("heading", name="tiny/study", exact=True).wait_for()
+    assert "workflowType=machine_learning" in page.url, page.url
+    assert ui_base_url(server["base"]) == server["base"]
+
+
+def test_example_browser_inside_mlflow_lists_and_opens_examples(server, tiny_study, page):
+    attn = next(m for m in tiny_study["models"] if m.spec.model.attention != "none")
+    ablation = tiny_study["ablations"][attn.run_id]
+    frame = _artifact_frame(page, server, ablation, "ablations/browser.html")
+    frame.wait_for_selector("#examples tbody tr")
+    rows = frame.locator("#examples tbody tr")
+    assert rows.count() == 6  # ablation.n_examples of the tiny experiment
+    assert frame.inner_text("#count") == "6 of 6 rows"
+    # sortable: a numeric column sorts descending on the first click
+    header = frame.locator("#examples thead th").nth(5)
+    key = header.get_attribute("data-key")
+    header.click()
+    values = frame.evaluate(
+        "k => Array.from(document.querySelectorAll('#examples tbody tr')).map("
+        "tr => tr.children[5].innerText)",
+        key,
+    )
+    nums = [float(v) for v in values if v not in ("–", "")]
+    assert nums == sorted(nums, reverse=True), (key, values)
+    rows.first.click()
+    frame.wait_for_selector("#detail svg")
+    maps = frame.evaluate(
+        "() => Array.from(document.querySelectorAll('#detail .map h3')).map(h => h.innerText)"
+    )
+    assert any(m.startswith("attention") for m in maps) and "adversarial attention" in maps, maps
+    assert frame.locator("#detail svg rect").count() > 10
+    page.wait_for_timeout(300)
+    _shot(page, "example_browser_in_mlflow")
+    frame.locator("#detail .maps").scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    _shot(page, "example_browser_in_mlflow_heatmaps")

@@ -673,13 +673,17 @@ def _figures(data: StudyData, facts, layers, palette, eps) -> list[dict]:
     )
     out = []
     all_facts = [f for e in data.entries if (f := facts.get(e.model_run_id))]
-    all_facts = [x for f in all_facts for x in ([f] + layers.get(_run_of(data, f), []))]
+    # a model with several layers: its layers and their mean (its own row is one of its layers)
+    all_facts = [x for f in all_facts for x in (layers.get(_run_of(data, f)) or [f])]
     est = estimates_table([f for f in all_facts if f.attention != "none"])
     layer_pal = dict(palette)
     for f in all_facts:
         if f.name not in layer_pal:
             base = f.name.split(" · ")[0]
-            layer_pal[f.name] = figures._shade(palette.get(base, (0.3, 0.3, 0.3)), 0, 1)
+            shades = [x.name for x in all_facts if x.name.split(" · ")[0] == base]
+            layer_pal[f.name] = figures._shade(
+                palette.get(base, (0.3, 0.3, 0.3)), shades.index(f.name), len(shades)
+            )
     if len(est):
         out.append(("summary", figures.estimates_plot(est, layer_pal)))
     out += [

@@ -180,7 +180,7 @@ def _fmt(v) -> str:
 def describe_model_run(spec: RunSpec, metrics: dict[str, float], n: dict[str, int]) -> str:
     """The model run's description (Markdown, shown on its run page)."""
     lines = [
-        f"**{spec.data.task} · {spec.model.attention} attention · {spec.model.flow} flow · "
+        f"**{spec.data.task} · {spec.label} · {spec.model.attention} attention · "
         f"seed {spec.seed}** (experiment `{spec.experiment}`).",
         "",
         f"Trained on {n['train']:,} examples (dev {n['dev']:,}, test {n['test']:,}); "
@@ -222,7 +222,7 @@ def register_version(
         **{k: _fmt(v) for k, v in metrics.items() if k.startswith(("test/", "test_"))},
     }
     card = (
-        f"**{spec.data.task} · {spec.model.attention} attention · {spec.model.flow} flow**, "
+        f"**{spec.data.task} · {spec.label} · {spec.model.attention} attention**, "
         f"seed {spec.seed}, experiment `{spec.experiment}`; trained by run `{run_id}`.\n\n"
         + "; ".join(
             f"test {k.split('/', 1)[1].replace('_', ' ')} {_fmt(metrics[k])}"
