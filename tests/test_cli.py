@@ -48,6 +48,11 @@ def run_cli(*args, cwd=None, env=None):
         (["ablate", "runs:/x", "--n-examples", "0"], "--n-examples must be at least 1"),
         (["predict", "s3://bucket/model", "hello"], "unknown model URI"),
         (["predict", "runs:/abc", ""], "an input is empty"),
+        (["report", "--verdict", "used=0.2"], "give KEY=VALUE with KEY one of used_flip"),
+        (["report", "--verdict", "used_flip"], "give KEY=VALUE"),
+        (["report", "--verdict", "used_flip=1.5"], "less than or equal to 1"),
+        (["report", "--verdict", "tau_weak=high"], "valid number"),
+        (["report", "--ui-url", "localhost:5000"], "is not an http(s) URL"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2_without_heavy_imports(args, needle):
@@ -67,3 +72,31 @@ def test_malformed_toml_names_file(tmp_path):
     out = run_cli("train", str(bad))
     assert out.returncode == 2
     assert f"{bad}: malformed TOML" in out.stderr
+
+
+@pytest.mark.slow
+def test_report_verdict_and_ui_url_reach_the_report(tiny_study, tmp_path):
+    from attnstudy import cli
+
+    out = tmp_path / "report"
+    code = cli.main(
+        [
+            "report",
+            "--study",
+            tiny_study.study_run_id,
+            "--out",
+            str(out),
+            "--ui-url",
+            "http://mlflow.example:8080/",
+            "--verdict",
+            "used_flip=0",
+            "--verdict",
+            "unused_flip=0",
+        ]
+    )
+    assert code == 0
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "| `used_flip` | 0.0 |" in md and "| `unused_flip` | 0.0 |" in md
+    # a flip rate of 0 [0, 0] is now "used" (lower bound ≥ 0): the threshold decided, not a default
+    assert "`used: yes`" in md
+    assert "http://mlflow.example:8080/#/experiments/" in md and "127.0.0.1:5000" not in md

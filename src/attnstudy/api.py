@@ -995,8 +995,14 @@ def report(
     experiment: str | None = None,
     out_dir: str | None = None,
     tracker: Tracker | None = None,
+    ui_url: str | None = None,
+    verdict: dict[str, float] | None = None,
 ) -> Path:
     """Build the report of a study (default: the latest study of ``experiment``, default quickstart).
+
+    Args:
+        ui_url: the MLflow UI its links point to (default :func:`attnstudy.report.ui_base_url`).
+        verdict: verdict thresholds over the study's ``[report.verdict]``.
 
     Raises:
         LookupError: no such experiment or study run, or no store.
@@ -1005,4 +1011,4 @@ def report(
 
     tracker = tracker or Tracker(create=False)
     study_id = study_id or latest_study(tracker, experiment or "quickstart")
-    return build_report(tracker, study_id, out_dir)
+    return build_report(tracker, study_id, out_dir, ui_url=ui_url, verdict_overrides=verdict)

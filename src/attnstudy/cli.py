@@ -13,6 +13,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -189,6 +190,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--experiment", metavar="NAME", help="experiment name (default: quickstart)")
     sp.add_argument("--out", metavar="DIR", help="output folder (default: reports/<experiment>/)")
+    sp.add_argument(
+        "--ui-url",
+        metavar="URL",
+        help="the MLflow UI the report links to (default: $ATTNSTUDY_UI_URL, else "
+        "http://127.0.0.1:5000, what `attnstudy ui` serves)",
+    )
+    sp.add_argument(
+        "--verdict",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="a verdict threshold over the experiment's [report.verdict] (repeatable), e.g. "
+        "used_flip=0.2; the report lists them all",
+    )
     add_tracking(sp)
 
     sp = sub.add_parser(
@@ -357,6 +372,12 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
             except ValueError as err:
                 raise UsageError(str(err)) from None
     if args.command == "report":
+        args.verdict = verdict_overrides(args.verdict)
+        if args.ui_url is not None and not re.match(r"^https?://[^\s/]+", args.ui_url):
+            raise UsageError(
+                f"--ui-url {args.ui_url!r} is not an http(s) URL; give the address the MLflow UI "
+                "answers at, e.g. http://127.0.0.1:5000"
+            )
         if args.experiment is not None and not args.experiment.strip():
             raise UsageError("--experiment is empty")
         if args.study is not None and not args.study.strip():
@@ -523,11 +544,45 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
         return EXIT_OK
     if args.command == "report":
         path = api.report(
-            study_id=args.study, experiment=args.experiment, out_dir=args.out, tracker=_store(args)
+            study_id=args.study,
+            experiment=args.experiment,
+            out_dir=args.out,
+            tracker=_store(args),
+            ui_url=args.ui_url,
+            verdict=args.verdict,
         )
         print(f"report: {path}")
         return EXIT_OK
     raise UsageError(f"unknown command {args.command!r}")
+
+
+def verdict_overrides(items: list[str]) -> dict[str, float]:
+    """``--verdict KEY=VALUE`` items as threshold overrides, each checked against
+    :class:`attnstudy.findings.VerdictThresholds` (key known, value a number in its range).
+
+    Raises:
+        UsageError: one line naming the item and what is allowed.
+    """
+    from pydantic import ValidationError
+
+    from .findings import VerdictThresholds
+
+    fields = VerdictThresholds.model_fields
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in fields:
+            raise UsageError(
+                f"--verdict {item!r}: give KEY=VALUE with KEY one of {', '.join(fields)}"
+            )
+        try:
+            VerdictThresholds(**{key: value.strip()})
+        except ValidationError as err:
+            reason = err.errors()[0]["msg"]
+            raise UsageError(f"--verdict {item!r}: {reason}") from None
+        out[key] = float(value)
+    return out
 
 
 def _printable(text: str) -> str:

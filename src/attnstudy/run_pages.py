@@ -246,7 +246,7 @@ LOWER_IS_BETTER = {"per", "wer", "loss"}
 
 
 def _set_best_alias(tracker: Tracker, name: str, metric: str) -> None:
-    versions = tracker._call(tracker.client.search_model_versions, f"name = '{name}'")
+    versions = tracker.model_versions(name)
     best, best_score = None, math.inf
     sign = 1.0 if metric in LOWER_IS_BETTER else -1.0
     for mv in versions:
@@ -268,8 +268,7 @@ def set_version_verdict(tracker: Tracker, model_run_id: str, verdict_tags: dict[
     name, _, version = ref.rpartition("/")
     if not name or not version:
         return
-    for k, v in verdict_tags.items():
-        tracker._call(tracker.client.set_model_version_tag, name, version, k, v)
+    tracker.set_version_tags(name, version, verdict_tags)
 
 
 # --------------------------------------------------------------------------- ablation runs

@@ -33,6 +33,7 @@ LAYERS = [
             "attnstudy.signals",
             "attnstudy.paths",
             "attnstudy.progress",
+            "attnstudy.findings",
         ],
     ),
     (
@@ -57,6 +58,9 @@ LAYERS = [
             "attnstudy.api",
             "attnstudy.cli",
             "attnstudy.report",
+            "attnstudy.templating",
+            "attnstudy.browser",
+            "attnstudy.run_pages",
             "attnstudy.serving",
             "attnstudy.ui",
             "attnstudy.ui_guard",

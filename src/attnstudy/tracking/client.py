@@ -558,6 +558,15 @@ class Tracker:
                 f"{what.split(': ', 1)[-1].removeprefix('no ')}; check the server"
             ) from None
 
+    def model_versions(self, name: str) -> list:
+        """Every version of registered model ``name`` (MLflow ``ModelVersion`` entities)."""
+        return self._call(self.client.search_model_versions, f"name = '{name}'")
+
+    def set_version_tags(self, name: str, version: str, tags: dict[str, str]) -> None:
+        """Set tags on one registered model version."""
+        for k, v in tags.items():
+            self._call(self.client.set_model_version_tag, name, version, k, str(v))
+
     def set_alias(self, name: str, alias: str, version: str) -> None:
         self._call(self.client.set_registered_model_alias, name, alias, version)
 
