@@ -131,7 +131,8 @@ def mean_of_ratios_ci(
     """(1/L) Σ_l (Σ num_l / Σ den_l) with a 95 % percentile bootstrap over examples (paired).
 
     Args:
-        arrays: ``[num_0, den_0, num_1, den_1, …]``, each (n_examples,), aligned on examples.
+        arrays: ``[num_0, den_0, num_1, den_1, …]``, each (n_examples,), aligned on examples;
+            examples with den = 0 in every layer are left out.
         cfg: ``bootstrap_resamples`` and ``seed``.
         complement: report 1 − each ratio (AER).
 
@@ -144,6 +145,10 @@ def mean_of_ratios_ci(
         r = np.mean(ratios, axis=0)
         return 1.0 - r if complement else r
 
+    # examples that define the statistic in no layer (no gold links…) are left out, as the
+    # suite's ratio_ci does for one layer; otherwise resamples of only those have 0/0
+    keep = np.any([d > 0 for d in arrays[1::2]], axis=0)
+    arrays = [a[keep] for a in arrays]
     value = float(statistic(*arrays))
     n = len(arrays[0])
     if n < 2:

@@ -77,3 +77,12 @@ def test_mean_of_ratios_ci_against_a_plain_loop():
     assert high == pytest.approx(np.percentile(boot, 97.5), abs=0.01)
     one = mean_of_ratios_ci([a[:1] for a in arrays], cfg)
     assert math.isnan(one[1]) and math.isnan(one[2])
+
+
+def test_examples_undefined_in_every_layer_are_left_out_like_the_suite():
+    cfg = AblationConfig(bootstrap_resamples=500, seed=2)
+    num, den = np.array([1.0, 2.0, 0.0, 3.0]), np.array([2.0, 4.0, 0.0, 4.0])
+    with_empty = mean_of_ratios_ci([num, den, num, den], cfg)
+    without = mean_of_ratios_ci([num[[0, 1, 3]], den[[0, 1, 3]]] * 2, cfg)
+    assert with_empty == pytest.approx(without)
+    assert all(math.isfinite(v) for v in with_empty)
