@@ -2,11 +2,14 @@
 model and the phase; no bar redrawn per batch, no cursor escapes."""
 
 import io
+from pathlib import Path
 
 import pytest
 
 from attnstudy import progress
 from attnstudy.progress import Progress
+
+ROOT = Path(__file__).parents[1]  # not conftest's: tests/analysis has its own conftest
 
 
 class Clock:
@@ -52,8 +55,6 @@ def test_unit_plural(unit, plural):
 def test_training_log_is_a_few_lines_naming_model_and_epoch(tmp_path, capsys):
     """Training used a tqdm bar that redrew per batch outside a terminal (500 KB of log for a
     2-minute training)."""
-    from conftest import ROOT
-
     from attnstudy import api
     from attnstudy.experiment import load_experiment
     from attnstudy.training import train
