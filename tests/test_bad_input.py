@@ -313,6 +313,13 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
             2,
             "no tracking store",
         ),
+        # server
+        (
+            "server: not a database",
+            ["server", "--artifacts", str(exp / "art"), "--backend-store-uri", "file:/srv/x"],
+            2,
+            "is not a database URI",
+        ),
         # usage
         ("no verb", [], 2, "required"),
         ("unknown verb", ["fly"], 2, "invalid choice"),
@@ -406,6 +413,27 @@ def test_store_that_cannot_be_written_fails_cleanly(tmp_path):
     assert len(lines) == 1 and "cannot write the tracking store" in lines[0]
 
 
+def test_server_that_cannot_start_exits_1(tmp_path):
+    """The exit-code rule on the server verb: a tracking server that fails to start (here: an
+    address this machine does not have) is a run that failed (1), said in one last line."""
+    out = cli(
+        tmp_path,
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{tmp_path / 'team.db'}",
+        "--artifacts",
+        str(tmp_path / "artifacts"),
+        "--host",
+        "192.0.2.1",
+        "--port",
+        "5098",
+        timeout=240,
+    )
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1, out.stderr
+    assert lines[-1].startswith("attnstudy: error:") and "Traceback" not in out.stderr
+
+
 def test_unknown_characters_at_prediction_are_counted_not_fatal(tiny_models, store_root):
     out = cli(store_root, "predict", f"runs:/{tiny_models[0].run_id}", "ab", "a#%")
     assert out.returncode == 0, out.stderr
@@ -430,4 +458,5 @@ def test_every_verb_has_both_exit_codes_tested(tmp_path):
     cases = _cases(tmp_path, "run", "study")
     codes = {v: {c for n, _, c, _ in cases if n.split(":")[0] == v} for v in verbs}
     codes["ui"].add(1)  # test_ui_that_cannot_start_exits_1
+    codes["server"].add(1)  # test_server_that_cannot_start_exits_1
     assert all(codes[v] >= {1, 2} for v in verbs), codes

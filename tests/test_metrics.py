@@ -46,6 +46,7 @@ def test_closest_reference_ties_prefer_shorter():
         "hypothesis": "A B",
         "correct": False,
         "edit_distance": 1,
+        "reference_length": 1,  # the closest reference's tokens (Σ distance / Σ length = PER)
     }
 
 

@@ -412,7 +412,8 @@ def test_real_tracking_server_then_dead_server(tmp_path):
         preds = {
             f["path"] for f in _get(base, "artifacts/list", run_id=mid, path="predictions")["files"]
         }
-        assert preds == {"predictions/test.parquet"}
+        # the Parquet table and its CSV twin (MLflow's viewer previews CSV, not Parquet)
+        assert preds == {"predictions/test.parquet", "predictions/test.csv"}
         for abl in by_kind["ablation"]:
             listed = {
                 f["path"]
@@ -650,3 +651,33 @@ def test_suite_on_degenerate_inputs_logs_only_finite_values(attention, scale, on
             assert tau["importance_tau_attn_grad"].isna().all()
             assert res.summary["ablation/importance/tau_attn_grad_n_undefined"] > 0
             assert "ablation/importance/tau_attn_grad" not in res.summary
+
+
+def test_an_interrupt_dropped_in_a_finalizer_prints_no_traceback(capsys):
+    """Python drops (and prints) a KeyboardInterrupt raised inside a weakref callback; the CLI's
+    hook keeps it off stderr (the request stays remembered), other unraisables still print."""
+    import gc
+    import sys
+    import weakref
+
+    from attnstudy.signals import quiet_dropped_interrupts
+
+    class Thing:
+        pass
+
+    def raising(_ref, exc):
+        raise exc
+
+    before = sys.unraisablehook
+    sys.unraisablehook = quiet_dropped_interrupts
+    try:
+        for exc in (KeyboardInterrupt(), ValueError("a real problem")):
+            t = Thing()
+            ref = weakref.ref(t, lambda r, exc=exc: raising(r, exc))  # noqa: F841
+            del t
+            gc.collect()
+    finally:
+        sys.unraisablehook = before
+    err = capsys.readouterr().err
+    assert "KeyboardInterrupt" not in err
+    assert "ValueError: a real problem" in err

@@ -693,9 +693,10 @@ def _install_notices() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Returns the exit code (0 ok, 1 failed, 2 bad usage)."""
-    from .signals import acknowledge_interrupt, request_interrupt
+    from .signals import acknowledge_interrupt, quiet_dropped_interrupts, request_interrupt
 
     if threading.current_thread() is threading.main_thread():
+        sys.unraisablehook = quiet_dropped_interrupts
         signal.signal(signal.SIGTERM, request_interrupt)
         if (
             signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,6 +84,16 @@ def request_interrupt(signum: int, frame) -> None:  # noqa: ARG001 - the signal 
     global _requested
     _requested = True
     raise KeyboardInterrupt
+
+
+def quiet_dropped_interrupts(info) -> None:
+    """``sys.unraisablehook`` for the CLI: a KeyboardInterrupt that Python drops because it was
+    raised inside a finalizer is not printed (a traceback the user cannot act on) — it is
+    remembered by :func:`request_interrupt` and raised again at the next :func:`check_interrupt`.
+    Every other unraisable exception goes to Python's default hook."""
+    if isinstance(info.exc_value, KeyboardInterrupt):
+        return
+    sys.__unraisablehook__(info)
 
 
 def acknowledge_interrupt() -> None:
