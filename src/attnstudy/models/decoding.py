@@ -45,7 +45,25 @@ def select_heads(intervene: Intervention | None, head: int) -> Intervention | No
 
 
 class Decoding:
-    """Decoding over a family's ``begin``/``advance`` (see the module docstring)."""
+    """Decoding over a family's ``begin``/``advance`` (see the module docstring). A family with
+    several decoder layers sets ``self.layers`` (their number)."""
+
+    def _layers_of(self, layer: int | str) -> set[int]:
+        """The decoder layers a ``layer`` selector names: every layer for :data:`ALL`, else one
+        index (negative from the top).
+
+        Raises:
+            ValueError: for a layer out of range.
+        """
+        if layer == ALL:
+            return set(range(self.layers))
+        index = layer + self.layers if layer < 0 else layer
+        if not 0 <= index < self.layers:
+            raise ValueError(
+                f"layer {layer} out of range: the model has {self.layers} layer(s) of "
+                "cross-attention"
+            )
+        return {index}
 
     def decode(
         self,

@@ -620,17 +620,6 @@ class HFSeq2Seq(Decoding, nn.Module):
         nxt = _HFState(state.encoder_hidden, state.mask, self_kv, cross_kv)
         return self.ids.logits(logits), rows, nxt
 
-    def _layers_of(self, layer: int | str) -> set[int]:
-        if layer == ALL:
-            return set(range(self.layers))
-        index = layer + self.layers if layer < 0 else layer
-        if not 0 <= index < self.layers:
-            raise ValueError(
-                f"layer {layer} out of range: the model has {self.layers} layer(s) of "
-                "cross-attention"
-            )
-        return {index}
-
     def encoder_attention(self, trace: HFTrace) -> Tensor:
         """The encoder's self-attention of every layer, (B, L_enc, H, T_x, T_x) (attention rollout)."""
         return trace.encoder_attention

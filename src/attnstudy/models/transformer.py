@@ -690,17 +690,6 @@ class Transformer(Decoding, nn.Module):
         nxt = _TransformerState(state.memory, torch.stack(keys, 1), torch.stack(values, 1))
         return self._logits(x)[:, 0], torch.cat(used, 1) if used else None, nxt
 
-    def _layers_of(self, layer: int | str) -> set[int]:
-        if layer == ALL:
-            return set(range(self.layers))
-        index = layer + self.layers if layer < 0 else layer
-        if not 0 <= index < self.layers:
-            raise ValueError(
-                f"layer {layer} out of range: the model has {self.layers} layer(s) of "
-                "cross-attention"
-            )
-        return {index}
-
     def encoder_attention(self, trace: TransformerTrace) -> Tensor:
         """The encoder's self-attention of every layer, (B, L, H, T_x, T_x) (attention rollout)."""
         return trace.encoder_attention
