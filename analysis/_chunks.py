@@ -6,7 +6,7 @@ fixed element budget, so memory stays flat whatever the batch and source lengths
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -102,3 +102,40 @@ def step_frame(batch: PreparedBatch) -> tuple[pd.DataFrame, Tensor, Tensor]:
         }
     )
     return frame, b_idx, t_idx
+
+
+def rows_given_attention(
+    model, trace: Trace, b_idx: Tensor, t_idx: Tensor, chunk_rows: int = 4096
+) -> Callable[[Tensor], Tensor]:
+    """Local intervention at N scattered (example, step) rows, prepared once, applied many times.
+
+    The model's own ``rows_given_attention(trace, b_idx, t_idx)`` when it has one that applies
+    (the recurrent family: no scatter per call); else the scatter form over the contract's
+    ``logits_given_attention``, computing those steps only.
+
+    Args:
+        model: a model with the ``local`` capability.
+        trace: its trace; b_idx, t_idx: long (N,), batch row and step of each (real) row.
+        chunk_rows: rows per output-layer call of ``logits_given_attention``.
+
+    Returns:
+        ``logits(weights)``: replacement rows (N, K, H', T_x) of the analysed unit → logits
+        (N, K, V), differentiable in ``weights``.
+    """
+    fast = getattr(model, "rows_given_attention", None)
+    prepared = fast(trace, b_idx, t_idx) if fast is not None else None
+    if prepared is not None:
+        return prepared
+    b, t_y = trace.src.size(0), trace.tgt_in.size(1)
+    steps = torch.zeros_like(trace.step_mask)
+    steps[b_idx, t_idx] = True
+
+    def logits(weights: Tensor) -> Tensor:
+        n, k, h, t_x = weights.shape
+        full = weights.new_zeros(b, t_y, k, h, t_x).index_put((b_idx, t_idx), weights)
+        out = model.logits_given_attention(
+            trace, full.permute(0, 2, 3, 1, 4), chunk_rows=chunk_rows, steps=steps
+        )  # (B, K, T_y, V)
+        return out.permute(0, 2, 1, 3)[b_idx, t_idx]
+
+    return logits

@@ -47,6 +47,7 @@ from torch import Tensor
 
 from attnstudy.models import Seq2Seq, eval_mode
 
+from .._chunks import rows_given_attention
 from ..batch import AblationContext, PreparedBatch, step_generator
 from ..divergences import jsd, tvd
 
@@ -165,38 +166,26 @@ def _initial_logits(
 
 
 def _row_objective(
-    model: Seq2Seq,
+    logits_of,
     batch: PreparedBatch,
     theta: Tensor,
     b_idx: Tensor,
     t_idx: Tensor,
     acfg: AdversarialParams,
-    chunk_rows: int,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Per-row adversarial loss for the rows (b_idx, t_idx).
 
     Args:
-        theta: (N, K, H, T_x) candidate logits.
+        logits_of: :func:`~attnstudy.analysis._chunks.rows_given_attention`: candidates (N, K, H, T_x)
+            → logits (N, K, V) from each row's traced prefix.
+        theta: (N, K, H, T_x) candidate logits, −inf at padding (so the softmax gives 0 there).
 
     Returns:
         loss (N,), jsd (N, K), tvd (N, K), candidates α̃ (N, K, H, T_x).
     """
     tr = batch.trace
-    b, t_y = tr.src.size(0), tr.tgt_in.size(1)
-    n, k, h, t_x = theta.shape
-    pad = tr.pad_mask[b_idx][:, None, None, :]  # (N, 1, 1, T_x)
-    cand = torch.softmax(theta.masked_fill(pad, float("-inf")), dim=-1)  # (N, K, H, T_x)
-    # scatter the rows into a (B, K, H, T_y, T_x) replacement; unsearched rows stay 0 and are
-    # not computed (``steps``)
-    full = cand.new_zeros(b, t_y, k, h, t_x).index_put((b_idx, t_idx), cand)
-    weights = full.permute(0, 2, 3, 1, 4)
-    steps = torch.zeros_like(tr.step_mask)
-    steps[b_idx, t_idx] = True
-    logits = model.logits_given_attention(
-        tr, weights, chunk_rows=chunk_rows, steps=steps
-    )  # (B,K,T_y,V)
-    logits = logits.permute(0, 2, 1, 3)[b_idx, t_idx]  # (N, K, V)
-    p_new = torch.softmax(logits, -1)
+    cand = torch.softmax(theta, dim=-1)  # (N, K, H, T_x), exactly 0 at padding
+    p_new = torch.softmax(logits_of(cand), -1)  # (N, K, V)
     p_orig = torch.softmax(tr.logits[b_idx, t_idx], -1).unsqueeze(1)  # (N, 1, V)
     alpha = tr.attention[b_idx, :, t_idx].mean(1).unsqueeze(1)  # (N, 1, T_x)
     cand_mean = cand.mean(2)  # (N, K, T_x)
@@ -220,18 +209,20 @@ def _optimise(
     acfg = params
     n_iter = acfg.steps if steps is None else steps
     theta = _initial_logits(batch, b_idx, t_idx, acfg, ctx.seed, batch.trace.attention.size(1))
+    # masked once: at −inf the softmax is exactly 0, its gradient exactly 0, and Adam leaves
+    # θ = −inf there (a zero moment moves nothing)
+    theta = theta.masked_fill(batch.trace.pad_mask[b_idx][:, None, None, :], float("-inf"))
     theta.requires_grad_(True)
     optim = torch.optim.Adam([theta], lr=acfg.lr, amsgrad=True)
+    logits_of = rows_given_attention(model, batch.trace, b_idx, t_idx, ctx.chunk_rows)
     with torch.enable_grad():
         for _ in range(n_iter):
-            loss, *_ = _row_objective(model, batch, theta, b_idx, t_idx, acfg, ctx.chunk_rows)
+            loss, *_ = _row_objective(logits_of, batch, theta, b_idx, t_idx, acfg)
             optim.zero_grad(set_to_none=True)
             loss.sum().backward()
             optim.step()
     with torch.no_grad():
-        loss, div, out_tvd, cand = _row_objective(
-            model, batch, theta, b_idx, t_idx, acfg, ctx.chunk_rows
-        )
+        loss, div, out_tvd, cand = _row_objective(logits_of, batch, theta, b_idx, t_idx, acfg)
     kept = out_tvd <= acfg.eps_eval
     score = div.masked_fill(~kept, float("-inf"))
     best = torch.where(kept.any(-1), score.argmax(-1), torch.full_like(b_idx, -1))

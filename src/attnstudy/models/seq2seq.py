@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +26,10 @@ from .encoder import RecurrentEncoder
 from .trace import ALL, Decoded, Trace, eval_mode
 
 __all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "Decoded", "RecurrentTrace", "Seq2Seq", "eval_mode"]
+
+
+ROW_VALUES_BUDGET = 16 * 2**20
+"""Most floats (64 MiB in float32) :meth:`Seq2Seq.rows_given_attention` copies per row."""
 
 
 @dataclass(kw_only=True)
@@ -226,6 +231,8 @@ class Seq2Seq(Decoding, nn.Module):
         weights = trace.expand_heads(weights)
         b, p, h, t_y, t_x = weights.shape
         mask = trace.step_mask if steps is None else steps & trace.step_mask
+        if self.decoder.flow == "luong":
+            return self._luong_given_attention(trace, weights, mask, chunk_rows, single)
         # context for every (example, replacement, step): one matmul per example and head
         flat = weights.permute(0, 2, 1, 3, 4).reshape(b, h, p * t_y, t_x)
         context = self.attention.context(flat, trace.memory).view(b, p, t_y, -1)
@@ -237,6 +244,118 @@ class Seq2Seq(Decoding, nn.Module):
             logits = self.decoder.output_given_context(trace.prefix[bi, ti], context[bi, pi, ti])
             out.index_put_((bi, pi, ti), logits)
         return out[:, 0] if single else out
+
+    def value_contributions(self, memory: Memory) -> Tensor:
+        """What each (head, source position) adds to the context per unit of attention.
+
+        The context is linear in the attention rows (no score has a bias after the weighted sum):
+        c = Σ_h Σ_j α_hj g_hj, with g_hj = ``attention.context`` of a one-hot row at (h, j) — the
+        value v_hj placed in head h's block of the concatenated context (and through W^O when
+        the score has one).
+
+        Args:
+            memory: the attention memory, values (B, H, T_x, d_v).
+
+        Returns:
+            g, shape (B, H·T_x, context_size), row h·T_x + j for (head h, position j).
+        """
+        b, h, t_x, _ = memory.values.shape
+        eye = torch.eye(h * t_x, dtype=memory.values.dtype, device=memory.values.device)
+        basis = eye.view(h * t_x, h, t_x).transpose(0, 1)  # (H, H·T_x, T_x): one-hot per head
+        return self.attention.context(basis.unsqueeze(0).expand(b, -1, -1, -1), memory)
+
+    def _luong_given_attention(
+        self, trace: RecurrentTrace, weights: Tensor, mask: Tensor, chunk_rows: int, single: bool
+    ) -> Tensor:
+        """:meth:`logits_given_attention` of the Luong flow, with W_c folded into the values.
+
+        Luong et al. (2015), eq. 5: h̃_t = tanh(W_c [c_t; s_t] + b_c). Split W_c = [W_ctx W_s]:
+        the state term W_s s_t + b_c is the same for every replacement of step t (computed once
+        per step, not once per row), and W_ctx c_t = Σ_hj α_hj (W_ctx g_hj) is linear in α, so
+        W_ctx is applied once per source position instead of once per row. Per (example,
+        replacement, step) row this leaves one product of the attention row with the projected
+        values (H·T_x × hidden), the tanh and the output layer W_s (eq. 6). The same function as
+        :meth:`Decoder.output_given_context` on the context (the per-step loop references
+        compute it that way), up to float reassociation.
+
+        Args:
+            weights: (B, P, H, T_y, T_x), every head's rows. mask: bool (B, T_y), rows computed.
+
+        Returns:
+            logits (B, P, T_y, V) (or (B, T_y, V) when ``single``); 0 where not computed.
+        """
+        dec = self.decoder
+        b, p, h, t_y, t_x = weights.shape
+        w_ctx, w_state = dec.combine.weight.split([self.attention.context_size, dec.hidden], 1)
+        projected = self.value_contributions(trace.memory) @ w_ctx.T  # (B, H·T_x, hidden)
+        state_term = torch.addmm(dec.combine.bias, trace.prefix.flatten(0, 1), w_state.T)
+        state_term = state_term.view(b, 1, t_y, dec.hidden)
+        flat = weights.permute(0, 1, 3, 2, 4).reshape(b, p * t_y, h * t_x)
+        pre = torch.bmm(flat, projected).view(b, p, t_y, dec.hidden) + state_term
+        rows = mask.unsqueeze(1).expand(b, p, t_y).nonzero(as_tuple=True)  # (bi, pi, ti)
+        out = pre.new_zeros(b, p, t_y, dec.output.out_features)
+        n = rows[0].numel()
+        for start in range(0, n, chunk_rows):
+            bi, pi, ti = (r[start : start + chunk_rows] for r in rows)
+            logits = dec.output(dec.dropout(torch.tanh(pre[bi, pi, ti])))
+            out.index_put_((bi, pi, ti), logits)
+        return out[:, 0] if single else out
+
+    def rows_given_attention(
+        self, trace: RecurrentTrace, b_idx: Tensor, t_idx: Tensor
+    ) -> Callable[[Tensor], Tensor] | None:
+        """Local intervention at N chosen (example, step) rows, prepared once and applied many
+        times (the adversarial search re-evaluates the same rows every Adam iteration).
+
+        The same function as :meth:`logits_given_attention` on those rows, with what every call
+        shares computed once — the rows' projected values and state term (Luong, as in
+        :meth:`_luong_given_attention`) or their value contributions and prefix states
+        (Bahdanau) — and no scatter into a (B, K, H, T_y, T_x) replacement per call.
+
+        Args:
+            trace: from :meth:`trace`.
+            b_idx, t_idx: long (N,), batch row and decoder step of each row (real steps).
+
+        Returns:
+            ``logits(weights (N, K, H, T_x)) -> (N, K, V)`` (differentiable in ``weights``), or
+            None where this form does not apply — one head of several analysed, or per-row
+            copies of the values (N × H·T_x × size floats) past :data:`ROW_VALUES_BUDGET` (a long
+            example) — and the caller scatters into :meth:`logits_given_attention` instead
+            (:func:`attnstudy.analysis._chunks.rows_given_attention`).
+
+        Raises:
+            ValueError: for the ``none`` model.
+        """
+        if not self.has_attention:
+            raise ValueError("the 'none' model has no attention to replace")
+        if trace.head != ALL:
+            return None
+        dec = self.decoder
+        h_tx = trace.memory.values.size(1) * trace.memory.values.size(2)
+        if b_idx.numel() * h_tx * max(self.attention.context_size, dec.hidden) > ROW_VALUES_BUDGET:
+            return None
+        g = self.value_contributions(trace.memory)  # (B, H·T_x, context)
+        if dec.flow == "luong":
+            w_ctx, w_state = dec.combine.weight.split([self.attention.context_size, dec.hidden], 1)
+            projected = (g @ w_ctx.T).index_select(0, b_idx)  # (N, H·T_x, hidden)
+            state = torch.addmm(dec.combine.bias, trace.prefix[b_idx, t_idx], w_state.T)
+
+            def logits(weights: Tensor) -> Tensor:
+                n, k, h, t_x = weights.shape
+                pre = torch.baddbmm(state.unsqueeze(1), weights.reshape(n, k, h * t_x), projected)
+                return dec.output(dec.dropout(torch.tanh(pre)))
+
+            return logits
+        g_rows = g.index_select(0, b_idx)  # (N, H·T_x, context)
+        prefix = trace.prefix[b_idx, t_idx]  # (N, ·)
+
+        def logits(weights: Tensor) -> Tensor:
+            n, k, h, t_x = weights.shape
+            context = torch.bmm(weights.reshape(n, k, h * t_x), g_rows).flatten(0, 1)
+            out = dec.output_given_context(prefix.repeat_interleave(k, 0), context)
+            return out.view(n, k, dec.output.out_features)
+
+        return logits
 
     # --- 3. decoding and global intervention (Decoding.decode / greedy / beam_search) -------
     def begin(self, src: Tensor, src_lengths: Tensor) -> _RecurrentState:
