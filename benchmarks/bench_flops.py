@@ -6,7 +6,9 @@ FLOPs are counted analytically from the layer sizes (2·m·n·k per matrix produ
 
 * per replacement row, forward: the context (2 · n_valid · context size), and the output layers
   of the flow — Bahdanau: GRU/LSTM cell (2 · (|W_ih| + |W_hh|)), readout (2 · |W_r|), output
-  (2 · |W_o|); Luong: combine (2 · |W_c|), output (2 · |W_o|);
+  (2 · |W_o|); Luong (W_c's context half folded into the values, its state half computed once
+  per step): the row's product with the projected values (2 · hidden per head and valid
+  position) and the output (2 · |W_o|);
   Transformer (last layer analysed): W^O, the feed-forward and the output projection;
 * adversarial backward (gradients w.r.t. the candidate weights only, parameters frozen): the
   input-gradient product of every layer on the path from the context to the loss — output,
@@ -18,7 +20,10 @@ Kernels timed: the permutation kernel is the ``logits_given_attention`` calls of
 ``search_adversarial`` (K = 5; per Adam iteration one forward + backward, plus the final
 forward). Both use the thread count of the ``torch.mm`` measurement. Targets: ≥ 50 %
 (permutation), ≥ 30 % (adversarial). A ``torch.profiler`` breakdown (self CPU time per operator)
-says where the rest goes.
+says where the rest goes; "µs per row" compares kernels whatever their FLOP count.
+
+Wants an idle machine: the fractions are judged only when the 1-minute load average stayed at
+or below ``--idle-load`` (default: threads + 0.3) for the whole run, and flagged otherwise.
 
 Run: ``PYTHONPATH=src:. python -m benchmarks.bench_flops [--smoke]``.
 """
@@ -47,6 +52,12 @@ def layer_flops(model) -> dict[str, float]:
     Transformer (last layer analysed): the cross-attention's W^O (2·d²), the feed-forward
     (2 · 2·d·d_ff) and the output projection (2·d·V) forward; backward (gradients w.r.t. the
     weights only) the same products; context 2·d per valid source position.
+
+    Luong: the kernel folds W_c's context half into the values and computes its state half once
+    per step (:meth:`Seq2Seq._luong_given_attention`), so a row costs the product of its attention
+    row with the projected values (2 · hidden per head and valid position: ``context``) and the
+    output layer (2·|W_o|); the per-step and per-example products it shares across the P rows
+    (2·hidden² and 2·T_x·|W_ctx| per head) are not counted, which understates its rate slightly.
     """
     if getattr(model, "decoder_layers", None) is not None:
         top = model.decoder_layers[-1]
@@ -66,9 +77,9 @@ def layer_flops(model) -> dict[str, float]:
         fwd = 2.0 * (w_ih + w_hh) + 2.0 * dec.readout.weight.numel() + out
         bwd = 2.0 * w_ih + 2.0 * dec.readout.weight.numel() + out
     else:
-        # Luong: the RNN ran before the attention (its output is the prefix state)
-        fwd = 2.0 * dec.combine.weight.numel() + out
-        bwd = fwd
+        # Luong: the RNN ran before the attention (its output is the prefix state); W_c folded
+        heads = model.attention.heads
+        return {"forward": out, "backward": out, "context": 2.0 * heads * dec.hidden}
     return {"forward": fwd, "backward": bwd, "context": 2.0 * model.attention.context_size}
 
 
@@ -162,7 +173,7 @@ def run(args) -> dict:
     peak = common.mm_rate(mm_n, threads, repeats=2 if args.smoke else 3)
     cfg = common.ablation_cfg(n_permutations=p_count, seed=0)
     rows, sections, notes, out = [], [], [], {}
-    for flow in common.KERNELS:
+    for flow in common.kernels(args):
         bm = common.get_model(args, flow)
         notes.append(f"model {flow}: {bm.origin}")
         batches = common.prepared(bm, max(n_words, n_adv), prefix, batch_size=32)
@@ -216,6 +227,7 @@ def run(args) -> dict:
                     "rows": nrows,
                     "GFLOP": fl / 1e9,
                     "best s": res[name].best,
+                    "µs per row": 1e6 * res[name].best / max(nrows, 1),
                     "GFLOP/s": rate / 1e9,
                     "fraction of mm": rate / peak,
                 }
@@ -236,13 +248,16 @@ def run(args) -> dict:
             )
         )
     sections.insert(0, ("", common.table(rows)))
-    for flow in common.KERNELS:
+    idle = common.LOAD.idle(args.idle_load)
+    for flow in common.kernels(args):
         fp, fa = out[(flow, "perm")], out[(flow, "adv")]
+        judge = common.verdict if idle else (lambda *_: "not judged: the machine was not idle")
         notes.append(
             f"{flow}: permutation kernel {100 * fp:.1f} % of mm (target ≥ 50 %, "
-            f"{common.verdict(fp, TARGET_PERM)}); adversarial {100 * fa:.1f} % (target ≥ 30 %, "
-            f"{common.verdict(fa, TARGET_ADV)})"
+            f"{judge(fp, TARGET_PERM)}); adversarial {100 * fa:.1f} % (target ≥ 30 %, "
+            f"{judge(fa, TARGET_ADV)})"
         )
+    notes.append(common.load_note(args))
     notes.append(
         "FLOPs count useful work only (real steps, valid source positions); the context product "
         "also runs over padding steps and positions, and the elementwise gate/softmax/Adam work "
@@ -270,7 +285,7 @@ def run(args) -> dict:
         sections,
         notes,
     )
-    return {"rows": rows, "fractions": out, "mm_rate": peak}
+    return {"rows": rows, "fractions": out, "mm_rate": peak, "idle": idle}
 
 
 def main(argv=None) -> dict:

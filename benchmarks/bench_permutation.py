@@ -177,7 +177,7 @@ def run(args) -> dict:
     cfg = common.ablation_cfg(n_permutations=p_count, seed=0)
     rows, checks = [], {}
     origins = {}
-    for flow in common.KERNELS:
+    for flow in common.kernels(args):
         bm = common.get_model(args, flow)
         origins[flow] = bm.origin
         batches = common.prepared(bm, n_words, prefix, batch_size=32)

@@ -23,6 +23,7 @@ import os
 import platform
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -82,7 +83,33 @@ def parser(description: str) -> argparse.ArgumentParser:
         help="torch intra-op threads (default: $ATTNSTUDY_THREADS, else 1, as the project runs)",
     )
     p.add_argument("--repeats", type=int, default=None, help="timing repeats (interleaved)")
+    p.add_argument(
+        "--kernels",
+        default=None,
+        help=f"comma-separated model families to time (default: all of {', '.join(KERNELS)}; "
+        "the permutation and FLOP-rate benchmarks)",
+    )
+    p.add_argument(
+        "--idle-load",
+        type=float,
+        default=None,
+        help="highest 1-minute load average during the run at which the machine counts as idle "
+        "(default: the benchmark's threads + 0.3); above it FLOP fractions are flagged, not judged",
+    )
     return p
+
+
+def kernels(args: argparse.Namespace) -> list[str]:
+    """The model families of :data:`KERNELS` selected by ``--kernels`` (all by default).
+
+    Raises:
+        SystemExit: (argparse-style, exit code 2) for an unknown family.
+    """
+    names = args.kernels.split(",") if getattr(args, "kernels", None) else list(KERNELS)
+    unknown = [n for n in names if n not in KERNELS]
+    if unknown:
+        raise SystemExit(f"unknown kernel(s) {', '.join(unknown)}; valid: {', '.join(KERNELS)}")
+    return names
 
 
 def default_threads() -> int:
@@ -92,9 +119,13 @@ def default_threads() -> int:
 
 
 def setup(args: argparse.Namespace) -> None:
-    """Fix the thread count for the whole benchmark (``--threads``, else the project's default)."""
+    """Fix the thread count for the whole benchmark (``--threads``, else the project's default)
+    and start watching the machine's load (:data:`LOAD`)."""
     args.threads = args.threads or default_threads()
     torch.set_num_threads(args.threads)
+    if getattr(args, "idle_load", None) is None:
+        args.idle_load = args.threads + 0.3
+    LOAD.start()
 
 
 def results_path(args: argparse.Namespace) -> Path | None:
@@ -143,6 +174,65 @@ def machine() -> dict[str, str]:
         "torch": torch.__version__,
         "torch threads": str(torch.get_num_threads()),
     }
+
+
+class LoadWatch:
+    """The highest 1-minute load average seen while a benchmark runs, sampled every
+    ``interval`` seconds in a daemon thread (``os.getloadavg``; the benchmark's own threads count).
+
+    A ratio of two things timed in one process survives a busy neighbour better than a FLOP rate
+    against ``torch.mm`` does (a neighbour slows the memory-bound kernels and the compute-bound
+    mm differently), so the FLOP benchmark flags its fractions when :attr:`peak` exceeds the
+    idle threshold (``--idle-load``).
+    """
+
+    def __init__(self, interval: float = 2.0):
+        self.interval = interval
+        self.samples: list[float] = []
+        self._thread: threading.Thread | None = None
+
+    def sample(self) -> None:
+        try:
+            self.samples.append(os.getloadavg()[0])
+        except OSError:
+            pass
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self.sample()
+
+        def loop() -> None:
+            while True:
+                time.sleep(self.interval)
+                self.sample()
+
+        self._thread = threading.Thread(target=loop, daemon=True, name="load-watch")
+        self._thread.start()
+
+    @property
+    def peak(self) -> float:
+        """Highest 1-minute load average sampled so far (NaN when unavailable)."""
+        self.sample()
+        return max(self.samples) if self.samples else float("nan")
+
+    def idle(self, threshold: float) -> bool:
+        """Whether the load stayed at or below ``threshold`` during the run."""
+        return self.peak <= threshold
+
+
+LOAD = LoadWatch()
+"""The running benchmark's load watch (started by :func:`setup`)."""
+
+
+def load_note(args: argparse.Namespace) -> str:
+    """One line for a report: the peak load during the run against the idle threshold."""
+    peak = LOAD.peak
+    state = "idle" if peak <= args.idle_load else "NOT idle"
+    return (
+        f"load average (1 min) peaked at {peak:.2f} during the run (idle threshold "
+        f"{args.idle_load:.2f}: {state})"
+    )
 
 
 # ----------------------------------------------------------------------------- timing
@@ -361,9 +451,10 @@ def get_model(
         torch.manual_seed(spec.seed)
         model = build_model(spec.model, len(src_vocab), len(tgt_vocab)).eval()
         return BenchModel(model, spec, splits, src_vocab, tgt_vocab, "random init")
+    from attnstudy.data.types import splits_digest
     from attnstudy.models.io import load_model_dir, save_model_dir
 
-    cache = CACHE / spec.config_hash()
+    cache = CACHE / spec.model_key(splits_digest(splits))
     if (cache / "weights.pt").is_file():
         loaded = load_model_dir(cache)
         return BenchModel(

@@ -7,7 +7,10 @@ script appends its tables to ``benchmarks/RESULTS.md``. ``--smoke`` runs the tin
 With ``--jobs 2`` (the default on a machine with ≥ 2 cores) the benchmarks run in two lanes of
 one-thread processes, one per core: the scaling benchmark (the longest) in one, the rest one
 after another in the other. Every figure is a ratio of two things timed in the same process, so
-a neighbour on the other core does not bias it; absolute times are for information only.
+a neighbour on the other core does not bias it; absolute times are for information only. The
+FLOP-rate benchmark is the exception (a neighbour slows memory-bound kernels and ``torch.mm``
+differently): it runs alone after the lanes, and judges its fractions only when the machine's
+load stayed idle. Run ``make bench`` on an otherwise idle machine.
 
 Run: ``PYTHONPATH=src:. python -m benchmarks.run_all [--smoke] [--only permutation,loo]``.
 """
@@ -25,6 +28,9 @@ from . import common
 
 BENCHMARKS = ["permutation", "adversarial", "loo", "flops", "scaling", "training", "tracking"]
 """Script names (``benchmarks/bench_<name>.py``), in the order they are listed and run."""
+ALONE = {"flops"}
+"""Benchmarks that run alone after the parallel lanes: a FLOP rate against ``torch.mm`` is only
+judged on an idle machine (``bench_flops --idle-load``)."""
 
 
 def main(argv=None) -> int:
@@ -73,12 +79,15 @@ def main(argv=None) -> int:
     jobs = args.jobs or (2 if (os.cpu_count() or 1) >= 2 else 1)
     if jobs > 1 and not args.threads:
         extra += ["--threads", "1"]  # one core per lane
+    # the FLOP-rate benchmark wants the machine to itself: it runs alone, after the lanes
+    alone = [n for n in names if n in ALONE] if jobs > 1 else []
+    laned = [n for n in names if n not in alone]
     lanes = (
-        [names]
+        [laned]
         if jobs <= 1
         else [
             lane
-            for lane in ([n for n in names if n == "scaling"], [n for n in names if n != "scaling"])
+            for lane in ([n for n in laned if n == "scaling"], [n for n in laned if n != "scaling"])
             if lane
         ]
     )
@@ -112,6 +121,9 @@ def main(argv=None) -> int:
         t.start()
     for t in threads:
         t.join()
+    if alone:
+        lanes.append(alone)
+        run_lane(alone)
     summary.sort(key=lambda r: names.index(r["benchmark"]))
     print("\n" + common.table(summary))
     print(

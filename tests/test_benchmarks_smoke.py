@@ -68,7 +68,27 @@ def test_flops_fractions_are_finite(results):
     out = bench_flops.main(smoke(results))
     assert out["mm_rate"] > 0
     assert all(math.isfinite(f) and f > 0 for f in out["fractions"].values())
-    assert "top operators" in results.read_text()
+    text = results.read_text()
+    assert "top operators" in text and "µs per row" in text
+    assert "load average (1 min) peaked at" in text
+
+
+def test_flop_fractions_are_not_judged_on_a_busy_machine(results):
+    from benchmarks import bench_flops
+
+    out = bench_flops.main(smoke(results, "--idle-load", "-1"))  # every load counts as busy
+    assert out["idle"] is False
+    text = results.read_text()
+    assert "not judged: the machine was not idle" in text and " met)" not in text
+
+
+def test_load_watch_keeps_the_peak():
+    from benchmarks.common import LoadWatch
+
+    watch = LoadWatch(interval=60)
+    watch.samples = [0.4, 2.5, 1.0]
+    assert watch.peak >= 2.5
+    assert not watch.idle(2.0) and watch.idle(1e9)
 
 
 def test_flop_count_of_the_layers():
@@ -83,7 +103,9 @@ def test_flop_count_of_the_layers():
     assert bah["backward"] == 2 * 384 * 160 + 2 * 128 * 288 + 2 * 43 * 128
     assert bah["context"] == 2 * 128
     lu = layer_flops(build_model(ModelConfig(attention="general", flow="luong", **kw), 30, 43))
-    assert lu["forward"] == lu["backward"] == 2 * 128 * 256 + 2 * 43 * 128
+    # W_c folded into the values: per row only the output layer, and 2·hidden per valid position
+    assert lu["forward"] == lu["backward"] == 2 * 43 * 128
+    assert lu["context"] == 2 * 128
     tf = TransformerConfig(architecture="transformer", layers=2, heads=4, d_model=64, d_ff=256)
     fl = layer_flops(build_model(tf, 30, 43))
     # W^O: 2·64·64; feed-forward: 2·(64·256 + 256·64); output: 2·43·64
@@ -192,3 +214,21 @@ def test_the_gpu_benchmark_runs_without_mlflow_as_a_dry_run(tmp_path):
     assert got["checks"]["permutation NaN pattern equal"]
     assert got["checks"]["training tokens equal"]
     assert "dry run" in (out / "gpu.md").read_text()
+
+
+def test_trained_benchmark_models_are_cached_under_their_model_key(tmp_path, monkeypatch):
+    """Full mode trains each benchmark model once and finds it again (the path ``make bench``
+    takes; smoke mode uses random weights and never reaches it)."""
+    import argparse
+
+    from benchmarks import common
+
+    monkeypatch.setattr(common, "CACHE", tmp_path / "cache")
+    args = argparse.Namespace(smoke=False, model_uri=None)
+    small = dict(n_train=200, n_dev=20, n_test=20, epochs=1)
+    first = common.get_model(args, "luong", **small)
+    assert first.origin.startswith("trained here")
+    again = common.get_model(args, "luong", **small)
+    assert again.origin.startswith("cached")
+    state, cached = first.model.state_dict(), again.model.state_dict()
+    assert all(torch.equal(state[k], cached[k]) for k in state)
