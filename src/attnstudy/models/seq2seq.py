@@ -231,7 +231,7 @@ class Seq2Seq(Decoding, nn.Module):
         weights = trace.expand_heads(weights)
         b, p, h, t_y, t_x = weights.shape
         mask = trace.step_mask if steps is None else steps & trace.step_mask
-        if self.decoder.flow == "luong":
+        if self.decoder.flow == "luong" and not (self.training and self.decoder.dropout.p > 0):
             return self._luong_given_attention(trace, weights, mask, chunk_rows, single)
         # context for every (example, replacement, step): one matmul per example and head
         flat = weights.permute(0, 2, 1, 3, 4).reshape(b, h, p * t_y, t_x)
@@ -264,41 +264,84 @@ class Seq2Seq(Decoding, nn.Module):
         basis = eye.view(h * t_x, h, t_x).transpose(0, 1)  # (H, H·T_x, T_x): one-hot per head
         return self.attention.context(basis.unsqueeze(0).expand(b, -1, -1, -1), memory)
 
+    def _luong_folded(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """The Luong output layers rewritten for the local intervention (eval mode).
+
+        Luong et al. (2015), eq. 5–6: p(y_t) = softmax(W_o h̃_t + b_o), h̃_t = tanh(W_c [c_t; s_t] +
+        b_c). With W_c = [W_ctx W_s] and tanh(a) = 2σ(2a) − 1:
+        W_o h̃_t + b_o = (2 W_o) σ(2 W_ctx c_t + 2 W_s s_t + 2 b_c) + (b_o − W_o 1).
+        σ costs about a third of tanh on the CPU, and the affine map moves into the output layer.
+
+        Returns:
+            2 W_ctx (hidden, context), 2 W_s (hidden, hidden), 2 b_c (hidden,), 2 W_o (V, hidden),
+            b_o − W_o 1 (V,).
+        """
+        dec = self.decoder
+        w_ctx, w_state = dec.combine.weight.split([self.attention.context_size, dec.hidden], 1)
+        w_out, b_out = dec.output.weight, dec.output.bias
+        return 2 * w_ctx, 2 * w_state, 2 * dec.combine.bias, 2 * w_out, b_out - w_out.sum(1)
+
     def _luong_given_attention(
         self, trace: RecurrentTrace, weights: Tensor, mask: Tensor, chunk_rows: int, single: bool
     ) -> Tensor:
         """:meth:`logits_given_attention` of the Luong flow, with W_c folded into the values.
 
-        Luong et al. (2015), eq. 5: h̃_t = tanh(W_c [c_t; s_t] + b_c). Split W_c = [W_ctx W_s]:
-        the state term W_s s_t + b_c is the same for every replacement of step t (computed once
-        per step, not once per row), and W_ctx c_t = Σ_hj α_hj (W_ctx g_hj) is linear in α, so
-        W_ctx is applied once per source position instead of once per row. Per (example,
-        replacement, step) row this leaves one product of the attention row with the projected
-        values (H·T_x × hidden), the tanh and the output layer W_s (eq. 6). The same function as
-        :meth:`Decoder.output_given_context` on the context (the per-step loop references
-        compute it that way), up to float reassociation.
+        h̃_t = tanh(W_c [c_t; s_t] + b_c) (Luong et al. 2015, eq. 5). The state term W_s s_t + b_c
+        is the same for every replacement of step t (computed once per step, not once per row),
+        and W_ctx c_t = Σ_hj α_hj (W_ctx g_hj) is linear in α, so W_ctx is applied once per source
+        position instead of once per row (:meth:`value_contributions`). Per example, the rows of
+        its real steps (all P replacements) are one product [α_row, e_step] @ [W_ctx g; W_s s + b]
+        (the attention row beside a one-hot of its step, so the state term is added inside the
+        product), then σ and the output layer (:meth:`_luong_folded`). Only real steps are
+        computed; nothing is gathered but the attention rows themselves. The same function as
+        :meth:`Decoder.output_given_context` on the context (the per-step loop references compute
+        it that way), up to float rounding; in training mode with dropout the plain form is used.
 
         Args:
             weights: (B, P, H, T_y, T_x), every head's rows. mask: bool (B, T_y), rows computed.
+            chunk_rows: rows per output-layer call (a chunk holds whole examples, at least one).
 
         Returns:
             logits (B, P, T_y, V) (or (B, T_y, V) when ``single``); 0 where not computed.
         """
         dec = self.decoder
         b, p, h, t_y, t_x = weights.shape
-        w_ctx, w_state = dec.combine.weight.split([self.attention.context_size, dec.hidden], 1)
-        projected = self.value_contributions(trace.memory) @ w_ctx.T  # (B, H·T_x, hidden)
-        state_term = torch.addmm(dec.combine.bias, trace.prefix.flatten(0, 1), w_state.T)
-        state_term = state_term.view(b, 1, t_y, dec.hidden)
-        flat = weights.permute(0, 1, 3, 2, 4).reshape(b, p * t_y, h * t_x)
-        pre = torch.bmm(flat, projected).view(b, p, t_y, dec.hidden) + state_term
-        rows = mask.unsqueeze(1).expand(b, p, t_y).nonzero(as_tuple=True)  # (bi, pi, ti)
-        out = pre.new_zeros(b, p, t_y, dec.output.out_features)
-        n = rows[0].numel()
-        for start in range(0, n, chunk_rows):
-            bi, pi, ti = (r[start : start + chunk_rows] for r in rows)
-            logits = dec.output(dec.dropout(torch.tanh(pre[bi, pi, ti])))
-            out.index_put_((bi, pi, ti), logits)
+        w_ctx2, w_state2, b_c2, w_out2, b_out = self._luong_folded()
+        projected = self.value_contributions(trace.memory) @ w_ctx2.T  # (B, H·T_x, hidden)
+        state = torch.addmm(b_c2, trace.prefix.flatten(0, 1), w_state2.T).view(b, t_y, -1)
+        out = weights.new_zeros(b, p, t_y, dec.output.out_features)
+        steps_of = [m.nonzero().squeeze(1) for m in mask]  # real steps per example
+        rows_of = [p * len(s) for s in steps_of]
+        example = 0
+        while example < b:  # chunks of whole examples, about chunk_rows rows each
+            first, rows = example, 0
+            while example < b and (rows == 0 or rows + rows_of[example] <= chunk_rows):
+                rows += rows_of[example]
+                example += 1
+            parts = []
+            for e in range(first, example):
+                steps = steps_of[e]
+                n = len(steps)
+                if n == 0:
+                    continue
+                # (P, n, H·T_x) attention rows of the example's real steps, beside a one-hot of
+                # the step: the product adds the step's state term
+                rows_e = weights[e].index_select(2, steps).permute(0, 2, 1, 3).reshape(p * n, -1)
+                onehot = torch.eye(n, dtype=rows_e.dtype, device=rows_e.device).repeat(p, 1)
+                keys = torch.cat([projected[e], state[e].index_select(0, steps)], 0)
+                parts.append(torch.cat([rows_e, onehot], 1) @ keys)  # (P·n, hidden)
+            if not parts:
+                continue
+            hidden = torch.sigmoid_(torch.cat(parts, 0))
+            logits = torch.addmm(b_out, hidden, w_out2.T)  # (rows, V)
+            offset = 0
+            for e in range(first, example):
+                steps = steps_of[e]
+                n = len(steps)
+                if n:
+                    block = logits[offset : offset + p * n].view(p, n, -1)
+                    out[e].index_copy_(1, steps, block)
+                    offset += p * n
         return out[:, 0] if single else out
 
     def rows_given_attention(
@@ -335,15 +378,15 @@ class Seq2Seq(Decoding, nn.Module):
         if b_idx.numel() * h_tx * max(self.attention.context_size, dec.hidden) > ROW_VALUES_BUDGET:
             return None
         g = self.value_contributions(trace.memory)  # (B, H·T_x, context)
-        if dec.flow == "luong":
-            w_ctx, w_state = dec.combine.weight.split([self.attention.context_size, dec.hidden], 1)
-            projected = (g @ w_ctx.T).index_select(0, b_idx)  # (N, H·T_x, hidden)
-            state = torch.addmm(dec.combine.bias, trace.prefix[b_idx, t_idx], w_state.T)
+        if dec.flow == "luong" and not (self.training and dec.dropout.p > 0):
+            w_ctx2, w_state2, b_c2, w_out2, b_out = self._luong_folded()
+            projected = (g @ w_ctx2.T).index_select(0, b_idx)  # (N, H·T_x, hidden)
+            state = torch.addmm(b_c2, trace.prefix[b_idx, t_idx], w_state2.T)
 
             def logits(weights: Tensor) -> Tensor:
                 n, k, h, t_x = weights.shape
                 pre = torch.baddbmm(state.unsqueeze(1), weights.reshape(n, k, h * t_x), projected)
-                return dec.output(dec.dropout(torch.tanh(pre)))
+                return torch.sigmoid(pre) @ w_out2.T + b_out
 
             return logits
         g_rows = g.index_select(0, b_idx)  # (N, H·T_x, context)
