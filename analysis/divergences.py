@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -33,13 +34,20 @@ def tvd(p: Tensor, q: Tensor) -> Tensor:
     return 0.5 * (p - q).abs().sum(-1)
 
 
+@functools.cache
+def _smallest_positive(dtype: torch.dtype) -> float:
+    """The smallest positive (subnormal) number of a floating dtype."""
+    return float(torch.nextafter(torch.zeros((), dtype=dtype), torch.ones((), dtype=dtype)))
+
+
 def _kl_to_mixture(p: Tensor, q: Tensor) -> Tensor:
     """Terms p_i log(p_i / m_i), m = (p + q)/2, written as p (log p − log(p + q) + ln 2) so that a
     subnormal p_i (where (p + q)/2 would underflow to 0) stays exact; 0 log 0 := 0."""
-    pos = p > 0
-    safe_p = torch.where(pos, p, torch.ones_like(p))
-    safe_s = torch.where(pos, p + q, torch.ones_like(p))
-    return torch.where(pos, p * (safe_p.log() - safe_s.log() + LN2), torch.zeros_like(p))
+    # clamping at the smallest positive float changes nothing where p > 0 (the same operations
+    # on the same values) and turns the p = 0 terms into 0 · finite = 0, with finite gradients:
+    # where p is the softmax of −inf (padding), the softmax's Jacobian then zeroes them exactly
+    tiny = _smallest_positive(p.dtype)
+    return p * (p.clamp_min(tiny).log() - (p + q).clamp_min(tiny).log() + LN2)
 
 
 def jsd(p: Tensor, q: Tensor) -> Tensor:

@@ -681,3 +681,34 @@ def test_an_interrupt_dropped_in_a_finalizer_prints_no_traceback(capsys):
     err = capsys.readouterr().err
     assert "KeyboardInterrupt" not in err
     assert "ValueError: a real problem" in err
+
+
+def test_jsd_terms_equal_the_masked_form_and_padding_gets_no_gradient(one_thread):
+    """The KL-to-mixture terms clamp instead of masking: where p > 0 the same operations on the
+    same values (bit-identical to the masked form), 0 where p = 0; through a softmax over −inf
+    (the adversarial search's padding) the gradient is exactly 0 and finite everywhere."""
+    import torch
+    from attnstudy.analysis.divergences import LN2, jsd
+
+    def masked(p, q):  # the form it replaced, written out
+        pos = p > 0
+        sp, ss = (
+            torch.where(pos, p, torch.ones_like(p)),
+            torch.where(pos, p + q, torch.ones_like(p)),
+        )
+        return torch.where(pos, p * (sp.log() - ss.log() + LN2), torch.zeros_like(p))
+
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(64, 9, generator=g) * 6, -1)
+    q = torch.softmax(torch.randn(64, 9, generator=g) * 6, -1)
+    p[:, -2:], q[:8, -3:] = 0.0, 0.0  # exact zeros in both
+    p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
+    want = (0.5 * (masked(p, q).sum(-1) + masked(q, p).sum(-1))).clamp(0, LN2)
+    assert torch.equal(jsd(p, q), want)
+    theta = torch.randn(4, 6, generator=g)
+    theta[:, 4:] = float("-inf")
+    theta.requires_grad_(True)
+    target = torch.softmax(torch.randn(4, 6, generator=g).masked_fill(theta.isinf(), -1e9), -1)
+    jsd(torch.softmax(theta, -1), target).sum().backward()
+    assert torch.isfinite(theta.grad).all()
+    assert (theta.grad[:, 4:] == 0).all() and (theta.grad[:, :4] != 0).any()
