@@ -9,7 +9,8 @@ FLOPs are counted analytically from the layer sizes (2·m·n·k per matrix produ
   (2 · |W_o|); Luong (W_c's context half folded into the values, its state half computed once
   per step): the row's product with the projected values (2 · hidden per head and valid
   position) and the output (2 · |W_o|);
-  Transformer (last layer analysed): W^O, the feed-forward and the output projection;
+  Transformer (last layer analysed, W^O folded into the values): the row's product with the
+  projected values (2 · d per head and valid position), the feed-forward and the output;
 * adversarial backward (gradients w.r.t. the candidate weights only, parameters frozen): the
   input-gradient product of every layer on the path from the context to the loss — output,
   readout or combine, the cell's input weights (not W_hh: the prefix state needs no gradient) and
@@ -49,9 +50,10 @@ TARGET_ADV = 0.30
 def layer_flops(model) -> dict[str, float]:
     """Per-row matmul FLOPs of the output layers, split into the parts the formulas need.
 
-    Transformer (last layer analysed): the cross-attention's W^O (2·d²), the feed-forward
+    Transformer (last layer analysed, W^O folded into the values): the feed-forward
     (2 · 2·d·d_ff) and the output projection (2·d·V) forward; backward (gradients w.r.t. the
-    weights only) the same products; context 2·d per valid source position.
+    weights only) the same products; context 2·d per head and valid source position (the
+    per-example product W^O_h v_hj, shared by every row, is not counted).
 
     Luong: the kernel folds W_c's context half into the values and computes its state half once
     per step (:meth:`Seq2Seq._luong_given_attention`), so a row costs the product of its attention
@@ -62,12 +64,10 @@ def layer_flops(model) -> dict[str, float]:
     if getattr(model, "decoder_layers", None) is not None:
         top = model.decoder_layers[-1]
         ff = sum(m.weight.numel() for m in top.ff.net if isinstance(m, torch.nn.Linear))
-        fwd = (
-            2.0 * top.cross_attn.out_proj.weight.numel()
-            + 2.0 * ff
-            + 2.0 * model.output.weight.numel()
-        )
-        return {"forward": fwd, "backward": fwd, "context": 2.0 * model.d_model}
+        fwd = 2.0 * ff + 2.0 * model.output.weight.numel()
+        # W^O folded into the values (Transformer._one_layer_given_attention): per head and valid
+        # position, a d-wide product
+        return {"forward": fwd, "backward": fwd, "context": 2.0 * model.heads * model.d_model}
     dec = model.decoder
     rnn = {n: p for n, p in dec.rnn.named_parameters() if n.startswith("weight")}
     w_ih = sum(p.numel() for n, p in rnn.items() if "weight_ih" in n)

@@ -108,9 +108,9 @@ def test_flop_count_of_the_layers():
     assert lu["context"] == 2 * 128
     tf = TransformerConfig(architecture="transformer", layers=2, heads=4, d_model=64, d_ff=256)
     fl = layer_flops(build_model(tf, 30, 43))
-    # W^O: 2·64·64; feed-forward: 2·(64·256 + 256·64); output: 2·43·64
-    assert fl["forward"] == fl["backward"] == 2 * 64 * 64 + 2 * 2 * 64 * 256 + 2 * 43 * 64
-    assert fl["context"] == 2 * 64
+    # W^O folded into the values; feed-forward: 2·(64·256 + 256·64); output: 2·43·64
+    assert fl["forward"] == fl["backward"] == 2 * 2 * 64 * 256 + 2 * 43 * 64
+    assert fl["context"] == 2 * 4 * 64  # 2·d per head and valid position
 
 
 def test_scaling_runs_children(results):

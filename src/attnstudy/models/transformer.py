@@ -577,9 +577,13 @@ class Transformer(Decoding, nn.Module):
                 f"got {tuple(weights.shape)}"
             )
         weights = trace.expand_heads(weights)  # (B, P, H_u, T_y, T_x)
+        mask = trace.step_mask if steps is None else steps & trace.step_mask
+        layers = list(range(self.layers)) if trace.layer == ALL else [trace.layer]
+        if len(layers) == 1 and not (self.training and self.sub_dropout > 0):
+            out = self._one_layer_given_attention(trace, weights, mask, layers[0], chunk_rows)
+            return out[:, 0] if single else out
         b, p, _, t_y, t_x = weights.shape
         h = self.heads
-        layers = list(range(self.layers)) if trace.layer == ALL else [trace.layer]
         values = trace.memory.values  # (B, L, H, T_x, d_h)
         # context of every (example, replacement, step) at each replaced layer: (B, P, T_y, H·d_h)
         contexts = {}
@@ -588,7 +592,6 @@ class Transformer(Decoding, nn.Module):
             flat = w.permute(0, 2, 1, 3, 4).reshape(b, h, p * t_y, t_x)
             ctx = torch.matmul(flat, values[:, m])  # (B, H, P·T_y, d_h)
             contexts[m] = ctx.transpose(1, 2).reshape(b, p, t_y, h * ctx.size(-1))
-        mask = trace.step_mask if steps is None else steps & trace.step_mask
         rows = mask.unsqueeze(1).expand(b, p, t_y).nonzero(as_tuple=True)  # (bi, pi, ti)
         out = weights.new_zeros(b, p, t_y, self.output.out_features)
         first = layers[0]
@@ -608,6 +611,85 @@ class Transformer(Decoding, nn.Module):
                 x = layer.feed_forward(x)
             out.index_put_((bi, pi, ti), self._logits(x))
         return out[:, 0] if single else out
+
+    @property
+    def sub_dropout(self) -> float:
+        """The residual dropout of the decoder layers (0 in eval: the folded path is exact)."""
+        return float(self.decoder_layers[0].sub.dropout.p) if self.layers else 0.0
+
+    def _one_layer_given_attention(
+        self, trace: TransformerTrace, weights: Tensor, mask: Tensor, first: int, chunk_rows: int
+    ) -> Tensor:
+        """:meth:`logits_given_attention` with one layer's rows replaced, W^O folded into the values.
+
+        The cross-attention output is W^O [head_1; …; head_H] + b^O = Σ_hj α_hj (W^O_h v_hj) + b^O
+        (Vaswani et al. 2017, eq. 1–2), linear in the rows: W^O is applied once per source position
+        and head instead of once per row. Per example, the rows of its real steps (all P
+        replacements) are one product [α_row, e_step] @ [W^O_h v_hj; x_t + b^O] (the attention row
+        beside a one-hot of its step, so the residual stream x_t entering the sublayer is added
+        inside the product), then post-LN's norm where the model has it, the feed-forward, the
+        layers above (as :meth:`logits_given_attention`) and the output. Only real steps are
+        computed; nothing is gathered but the attention rows themselves. Eval mode (residual
+        dropout off); tested against the naive re-run and the general path.
+
+        Args:
+            weights: (B, P, H, T_y, T_x), the layer's rows. mask: bool (B, T_y). first: the layer.
+            chunk_rows: rows per chunk (a chunk holds whole examples, at least one).
+
+        Returns:
+            logits (B, P, T_y, V), 0 where not computed.
+        """
+        b, p, h, t_y, t_x = weights.shape
+        layer = self.decoder_layers[first]
+        att = layer.cross_attn
+        d = att.out_proj.out_features
+        w_o = att.out_proj.weight.view(d, h, att.d_h).permute(1, 2, 0)  # (H, d_h, d)
+        projected = torch.einsum("bhxk,hkd->bhxd", trace.memory.values[:, first], w_o)
+        projected = projected.reshape(b, h * t_x, d)  # row h·T_x + j: W^O_h v_hj
+        base = trace.mids[:, :, first] + att.out_proj.bias  # (B, T_y, d)
+        out = weights.new_zeros(b, p, t_y, self.output.out_features)
+        steps_of = [m.nonzero().squeeze(1) for m in mask]
+        example = 0
+        while example < b:  # chunks of whole examples, about chunk_rows rows each
+            lo, n_rows = example, 0
+            while example < b and (
+                n_rows == 0 or n_rows + p * len(steps_of[example]) <= chunk_rows
+            ):
+                n_rows += p * len(steps_of[example])
+                example += 1
+            parts, bi, ti = [], [], []
+            for e in range(lo, example):
+                steps = steps_of[e]
+                n = len(steps)
+                if n == 0:
+                    continue
+                rows_e = weights[e].index_select(2, steps).permute(0, 2, 1, 3).reshape(p * n, -1)
+                onehot = torch.eye(n, dtype=rows_e.dtype, device=rows_e.device).repeat(p, 1)
+                keys = torch.cat([projected[e], base[e].index_select(0, steps)], 0)
+                parts.append(torch.cat([rows_e, onehot], 1) @ keys)  # (P·n, d)
+                bi.append(torch.full((p * n,), e, dtype=torch.long, device=steps.device))
+                ti.append(steps.repeat(p))
+            if not parts:
+                continue
+            x = torch.cat(parts, 0)
+            if not layer.sub.pre:
+                x = layer.sub.norms[1](x)
+            x = layer.feed_forward(x)
+            bi, ti = torch.cat(bi), torch.cat(ti)
+            for m in range(first + 1, self.layers):
+                upper = self.decoder_layers[m]
+                x = self._row_self_attention(upper, m, x, trace, bi, ti + trace.offset)
+                x = self._row_cross_attention(upper, m, x, trace.memory, bi)
+                x = upper.feed_forward(x)
+            logits = self._logits(x)
+            offset = 0
+            for e in range(lo, example):
+                steps = steps_of[e]
+                n = len(steps)
+                if n:
+                    out[e].index_copy_(1, steps, logits[offset : offset + p * n].view(p, n, -1))
+                    offset += p * n
+        return out
 
     def _row_self_attention(
         self, layer: DecoderLayer, m: int, x: Tensor, trace: TransformerTrace, bi, t_abs
