@@ -18,6 +18,7 @@ import math
 import os
 import re
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,12 +63,17 @@ class SuiteResult:
         summary: ``ablation/<name>/<stat>`` → finite float (with ``_ci_low``/``_ci_high``,
             ``n_steps``, ``<stat>_n_undefined`` per statistic, ``n_skipped``).
         skipped: ablation → reason it did not run.
+        seconds: ablation → wall-clock seconds spent in its function, over every batch and
+            analysed unit (preparing the traces is not in it); ``steps``: real decoder steps
+            analysed per prefix (the analysis prefix and, for the alignment, the reference).
     """
 
     table: pd.DataFrame | None
     examples: pd.DataFrame
     summary: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    steps: dict[str, int] = field(default_factory=dict)
 
 
 def _skip_reason(model, spec: AblationSpec) -> str | None:
@@ -157,6 +163,8 @@ def run_suite(
         info = {"config": cfg.resolved(), "version": __version__, "commit": git_commit()}
     sink = _StepSink(table_path, info)
     sums: dict[tuple, list[pd.DataFrame]] = {}
+    seconds = dict.fromkeys(active, 0.0)
+    n_steps: dict[str, int] = {}
     example_parts: dict[tuple, dict[str, list[pd.DataFrame]]] = {}
     units: list[tuple] | None = None
     try:
@@ -169,6 +177,7 @@ def run_suite(
                     model, examples, src_vocab, tgt_vocab, prefix, batch_size
                 ):
                     check_interrupt()
+                    n_steps[prefix] = n_steps.get(prefix, 0) + int(whole.trace.step_mask.sum())
                     if units is None:
                         units = analysis_units(whole.trace, cfg.layers, cfg.heads)
                         primary = _primary(units)
@@ -186,12 +195,14 @@ def run_suite(
                         for name in names:
                             spec, fn, params = active[name]
                             bar.update(0, note=name if len(units) == 1 else f"{name} {_unit(unit)}")
+                            t0 = time.perf_counter()
                             if record and name in recorder.capture:
                                 frame, captured[name] = recorder.capture[name](
                                     model, batch, params, ctx
                                 )
                             else:
                                 frame = fn(model, batch, params, ctx)
+                            seconds[name] += time.perf_counter() - t0
                             if spec.unit == "example":
                                 parts[name].append(frame)
                             else:
@@ -242,7 +253,7 @@ def run_suite(
             per_unit.insert(2, "head", table_index(unit[1]))
         frames.append(per_unit)
     per_example = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    return SuiteResult(table, per_example, summary, skipped)
+    return SuiteResult(table, per_example, summary, skipped, seconds, n_steps)
 
 
 def _unit(unit: tuple) -> str:

@@ -25,7 +25,12 @@ def test_study_hierarchy_tags_and_metrics(tiny_study):
         assert abl.tags["study_id"] == tiny_study["study_run_id"]
         assert abl.name.endswith("/ablations")
         assert all(math.isfinite(v) for v in abl.metrics.values())
-        assert all(k.startswith(("ablation/", "seed_variance/")) for k in abl.metrics)
+        assert all(k.startswith(("ablation/", "seed_variance/", "timing/")) for k in abl.metrics)
+        # where the time went: seconds per ablation that ran, and steps per second
+        assert abl.metrics["timing/steps_per_second"] > 0
+        timed = {k.removeprefix("timing/").removesuffix("_seconds") for k in abl.metrics}
+        ran = {k.split("/")[1] for k in abl.metrics if k.endswith(("/n_steps", "/n_examples"))}
+        assert ran - {"n_examples"} <= timed
         table = tracker.load_table(abl.run_id, "ablations/steps.parquet")
         assert {"example_id", "step", "is_eos", "max_attention", "attention_entropy"} <= set(
             table.columns

@@ -563,6 +563,7 @@ def ablate_run(
                 "ablation/seconds": time.perf_counter() - t0,
                 "ablation/n_examples": float(len(examples)),
             }
+            timing = timing_metrics(result, cfg.prefix, summary["ablation/seconds"])
             tracker.log_artifact(run_id, steps_path, "ablations")
             if result.examples is not None and len(result.examples):
                 tracker.log_table(run_id, result.examples, Artifact.EXAMPLES)
@@ -585,8 +586,18 @@ def ablate_run(
             tracker.set_tags(
                 run_id, {f"{Tag.SKIPPED_PREFIX}{k}": v[:500] for k, v in result.skipped.items()}
             )
-        tracker.log_metrics(run_id, summary)
+        tracker.log_metrics(run_id, summary | timing)
     return run_id, result
+
+
+def timing_metrics(result, prefix: str, seconds: float) -> dict[str, float]:
+    """Where an ablation run's time went: ``timing/<ablation>_seconds`` (wall-clock seconds in
+    each ablation's function) and ``timing/steps_per_second`` (analysed decoder steps of the
+    analysis prefix per second of the whole suite, traces and summaries included)."""
+    out = {f"timing/{n}_seconds": v for n, v in result.seconds.items()}
+    if result.steps.get(prefix):
+        out["timing/steps_per_second"] = result.steps[prefix] / max(seconds, 1e-9)
+    return out
 
 
 def ablate(

@@ -33,6 +33,22 @@ REFERENCE_COLUMNS = {
     "alignment_argmax_on_gold": "argmax on gold",
 }
 """Per-step columns of the reference prefix (alignment)."""
+UNDEFINED = {
+    "perm_flip": "no step to permute: a source of one position, or only identity permutations",
+    "perm_tvd": "no step to permute: a source of one position, or only identity permutations",
+    "erase_max_flip": "no step to erase: a source of one position",
+    "adv_jsd": "no adversarial distribution within ε of the output at any step (or one source "
+    "position)",
+    "adv_found": "not searched: a source of one position",
+    "tau_attn_grad": "τ undefined at every step: fewer than 2 source positions or a constant vector",
+    "tau_attn_loo": "τ undefined at every step: fewer than 2 source positions or a constant vector",
+    "tau_grad_loo": "τ undefined at every step: fewer than 2 source positions or a constant vector",
+    "gold_mass": "no gold link on any target token of this example",
+    "aer": "no gold link on any target token of this example",
+}
+"""Why a per-example value can be missing (shown as "n/a" with this reason on hover): a value of
+a column the run has is missing only where the statistic is undefined for that example."""
+NOT_A_VALUE = "n/a"
 
 
 def _num(v):
@@ -145,7 +161,10 @@ def browser_data(
         detail[eid] = d
     return {
         "meta": meta,
-        "columns": [{"key": c, "label": LABELS[c]} for c in cols],
+        "columns": [
+            {"key": c, "label": LABELS[c], "undefined": UNDEFINED.get(c, "undefined here")}
+            for c in cols
+        ],
         "examples": rows,
         "records": detail,
     }

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from attnstudy.analysis.catalogue import AblationConfig
+from attnstudy.api import timing_metrics
 from attnstudy.data.alignment import parse_pharaoh
 from attnstudy.data.types import DataError, Example
 from attnstudy.tracking import Tracker
@@ -209,6 +210,7 @@ def ablate_pretrained(
                 label=label,
             )
             summary = dict(result.summary) | {"ablation/seconds": time.perf_counter() - t0}
+            summary |= timing_metrics(result, cfg.prefix, summary["ablation/seconds"])
             tracker.log_artifact(run_id, steps_path, "ablations")
         if result.examples is not None and len(result.examples):
             tracker.log_table(run_id, result.examples, Artifact.EXAMPLES)

@@ -85,3 +85,13 @@ def test_page_is_self_contained_and_small_for_200_examples():
     assert len(page.encode()) < 2_000_000, len(page.encode())
     # the list is sortable by every per-example column
     assert all(c["key"] in page for c in data["columns"])
+    # a missing value says why: every column carries its reason, and some example lacks a value
+    assert all(c["undefined"] for c in data["columns"])
+    missing = [
+        (e["id"], c["key"])
+        for e in data["examples"]
+        for c in data["columns"]
+        if e[c["key"]] is None
+    ]
+    assert missing, "the 200 random examples include a one-position source (undefined τ, flips)"
+    assert "n/a" in page and '"–"' not in page

@@ -99,6 +99,12 @@ def test_suite_on_a_tiny_untrained_model():
     assert res.summary["ablation/permutation/median_tvd"] == pytest.approx(
         steps["permutation_median_tvd"].mean()
     )
+    # where the time went: every ablation timed, the analysed steps of each prefix counted
+    assert set(res.seconds) == set(FAST_ABLATIONS) and all(v > 0 for v in res.seconds.values())
+    assert res.steps == {
+        "greedy": len(steps),
+        "reference": int((res.table["prefix"] == "reference").sum()),
+    }
 
 
 def test_batch_size_changes_nothing():
