@@ -60,6 +60,26 @@ def _matrix(m: np.ndarray) -> list[list[float | None]]:
     return [[_r(v) for v in row] for row in m]
 
 
+def gold_cells(ex) -> list[list]:
+    """An example's gold links as heatmap cells ``[source token, target token, sure]``: the links
+    themselves, or, for subword tokens (``ex.src_words``/``ex.tgt_words``), every (source subword,
+    target subword) cell of each linked word pair."""
+    links = [
+        ((s, j), (s, j) in ex.alignment.sure) for s, j in ex.alignment.possible | ex.alignment.sure
+    ]
+    if not ex.tgt_words:
+        return sorted([s, j, sure] for (s, j), sure in links)
+    src_of: dict[int, list[int]] = {}
+    tgt_of: dict[int, list[int]] = {}
+    for i, w in enumerate(ex.src_words):
+        src_of.setdefault(w, []).append(i)
+    for j, w in enumerate(ex.tgt_words):
+        tgt_of.setdefault(w, []).append(j)
+    return sorted(
+        [i, j, sure] for (s, t), sure in links for i in src_of.get(s, []) for j in tgt_of.get(t, [])
+    )
+
+
 class Recorder:
     """Collects :func:`example_records`-style records from the suite's batches.
 
@@ -98,10 +118,7 @@ class Recorder:
                         batch.tgt_vocab.itos[j] for j in tr.tgt_out[i, steps].tolist()
                     ],
                     "reference_attention": _matrix(tr.attention[i][:, steps, :n].mean(0).numpy()),
-                    "gold": sorted(
-                        [s, j, (s, j) in ex.alignment.sure]
-                        for s, j in ex.alignment.possible | ex.alignment.sure
-                    ),
+                    "gold": gold_cells(ex),
                 }
 
     def result(self) -> list[dict]:

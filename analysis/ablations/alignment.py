@@ -13,16 +13,23 @@
   than the standard AER's complement would suggest and is reported under its own name. The
   ``<eos>`` step is not a target token and takes part in neither. Gold mass and argmax-on-gold
   are defined only for tokens with gold links. Alignment always runs on the reference prefix.
+* Subword tokens (a pretrained model's tokenizer; the example carries ``src_words`` /
+  ``tgt_words``, and its gold links are word-level): the attention is aggregated to words first —
+  summed over a source word's subwords and averaged over a target word's subwords (Clark et al.
+  2019, "What Does BERT Look At?", §4.1; the convention Zenkel et al. 2019 and Garg et al. 2019
+  use for alignment from subword attention) — and every statistic is taken per target word, on
+  the row of the word's first subword (``alignment_word``; the other subwords' rows count nothing).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 from attnstudy.analysis.catalogue import AblationSpec, Stat
 from torch import Tensor
 
@@ -64,6 +71,41 @@ def _argmax_link(row: Tensor, valid: Tensor) -> int | None:
     masked = row.masked_fill(~valid, float("-inf"))
     best = (masked == masked.max()).nonzero()[:, 0]
     return int(best[0]) if best.numel() == 1 else None
+
+
+def word_attention(weights: Tensor, src_words: Sequence[int], tgt_words: Sequence[int]) -> Tensor:
+    """Subword attention aggregated to words (Clark et al. 2019, §4.1): for target word J and
+    source word I, the mean over J's subword rows of the summed attention on I's subwords.
+
+    Args:
+        weights: (…, T_y, T_x) attention over subword tokens (rows past ``len(tgt_words)``, e.g.
+            the ``<eos>`` step, and columns past ``len(src_words)`` are ignored).
+        src_words, tgt_words: word index per source / target subword (−1: no word).
+
+    Returns:
+        (…, n_target_words, n_source_words); each row sums to the share of attention the target
+        word's subwords gave to words (less than 1 where some went to a special token).
+
+    Raises:
+        ValueError: a word index out of order (words must be numbered 0, 1, … in text order).
+    """
+    n_x, n_y = len(src_words), len(tgt_words)
+    n_src = max(src_words, default=-1) + 1
+    n_tgt = max(tgt_words, default=-1) + 1
+    for words in (src_words, tgt_words):
+        seen = [w for w in words if w >= 0]
+        if seen != sorted(seen) or (seen and set(seen) != set(range(seen[-1] + 1))):
+            raise ValueError(f"word indices must run 0, 1, … in token order, got {list(words)}")
+    src_map = weights.new_zeros(n_x, n_src)
+    for i, w in enumerate(src_words):
+        if w >= 0:
+            src_map[i, w] = 1.0
+    tgt_map = weights.new_zeros(n_tgt, n_y)
+    for j, w in enumerate(tgt_words):
+        if w >= 0:
+            tgt_map[w, j] = 1.0
+    tgt_map = tgt_map / tgt_map.sum(1, keepdim=True).clamp(min=1.0)
+    return tgt_map @ weights[..., :n_y, :n_x] @ src_map
 
 
 def hard_alignment(weights: Tensor, valid: Tensor) -> set[tuple[int, int]]:
@@ -138,6 +180,9 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
         also on a tie), both NaN for a token without gold link and at ``<eos>``;
         ``alignment_skipped`` (the example has no gold alignment: every value NaN). Multi-head
         models add ``alignment_head<h>_n_hyp`` / ``_n_hyp_sure`` / ``_n_hyp_possible`` per head.
+        With subword tokens (``Example.tgt_words``), every value is the target *word*'s, from
+        :func:`word_attention`, on the row of its first subword (the others count 0, their
+        gold mass is NaN), and ``alignment_word`` gives each row's target word (−1: ``<eos>``).
 
     Raises:
         NoAttentionError: for the ``none`` model.
@@ -162,34 +207,59 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
     head_cols = [f"alignment_head{k}_{c}" for k in range(h) for c in COUNTS[:3]] if h > 1 else []
     cols.update({c: [] for c in head_cols})
     skipped = []
+    subword = any(ex.tgt_words for ex in batch.examples)
+    word_col: list[int] = []
+    words: dict[int, tuple[Tensor, Tensor, dict[int, int]]] = {}  # per example, when subwords
     for b, t in zip(b_idx.tolist(), t_idx.tolist()):
-        gold = batch.examples[b].alignment
+        ex = batch.examples[b]
+        gold = ex.alignment
         skipped.append(gold is None)
+        unit = t  # the target unit of this row: the token, or the word of a subword
+        if ex.tgt_words:
+            if b not in words:
+                heads_w = word_attention(att[b], ex.src_words, ex.tgt_words)  # (H, J, I)
+                first = {}
+                for j, w in enumerate(ex.tgt_words):
+                    first.setdefault(w, j)
+                words[b] = (heads_w.mean(0), heads_w, first)
+            unit = ex.tgt_words[t] if t < len(ex.tgt_words) else -1
+        word_col.append(unit)
         if gold is None:
             for v in cols.values():
                 v.append(np.nan)
             continue
-        n_x = int(lengths[b])
-        sure_t = {i for i, j in gold.sure if j == t and i < n_x}
-        poss_t = {i for i, j in gold.possible | gold.sure if j == t and i < n_x}
-        if int(tgt_out[b][t]) == EOS_ID:
+        eos = int(tgt_out[b][t]) == EOS_ID
+        if eos or (ex.tgt_words and (unit < 0 or words[b][2].get(unit) != t)):
+            # <eos>, or a subword after its word's first: the word is counted once, on its first
             for name, v in cols.items():
-                v.append(
-                    np.nan if name in ("alignment_gold_mass", "alignment_argmax_on_gold") else 0.0
-                )
+                if name == "alignment_linked":
+                    v.append(0.0 if eos else np.nan)
+                elif name in ("alignment_gold_mass", "alignment_argmax_on_gold"):
+                    v.append(np.nan)
+                else:
+                    v.append(0.0)
             continue
-        link = _argmax_link(mean[b, t], valid[b])
+        if ex.tgt_words:
+            row_mean, row_heads = words[b][0][unit], words[b][1][:, unit]
+            row_valid = torch.ones(row_mean.numel(), dtype=torch.bool)
+            n_x = row_mean.numel()
+        else:
+            row_mean, row_heads, row_valid = mean[b, t], att[b, :, t], valid[b]
+            n_x = int(lengths[b])
+        sure_t = {i for i, j in gold.sure if j == unit and i < n_x}
+        poss_t = {i for i, j in gold.possible | gold.sure if j == unit and i < n_x}
+        link = _argmax_link(row_mean, row_valid)
         cols["alignment_linked"].append(float(bool(poss_t)))
         cols["alignment_n_hyp"].append(float(link is not None))
         cols["alignment_n_hyp_sure"].append(float(link in sure_t))
         cols["alignment_n_hyp_possible"].append(float(link in poss_t))
         cols["alignment_n_sure"].append(float(len(sure_t)))
         cols["alignment_gold_mass"].append(
-            float(mean[b, t, sorted(poss_t)].double().sum()) if poss_t else np.nan
+            float(row_mean[sorted(poss_t)].double().sum()) if poss_t else np.nan
         )
         cols["alignment_argmax_on_gold"].append(float(link in poss_t) if poss_t else np.nan)
         for k in range(h if h > 1 else 0):
-            lk = _argmax_link(att[b, k, t], valid[b])
+            lk = _argmax_link(row_heads[k], row_valid)
             cols[f"alignment_head{k}_n_hyp"].append(float(lk is not None))
             cols[f"alignment_head{k}_n_hyp_sure"].append(float(lk in sure_t))
             cols[f"alignment_head{k}_n_hyp_possible"].append(float(lk in poss_t))
@@ -199,6 +269,8 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
         frame["alignment_linked"].map({1.0: True, 0.0: False}).astype("boolean")
     )
     frame["alignment_skipped"] = np.asarray(skipped, dtype=bool)
+    if subword:
+        frame["alignment_word"] = np.asarray(word_col, dtype=np.int64)
     return frame
 
 
@@ -263,7 +335,8 @@ def to_pharaoh(weights: Tensor, valid: Tensor, n_target: int | None = None) -> s
 
 
 def batch_to_pharaoh(batch: PreparedBatch) -> dict[str, str]:
-    """:func:`to_pharaoh` for every example of a batch: example id → Pharaoh line.
+    """:func:`to_pharaoh` for every example of a batch: example id → Pharaoh line (word links
+    for subword examples, from :func:`word_attention`).
 
     Raises:
         NoAttentionError: for a trace without attention.
@@ -275,6 +348,10 @@ def batch_to_pharaoh(batch: PreparedBatch) -> dict[str, str]:
         )
     out = {}
     for b, ex in enumerate(batch.examples):
+        if ex.tgt_words:  # subword tokens: links between words (word_attention)
+            words = word_attention(tr.attention[b].mean(0).cpu(), ex.src_words, ex.tgt_words)
+            out[ex.id] = to_pharaoh(words, torch.ones(words.size(1), dtype=torch.bool))
+            continue
         n_target = int((tr.step_mask[b] & (tr.tgt_out[b] != EOS_ID)).sum())
         out[ex.id] = to_pharaoh(tr.attention[b], ~tr.pad_mask[b], n_target)
     return out
@@ -285,6 +362,7 @@ __all__ = [
     "aer_from_counts",
     "batch_to_pharaoh",
     "hard_alignment",
+    "word_attention",
     "run",
     "to_pharaoh",
 ]

@@ -8,8 +8,10 @@ it is gone or its digests changed (:func:`load_recorded`).
 
 The data: a UTF-8 TSV file, one example per line, ``source<TAB>target`` — raw text, tokenized by
 the model's own tokenizer — and optionally a third field of 0-based Pharaoh links between
-space-separated words (kept only where every word is one subword; see
-:func:`attnstudy.models.hf.subword_examples`).
+space-separated words: the alignment ablation sums a source word's subword attention and averages
+over a target word's subwords (:func:`attnstudy.models.hf.subword_examples`,
+:func:`attnstudy.analysis.ablations.alignment.word_attention`). Leave-one-out and erasure work
+on subword tokens (their unit), as the model sees its input.
 """
 
 from __future__ import annotations

@@ -305,21 +305,80 @@ def test_the_whole_battery_runs_on_a_pretrained_model(models):
     assert 0.0 <= float(a.summary["ablation/permutation/flip_rate"]) <= 1.0
 
 
-def test_data_examples_become_subword_examples_and_word_links_are_not_guessed(models):
+def test_data_examples_become_subword_examples_with_their_word_maps(models):
     from attnstudy.data.alignment import Alignment
     from attnstudy.data.types import Example
     from attnstudy.models.hf import subword_examples
 
     words = models[("marian", "word")]
-    ex = Example("x/0", ("cat", "dog"), ("cat", "dog"), Alignment.from_links({(0, 0), (1, 1)}))
+    ex = Example("x/0", ("cat", "dog"), ("dog", "cat"), Alignment.from_links({(0, 1), (1, 0)}))
     (got,) = subword_examples(words, [ex])
-    assert got.src == ("cat", "dog", "<eos>") and got.tgt == ("cat", "dog")
-    assert got.alignment == ex.alignment  # one subword per word: indices coincide
+    assert got.src == ("cat", "dog", "<eos>") and got.tgt == ("dog", "cat")
+    assert got.alignment == ex.alignment  # links stay between words
+    assert got.src_words == (0, 1, -1) and got.tgt_words == (0, 1)
     bpe = models[("marian", "bpe")]
-    with pytest.raises(HFError, match="subwords"):
-        subword_examples(bpe, [ex])
+    (split,) = subword_examples(bpe, [ex])
+    assert split.src[:3] == ("c", "##a", "##t") and split.tgt[-1] == "##t"
+    assert split.src_words == (0, 0, 0, 1, 1, 1, -1) and split.tgt_words == (0, 0, 0, 1, 1, 1)
     (plain,) = subword_examples(bpe, [Example("x/1", ("cat", "dog"), ("cat", "dog"))])
-    assert plain.src[:3] == ("c", "##a", "##t") and plain.tgt[-1] == "##g"
+    assert plain.src_words == () and plain.tgt_words == ()  # no links: no maps needed
+
+
+def test_word_attention_sums_source_subwords_and_averages_target_subwords():
+    import torch
+    from attnstudy.analysis.ablations.alignment import word_attention
+
+    # target subwords: word 0 = rows 0, 1; word 1 = row 2; row 3 is <eos> (ignored)
+    # source subwords: word 0 = cols 0, 1; word 1 = col 2; col 3 is <eos> (no word)
+    a = torch.tensor(
+        [
+            [0.5, 0.3, 0.1, 0.1],
+            [0.1, 0.1, 0.6, 0.2],
+            [0.0, 0.2, 0.8, 0.0],
+            [0.25, 0.25, 0.25, 0.25],
+        ]
+    )
+    w = word_attention(a, (0, 0, 1, -1), (0, 0, 1))
+    want = torch.tensor([[(0.8 + 0.2) / 2, (0.1 + 0.6) / 2], [0.2, 0.8]])
+    assert torch.allclose(w, want, atol=1e-7)
+    heads = word_attention(torch.stack([a, a.flip(-1)]), (0, 0, 1, -1), (0, 0, 1))
+    assert heads.shape == (2, 2, 2) and torch.allclose(heads[0], want)
+    with pytest.raises(ValueError, match="0, 1"):
+        word_attention(a, (1, 0, 0, -1), (0, 0, 1))
+
+
+def test_alignment_of_a_subword_model_is_scored_per_word(models):
+    """On a BPE model the alignment ablation scores each target word once, from the word
+    attention (the traced subword attention aggregated by word_attention), against word links."""
+    from attnstudy.analysis.ablations.alignment import run, word_attention
+    from attnstudy.analysis.batch import AblationContext, prepare_batches
+
+    from attnstudy.data.alignment import Alignment
+    from attnstudy.data.types import Example
+    from attnstudy.models.hf import subword_examples
+
+    bpe = models[("marian", "bpe")]
+    links = Alignment.from_links({(0, 0), (1, 1)})
+    data = [
+        Example("x/0", ("cat", "dog"), ("cat", "dog"), links),
+        Example("x/1", ("dog", "cat"), ("dog", "cat"), links),
+    ]
+    examples = subword_examples(bpe, data)
+    (batch,) = prepare_batches(bpe, examples, bpe.vocab, bpe.vocab, "reference", 4)
+    frame = run(bpe, batch, None, AblationContext(seed=0))
+    for b, ex in enumerate(batch.examples):
+        rows = frame[frame["example_id"] == ex.id].sort_values("step")
+        assert list(rows["alignment_word"]) == [*ex.tgt_words, -1]
+        firsts = rows[rows["alignment_n_sure"] > 0]
+        assert list(firsts["step"]) == [0, 3]  # each word's first subword, once
+        att = batch.trace.attention[b].mean(0)
+        words = word_attention(att, ex.src_words, ex.tgt_words)
+        for j, (_, r) in enumerate(firsts.iterrows()):
+            assert r["alignment_gold_mass"] == pytest.approx(float(words[j, j]), abs=1e-6)
+            assert r["alignment_argmax_on_gold"] == float(int(words[j].argmax()) == j)
+        others = rows[(rows["alignment_n_sure"] == 0) & (rows["alignment_word"] >= 0)]
+        assert len(others) == 4 and others["alignment_gold_mass"].isna().all()
+        assert (others["alignment_n_hyp"] == 0).all()
 
 
 def test_ablate_hf_folder_from_the_command_line(tmp_path, folders, capsys):
@@ -380,3 +439,24 @@ def test_ablate_hf_folder_from_the_command_line(tmp_path, folders, capsys):
     tsv.write_text("cat dog\n")
     rc, out = ablate(f"hf:{folder}", "--tsv", str(tsv))
     assert rc == 2 and "copy.tsv:1" in out.err
+
+
+def test_gold_word_links_become_every_subword_cell_of_the_heatmap():
+    from attnstudy.analysis.heatmaps import gold_cells
+
+    from attnstudy.data.alignment import Alignment
+    from attnstudy.data.types import Example
+
+    links = Alignment(sure=frozenset({(0, 1)}), possible=frozenset({(0, 1), (1, 0)}))
+    plain = Example("x/0", ("a", "b"), ("c", "d"), links)
+    assert gold_cells(plain) == [[0, 1, True], [1, 0, False]]
+    sub = Example(
+        "x/1", ("a", "##a", "b", "<eos>"), ("c", "d", "##d"), links, (), (0, 0, 1, -1), (0, 1, 1)
+    )
+    assert gold_cells(sub) == [
+        [0, 1, True],
+        [0, 2, True],
+        [1, 1, True],
+        [1, 2, True],
+        [2, 0, False],
+    ]

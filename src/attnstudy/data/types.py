@@ -28,6 +28,10 @@ class Example:
         tgt: target tokens (no ``<bos>``/``<eos>``); the training target.
         alignment: gold links ``(source_index, target_index)`` or ``None``.
         refs: every acceptable reference (G2P pronunciation variants); empty means ``(tgt,)``.
+        src_words, tgt_words: for subword tokens (a pretrained model's tokenizer), the word index
+            of every source / target token (−1 for a token of no word, e.g. an end-of-sequence
+            token); empty when the tokens are the words. With them, ``alignment`` links words:
+            ``(source word, target word)``.
     """
 
     id: str
@@ -35,6 +39,8 @@ class Example:
     tgt: tuple[str, ...]
     alignment: Alignment | None = None
     refs: tuple[tuple[str, ...], ...] = ()
+    src_words: tuple[int, ...] = ()
+    tgt_words: tuple[int, ...] = ()
 
     @property
     def references(self) -> tuple[tuple[str, ...], ...]:

@@ -31,6 +31,7 @@ included), V the vocabulary, d the model size, d_h the head size.
 
 from __future__ import annotations
 
+import bisect
 import contextvars
 import hashlib
 import sys
@@ -59,6 +60,7 @@ __all__ = [
     "load_pretrained",
     "naive_logits_given_attention",
     "subword_examples",
+    "word_index",
 ]
 
 ATTENTION_NAME = "attnstudy"
@@ -654,12 +656,85 @@ class HFSeq2Seq(Decoding, nn.Module):
             ids = ids[:-1]
         return self.ids.tokens(ids)
 
+    def word_maps(
+        self, example: Example, source_join: str = " ", target_join: str = " "
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The word index of every subword token of an example's source (end-of-sequence
+        included, −1) and target (as :meth:`target_tokens`), from the tokenizer's offsets.
+
+        Raises:
+            HFError: a tokenizer without character offsets (a slow one) that splits the words,
+                or a subword spanning two words (:func:`word_index`).
+        """
+        src_text, tgt_text = source_join.join(example.src), target_join.join(example.tgt)
+        try:
+            src_enc = self.tokenizer(src_text, return_offsets_mapping=True)
+            tgt_enc = self.tokenizer(text_target=tgt_text, return_offsets_mapping=True)
+        except NotImplementedError:
+            src, tgt = self.source_tokens(src_text), self.target_tokens(tgt_text)
+            if len(src) == len(example.src) + 1 and len(tgt) == len(example.tgt):
+                # one subword per word (then word and subword indices coincide)
+                return tuple(range(len(example.src))) + (-1,), tuple(range(len(example.tgt)))
+            raise HFError(
+                f"example {example.id!r}: the tokenizer splits words into subwords and gives no "
+                "character offsets (a slow tokenizer), so subword attention cannot be given to "
+                "the gold links' words; save the model with a fast tokenizer (tokenizer.json) "
+                "or leave 'alignment' out of ablation.ablations"
+            ) from None
+        src_words = word_index(src_enc["offset_mapping"], example.src, source_join)
+        tgt_ids, tgt_off = tgt_enc["input_ids"], tgt_enc["offset_mapping"]
+        if tgt_ids and tgt_ids[-1] == self.ids.model_ids["eos"]:
+            tgt_off = tgt_off[:-1]
+        tgt_words = word_index(tgt_off, example.tgt, target_join)
+        return tuple(src_words), tuple(tgt_words)
+
+
+def word_index(offsets: Sequence[tuple[int, int]], words: Sequence[str], join: str) -> list[int]:
+    """The word each subword token belongs to, from the tokenizer's character offsets.
+
+    Args:
+        offsets: (start, end) character span of every token in ``join.join(words)``; (0, 0)
+            (an empty span) for a special token.
+        words: the data's tokens (the words of the gold links).
+        join: what joined them into the text (``" "`` or ``""``).
+
+    Returns:
+        Word index per token, −1 for a special token.
+
+    Raises:
+        HFError: a token spanning two words (its attention cannot be given to one word).
+    """
+    starts, pos = [], 0
+    for w in words:
+        starts.append(pos)
+        pos += len(w) + len(join)
+    ends = [st + len(w) for st, w in zip(starts, words)]
+    out = []
+    for start, end in offsets:
+        if end <= start:
+            out.append(-1)
+            continue
+        i = bisect.bisect_right(starts, start) - 1
+        if i < 0 or end > ends[i]:
+            raise HFError(
+                f"a subword token (characters {start}–{end}) spans two of the data's words, so "
+                "its attention belongs to no single word; give data whose tokens the tokenizer "
+                "keeps apart (e.g. spaces between words) or leave 'alignment' out"
+            )
+        out.append(i)
+    return out
+
 
 def subword_examples(
     model: HFSeq2Seq, examples: Sequence[Example], source_join: str = " ", target_join: str = " "
 ) -> list[Example]:
     """The data's examples as the pretrained model sees them: source and every reference
-    re-tokenized by the model's tokenizer (the source's end-of-sequence token included).
+    re-tokenized by the model's tokenizer (the source's end-of-sequence token included), with the
+    word index of every subword token where the example has gold links.
+
+    Gold links stay word-level (``Example.alignment`` then links words, ``src_words`` /
+    ``tgt_words`` map subwords to words): the alignment ablation aggregates subword attention to
+    words (:func:`attnstudy.analysis.ablations.alignment.word_attention`).
 
     Args:
         examples: as the task loaders give them (tokens of the data's own tokenization).
@@ -667,29 +742,34 @@ def subword_examples(
             ``spaces`` tokenization, ``""`` for ``chars``.
 
     Returns:
-        Examples with the same ids, subword tokens, and the gold links kept only where every
-        linked word is one subword (then word and subword indices coincide).
+        Examples with the same ids and subword tokens; those with links carry the word maps.
 
     Raises:
-        HFError: gold links on words the tokenizer splits into several subwords: aggregating
-            subword attention to words is not implemented, so the alignment would be wrong;
-            leave ``alignment`` out of the ablations or give data without links.
+        HFError: gold links on data the tokenizer cannot map back to words (a slow tokenizer
+            without character offsets that splits words, or a subword spanning two words).
     """
     out = []
     for ex in examples:
-        src = model.source_tokens(source_join.join(ex.src))
+        src_text = source_join.join(ex.src)
+        src = model.source_tokens(src_text)
         refs = tuple(model.target_tokens(target_join.join(r)) for r in ex.references)
-        alignment = ex.alignment
-        if alignment is not None:
-            words_src = len(ex.src) + 1  # the end-of-sequence token
-            if len(src) != words_src or len(refs[0]) != len(ex.tgt):
-                raise HFError(
-                    f"example {ex.id!r}: the model's tokenizer splits its words into subwords "
-                    f"({len(ex.src)} source words -> {len(src) - 1} subwords), and gold links are "
-                    "word-level; attnstudy does not aggregate subword attention to words yet: "
-                    "leave 'alignment' out of ablation.ablations or use data without links"
-                )
-        out.append(Example(ex.id, src, refs[0], alignment, refs if len(refs) > 1 else ()))
+        src_words: tuple[int, ...] = ()
+        tgt_words: tuple[int, ...] = ()
+        if ex.alignment is not None:
+            src_words, tgt_words = model.word_maps(ex, source_join, target_join)
+            if len(src_words) != len(src) or len(tgt_words) != len(refs[0]):
+                raise HFError(f"example {ex.id!r}: the word maps do not match the subword tokens")
+        out.append(
+            Example(
+                ex.id,
+                src,
+                refs[0],
+                ex.alignment,
+                refs if len(refs) > 1 else (),
+                src_words,
+                tgt_words,
+            )
+        )
     return out
 
 
