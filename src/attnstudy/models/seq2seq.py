@@ -260,9 +260,13 @@ class Seq2Seq(Decoding, nn.Module):
             g, shape (B, H·T_x, context_size), row h·T_x + j for (head h, position j).
         """
         b, h, t_x, _ = memory.values.shape
-        eye = torch.eye(h * t_x, dtype=memory.values.dtype, device=memory.values.device)
-        basis = eye.view(h * t_x, h, t_x).transpose(0, 1)  # (H, H·T_x, T_x): one-hot per head
-        return self.attention.context(basis.unsqueeze(0).expand(b, -1, -1, -1), memory)
+        values = memory.values
+        parts = []
+        for head in range(h):  # one head at a time: B·H·T_x² basis entries, not B·H²·T_x²
+            basis = values.new_zeros(h, t_x, t_x)
+            basis[head] = torch.eye(t_x, dtype=values.dtype, device=values.device)
+            parts.append(self.attention.context(basis.expand(b, -1, -1, -1), memory))
+        return torch.cat(parts, 1)  # (B, H·T_x, context)
 
     def _luong_folded(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """The Luong output layers rewritten for the local intervention (eval mode).
