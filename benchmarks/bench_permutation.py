@@ -8,7 +8,9 @@ and the same permutations (generator per (seed, example, step, "permutation")):
   independent rows of one ``logits_given_attention`` call per example chunk.
 * **per-step loop** — the per-step protocol of Moradi et al. (2019): for every decoder step t
   and every permutation p, one ``logits_given_attention`` call over the batch restricted to
-  step t (``steps=`` mask), from the same traced prefix state.
+  step t (``steps=`` mask), from the same traced prefix state, in its plain (unfolded) form
+  (``plain=True``: the Luong and Transformer fast forms' per-call set-up would otherwise be
+  timed once per step and permutation).
 * **naive** — what a direct transplant of the classification code does: for every step t and
   every permutation p, ``model.decode(src, prefix=tgt_in[:, :t+1], intervene=fn)`` re-runs the
   encoder and the decoder from the start, ``fn`` replacing only step t's row, and step t's
@@ -26,6 +28,7 @@ Run: ``PYTHONPATH=src:. python -m benchmarks.bench_permutation [--smoke]``.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from functools import partial
 
@@ -87,8 +90,18 @@ def _reduce(
     return frame
 
 
+def _plain(model) -> dict:
+    """``plain=True`` where the family has a folded fast form (its unfolded reference)."""
+    return (
+        {"plain": True}
+        if "plain" in inspect.signature(model.logits_given_attention).parameters
+        else {}
+    )
+
+
 def per_step_loop(model, batch: PreparedBatch, cfg) -> pd.DataFrame:
-    """One ``logits_given_attention`` call per (step, permutation) over the batch."""
+    """One ``logits_given_attention`` call per (step, permutation) over the batch, in the plain
+    (unfolded) form: what batching over examples alone gives, the fast path's first reference."""
     tr = batch.trace
     steps = _steps(batch)
     with eval_mode(model), torch.no_grad():
@@ -103,7 +116,7 @@ def per_step_loop(model, batch: PreparedBatch, cfg) -> pd.DataFrame:
             only_t[:, t] = steps[:, t]
             for p in range(p_count):
                 logits = model.logits_given_attention(
-                    tr, perm.weights[:, p], cfg.chunk_rows, only_t
+                    tr, perm.weights[:, p], cfg.chunk_rows, only_t, **_plain(model)
                 )
                 probs[:, p, t] = torch.softmax(logits[:, t], -1)
     return _reduce(batch, probs, base, perm)

@@ -125,6 +125,11 @@ def setup(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     if getattr(args, "idle_load", None) is None:
         args.idle_load = args.threads + 0.3
+    if not getattr(args, "smoke", False):
+        # the benchmark's own threads add to the load once it runs: wait for the rest to settle
+        waited = LOAD.settle(max(args.idle_load - args.threads, 0.3))
+        if waited >= 1:
+            print(f"waited {waited:.0f} s for the load average to settle", flush=True)
     LOAD.start()
 
 
@@ -196,6 +201,20 @@ class LoadWatch:
             self.samples.append(os.getloadavg()[0])
         except OSError:
             pass
+
+    def settle(self, threshold: float, timeout: float = 150.0, poll: float = 5.0) -> float:
+        """Wait (at most ``timeout`` s) for the 1-minute load average to come down to
+        ``threshold``: it trails the load by about a minute, so a benchmark started right after
+        another job would read that job's load. Returns the seconds waited."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            try:
+                if os.getloadavg()[0] <= threshold:
+                    break
+            except OSError:
+                break
+            time.sleep(poll)
+        return time.monotonic() - t0
 
     def start(self) -> None:
         if self._thread is not None:

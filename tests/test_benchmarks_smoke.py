@@ -232,3 +232,14 @@ def test_trained_benchmark_models_are_cached_under_their_model_key(tmp_path, mon
     assert again.origin.startswith("cached")
     state, cached = first.model.state_dict(), again.model.state_dict()
     assert all(torch.equal(state[k], cached[k]) for k in state)
+
+
+def test_load_watch_waits_for_the_load_to_settle(monkeypatch):
+    from benchmarks import common
+
+    loads = iter([3.0, 2.0, 0.2])
+    monkeypatch.setattr(common.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    monkeypatch.setattr(common.time, "sleep", lambda s: None)
+    assert common.LoadWatch().settle(0.3, timeout=60, poll=1) >= 0
+    with pytest.raises(StopIteration):  # it stopped asking once the load was low: 3 reads
+        next(loads)

@@ -182,6 +182,17 @@ def constructed_report(tmp_path_factory):
     exp = tracker.experiment_id("constructed")
     study = tracker.start_run(exp, "study", {Tag.KIND: Kind.STUDY, Tag.EXPERIMENT: "constructed"})
     layered = metrics(permutation__flip_rate=(0.9, 0.9, 0.9))
+    # the suite logs each layer's global permutation (a per-example ablation) under its layer
+    glob = metrics(
+        permutation_global__exact_match_original=(0.6, 0.5, 0.7),
+        permutation_global__exact_match_permuted=(0.1, 0.05, 0.15),
+        permutation_global__exact_match_drop=(0.5, 0.4, 0.6),
+    )
+    layered |= {
+        k.replace("ablation/", "ablation/layer1/", 1): v
+        for k, v in glob.items()
+        if k.startswith("ablation/permutation_global/")
+    }
     models = {
         "uniform-bahdanau": ("uniform", UNIFORM, None),
         "additive-bahdanau": ("additive", USED, None),
@@ -256,6 +267,12 @@ def test_constructed_store_report_says_the_expected_thing(constructed_report):
     assert "Attention is used" in per_layer["layer 1"]
     assert "90 % [90, 90] change" in per_layer["layer 1"]
     assert "45 % [45, 45] change" in per_layer["layer mean"]
+    # the layer's own global permutation, where the suite measured it per layer
+    layer1 = layered[layered.index("layer 1") : layered.index("layer mean")]
+    assert (
+        "lowers exact match from 0.6 [0.5, 0.7] to 0.1 [0.05, 0.15] (drop 0.5 [0.4, 0.6])" in layer1
+    )
+    assert "free-running" not in layered[layered.index("layer 0") : layered.index("layer 1")]
     assert findings.split("\n\n")[1].startswith("**Of the 3 models with attention, 2 use it")
     # the HTML says the same, from the same data
     assert "fixed by construction" in html and "68 % of function words" in html

@@ -322,6 +322,15 @@ def layer_facts(e: ModelEntry, base: ModelFacts) -> list[ModelFacts]:
     per = layer_summaries(e.steps, names, cfg, e.analysis_prefix)
     for key, metrics in per.items():
         label = f"{e.variant} · layer {key}" if key != "mean" else f"{e.variant} · layer mean"
+        if key != "mean":
+            # per-example ablations (the global permutation) are not in the per-step table: the
+            # suite logged each layer's as ablation/layer<k>/<name>/<stat>
+            prefix = f"ablation/layer{key}/"
+            metrics = {
+                "ablation/" + k[len(prefix) :]: v
+                for k, v in e.ablation_metrics.items()
+                if k.startswith(prefix) and "/head" not in k
+            } | dict(metrics)
         f = facts_from_metrics(label, e.attention, metrics, e.ablation_params, e.model_metrics)
         f.n_examples = base.n_examples
         out.append(f)

@@ -89,3 +89,14 @@ def test_row_form_applies_only_where_it_is_exact_and_small():
     assert model.rows_given_attention(tr.with_head(0), b_idx, t_idx) is None
     with pytest.raises(ValueError, match="'none' model"):
         tiny("none", "luong").rows_given_attention(tr, b_idx, t_idx)
+
+
+@pytest.mark.parametrize("attention", ["general", "multihead"])
+def test_the_plain_form_is_the_reference_of_the_folded_one(attention):
+    model = tiny(attention, "luong", layers=2)
+    with torch.no_grad():
+        tr = model.trace(SRC, SRC_LEN, TGT_IN, TGT_OUT)
+        weights = _random_rows(tr, p=3, seed=2)
+        folded = model.logits_given_attention(tr, weights)
+        plain = model.logits_given_attention(tr, weights, plain=True)
+    assert (folded - plain).abs().max() <= 1e-6 and plain.abs().max() > 0.05

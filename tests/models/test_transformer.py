@@ -95,6 +95,22 @@ def test_local_intervention_equals_a_naive_rerun_of_the_whole_decoder(layer_norm
     assert (fast[:, 0][tr.step_mask] - tr.logits[tr.step_mask]).abs().max() > 1e-2
 
 
+@pytest.mark.parametrize("layer_norm", ["pre", "post"])
+@pytest.mark.parametrize(("layer", "head"), [(0, ALL), (2, ALL), (1, 2)])
+def test_the_folded_one_layer_form_equals_the_plain_form(layer_norm, layer, head):
+    """W^O folded into the values and the residual stream added in the same product: the same
+    logits as the contexts per head and W^O per row (``plain=True``), the form it replaced."""
+    m = model_of(layer_norm)
+    src, lengths, tgt = batch()
+    tr = m.trace(src, lengths, tgt).with_layer(layer).with_head(head)
+    w = random_rows(tr, 3, seed=4)
+    with torch.no_grad():
+        folded = m.logits_given_attention(tr, w, chunk_rows=7)
+        plain = m.logits_given_attention(tr, w, plain=True)
+    # float32 reassociation on logits of size ~10 (this model's weights are doubled)
+    assert torch.allclose(folded, plain, rtol=1e-5, atol=1e-5) and plain.abs().max() > 0.05
+
+
 def test_batch_size_and_padding_change_nothing():
     m = model_of()
     src, lengths, tgt = batch()

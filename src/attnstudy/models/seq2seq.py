@@ -196,6 +196,7 @@ class Seq2Seq(Decoding, nn.Module):
         weights: Tensor,
         chunk_rows: int = 4096,
         steps: Tensor | None = None,
+        plain: bool = False,
     ) -> Tensor:
         """Logits each step would give from its traced prefix state with replacement attention.
 
@@ -210,6 +211,8 @@ class Seq2Seq(Decoding, nn.Module):
             chunk_rows: rows per output-layer call (sized for the cache).
             steps: optional bool (B, T_y) restricting which steps are computed (default: all real
                 steps, ``trace.step_mask``).
+            plain: every row through the context and :meth:`Decoder.output_given_context`, also
+                for the Luong flow (the reference its folded form is tested and timed against).
 
         Returns:
             logits, (B, T_y, V) or (B, P, T_y, V); 0 at steps not computed.
@@ -231,7 +234,8 @@ class Seq2Seq(Decoding, nn.Module):
         weights = trace.expand_heads(weights)
         b, p, h, t_y, t_x = weights.shape
         mask = trace.step_mask if steps is None else steps & trace.step_mask
-        if self.decoder.flow == "luong" and not (self.training and self.decoder.dropout.p > 0):
+        folded = not plain and not (self.training and self.decoder.dropout.p > 0)
+        if self.decoder.flow == "luong" and folded:
             return self._luong_given_attention(trace, weights, mask, chunk_rows, single)
         # context for every (example, replacement, step): one matmul per example and head
         flat = weights.permute(0, 2, 1, 3, 4).reshape(b, h, p * t_y, t_x)

@@ -540,6 +540,7 @@ class Transformer(Decoding, nn.Module):
         weights: Tensor,
         chunk_rows: int = 4096,
         steps: Tensor | None = None,
+        plain: bool = False,
     ) -> Tensor:
         """Logits each step gives with its cross-attention rows at the analysed layer replaced.
 
@@ -558,6 +559,8 @@ class Transformer(Decoding, nn.Module):
                 keep their traced rows.
             chunk_rows: rows per chunk.
             steps: optional bool (B, T_y), the steps to compute (default every real step).
+            plain: the contexts per head and W^O per row, also with one layer replaced (the
+                reference the folded form is tested and timed against).
 
         Returns:
             logits (B, T_y, V) or (B, P, T_y, V); 0 at steps not computed.
@@ -579,7 +582,7 @@ class Transformer(Decoding, nn.Module):
         weights = trace.expand_heads(weights)  # (B, P, H_u, T_y, T_x)
         mask = trace.step_mask if steps is None else steps & trace.step_mask
         layers = list(range(self.layers)) if trace.layer == ALL else [trace.layer]
-        if len(layers) == 1 and not (self.training and self.sub_dropout > 0):
+        if len(layers) == 1 and not plain and not (self.training and self.sub_dropout > 0):
             out = self._one_layer_given_attention(trace, weights, mask, layers[0], chunk_rows)
             return out[:, 0] if single else out
         b, p, _, t_y, t_x = weights.shape
