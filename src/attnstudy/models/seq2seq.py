@@ -272,22 +272,11 @@ class Seq2Seq(Decoding, nn.Module):
             parts.append(self.attention.context(basis.expand(b, -1, -1, -1), memory))
         return torch.cat(parts, 1)  # (B, H·T_x, context)
 
-    def _luong_folded(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """The Luong output layers rewritten for the local intervention (eval mode).
-
-        Luong et al. (2015), eq. 5–6: p(y_t) = softmax(W_o h̃_t + b_o), h̃_t = tanh(W_c [c_t; s_t] +
-        b_c). With W_c = [W_ctx W_s] and tanh(a) = 2σ(2a) − 1:
-        W_o h̃_t + b_o = (2 W_o) σ(2 W_ctx c_t + 2 W_s s_t + 2 b_c) + (b_o − W_o 1).
-        σ costs about a third of tanh on the CPU, and the affine map moves into the output layer.
-
-        Returns:
-            2 W_ctx (hidden, context), 2 W_s (hidden, hidden), 2 b_c (hidden,), 2 W_o (V, hidden),
-            b_o − W_o 1 (V,).
-        """
+    def _luong_split(self) -> tuple[Tensor, Tensor]:
+        """W_c = [W_ctx W_s] of Luong et al. (2015), eq. 5: (hidden, context) and (hidden, hidden)."""
         dec = self.decoder
         w_ctx, w_state = dec.combine.weight.split([self.attention.context_size, dec.hidden], 1)
-        w_out, b_out = dec.output.weight, dec.output.bias
-        return 2 * w_ctx, 2 * w_state, 2 * dec.combine.bias, 2 * w_out, b_out - w_out.sum(1)
+        return w_ctx, w_state
 
     def _luong_given_attention(
         self, trace: RecurrentTrace, weights: Tensor, mask: Tensor, chunk_rows: int, single: bool
@@ -300,8 +289,7 @@ class Seq2Seq(Decoding, nn.Module):
         position instead of once per row (:meth:`value_contributions`). Per example, the rows of
         its real steps (all P replacements) are one product [α_row, e_step] @ [W_ctx g; W_s s + b]
         (the attention row beside a one-hot of its step, so the state term is added inside the
-        product), then σ and the output layer (:meth:`_luong_folded`). Only real steps are
-        computed; nothing is gathered but the attention rows themselves. The same function as
+        product), then the tanh and the output layer (eq. 6). Only real steps are computed; nothing is gathered but the attention rows themselves. The same function as
         :meth:`Decoder.output_given_context` on the context (the per-step loop references compute
         it that way), up to float rounding; in training mode with dropout the plain form is used.
 
@@ -314,9 +302,10 @@ class Seq2Seq(Decoding, nn.Module):
         """
         dec = self.decoder
         b, p, h, t_y, t_x = weights.shape
-        w_ctx2, w_state2, b_c2, w_out2, b_out = self._luong_folded()
-        projected = self.value_contributions(trace.memory) @ w_ctx2.T  # (B, H·T_x, hidden)
-        state = torch.addmm(b_c2, trace.prefix.flatten(0, 1), w_state2.T).view(b, t_y, -1)
+        w_ctx, w_state = self._luong_split()
+        projected = self.value_contributions(trace.memory) @ w_ctx.T  # (B, H·T_x, hidden)
+        state = torch.addmm(dec.combine.bias, trace.prefix.flatten(0, 1), w_state.T)
+        state = state.view(b, t_y, -1)
         out = weights.new_zeros(b, p, t_y, dec.output.out_features)
         steps_of = [m.nonzero().squeeze(1) for m in mask]  # real steps per example
         rows_of = [p * len(s) for s in steps_of]
@@ -340,8 +329,8 @@ class Seq2Seq(Decoding, nn.Module):
                 parts.append(torch.cat([rows_e, onehot], 1) @ keys)  # (P·n, hidden)
             if not parts:
                 continue
-            hidden = torch.sigmoid_(torch.cat(parts, 0))
-            logits = torch.addmm(b_out, hidden, w_out2.T)  # (rows, V)
+            hidden = torch.tanh_(torch.cat(parts, 0))  # h̃ (rows, hidden)
+            logits = dec.output(hidden)  # (rows, V)
             offset = 0
             for e in range(first, example):
                 steps = steps_of[e]
@@ -387,14 +376,14 @@ class Seq2Seq(Decoding, nn.Module):
             return None
         g = self.value_contributions(trace.memory)  # (B, H·T_x, context)
         if dec.flow == "luong" and not (self.training and dec.dropout.p > 0):
-            w_ctx2, w_state2, b_c2, w_out2, b_out = self._luong_folded()
-            projected = (g @ w_ctx2.T).index_select(0, b_idx)  # (N, H·T_x, hidden)
-            state = torch.addmm(b_c2, trace.prefix[b_idx, t_idx], w_state2.T)
+            w_ctx, w_state = self._luong_split()
+            projected = (g @ w_ctx.T).index_select(0, b_idx)  # (N, H·T_x, hidden)
+            state = torch.addmm(dec.combine.bias, trace.prefix[b_idx, t_idx], w_state.T)
 
             def logits(weights: Tensor) -> Tensor:
                 n, k, h, t_x = weights.shape
                 pre = torch.baddbmm(state.unsqueeze(1), weights.reshape(n, k, h * t_x), projected)
-                return torch.sigmoid(pre) @ w_out2.T + b_out
+                return dec.output(torch.tanh(pre))
 
             return logits
         g_rows = g.index_select(0, b_idx)  # (N, H·T_x, context)
