@@ -215,9 +215,8 @@ def constructed_report(tmp_path_factory):
         abl = tracker.start_run(
             exp, f"{variant}/ablations", {Tag.KIND: Kind.ABLATION, Tag.SOURCE_RUN_ID: run}, run
         )
-        tracker.log_params(
-            abl, PARAMS | {"ablation.prefix": "greedy", "ablation.ablations": '["permutation"]'}
-        )
+        ran = '["permutation", "permutation_global"]' if steps is not None else '["permutation"]'
+        tracker.log_params(abl, PARAMS | {"ablation.prefix": "greedy", "ablation.ablations": ran})
         if attention == "none":
             tracker.set_tags(
                 abl, {f"{Tag.SKIPPED_PREFIX}permutation": "the model has no attention"}
@@ -273,6 +272,14 @@ def test_constructed_store_report_says_the_expected_thing(constructed_report):
         "lowers exact match from 0.6 [0.5, 0.7] to 0.1 [0.05, 0.15] (drop 0.5 [0.4, 0.6])" in layer1
     )
     assert "free-running" not in layered[layered.index("layer 0") : layered.index("layer 1")]
+    # the table: the layer's own global permutation; the layer mean has none, and says why
+    rows = {
+        line.split(" | ")[0].strip("| "): line
+        for line in md.splitlines()
+        if line.startswith("| copy transformer-L2H1")
+    }
+    assert "0.5 [0.4, 0.6]" in rows["copy transformer-L2H1 · layer 1"]
+    assert "per layer only" in rows["copy transformer-L2H1 · layer mean"]
     assert findings.split("\n\n")[1].startswith("**Of the 3 models with attention, 2 use it")
     # the HTML says the same, from the same data
     assert "fixed by construction" in html and "68 % of function words" in html

@@ -374,6 +374,17 @@ def model_facts(e: ModelEntry, t: VerdictThresholds) -> ModelFacts:
 # ----------------------------------------------------------------------------- reasons
 
 
+def _per_example(key: str) -> bool:
+    """Whether ``ablation/<name>/…`` is a per-example ablation (the global permutation): the suite
+    measures it per layer, and the layer mean (a mean over per-step tables) has none."""
+    from .analysis.catalogue import get_ablation
+
+    try:
+        return get_ablation(key.split("/")[1]).unit == "example"
+    except (KeyError, IndexError, ValueError):
+        return False
+
+
 def reason(e: ModelEntry, key: str) -> str:
     """Why a summary cell has no value: the model or ablation failed, was not run, does not apply."""
     if e.model_status != "FINISHED":
@@ -486,8 +497,15 @@ def summary_tables(
                         str(ff.n_examples) if ff and ff.n_examples and measured else why,
                         str(ff.n_steps) if ff and ff.n_steps and measured else why,
                     ]
+                    mean_row = ff is not None and ff is not f and ff.name.endswith("layer mean")
                     row += [
-                        _cell(ff.stats.get(s.key) if ff else None, reason(e, s.key)) for s in stats
+                        _cell(
+                            ff.stats.get(s.key) if ff else None,
+                            "per layer only"
+                            if mean_row and _per_example(s.key)
+                            else reason(e, s.key),
+                        )
+                        for s in stats
                     ]
                 rows.append(row)
         tables.append(_table(title, TABLE_INTROS.get(q, ""), header, rows) | {"key": q})
