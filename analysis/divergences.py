@@ -37,7 +37,9 @@ def tvd(p: Tensor, q: Tensor) -> Tensor:
 @functools.cache
 def _smallest_positive(dtype: torch.dtype) -> float:
     """The smallest positive (subnormal) number of a floating dtype."""
-    return float(torch.nextafter(torch.zeros((), dtype=dtype), torch.ones((), dtype=dtype)))
+    cpu = torch.device("cpu")  # a host scalar, cached per dtype
+    zero = torch.zeros((), dtype=dtype, device=cpu)
+    return float(torch.nextafter(zero, torch.ones((), dtype=dtype, device=cpu)))
 
 
 def _kl_to_mixture(p: Tensor, q: Tensor) -> Tensor:

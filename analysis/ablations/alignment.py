@@ -241,7 +241,7 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
             continue
         if ex.tgt_words:
             row_mean, row_heads = words[b][0][unit], words[b][1][:, unit]
-            row_valid = torch.ones(row_mean.numel(), dtype=torch.bool)
+            row_valid = torch.ones(row_mean.numel(), dtype=torch.bool, device=row_mean.device)
             n_x = row_mean.numel()
         else:
             row_mean, row_heads, row_valid = mean[b, t], att[b, :, t], valid[b]
@@ -350,7 +350,8 @@ def batch_to_pharaoh(batch: PreparedBatch) -> dict[str, str]:
     for b, ex in enumerate(batch.examples):
         if ex.tgt_words:  # subword tokens: links between words (word_attention)
             words = word_attention(tr.attention[b].mean(0).cpu(), ex.src_words, ex.tgt_words)
-            out[ex.id] = to_pharaoh(words, torch.ones(words.size(1), dtype=torch.bool))
+            valid = torch.ones(words.size(1), dtype=torch.bool, device=words.device)
+            out[ex.id] = to_pharaoh(words, valid)
             continue
         n_target = int((tr.step_mask[b] & (tr.tgt_out[b] != EOS_ID)).sum())
         out[ex.id] = to_pharaoh(tr.attention[b], ~tr.pad_mask[b], n_target)
