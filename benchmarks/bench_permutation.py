@@ -104,6 +104,7 @@ def per_step_loop(model, batch: PreparedBatch, cfg) -> pd.DataFrame:
     (unfolded) form: what batching over examples alone gives, the fast path's first reference."""
     tr = batch.trace
     steps = _steps(batch)
+    plain = _plain(model)  # looked up once, outside the timed loop
     with eval_mode(model), torch.no_grad():
         perm = _permutations(batch, cfg)
         base = base_probs(model, tr, cfg.chunk_rows)
@@ -116,7 +117,7 @@ def per_step_loop(model, batch: PreparedBatch, cfg) -> pd.DataFrame:
             only_t[:, t] = steps[:, t]
             for p in range(p_count):
                 logits = model.logits_given_attention(
-                    tr, perm.weights[:, p], cfg.chunk_rows, only_t, **_plain(model)
+                    tr, perm.weights[:, p], cfg.chunk_rows, only_t, **plain
                 )
                 probs[:, p, t] = torch.softmax(logits[:, t], -1)
     return _reduce(batch, probs, base, perm)

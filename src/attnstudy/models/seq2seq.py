@@ -23,7 +23,7 @@ from .attention import Memory
 from .decoder import Decoder, DecoderState
 from .decoding import BOS_ID, EOS_ID, PAD_ID, Decoding
 from .encoder import RecurrentEncoder
-from .trace import ALL, Decoded, Trace, eval_mode
+from .trace import ALL, Decoded, Trace, eval_mode, folded_rows
 
 __all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "Decoded", "RecurrentTrace", "Seq2Seq", "eval_mode"]
 
@@ -301,44 +301,20 @@ class Seq2Seq(Decoding, nn.Module):
             logits (B, P, T_y, V) (or (B, T_y, V) when ``single``); 0 where not computed.
         """
         dec = self.decoder
-        b, p, h, t_y, t_x = weights.shape
+        b, t_y = weights.size(0), weights.size(3)
         w_ctx, w_state = self._luong_split()
         projected = self.value_contributions(trace.memory) @ w_ctx.T  # (B, H·T_x, hidden)
         state = torch.addmm(dec.combine.bias, trace.prefix.flatten(0, 1), w_state.T)
         state = state.view(b, t_y, -1)
-        out = weights.new_zeros(b, p, t_y, dec.output.out_features)
-        steps_of = [m.nonzero().squeeze(1) for m in mask]  # real steps per example
-        rows_of = [p * len(s) for s in steps_of]
-        example = 0
-        while example < b:  # chunks of whole examples, about chunk_rows rows each
-            first, rows = example, 0
-            while example < b and (rows == 0 or rows + rows_of[example] <= chunk_rows):
-                rows += rows_of[example]
-                example += 1
-            parts = []
-            for e in range(first, example):
-                steps = steps_of[e]
-                n = len(steps)
-                if n == 0:
-                    continue
-                # (P, n, H·T_x) attention rows of the example's real steps, beside a one-hot of
-                # the step: the product adds the step's state term
-                rows_e = weights[e].index_select(2, steps).permute(0, 2, 1, 3).reshape(p * n, -1)
-                onehot = torch.eye(n, dtype=rows_e.dtype, device=rows_e.device).repeat(p, 1)
-                keys = torch.cat([projected[e], state[e].index_select(0, steps)], 0)
-                parts.append(torch.cat([rows_e, onehot], 1) @ keys)  # (P·n, hidden)
-            if not parts:
-                continue
-            hidden = torch.tanh_(torch.cat(parts, 0))  # h̃ (rows, hidden)
-            logits = dec.output(hidden)  # (rows, V)
-            offset = 0
-            for e in range(first, example):
-                steps = steps_of[e]
-                n = len(steps)
-                if n:
-                    block = logits[offset : offset + p * n].view(p, n, -1)
-                    out[e].index_copy_(1, steps, block)
-                    offset += p * n
+        out = folded_rows(
+            weights,
+            mask,
+            projected,
+            state,
+            lambda x, bi, ti: dec.output(torch.tanh_(x)),  # h̃ (rows, hidden) → logits
+            dec.output.out_features,
+            chunk_rows,
+        )
         return out[:, 0] if single else out
 
     def rows_given_attention(

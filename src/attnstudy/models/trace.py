@@ -18,6 +18,7 @@ Each family subclasses :class:`Trace` with the state its local intervention need
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 
@@ -214,3 +215,69 @@ def eval_mode(model: nn.Module):
 def causal_mask(t: int, device=None) -> Tensor:
     """bool (T, T), True above the diagonal: position i may not attend to j > i."""
     return torch.ones(t, t, dtype=torch.bool, device=device).triu(1)
+
+
+def folded_rows(
+    weights: Tensor,
+    mask: Tensor,
+    projected: Tensor,
+    per_step: Tensor,
+    finish: Callable[[Tensor, Tensor, Tensor], Tensor],
+    n_out: int,
+    chunk_rows: int = 4096,
+) -> Tensor:
+    """A local intervention whose first layer is linear in the attention row, folded: the shared
+    loop of the Luong flow's and the Transformer's folded forms.
+
+    Per example, the rows of its real steps (all P replacements) are one product
+    ``[α_row, e_step] @ [projected; per_step[steps]]``: the attention row (H·T_x values) beside a
+    one-hot of its step, so the step's own term (a state term, a residual stream) is added inside
+    the product. Only real steps are computed; examples go in chunks of about ``chunk_rows``
+    rows (at least one example), and ``finish`` takes each chunk the rest of the way.
+
+    Args:
+        weights: (B, P, H, T_y, T_x) replacement rows of every head.
+        mask: bool (B, T_y), the steps computed.
+        projected: (B, H·T_x, d), row h·T_x + j what position j of head h adds per unit of
+            attention (the values through the layer's weight on the context).
+        per_step: (B, T_y, d), each step's term (the same for every replacement).
+        finish: ``fn(x (N, d), b_idx (N,), t_idx (N,)) -> logits (N, n_out)``; rows in
+            (example, replacement, step) order.
+        n_out: output size V.
+        chunk_rows: rows per chunk.
+
+    Returns:
+        logits (B, P, T_y, V); 0 where not computed.
+    """
+    b, p = weights.shape[:2]
+    out = weights.new_zeros(b, p, mask.size(1), n_out)
+    steps_of = [m.nonzero().squeeze(1) for m in mask]  # real steps per example
+    example = 0
+    while example < b:
+        lo, n_rows = example, 0
+        while example < b and (n_rows == 0 or n_rows + p * len(steps_of[example]) <= chunk_rows):
+            n_rows += p * len(steps_of[example])
+            example += 1
+        parts, bi, ti = [], [], []
+        for e in range(lo, example):
+            steps = steps_of[e]
+            n = len(steps)
+            if n == 0:
+                continue
+            rows_e = weights[e].index_select(2, steps).permute(0, 2, 1, 3).reshape(p * n, -1)
+            onehot = torch.eye(n, dtype=rows_e.dtype, device=rows_e.device).repeat(p, 1)
+            keys = torch.cat([projected[e], per_step[e].index_select(0, steps)], 0)
+            parts.append(torch.cat([rows_e, onehot], 1) @ keys)  # (P·n, d)
+            bi.append(torch.full((p * n,), e, dtype=torch.long, device=steps.device))
+            ti.append(steps.repeat(p))
+        if not parts:
+            continue
+        logits = finish(torch.cat(parts, 0), torch.cat(bi), torch.cat(ti))
+        offset = 0
+        for e in range(lo, example):
+            steps = steps_of[e]
+            n = len(steps)
+            if n:
+                out[e].index_copy_(1, steps, logits[offset : offset + p * n].view(p, n, -1))
+                offset += p * n
+    return out

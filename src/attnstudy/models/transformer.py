@@ -39,7 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from .decoding import PAD_ID, Decoding
-from .trace import ALL, Trace
+from .trace import ALL, Trace, folded_rows
 
 __all__ = ["Transformer", "TransformerMemory", "TransformerTrace", "sinusoidal_positions"]
 
@@ -642,7 +642,7 @@ class Transformer(Decoding, nn.Module):
         Returns:
             logits (B, P, T_y, V), 0 where not computed.
         """
-        b, p, h, t_y, t_x = weights.shape
+        b, _, h, _, t_x = weights.shape
         layer = self.decoder_layers[first]
         att = layer.cross_attn
         d = att.out_proj.out_features
@@ -650,49 +650,21 @@ class Transformer(Decoding, nn.Module):
         projected = torch.einsum("bhxk,hkd->bhxd", trace.memory.values[:, first], w_o)
         projected = projected.reshape(b, h * t_x, d)  # row h·T_x + j: W^O_h v_hj
         base = trace.mids[:, :, first] + att.out_proj.bias  # (B, T_y, d)
-        out = weights.new_zeros(b, p, t_y, self.output.out_features)
-        steps_of = [m.nonzero().squeeze(1) for m in mask]
-        example = 0
-        while example < b:  # chunks of whole examples, about chunk_rows rows each
-            lo, n_rows = example, 0
-            while example < b and (
-                n_rows == 0 or n_rows + p * len(steps_of[example]) <= chunk_rows
-            ):
-                n_rows += p * len(steps_of[example])
-                example += 1
-            parts, bi, ti = [], [], []
-            for e in range(lo, example):
-                steps = steps_of[e]
-                n = len(steps)
-                if n == 0:
-                    continue
-                rows_e = weights[e].index_select(2, steps).permute(0, 2, 1, 3).reshape(p * n, -1)
-                onehot = torch.eye(n, dtype=rows_e.dtype, device=rows_e.device).repeat(p, 1)
-                keys = torch.cat([projected[e], base[e].index_select(0, steps)], 0)
-                parts.append(torch.cat([rows_e, onehot], 1) @ keys)  # (P·n, d)
-                bi.append(torch.full((p * n,), e, dtype=torch.long, device=steps.device))
-                ti.append(steps.repeat(p))
-            if not parts:
-                continue
-            x = torch.cat(parts, 0)
+
+        def finish(x: Tensor, bi: Tensor, ti: Tensor) -> Tensor:
             if not layer.sub.pre:
                 x = layer.sub.norms[1](x)
             x = layer.feed_forward(x)
-            bi, ti = torch.cat(bi), torch.cat(ti)
             for m in range(first + 1, self.layers):
                 upper = self.decoder_layers[m]
                 x = self._row_self_attention(upper, m, x, trace, bi, ti + trace.offset)
                 x = self._row_cross_attention(upper, m, x, trace.memory, bi)
                 x = upper.feed_forward(x)
-            logits = self._logits(x)
-            offset = 0
-            for e in range(lo, example):
-                steps = steps_of[e]
-                n = len(steps)
-                if n:
-                    out[e].index_copy_(1, steps, logits[offset : offset + p * n].view(p, n, -1))
-                    offset += p * n
-        return out
+            return self._logits(x)
+
+        return folded_rows(
+            weights, mask, projected, base, finish, self.output.out_features, chunk_rows
+        )
 
     def _row_self_attention(
         self, layer: DecoderLayer, m: int, x: Tensor, trace: TransformerTrace, bi, t_abs
