@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXPERIMENT ?= experiments/quickstart.toml
 
-.PHONY: setup test-deps browser-deps cluster-deps run test test-fast bench docs ui lint clean
+.PHONY: setup test-deps browser-deps cluster-deps run hf-example test test-fast bench docs ui lint clean
 
 setup: $(STAMP)
 
@@ -54,6 +54,13 @@ cluster-deps:
 
 run: setup
 	$(VENV)/bin/attnstudy run $(EXPERIMENT)
+
+# Your own Hugging Face model, end to end offline: the [hf] extra, a tiny Marian model built and
+# fine-tuned here (nothing can be downloaded), then the study with it beside a recurrent model.
+hf-example: setup
+	@$(PY) -m pip install -q -e '.[hf]'
+	@[ -f build/tiny-marian/config.json ] || $(PY) -m attnstudy.models.hf_tiny build/tiny-marian
+	$(VENV)/bin/attnstudy run experiments/hf-example.toml
 
 test: setup test-deps lint
 	$(PY) -m pytest

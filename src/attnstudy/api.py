@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import json
 import tempfile
 import time
@@ -27,12 +28,14 @@ from .data.vocab import Vocab
 from .devices import resolve_device
 from .experiment import ExperimentConfig
 from .inference import predict_loaded
-from .metrics import evaluate, per_example
+from .metrics import heldout_metrics, per_example
 from .models.io import LoadedModel, ModelLoadError, load_model_dir, save_model_dir
 from .notices import notice
 from .paths import checkpoint_dir, default_tracking_uri, git_commit
+from .run_pages import timing_metrics
 from .tracking import Artifact, Kind, Tag, Tracker, check_server, resolve_timeout, store
 from .tracking import models as packaging
+from .tracking.client import UnfinishedRunError
 from .tracking.schema import Metric as MetricName
 from .training import (
     checkpoint_lock,
@@ -170,9 +173,19 @@ def _run_tags(
     return tags
 
 
+def folder_digests_of(spec: RunSpec) -> dict[str, str] | None:
+    """A pretrained model's folder digests (:func:`attnstudy.hf_folder.folder_digests`), None
+    for a model trained here."""
+    if spec.model.architecture != "hf":
+        return None
+    from .hf_folder import folder_digests
+
+    return folder_digests(spec.model.folder)
+
+
 def model_key(spec: RunSpec) -> str:
     """:meth:`RunSpec.model_key` with the digest of the spec's data (loads the data, cached)."""
-    return spec.model_key(task_data(spec).digest)
+    return spec.model_key(task_data(spec).digest, folder_digests_of(spec))
 
 
 def train_spec(
@@ -184,7 +197,9 @@ def train_spec(
     resume: bool = False,
     progress: bool = True,
 ) -> ModelRun:
-    """Train one model (or reuse a finished run with the same model key) and log it.
+    """Train one model (or reuse a finished run with the same model key) and log it; a
+    pretrained variant (``model.source = "hf:FOLDER"``) is evaluated instead
+    (:func:`attnstudy.pretrained.evaluate_pretrained`).
 
     The model key (:meth:`RunSpec.model_key`) covers the used config fields and the data digest;
     a finished run with that key whose model files are in the store is reused (``ModelRun.reason``
@@ -195,7 +210,10 @@ def train_spec(
         KILLED and the last complete checkpoint is kept for ``resume``.
     """
     data = task_data(spec)
-    key = spec.model_key(data.digest)
+    digests = folder_digests_of(spec)
+    key = spec.model_key(data.digest, digests)
+    if digests is not None:  # a pretrained model: evaluated, not trained
+        return _pretrained_spec(spec, tracker, experiment_id, study_id, retrain, data, key, digests)
     if not retrain:
         existing = store.find_finished_model(tracker, experiment_id, key)
         if existing is not None:
@@ -228,6 +246,42 @@ def train_spec(
             final,
             early_stopping_metric(spec),
         )
+    return ModelRun(run_id, spec, False, final, key, "")
+
+
+def _pretrained_spec(
+    spec: RunSpec,
+    tracker: Tracker,
+    experiment_id: str,
+    study_id: str | None,
+    retrain: bool,
+    data: TaskData,
+    key: str,
+    digests: dict[str, str],
+) -> ModelRun:
+    """:func:`train_spec` for a pretrained variant: a FINISHED model run of the same key (same
+    data, same folder files) is reused, else the model is evaluated
+    (:func:`attnstudy.pretrained.evaluate_pretrained`)."""
+    from .pretrained import evaluate_pretrained
+
+    if not retrain:
+        for run in tracker.search_runs(
+            [experiment_id],
+            f"tags.{Tag.MODEL_KEY} = '{key}' and tags.{Tag.KIND} = '{Kind.MODEL}' "
+            "and attributes.status = 'FINISHED'",
+            max_results=1,
+        ):
+            if study_id:
+                store.add_study(tracker, run, study_id)
+            reason = (
+                f"finished run {run.run_id} has the same model key {key} (the same folder files "
+                f"evaluated on the same data, digest {data.digest[:12]})"
+            )
+            return ModelRun(run.run_id, spec, True, dict(run.metrics), key, reason)
+    tags = _run_tags(spec, study_id, Kind.MODEL, key, data.digest)
+    run_id, final = evaluate_pretrained(
+        spec, data.splits, data.digest, digests, tracker, experiment_id, study_id, tags
+    )
     return ModelRun(run_id, spec, False, final, key, "")
 
 
@@ -352,23 +406,6 @@ def _train_run(
     return run_id, model_id, final
 
 
-def heldout_metrics(hyps: list[list[str]], test: list, is_heldout) -> dict[str, float]:
-    """``test_heldin/*`` and ``test_heldout/*`` metrics when the test split mixes both (the dates task
-    holds out locales/patterns; ``is_heldout`` is its registry entry's test, None for tasks without
-    a held-out part); empty otherwise. Reuses the decoded ``hyps``."""
-    if is_heldout is None:
-        return {}
-    held = [is_heldout(ex.id) for ex in test]
-    if not any(held) or all(held):
-        return {}
-    out: dict[str, float] = {}
-    for name, want in (("heldin", False), ("heldout", True)):
-        idx = [i for i, h in enumerate(held) if h == want]
-        metrics = evaluate([hyps[i] for i in idx], [test[i] for i in idx])
-        out.update({f"test_{name}/{k}": v for k, v in metrics.items()})
-    return out
-
-
 def open_tracker(cfg: ExperimentConfig, devices_here: bool = True) -> Tracker:
     """The experiment's store, opened in the order a study needs: a tracking server is checked
     (read-only) first, then every variant's data is loaded and checked (and, when the work runs in
@@ -433,6 +470,15 @@ def check_data(cfg: ExperimentConfig) -> None:
         DataError: a missing or malformed data file, an empty split, …
     """
     for spec in cfg.runs():
+        if spec.model.architecture == "hf":
+            from .hf_folder import HFError, check_folder
+
+            check_folder(spec.model.folder)
+            if importlib.util.find_spec("transformers") is None:
+                raise HFError(
+                    f"{spec.name}: a pretrained model needs the optional extra: "
+                    "pip install 'attnstudy[hf]'"
+                )
         splits, _, _ = load_data(spec)
         for name in ("train", "dev", "test"):
             if not getattr(splits, name):
@@ -456,6 +502,21 @@ def load_model(
     if Path(uri).is_dir():
         return "", load_model_dir(uri)
     tracker = tracker or Tracker(create=False)
+    if uri.startswith("runs:/"):
+        from .pretrained import TAG_FOLDER, load_model_run
+
+        run_id = uri.removeprefix("runs:/").strip("/")
+        try:
+            run = tracker.get_run(run_id)
+        except Exception:  # noqa: BLE001 - the download below names the missing run
+            run = None
+        if run is not None and TAG_FOLDER in run.tags:  # a pretrained model's run
+            if run.status != "FINISHED" and not force:
+                raise UnfinishedRunError(
+                    f"{uri}: run {run_id} is {run.status}: its evaluation may be incomplete; "
+                    "use --force to use it anyway"
+                )
+            return run_id, load_model_run(tracker, run_id)
     with tempfile.TemporaryDirectory() as tmp:
         run_id, local = packaging.download_model_dir(tracker, uri, tmp, allow_unfinished=force)
         try:
@@ -490,10 +551,10 @@ def checked_task_data(loaded: LoadedModel, trained_digest: str | None, where: st
         DataError: the data changed since training (another digest, or other vocabularies).
     """
     data = task_data(loaded.spec)
-    changed = (
-        (trained_digest is not None and trained_digest != data.digest)
-        or data.src_vocab != loaded.src_vocab
-        or data.tgt_vocab != loaded.tgt_vocab
+    pretrained = loaded.spec.model.architecture == "hf"  # its vocabulary is its tokenizer's
+    changed = (trained_digest is not None and trained_digest != data.digest) or (
+        not pretrained
+        and (data.src_vocab != loaded.src_vocab or data.tgt_vocab != loaded.tgt_vocab)
     )
     if changed:
         raise DataError(
@@ -529,8 +590,12 @@ def ablate_run(
     model_run = tracker.get_run(model_run_id)
     data = checked_task_data(loaded, model_run.tags.get(Tag.DATA_DIGEST), f"runs:/{model_run_id}")
     examples = data.splits.test[: cfg.n_examples]
+    if spec.model.architecture == "hf":  # as the model's tokenizer splits them
+        from .pretrained import analysed_examples
+
+        examples = analysed_examples(loaded.model, spec, examples)
     exp_id = model_run.experiment_id
-    key = model_run.tags.get(Tag.MODEL_KEY) or spec.model_key(data.digest)
+    key = model_run.tags.get(Tag.MODEL_KEY) or spec.model_key(data.digest, folder_digests_of(spec))
     device = resolve_device(cfg.device, "ablation.device")
     tags = _run_tags(spec, study_id, Kind.ABLATION, key, data.digest) | {
         Tag.SOURCE_RUN_ID: model_run_id,
@@ -590,16 +655,6 @@ def ablate_run(
     return run_id, result
 
 
-def timing_metrics(result, prefix: str, seconds: float) -> dict[str, float]:
-    """Where an ablation run's time went: ``timing/<ablation>_seconds`` (wall-clock seconds in
-    each ablation's function) and ``timing/steps_per_second`` (analysed decoder steps of the
-    analysis prefix per second of the whole suite, traces and summaries included)."""
-    out = {f"timing/{n}_seconds": v for n, v in result.seconds.items()}
-    if result.steps.get(prefix):
-        out["timing/steps_per_second"] = result.steps[prefix] / max(seconds, 1e-9)
-    return out
-
-
 def ablate(
     uri: str,
     cfg: AblationConfig | None = None,
@@ -622,6 +677,59 @@ def ablate(
     if not run_id:
         raise ValueError("ablate needs a model in the tracking store (runs:/… or models:/…)")
     return ablate_run(run_id, loaded, cfg or AblationConfig(), tracker, None, progress)
+
+
+def ablate_pretrained_on_experiment(
+    uri: str, cfg: ExperimentConfig, abl: AblationConfig, progress: bool = True
+):
+    """``attnstudy ablate hf:FOLDER --data EXPERIMENT.toml``: the pretrained model evaluated on
+    the experiment's task (its base ``[data]``; a model run in the experiment's MLflow
+    experiment, reused while the folder's files and the data are unchanged) and the battery run
+    on the first ``abl.n_examples`` test examples, as for a study's pretrained variant — but in
+    no study.
+
+    Args:
+        uri: ``hf:FOLDER`` (relative to the working directory).
+        cfg: the :class:`attnstudy.experiment.ExperimentConfig`; its store is used.
+        abl: the ablation settings.
+
+    Returns:
+        (model run id, ablation run id, :class:`~attnstudy.analysis.suite.SuiteResult`).
+
+    Raises:
+        HFError, DataError: an unusable folder or data, before anything is written.
+        TrackingError: the store.
+    """
+    from pydantic import ValidationError
+
+    from .config import ConfigError, _describe
+    from .hf_folder import HF_PREFIX, check_folder
+    from .pretrained import load_model_run
+
+    folder = Path(uri.removeprefix(HF_PREFIX)).expanduser().resolve()
+    try:
+        spec = RunSpec(
+            experiment=cfg.experiment.name,
+            seed=cfg.experiment.seeds[0],
+            data=cfg.data,
+            model={"source": f"{HF_PREFIX}{folder}"},
+            training=cfg.training,
+        )
+    except ValidationError as err:
+        raise ConfigError(_describe(err)) from None
+    check_folder(folder)
+    load_data(spec)  # bad data is refused before the store is touched
+    tracking_uri = cfg.experiment.tracking_uri or default_tracking_uri()
+    timeout = resolve_timeout(cfg.experiment.tracking_timeout)
+    check_server(tracking_uri, timeout)
+    tracker = Tracker(tracking_uri, timeout)
+    exp_id = tracker.experiment_id(cfg.experiment.name)
+    model_run = train_spec(spec, tracker, exp_id, progress=progress)
+    loaded = load_model_run(tracker, model_run.run_id)
+    run_id, result = ablate_run(
+        model_run.run_id, loaded, abl, tracker, None, progress, cfg.report.verdict
+    )
+    return model_run.run_id, run_id, result
 
 
 @dataclass

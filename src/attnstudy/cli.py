@@ -151,13 +151,20 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "model_uri",
         help="runs:/<run_id>, models:/<name>/<version>, models:/<name>@<alias>, or hf:FOLDER (a "
-        "Hugging Face encoder-decoder saved with save_pretrained; needs --tsv)",
+        "Hugging Face encoder-decoder saved with save_pretrained; needs --tsv or --data)",
     )
     sp.add_argument(
         "--tsv",
         default=None,
         metavar="FILE",
         help="examples for a pretrained model: UTF-8 lines source<TAB>target[<TAB>links]",
+    )
+    sp.add_argument(
+        "--data",
+        default=None,
+        metavar="EXPERIMENT.toml",
+        help="for a pretrained model (hf:FOLDER): the task data of this experiment file's [data] "
+        "(its test split), its [ablation] settings (the flags below win) and its store",
     )
     sp.add_argument(
         "--ablations",
@@ -253,8 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _ablation_config(args) -> AblationConfig:
-    values: dict = {}
+def _ablation_config(args, base: AblationConfig | None = None) -> AblationConfig:
+    """The ablation settings of ``ablate``: the flags over ``base`` (an experiment's
+    ``[ablation]``) or over the defaults."""
+    values: dict = base.model_dump() if base is not None else {}
     if args.ablations is not None:
         names = [a.strip() for a in args.ablations.split(",") if a.strip()]
         if not names:
@@ -324,15 +333,27 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
             server.check_args(args.backend_store_uri, args.artifacts, args.host, args.port)
         except ValueError as err:
             raise UsageError(str(err)) from None
-    if args.command == "ablate":
+    if args.command == "ablate" and getattr(args, "data", None):
+        cfg = load_experiment(args.data)
+        abl = _ablation_config(args, cfg.ablation)
+    elif args.command == "ablate":
         abl = _ablation_config(args)
     if args.command in ("predict", "ablate"):
         uri = args.model_uri
         if args.command == "predict" and args.beam < 1:
             raise UsageError(f"--beam must be at least 1, got {args.beam}")
+        if args.command == "ablate" and args.tsv and args.data:
+            raise UsageError("give the examples once: --tsv FILE or --data EXPERIMENT.toml")
+        if args.command == "ablate" and args.data and not uri.startswith("hf:"):
+            raise UsageError(
+                f"--data applies to a pretrained model (hf:FOLDER); {uri} already names its data"
+            )
         if args.command == "ablate" and uri.startswith("hf:"):
-            if not args.tsv:
-                raise UsageError(f"{uri}: a pretrained model needs its examples: add --tsv FILE")
+            if not (args.tsv or args.data):
+                raise UsageError(
+                    f"{uri}: a pretrained model needs its examples: add --tsv FILE or "
+                    "--data EXPERIMENT.toml"
+                )
         elif not (
             uri.startswith(("runs:/", "models:/"))
             or (args.command == "predict" and Path(uri).is_dir())
@@ -523,7 +544,12 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
                 print("\t(this model has no attention)")
         return EXIT_OK
     if args.command == "ablate":
-        if args.tsv or args.model_uri.startswith("hf:"):
+        if args.data:
+            model_run_id, run_id, result = api.ablate_pretrained_on_experiment(
+                args.model_uri, cfg, abl, progress=progress
+            )
+            print(f"model run: runs:/{model_run_id}")
+        elif args.tsv or args.model_uri.startswith("hf:"):
             from . import pretrained
 
             tracker = _store(args, create=args.model_uri.startswith("hf:"))
@@ -597,19 +623,23 @@ def _printable(text: str) -> str:
 def _print_model(r) -> None:
     keys = [k for k in ("test/per", "test/wer", "test/exact_match") if k in r.metrics]
     summary = ", ".join(f"{k} {r.metrics[k]:.4f}" for k in keys)
-    print(
-        f"{'reused' if r.reused else 'trained'} {r.spec.name}: runs:/{r.run_id}"
-        + (f" ({summary})" if summary else "")
-    )
+    print(f"{_verb(r)} {r.spec.name}: runs:/{r.run_id}" + (f" ({summary})" if summary else ""))
     if r.reused:
         print(f"  reused because the {r.reason}")
+
+
+def _verb(m) -> str:
+    """What happened to a study's model: reused, trained, or (a pretrained one) evaluated."""
+    if m.reused:
+        return "reused"
+    return "evaluated" if m.spec.model.architecture == "hf" else "trained"
 
 
 def _print_study(out) -> None:
     for m in out.models:
         abl = out.ablations.get(m.run_id)
         print(
-            f"{'reused' if m.reused else 'trained'} {m.spec.name}: runs:/{m.run_id}"
+            f"{_verb(m)} {m.spec.name}: runs:/{m.run_id}"
             + (f", ablations runs:/{abl}" if abl else ", no ablations")
         )
     for f in out.failures:

@@ -16,6 +16,7 @@ import hashlib
 import json
 import re
 import tomllib
+from pathlib import PurePath
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -26,6 +27,7 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -345,29 +347,129 @@ class TransformerConfig(_Strict):
         return self
 
 
+def decoder_shape(config: dict[str, Any]) -> tuple[int, int]:
+    """(decoder layers, cross-attention heads) from a Hugging Face ``config.json`` dict: Marian
+    and BART name them ``decoder_layers`` / ``decoder_attention_heads``, T5
+    ``num_decoder_layers`` (else ``num_layers``) / ``num_heads``.
+
+    Raises:
+        ConfigError: neither naming is present.
+    """
+    for layers, heads in (
+        ("decoder_layers", "decoder_attention_heads"),
+        ("num_decoder_layers", "num_heads"),
+        ("num_layers", "num_heads"),
+    ):
+        if isinstance(config.get(layers), int) and isinstance(config.get(heads), int):
+            return config[layers], config[heads]
+    raise ConfigError(
+        f"config of model_type {config.get('model_type')!r} names no decoder layers and heads"
+    )
+
+
+class PretrainedConfig(_Strict):
+    """A researcher's own Hugging Face encoder-decoder, ``source = "hf:FOLDER"`` (Marian, BART
+    or T5 saved with ``save_pretrained``): evaluated and ablated on the experiment's data, not
+    trained (:mod:`attnstudy.pretrained`). ``architecture = "hf"`` is implied by ``source``.
+
+    The model key covers the folder's config, tokenizer and weight digests
+    (:func:`attnstudy.hf_folder.folder_digests`), not its path: the same files elsewhere are the
+    same model, a changed file is another one.
+    """
+
+    architecture: Literal["hf"] = "hf"
+    source: str = Field(max_length=4096)
+
+    @field_validator("source")
+    @classmethod
+    def _hf_uri(cls, v: str) -> str:
+        if not v.startswith("hf:") or not v[3:].strip():
+            raise ValueError(
+                f"model.source must be hf:FOLDER (a save_pretrained folder), got {v!r}"
+            )
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _other_architecture(cls, values: Any) -> Any:
+        if isinstance(values, dict):
+            foreign = sorted(set(values) - {"architecture", "source"})
+            if foreign:
+                raise ValueError(
+                    f"'{foreign[0]}' does not apply to a pretrained model (source = hf:…), whose "
+                    "architecture is in its folder; remove it"
+                )
+        return values
+
+    @property
+    def folder(self) -> str:
+        """The model folder (absolute once the experiment file resolved it)."""
+        return self.source[3:]
+
+    @property
+    def attention(self) -> str:
+        """The attention tag of a pretrained model: ``pretrained`` (multi-head cross-attention in
+        every decoder layer, as its config says)."""
+        return "pretrained"
+
+    @property
+    def label(self) -> str:
+        """The variant label ``hf-<folder name>``."""
+        return f"hf-{PurePath(self.folder).name}"
+
+    def _shape(self) -> tuple[int, int]:
+        path = PurePath(self.folder) / "config.json"
+        try:
+            with open(path, encoding="utf-8") as f:
+                raw = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{path}: cannot read the model's config ({e})") from None
+        return decoder_shape(raw if isinstance(raw, dict) else {})
+
+    @property
+    def n_layers(self) -> int:
+        """Decoder layers with cross-attention, from the folder's ``config.json``.
+
+        Raises:
+            HFError: the folder or its config is unreadable.
+        """
+        return self._shape()[0]
+
+    @property
+    def n_heads(self) -> int:
+        """Cross-attention heads, from the folder's ``config.json``."""
+        return self._shape()[1]
+
+
 RNN_ONLY_KEYS = set(ModelConfig.model_fields) - set(TransformerConfig.model_fields)
 """Keys of the recurrent family that a Transformer config refuses (``cell``, ``flow``, …)."""
 TRANSFORMER_ONLY_KEYS = set(TransformerConfig.model_fields) - set(ModelConfig.model_fields)
 """Keys of the Transformer that a recurrent config refuses (``d_model``, …)."""
-ARCHITECTURES = ("rnn", "transformer")
+ARCHITECTURES = ("rnn", "transformer", "hf")
 
 
 def _architecture(value: Any) -> str:
     if isinstance(value, dict):
-        return value.get("architecture", "rnn")
+        return value.get("architecture", "hf" if "source" in value else "rnn")
     return getattr(value, "architecture", "rnn")
 
 
 AnyModelConfig = Annotated[
-    Annotated[ModelConfig, Tag("rnn")] | Annotated[TransformerConfig, Tag("transformer")],
+    Annotated[ModelConfig, Tag("rnn")]
+    | Annotated[TransformerConfig, Tag("transformer")]
+    | Annotated[PretrainedConfig, Tag("hf")],
     Discriminator(_architecture),
 ]
-"""A model section: :class:`ModelConfig` (``architecture = "rnn"``, the default) or
-:class:`TransformerConfig`."""
+"""A model section: :class:`ModelConfig` (``architecture = "rnn"``, the default),
+:class:`TransformerConfig`, or :class:`PretrainedConfig` (``source = "hf:FOLDER"``)."""
+
+_MODEL_CLASSES = {"rnn": ModelConfig, "transformer": TransformerConfig, "hf": PretrainedConfig}
 
 
-def validate_model_config(raw: dict[str, Any]) -> ModelConfig | TransformerConfig:
-    """Validate a raw model section of either architecture.
+def validate_model_config(
+    raw: dict[str, Any],
+) -> ModelConfig | TransformerConfig | PretrainedConfig:
+    """Validate a raw model section of any architecture.
 
     Raises:
         ValidationError: as pydantic (an unknown architecture names the valid ones).
@@ -377,7 +479,7 @@ def validate_model_config(raw: dict[str, Any]) -> ModelConfig | TransformerConfi
         raise ValueError(
             f"model.architecture: unknown value {arch!r}; valid: {', '.join(ARCHITECTURES)}"
         )
-    return (TransformerConfig if arch == "transformer" else ModelConfig).model_validate(raw)
+    return _MODEL_CLASSES[arch].model_validate(raw)
 
 
 class TrainingConfig(_Strict):
@@ -473,11 +575,13 @@ NOT_IN_MODEL_KEY = {
     "data.train_path",
     "data.dev_path",
     "data.test_path",
+    "model.source",
     "training.threads",
     "training.device",
 }
 """Used fields that do not determine the trained model: file paths (their content is in the data
-digest), the thread count and the device."""
+digest; a pretrained model's folder is keyed on its files' digests), the thread count and the
+device."""
 MAX_PARAM_CHARS = 6000
 """MLflow's limit on a param value."""
 
@@ -488,7 +592,7 @@ def _section_fields(
     """Names of the fields of one section that the task and architecture use."""
     if section == "data":
         return [*COMMON_DATA_FIELDS, *TASK_DATA_FIELDS[task]]
-    if section == "model" and cfg.architecture == "transformer":
+    if section == "model" and cfg.architecture in ("transformer", "hf"):
         return list(type(cfg).model_fields)
     if section == "model":
         m = cfg
@@ -551,11 +655,15 @@ class RunSpec(_Strict):
         out: dict[str, dict[str, Any]] = {}
         for section in ("data", "model", "training"):
             cfg = getattr(self, section)
+            if section == "training" and self.model.architecture == "hf":
+                # not trained here: only the decoding budget of its evaluation applies
+                out[section] = {"max_decode_factor": cfg.max_decode_factor}
+                continue
             dumped = cfg.model_dump(mode="json")
             out[section] = {k: dumped[k] for k in _section_fields(section, cfg, self.data.task)}
         return out
 
-    def model_key(self, data_digest: str) -> str:
+    def model_key(self, data_digest: str, folder_digests: dict[str, str] | None = None) -> str:
         """The key of the trained model: reuse, ``--resume`` checkpoints and the tags all use it.
 
         SHA-256 (first 16 hex digits) of the schema version, the seed, the used fields (without
@@ -566,6 +674,11 @@ class RunSpec(_Strict):
 
         Args:
             data_digest: hex SHA-256 of the train/dev/test examples.
+            folder_digests: a pretrained model's config, tokenizer and weight digests
+                (:func:`attnstudy.hf_folder.folder_digests`), which replace its folder's path.
+
+        Raises:
+            ValueError: a pretrained model without ``folder_digests``.
         """
         payload: dict[str, Any] = {
             "schema": SCHEMA_VERSION,
@@ -587,6 +700,13 @@ class RunSpec(_Strict):
                     continue
                 kept[name] = value
             payload[section] = kept
+        if self.model.architecture == "hf":  # the folder's files, not its path
+            if folder_digests is None:
+                raise ValueError(
+                    "the model key of a pretrained model needs its folder's digests "
+                    "(attnstudy.hf_folder.folder_digests)"
+                )
+            payload["model"]["digests"] = dict(folder_digests)
         blob = json.dumps(payload, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

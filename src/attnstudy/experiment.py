@@ -26,6 +26,7 @@ from .config import (
     RunSpec,
     Seed,
     TrainingConfig,
+    _architecture,
     _deep_merge,
     _describe,
     _Strict,
@@ -86,10 +87,11 @@ class ExperimentConfig(_Strict):
         """
         specs: list[RunSpec] = []
         seen: dict[str, int] = {}
-        base_arch = self.model.get("architecture", "rnn")
+        base_arch = _architecture(self.model)
         for i, variant in enumerate(self.models):
             seeds = variant.seeds or self.experiment.seeds
-            arch = variant.model.get("architecture", base_arch)
+            own = "architecture" in variant.model or "source" in variant.model
+            arch = _architecture(variant.model) if own else base_arch
             merged = {
                 "data": _deep_merge(self.data, variant.data),
                 "model": _deep_merge(self.model, variant.model)
@@ -97,6 +99,12 @@ class ExperimentConfig(_Strict):
                 else dict(variant.model),
                 "training": _deep_merge(self.training, variant.training),
             }
+            if arch == "hf" and len(seeds) > 1:
+                raise ConfigError(
+                    f"models[{i}]: a pretrained model (source = hf:…) is not trained here, so "
+                    f"seeds {seeds} would all be the same model; give this [[models]] entry "
+                    "seeds = [1]"
+                )
             label = None
             for seed in seeds:
                 try:
@@ -165,7 +173,8 @@ def resolve_data_paths(
     raw: dict[str, Any], folder: Path, source: str = "config", check: bool = True
 ) -> dict[str, Any]:
     """Make the relative data paths of a raw experiment (``[data]`` and every ``[[models]]`` data
-    table: ``train_path``, ``dev_path``, ``test_path``) absolute against ``folder``.
+    table: ``train_path``, ``dev_path``, ``test_path``) and pretrained model folders
+    (``model.source = "hf:FOLDER"``) absolute against ``folder``.
 
     The rule: a relative path in an experiment file resolves against the file's folder, so an
     experiment runs the same from any working directory. With ``check``, a path that names a
@@ -193,6 +202,17 @@ def resolve_data_paths(
         if isinstance(variant, dict):
             tables.append((f"models[{i}].data", variant.get("data")))
     cwd = Path.cwd()
+    models = [("model", raw.get("model"))]
+    for i, variant in enumerate(raw.get("models") or []):
+        if isinstance(variant, dict):
+            models.append((f"models[{i}].model", variant.get("model")))
+    for _, table in models:
+        value = table.get("source") if isinstance(table, dict) else None
+        if isinstance(value, str) and value.startswith("hf:") and value[3:].strip():
+            model_dir = Path(value[3:]).expanduser()
+            if not model_dir.is_absolute():
+                model_dir = (folder / model_dir).resolve()
+            table["source"] = f"hf:{model_dir}"
     for where, table in tables:
         if not isinstance(table, dict):
             continue

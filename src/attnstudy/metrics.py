@@ -132,3 +132,20 @@ def per_example(
             }
         )
     return rows
+
+
+def heldout_metrics(hyps: list[list[str]], test: list, is_heldout) -> dict[str, float]:
+    """``test_heldin/*`` and ``test_heldout/*`` metrics when the test split mixes both (the dates task
+    holds out locales/patterns; ``is_heldout`` is its registry entry's test, None for tasks without
+    a held-out part); empty otherwise. Reuses the decoded ``hyps``."""
+    if is_heldout is None:
+        return {}
+    held = [is_heldout(ex.id) for ex in test]
+    if not any(held) or all(held):
+        return {}
+    out: dict[str, float] = {}
+    for name, want in (("heldin", False), ("heldout", True)):
+        idx = [i for i, h in enumerate(held) if h == want]
+        metrics = evaluate([hyps[i] for i in idx], [test[i] for i in idx])
+        out.update({f"test_{name}/{k}": v for k, v in metrics.items()})
+    return out

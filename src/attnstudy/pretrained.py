@@ -1,4 +1,6 @@
-"""The battery on a researcher's own pretrained model: ``attnstudy ablate hf:FOLDER --tsv FILE``.
+"""The battery on a researcher's own pretrained model: ``attnstudy ablate hf:FOLDER --tsv FILE``,
+``attnstudy ablate hf:FOLDER --data EXPERIMENT.toml``, and study variants ``[model] source =
+"hf:FOLDER"`` (:func:`evaluate_pretrained`, :func:`load_model_run`, :func:`analysed_examples`).
 
 The first use of a folder creates a *model run* recording the folder, the digests of its config,
 tokenizer and weights (:func:`attnstudy.models.hf.folder_digests`) and the transformers version;
@@ -22,16 +24,22 @@ import time
 from pathlib import Path
 
 from attnstudy.analysis.catalogue import AblationConfig
-from attnstudy.api import timing_metrics
 from attnstudy.data.alignment import parse_pharaoh
 from attnstudy.data.types import DataError, Example
+from attnstudy.hf_folder import HF_PREFIX
+from attnstudy.run_pages import timing_metrics
 from attnstudy.tracking import Tracker
 from attnstudy.tracking.schema import Artifact, Kind, Tag
 
-__all__ = ["HF_PREFIX", "ablate_pretrained", "load_recorded", "read_tsv"]
-
-HF_PREFIX = "hf:"
-"""The URI scheme of a ``save_pretrained`` folder on the command line."""
+__all__ = [
+    "HF_PREFIX",
+    "ablate_pretrained",
+    "analysed_examples",
+    "evaluate_pretrained",
+    "load_model_run",
+    "load_recorded",
+    "read_tsv",
+]
 
 TAG_FOLDER = "hf.folder"
 TAG_DIGEST = "hf.digest"
@@ -220,3 +228,174 @@ def ablate_pretrained(
             tracker.log_text(run_id, json.dumps(result.skipped, indent=2), Artifact.SKIPPED)
         tracker.log_metrics(run_id, summary)
     return model_run_id, run_id, result
+
+
+# --- pretrained variants of a study (``[model] source = "hf:FOLDER"``) -----------------------------
+JOIN = {"spaces": " ", "chars": ""}
+"""How a tokenization's tokens make the text again (what the model's tokenizer reads)."""
+
+
+def _joins(spec) -> tuple[str, str]:
+    from attnstudy.data.tasks import get_task
+
+    src, tgt = get_task(spec.data.task).tokenization(spec.data)
+    return JOIN[src], JOIN[tgt]
+
+
+def analysed_examples(model, spec, examples: list[Example]) -> list[Example]:
+    """The task's examples as the pretrained model sees them: each source and reference joined
+    into text by the task's tokenization (``spaces``: one space; ``chars``: nothing) and
+    re-tokenized by the model's tokenizer, gold links kept between the task's tokens
+    (:func:`attnstudy.models.hf.subword_examples`).
+
+    Raises:
+        HFError: gold links the tokenizer's subwords cannot be mapped back to.
+    """
+    from attnstudy.models.hf import subword_examples
+
+    src_join, tgt_join = _joins(spec)
+    return subword_examples(model, examples, src_join, tgt_join)
+
+
+def decode_words(model, spec, examples: list[Example], batch_size: int = 64) -> list[list[str]]:
+    """Greedy decoding of the task's examples, as the task's tokens.
+
+    Each source is re-tokenized (:func:`analysed_examples`), decoded greedily with a budget of
+    ``ceil(training.max_decode_factor × T_x) + 2`` steps (T_x in subword tokens, EOS included),
+    detokenized by the model's tokenizer and split by the task's target tokenization, so the
+    metrics compare words with words (not one subword segmentation with another).
+
+    Returns:
+        One token list per example.
+    """
+    import math
+
+    import torch
+
+    from attnstudy.data.batching import make_batches
+    from attnstudy.data.vocab import Vocab
+
+    sub = analysed_examples(model, spec, examples)
+    _, tgt_join = _joins(spec)
+    vocab: Vocab = model.vocab
+    factor = spec.training.max_decode_factor
+    hyps: list[list[str]] = [[] for _ in examples]
+    with torch.no_grad():
+        for batch in make_batches(sub, vocab, vocab, batch_size, shuffle=False):
+            budget = int(math.ceil(factor * int(batch.src_lengths.max()))) + 2
+            out = model.greedy(batch.src, batch.src_lengths, budget)
+            for i, ids, n in zip(batch.indices, out, batch.src_lengths.tolist()):
+                text = model.detokenize(ids[: int(math.ceil(factor * n)) + 2])
+                hyps[i] = list(text) if tgt_join == "" else text.split()
+    return hyps
+
+
+def evaluate_pretrained(
+    spec,
+    splits,
+    data_digest: str,
+    digests: dict[str, str],
+    tracker: Tracker,
+    experiment_id: str,
+    study_id: str | None,
+    tags: dict[str, str],
+) -> tuple[str, dict[str, float]]:
+    """The model run of a pretrained variant (``model.source = "hf:FOLDER"``): the folder
+    recorded, the model evaluated on the task's test split (greedy decoding, the task's metrics
+    and predictions table, as a trained model's run), nothing trained. Called by
+    :func:`attnstudy.api.train_spec`, which reuses a finished run of the same model key instead.
+
+    Args:
+        splits: the task's :class:`~attnstudy.data.types.Splits`; ``data_digest`` their digest.
+        digests: the folder's (:func:`attnstudy.hf_folder.folder_digests`).
+        tags: the run's tags (kind, task, variant, model key, study).
+
+    Returns:
+        (run id, final metrics).
+
+    Raises:
+        HFError: an unusable folder. DataError: bad data.
+    """
+    import pandas as pd
+    import transformers
+
+    from attnstudy import run_pages
+    from attnstudy.data.tasks import get_task
+    from attnstudy.metrics import evaluate, heldout_metrics, per_example
+    from attnstudy.models.hf import load_pretrained
+
+    folder = Path(spec.model.folder)
+    model = load_pretrained(folder)
+    tags = tags | {
+        Tag.ARCHITECTURE: f"hf:{model.hf.config.model_type}",
+        TAG_FOLDER: str(folder),
+        TAG_DIGEST: json.dumps(digests, sort_keys=True),
+        TAG_TRANSFORMERS: transformers.__version__,
+        Tag.DEVICE: "cpu",
+    }
+    run_id = tracker.start_run(experiment_id, spec.name, tags, study_id)
+    with tracker.active(run_id):
+        datasets = run_pages.log_model_datasets(tracker, run_id, spec, splits)
+        params, full = spec.flat_params()
+        tracker.log_params(
+            run_id,
+            params
+            | {
+                "model.model_type": model.hf.config.model_type,
+                "model.layers": model.layers,
+                "model.heads": model.heads,
+                "model.vocab_size": model.hf.config.vocab_size,
+                "data.n_test_examples": len(splits.test),
+                "data.digest": data_digest,
+            },
+        )
+        if full:
+            tracker.log_text(run_id, json.dumps(full, indent=2), Artifact.PARAMS_FULL)
+        tracker.log_text(run_id, spec.model_dump_json(indent=2), Artifact.CONFIG)
+        tracker.log_text(run_id, model.hf.config.to_json_string(), "hf/config.json")
+        t0 = time.perf_counter()
+        hyps = decode_words(model, spec, list(splits.test))
+        final = {f"test/{k}": v for k, v in evaluate(hyps, list(splits.test)).items()}
+        final["test/decode_seconds"] = time.perf_counter() - t0
+        final.update(heldout_metrics(hyps, splits.test, get_task(spec.data.task).heldout))
+        preds = pd.DataFrame(per_example(hyps, splits.test))
+        preds.insert(0, "example_id", [ex.id for ex in splits.test])
+        preds.insert(1, "src_len", [len(ex.src) for ex in splits.test])
+        tracker.log_table(run_id, preds, Artifact.PREDICTIONS)
+        tracker.log_metrics(run_id, final, dataset=datasets["test"])
+        em = final.get("test/exact_match", float("nan"))
+        tracker.set_tags(
+            run_id,
+            {
+                Tag.NOTE: (
+                    f"pretrained {model.hf.config.model_type} model from {folder} "
+                    f"({model.layers} decoder layers × {model.heads} heads), evaluated here on "
+                    f"{len(splits.test)} test examples of task {spec.data.task} (greedy exact "
+                    f"match {em:.3f}); not trained here"
+                )
+            },
+        )
+    return run_id, final
+
+
+def load_model_run(tracker: Tracker, run_id: str):
+    """The model of a pretrained variant's model run (:func:`evaluate_pretrained`) as a
+    :class:`attnstudy.models.io.LoadedModel`: the recorded folder, refused if it changed.
+
+    Raises:
+        DataError: the folder is gone or changed (:func:`load_recorded`), or the run has no
+            stored config (a run of ``ablate hf:FOLDER --tsv``: ablate it with ``--tsv`` again).
+    """
+    from attnstudy.config import RunSpec
+    from attnstudy.models.io import LoadedModel
+
+    if not tracker.has_artifact(run_id, Artifact.CONFIG):
+        raise DataError(
+            f"runs:/{run_id} is a pretrained model recorded by ablate hf:FOLDER --tsv FILE, "
+            "without a task: ablate it with --tsv FILE again"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        text = Path(tracker.download_artifact(run_id, Artifact.CONFIG, tmp)).read_text("utf-8")
+    spec = RunSpec.model_validate_json(text)
+    model = load_recorded(tracker, run_id)
+    return LoadedModel(model, spec, model.vocab, model.vocab)

@@ -4,7 +4,7 @@ mlflow only where it belongs, and the store's schema named in one place.
 Layers, bottom to top (a module may import its own layer and those below):
 
     base      attnstudy (the package), config, notices, signals, paths, progress
-    core      data.*, models.*, metrics, devices, training, inference
+    core      data.*, models.*, hf_folder, metrics, devices, training, inference
     analysis  analysis.*  (the catalogue, the ablations, the suite, figures)
     tracking  tracking.*  (client, schema, store, models)
     app       experiment, api, cli, report, serving, ui, ui_guard, server, distributed, pretrained
@@ -43,6 +43,7 @@ LAYERS = [
             "attnstudy.data.*",
             "attnstudy.models",
             "attnstudy.models.*",
+            "attnstudy.hf_folder",
             "attnstudy.metrics",
             "attnstudy.devices",
             "attnstudy.training",

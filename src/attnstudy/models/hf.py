@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import bisect
 import contextvars
-import hashlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,8 +42,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnstudy.data.types import DataError, Example
+from attnstudy.data.types import Example
 from attnstudy.data.vocab import EOS, PAD, SPECIALS, UNK, Vocab
+from attnstudy.hf_folder import TOKENIZER_FILES, HFError, folder_digests
 
 from .decoding import BOS_ID, EOS_ID, PAD_ID, Decoding
 from .trace import ALL, Trace
@@ -57,6 +57,8 @@ __all__ = [
     "HFSeq2Seq",
     "HFTrace",
     "HFVocabulary",
+    "TOKENIZER_FILES",
+    "folder_digests",
     "load_pretrained",
     "naive_logits_given_attention",
     "subword_examples",
@@ -69,11 +71,6 @@ ATTENTION_NAME = "attnstudy"
 BANNED_LOGIT = -1.0e9
 """Logit of a banned output column (padding, decoder start): its probability is exactly 0 in
 float32, and unlike −inf it keeps p·log p finite in every divergence."""
-
-
-class HFError(DataError):
-    """A Hugging Face model folder attnstudy cannot use, as one line saying what to do (what the
-    user named is missing or malformed: exit code 2 at the command line)."""
 
 
 @dataclass(frozen=True)
@@ -648,6 +645,13 @@ class HFSeq2Seq(Decoding, nn.Module):
         end-of-sequence token included, as the model is trained to see it)."""
         return self.ids.tokens(self.tokenizer(text).input_ids)
 
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """The text of decoded attnstudy ids (no ``<eos>``), as the model's tokenizer writes it
+        (``tokenizer.decode`` with ``skip_special_tokens=True``)."""
+        ids = torch.as_tensor(list(ids), dtype=torch.long, device=self.ids.to_model.device)
+        model_ids = self._model_ids(ids).tolist()
+        return self.tokenizer.decode(model_ids, skip_special_tokens=True)
+
     def target_tokens(self, text: str) -> tuple[str, ...]:
         """The model's subword tokens of a target text, without the end-of-sequence token."""
         ids = self.tokenizer(text_target=text).input_ids
@@ -822,60 +826,6 @@ def naive_logits_given_attention(
 
 
 # --- loading -----------------------------------------------------------------------------------
-def _digest(paths: Sequence[Path]) -> str:
-    h = hashlib.sha256()
-    for path in sorted(paths):
-        h.update(path.name.encode())
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
-
-
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.json",
-    "merges.txt",
-    "source.spm",
-    "target.spm",
-    "spiece.model",
-)
-
-
-def folder_digests(path: str | Path) -> dict[str, str]:
-    """SHA-256 of a model folder's config, tokenizer files and weights (what "the same model"
-    means for reuse): ``{"config": …, "tokenizer": …, "weights": …}``.
-
-    Raises:
-        HFError: the folder or its config is missing, or it holds no safetensors weights.
-    """
-    folder = Path(path)
-    if not folder.is_dir():
-        raise HFError(f"{folder}: no such folder; pass a folder written by save_pretrained")
-    config = folder / "config.json"
-    if not config.is_file():
-        raise HFError(f"{folder}: no config.json; pass a folder written by save_pretrained")
-    weights = sorted(folder.glob("*.safetensors"))
-    if not weights:
-        pickles = sorted(p.name for p in folder.glob("*.bin"))
-        if pickles:
-            raise HFError(
-                f"{folder}: holds pickle weights ({', '.join(pickles)}), which attnstudy never "
-                "loads; save the model again with save_pretrained (safetensors is the default)"
-            )
-        raise HFError(f"{folder}: no *.safetensors weights; save the model with save_pretrained")
-    tokenizer = [folder / n for n in TOKENIZER_FILES if (folder / n).is_file()]
-    if not tokenizer:
-        raise HFError(f"{folder}: no tokenizer files; save the tokenizer to the same folder")
-    return {
-        "config": _digest([config]),
-        "tokenizer": _digest(tokenizer),
-        "weights": _digest(weights),
-    }
-
-
 def load_pretrained(path: str | Path) -> HFSeq2Seq:
     """Load a ``save_pretrained`` folder offline and safely, wrapped for the battery.
 
@@ -895,6 +845,7 @@ def load_pretrained(path: str | Path) -> HFSeq2Seq:
             "Hugging Face models need the optional extra: pip install 'attnstudy[hf]'"
         ) from e
     _register()
+    transformers.utils.logging.disable_progress_bar()  # attnstudy reports its own progress
     common = dict(local_files_only=True, trust_remote_code=False)
     config = transformers.AutoConfig.from_pretrained(folder, **common)
     if not getattr(config, "is_encoder_decoder", False):

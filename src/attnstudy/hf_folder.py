@@ -1,0 +1,141 @@
+"""A ``save_pretrained`` folder as a file system object, without torch or transformers.
+
+What "the same pretrained model" means (:func:`folder_digests`: SHA-256 of config, tokenizer
+and weights), whether attnstudy can study it (:func:`check_folder`: an encoder-decoder of a
+supported family with safetensors weights and a tokenizer) and its decoder's shape
+(:func:`decoder_shape`) are all read from the folder's files, so an experiment naming a folder
+(``[model] source = "hf:FOLDER"``) is checked and keyed before torch or transformers are imported.
+The loading itself is :func:`attnstudy.models.hf.load_pretrained`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from attnstudy.config import decoder_shape
+from attnstudy.data.types import DataError
+
+__all__ = [
+    "HF_PREFIX",
+    "SUPPORTED_FAMILIES",
+    "TOKENIZER_FILES",
+    "HFError",
+    "check_folder",
+    "decoder_shape",
+    "folder_config",
+    "folder_digests",
+]
+
+HF_PREFIX = "hf:"
+"""The URI scheme of a ``save_pretrained`` folder (command line and ``model.source``)."""
+
+SUPPORTED_FAMILIES = ("bart", "marian", "t5")
+"""The ``model_type`` values (``config.json``) attnstudy analyses."""
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "source.spm",
+    "target.spm",
+    "spiece.model",
+)
+"""The tokenizer files whose bytes :func:`folder_digests` covers (those the folder has)."""
+
+
+class HFError(DataError):
+    """A Hugging Face model folder attnstudy cannot use, as one line saying what to do (what the
+    user named is missing or malformed: exit code 2 at the command line)."""
+
+
+def _digest(paths: Sequence[Path]) -> str:
+    h = hashlib.sha256()
+    for path in sorted(paths):
+        h.update(path.name.encode())
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def folder_digests(path: str | Path) -> dict[str, str]:
+    """SHA-256 (hex) of a model folder's config, tokenizer files and weights — what "the same
+    model" means for reuse: ``{"config": …, "tokenizer": …, "weights": …}``.
+
+    Raises:
+        HFError: the folder or its config is missing, it holds no safetensors weights (pickle
+            ``*.bin`` weights are refused, never read), or no tokenizer files.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise HFError(f"{folder}: no such folder; pass a folder written by save_pretrained")
+    config = folder / "config.json"
+    if not config.is_file():
+        raise HFError(f"{folder}: no config.json; pass a folder written by save_pretrained")
+    weights = sorted(folder.glob("*.safetensors"))
+    if not weights:
+        pickles = sorted(p.name for p in folder.glob("*.bin"))
+        if pickles:
+            raise HFError(
+                f"{folder}: holds pickle weights ({', '.join(pickles)}), which attnstudy never "
+                "loads; save the model again with save_pretrained (safetensors is the default)"
+            )
+        raise HFError(f"{folder}: no *.safetensors weights; save the model with save_pretrained")
+    tokenizer = [folder / n for n in TOKENIZER_FILES if (folder / n).is_file()]
+    if not tokenizer:
+        raise HFError(f"{folder}: no tokenizer files; save the tokenizer to the same folder")
+    return {
+        "config": _digest([config]),
+        "tokenizer": _digest(tokenizer),
+        "weights": _digest(weights),
+    }
+
+
+def folder_config(path: str | Path) -> dict[str, Any]:
+    """The folder's ``config.json`` as a dict.
+
+    Raises:
+        HFError: no such file, or not a JSON object.
+    """
+    config = Path(path) / "config.json"
+    try:
+        raw = json.loads(config.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise HFError(f"{config}: no such file; pass a folder written by save_pretrained") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise HFError(f"{config}: not a JSON config ({e}); save the model again") from None
+    if not isinstance(raw, dict):
+        raise HFError(f"{config}: not a JSON object; save the model again")
+    return raw
+
+
+def check_folder(path: str | Path) -> dict[str, str]:
+    """Everything about a folder that can be checked without loading it: the files
+    (:func:`folder_digests`), an encoder-decoder (``is_encoder_decoder``) of a supported family.
+
+    Returns:
+        The folder's digests.
+
+    Raises:
+        HFError: one line naming the problem and what to do.
+    """
+    digests = folder_digests(path)
+    config = folder_config(path)
+    model_type = config.get("model_type")
+    if not config.get("is_encoder_decoder", False):
+        raise HFError(
+            f"{path}: {model_type!r} is not an encoder-decoder; attnstudy analyses "
+            "cross-attention, which decoder-only models do not have"
+        )
+    if model_type not in SUPPORTED_FAMILIES:
+        raise HFError(
+            f"{path}: model_type {model_type!r} is not supported; attnstudy analyses "
+            f"{', '.join(SUPPORTED_FAMILIES)} encoder-decoders"
+        )
+    return digests
