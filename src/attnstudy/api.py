@@ -156,7 +156,11 @@ def _run_tags(
         Tag.TASK: spec.data.task,
         Tag.ATTENTION: spec.model.attention,
         Tag.FLOW: getattr(spec.model, "flow", "–"),
-        Tag.ARCHITECTURE: spec.model.architecture,
+        Tag.ARCHITECTURE: (
+            f"hf:{spec.model.model_type}"
+            if spec.model.architecture == "hf"
+            else spec.model.architecture
+        ),
         Tag.LAYERS: str(spec.model.n_layers),
         Tag.HEADS: str(spec.model.n_heads),
         Tag.VARIANT: spec.label,

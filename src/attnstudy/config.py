@@ -417,14 +417,22 @@ class PretrainedConfig(_Strict):
         """The variant label ``hf-<folder name>``."""
         return f"hf-{PurePath(self.folder).name}"
 
-    def _shape(self) -> tuple[int, int]:
+    def _config(self) -> dict[str, Any]:
         path = PurePath(self.folder) / "config.json"
         try:
             with open(path, encoding="utf-8") as f:
                 raw = json.load(f)
         except (OSError, ValueError) as e:
             raise ConfigError(f"{path}: cannot read the model's config ({e})") from None
-        return decoder_shape(raw if isinstance(raw, dict) else {})
+        return raw if isinstance(raw, dict) else {}
+
+    def _shape(self) -> tuple[int, int]:
+        return decoder_shape(self._config())
+
+    @property
+    def model_type(self) -> str:
+        """The family, ``model_type`` of the folder's ``config.json`` (``marian``, ``bart``, ``t5``)."""
+        return str(self._config().get("model_type", "?"))
 
     @property
     def n_layers(self) -> int:

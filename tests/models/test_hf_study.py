@@ -78,6 +78,7 @@ epochs = 1
 n_examples = 4
 ablations = ["permutation", "uniform", "alignment"]
 bootstrap_resamples = 50
+layers = "each"
 [ablation.permutation]
 n = 10
 {models}"""
@@ -112,6 +113,7 @@ def _generate_exact_match(folder: Path, test: Path) -> float:
 
 def test_a_study_evaluates_ablates_and_reports_a_pretrained_variant(tmp_path, root, tiny_marian):
     import mlflow
+    import pandas as pd
 
     from attnstudy import api
     from attnstudy.experiment import load_experiment
@@ -138,11 +140,17 @@ def test_a_study_evaluates_ablates_and_reports_a_pretrained_variant(tmp_path, ro
     assert metrics["test/exact_match"] > 0.5  # the fine-tuned copy model copies
     abl = client.get_run(out.ablations[hf.run_id])
     assert abl.data.tags["mlflow.parentRunId"] == hf.run_id
+    assert abl.data.tags["architecture"] == "hf:marian" and abl.data.tags["layers"] == "2"
     assert abl.data.metrics["ablation/alignment/aer"] < 0.5  # copies attend to the copied word
     paths = {f.path for f in client.list_artifacts(abl.info.run_id, "ablations")}
     assert {"ablations/steps.parquet", "ablations/browser.html"} <= paths
     html = Path(out.report).read_text(encoding="utf-8")
     assert "tsv hf-tiny-marian" in html and "tsv additive-bahdanau" in html
+    # per layer, as for a Transformer: both decoder layers and their mean
+    for layer in ("layer 0", "layer 1", "layer mean"):
+        assert f"tsv hf-tiny-marian · {layer}" in html
+    steps = pd.read_parquet(client.download_artifacts(abl.info.run_id, "ablations/steps.parquet"))
+    assert sorted(steps["layer"].dropna().unique().tolist()) == [0, 1]
     em = f"{metrics['test/exact_match']:.3g}"
     assert f"<td>{em} [" in html or f">{em} [" in html
 
