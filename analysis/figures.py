@@ -288,19 +288,35 @@ def estimates_plot(table: pd.DataFrame, palette: dict | None = None, title: str 
                     fontsize=FONT - 2,
                     color=colour,
                 )
-        ax.set_yticks(range(len(labels)), labels)
+        scales = _panel_scales(sub, labels)
+        if len(set(scales.values())) > 1:  # each statistic says its own scale and direction
+            ax.set_yticks(range(len(labels)), [f"{lab}\n{scales[lab]}" for lab in labels])
+            xlabel = ""
+        else:
+            ax.set_yticks(range(len(labels)), labels)
+            xlabel = next(iter(scales.values()), "")
         ax.set_ylim(len(labels) - 0.5, -0.5)
-        scale = sub["scale"].iloc[0] if "scale" in sub else ""
-        ax.set(title=group, xlabel=scale)
+        ax.set(title=group, xlabel=xlabel)
         lo = np.nanmin([sub["low"].min(), sub["value"].min()])
         hi = np.nanmax([sub["high"].max(), sub["value"].max()])
         pad = max((hi - lo) * 0.08, 0.02)
         ax.set_xlim(lo - pad, hi + max((hi - lo) * 0.45, 0.2))  # room for the labels
+        # no tick beyond the largest value shown: the room on the right holds labels, not a scale
+        ticks = [t for t in ax.get_xticks() if lo - pad <= t <= hi + 1e-9]
+        ax.set_xticks(ticks)
     if title:
         fig.suptitle(title)
     if variants != [""]:
         _legend_below(fig, palette, variants)
     return fig
+
+
+def _panel_scales(sub: pd.DataFrame, labels: list[str]) -> dict[str, str]:
+    """The x-axis scale of each statistic of one panel (its ``scale`` column, else "")."""
+    if "scale" not in sub:
+        return {lab: "" for lab in labels}
+    first = sub.drop_duplicates("label").set_index("label")["scale"]
+    return {lab: str(first.get(lab, "") or "") for lab in labels}
 
 
 def _fmt_estimate(r) -> str:

@@ -132,3 +132,26 @@ def test_seed_variance_figure_takes_the_suite_columns():
     fig = figures.seed_variance(df)
     assert fig.axes[0].has_data()
     assert "one seed" in texts(figures.seed_variance(pd.DataFrame()))
+
+
+def test_a_summary_panel_never_labels_one_statistics_direction_for_all():
+    """AER (lower is better) and gold mass (higher is better) share a panel: each row says its own
+    scale, the panel's x axis claims none, and no tick lies beyond the largest value shown."""
+    rows = [
+        ("aligns", "AER", 0.2, 0.1, 0.3, "0–1, lower is better"),
+        ("aligns", "gold mass", 0.9, 0.85, 0.95, "share of attention (0–1)"),
+        ("used", "permutation flip rate", 0.4, 0.3, 0.5, "share of steps (0–1)"),
+        ("used", "uniform flip rate", 0.2, 0.1, 0.3, "share of steps (0–1)"),
+    ]
+    table = pd.DataFrame(rows, columns=["group", "label", "value", "low", "high", "scale"])
+    fig = figures.estimates_plot(table.assign(n=10, variant="m"))
+    aligns, used = fig.axes[:2]
+    ticks = [t.get_text() for t in aligns.get_yticklabels()]
+    assert ticks == ["AER\n0–1, lower is better", "gold mass\nshare of attention (0–1)"]
+    assert aligns.get_xlabel() == ""
+    assert used.get_xlabel() == "share of steps (0–1)"  # one scale: on the axis
+    assert [t.get_text() for t in used.get_yticklabels()] == [
+        "permutation flip rate",
+        "uniform flip rate",
+    ]
+    assert max(aligns.get_xticks()) <= 0.95 + 1e-9 and max(used.get_xticks()) <= 0.5 + 1e-9
