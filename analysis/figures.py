@@ -795,7 +795,9 @@ def _draw(ax, mat, xt, yt, cmap, vmin=0.0, vmax=1.0, gold=None, cbar_label=None,
         dtype=float,
     )
     im = ax.imshow(arr, vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto", interpolation="nearest")
-    ax.set_xticks(range(len(xt)), xt, fontsize=FONT - 2, rotation=90 if len(xt) > 14 else 0)
+    # upright labels only where they fit (about 24 characters across a panel)
+    rotate = len(xt) > 14 or max(map(len, xt), default=0) * len(xt) > 24
+    ax.set_xticks(range(len(xt)), xt, fontsize=FONT - 2, rotation=90 if rotate else 0)
     ax.set_yticks(range(len(yt)), yt, fontsize=FONT - 2)
     ax.grid(False)
     for s, t, sure in gold or []:
@@ -930,8 +932,14 @@ def example_heatmaps(
             label="␣ = space; ≠ : prediction differs from the reference (– : past its end)",
         )
     )
+    handles.append(
+        Patch(
+            color="none",
+            label="blank row: no adversary within ε, or every importance 0 (row max undefined)",
+        )
+    )
     fig.legend(
-        handles=handles, loc="outside lower center", ncols=3, fontsize=FONT - 2, frameon=False
+        handles=handles, loc="outside lower center", ncols=2, fontsize=FONT - 2, frameon=False
     )
     fig.suptitle(title)
     return fig

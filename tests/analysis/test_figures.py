@@ -155,3 +155,30 @@ def test_a_summary_panel_never_labels_one_statistics_direction_for_all():
         "uniform flip rate",
     ]
     assert max(aligns.get_xticks()) <= 0.95 + 1e-9 and max(used.get_xticks()) <= 0.5 + 1e-9
+
+
+def test_heatmap_labels_turn_when_they_would_overlap_and_blank_rows_are_explained():
+    short = {"id": "short", "rows": ["a", "b", "<eos>"], "source": ["a", "b"]}
+    short["attention"] = [[[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]]]
+    subwords = ["r", "##e", "##d", "fi", "##re", "<eos>"]
+    long = {"id": "long", "rows": ["r", "<eos>"], "source": subwords}
+    long["attention"] = [[[1 / 6] * 6, [1 / 6] * 6]]
+    long["gradient"] = [[0.0] * 6, [0.1, 0.2, 0.0, 0.0, 0.4, 0.0]]  # a vanished gradient row
+    long["loo"] = [[0.1] * 6, [0.0, 0.2, 0.0, 0.0, 0.1, 0.0]]
+    fig = figures.example_heatmaps([short, long], "m")
+    axes = fig.axes
+    rotations = {
+        tuple(t.get_text() for t in ax.get_xticklabels()): {
+            t.get_rotation() for t in ax.get_xticklabels()
+        }
+        for ax in axes
+        if ax.get_xticklabels()
+    }
+    assert rotations[("a", "b")] == {0.0}  # fits upright
+    assert rotations[tuple(subwords)] == {90.0}  # 6 labels of up to 5 characters: turned
+    images = [ax.images[0].get_array() for ax in axes if ax.images]
+    long_gradient = next(a for a in images if a.shape == (2, 6) and a[1].max() == 1.0)
+    assert long_gradient.mask[0].all()  # all-zero row: blank, not a fake uniform or black row
+    assert long_gradient[1].tolist() == [0.25, 0.5, 0.0, 0.0, 1.0, 0.0]
+    legend = " ".join(t.get_text() for lg in fig.legends for t in lg.get_texts())
+    assert "blank row" in legend and "every importance 0" in legend
