@@ -287,9 +287,8 @@ class Seq2Seq(Decoding, nn.Module):
         is the same for every replacement of step t (computed once per step, not once per row),
         and W_ctx c_t = Σ_hj α_hj (W_ctx g_hj) is linear in α, so W_ctx is applied once per source
         position instead of once per row (:meth:`value_contributions`). Per example, the rows of
-        its real steps (all P replacements) are one product [α_row, e_step] @ [W_ctx g; W_s s + b]
-        (the attention row beside a one-hot of its step, so the state term is added inside the
-        product), then the tanh and the output layer (eq. 6). Only real steps are computed; nothing is gathered but the attention rows themselves. The same function as
+        its real steps (all P replacements) are one product α_rows @ (W_ctx g) plus each step's
+        state term W_s s + b (:func:`attnstudy.models.trace.folded_rows`), then the tanh and the output layer (eq. 6). Only real steps are computed; nothing is gathered but the attention rows themselves. The same function as
         :meth:`Decoder.output_given_context` on the context (the per-step loop references compute
         it that way), up to float rounding; in training mode with dropout the plain form is used.
 

@@ -230,10 +230,11 @@ def folded_rows(
     loop of the Luong flow's and the Transformer's folded forms.
 
     Per example, the rows of its real steps (all P replacements) are one product
-    ``[α_row, e_step] @ [projected; per_step[steps]]``: the attention row (H·T_x values) beside a
-    one-hot of its step, so the step's own term (a state term, a residual stream) is added inside
-    the product. Only real steps are computed; examples go in chunks of about ``chunk_rows``
-    rows (at least one example), and ``finish`` takes each chunk the rest of the way.
+    ``α_rows @ projected`` (the attention rows, H·T_x values each, against what each position adds
+    per unit of attention), to which each step's own term (a state term, a residual stream) is
+    added once per replacement. Only real steps are computed; examples go in chunks of about
+    ``chunk_rows`` rows (at least one example), and ``finish`` takes each chunk the rest of the
+    way.
 
     Args:
         weights: (B, P, H, T_y, T_x) replacement rows of every head.
@@ -265,9 +266,9 @@ def folded_rows(
             if n == 0:
                 continue
             rows_e = weights[e].index_select(2, steps).permute(0, 2, 1, 3).reshape(p * n, -1)
-            onehot = torch.eye(n, dtype=rows_e.dtype, device=rows_e.device).repeat(p, 1)
-            keys = torch.cat([projected[e], per_step[e].index_select(0, steps)], 0)
-            parts.append(torch.cat([rows_e, onehot], 1) @ keys)  # (P·n, d)
+            x = (rows_e @ projected[e]).view(p, n, -1)  # (P, n, d)
+            x += per_step[e].index_select(0, steps)  # each step's own term, for every replacement
+            parts.append(x.view(p * n, -1))
             bi.append(torch.full((p * n,), e, dtype=torch.long, device=steps.device))
             ti.append(steps.repeat(p))
         if not parts:

@@ -628,9 +628,8 @@ class Transformer(Decoding, nn.Module):
         The cross-attention output is W^O [head_1; …; head_H] + b^O = Σ_hj α_hj (W^O_h v_hj) + b^O
         (Vaswani et al. 2017, eq. 1–2), linear in the rows: W^O is applied once per source position
         and head instead of once per row. Per example, the rows of its real steps (all P
-        replacements) are one product [α_row, e_step] @ [W^O_h v_hj; x_t + b^O] (the attention row
-        beside a one-hot of its step, so the residual stream x_t entering the sublayer is added
-        inside the product), then post-LN's norm where the model has it, the feed-forward, the
+        replacements) are one product α_rows @ (W^O_h v_hj) plus each step's residual stream
+        x_t + b^O entering the sublayer (:func:`attnstudy.models.trace.folded_rows`), then post-LN's norm where the model has it, the feed-forward, the
         layers above (as :meth:`logits_given_attention`) and the output. Only real steps are
         computed; nothing is gathered but the attention rows themselves. Eval mode (residual
         dropout off); tested against the naive re-run and the general path.
