@@ -182,3 +182,14 @@ def test_heatmap_labels_turn_when_they_would_overlap_and_blank_rows_are_explaine
     assert long_gradient[1].tolist() == [0.25, 0.5, 0.0, 0.0, 1.0, 0.0]
     legend = " ".join(t.get_text() for lg in fig.legends for t in lg.get_texts())
     assert "blank row" in legend and "every importance 0" in legend
+
+
+def test_a_long_source_labels_every_kth_column():
+    source = list("segunda-feira, 12 de janeiro de 2024")  # 36 characters
+    rec = {"id": "long", "rows": ["2", "<eos>"], "source": source}
+    rec["attention"] = [[[1 / 36] * 36, [1 / 36] * 36]]
+    fig = figures.example_heatmaps([rec], "m")
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert len(labels) == 36  # one tick per column
+    assert labels[0::2] == [figures.visible_tokens([c])[0] for c in source[0::2]]
+    assert set(labels[1::2]) == {""}  # 36 columns > 24: every second one labelled
