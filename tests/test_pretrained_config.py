@@ -114,7 +114,7 @@ def test_the_experiments_seeds_do_not_multiply_a_pretrained_model(tmp_path):
 
 def test_folder_checks_without_transformers(tmp_path):
     folder = _folder(tmp_path / "m")
-    assert check_folder(folder) == folder_digests(folder)
+    check_folder(folder)  # the files and the config are fine: nothing raised, nothing hashed
     _folder(tmp_path / "gpt", model_type="gpt2")
     cfg = json.loads((tmp_path / "gpt" / "config.json").read_text()) | {"is_encoder_decoder": False}
     (tmp_path / "gpt" / "config.json").write_text(json.dumps(cfg))

@@ -28,6 +28,7 @@ __all__ = [
     "decoder_shape",
     "folder_config",
     "folder_digests",
+    "folder_files",
 ]
 
 HF_PREFIX = "hf:"
@@ -64,9 +65,9 @@ def _digest(paths: Sequence[Path]) -> str:
     return h.hexdigest()
 
 
-def folder_digests(path: str | Path) -> dict[str, str]:
-    """SHA-256 (hex) of a model folder's config, tokenizer files and weights — what "the same
-    model" means for reuse: ``{"config": …, "tokenizer": …, "weights": …}``.
+def folder_files(path: str | Path) -> tuple[Path, list[Path], list[Path]]:
+    """A model folder's files, checked without reading them: (config.json, the tokenizer files,
+    the safetensors weights).
 
     Raises:
         HFError: the folder or its config is missing, it holds no safetensors weights (pickle
@@ -90,6 +91,19 @@ def folder_digests(path: str | Path) -> dict[str, str]:
     tokenizer = [folder / n for n in TOKENIZER_FILES if (folder / n).is_file()]
     if not tokenizer:
         raise HFError(f"{folder}: no tokenizer files; save the tokenizer to the same folder")
+    return config, tokenizer, weights
+
+
+def folder_digests(path: str | Path) -> dict[str, str]:
+    """SHA-256 (hex) of a model folder's config, tokenizer files and weights — what "the same
+    model" means for reuse: ``{"config": …, "tokenizer": …, "weights": …}``. Reads every byte of
+    the weights: call it where the digests are needed, :func:`folder_files` where only the
+    files' presence is.
+
+    Raises:
+        HFError: as :func:`folder_files`.
+    """
+    config, tokenizer, weights = folder_files(path)
     return {
         "config": _digest([config]),
         "tokenizer": _digest(tokenizer),
@@ -115,17 +129,14 @@ def folder_config(path: str | Path) -> dict[str, Any]:
     return raw
 
 
-def check_folder(path: str | Path) -> dict[str, str]:
-    """Everything about a folder that can be checked without loading it: the files
-    (:func:`folder_digests`), an encoder-decoder (``is_encoder_decoder``) of a supported family.
-
-    Returns:
-        The folder's digests.
+def check_folder(path: str | Path) -> None:
+    """Everything about a folder that can be checked without loading or hashing it: the files
+    (:func:`folder_files`), an encoder-decoder (``is_encoder_decoder``) of a supported family.
 
     Raises:
         HFError: one line naming the problem and what to do.
     """
-    digests = folder_digests(path)
+    folder_files(path)
     config = folder_config(path)
     model_type = config.get("model_type")
     if not config.get("is_encoder_decoder", False):
@@ -138,4 +149,3 @@ def check_folder(path: str | Path) -> dict[str, str]:
             f"{path}: model_type {model_type!r} is not supported; attnstudy analyses "
             f"{', '.join(SUPPORTED_FAMILIES)} encoder-decoders"
         )
-    return digests

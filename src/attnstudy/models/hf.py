@@ -44,7 +44,7 @@ from torch import Tensor, nn
 
 from attnstudy.data.types import Example
 from attnstudy.data.vocab import EOS, PAD, SPECIALS, UNK, Vocab
-from attnstudy.hf_folder import TOKENIZER_FILES, HFError, folder_digests
+from attnstudy.hf_folder import TOKENIZER_FILES, HFError, folder_digests, folder_files
 
 from .decoding import BOS_ID, EOS_ID, PAD_ID, Decoding
 from .trace import ALL, Trace
@@ -837,7 +837,7 @@ def load_pretrained(path: str | Path) -> HFSeq2Seq:
             unsupported model, or transformers not installed — one line each.
     """
     folder = Path(path)
-    folder_digests(folder)
+    folder_files(folder)  # present and safe; the digests are the caller's (reuse, load_recorded)
     try:
         import transformers
     except ImportError as e:  # pragma: no cover - depends on the install
