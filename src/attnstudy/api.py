@@ -214,20 +214,31 @@ def train_spec(
         KILLED and the last complete checkpoint is kept for ``resume``.
     """
     data = task_data(spec)
-    digests = folder_digests_of(spec)
+    digests = folder_digests_of(spec)  # a pretrained model: evaluated, not trained
     key = spec.model_key(data.digest, digests)
-    if digests is not None:  # a pretrained model: evaluated, not trained
-        return _pretrained_spec(spec, tracker, experiment_id, study_id, retrain, data, key, digests)
     if not retrain:
-        existing = store.find_finished_model(tracker, experiment_id, key)
+        existing = store.find_finished_model(
+            tracker, experiment_id, key, model_files=digests is None
+        )
         if existing is not None:
             if study_id:
                 store.add_study(tracker, existing, study_id)
+            same = (
+                "same folder files" if digests is not None else "same used config fields and seed"
+            )
             reason = (
                 f"finished run {existing.run_id} has the same model key {key} "
-                f"(same used config fields and seed, data digest {data.digest[:12]})"
+                f"({same}, data digest {data.digest[:12]})"
             )
             return ModelRun(existing.run_id, spec, True, dict(existing.metrics), key, reason)
+    if digests is not None:
+        from .pretrained import evaluate_pretrained
+
+        tags = _run_tags(spec, study_id, Kind.MODEL, key, data.digest)
+        run_id, final = evaluate_pretrained(
+            spec, data.splits, data.digest, digests, tracker, experiment_id, study_id, tags
+        )
+        return ModelRun(run_id, spec, False, final, key, "")
     ckpt_dir = checkpoint_dir(key)
     with checkpoint_lock(
         ckpt_dir
@@ -250,42 +261,6 @@ def train_spec(
             final,
             early_stopping_metric(spec),
         )
-    return ModelRun(run_id, spec, False, final, key, "")
-
-
-def _pretrained_spec(
-    spec: RunSpec,
-    tracker: Tracker,
-    experiment_id: str,
-    study_id: str | None,
-    retrain: bool,
-    data: TaskData,
-    key: str,
-    digests: dict[str, str],
-) -> ModelRun:
-    """:func:`train_spec` for a pretrained variant: a FINISHED model run of the same key (same
-    data, same folder files) is reused, else the model is evaluated
-    (:func:`attnstudy.pretrained.evaluate_pretrained`)."""
-    from .pretrained import evaluate_pretrained
-
-    if not retrain:
-        for run in tracker.search_runs(
-            [experiment_id],
-            f"tags.{Tag.MODEL_KEY} = '{key}' and tags.{Tag.KIND} = '{Kind.MODEL}' "
-            "and attributes.status = 'FINISHED'",
-            max_results=1,
-        ):
-            if study_id:
-                store.add_study(tracker, run, study_id)
-            reason = (
-                f"finished run {run.run_id} has the same model key {key} (the same folder files "
-                f"evaluated on the same data, digest {data.digest[:12]})"
-            )
-            return ModelRun(run.run_id, spec, True, dict(run.metrics), key, reason)
-    tags = _run_tags(spec, study_id, Kind.MODEL, key, data.digest)
-    run_id, final = evaluate_pretrained(
-        spec, data.splits, data.digest, digests, tracker, experiment_id, study_id, tags
-    )
     return ModelRun(run_id, spec, False, final, key, "")
 
 

@@ -19,9 +19,12 @@ def _q(value: str) -> str:
     return "'" + value.replace("'", "\\'") + "'"
 
 
-def find_finished_model(tracker: Tracker, experiment_id: str, model_key: str) -> RunRecord | None:
+def find_finished_model(
+    tracker: Tracker, experiment_id: str, model_key: str, model_files: bool = True
+) -> RunRecord | None:
     """The newest FINISHED model run with this model key whose model files are all in the store,
-    or None (a run whose files were deleted is never reused)."""
+    or None (a run whose files were deleted is never reused). ``model_files=False``: a run that
+    stores none (a pretrained model's, whose files are its folder)."""
     runs = tracker.search_runs(
         [experiment_id],
         f"tags.{Tag.MODEL_KEY} = {_q(model_key)} and tags.{Tag.KIND} = '{Kind.MODEL}' "
@@ -29,7 +32,9 @@ def find_finished_model(tracker: Tracker, experiment_id: str, model_key: str) ->
         max_results=20,
     )
     for r in runs:
-        if all(tracker.has_artifact(r.run_id, f"{Artifact.MODEL_DIR}/{f}") for f in MODEL_FILES):
+        if not model_files or all(
+            tracker.has_artifact(r.run_id, f"{Artifact.MODEL_DIR}/{f}") for f in MODEL_FILES
+        ):
             return r
     return None
 
