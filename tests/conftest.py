@@ -36,6 +36,17 @@ def store_root(tmp_path_factory):
             os.environ[k] = v
 
 
+@pytest.fixture
+def fresh_root(tmp_path, monkeypatch):
+    """A project root of this test alone, with an empty mlruns/ (the store is created on first
+    use); no tracking URI from the environment."""
+    root = tmp_path / "root"
+    (root / "mlruns").mkdir(parents=True)
+    monkeypatch.setenv("ATTNSTUDY_ROOT", str(root))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return root
+
+
 @pytest.fixture(scope="session")
 def tiny_config():
     from attnstudy.experiment import load_experiment

@@ -19,15 +19,6 @@ THREE = [
 ]
 
 
-@pytest.fixture
-def fresh_root(tmp_path, monkeypatch):
-    root = tmp_path / "root"
-    (root / "mlruns").mkdir(parents=True)
-    monkeypatch.setenv("ATTNSTUDY_ROOT", str(root))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    return root
-
-
 def _cfg(*overrides: str):
     from attnstudy.experiment import load_experiment
 

@@ -151,15 +151,11 @@ def interrupt_and_check_gone(
 
 
 @pytest.fixture
-def project(tmp_path, monkeypatch):
+def project(fresh_root):
     """A private project root whose store holds one experiment, ``uitest``: (root, experiment id)."""
-    root = tmp_path / "project"
-    (root / "mlruns").mkdir(parents=True)
-    monkeypatch.setenv("ATTNSTUDY_ROOT", str(root))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     from attnstudy.tracking import Tracker
 
-    return root, Tracker().experiment_id("uitest")
+    return fresh_root, Tracker().experiment_id("uitest")
 
 
 @pytest.mark.slow

@@ -33,12 +33,8 @@ def tiny_marian(tmp_path_factory):
 
 
 @pytest.fixture
-def root(tmp_path, monkeypatch):
-    root = tmp_path / "root"
-    (root / "mlruns").mkdir(parents=True)
-    monkeypatch.setenv("ATTNSTUDY_ROOT", str(root))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    return root
+def root(fresh_root):
+    return fresh_root
 
 
 def _experiment(tmp_path: Path, folder: Path, rnn: bool = True) -> Path:
