@@ -92,7 +92,7 @@ def run(args) -> dict:
         )
 
     names = list(rows[0]["ablations"])
-    time_rows, unit_rows = [], []
+    time_rows, unit_rows, peak_rows = [], [], []
     for r in rows:
         length, steps = r["length"], r["steps"]
         time_rows.append(
@@ -104,6 +104,11 @@ def run(args) -> dict:
                 "peak RSS MB": r["peak_rss_kb"] / 1024,
                 "RSS at start MB": r["rss_before_kb"] / 1024,
             }
+        )
+        peaks = r.get("ablation_peak_rss_kb", {})
+        # n/a: the ablation ended before the first sample
+        peak_rows.append(
+            {"L": length, **{f"{a} MB": peaks.get(a, float("nan")) / 1024 for a in names}}
         )
         unit = {"L": length}
         for a in names:
@@ -145,6 +150,7 @@ def run(args) -> dict:
         },
         [
             ("Time and peak memory per length", common.table(time_rows)),
+            ("Peak RSS while each ablation ran (sampled every 5 ms)", common.table(peak_rows)),
             (
                 "µs per replacement (ablation time / (steps × replacements))",
                 common.table(unit_rows),

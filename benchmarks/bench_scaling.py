@@ -82,6 +82,7 @@ def _child(params: dict) -> dict:
     cfg = AblationConfig.model_validate(params["cfg"] | {"n_examples": len(examples)})
 
     times: dict[str, float] = {}
+    sampler = RssSampler()
     for name in cfg.ablations:  # timing wrappers (results unchanged)
         module, _, attr = get_ablation(name).run.partition(":")
         mod = importlib.import_module(module)
@@ -89,9 +90,11 @@ def _child(params: dict) -> dict:
 
         def wrapped(*a, _fn=fn, _name=name, **kw):
             t0 = time.perf_counter()
+            sampler.current = _name
             try:
                 return _fn(*a, **kw)
             finally:
+                sampler.current = None
                 times[_name] = times.get(_name, 0.0) + time.perf_counter() - t0
 
         setattr(mod, attr, wrapped)
@@ -109,14 +112,46 @@ def _child(params: dict) -> dict:
         )
         wall = time.perf_counter() - t0
         n_steps = pq.ParquetFile(Path(tmp) / "steps.parquet").metadata.num_rows
+    sampler.stop()
     return {
         "n": len(examples),
         "steps": int(n_steps),
         "wall": wall,
         "ablations": times,
+        "ablation_peak_rss_kb": sampler.peaks,
         "rss_before_kb": rss_before,
         "mean_src_len": float(np.mean([len(e.src) for e in examples])),
     }
+
+
+class RssSampler:
+    """The highest resident set size (kB, from ``/proc/self/statm``) seen while each ablation
+    ran, sampled every 5 ms on a daemon thread: which ablation makes the process's peak."""
+
+    def __init__(self, interval: float = 0.005):
+        import threading
+
+        self.current: str | None = None
+        self.peaks: dict[str, int] = {}
+        self._page_kb = os.sysconf("SC_PAGE_SIZE") // 1024
+        self._done = threading.Event()
+        self._interval = interval
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def rss_kb(self) -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self._page_kb
+
+    def _run(self) -> None:
+        while not self._done.wait(self._interval):
+            name = self.current
+            if name is not None:
+                self.peaks[name] = max(self.peaks.get(name, 0), self.rss_kb())
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 def spawn(params: dict) -> dict:

@@ -28,6 +28,9 @@ from . import common
 
 BENCHMARKS = ["permutation", "adversarial", "loo", "flops", "scaling", "training", "tracking"]
 """Script names (``benchmarks/bench_<name>.py``), in the order they are listed and run."""
+OPT_IN = ["long"]
+"""Benchmarks run only when named in ``--only`` (``long``: the battery on one example of up to
+1,000 tokens, about half an hour on its own)."""
 ALONE = {"flops"}
 """Benchmarks that run alone after the parallel lanes: a FLOP rate against ``torch.mm`` is only
 judged on an idle machine (``bench_flops --idle-load``)."""
@@ -50,9 +53,11 @@ def main(argv=None) -> int:
     )
     args = p.parse_args(argv)
     names = args.only.split(",") if args.only else BENCHMARKS
-    unknown = [n for n in names if n not in BENCHMARKS]
+    unknown = [n for n in names if n not in BENCHMARKS + OPT_IN]
     if unknown:
-        p.error(f"unknown benchmark(s) {', '.join(unknown)}; valid: {', '.join(BENCHMARKS)}")
+        p.error(
+            f"unknown benchmark(s) {', '.join(unknown)}; valid: {', '.join(BENCHMARKS + OPT_IN)}"
+        )
     extra = (["--smoke"] if args.smoke else []) + (
         ["--results", args.results] if args.results else []
     )

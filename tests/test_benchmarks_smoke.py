@@ -123,6 +123,21 @@ def test_scaling_runs_children(results):
     assert "Log-log slopes" in results.read_text()
 
 
+def test_long_example_battery(results):
+    from benchmarks import bench_long
+
+    out = bench_long.main(smoke(results))
+    lengths = [r["length"] for r in out["rows"]]
+    assert lengths == [6, 12]
+    for r in out["rows"]:
+        # the reference prefix fixes the steps: L tokens and <eos>
+        assert r["steps"] == r["length"] + 1 and r["peak_rss_kb"] > 0
+    from attnstudy.analysis.catalogue import list_ablations
+
+    assert set(out["rows"][0]["ablations"]) == set(list_ablations(default_only=True))
+    assert "µs per replacement" in results.read_text()
+
+
 def test_training_throughput(results):
     from benchmarks import bench_training
 

@@ -194,6 +194,44 @@ def test_gradient_times_input_equals_finite_difference(data, attention, flow, he
     assert grad[example, step, 3:].isnan().all()
 
 
+def _gradient_from_stacked_logits(model, batch):
+    """The plain form: every step's backward from a slice of the stacked logits (B, T_y, V)."""
+    tr = batch.trace
+    with torch.enable_grad():
+        model.eval()
+        leaf = model.embed(tr.src).detach().requires_grad_(True)
+        trace = model.trace(
+            tr.src, tr.src_lengths, tr.tgt_in, tr.tgt_out, embedded=leaf, detach_attention=True
+        )
+        logp = torch.log_softmax(trace.logits, -1).gather(-1, tr.tgt_out.unsqueeze(-1))[..., 0]
+        out = torch.stack(
+            [
+                (torch.autograd.grad(logp[:, t].sum(), leaf, retain_graph=True)[0] * leaf)
+                .sum(-1)
+                .abs()
+                for t in range(logp.size(1))
+            ],
+            1,
+        )
+    invalid = ~tr.step_mask[:, :, None] | tr.pad_mask[:, None, :]
+    return out.masked_fill(invalid, math.nan)
+
+
+@pytest.mark.parametrize("flow,cell", [("bahdanau", "gru"), ("luong", "lstm")])
+def test_gradient_from_step_logits_equals_stacked_form(data, flow, cell):
+    """The backward from each step's own logits gives exactly what the stacked form gives."""
+    model = make_model(data, "general", flow, cell=cell)
+    batch = batch_of(model, data)
+    with torch.enable_grad():
+        kept = model.trace(batch.trace.src, batch.trace.src_lengths, batch.trace.tgt_in)
+    assert len(kept.step_logits) == batch.trace.tgt_in.size(1)
+    assert torch.equal(torch.stack(kept.step_logits, 1), kept.logits)
+    assert batch.trace.step_logits is None  # a no-grad trace keeps none
+    fast, plain = gradient_importance(model, batch), _gradient_from_stacked_logits(model, batch)
+    assert torch.equal(fast.isnan(), plain.isnan())
+    assert torch.equal(fast.nan_to_num(), plain.nan_to_num())
+
+
 def test_gradient_batched_equals_per_example(data):
     model = make_model(data, "concat", "bahdanau", cell="lstm")
     batch = batch_of(model, data)

@@ -187,6 +187,7 @@ class Seq2Seq(Decoding, nn.Module):
             prefix=torch.stack(prefixes, 1),
             memory=memory,
             embedded=embedded,
+            step_logits=tuple(logits) if torch.is_grad_enabled() else None,
         )
 
     # --- 2. local intervention -----------------------------------------------------------------

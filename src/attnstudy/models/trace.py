@@ -45,6 +45,11 @@ class Trace:
         embedded: the source embeddings used, (B, T_x, E) (a leaf when gradients were asked for).
         layer: the analysed layer, 0 ≤ layer < L, or :data:`ALL` (``"all"``).
         head: the analysed head, 0 ≤ head < H, or :data:`ALL` (all heads jointly).
+        step_logits: the T_y per-step logits (B, V) before they were stacked into ``logits``,
+            kept by a step-by-step pass that records gradients (else None, and never carried by
+            :meth:`select`): a gradient of step t's output taken from them starts at step t,
+            where one taken from a slice of ``logits`` back-propagates zeros through every other
+            step's output layer and every later step first.
     """
 
     src: Tensor
@@ -58,6 +63,7 @@ class Trace:
     embedded: Tensor
     layer: int | str = 0
     head: int | str = ALL
+    step_logits: tuple[Tensor, ...] | None = None
 
     @property
     def cross_attention(self) -> Tensor | None:
