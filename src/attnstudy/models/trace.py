@@ -258,33 +258,60 @@ def folded_rows(
     """
     b, p = weights.shape[:2]
     out = weights.new_zeros(b, p, mask.size(1), n_out)
-    steps_of = [m.nonzero().squeeze(1) for m in mask]  # real steps per example
+    grad = torch.is_grad_enabled() and (
+        weights.requires_grad or projected.requires_grad or per_step.requires_grad
+    )
+    counts = mask.sum(1).tolist()  # real steps per example
+    # where an example's real steps are its first n (a greedy or reference prefix), its rows are
+    # a narrow view instead of an index_select
+    prefix = [bool(mask[e, :n].all()) for e, n in enumerate(counts)]
+    steps_of = [
+        None if prefix[e] else mask[e].nonzero().squeeze(1) for e in range(b)
+    ]  # the real steps of the others
     example = 0
     while example < b:
         lo, n_rows = example, 0
-        while example < b and (n_rows == 0 or n_rows + p * len(steps_of[example]) <= chunk_rows):
-            n_rows += p * len(steps_of[example])
+        while example < b and (n_rows == 0 or n_rows + p * counts[example] <= chunk_rows):
+            n_rows += p * counts[example]
             example += 1
-        parts, bi, ti = [], [], []
+        if n_rows == 0:
+            continue
+        # the chunk's rows, written in place into one buffer (out= is refused under autograd:
+        # then the parts are concatenated)
+        x = None if grad else projected.new_empty(n_rows, projected.size(-1))
+        parts, bi, ti, offset = [], [], [], 0
         for e in range(lo, example):
-            steps = steps_of[e]
-            n = len(steps)
+            n = counts[e]
             if n == 0:
                 continue
-            rows_e = weights[e].index_select(2, steps).permute(0, 2, 1, 3).reshape(p * n, -1)
-            x = (rows_e @ projected[e]).view(p, n, -1)  # (P, n, d)
-            x += per_step[e].index_select(0, steps)  # each step's own term, for every replacement
-            parts.append(x.view(p * n, -1))
-            bi.append(torch.full((p * n,), e, dtype=torch.long, device=steps.device))
-            ti.append(steps.repeat(p))
-        if not parts:
-            continue
-        logits = finish(torch.cat(parts, 0), torch.cat(bi), torch.cat(ti))
+            steps = steps_of[e]
+            rows_e = (
+                weights[e].narrow(2, 0, n) if steps is None else weights[e].index_select(2, steps)
+            )
+            rows_e = rows_e.permute(0, 2, 1, 3).reshape(p * n, -1)
+            term = (
+                per_step[e].narrow(0, 0, n) if steps is None else per_step[e].index_select(0, steps)
+            )
+            if grad:
+                parts.append(((rows_e @ projected[e]).view(p, n, -1) + term).view(p * n, -1))
+            else:
+                x_e = x[offset : offset + p * n]
+                torch.mm(rows_e, projected[e], out=x_e)
+                x_e.view(p, n, -1).add_(term)  # each step's own term, for every replacement
+            bi.append(torch.full((p * n,), e, dtype=torch.long, device=weights.device))
+            ti.append(
+                (torch.arange(n, device=weights.device) if steps is None else steps).repeat(p)
+            )
+            offset += p * n
+        logits = finish(torch.cat(parts) if grad else x, torch.cat(bi), torch.cat(ti))
         offset = 0
         for e in range(lo, example):
-            steps = steps_of[e]
-            n = len(steps)
+            n = counts[e]
             if n:
-                out[e].index_copy_(1, steps, logits[offset : offset + p * n].view(p, n, -1))
+                block = logits[offset : offset + p * n].view(p, n, -1)
+                if steps_of[e] is None:
+                    out[e].narrow(1, 0, n).copy_(block)
+                else:
+                    out[e].index_copy_(1, steps_of[e], block)
                 offset += p * n
     return out
