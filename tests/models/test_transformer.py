@@ -378,3 +378,18 @@ def test_build_model_makes_a_transformer_from_its_config():
     cfg = TransformerConfig(architecture="transformer", layers=1, heads=2, d_model=8, d_ff=8)
     m = build_model(cfg, 5, 6)
     assert isinstance(m, Transformer) and m.n_layers == 1 and m.heads == 2
+
+
+@pytest.mark.parametrize("layer_norm", ["pre", "post"])
+def test_feed_forward_rows_is_the_feed_forward_sublayer(layer_norm):
+    """The in-place row form the folded kernel uses equals the plain sublayer (≤ 1e-6) and is the
+    plain sublayer itself when gradients are recorded."""
+    layer = model_of(layer_norm).eval().decoder_layers[1]
+    x = torch.randn(50, layer.ff.net[0].in_features, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(
+            layer.feed_forward_rows(x), layer.feed_forward(x), atol=1e-6, rtol=1e-6
+        )
+    x.requires_grad_(True)
+    out = layer.feed_forward_rows(x)
+    assert out.requires_grad and torch.equal(out, layer.feed_forward(x))

@@ -191,6 +191,21 @@ class DecoderLayer(nn.Module):
         """The stream after the feed-forward sublayer. ``x``: (…, d)."""
         return self.sub.add(2, x, self.ff(self.sub.inp(2, x)))
 
+    def feed_forward_rows(self, x: Tensor) -> Tensor:
+        """:meth:`feed_forward` of rows ``x`` (N, d) in eval mode without autograd, in fewer passes:
+        the ReLU in place and the residual added inside the second product (``addmm``).
+
+        Same function as :meth:`feed_forward` (rounding differs in the last bits: the sum is
+        (x + W₂h) + b₂ instead of x + (W₂h + b₂)); it falls back to it when gradients are
+        recorded or dropout is active.
+        """
+        if torch.is_grad_enabled() or (self.training and self.sub.dropout.p > 0):
+            return self.feed_forward(x)
+        first, second = self.ff.net[0], self.ff.net[3]
+        h = torch.addmm(first.bias, self.sub.inp(2, x), first.weight.t()).relu_()
+        out = torch.addmm(x, h, second.weight.t()).add_(second.bias)
+        return out if self.sub.pre else self.sub.norms[2](out)
+
     def cross_given_weights(self, x: Tensor, weights: Tensor, values: Tensor) -> Tensor:
         """The stream after the cross-attention sublayer with given weights.
 
@@ -653,12 +668,12 @@ class Transformer(Decoding, nn.Module):
         def finish(x: Tensor, bi: Tensor, ti: Tensor) -> Tensor:
             if not layer.sub.pre:
                 x = layer.sub.norms[1](x)
-            x = layer.feed_forward(x)
+            x = layer.feed_forward_rows(x)
             for m in range(first + 1, self.layers):
                 upper = self.decoder_layers[m]
                 x = self._row_self_attention(upper, m, x, trace, bi, ti + trace.offset)
                 x = self._row_cross_attention(upper, m, x, trace.memory, bi)
-                x = upper.feed_forward(x)
+                x = upper.feed_forward_rows(x)
             return self._logits(x)
 
         return folded_rows(
