@@ -47,7 +47,7 @@ from torch import Tensor
 
 from attnstudy.models import Seq2Seq, eval_mode
 
-from .._chunks import rows_given_attention
+from .._chunks import ELEMENT_BUDGET, rows_given_attention
 from ..batch import AblationContext, PreparedBatch, step_generator
 from ..divergences import jsd, tvd
 
@@ -254,6 +254,7 @@ def search_adversarial(
     params: AdversarialParams,
     ctx: AblationContext,
     steps: int | None = None,
+    budget: int | None = None,
 ) -> AdversarialResult:
     """Batched ``AdversaryMulti`` search over every searchable step of a batch (J&W 2019, §4.2).
 
@@ -264,6 +265,10 @@ def search_adversarial(
         params: K, iterations, lr, λ, ε_opt, ε_eval, σ.
         ctx: ``seed`` seeds the initial noise; ``chunk_rows`` sizes the output-layer chunks.
         steps: override of ``params.steps`` (Adam iterations).
+        budget: elements of one chunk's (N', K, K, T_x) tensors (default
+            :data:`~attnstudy.analysis._chunks.ELEMENT_BUDGET`): the rows are searched in
+            chunks of N' rows, so a long example's memory stays bounded; a row's result does not
+            depend on its chunk.
 
     Returns:
         :class:`AdversarialResult` over the N real steps with ≥ 2 valid source positions.
@@ -273,12 +278,53 @@ def search_adversarial(
     """
     _check(model, batch)
     b_idx, t_idx = _searched_rows(batch)
+    h, t_x = batch.trace.attention.size(1), batch.trace.src.size(1)
+    # rows are independent (their own candidates, noise and Adam moments): in chunks whose
+    # (N', K, K, T_x) pairwise-JSD and (N', K, H, T_x) candidate tensors fit the budget
+    size = max(1, (budget or ELEMENT_BUDGET) // (params.k * max(params.k, h) * t_x))
     flags = _requires_grad_off(model)
     try:
         with eval_mode(model):
-            return _optimise(model, batch, b_idx, t_idx, params, ctx, steps)
+            if len(b_idx) <= size:
+                return _optimise(model, batch, b_idx, t_idx, params, ctx, steps)
+            parts = [
+                _optimise(
+                    model, batch, b_idx[s : s + size], t_idx[s : s + size], params, ctx, steps
+                )
+                for s in range(0, len(b_idx), size)
+            ]
     finally:
         _restore_requires_grad(model, flags)
+    return _concat(parts, b_idx, t_idx, params, h, t_x)
+
+
+def _concat(
+    parts: list[AdversarialResult],
+    b_idx: Tensor,
+    t_idx: Tensor,
+    params: AdversarialParams,
+    heads: int,
+    t_x: int,
+) -> AdversarialResult:
+    """One :class:`AdversarialResult` of the rows (b_idx, t_idx) from the results of its
+    consecutive parts."""
+    dev = b_idx.device
+
+    def cat(name: str, empty: Tensor) -> Tensor:
+        return torch.cat([getattr(p, name) for p in parts]) if parts else empty
+
+    return AdversarialResult(
+        b_idx,
+        t_idx,
+        cat("candidates", torch.zeros(0, params.k, heads, t_x, device=dev)),
+        cat("jsd", torch.zeros(0, params.k, device=dev)),
+        cat("tvd", torch.zeros(0, params.k, device=dev)),
+        cat("objective", torch.zeros(0, device=dev)),
+        cat("kept", torch.zeros(0, params.k, dtype=torch.bool, device=dev)),
+        cat("best", torch.zeros(0, dtype=torch.long, device=dev)),
+        params.eps_opt,
+        params.eps_eval,
+    )
 
 
 def adversarial_loop_reference(
@@ -316,23 +362,8 @@ def adversarial_loop_reference(
                 )
     finally:
         _restore_requires_grad(model, flags)
-    acfg = params
-    h, t_x = batch.trace.attention.size(1), batch.trace.src.size(1)
-
-    def cat(name: str, empty: Tensor) -> Tensor:
-        return torch.cat([getattr(p, name) for p in parts]) if parts else empty
-
-    return AdversarialResult(
-        b_all,
-        t_all,
-        cat("candidates", torch.zeros(0, acfg.k, h, t_x, device=dev)),
-        cat("jsd", torch.zeros(0, acfg.k, device=dev)),
-        cat("tvd", torch.zeros(0, acfg.k, device=dev)),
-        cat("objective", torch.zeros(0, device=dev)),
-        cat("kept", torch.zeros(0, acfg.k, dtype=torch.bool, device=dev)),
-        cat("best", torch.zeros(0, dtype=torch.long, device=dev)),
-        acfg.eps_opt,
-        acfg.eps_eval,
+    return _concat(
+        parts, b_all, t_all, params, batch.trace.attention.size(1), batch.trace.src.size(1)
     )
 
 

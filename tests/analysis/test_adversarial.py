@@ -129,6 +129,22 @@ def test_batched_search_equals_loop_in_float32(data):
     torch.testing.assert_close(fast.objective, slow.objective, atol=1e-3, rtol=1e-5)
 
 
+def test_rows_searched_in_chunks_equal_one_search(data):
+    """A budget of a few rows per chunk (a long example's case) changes no row's result."""
+    cfg = cfg_with(steps=10)
+    model = make_model(data)
+    batch = batch_of(model, data)
+    params, ctx = cfg.params_for("adversarial"), AblationContext.of(cfg)
+    whole = search_adversarial(model, batch, params, ctx)
+    t_x = batch.trace.src.size(1)
+    chunked = search_adversarial(model, batch, params, ctx, budget=3 * params.k**2 * t_x)
+    assert len(whole.b_idx) > 3  # so the budget made several chunks
+    for name in ("b_idx", "t_idx", "kept", "best"):
+        assert torch.equal(getattr(chunked, name), getattr(whole, name)), name
+    for name in ("candidates", "jsd", "tvd"):
+        torch.testing.assert_close(getattr(chunked, name), getattr(whole, name), atol=1e-6, rtol=0)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "attention,flow,heads", [("additive", "bahdanau", 1), ("multihead", "luong", 2)]
