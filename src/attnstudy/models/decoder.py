@@ -188,9 +188,11 @@ class Decoder(nn.Module):
     def _attend(self, query: Tensor, memory: Memory | None, intervene, detach: bool):
         if self.attention is None or memory is None:
             return query.new_zeros(query.size(0), 0), None
-        weights = self.attention.weights(query.unsqueeze(1), memory)  # (N, H, 1, T_x)
-        if detach:
-            weights = weights.detach()
+        if detach:  # no graph for the scores at all: nothing would flow back through them
+            with torch.no_grad():
+                weights = self.attention.weights(query.unsqueeze(1), memory)  # (N, H, 1, T_x)
+        else:
+            weights = self.attention.weights(query.unsqueeze(1), memory)
         weights = weights[:, :, 0]
         if intervene is not None:
             weights = intervene(weights)
