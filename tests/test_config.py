@@ -107,7 +107,7 @@ def test_load_experiment_file_errors(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["quickstart", "g2p", "synthetic", "tiny", "copy", "dates", "tsv-example"]
+    "name", ["quickstart", "g2p", "g2p-screen", "synthetic", "tiny", "copy", "dates", "tsv-example"]
 )
 def test_shipped_experiments_validate(name):
     from pathlib import Path
