@@ -1,7 +1,9 @@
-"""Two runs logging the same split at once (Ray workers against one server): MLflow creates a
-dataset by look-up-then-insert, so the slower insert violates the dataset key; log_splits retries,
-finds the dataset the other run created, and links it. Measured on a 2-worker dates study against
-PostgreSQL: ``duplicate key value violates unique constraint "dataset_pk"`` failed a training."""
+"""Two workers writing the same row at once (Ray against one server): MLflow creates a dataset and
+a registered-model alias by look-up-then-insert, so the slower insert violates the key; the
+tracker retries, finds the other worker's row, and links or updates it. Measured against
+PostgreSQL: ``duplicate key value violates unique constraint "dataset_pk"`` failed a training of a
+2-worker dates study, and ``… "registered_model_alias_pk"`` (two seeds of one model both setting
+``best``) one of the CI cluster test's copy trainings."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from mlflow.exceptions import MlflowException
 
 from attnstudy.data.types import Example
 from attnstudy.tracking import Tracker
+from attnstudy.tracking import client as tracking_client
 from attnstudy.tracking import datasets as ds
 from attnstudy.tracking.client import TrackingError
 
@@ -24,7 +27,7 @@ RACE = (
 
 @pytest.fixture
 def tracker(tmp_path, monkeypatch):
-    monkeypatch.setattr(ds.time, "sleep", lambda s: None)
+    monkeypatch.setattr(tracking_client.time, "sleep", lambda s: None)
     return Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
 
 
@@ -70,4 +73,26 @@ def test_a_race_that_never_resolves_gives_up_with_the_store_error(tracker, monke
     monkeypatch.setattr(tracker.client, "log_inputs", failing)
     with pytest.raises(TrackingError, match="dataset_pk"):
         ds.log_splits(tracker, run, SPLITS, "copy", {"task": "copy"})
-    assert calls["n"] == ds.RACE_RETRIES + 1
+    assert calls["n"] == tracking_client.RACE_RETRIES + 1
+
+
+ALIAS_RACE = (
+    "(psycopg.errors.UniqueViolation) duplicate key value violates unique constraint "
+    '"registered_model_alias_pk"'
+)
+
+
+def test_an_alias_set_by_two_workers_at_once_is_retried_and_points_at_the_version(
+    tracker, monkeypatch
+):
+    tracker.client.create_registered_model("m")
+    exp = tracker.experiment_id("race")
+    run = tracker.start_run(exp, "a")
+    for _ in range(2):
+        tracker.client.create_model_version("m", source="file:///nowhere", run_id=run)
+    tracker.set_alias("m", "best", "1")  # the other worker's alias, set first
+    failing, calls = _failing_first(tracker.client.set_registered_model_alias, ALIAS_RACE)
+    monkeypatch.setattr(tracker.client, "set_registered_model_alias", failing)
+    tracker.set_alias("m", "best", "2")
+    assert calls["n"] == 2
+    assert str(tracker.client.get_model_version_by_alias("m", "best").version) == "2"

@@ -177,3 +177,31 @@ def test_a_task_no_node_can_run_is_refused_instead_of_waiting_for_ever(tiny_conf
         check_placeable(req, [{"CPU": 8.0}, {"CPU": 1.0, "GPU": 1.0}])
     with pytest.raises(ConfigError, match="asks 2 CPU"):
         check_placeable(req, [{"CPU": 1.0, "GPU": 1.0}])
+
+
+def test_the_driver_settles_best_on_the_best_version_after_racing_workers(store_root, tiny_config):
+    """Two seeds registered at once: the worker that saw only its own version wrote ``best``
+    last, onto the worse seed; the driver sets it again from every version."""
+    from types import SimpleNamespace
+
+    from attnstudy import api
+    from attnstudy.distributed import RayExecutor, _Job
+    from attnstudy.tracking import Tracker
+
+    tracker = Tracker()
+    spec = tiny_config.runs()[0]
+    name = api.registered_name(spec)
+    exp = tracker.experiment_id("best-race")
+    tracker.client.create_registered_model(name)
+    for seed, per in ((1, 0.30), (2, 0.10)):  # seed 2 is better on dev
+        run = tracker.start_run(exp, f"seed{seed}")
+        tracker.log_metrics(run, {"best_dev/per": per, "best_dev/exact_match": 1 - per})
+        tracker.end_run(run)
+        tracker.client.create_model_version(name, source="file:///nowhere", run_id=run)
+    tracker.set_alias(name, "best", "1")  # the racing worker's stale choice
+    jobs = [
+        _Job(0, spec, "t0", model=SimpleNamespace(reused=False)),
+        _Job(1, spec, "t1", model=SimpleNamespace(reused=False)),
+    ]
+    RayExecutor._settle_best_aliases(SimpleNamespace(tracker=tracker), jobs)
+    assert str(tracker.client.get_model_version_by_alias(name, "best").version) == "2"

@@ -500,6 +500,27 @@ class RayExecutor:
             raise
         finally:
             bar.close()
+        self._settle_best_aliases(ctx, jobs)
+
+    @staticmethod
+    def _settle_best_aliases(ctx, jobs: list[_Job]) -> None:
+        """Set each registered model's ``best`` alias once more, serially, from all its versions.
+
+        Every worker sets ``best`` when its seed is registered, from the versions it sees then;
+        two seeds registered at once can leave the alias on the one whose worker wrote last
+        having seen fewer versions (a wrong answer, not an error). Models reused from the store
+        got no new version and are left alone.
+        """
+        from . import api, run_pages
+        from .training import early_stopping_metric
+
+        trained = {
+            api.registered_name(j.spec): j.spec
+            for j in jobs
+            if j.model is not None and not j.model.reused
+        }
+        for name, spec in trained.items():
+            run_pages.set_best_alias(ctx.tracker, name, early_stopping_metric(spec))
 
     def _collect(self, ctx, job: _Job, phase: str, ref) -> None:
         """Turn one finished task into a model, an ablation run or a failure."""

@@ -237,7 +237,7 @@ def register_version(
         tracker, run_id, model_id, name, tags=vtags, description=card
     )
     tracker.set_alias(name, f"seed{spec.seed}", version)
-    _set_best_alias(tracker, name, early_stopping)
+    set_best_alias(tracker, name, early_stopping)
     tracker.set_tags(run_id, {Tag.REGISTERED_MODEL: f"{name}/{version}"})
     return version
 
@@ -245,7 +245,9 @@ def register_version(
 LOWER_IS_BETTER = {"per", "wer", "loss"}
 
 
-def _set_best_alias(tracker: Tracker, name: str, metric: str) -> None:
+def set_best_alias(tracker: Tracker, name: str, metric: str) -> None:
+    """Point ``models:/<name>@best`` at the version whose run has the best ``best_dev/<metric>``
+    (lowest for PER, WER and loss, else highest); nothing when no version has the metric."""
     versions = tracker.model_versions(name)
     best, best_score = None, math.inf
     sign = 1.0 if metric in LOWER_IS_BETTER else -1.0

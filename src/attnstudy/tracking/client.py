@@ -289,6 +289,21 @@ class Tracker:
                 f"tracking store {self.uri}: {_disk_message(err, store_dir())}"
             ) from None
 
+    def _call_racing(self, fn, *args, **kwargs):
+        """:meth:`_call` retried (at most :data:`RACE_RETRIES` times) after a unique-key
+        violation: MLflow creates datasets and registered-model aliases by look-up-then-insert,
+        so two workers writing the same row at once (Ray against one server) race, and the
+        loser's insert violates the key. The retry finds the winner's row (linking a dataset and
+        setting an alias are idempotent). Any other error is raised at once.
+        """
+        for attempt in range(RACE_RETRIES + 1):
+            try:
+                return self._call(fn, *args, **kwargs)
+            except TrackingError as err:
+                if attempt == RACE_RETRIES or not is_duplicate_key(err):
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
     # --- experiments and runs ----------------------------------------------------------------
     def experiment_id(self, name: str, create: bool = True) -> str | None:
         """Id of the experiment ``name`` (created with an explicit artifact location if missing).
@@ -568,7 +583,19 @@ class Tracker:
             self._call(self.client.set_model_version_tag, name, version, k, str(v))
 
     def set_alias(self, name: str, alias: str, version: str) -> None:
-        self._call(self.client.set_registered_model_alias, name, alias, version)
+        """Point ``models:/<name>@<alias>`` at ``version`` (two seeds of one model registered at
+        once both set ``best``: the race is retried, see :meth:`_call_racing`)."""
+        self._call_racing(self.client.set_registered_model_alias, name, alias, version)
+
+
+RACE_RETRIES = 3
+"""Retries of a store write after a concurrent writer inserted the same row first."""
+
+
+def is_duplicate_key(err: Exception) -> bool:
+    """Whether a store error is a unique-key violation (PostgreSQL or SQLite wording)."""
+    text = str(err).lower()
+    return "unique" in text and ("violat" in text or "constraint" in text)
 
 
 @contextmanager

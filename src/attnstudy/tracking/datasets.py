@@ -11,7 +11,6 @@ size, not the examples.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Sequence
 
 import pandas as pd
@@ -20,7 +19,7 @@ from mlflow.data.code_dataset_source import CodeDatasetSource
 from mlflow.entities import DatasetInput, InputTag
 
 from ..data.types import Example
-from .client import Tracker, TrackingError
+from .client import Tracker
 
 CONTEXT_TAG = "mlflow.data.context"  # the runs table shows it beside the dataset (train/dev/test)
 DIGEST_CHARS = 16  # MLflow keeps at most 36 characters of a digest
@@ -96,25 +95,7 @@ def log_splits(
         )
         inputs.append(DatasetInput(ds._to_mlflow_entity(), [InputTag(CONTEXT_TAG, context)]))
         out[context] = (ds_name, digest)
-    for attempt in range(RACE_RETRIES + 1):
-        try:
-            tracker._call(tracker.client.log_inputs, run_id, inputs)
-            break
-        except TrackingError as err:
-            # MLflow creates a dataset by look-up-then-insert: two runs logging the same split at
-            # once (parallel workers) race, and the loser's insert violates the dataset key. The
-            # retry finds the winner's dataset and only links it (log_inputs is idempotent).
-            if attempt == RACE_RETRIES or not _is_duplicate_key(err):
-                raise
-            time.sleep(0.2 * (attempt + 1))
+    # two runs logging the same split at once (parallel workers) race in MLflow's
+    # look-up-then-insert of the dataset; the retry finds the winner's and only links it
+    tracker._call_racing(tracker.client.log_inputs, run_id, inputs)
     return out
-
-
-RACE_RETRIES = 3
-"""Retries of :func:`log_splits` after a concurrent run created the same dataset first."""
-
-
-def _is_duplicate_key(err: Exception) -> bool:
-    """Whether a store error is a unique-key violation (PostgreSQL or SQLite wording)."""
-    text = str(err).lower()
-    return "unique" in text and ("violat" in text or "constraint" in text)
