@@ -179,7 +179,7 @@ def test_a_task_no_node_can_run_is_refused_instead_of_waiting_for_ever(tiny_conf
         check_placeable(req, [{"CPU": 1.0, "GPU": 1.0}])
 
 
-def test_the_driver_settles_best_on_the_best_version_after_racing_workers(store_root, tiny_config):
+def test_the_driver_settles_best_on_the_best_version_after_racing_workers(tmp_path, tiny_config):
     """Two seeds registered at once: the worker that saw only its own version wrote ``best``
     last, onto the worse seed; the driver sets it again from every version."""
     from types import SimpleNamespace
@@ -188,7 +188,7 @@ def test_the_driver_settles_best_on_the_best_version_after_racing_workers(store_
     from attnstudy.distributed import RayExecutor, _Job
     from attnstudy.tracking import Tracker
 
-    tracker = Tracker()
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")  # its own store: no earlier versions
     spec = tiny_config.runs()[0]
     name = api.registered_name(spec)
     exp = tracker.experiment_id("best-race")
