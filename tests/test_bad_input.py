@@ -224,6 +224,33 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
         ),
         ("run: missing experiment", ["run", "missing.toml"], 2, "experiment file not found"),
         (
+            "run: adversary of an unknown variant",
+            ["run", t, "--set", "trained_adversary.lambdas=[0.1]"]
+            + ["--set", 'trained_adversary.variants=["nope"]'],
+            2,
+            "trained_adversary.variants: no variant 'nope'",
+        ),
+        (
+            "run: adversary of a model without attention",
+            ["run", t, "--set", "trained_adversary.lambdas=[0.1]"]
+            + ["--set", 'trained_adversary.variants=["none-bahdanau"]'],
+            2,
+            "'none-bahdanau' (none) has no learned attention",
+        ),
+        (
+            "run: negative λ",
+            ["run", t, "--set", "trained_adversary.lambdas=[-1]"],
+            2,
+            "every λ must be a finite number ≥ 0",
+        ),
+        (
+            "run: adversary of an unknown seed",
+            ["run", t, "--set", "trained_adversary.lambdas=[0.1]"]
+            + ["--set", "trained_adversary.seeds=[7]"],
+            2,
+            "trained_adversary.seeds: no model of seed 7",
+        ),
+        (
             "run: empty ablation list",
             ["run", t, "--set", "ablation.ablations=[]"],
             2,

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import pandas as pd
 
-from . import run_pages
+from . import adversaries, run_pages
 from .analysis.catalogue import AblationConfig
 from .config import RunSpec
 from .data.tasks import get_task, load_task, source_key
@@ -850,8 +850,8 @@ def run(
 
     Args:
         executor: where the trainings and ablations run; None: in this process, one after
-            another (the devices are then checked here first). Seed variance and the report are
-            computed here from the store either way.
+            another (the devices are then checked here first). Seed variance, the trained
+            adversaries and the report are computed here from the store either way.
 
     Returns:
         :class:`StudyResult`.
@@ -860,6 +860,7 @@ def run(
         DataError, TrackingError, DeviceError: before anything is written.
         StudyFailedError: some variants failed (its ``result`` holds what was done).
     """
+    adversaries.check_selection(cfg, cfg.runs())
     tracker = open_tracker(cfg, devices_here=executor is None)
     exp_id = tracker.experiment_id(cfg.experiment.name)
     try:
@@ -981,6 +982,11 @@ def _run_study(
         _seed_variance(result.models, cfg.ablation, tracker, study_id)
     except Exception as err:
         result.failures.append(Failure("seed variance", "analysis", _error_text(err)))
+    if cfg.trained_adversary.enabled:
+        try:
+            run_trained_adversaries(cfg, result.models, tracker, study_id, progress)
+        except Exception as err:
+            result.failures.append(Failure("trained adversary", "analysis", _error_text(err)))
     n_ok = len(specs) - len(
         {f.name for f in result.failures if f.phase in ("training", "ablation")}
     )
@@ -1086,6 +1092,142 @@ def _seed_variance(
     if tables:
         tracker.log_table(study_id, pd.concat(tables, ignore_index=True), Artifact.SEED_VARIANCE)
         tracker.log_metrics(study_id, metrics)
+
+
+def run_trained_adversaries(
+    cfg: ExperimentConfig,
+    models: list,
+    tracker: Tracker,
+    study_id: str,
+    progress: bool = True,
+) -> list[str]:
+    """Train (or reuse) every adversary ``[trained_adversary]`` asks for and record them on the
+    study (``adversary_run_ids``).
+
+    Args:
+        cfg: the experiment.
+        models: the study's trained :class:`attnstudy.api.ModelRun` s.
+        tracker: the store; study_id: the open study run.
+
+    Returns:
+        The adversary run ids, in (base model, λ) order.
+
+    """
+    adv = cfg.trained_adversary
+    wanted = {id(s) for s in adversaries.selected(cfg, [m.spec for m in models])}
+    run_ids = []
+    for m in models:
+        if id(m.spec) not in wanted:
+            continue
+        for lam in adv.lambdas:
+            run_ids.append(_adversary_run(m.run_id, m.spec, lam, cfg, tracker, study_id, progress))
+            tracker.set_tags(study_id, {Tag.ADVERSARY_RUN_IDS: ",".join(run_ids)})
+    return run_ids
+
+
+def _adversary_run(
+    base_run_id: str,
+    spec: RunSpec,
+    lam: float,
+    cfg: ExperimentConfig,
+    tracker: Tracker,
+    study_id: str,
+    progress: bool,
+) -> str:
+    import copy
+
+    import torch
+
+    from .analysis.consistent_adversary import compare_to_base, train_consistent_adversary
+    from .models.build import build_model
+
+    adv = cfg.trained_adversary
+    base_run = tracker.get_run(base_run_id)
+    settings = {
+        "epochs": adv.epochs,
+        "lr": adv.lr if adv.lr is not None else spec.training.lr,
+        "batch_size": adv.batch_size or spec.training.batch_size,
+        "n_train": adv.n_train or 0,
+        "n_examples": adv.n_examples or cfg.ablation.n_examples,
+        "seed": spec.seed + adversaries.ADVERSARY_SEED_OFFSET,
+        "bootstrap_resamples": cfg.ablation.bootstrap_resamples,
+    }
+    key = adversaries.adversary_key(base_run.tags.get(Tag.MODEL_KEY, ""), lam, adv, settings)
+    name = f"{spec.name}/adversary-{adversaries.lambda_label(lam)}"
+    for done in tracker.search_runs(
+        [base_run.experiment_id],
+        f"tags.{Tag.ADVERSARY_KEY} = '{key}' and attributes.status = 'FINISHED'",
+        max_results=1,
+    ):
+        notice(f"{name}: reusing the finished adversary run {done.run_id} (same key)")
+        return done.run_id
+
+    _, loaded = load_model(f"runs:/{base_run_id}", tracker)
+    data = checked_task_data(loaded, base_run.tags.get(Tag.DATA_DIGEST), f"runs:/{base_run_id}")
+    train = data.splits.train[: settings["n_train"] or None]
+    examples = data.splits.test[: settings["n_examples"]]
+    device = resolve_device(spec.training.device, "training.device")
+    torch.set_num_threads(spec.training.threads)
+    base = loaded.model.to(device)
+    if adv.init == "base":
+        adversary = copy.deepcopy(base)
+    else:
+        torch.manual_seed(settings["seed"])
+        adversary = build_model(spec.model, len(loaded.src_vocab), len(loaded.tgt_vocab))
+    adversary.to(device)
+    tags = _run_tags(
+        spec, study_id, Kind.ADVERSARY, base_run.tags.get(Tag.MODEL_KEY, ""), data.digest
+    )
+    tags |= {
+        Tag.SOURCE_RUN_ID: base_run_id,
+        Tag.ADVERSARY_KEY: key,
+        Tag.LAMBDA: f"{lam:g}",
+        Tag.DEVICE: str(device),
+        Tag.NOTE: (
+            f"Model-consistent adversary (Wiegreffe & Pinter 2019, §4) of {spec.name} with "
+            f"λ = {lam:g}: trained to keep the base model's outputs (TVD) while moving its "
+            f"attention away (−λ·KL), init = {adv.init}; compared on {len(examples)} test examples "
+            "(reference prefix)."
+        ),
+    }
+    run_id = tracker.start_run(base_run.experiment_id, name, tags, base_run_id)
+    with tracker.active(run_id):
+        tracker.log_params(
+            run_id, {"lambda": lam, "init": adv.init, "layer": adv.layer, **settings}
+        )
+        t0 = time.perf_counter()
+        history = train_consistent_adversary(
+            base,
+            adversary,
+            train,
+            loaded.src_vocab,
+            loaded.tgt_vocab,
+            lam,
+            settings["epochs"],
+            settings["lr"],
+            settings["batch_size"],
+            settings["seed"],
+            clip_norm=spec.training.clip_norm,
+            layer=adv.layer,
+            progress=progress,
+            on_epoch=lambda epoch, metrics: tracker.log_metrics(run_id, metrics, step=epoch),
+        )
+        seconds = time.perf_counter() - t0
+        table = compare_to_base(
+            base, adversary, examples, loaded.src_vocab, loaded.tgt_vocab, layer=adv.layer
+        )
+        summary = adversaries.summarize(table, cfg.ablation)
+        summary |= {
+            "adversary/seconds": seconds,
+            "adversary/n_examples": float(len(examples)),
+            "adversary/final_train_loss": history[-1]["train/loss"],
+        }
+        with tempfile.TemporaryDirectory(prefix="attnstudy-adversary-") as tmp:
+            path = Path(tmp) / Path(Artifact.ADVERSARY_STEPS).name
+            table.to_parquet(path, index=False)
+            tracker.log_artifact(run_id, path, str(Path(Artifact.ADVERSARY_STEPS).parent))
+        tracker.log_metrics(run_id, summary)
+    return run_id
 
 
 def report(

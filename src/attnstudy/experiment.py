@@ -13,9 +13,10 @@ catalogue modules, so a usage error is reported before torch or mlflow are impor
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
@@ -70,6 +71,55 @@ class ModelVariant(_Strict):
     training: dict[str, Any] = Field(default_factory=dict)
 
 
+class TrainedAdversaryConfig(_Strict):
+    """``[trained_adversary]``: model-consistent adversarial training (Wiegreffe & Pinter 2019, §4;
+    :mod:`attnstudy.analysis.consistent_adversary`), off while ``lambdas`` is empty.
+
+    For each selected base model and each λ, a second model of the same configuration is trained
+    to keep the base model's per-step outputs (TVD) while moving its attention away (−λ·KL), then
+    compared with the base model on ``n_examples`` test examples (reference prefix).
+
+    Attributes:
+        lambdas: the λ values (≥ 0, distinct; empty: off).
+        variants: the variant labels to attack (``[[models]]`` names or ``additive-bahdanau`` …);
+            default every variant whose attention is learned (not ``uniform``/``none``, not a
+            pretrained folder).
+        seeds: the base models' seeds (default the first seed of the experiment).
+        init: ``"base"`` (start from the base model's trained weights: λ = 0 is the base model)
+            or ``"scratch"`` (a fresh initialisation, as W&P train it; on a V-way output TVD from
+            a random start fits slowly).
+        epochs, lr, batch_size: the adversary's optimisation (lr and batch size default to the
+            base model's).
+        n_train: training examples used (a prefix of the training split; default all).
+        n_examples: test examples compared (default ``ablation.n_examples``).
+        layer: the cross-attention layer whose head mean is pushed away and compared.
+    """
+
+    lambdas: list[float] = Field(default_factory=list, max_length=20)
+    variants: list[str] | None = Field(None, min_length=1, max_length=100)
+    seeds: list[Seed] | None = Field(None, min_length=1, max_length=100)
+    init: Literal["base", "scratch"] = "base"
+    epochs: int = Field(5, ge=1, le=1000)
+    lr: float | None = Field(None, gt=0, le=10)
+    batch_size: int | None = Field(None, ge=1, le=65_536)
+    n_train: int | None = Field(None, ge=1)
+    n_examples: int | None = Field(None, ge=1)
+    layer: int = Field(-1, ge=-64, le=63)
+
+    @field_validator("lambdas")
+    @classmethod
+    def _lambdas(cls, v: list[float]) -> list[float]:
+        if any(not math.isfinite(x) or x < 0 for x in v):
+            raise ValueError(f"every λ must be a finite number ≥ 0, got {v}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"λ values repeat in {v}: give each once")
+        return v
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.lambdas)
+
+
 class ExperimentConfig(_Strict):
     experiment: ExperimentMeta = ExperimentMeta()
     data: dict[str, Any] = Field(default_factory=dict)
@@ -77,6 +127,7 @@ class ExperimentConfig(_Strict):
     training: dict[str, Any] = Field(default_factory=dict)
     ablation: AblationConfig = Field(default_factory=AblationConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
+    trained_adversary: TrainedAdversaryConfig = Field(default_factory=TrainedAdversaryConfig)
     models: list[ModelVariant] = Field(default_factory=lambda: [ModelVariant()], min_length=1)
 
     def runs(self) -> list[RunSpec]:
@@ -131,6 +182,7 @@ for _m in (
     AblationConfig,
     ReportConfig,
     VerdictThresholds,
+    TrainedAdversaryConfig,
 ):
     register_config_model(_m)
 

@@ -107,6 +107,7 @@ class StudyData:
     status: str = "FINISHED"
     notes: list[str] = field(default_factory=list)
     experiment_json: dict = field(default_factory=dict)
+    adversaries: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def predictions(self) -> pd.DataFrame:
@@ -197,6 +198,10 @@ def load_study(tracker: Tracker, study_id: str) -> StudyData:
                 e.has_browser = _has(tracker, abl.run_id, Artifact.BROWSER)
         entries.append(e)
     seed_var = _try_table(tracker, study_id, Artifact.SEED_VARIANCE)
+    adversaries = adversary_frame(
+        [tracker.get_run(i) for i in study.ids(Tag.ADVERSARY_RUN_IDS)],
+        {e.model_run_id: e.variant for e in entries},
+    )
     config_text = _try_text(tracker, study_id, Artifact.EXPERIMENT_TOML) or ""
     exp_json = _try_json(tracker, study_id, Artifact.EXPERIMENT_JSON) or {}
     return StudyData(
@@ -209,6 +214,94 @@ def load_study(tracker: Tracker, study_id: str) -> StudyData:
         status=study.status,
         notes=notes,
         experiment_json=exp_json,
+        adversaries=adversaries,
+    )
+
+
+ADVERSARY_STATS = ("attention_jsd", "output_tvd", "argmax_differs")
+
+
+def adversary_frame(runs: list, variants: dict[str, str]) -> pd.DataFrame:
+    """One row per trained adversary run (:mod:`attnstudy.adversaries`): ``variant``,
+    ``model_run_id``, ``run_id``, ``status``, ``lambda``, ``init``, ``epochs``, ``n_examples``,
+    ``n_steps`` and, per statistic of :data:`ADVERSARY_STATS`, its value with ``_ci_low`` /
+    ``_ci_high`` (NaN where the run has none)."""
+    rows = []
+    for r in runs:
+        m = r.metrics
+        row = {
+            "variant": variants.get(r.tags.get(Tag.SOURCE_RUN_ID, ""), variant_name(r.tags)),
+            "model_run_id": r.tags.get(Tag.SOURCE_RUN_ID, ""),
+            "run_id": r.run_id,
+            "status": r.status,
+            "lambda": float(r.params.get("lambda", r.tags.get(Tag.LAMBDA, "nan"))),
+            "init": r.params.get("init", ""),
+            "epochs": int(r.params.get("epochs", 0) or 0),
+            "n_examples": m.get("adversary/n_examples", math.nan),
+            "n_steps": m.get("adversary/n_steps", math.nan),
+        }
+        for stat in ADVERSARY_STATS:
+            for suffix in ("", "_ci_low", "_ci_high"):
+                row[f"{stat}{suffix}"] = m.get(f"adversary/{stat}{suffix}", math.nan)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def per_instance_adversary(data: StudyData) -> pd.DataFrame:
+    """Jain & Wallace's per-instance adversary per model, as a point beside the trained ones:
+    ``variant``, ``attention_jsd`` (mean ``adversarial_max_jsd``) and ``output_tvd`` (mean
+    ``adversarial_max_tvd``) over the analysis-prefix steps of the top analysed layer (all
+    heads) where a candidate within ε was found."""
+    rows = []
+    for e in data.entries:
+        st = e.steps
+        if st is None or "adversarial_max_jsd" not in st or "adversarial_found" not in st:
+            continue
+        if "prefix" in st and "analysis_prefix" in st:
+            st = st[st["prefix"] == st["analysis_prefix"]]
+        if "head" in st:
+            st = st[st["head"] == -1]
+        if "layer" in st and (st["layer"] >= 0).any():
+            st = st[st["layer"] == st["layer"].max()]
+        found = st[st["adversarial_found"].fillna(False).astype(bool)]
+        if len(found):
+            rows.append(
+                {
+                    "variant": e.variant,
+                    "attention_jsd": float(found["adversarial_max_jsd"].mean()),
+                    "output_tvd": float(found["adversarial_max_tvd"].mean()),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def adversary_table(data: StudyData) -> dict | None:
+    """The report's table of trained adversaries: a row per (model, λ), every number ``value
+    [low, high]`` (95 % bootstrap over examples), or None without any."""
+    df = data.adversaries
+    if df.empty:
+        return None
+    rows = []
+    for _, r in df.sort_values(["variant", "lambda"], kind="stable").iterrows():
+        if r["status"] != "FINISHED":
+            cells = [f"not finished ({r['status']})"] * 3
+        else:
+            cells = [
+                Estimate(r[s], r[f"{s}_ci_low"], r[f"{s}_ci_high"]).fmt(3)
+                if math.isfinite(r[s])
+                else "not logged"
+                for s in ADVERSARY_STATS
+            ]
+        rows.append([r["variant"], f"{r['lambda']:g}", r["init"], str(r["epochs"]), *cells])
+    return _table(
+        "Trained adversaries: can a model attend differently and predict the same?",
+        "Wiegreffe & Pinter (2019), §4: per model and λ, a second model trained to keep the base "
+        "model's output distributions (TVD) while moving its attention away (−λ·KL), compared "
+        "with the base model at every decoder step of the test sample (reference prefix). A large "
+        "attention JSD with a small output TVD means another model attends very differently "
+        "and predicts the same.",
+        ["model", "λ", "init", "epochs", "attention JSD", "output TVD", "argmax differs"],
+        rows,
     )
 
 
@@ -595,6 +688,15 @@ CAPTIONS = {
         "leave-one-out are scaled per row. The last column is teacher-forced on the reference, "
         "with gold links boxed (solid: sure, dashed: possible). Every example: the example browser.",
     ),
+    "trained_adversary": (
+        "Trained adversaries against per-instance adversaries",
+        "Wiegreffe & Pinter (2019) §4 / fig. 5: attention JSD from the base model against output "
+        "TVD from it, per model: the model-consistent adversaries for each λ (mean over the test "
+        "steps, 95 % intervals), beside Jain & Wallace's per-instance adversary (mean max JSD "
+        "and its TVD over the steps where one was found) and the seed variance (mean over pairs "
+        "of seeds) where the study has them. Points far right and low: attention that other "
+        "models or rows can replace without changing the output.",
+    ),
     "seed_variance": (
         "Seed variance",
         "Wiegreffe & Pinter (2019) fig. 3: per step and pair of seeds of one configuration, the JSD "
@@ -746,6 +848,18 @@ def _figures(data: StudyData, facts, layers, palette, eps) -> list[dict]:
             )
     if not data.seed_variance.empty:
         out.append(("seed_variance", figures.seed_variance(data.seed_variance, palette)))
+    if not data.adversaries.empty:
+        out.append(
+            (
+                "trained_adversary",
+                figures.trained_adversaries(
+                    data.adversaries,
+                    per_instance_adversary(data),
+                    data.seed_variance,
+                    palette,
+                ),
+            )
+        )
     result = []
     for key, fig in out:
         cap_key = "heatmaps" if key.startswith("heatmaps_") else key
@@ -880,6 +994,7 @@ def report_context(
         "overall": overall(verdicts, vfacts) if verdicts else "No model of this study was ablated.",
         "findings": findings,
         "tables": summary_tables(data, facts, layers),
+        "extra_tables": [t for t in (adversary_table(data),) if t is not None],
         "figures": figs,
         "runs": runs,
         "settings": {
@@ -1035,6 +1150,10 @@ def build_report(
                 )
                 (tmp / run["browser_file"]).write_text(page, encoding="utf-8")
         (tmp / "summary.csv").write_text(table.to_csv(index=False), encoding="utf-8")
+        if not data.adversaries.empty:
+            (tmp / "adversaries.csv").write_text(
+                data.adversaries.to_csv(index=False), encoding="utf-8"
+            )
         (tmp / "report.html").write_text(render_html(context), encoding="utf-8")
         (tmp / "report.md").write_text(render_markdown(context), encoding="utf-8")
         old = None

@@ -7,7 +7,8 @@ Layers, bottom to top (a module may import its own layer and those below):
     core      data.*, models.*, hf_folder, metrics, devices, training, inference
     analysis  analysis.*  (the catalogue, the ablations, the suite, figures)
     tracking  tracking.*  (client, schema, store, models)
-    app       experiment, api, cli, report, serving, ui, ui_guard, server, distributed, pretrained
+    app       experiment, api, cli, report, serving, ui, ui_guard, server, distributed, pretrained,
+              adversaries
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ LAYERS = [
             "attnstudy.server",
             "attnstudy.distributed",
             "attnstudy.pretrained",
+            "attnstudy.adversaries",
         ],
     ),
 ]

@@ -20,6 +20,7 @@ class Kind(StrEnum):
     STUDY = "study"
     MODEL = "model"
     ABLATION = "ablation"
+    ADVERSARY = "adversary"  # a model-consistent adversary (attnstudy.adversaries)
 
 
 class Tag:
@@ -46,6 +47,9 @@ class Tag:
     ABLATION_KEY = "ablation_key"
     MODEL_RUN_IDS = "model_run_ids"
     ABLATION_RUN_IDS = "ablation_run_ids"
+    ADVERSARY_RUN_IDS = "adversary_run_ids"  # a study's trained adversaries
+    ADVERSARY_KEY = "adversary_key"  # what decides an adversary run's reuse
+    LAMBDA = "lambda"  # an adversary's λ
     FAILED_RUN_IDS = "failed_run_ids"
     FAILED = "failed"
     SKIPPED_PREFIX = "skipped."
@@ -85,6 +89,7 @@ class Artifact:
     STUDY_SUMMARY = "summary.csv"
     STUDY_SUMMARY_TABLE = "summary.json"  # mlflow.log_table: the UI's table view
     SEED_VARIANCE = "seed_variance/steps.parquet"
+    ADVERSARY_STEPS = "adversary/steps.parquet"  # a trained adversary against its base, per step
     EXPERIMENT_TOML = "experiment.toml"
     EXPERIMENT_JSON = "experiment.json"
     REPORT_DIR = "report"

@@ -1,0 +1,76 @@
+"""``[trained_adversary]`` in a study: one tracked run per (model, λ), the study's list, the
+report's table, figure and CSV, and reuse of a finished adversary by its key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).parents[1]
+TINY = ROOT / "experiments" / "tiny.toml"
+pytestmark = pytest.mark.slow
+
+
+def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root):
+    from attnstudy import api
+    from attnstudy.experiment import load_experiment
+    from attnstudy.tracking import Tracker
+
+    cfg = load_experiment(
+        TINY, ["trained_adversary.lambdas=[0.0, 0.5]", "trained_adversary.epochs=2"]
+    )
+    result = api.run(cfg, progress=False)
+    tracker = Tracker()
+    exp_id = tracker.experiment_id("tiny")
+    runs = tracker.search_runs([exp_id], "tags.kind = 'adversary'")
+    # the none-bahdanau variant has no attention: only additive-bahdanau is attacked
+    assert sorted(r.name for r in runs) == [
+        "copy/additive-bahdanau/seed1/adversary-lam0",
+        "copy/additive-bahdanau/seed1/adversary-lam0.5",
+    ]
+    base = next(m for m in result.models if m.spec.model.attention == "additive")
+    for r in runs:
+        assert r.status == "FINISHED"
+        assert r.tags["source_run_id"] == base.run_id
+        assert r.tags["mlflow.parentRunId"] == base.run_id
+        assert r.tags["study_id"] == result.study_run_id
+        lo, hi = r.metrics["adversary/output_tvd_ci_low"], r.metrics["adversary/output_tvd_ci_high"]
+        assert 0 <= lo <= r.metrics["adversary/output_tvd"] <= hi <= 1
+        assert 0 <= r.metrics["adversary/attention_jsd"] <= 0.6932
+        assert r.metrics["adversary/n_examples"] == cfg.ablation.n_examples
+        steps = tracker.load_table(r.run_id, "adversary/steps.parquet")
+        assert steps["adversary_output_tvd"].mean() == pytest.approx(
+            r.metrics["adversary/output_tvd"]
+        )
+        assert r.metrics["adversary/n_steps"] == len(steps)
+        assert tracker.metric_history(r.run_id, "train/attention_kl")[-1][0] == 2
+    study = tracker.get_run(result.study_run_id)
+    assert set(study.ids("adversary_run_ids")) == {r.run_id for r in runs}
+
+    report = Path(result.report).parent
+    table = pd.read_csv(report / "adversaries.csv")
+    assert sorted(table["lambda"]) == [0.0, 0.5]
+    by_run = {r.run_id: r for r in runs}
+    for _, row in table.iterrows():
+        assert row["attention_jsd"] == pytest.approx(
+            by_run[row["run_id"]].metrics["adversary/attention_jsd"]
+        )
+    md = (report / "report.md").read_text()
+    assert "Trained adversaries: can a model attend differently" in md
+    assert "figures/trained_adversary.png" in md
+    assert (report / "figures" / "trained_adversary.png").stat().st_size > 10_000
+
+    # the same experiment again: a new study, the models and the adversaries reused by key
+    again = api.run(cfg, progress=False, report=False)
+    assert again.study_run_id != result.study_run_id
+    assert len(tracker.search_runs([exp_id], "tags.kind = 'adversary'")) == 2
+    assert set(tracker.get_run(again.study_run_id).ids("adversary_run_ids")) == set(by_run)
+    # another λ is trained, the known ones are not
+    more = load_experiment(
+        TINY, ["trained_adversary.lambdas=[0.5, 2.0]", "trained_adversary.epochs=2"]
+    )
+    api.run(more, progress=False, report=False)
+    names = sorted(r.name for r in tracker.search_runs([exp_id], "tags.kind = 'adversary'"))
+    assert names[-1] == "copy/additive-bahdanau/seed1/adversary-lam2" and len(names) == 3
