@@ -107,7 +107,19 @@ def test_load_experiment_file_errors(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["quickstart", "g2p", "g2p-screen", "synthetic", "tiny", "copy", "dates", "tsv-example"]
+    "name",
+    [
+        "quickstart",
+        "g2p",
+        "g2p-screen",
+        "synthetic",
+        "tiny",
+        "copy",
+        "dates",
+        "tsv-example",
+        "copy-adversary",
+        "dates-adversary",
+    ],
 )
 def test_shipped_experiments_validate(name):
     from pathlib import Path

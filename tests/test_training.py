@@ -93,3 +93,40 @@ def test_resume_with_plateau_schedule_matches_uninterrupted(plateau_spec, tmp_pa
     torch.save(ckpt, tmp_path / "part" / "last.pt")
     resumed = train(plateau_spec, splits, sv, tv, tmp_path / "part", resume=True, progress=False)
     assert resumed.history == full.history
+
+
+def test_inverse_sqrt_factor_warms_up_linearly_then_decays_as_the_inverse_square_root():
+    from attnstudy.training import inverse_sqrt_factor
+
+    assert [inverse_sqrt_factor(s, 4) for s in (0, 1, 2, 3)] == [0.25, 0.25, 0.5, 0.75]
+    assert inverse_sqrt_factor(4, 4) == 1.0  # the peak is the configured lr
+    assert inverse_sqrt_factor(16, 4) == pytest.approx(0.5)
+    assert inverse_sqrt_factor(400, 4) == pytest.approx(0.1)
+
+
+@pytest.fixture(scope="module")
+def warmup_spec(spec):
+    training = spec.training.model_copy(
+        update={"epochs": 4, "patience": 10, "scheduling": "inverse_sqrt", "warmup_steps": 10}
+    )
+    return spec.model_copy(update={"training": training})
+
+
+def test_inverse_sqrt_schedule_steps_once_per_update_and_resumes(warmup_spec, tmp_path):
+    from attnstudy.data.batching import make_batches
+    from attnstudy.training import inverse_sqrt_factor
+
+    splits, sv, tv = load_data(warmup_spec)
+    full = train(warmup_spec, splits, sv, tv, tmp_path / "full", progress=False)
+    per_epoch = len(make_batches(splits.train, sv, tv, warmup_spec.training.batch_size, False))
+    lr = warmup_spec.training.lr
+    # the lr logged after epoch e is the one the next update would use: after k = e·batches updates
+    expected = [lr * inverse_sqrt_factor(e * per_epoch + 1, 10) for e in range(1, 5)]
+    assert [h["train/lr"] for h in full.history] == pytest.approx(expected, rel=1e-12)
+    assert expected[0] < lr and expected[-1] < expected[1]  # warmed up, then decayed
+    part = warmup_spec.model_copy(
+        update={"training": warmup_spec.training.model_copy(update={"epochs": 2})}
+    )
+    train(part, splits, sv, tv, tmp_path / "part", progress=False)
+    resumed = train(warmup_spec, splits, sv, tv, tmp_path / "part", resume=True, progress=False)
+    assert resumed.history == full.history

@@ -499,8 +499,11 @@ class TrainingConfig(_Strict):
     clip_norm: float = Field(1.0, gt=0, le=1e6)
     patience: int = Field(3, ge=1, le=10_000)
     # learning-rate schedule (JoeyNMT's names): "plateau" multiplies the lr by decrease_factor when
-    # the early-stopping metric has not improved for more than scheduling_patience epochs
-    scheduling: Literal["constant", "plateau"] = "constant"
+    # the early-stopping metric has not improved for more than scheduling_patience epochs;
+    # "inverse_sqrt" (fairseq's name; Vaswani et al. 2017, eq. 3 with its peak at lr) raises the lr
+    # linearly from 0 to lr over warmup_steps updates, then decays it as lr·√(warmup_steps/step)
+    scheduling: Literal["constant", "plateau", "inverse_sqrt"] = "constant"
+    warmup_steps: int = Field(4000, ge=1, le=10_000_000, json_schema_extra={"key_neutral": 4000})
     decrease_factor: float = Field(0.5, gt=0, lt=1)
     scheduling_patience: int = Field(1, ge=0, le=10_000)
     min_lr: float = Field(1e-5, ge=0, le=10)

@@ -231,11 +231,25 @@ def checkpoint_lock(directory: str | Path) -> Iterator[Path]:
         f.close()  # releases the lock
 
 
+def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:
+    """The ``inverse_sqrt`` schedule's multiplier of the peak lr after ``step`` updates:
+    ``step / warmup`` while warming up, then ``√(warmup / step)`` (Vaswani et al. 2017, eq. 3,
+    rescaled so the peak is the configured lr; fairseq's ``inverse_sqrt``). Step 0 (before the
+    first update) gives ``1 / warmup``, so no update is taken at lr 0."""
+    step = max(step, 1)
+    return step / warmup_steps if step < warmup_steps else math.sqrt(warmup_steps / step)
+
+
 def _make_scheduler(spec: RunSpec, optimizer: torch.optim.Optimizer):
-    """``ReduceLROnPlateau`` on the (sign-adjusted, lower is better) early-stopping score, or None."""
+    """``ReduceLROnPlateau`` on the (sign-adjusted, lower is better) early-stopping score (stepped
+    per epoch), a ``LambdaLR`` of :func:`inverse_sqrt_factor` (stepped per update), or None."""
     t = spec.training
     if t.scheduling == "constant":
         return None
+    if t.scheduling == "inverse_sqrt":
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: inverse_sqrt_factor(step + 1, t.warmup_steps)
+        )
     return torch.optim.lr_scheduler.ReduceLROnPlateau(
         optimizer,
         mode="min",
@@ -304,6 +318,7 @@ def train(
     metric = early_stopping_metric(spec)
     sign = 1.0 if metric in LOWER_IS_BETTER else -1.0
     scheduler = _make_scheduler(spec, optimizer)
+    per_update = spec.training.scheduling == "inverse_sqrt"
     ckpt_dir = Path(checkpoint_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = ckpt_dir / "last.pt"
@@ -322,7 +337,7 @@ def train(
         if scheduler is not None:
             if "scheduler" in ckpt:
                 scheduler.load_state_dict(ckpt["scheduler"])
-            else:  # a checkpoint written without a schedule: its state follows from the history
+            elif spec.training.scheduling == "plateau":  # written without a schedule: replay
                 for past in ckpt["history"]:
                     scheduler.step(sign * past[f"dev/{metric}"])
         optimizer.load_state_dict(ckpt["optimizer"])  # after the replay: the saved lr wins
@@ -380,6 +395,8 @@ def train(
             nn.utils.clip_grad_norm_(model.parameters(), spec.training.clip_norm)
             amp.scaler.step(optimizer)
             amp.scaler.update()
+            if per_update:
+                scheduler.step()
             total += loss.item()
             tokens += n_tok
             bar.update(1, note=f"loss {total / tokens:.3f}")
@@ -406,7 +423,7 @@ def train(
             best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         else:
             bad_epochs += 1
-        if scheduler is not None:
+        if scheduler is not None and not per_update:
             scheduler.step(score)
         history.append(metrics)
         state = {

@@ -112,9 +112,7 @@ def test_known_answer_where_attention_is_not_needed():
     base = tiny_model("additive", seed=1)
     _train_ce(base, train, epochs=15, lr=0.02)
     adversary = copy.deepcopy(base)
-    history = train_consistent_adversary(
-        base, adversary, train, VOCAB, VOCAB, 1.0, 6, 0.02, 16, 5
-    )
+    history = train_consistent_adversary(base, adversary, train, VOCAB, VOCAB, 1.0, 6, 0.02, 16, 5)
     table = compare_to_base(base, adversary, test, VOCAB, VOCAB)
     print(
         "constant target: KL by epoch",
