@@ -81,6 +81,7 @@ lint: setup
 # the ablation tables of docs/design.md and README.md, generated from the catalogue
 docs: setup
 	$(PY) -m attnstudy.analysis.catalogue docs/design.md README.md
+	$(PY) -m attnstudy.results README.md experiments/results
 
 clean:
 	rm -rf $(VENV) reports

@@ -1237,12 +1237,14 @@ def report(
     tracker: Tracker | None = None,
     ui_url: str | None = None,
     verdict: dict[str, float] | None = None,
+    results_dir: str | None = None,
 ) -> Path:
     """Build the report of a study (default: the latest study of ``experiment``, default quickstart).
 
     Args:
         ui_url: the MLflow UI its links point to (default :func:`attnstudy.report.ui_base_url`).
         verdict: verdict thresholds over the study's ``[report.verdict]``.
+        results_dir: also write its summary tables there as CSV (:mod:`attnstudy.results`).
 
     Raises:
         LookupError: no such experiment or study run, or no store.
@@ -1251,4 +1253,11 @@ def report(
 
     tracker = tracker or Tracker(create=False)
     study_id = study_id or latest_study(tracker, experiment or "quickstart")
-    return build_report(tracker, study_id, out_dir, ui_url=ui_url, verdict_overrides=verdict)
+    return build_report(
+        tracker,
+        study_id,
+        out_dir,
+        ui_url=ui_url,
+        verdict_overrides=verdict,
+        results_dir=results_dir,
+    )

@@ -198,6 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--experiment", metavar="NAME", help="experiment name (default: quickstart)")
     sp.add_argument("--out", metavar="DIR", help="output folder (default: reports/<experiment>/)")
     sp.add_argument(
+        "--results",
+        metavar="DIR",
+        help="also write the summary tables as DIR/<experiment>.csv and "
+        "DIR/<experiment>-adversaries.csv (the repository keeps them in experiments/results/)",
+    )
+    sp.add_argument(
         "--ui-url",
         metavar="URL",
         help="the MLflow UI the report links to (default: $ATTNSTUDY_UI_URL, else "
@@ -576,6 +582,7 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
             tracker=_store(args),
             ui_url=args.ui_url,
             verdict=args.verdict,
+            results_dir=args.results,
         )
         print(f"report: {path}")
         return EXIT_OK

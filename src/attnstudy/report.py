@@ -275,12 +275,16 @@ def per_instance_adversary(data: StudyData) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def adversary_table(data: StudyData) -> dict | None:
-    """The report's table of trained adversaries: a row per (model, λ), every number ``value
-    [low, high]`` (95 % bootstrap over examples), or None without any."""
+ADVERSARY_HEADER = ["model", "λ", "init", "epochs", "attention JSD", "output TVD", "argmax differs"]
+
+
+def adversary_rows(data: StudyData) -> list[dict[str, str]]:
+    """The trained adversaries as rows of cell text (:data:`ADVERSARY_HEADER` plus ``run``, the
+    adversary run id), by model and λ; every number ``value [low, high]`` (95 % bootstrap over
+    examples)."""
     df = data.adversaries
     if df.empty:
-        return None
+        return []
     rows = []
     for _, r in df.sort_values(["variant", "lambda"], kind="stable").iterrows():
         if r["status"] != "FINISHED":
@@ -292,7 +296,16 @@ def adversary_table(data: StudyData) -> dict | None:
                 else "not logged"
                 for s in ADVERSARY_STATS
             ]
-        rows.append([r["variant"], f"{r['lambda']:g}", r["init"], str(r["epochs"]), *cells])
+        values = [r["variant"], f"{r['lambda']:g}", r["init"], str(r["epochs"]), *cells]
+        rows.append(dict(zip(ADVERSARY_HEADER, values)) | {"run": r["run_id"]})
+    return rows
+
+
+def adversary_table(data: StudyData) -> dict | None:
+    """The report's table of trained adversaries (:func:`adversary_rows`), or None without any."""
+    rows = adversary_rows(data)
+    if not rows:
+        return None
     return _table(
         "Trained adversaries: can a model attend differently and predict the same?",
         "Wiegreffe & Pinter (2019), §4: per model and λ, a second model trained to keep the base "
@@ -300,8 +313,8 @@ def adversary_table(data: StudyData) -> dict | None:
         "with the base model at every decoder step of the test sample (reference prefix). A large "
         "attention JSD with a small output TVD means another model attends very differently "
         "and predicts the same.",
-        ["model", "λ", "init", "epochs", "attention JSD", "output TVD", "argmax differs"],
-        rows,
+        ADVERSARY_HEADER,
+        [[r[h] for h in ADVERSARY_HEADER] for r in rows],
     )
 
 
@@ -1101,6 +1114,7 @@ def build_report(
     out_dir: str | Path | None = None,
     ui_url: str | None = None,
     verdict_overrides: dict | None = None,
+    results_dir: str | Path | None = None,
 ) -> Path:
     """Build the report of a study and log it to the study run.
 
@@ -1113,6 +1127,9 @@ def build_report(
         out_dir: output folder (default :func:`report_dir` of the study's experiment).
         ui_url: the MLflow UI the links point to (default :func:`ui_base_url`).
         verdict_overrides: threshold values over the study's ``[report.verdict]``.
+        results_dir: also write the summary tables there as ``<experiment>.csv`` and
+            ``<experiment>-adversaries.csv`` (:func:`attnstudy.results.write_results`), each row
+            naming the study run.
 
     Returns:
         Path of ``report.html``.
@@ -1151,9 +1168,7 @@ def build_report(
                 (tmp / run["browser_file"]).write_text(page, encoding="utf-8")
         (tmp / "summary.csv").write_text(table.to_csv(index=False), encoding="utf-8")
         if not data.adversaries.empty:
-            (tmp / "adversaries.csv").write_text(
-                data.adversaries.to_csv(index=False), encoding="utf-8"
-            )
+            pd.DataFrame(adversary_rows(data)).to_csv(tmp / "adversaries.csv", index=False)
         (tmp / "report.html").write_text(render_html(context), encoding="utf-8")
         (tmp / "report.md").write_text(render_markdown(context), encoding="utf-8")
         old = None
@@ -1169,6 +1184,18 @@ def build_report(
     for fig in context["figures"]:
         tracker.log_artifact(study_id, out / fig["file"], Artifact.FIGURES_DIR)
     tracker.log_artifacts(study_id, out, Artifact.REPORT_DIR)
+    if results_dir is not None:
+        from .results import write_results
+
+        study = {"study run": study_id}
+        write_results(
+            results_dir,
+            data.experiment,
+            {
+                "": [dict(r) | study for r in table.astype(str).to_dict("records")],
+                "-adversaries": [r | study for r in adversary_rows(data)],
+            },
+        )
     if len(table):
         tracker.log_table(study_id, table, Artifact.STUDY_SUMMARY)
         tracker.log_mlflow_table(study_id, table, Artifact.STUDY_SUMMARY_TABLE)

@@ -8,7 +8,7 @@ Layers, bottom to top (a module may import its own layer and those below):
     analysis  analysis.*  (the catalogue, the ablations, the suite, figures)
     tracking  tracking.*  (client, schema, store, models)
     app       experiment, api, cli, report, serving, ui, ui_guard, server, distributed, pretrained,
-              adversaries
+              adversaries, results
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ LAYERS = [
             "attnstudy.distributed",
             "attnstudy.pretrained",
             "attnstudy.adversaries",
+            "attnstudy.results",
         ],
     ),
 ]

@@ -1,0 +1,117 @@
+"""Committed result tables and the README blocks generated from them.
+
+``attnstudy report --results DIR`` writes a study's summary tables as CSV files into ``DIR``
+(the repository keeps them in ``experiments/results/``): ``<experiment>.csv`` (a row per model
+and layer, every statistic ``value [low, high]``) and, with trained adversaries,
+``<experiment>-adversaries.csv``; both name the study run they were built from. README blocks
+between ``<!-- results:<file>.csv:begin -->`` and ``<!-- results:<file>.csv:end -->`` are those
+files as Markdown tables (``<file>.csv[col1,col2,…]`` names the columns to show, in order), rewritten by ``make docs`` (:func:`update_docs`) and checked by the
+tests, so every number of README's results comes from a table that ``attnstudy report``
+rebuilds from the store.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+
+MARKER = re.compile(
+    r"<!-- results:(?P<file>[A-Za-z0-9_.\-]+\.csv)(?:\[(?P<columns>[^\]]*)\])?:begin -->\n"
+    r"(?P<body>.*?)<!-- results:(?P=file):end -->",
+    re.S,
+)
+"""A generated block: its CSV file name (in the results folder), the columns shown, its body."""
+
+INTERVAL = re.compile(
+    r"-?\d+(?:\.\d+)?(?:e-?\d+)? \[-?\d+(?:\.\d+)?(?:e-?\d+)?, -?\d+(?:\.\d+)?(?:e-?\d+)?\]"
+)
+"""A number with its 95 % interval as the report writes it: ``0.586 [0.573, 0.598]``."""
+
+
+def write_results(
+    out_dir: str | Path, experiment: str, tables: dict[str, list[dict]]
+) -> list[Path]:
+    """Write ``<experiment><suffix>.csv`` for every ``suffix → rows`` of ``tables`` (rows as
+    dicts of cell text, in order) into ``out_dir``; an empty table writes nothing.
+
+    Returns:
+        The files written.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for suffix, rows in tables.items():
+        if not rows:
+            continue
+        path = out / f"{experiment}{suffix}.csv"
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        path.write_text(buf.getvalue(), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    """A results CSV as a list of rows (cell text as written)."""
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def markdown(rows: list[dict[str, str]]) -> str:
+    """Rows as a Markdown table (``|`` inside a cell escaped)."""
+    if not rows:
+        return ""
+    header = list(rows[0])
+
+    def cell(text: str) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |"]
+    lines.append("|" + "---|" * len(header))
+    lines += ["| " + " | ".join(cell(r[h]) for h in header) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def render_blocks(text: str, results_dir: str | Path) -> str:
+    """``text`` with every results block rewritten from its CSV in ``results_dir``.
+
+    Raises:
+        FileNotFoundError: a block names a CSV that is not there.
+    """
+    folder = Path(results_dir)
+
+    def block(m: re.Match) -> str:
+        rows = read_rows(folder / m["file"])
+        head = m["file"]
+        if m["columns"] is not None:
+            head = f"{head}[{m['columns']}]"
+            columns = [c.strip() for c in m["columns"].split(",")]
+            missing = [c for c in columns if rows and c not in rows[0]]
+            if missing:
+                raise KeyError(f"{m['file']} has no column {missing[0]!r} (README block {head})")
+            rows = [{c: r[c] for c in columns} for r in rows]
+        return f"<!-- results:{head}:begin -->\n{markdown(rows)}<!-- results:{m['file']}:end -->"
+
+    return MARKER.sub(block, text)
+
+
+def update_docs(readme: str | Path, results_dir: str | Path) -> bool:
+    """Rewrite ``readme``'s results blocks from ``results_dir``; True if it changed."""
+    p = Path(readme)
+    old = p.read_text(encoding="utf-8")
+    new = render_blocks(old, results_dir)
+    if new != old:
+        p.write_text(new, encoding="utf-8")
+    return new != old
+
+
+if __name__ == "__main__":  # make docs
+    import sys
+
+    readme, folder = sys.argv[1:3]
+    if update_docs(readme, folder):
+        print(f"updated {readme}")

@@ -1,0 +1,66 @@
+"""Committed result tables: README's generated blocks are current, and every number with an
+interval in README's findings is a cell of a committed table (experiments/results/*.csv, written by
+``attnstudy report --results``)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from attnstudy import results
+
+ROOT = Path(__file__).parents[1]
+RESULTS = ROOT / "experiments" / "results"
+
+
+def _readme() -> str:
+    return (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_write_and_render_a_block(tmp_path):
+    rows = [
+        {"model": "a|b", "λ": "0.1", "JSD": "0.3 [0.2, 0.4]"},
+        {"model": "c", "λ": "1", "JSD": "0.5 [0.45, 0.55]"},
+    ]
+    (path,) = results.write_results(tmp_path, "exp", {"-x": rows, "-empty": []})
+    assert path.name == "exp-x.csv" and results.read_rows(path) == rows
+    text = "before\n<!-- results:exp-x.csv[model,JSD]:begin -->\nstale\n<!-- results:exp-x.csv:end -->\n"
+    out = results.render_blocks(text, tmp_path)
+    assert out == (
+        "before\n<!-- results:exp-x.csv[model,JSD]:begin -->\n| model | JSD |\n|---|---|\n"
+        "| a\\|b | 0.3 [0.2, 0.4] |\n| c | 0.5 [0.45, 0.55] |\n<!-- results:exp-x.csv:end -->\n"
+    )
+    assert results.render_blocks(out, tmp_path) == out  # idempotent
+    with pytest.raises(KeyError, match="no column 'TVD'"):
+        results.render_blocks(text.replace("[model,JSD]", "[model,TVD]"), tmp_path)
+    with pytest.raises(FileNotFoundError):
+        results.render_blocks(text.replace("exp-x.csv", "exp-y.csv"), tmp_path)
+
+
+def test_interval_pattern():
+    found = results.INTERVAL.findall("p 0.586 [0.573, 0.598], JSD 5.18e-06 [2.37e-06, 8.23e-06]")
+    assert found == ["0.586 [0.573, 0.598]", "5.18e-06 [2.37e-06, 8.23e-06]"]
+
+
+def test_readme_result_blocks_are_generated_from_the_committed_tables():
+    text = _readme()
+    blocks = list(results.MARKER.finditer(text))
+    assert blocks, "README has no results block"
+    assert results.render_blocks(text, RESULTS) == text, "README is stale: run `make docs`"
+
+
+def test_every_number_with_an_interval_in_the_findings_is_a_committed_cell():
+    text = _readme()
+    findings = text.split("\n## Findings", 1)[1].split("\n## ", 1)[0]
+    quoted = results.INTERVAL.findall(re.sub(r"<!-- results:.*?:end -->", "", findings, flags=re.S))
+    assert quoted, "the Findings section quotes no number with its interval"
+    cells = {
+        cell
+        for csv in RESULTS.glob("*.csv")
+        for row in results.read_rows(csv)
+        for cell in row.values()
+    }
+    missing = [q for q in quoted if q not in cells]
+    assert not missing, f"numbers in README's Findings without a committed table cell: {missing}"
