@@ -21,7 +21,7 @@ Run: ``PYTHONPATH=src:. python -m benchmarks.bench_long [--smoke] [--lengths 125
 from __future__ import annotations
 
 from . import common
-from .bench_scaling import RSS_PEAK_TARGET_GB, slope, spawn
+from .bench_scaling import RSS_PEAK_TARGET_GB, copy_of_length, slope, spawn
 
 DEFAULT_LENGTHS = [125, 250, 500, 1000]
 
@@ -65,20 +65,11 @@ def run(args) -> dict:
     }
     rows = []
     for length in lengths:
-        data = {
-            "task": "copy",
-            "vocab_size": 20,
-            "min_len": length,
-            "max_len": length,
-            "n_train": 20,
-            "n_dev": 2,
-            "n_test": 1,
-        }
         r = spawn(
             {
                 "label": f"L={length}",
                 "n": 1,
-                "data": data,
+                "data": copy_of_length(length, 1),
                 "model_dir": None,
                 "model": model_cfg,
                 "cfg": cfg,

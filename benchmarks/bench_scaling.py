@@ -154,6 +154,20 @@ class RssSampler:
         self._thread.join()
 
 
+def copy_of_length(length: int, n_test: int) -> dict:
+    """The data section of a copy task whose sources all have ``length`` tokens (the cost of a
+    step does not depend on the weights, so a few training examples suffice for the vocabulary)."""
+    return {
+        "task": "copy",
+        "vocab_size": 20,
+        "min_len": length,
+        "max_len": length,
+        "n_train": 20,
+        "n_dev": 2,
+        "n_test": n_test,
+    }
+
+
 def spawn(params: dict) -> dict:
     """Run one size in a child process; adds its peak RSS (kB) from ``os.wait4``."""
     with tempfile.TemporaryFile("w+") as out:
@@ -273,15 +287,7 @@ def run(args) -> dict:
         # length axis: copy task of fixed length L
         len_rows = []
         for length in lengths:
-            data_len = {
-                "task": "copy",
-                "vocab_size": 20,
-                "min_len": length,
-                "max_len": length,
-                "n_train": 20,
-                "n_dev": 2,
-                "n_test": n_len,
-            }
+            data_len = copy_of_length(length, n_len)
             r = spawn(
                 {
                     "label": f"L={length}",

@@ -30,7 +30,7 @@ BENCHMARKS = ["permutation", "adversarial", "loo", "flops", "scaling", "training
 """Script names (``benchmarks/bench_<name>.py``), in the order they are listed and run."""
 OPT_IN = ["long"]
 """Benchmarks run only when named in ``--only`` (``long``: the battery on one example of up to
-1,000 tokens, about half an hour on its own)."""
+1,000 tokens, about 15 minutes on its own)."""
 ALONE = {"flops"}
 """Benchmarks that run alone after the parallel lanes: a FLOP rate against ``torch.mm`` is only
 judged on an idle machine (``bench_flops --idle-load``)."""

@@ -83,8 +83,8 @@ def gradient_importance(model: Seq2Seq, batch: PreparedBatch) -> Tensor:
     g_tj = | Σ_d ∂ log p_t(ŷ_t) / ∂ e_{j,d} · e_{j,d} |, ŷ_t = ``trace.tgt_out[:, t]``. One
     backward per step for the whole batch, from the step's own logits
     (:attr:`~attnstudy.models.trace.Trace.step_logits`) where the model keeps them: a recurrent
-    decoder's backward of step t then visits steps ≤ t only (1.8× faster on a 200-token example,
-    bit-identical).
+    decoder's backward of step t then visits steps ≤ t only (bit-identical to taking it from the
+    stacked logits; timed in ``benchmarks/RESULTS.md``, one long example).
 
     Args:
         model: the model (eval mode during the call, previous mode restored; gradients are taken

@@ -262,12 +262,12 @@ def folded_rows(
         weights.requires_grad or projected.requires_grad or per_step.requires_grad
     )
     counts = mask.sum(1).tolist()  # real steps per example
-    # where an example's real steps are its first n (a greedy or reference prefix), its rows are
-    # a narrow view instead of an index_select
-    prefix = [bool(mask[e, :n].all()) for e, n in enumerate(counts)]
+    # the real steps of each example, None where they are its first n (a greedy or reference
+    # prefix): its rows are then a narrow view instead of an index_select
     steps_of = [
-        None if prefix[e] else mask[e].nonzero().squeeze(1) for e in range(b)
-    ]  # the real steps of the others
+        None if bool(mask[e, :n].all()) else mask[e].nonzero().squeeze(1)
+        for e, n in enumerate(counts)
+    ]
     example = 0
     while example < b:
         lo, n_rows = example, 0
