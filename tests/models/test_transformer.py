@@ -360,6 +360,7 @@ def fields_without(spec):
         "label_smoothing",
         "device",  # not part of any key
         "amp",  # key-neutral while off
+        "warmup_steps",  # key-neutral at its default (used by scheduling = "inverse_sqrt")
     }
     skip = {"data.train_path", "data.dev_path", "data.test_path", "training.threads"}
     out = {}
