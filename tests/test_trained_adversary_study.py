@@ -51,16 +51,43 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root):
 
     report = Path(result.report).parent
     table = pd.read_csv(report / "adversaries.csv")
-    assert sorted(table["lambda"]) == [0.0, 0.5]
+    assert sorted(table["λ"]) == [0.0, 0.5]
     by_run = {r.run_id: r for r in runs}
     for _, row in table.iterrows():
-        assert row["attention_jsd"] == pytest.approx(
-            by_run[row["run_id"]].metrics["adversary/attention_jsd"]
+        jsd = float(row["attention JSD"].split(" [")[0])
+        assert jsd == pytest.approx(
+            by_run[row["run"]].metrics["adversary/attention_jsd"], rel=5e-3, abs=1e-12
         )
     md = (report / "report.md").read_text()
     assert "Trained adversaries: can a model attend differently" in md
     assert "figures/trained_adversary.png" in md
     assert (report / "figures" / "trained_adversary.png").stat().st_size > 10_000
+
+    # the committed-results form of the same tables (attnstudy report --results DIR)
+    from attnstudy import results
+    from attnstudy.findings import Estimate
+
+    out = fresh_root / "results"
+    api.report(result.study_run_id, results_dir=str(out))
+    assert sorted(p.name for p in out.iterdir()) == [
+        "tiny-adversaries.csv",
+        "tiny-models.csv",
+        "tiny.csv",
+    ]
+    for row in results.read_rows(out / "tiny-adversaries.csv"):
+        m = by_run[row["run"]].metrics
+        assert row["study run"] == result.study_run_id
+        want = Estimate(
+            m["adversary/output_tvd"],
+            m["adversary/output_tvd_ci_low"],
+            m["adversary/output_tvd_ci_high"],
+        ).fmt(3)
+        assert row["output TVD"] == want
+    models = {r["run"]: r for r in results.read_rows(out / "tiny-models.csv")}
+    assert set(models) == {m.run_id for m in result.models}
+    run = tracker.get_run(base.run_id)
+    assert models[base.run_id]["test WER %"] == f"{100 * run.metrics['test/wer']:.2f}"
+    assert models[base.run_id]["epochs"] == "2"
 
     # the same experiment again: a new study, the models and the adversaries reused by key
     again = api.run(cfg, progress=False, report=False)

@@ -200,8 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--results",
         metavar="DIR",
-        help="also write the summary tables as DIR/<experiment>.csv and "
-        "DIR/<experiment>-adversaries.csv (the repository keeps them in experiments/results/)",
+        help="also write the summary tables as DIR/<experiment>.csv, <experiment>-models.csv "
+        "and <experiment>-adversaries.csv (the repository keeps them in experiments/results/)",
     )
     sp.add_argument(
         "--ui-url",

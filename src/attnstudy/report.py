@@ -275,6 +275,45 @@ def per_instance_adversary(data: StudyData) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _pct(metrics: dict, key: str) -> str:
+    v = metrics.get(key)
+    return f"{100 * v:.2f}" if v is not None and math.isfinite(v) else ""
+
+
+def model_rows(data: StudyData) -> list[dict[str, str]]:
+    """One row per model run of the study (the table of training attempts): ``model``, ``seed``,
+    ``status``, ``epochs`` trained, ``best epoch``, training ``minutes``, best dev and test WER
+    and PER in % (test with ``beam``), the ``config`` (every used model and training field) and
+    the ``run`` id."""
+    rows = []
+    for e in data.entries:
+        m, p = e.model_metrics, e.model_params
+        config = "; ".join(
+            f"{k}={v}"
+            for k, v in sorted(p.items())
+            if k.startswith(("model.", "training.")) and k not in ("training.device",)
+        )
+        seconds = m.get("train/seconds")
+        rows.append(
+            {
+                "model": e.variant,
+                "seed": e.seed,
+                "status": e.model_status,
+                "epochs": str(int(m["train/epochs"])) if "train/epochs" in m else "",
+                "best epoch": str(int(m["train/best_epoch"])) if "train/best_epoch" in m else "",
+                "minutes": f"{seconds / 60:.1f}" if seconds is not None else "",
+                "dev WER %": _pct(m, "best_dev/wer"),
+                "dev PER %": _pct(m, "best_dev/per"),
+                "test WER %": _pct(m, "test/wer"),
+                "test PER %": _pct(m, "test/per"),
+                "beam": p.get("training.beam_size", ""),
+                "config": config,
+                "run": e.model_run_id,
+            }
+        )
+    return rows
+
+
 ADVERSARY_HEADER = ["model", "λ", "init", "epochs", "attention JSD", "output TVD", "argmax differs"]
 
 
@@ -1127,7 +1166,8 @@ def build_report(
         out_dir: output folder (default :func:`report_dir` of the study's experiment).
         ui_url: the MLflow UI the links point to (default :func:`ui_base_url`).
         verdict_overrides: threshold values over the study's ``[report.verdict]``.
-        results_dir: also write the summary tables there as ``<experiment>.csv`` and
+        results_dir: also write the summary tables there as ``<experiment>.csv`` (the
+            statistics), ``<experiment>-models.csv`` (:func:`model_rows`: the trainings) and
             ``<experiment>-adversaries.csv`` (:func:`attnstudy.results.write_results`), each row
             naming the study run.
 
@@ -1194,6 +1234,7 @@ def build_report(
             {
                 "": [dict(r) | study for r in table.astype(str).to_dict("records")],
                 "-adversaries": [r | study for r in adversary_rows(data)],
+                "-models": [r | study for r in model_rows(data)],
             },
         )
     if len(table):

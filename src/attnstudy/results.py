@@ -2,8 +2,9 @@
 
 ``attnstudy report --results DIR`` writes a study's summary tables as CSV files into ``DIR``
 (the repository keeps them in ``experiments/results/``): ``<experiment>.csv`` (a row per model
-and layer, every statistic ``value [low, high]``) and, with trained adversaries,
-``<experiment>-adversaries.csv``; both name the study run they were built from. README blocks
+and layer, every statistic ``value [low, high]``), ``<experiment>-models.csv`` (a row per
+training: epochs, minutes, dev and test WER/PER, the config) and, with trained adversaries,
+``<experiment>-adversaries.csv``; each row names the study run it was built from. README blocks
 between ``<!-- results:<file>.csv:begin -->`` and ``<!-- results:<file>.csv:end -->`` are those
 files as Markdown tables (``<file>.csv[col1,col2,…]`` names the columns to show, in order), rewritten by ``make docs`` (:func:`update_docs`) and checked by the
 tests, so every number of README's results comes from a table that ``attnstudy report``
