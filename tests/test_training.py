@@ -130,3 +130,69 @@ def test_inverse_sqrt_schedule_steps_once_per_update_and_resumes(warmup_spec, tm
     train(part, splits, sv, tv, tmp_path / "part", progress=False)
     resumed = train(warmup_spec, splits, sv, tv, tmp_path / "part", resume=True, progress=False)
     assert resumed.history == full.history
+
+
+def test_average_states_is_the_elementwise_mean():
+    from attnstudy.training import average_states
+
+    a = {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(3)}
+    b = {"w": torch.tensor([3.0, 6.0]), "n": torch.tensor(5)}
+    out = average_states([a, b])
+    assert torch.equal(out["w"], torch.tensor([2.0, 4.0])) and int(out["n"]) == 5
+    with pytest.raises(ValueError, match="different tensors"):
+        average_states([a, {"w": a["w"]}])
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_checkpoint_averaging_keeps_the_average_only_where_it_beats_the_best_epoch(
+    spec, tmp_path, monkeypatch, forced
+):
+    import attnstudy.training as training
+
+    avg_spec = spec.model_copy(
+        update={
+            "training": spec.training.model_copy(
+                update={"epochs": 4, "patience": 10, "average_last": 3}
+            )
+        }
+    )
+    splits, sv, tv = load_data(avg_spec)
+    plain = train(
+        spec.model_copy(
+            update={"training": avg_spec.training.model_copy(update={"average_last": 1})}
+        ),
+        splits,
+        sv,
+        tv,
+        tmp_path / "plain",
+        progress=False,
+    )
+    if forced:  # the average's dev score made better than any epoch's: it must be kept
+        real = training.evaluate_split
+        calls = {"n": 0}
+
+        def evaluate_split(model, examples, *args, **kw):
+            metrics, hyps = real(model, examples, *args, **kw)
+            calls["n"] += 1
+            if calls["n"] == 5:  # after the 4 epochs' dev decodes: the average's
+                metrics = dict(metrics, per=-1.0, exact_match=2.0)
+            return metrics, hyps
+
+        monkeypatch.setattr(training, "evaluate_split", evaluate_split)
+    result = train(avg_spec, splits, sv, tv, tmp_path / "avg", progress=False)
+    assert result.history == plain.history  # averaging changes no epoch of training
+    ckpt = torch.load(tmp_path / "avg" / "last.pt", weights_only=True)
+    epochs = [e for e, _ in ckpt["recent"]]
+    assert epochs == [2, 3, 4]
+    mean = training.average_states([w for _, w in ckpt["recent"]])
+    got = result.model.state_dict()
+    if result.averaged is not None:
+        assert result.averaged_epochs == (2, 3, 4)
+        for k in mean:
+            assert torch.equal(got[k].cpu(), mean[k]), k
+    else:
+        assert not forced
+        for k, v in plain.model.state_dict().items():
+            assert torch.equal(got[k], v), k
+    if forced:
+        assert result.averaged is not None and result.averaged["dev/per"] == -1.0

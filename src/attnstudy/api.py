@@ -325,11 +325,14 @@ def _train_run(
         test_metrics, hyps = evaluate_split(result.model, splits.test, src_vocab, tgt_vocab, spec)
         final.update({f"test/{k}": v for k, v in test_metrics.items()})
         final.update(heldout_metrics(hyps, splits.test, get_task(spec.data.task).heldout))
-        # the best epoch's dev metrics were computed during training: no second decode of dev
-        best = result.history[result.best_epoch - 1]
+        # the best epoch's dev metrics were computed during training: no second decode of dev;
+        # where the average of the last epochs beat it, the model is that average
+        best = result.averaged or result.history[result.best_epoch - 1]
         final.update(
             {f"best_dev/{k[len('dev/') :]}": v for k, v in best.items() if k.startswith("dev/")}
         )
+        if spec.training.average_last > 1:
+            final["train/averaged_epochs"] = float(len(result.averaged_epochs))
         if spec.training.beam_size > 1:
             beam_metrics, _ = evaluate_split(
                 result.model,

@@ -504,6 +504,9 @@ class TrainingConfig(_Strict):
     # linearly from 0 to lr over warmup_steps updates, then decays it as lr·√(warmup_steps/step)
     scheduling: Literal["constant", "plateau", "inverse_sqrt"] = "constant"
     warmup_steps: int = Field(4000, ge=1, le=10_000_000, json_schema_extra={"key_neutral": 4000})
+    # checkpoint averaging (Vaswani et al. 2017, §6.1; fairseq's average_checkpoints): the weights of
+    # the last N epochs averaged after training, kept where the average beats the best epoch on dev
+    average_last: int = Field(1, ge=1, le=50, json_schema_extra={"key_neutral": 1})
     decrease_factor: float = Field(0.5, gt=0, lt=1)
     scheduling_patience: int = Field(1, ge=0, le=10_000)
     min_lr: float = Field(1e-5, ge=0, le=10)

@@ -12,6 +12,7 @@ CPU); the parameters, evaluation and the stored model stay float32.
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import math
 import os
@@ -49,6 +50,10 @@ class TrainResult:
         best_epoch: 1-based epoch of the best model.
         stopped_early: True if patience ran out before ``epochs``.
         seconds: training wall time (this process; resumed time excluded).
+        averaged: with ``training.average_last`` > 1, the dev metrics (``dev/…``) of the average of
+            the last epochs' weights where it beat the best epoch (``model`` is then that
+            average), else None.
+        averaged_epochs: the epochs averaged (empty when ``averaged`` is None).
     """
 
     model: Seq2Seq
@@ -56,6 +61,8 @@ class TrainResult:
     best_epoch: int = 0
     stopped_early: bool = False
     seconds: float = 0.0
+    averaged: dict[str, float] | None = None
+    averaged_epochs: tuple[int, ...] = ()
 
 
 def early_stopping_metric(spec: RunSpec) -> str:
@@ -231,6 +238,30 @@ def checkpoint_lock(directory: str | Path) -> Iterator[Path]:
         f.close()  # releases the lock
 
 
+def average_states(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of several state dicts of one model (checkpoint averaging, Vaswani
+    et al. 2017, §6.1), accumulated in float64 and cast back; a non-floating entry (a counter)
+    is taken from the last state.
+
+    Raises:
+        ValueError: no states, or states with different keys.
+    """
+    if not states:
+        raise ValueError("nothing to average")
+    keys = list(states[-1])
+    if any(list(s) != keys for s in states):
+        raise ValueError("the states to average hold different tensors")
+    out = {}
+    for k in keys:
+        last = states[-1][k]
+        if last.is_floating_point():
+            total = sum(s[k].to(torch.float64) for s in states)
+            out[k] = (total / len(states)).to(last.dtype)
+        else:
+            out[k] = last.clone()
+    return out
+
+
 def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:
     """The ``inverse_sqrt`` schedule's multiplier of the peak lr after ``step`` updates:
     ``step / warmup`` while warming up, then ``√(warmup / step)`` (Vaswani et al. 2017, eq. 3,
@@ -324,6 +355,8 @@ def train(
     ckpt_path = ckpt_dir / "last.pt"
 
     start_epoch, history, best, best_epoch, bad_epochs = 1, [], math.inf, 0, 0
+    n_average = spec.training.average_last
+    recent: collections.deque = collections.deque(maxlen=n_average)  # (epoch, CPU weights)
     best_state = {k: v.clone() for k, v in model.state_dict().items()}
     if resume and ckpt_path.is_file():
         ckpt = read_checkpoint(ckpt_path)
@@ -347,6 +380,7 @@ def train(
         if "scaler" in ckpt:
             amp.scaler.load_state_dict(ckpt["scaler"])
         start_epoch, history = ckpt["epoch"] + 1, ckpt["history"]
+        recent.extend((e, w) for e, w in ckpt.get("recent", []))
         best, best_epoch, bad_epochs, best_state = (
             ckpt["best"],
             ckpt["best_epoch"],
@@ -426,6 +460,10 @@ def train(
         if scheduler is not None and not per_update:
             scheduler.step(score)
         history.append(metrics)
+        if n_average > 1:
+            recent.append(
+                (epoch, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()})
+            )
         state = {
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
@@ -439,6 +477,8 @@ def train(
         }
         if scheduler is not None:
             state["scheduler"] = scheduler.state_dict()
+        if n_average > 1:
+            state["recent"] = list(recent)
         if device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(device)
         if amp.scaler.is_enabled():
@@ -451,6 +491,24 @@ def train(
         if on_epoch is not None:
             on_epoch(epoch, metrics)
         stopped_early = bad_epochs >= spec.training.patience
-    model.load_state_dict(best_state)
+    averaged, averaged_epochs = None, ()
+    if n_average > 1 and len(recent) > 1:
+        model.load_state_dict(average_states([w for _, w in recent]))
+        model.eval()
+        dev_metrics, _ = evaluate_split(model, splits.dev, src_vocab, tgt_vocab, spec)
+        if sign * dev_metrics[metric] < best:
+            averaged = {f"dev/{k}": v for k, v in dev_metrics.items() if k != "n"}
+            averaged["dev/loss"] = dev_loss(model, splits.dev, src_vocab, tgt_vocab)
+            averaged_epochs = tuple(e for e, _ in recent)
+    if averaged is None:
+        model.load_state_dict(best_state)
     model.eval()
-    return TrainResult(model, history, best_epoch, stopped_early, time.perf_counter() - t0)
+    return TrainResult(
+        model,
+        history,
+        best_epoch,
+        stopped_early,
+        time.perf_counter() - t0,
+        averaged,
+        averaged_epochs,
+    )

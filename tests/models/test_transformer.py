@@ -361,6 +361,7 @@ def fields_without(spec):
         "device",  # not part of any key
         "amp",  # key-neutral while off
         "warmup_steps",  # key-neutral at its default (used by scheduling = "inverse_sqrt")
+        "average_last",  # key-neutral at 1 (no checkpoint averaging)
     }
     skip = {"data.train_path", "data.dev_path", "data.test_path", "training.threads"}
     out = {}
