@@ -119,6 +119,7 @@ def test_load_experiment_file_errors(tmp_path):
         "tsv-example",
         "copy-adversary",
         "dates-adversary",
+        "g2p-best",
     ],
 )
 def test_shipped_experiments_validate(name):
