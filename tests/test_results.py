@@ -64,3 +64,30 @@ def test_every_number_with_an_interval_in_the_findings_is_a_committed_cell():
     }
     missing = [q for q in quoted if q not in cells]
     assert not missing, f"numbers in README's Findings without a committed table cell: {missing}"
+
+
+@pytest.mark.slow
+def test_an_experiment_without_a_study_gets_its_table_of_trainings(fresh_root):
+    """``attnstudy train`` makes model runs but no study: ``report --results`` then writes the
+    table of trainings alone, from the store."""
+    from attnstudy import api
+    from attnstudy.experiment import load_experiment
+    from attnstudy.tracking import Tracker
+
+    models = api.train_experiment(
+        load_experiment(ROOT / "experiments" / "tiny.toml"), progress=False
+    )
+    path = api.report(experiment="tiny", results_dir=str(fresh_root / "res"))
+    assert path.name == "tiny-models.csv"
+    rows = {r["run"]: r for r in results.read_rows(path)}
+    assert set(rows) == {m.run_id for m in models}
+    tracker = Tracker()
+    for m in models:
+        run = tracker.get_run(m.run_id)
+        row = rows[m.run_id]
+        assert row["status"] == "FINISHED" and row["epochs"] == "2"
+        assert row["test WER %"] == f"{100 * run.metrics['test/wer']:.2f}"
+        assert row["dev PER %"] == f"{100 * run.metrics['best_dev/per']:.2f}"
+        assert f"model.attention={m.spec.model.attention}" in row["config"]
+    with pytest.raises(LookupError, match="no experiment 'nope'"):
+        api.report(experiment="nope", results_dir=str(fresh_root / "res"))

@@ -1247,7 +1247,9 @@ def report(
     Args:
         ui_url: the MLflow UI its links point to (default :func:`attnstudy.report.ui_base_url`).
         verdict: verdict thresholds over the study's ``[report.verdict]``.
-        results_dir: also write its summary tables there as CSV (:mod:`attnstudy.results`).
+        results_dir: also write its summary tables there as CSV (:mod:`attnstudy.results`);
+            for an experiment without a study (trained by ``attnstudy train``), only its table of
+            trainings, ``<experiment>-models.csv``, whose path is then returned.
 
     Raises:
         LookupError: no such experiment or study run, or no store.
@@ -1255,6 +1257,19 @@ def report(
     from attnstudy.report import build_report, latest_study
 
     tracker = tracker or Tracker(create=False)
+    if study_id is None and results_dir is not None:
+        try:
+            study_id = latest_study(tracker, experiment or "quickstart")
+        except LookupError:  # trained by `attnstudy train` only: the table of trainings
+            from attnstudy.report import experiment_training_rows
+            from attnstudy.results import write_results
+
+            name = experiment or "quickstart"
+            rows = experiment_training_rows(tracker, name)
+            (path,) = write_results(results_dir, name, {"-models": rows}) or (None,)
+            if path is None:
+                raise LookupError(f"experiment {name!r} has no study and no model run") from None
+            return path
     study_id = study_id or latest_study(tracker, experiment or "quickstart")
     return build_report(
         tracker,

@@ -584,7 +584,7 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
             verdict=args.verdict,
             results_dir=args.results,
         )
-        print(f"report: {path}")
+        print(f"{'results' if path.suffix == '.csv' else 'report'}: {path}")
         return EXIT_OK
     raise UsageError(f"unknown command {args.command!r}")
 

@@ -281,35 +281,75 @@ def _pct(metrics: dict, key: str) -> str:
 
 
 def model_rows(data: StudyData) -> list[dict[str, str]]:
-    """One row per model run of the study (the table of training attempts): ``model``, ``seed``,
-    ``status``, ``epochs`` trained, ``best epoch``, training ``minutes``, best dev and test WER
-    and PER in % (test with ``beam``), the ``config`` (every used model and training field) and
-    the ``run`` id."""
-    rows = []
-    for e in data.entries:
-        m, p = e.model_metrics, e.model_params
-        config = "; ".join(
-            f"{k}={v}"
-            for k, v in sorted(p.items())
-            if k.startswith(("model.", "training.")) and k not in ("training.device",)
+    """One row per model run of the study (the table of training attempts): see
+    :func:`training_row`."""
+    return [
+        training_row(
+            e.variant, e.seed, e.model_status, e.model_metrics, e.model_params, e.model_run_id
         )
-        seconds = m.get("train/seconds")
+        for e in data.entries
+    ]
+
+
+def training_row(
+    variant: str, seed: str, status: str, metrics: dict, params: dict, run_id: str
+) -> dict[str, str]:
+    """One training as a row: ``model``, ``seed``, ``status``, ``epochs`` trained, ``best
+    epoch``, training ``minutes``, best dev and test WER and PER in % (test with ``beam``), the
+    ``config`` (every used model and training field but the device) and the ``run`` id; a metric
+    the run did not log (an interrupted training has no test numbers) is empty."""
+    m, p = metrics, params
+    config = "; ".join(
+        f"{k}={v}"
+        for k, v in sorted(p.items())
+        if k.startswith(("model.", "training.")) and k != "training.device"
+    )
+    best_dev = "best_dev/wer" if "best_dev/wer" in m else "dev/wer"
+    seconds = m.get("train/seconds")
+    return {
+        "model": variant,
+        "seed": seed,
+        "status": status,
+        "epochs": str(int(m["train/epochs"])) if "train/epochs" in m else "",
+        "best epoch": str(int(m["train/best_epoch"])) if "train/best_epoch" in m else "",
+        "minutes": f"{seconds / 60:.1f}" if seconds is not None else "",
+        "dev WER %": _pct(m, best_dev),
+        "dev PER %": _pct(m, best_dev.replace("wer", "per")),
+        "test WER %": _pct(m, "test/wer"),
+        "test PER %": _pct(m, "test/per"),
+        "beam": p.get("training.beam_size", ""),
+        "config": config,
+        "run": run_id,
+    }
+
+
+def experiment_training_rows(tracker: Tracker, experiment: str) -> list[dict[str, str]]:
+    """Every model run of ``experiment`` (trained by ``attnstudy train`` or a study), oldest
+    first, as :func:`training_row` s; an unfinished run's dev numbers are those of its last
+    epoch (it logged no best_dev), and its minutes the time between its start and that epoch.
+
+    Raises:
+        LookupError: no such experiment.
+    """
+    exp_id = tracker.experiment_id(experiment, create=False)
+    if exp_id is None:
+        raise LookupError(f"no experiment {experiment!r} in the store")
+    rows = []
+    for r in reversed(tracker.search_runs([exp_id], f"tags.{Tag.KIND} = 'model'")):
+        metrics = dict(r.metrics)
+        if "train/epochs" not in metrics:
+            history = tracker.metric_history(r.run_id, "dev/wer")
+            if history:
+                metrics["train/epochs"] = float(history[-1][0])
         rows.append(
-            {
-                "model": e.variant,
-                "seed": e.seed,
-                "status": e.model_status,
-                "epochs": str(int(m["train/epochs"])) if "train/epochs" in m else "",
-                "best epoch": str(int(m["train/best_epoch"])) if "train/best_epoch" in m else "",
-                "minutes": f"{seconds / 60:.1f}" if seconds is not None else "",
-                "dev WER %": _pct(m, "best_dev/wer"),
-                "dev PER %": _pct(m, "best_dev/per"),
-                "test WER %": _pct(m, "test/wer"),
-                "test PER %": _pct(m, "test/per"),
-                "beam": p.get("training.beam_size", ""),
-                "config": config,
-                "run": e.model_run_id,
-            }
+            training_row(
+                variant_name(r.tags),
+                r.tags.get(Tag.SEED, ""),
+                r.status,
+                metrics,
+                r.params,
+                r.run_id,
+            )
         )
     return rows
 
