@@ -354,6 +354,41 @@ def experiment_training_rows(tracker: Tracker, experiment: str) -> list[dict[str
     return rows
 
 
+def seed_variance_rows(data: StudyData) -> list[dict[str, str]]:
+    """The seed variance per configuration as rows of cell text: ``model``, ``seed pairs``,
+    ``steps``, ``attention JSD``, ``output TVD``, ``argmax differs`` (micro-averages over the
+    steps of every pair, ``value [low, high]`` with a 95 % bootstrap resampling examples, as the
+    suite's statistics)."""
+    from .analysis.suite import ratio_ci
+
+    df = data.seed_variance
+    if df.empty:
+        return []
+    cfg = (
+        _bootstrap_cfg(data.entries[0])
+        if data.entries
+        else SimpleNamespace(bootstrap_resamples=1000, seed=0)
+    )
+    rows = []
+    for variant, part in df.groupby("variant", sort=False):
+        row = {
+            "model": variant,
+            "seed pairs": str(len(part[["seed_a", "seed_b"]].drop_duplicates())),
+            "steps": str(len(part)),
+        }
+        groups = part.groupby("example_id", sort=False)
+        for column, label in (
+            ("seed_variance_attention_jsd", "attention JSD"),
+            ("seed_variance_output_tvd", "output TVD"),
+            ("seed_variance_argmax_differs", "argmax differs"),
+        ):
+            sums = groups[column].agg(lambda v: float(v.astype(float).sum())).to_numpy()
+            value, low, high = ratio_ci(sums, groups.size().to_numpy().astype(float), cfg)
+            row[label] = Estimate(value, low, high).fmt(3)
+        rows.append(row)
+    return rows
+
+
 ADVERSARY_HEADER = ["model", "λ", "init", "epochs", "attention JSD", "output TVD", "argmax differs"]
 
 
@@ -1207,7 +1242,8 @@ def build_report(
         ui_url: the MLflow UI the links point to (default :func:`ui_base_url`).
         verdict_overrides: threshold values over the study's ``[report.verdict]``.
         results_dir: also write the summary tables there as ``<experiment>.csv`` (the
-            statistics), ``<experiment>-models.csv`` (:func:`model_rows`: the trainings) and
+            statistics), ``<experiment>-models.csv`` (:func:`model_rows`: the trainings),
+            ``<experiment>-seed-variance.csv`` (:func:`seed_variance_rows`) and
             ``<experiment>-adversaries.csv`` (:func:`attnstudy.results.write_results`), each row
             naming the study run.
 
@@ -1275,6 +1311,7 @@ def build_report(
                 "": [dict(r) | study for r in table.astype(str).to_dict("records")],
                 "-adversaries": [r | study for r in adversary_rows(data)],
                 "-models": [r | study for r in model_rows(data)],
+                "-seed-variance": [r | study for r in seed_variance_rows(data)],
             },
         )
     if len(table):
