@@ -100,3 +100,34 @@ def test_report_verdict_and_ui_url_reach_the_report(tiny_study, tmp_path):
     # a flip rate of 0 [0, 0] is now "used" (lower bound ≥ 0): the threshold decided, not a default
     assert "`used: yes`" in md
     assert "http://mlflow.example:8080/#/experiments/" in md and "127.0.0.1:5000" not in md
+
+
+def test_a_signal_while_the_exit_switches_handlers_off_still_exits_with_the_code(monkeypatch):
+    """A second SIGTERM 10 ms after the first once arrived while entry() switched the handlers
+    off: an uncaught KeyboardInterrupt ended the process by SIGINT (-2) instead of exit 1."""
+    import signal as signal_module
+
+    from attnstudy import cli
+
+    real = signal_module.signal
+    calls = {"n": 0}
+
+    def signal(signum, handler):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt  # as the CLI's handler raises it
+        return real(signum, handler)
+
+    monkeypatch.setattr(cli, "main", lambda: cli.EXIT_FAILED)
+    monkeypatch.setattr(cli.signal, "signal", signal)
+    old = {
+        s: real(s, real(s, signal_module.SIG_DFL))
+        for s in (signal_module.SIGINT, signal_module.SIGTERM)
+    }
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.entry()
+    finally:
+        for s, h in old.items():
+            real(s, h)
+    assert exit_info.value.code == cli.EXIT_FAILED and calls["n"] >= 3

@@ -781,9 +781,19 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     """The console script: :func:`main`, then an exit that no late Ctrl-C turns into a traceback
     (MLflow's exit hooks run after ``main`` returns)."""
-    code = main()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    code = EXIT_FAILED
+    try:
+        code = main()
+    except KeyboardInterrupt:  # a second signal between main's own handling and its return
+        _interrupt_handled()
+    while True:  # one more arriving while the handlers are switched off is ignored, not raised
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            break
+        except KeyboardInterrupt:
+            _interrupt_handled()
+            code = code or EXIT_FAILED
     sys.exit(code)
 
 
