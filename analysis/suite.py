@@ -371,6 +371,25 @@ def ratio_ci(
     return value, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def step_mean_ci(
+    table: pd.DataFrame, column: str, cfg: AblationConfig, by: str = "example_id"
+) -> tuple[float, float, float] | None:
+    """The micro-average of a per-step column (Σ value / number of steps, NaN values counted as
+    steps that add nothing) with a 95 % percentile bootstrap resampling the groups ``by``
+    (examples): :func:`ratio_ci` of the per-group sums and step counts.
+
+    Args:
+        table: one row per decoder step, with ``by`` and ``column``.
+        cfg: ``bootstrap_resamples`` and ``seed``.
+
+    Returns:
+        (value, ci_low, ci_high) as :func:`ratio_ci`; None for an empty table.
+    """
+    groups = table.groupby(by, sort=False)[column]
+    sums = groups.agg(lambda v: float(v.astype(float).sum())).to_numpy()
+    return ratio_ci(sums, groups.size().to_numpy().astype(float), cfg)
+
+
 def _put(out: dict[str, float], key: str, result: tuple[float, float, float] | None) -> None:
     if result is None:
         return

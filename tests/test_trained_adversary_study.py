@@ -13,7 +13,7 @@ TINY = ROOT / "experiments" / "tiny.toml"
 pytestmark = pytest.mark.slow
 
 
-def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root):
+def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, monkeypatch):
     from attnstudy import api
     from attnstudy.experiment import load_experiment
     from attnstudy.tracking import Tracker
@@ -101,3 +101,15 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root):
     api.run(more, progress=False, report=False)
     names = sorted(r.name for r in tracker.search_runs([exp_id], "tags.kind = 'adversary'"))
     assert names[-1] == "copy/additive-bahdanau/seed1/adversary-lam2" and len(names) == 3
+
+    # two new λ beside a known one: the base model and its data are read once, not once per λ
+    loads = []
+    real_load = api.load_model
+    monkeypatch.setattr(api, "load_model", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
+    three = load_experiment(
+        TINY, ["trained_adversary.lambdas=[0.25, 0.5, 0.75]", "trained_adversary.epochs=2"]
+    )
+    ids = api.run_trained_adversaries(three, result.models, tracker, result.study_run_id, False)
+    assert loads == [f"runs:/{base.run_id}"]
+    assert len(set(ids)) == 3 and ids[1] in {r.run_id for r in runs}
+    assert len(tracker.search_runs([exp_id], "tags.kind = 'adversary'")) == 5

@@ -116,17 +116,13 @@ def lambda_label(lam: float) -> str:
 
 def summarize(table: pd.DataFrame, ablation_cfg) -> dict[str, float]:
     """``adversary/<stat>`` (micro-average over steps) with ``_ci_low``/``_ci_high`` (95 %
-    percentile bootstrap resampling examples, :func:`attnstudy.analysis.suite.ratio_ci`) and
+    percentile bootstrap resampling examples, :func:`attnstudy.analysis.suite.step_mean_ci`) and
     ``adversary/n_steps``, from a :func:`compare_to_base` table."""
-    from .analysis.suite import ratio_ci
+    from .analysis.suite import step_mean_ci
 
     out: dict[str, float] = {"adversary/n_steps": float(len(table))}
-    groups = table.groupby("example_id", sort=False)
     for stat in STATS:
-        column = f"adversary_{stat}"
-        sums = groups[column].agg(lambda v: float(v.astype(float).sum()))
-        counts = groups[column].size().astype(float)
-        result = ratio_ci(sums.to_numpy(), counts.to_numpy(), ablation_cfg)
+        result = step_mean_ci(table, f"adversary_{stat}", ablation_cfg)
         if result is None:
             continue
         value, low, high = result

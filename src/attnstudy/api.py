@@ -1122,30 +1122,32 @@ def run_trained_adversaries(
     for m in models:
         if id(m.spec) not in wanted:
             continue
+        base_run = tracker.get_run(m.run_id)
+        base = None  # the base model and its data: read once, when some λ is to be trained
         for lam in adv.lambdas:
-            run_ids.append(_adversary_run(m.run_id, m.spec, lam, cfg, tracker, study_id, progress))
+            settings, key, name = _adversary_plan(base_run, m.spec, lam, cfg)
+            run_id = _finished_adversary(tracker, base_run, key, name)
+            if run_id is None:
+                if base is None:
+                    _, loaded = load_model(f"runs:/{m.run_id}", tracker)
+                    data = checked_task_data(
+                        loaded, base_run.tags.get(Tag.DATA_DIGEST), f"runs:/{m.run_id}"
+                    )
+                    base = loaded, data
+                run_id = _train_adversary(
+                    base_run, m.spec, lam, settings, key, name, *base, cfg, tracker, study_id,
+                    progress,
+                )  # fmt: skip
+            run_ids.append(run_id)
             tracker.set_tags(study_id, {Tag.ADVERSARY_RUN_IDS: ",".join(run_ids)})
     return run_ids
 
 
-def _adversary_run(
-    base_run_id: str,
-    spec: RunSpec,
-    lam: float,
-    cfg: ExperimentConfig,
-    tracker: Tracker,
-    study_id: str,
-    progress: bool,
-) -> str:
-    import copy
-
-    import torch
-
-    from .analysis.consistent_adversary import compare_to_base, train_consistent_adversary
-    from .models.build import build_model
-
+def _adversary_plan(
+    base_run, spec: RunSpec, lam: float, cfg: ExperimentConfig
+) -> tuple[dict, str, str]:
+    """The settings, key and run name of the adversary of ``base_run`` at λ = ``lam``."""
     adv = cfg.trained_adversary
-    base_run = tracker.get_run(base_run_id)
     settings = {
         "epochs": adv.epochs,
         "lr": adv.lr if adv.lr is not None else spec.training.lr,
@@ -1156,7 +1158,11 @@ def _adversary_run(
         "bootstrap_resamples": cfg.ablation.bootstrap_resamples,
     }
     key = adversaries.adversary_key(base_run.tags.get(Tag.MODEL_KEY, ""), lam, adv, settings)
-    name = f"{spec.name}/adversary-{adversaries.lambda_label(lam)}"
+    return settings, key, f"{spec.name}/adversary-{adversaries.lambda_label(lam)}"
+
+
+def _finished_adversary(tracker: Tracker, base_run, key: str, name: str) -> str | None:
+    """The id of a finished adversary run with this key (reused), or None."""
     for done in tracker.search_runs(
         [base_run.experiment_id],
         f"tags.{Tag.ADVERSARY_KEY} = '{key}' and attributes.status = 'FINISHED'",
@@ -1164,9 +1170,33 @@ def _adversary_run(
     ):
         notice(f"{name}: reusing the finished adversary run {done.run_id} (same key)")
         return done.run_id
+    return None
 
-    _, loaded = load_model(f"runs:/{base_run_id}", tracker)
-    data = checked_task_data(loaded, base_run.tags.get(Tag.DATA_DIGEST), f"runs:/{base_run_id}")
+
+def _train_adversary(
+    base_run,
+    spec: RunSpec,
+    lam: float,
+    settings: dict,
+    key: str,
+    name: str,
+    loaded,
+    data,
+    cfg: ExperimentConfig,
+    tracker: Tracker,
+    study_id: str,
+    progress: bool,
+) -> str:
+    """Train one adversary from the loaded base model (left unchanged) and log its run."""
+    import copy
+
+    import torch
+
+    from .analysis.consistent_adversary import compare_to_base, train_consistent_adversary
+    from .models.build import build_model
+
+    adv = cfg.trained_adversary
+    base_run_id = base_run.run_id
     train = data.splits.train[: settings["n_train"] or None]
     examples = data.splits.test[: settings["n_examples"]]
     device = resolve_device(spec.training.device, "training.device")

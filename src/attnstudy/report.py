@@ -359,7 +359,7 @@ def seed_variance_rows(data: StudyData) -> list[dict[str, str]]:
     ``steps``, ``attention JSD``, ``output TVD``, ``argmax differs`` (micro-averages over the
     steps of every pair, ``value [low, high]`` with a 95 % bootstrap resampling examples, as the
     suite's statistics)."""
-    from .analysis.suite import ratio_ci
+    from .analysis.suite import step_mean_ci
 
     df = data.seed_variance
     if df.empty:
@@ -376,15 +376,12 @@ def seed_variance_rows(data: StudyData) -> list[dict[str, str]]:
             "seed pairs": str(len(part[["seed_a", "seed_b"]].drop_duplicates())),
             "steps": str(len(part)),
         }
-        groups = part.groupby("example_id", sort=False)
         for column, label in (
             ("seed_variance_attention_jsd", "attention JSD"),
             ("seed_variance_output_tvd", "output TVD"),
             ("seed_variance_argmax_differs", "argmax differs"),
         ):
-            sums = groups[column].agg(lambda v: float(v.astype(float).sum())).to_numpy()
-            value, low, high = ratio_ci(sums, groups.size().to_numpy().astype(float), cfg)
-            row[label] = Estimate(value, low, high).fmt(3)
+            row[label] = Estimate(*step_mean_ci(part, column, cfg)).fmt(3)
         rows.append(row)
     return rows
 

@@ -300,6 +300,24 @@ def test_bootstrap_in_bounded_batches_gives_the_same_interval(monkeypatch):
     assert whole == pytest.approx(chunked, abs=1e-12)
 
 
+def test_step_mean_ci_is_the_step_micro_average_with_an_example_bootstrap():
+    """Σ value / number of steps (a NaN step counts, adding nothing), and the interval of the
+    same per-example sums and counts given to ratio_ci; None on an empty table."""
+    table = pd.DataFrame(
+        {
+            "example_id": ["a", "a", "b", "c", "c", "c"],
+            "x": [1.0, 0.0, np.nan, 0.5, 0.5, 1.0],
+        }
+    )
+    cfg = _cfg(bootstrap_resamples=200)
+    value, low, high = suite.step_mean_ci(table, "x", cfg)
+    assert value == pytest.approx(3.0 / 6)
+    ref = suite.ratio_ci(np.array([1.0, 0.0, 2.0]), np.array([2.0, 1.0, 3.0]), cfg)
+    assert (value, low, high) == pytest.approx(ref, abs=1e-12)
+    assert 0.0 <= low <= value <= high <= 2 / 3
+    assert suite.step_mean_ci(table.iloc[:0], "x", cfg) is None
+
+
 def test_undefined_values_are_counted_per_statistic():
     """The uniform model's attention is constant, so τ(attention, ·) is undefined on every step, but
     its τ gradient–LOO is defined: it used to be counted as 8 undefined steps of the whole ablation."""
