@@ -1031,13 +1031,15 @@ def trained_adversaries(
         seed_variance: the seed-variance table (``variant``, ``seed_variance_attention_jsd``,
             ``seed_variance_output_tvd``), drawn as its mean per model.
     """
-    fig, ax = _subplots(figsize=(8, 5))
+    fig, ax = _subplots(figsize=(11, 5))
     df = adversaries[adversaries["status"] == "FINISHED"] if len(adversaries) else adversaries
     if not _has(df, "attention_jsd", "output_tvd"):
         _note(ax, "no finished trained adversary in this study")
         return fig
     palette = palette or variant_palette(df["variant"])
-    for variant, part in df.sort_values("lambda").groupby("variant", sort=False):
+    # each model's λ labels on their own side of its points, so curves that meet keep them apart
+    offsets = [(5, 5), (5, -11), (-38, 5), (-38, -11)]
+    for i, (variant, part) in enumerate(df.sort_values("lambda").groupby("variant", sort=False)):
         color = palette.get(variant)
         x, y = part["attention_jsd"], part["output_tvd"]
         ax.errorbar(
@@ -1050,9 +1052,15 @@ def trained_adversaries(
             capsize=3,
             label=f"{variant}: trained adversary",
         )
-        for lam, xi, yi in zip(part["lambda"], x, y):
+        dx, dy = offsets[i % len(offsets)]
+        for j, (lam, xi, yi) in enumerate(zip(part["lambda"], x, y)):
             ax.annotate(
-                f"λ={lam:g}", (xi, yi), xytext=(4, 4), textcoords="offset points", fontsize=8
+                f"λ={lam:g}",
+                (xi, yi),
+                xytext=(dx, dy if j % 2 == 0 else -6 - dy),  # neighbours: one above, one below
+                textcoords="offset points",
+                fontsize=8,
+                color=color,
             )
     if per_instance is not None and len(per_instance):
         for _, r in per_instance.iterrows():
@@ -1084,9 +1092,11 @@ def trained_adversaries(
     ax.set(
         title="Can another model attend differently and predict the same?",
         xlabel=f"attention JSD from the base model (nats, ≤ {math.log(2):.2f})",
-        ylabel="output TVD from the base model (0–1)",
+        ylabel="output TVD from the base model (symlog)",
         xlim=(0, math.log(2) * 1.02),
-        ylim=(0, None),
     )
-    ax.legend(fontsize=8, loc="best")
+    # output changes that matter span 0.001–1: a symmetric-log axis keeps the small ones apart
+    ax.set_yscale("symlog", linthresh=0.01, linscale=0.5)
+    ax.set_ylim(0, 1.05)
+    fig.legend(fontsize=8, loc="outside right upper")  # beside the axes: it hides no point
     return fig
