@@ -72,8 +72,21 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
     assert sorted(p.name for p in out.iterdir()) == [
         "tiny-adversaries.csv",
         "tiny-models.csv",
+        "tiny-timing.csv",
         "tiny.csv",
     ]
+    # where the battery's time went: one row per finished ablation run, from its timing metrics
+    timing = results.read_rows(out / "tiny-timing.csv")
+    assert [r["model"] for r in timing] == [f"copy {m.spec.label}" for m in result.models]
+    for row, m in zip(timing, result.models):
+        abl = tracker.get_run(result.ablations[m.run_id]).metrics
+        assert int(row["steps"]) == abl["timing/steps"] > 0
+        assert float(row["seconds"]) == pytest.approx(abl["ablation/seconds"], abs=0.05)
+        assert float(row["steps per second"]) == pytest.approx(
+            abl["timing/steps"] / abl["ablation/seconds"], rel=1e-2
+        )
+        shares = [float(v) for k, v in row.items() if k.endswith(" %") and v]
+        assert 0 < sum(shares) <= 100.05  # the ablations' own time is part of the battery's
     for row in results.read_rows(out / "tiny-adversaries.csv"):
         m = by_run[row["run"]].metrics
         assert row["study run"] == result.study_run_id

@@ -200,8 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--results",
         metavar="DIR",
-        help="also write the summary tables as DIR/<experiment>.csv, <experiment>-models.csv "
-        "and <experiment>-adversaries.csv (the repository keeps them in experiments/results/)",
+        help="also write the summary tables as DIR/<experiment>.csv, <experiment>-models.csv, "
+        "-adversaries.csv, -seed-variance.csv and -timing.csv (the repository keeps them in "
+        "experiments/results/)",
     )
     sp.add_argument(
         "--ui-url",

@@ -354,6 +354,34 @@ def experiment_training_rows(tracker: Tracker, experiment: str) -> list[dict[str
     return rows
 
 
+def timing_rows(data: StudyData) -> list[dict[str, str]]:
+    """Where each ablation run's time went, as rows of cell text: ``model``, ``seed``,
+    ``steps`` (analysed decoder steps), ``seconds`` (the whole battery, wall clock),
+    ``steps per second``, and the share in % of each ablation of the battery that ran (its
+    ``timing/<ablation>_seconds`` over the battery's seconds). Wall-clock numbers of the machine
+    and load the run had; a model without a finished ablation run has no row."""
+    names = list(dict.fromkeys(n for e in data.entries for n in e.ablations_run))
+    rows = []
+    for e in data.entries:
+        m = e.ablation_metrics
+        seconds, rate = m.get("ablation/seconds"), m.get("timing/steps_per_second")
+        if e.ablation_status != "FINISHED" or not seconds or rate is None:
+            continue
+        steps = m.get("timing/steps", round(rate * seconds))  # runs before timing/steps
+        row = {
+            "model": e.variant,
+            "seed": e.seed,
+            "steps": str(int(steps)),
+            "seconds": f"{seconds:.1f}",
+            "steps per second": f"{rate:.3g}",
+        }
+        for name in names:  # one set of columns for every row
+            part = m.get(f"timing/{name}_seconds")
+            row[f"{name} %"] = f"{100 * part / seconds:.1f}" if part is not None else ""
+        rows.append(row)
+    return rows
+
+
 def seed_variance_rows(data: StudyData) -> list[dict[str, str]]:
     """The seed variance per configuration as rows of cell text: ``model``, ``seed pairs``,
     ``steps``, ``attention JSD``, ``output TVD``, ``argmax differs`` (micro-averages over the
@@ -1309,6 +1337,7 @@ def build_report(
                 "-adversaries": [r | study for r in adversary_rows(data)],
                 "-models": [r | study for r in model_rows(data)],
                 "-seed-variance": [r | study for r in seed_variance_rows(data)],
+                "-timing": [r | study for r in timing_rows(data)],
             },
         )
     if len(table):

@@ -444,9 +444,11 @@ def figure_png(fig, dpi: int = 100) -> bytes:
 
 def timing_metrics(result, prefix: str, seconds: float) -> dict[str, float]:
     """Where an ablation run's time went: ``timing/<ablation>_seconds`` (wall-clock seconds in
-    each ablation's function) and ``timing/steps_per_second`` (analysed decoder steps of the
-    analysis prefix per second of the whole suite, traces and summaries included)."""
+    each ablation's function), ``timing/steps`` (analysed decoder steps of the analysis prefix)
+    and ``timing/steps_per_second`` (those steps per second of the whole suite, traces and
+    summaries included)."""
     out = {f"timing/{n}_seconds": v for n, v in result.seconds.items()}
     if result.steps.get(prefix):
+        out["timing/steps"] = float(result.steps[prefix])
         out["timing/steps_per_second"] = result.steps[prefix] / max(seconds, 1e-9)
     return out
