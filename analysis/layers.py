@@ -18,7 +18,7 @@ import pandas as pd
 from scipy import stats
 
 from .catalogue import AblationConfig, get_ablation
-from .suite import BOOTSTRAP_ELEMENTS, _combine, example_sums, summary_from_sums
+from .suite import BOOTSTRAP_ELEMENTS, _combine, example_sums, put_estimate, summary_from_sums
 
 
 def _joint(steps: pd.DataFrame) -> pd.DataFrame:
@@ -114,11 +114,7 @@ def _layer_mean(sums: dict[int, pd.DataFrame], cfg: AblationConfig) -> dict[str,
             ]
         if any(a.sum() <= 0 for a in arrays[1::2]):
             continue  # a layer where the statistic is undefined: no mean
-        result = mean_of_ratios_ci(arrays, cfg, complement)
-        key = f"ablation/{name}/{stat}"
-        out[key] = result[0]
-        if math.isfinite(result[1]) and math.isfinite(result[2]):
-            out[f"{key}_ci_low"], out[f"{key}_ci_high"] = result[1], result[2]
+        put_estimate(out, f"ablation/{name}/{stat}", mean_of_ratios_ci(arrays, cfg, complement))
         out[f"ablation/{name}/n_steps"] = float(
             np.mean([aligned[lay][f"{name}|n"].sum() for lay in layers])
         )

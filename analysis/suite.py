@@ -390,7 +390,11 @@ def step_mean_ci(
     return ratio_ci(sums, groups.size().to_numpy().astype(float), cfg)
 
 
-def _put(out: dict[str, float], key: str, result: tuple[float, float, float] | None) -> None:
+def put_estimate(
+    out: dict[str, float], key: str, result: tuple[float, float, float] | None
+) -> None:
+    """Store ``(value, ci_low, ci_high)`` as ``out[key]``, ``key_ci_low`` and ``key_ci_high``;
+    the interval only where both ends are finite, nothing where ``result`` is None."""
     if result is None:
         return
     value, low, high = result
@@ -482,7 +486,7 @@ def summary_from_sums(
                 continue
             stat = parts[1]
             transform = (lambda r: 1.0 - r) if parts[2] == "num~" else None
-            _put(
+            put_estimate(
                 out,
                 f"{key}/{stat}",
                 ratio_ci(

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 
 import pandas as pd
 
@@ -118,15 +117,11 @@ def summarize(table: pd.DataFrame, ablation_cfg) -> dict[str, float]:
     """``adversary/<stat>`` (micro-average over steps) with ``_ci_low``/``_ci_high`` (95 %
     percentile bootstrap resampling examples, :func:`attnstudy.analysis.suite.step_mean_ci`) and
     ``adversary/n_steps``, from a :func:`compare_to_base` table."""
-    from .analysis.suite import step_mean_ci
+    from .analysis.suite import put_estimate, step_mean_ci
 
     out: dict[str, float] = {"adversary/n_steps": float(len(table))}
     for stat in STATS:
-        result = step_mean_ci(table, f"adversary_{stat}", ablation_cfg)
-        if result is None:
-            continue
-        value, low, high = result
-        out[f"adversary/{stat}"] = value
-        if math.isfinite(low) and math.isfinite(high):
-            out[f"adversary/{stat}_ci_low"], out[f"adversary/{stat}_ci_high"] = low, high
+        put_estimate(
+            out, f"adversary/{stat}", step_mean_ci(table, f"adversary_{stat}", ablation_cfg)
+        )
     return out
