@@ -123,9 +123,15 @@ def survivors(pids: set[int], pgids: set[int], port: int | None) -> list[str]:
 
 
 def interrupt_and_check_gone(
-    proc: subprocess.Popen, port: int | None, timeout: float = 10
+    proc: subprocess.Popen, port: int | None, timeout: float = 30
 ) -> float:
-    """SIGINT (Ctrl-C) the CLI; assert it exits 0 and leaves no process behind. Returns the seconds it took."""
+    """SIGINT (Ctrl-C) the CLI; assert it exits 0 and leaves no process behind. Returns the seconds it took.
+
+    ``timeout`` tells a hang from a slow stop, not a speed target: a Ctrl-C during start-up waits
+    for the store check in flight (signals are held during store calls) and then for the
+    interpreter's shutdown, 0.1–5 s on an idle machine with two busy cores beside it, more on a
+    loaded CI runner (one took over 10 s).
+    """
     children = descendants(proc.pid)
     groups = {_procs().get(c, (0, 0, ""))[1] for c in children} - {0, os.getpgrp()}
     t0 = time.monotonic()
@@ -178,7 +184,6 @@ def test_ui_prints_runs_view_url_serves_and_stops_on_ctrl_c(project, tmp_path):
         assert ui.port_in_use("127.0.0.1", port)
         took = interrupt_and_check_gone(proc, port)
         print(f"stopped {took:.1f} s after SIGINT", file=sys.stderr)
-        assert took < 10
         stderr = err.read_text()
         assert "stopping the MLflow UI" in stderr and "Traceback" not in stderr
     finally:
