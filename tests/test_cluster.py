@@ -79,8 +79,15 @@ class Cluster:
             self.seen.setdefault(pid, [])
             self.seen[pid] += [a for a in addrs if a not in self.seen[pid]]
 
-    def env(self, root: Path) -> dict[str, str]:
-        env = dict(os.environ) | self.head.driver_env() | {"ATTNSTUDY_ROOT": str(root)}
+    def env(self, root: Path, own_head: bool = False) -> dict[str, str]:
+        """The driver's environment: this cluster's token and settings, or (``own_head``) a plain
+        shell's, without any Ray variable (the driver must set up its private head itself)."""
+        env = dict(os.environ) | {"ATTNSTUDY_ROOT": str(root)}
+        if own_head:
+            for var in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
+                env.pop(var, None)
+        else:
+            env |= self.head.driver_env()
         env.pop("RAY_ADDRESS", None)
         return env
 
@@ -109,7 +116,7 @@ class Cluster:
         proc = subprocess.Popen(
             cmd,
             cwd=root,
-            env=self.env(root),
+            env=self.env(root, own_head),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -157,6 +157,41 @@ def test_no_ray_head_at_the_address_fails_fast_in_one_line():
     assert time.monotonic() - t0 < 30  # ray.init alone would wait minutes
 
 
+_IMPORT_ORDER = """
+import os, sys
+os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+if sys.argv[1] == "ray-first":
+    import ray  # a notebook's own import, before attnstudy could set Ray up
+from attnstudy.distributed import ClusterError, _ray
+try:
+    _ray(loopback=True)
+except ClusterError as err:
+    print("refused:", err)
+from ray._private import ray_constants, services
+print(ray_constants.ENABLE_RAY_CLUSTER, services.resolve_ip_for_localhost("127.0.0.1"))
+"""
+
+
+@pytest.mark.parametrize("order", ["attnstudy-first", "ray-first"])
+def test_a_loopback_head_is_looked_for_on_loopback_whatever_the_import_order(order):
+    """Regression: Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER once, at import; the private head's
+    driver imported Ray before setting it, so on a machine with an outside address it resolved
+    127.0.0.1 to that address and waited there for ever (the head listens on loopback only).
+    Now the variable is set before the import; a process that imported Ray first is refused in
+    one line instead."""
+    require(importlib.util.find_spec("ray") is not None, "the [distributed] extra (ray)")
+    res = subprocess.run(
+        [sys.executable, "-c", _IMPORT_ORDER, order], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = res.stdout.strip().splitlines()
+    if order == "attnstudy-first":
+        assert lines == ["False 127.0.0.1"]
+    else:
+        assert lines[0].startswith("refused: Ray was set up for a cluster")
+        assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before importing ray" in lines[0]
+
+
 def test_a_task_no_node_can_run_is_refused_instead_of_waiting_for_ever(tiny_config):
     from attnstudy.config import ConfigError
     from attnstudy.distributed import check_placeable, task_requests

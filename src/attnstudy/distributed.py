@@ -115,13 +115,37 @@ def check_artifact_location(location: str, experiment: str, uri: str) -> None:
         )
 
 
-def _ray():
-    """``import ray``, or :class:`ClusterError` naming the extra."""
+CLUSTERS_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def _ray(loopback: bool = False):
+    """``import ray``, set up for a head on this machine's loopback if ``loopback``.
+
+    Ray reads ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` once, when it is imported: unless it is 0,
+    a driver resolves ``127.0.0.1`` to this machine's outside address (where a loopback head does
+    not listen) and waits there for ever. So for a loopback head it is set to 0 before the import.
+
+    Raises:
+        ClusterError: Ray is not installed (naming the extra); or ``loopback`` and Ray was
+            imported earlier in this process (or ``$RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` is set)
+            with clusters enabled, so it would not find a loopback head (a process already
+            connected by its own ``ray.init()`` is left as it is).
+    """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if loopback:
+        os.environ.setdefault(CLUSTERS_VAR, "0")
     try:
         import ray
+        from ray._private import ray_constants
     except ImportError:
         raise ClusterError(RAY_EXTRA) from None
+    if loopback and ray_constants.ENABLE_RAY_CLUSTER and not ray.is_initialized():
+        raise ClusterError(
+            f"Ray was set up for a cluster ({CLUSTERS_VAR} was not 0 when ray was first imported "
+            "in this process), so it would look for a head on 127.0.0.1 at this machine's outside "
+            f"address; set {CLUSTERS_VAR}=0 before importing ray, or give --ray-address with "
+            "this machine's outside address"
+        )
     return ray
 
 
@@ -210,7 +234,7 @@ class LocalRayHead:
         """What a driver (or any client) needs in its environment to connect to this head."""
         return {
             "RAY_USAGE_STATS_ENABLED": "0",
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            CLUSTERS_VAR: "0",
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN": self.token,
         }
@@ -226,7 +250,10 @@ class LocalRayHead:
         Raises:
             ClusterError: Ray is not installed, or the head did not start within ``timeout`` s.
         """
-        _ray()  # the extra is installed
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:  # not imported here: see _connect
+            raise ClusterError(RAY_EXTRA)
         self.token = secrets.token_hex(24)
         self.temp_dir = Path(
             tempfile.mkdtemp(prefix="attn-ray-", dir="/tmp")
@@ -378,19 +405,20 @@ class RayExecutor:
         check_placeable(task_requests(cfg), nodes)
 
     def _connect(self) -> None:
-        ray = _ray()
-        if ray.is_initialized():  # a notebook that called ray.init() itself
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():  # a notebook that called ray.init() itself
             self._ray = ray
             return
         if self.address is None:
+            # the private head's environment (token authentication, loopback) before Ray is
+            # imported here: Ray reads both when it is imported, not when it connects
             self.head = LocalRayHead(num_cpus=self.num_cpus or os.cpu_count() or 1)
             self.address = self.head.start()
             os.environ.update(self.head.driver_env())
         hp = _host_port(self.address)
         if hp is None:
             raise ClusterError(f"--ray-address {self.address!r}: give HOST:PORT of the Ray head")
-        if hp[0] in LOOPBACK:  # else Ray maps 127.0.0.1 to this machine's outside address
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        ray = _ray(loopback=hp[0] in LOOPBACK)
         try:
             socket.create_connection(hp, timeout=5).close()
         except OSError:  # ray.init would wait minutes for a head that is not there
