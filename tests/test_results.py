@@ -35,6 +35,16 @@ def test_write_and_render_a_block(tmp_path):
     assert results.render_blocks(out, tmp_path) == out  # idempotent
     with pytest.raises(KeyError, match="no column 'TVD'"):
         results.render_blocks(text.replace("[model,JSD]", "[model,TVD]"), tmp_path)
+    with pytest.raises(KeyError) as err:  # one column, comma and all
+        results.render_blocks(text.replace("[model,JSD]", '["λ, lambda"]'), tmp_path)
+    assert err.value.args[0].startswith("exp-x.csv has no column 'λ, lambda'")
+    (tmp_path / "exp-q.csv").write_text('model,"AER, linked"\na,0.5\n', encoding="utf-8")
+    q = '<!-- results:exp-q.csv["AER, linked", model]:begin -->\n<!-- results:exp-q.csv:end -->'
+    assert results.render_blocks(q, tmp_path).splitlines()[1:4] == [
+        "| AER, linked | model |",
+        "|---|---|",
+        "| 0.5 | a |",
+    ]
     with pytest.raises(FileNotFoundError):
         results.render_blocks(text.replace("exp-x.csv", "exp-y.csv"), tmp_path)
 
@@ -51,19 +61,38 @@ def test_readme_result_blocks_are_generated_from_the_committed_tables():
     assert results.render_blocks(text, RESULTS) == text, "README is stale: run `make docs`"
 
 
-def test_every_number_with_an_interval_in_the_findings_is_a_committed_cell():
-    text = _readme()
-    findings = text.split("\n## Findings", 1)[1].split("\n## ", 1)[0]
-    quoted = results.INTERVAL.findall(re.sub(r"<!-- results:.*?:end -->", "", findings, flags=re.S))
-    assert quoted, "the Findings section quotes no number with its interval"
-    cells = {
+def _section(text: str, title: str) -> str:
+    """A README section without its generated blocks, its lines joined (a number and its interval
+    may be broken across lines)."""
+    body = text.split(f"\n## {title}", 1)[1].split("\n## ", 1)[0]
+    return " ".join(re.sub(r"<!-- results:.*?:end -->", "", body, flags=re.S).split())
+
+
+def _cells() -> set[str]:
+    return {
         cell
         for csv in RESULTS.glob("*.csv")
         for row in results.read_rows(csv)
         for cell in row.values()
     }
-    missing = [q for q in quoted if q not in cells]
+
+
+def test_every_number_with_an_interval_in_the_findings_is_a_committed_cell():
+    quoted = results.INTERVAL.findall(_section(_readme(), "Findings"))
+    assert len(quoted) > 50, "the Findings section quotes too few numbers with their interval"
+    missing = [q for q in quoted if q not in _cells()]
     assert not missing, f"numbers in README's Findings without a committed table cell: {missing}"
+
+
+def test_every_measured_number_in_the_results_section_is_a_committed_cell():
+    """'Results on this machine': every number with an interval, and every percentage given to
+    two decimals (the tables' WER/PER), is a cell; the literature's reference WERs (one decimal)
+    are not measurements."""
+    text = _section(_readme(), "Results on this machine")
+    quoted = results.INTERVAL.findall(text) + re.findall(r"(\d+\.\d\d) %", text)
+    assert quoted, "the Results section quotes no measured number"
+    missing = [q for q in quoted if q not in _cells()]
+    assert not missing, f"numbers in README's Results without a committed table cell: {missing}"
 
 
 @pytest.mark.slow

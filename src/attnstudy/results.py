@@ -23,7 +23,8 @@ MARKER = re.compile(
     r"(?P<body>.*?)<!-- results:(?P=file):end -->",
     re.S,
 )
-"""A generated block: its CSV file name (in the results folder), the columns shown, its body."""
+"""A generated block: its CSV file name (in the results folder), the columns shown (comma-separated
+as in a CSV row: a column whose name holds a comma is quoted, ``"AER, linked targets"``), its body."""
 
 INTERVAL = re.compile(
     r"-?\d+(?:\.\d+)?(?:e-?\d+)? \[-?\d+(?:\.\d+)?(?:e-?\d+)?, -?\d+(?:\.\d+)?(?:e-?\d+)?\]"
@@ -90,7 +91,7 @@ def render_blocks(text: str, results_dir: str | Path) -> str:
         head = m["file"]
         if m["columns"] is not None:
             head = f"{head}[{m['columns']}]"
-            columns = [c.strip() for c in m["columns"].split(",")]
+            columns = [c.strip() for c in next(csv.reader([m["columns"]], skipinitialspace=True))]
             missing = [c for c in columns if rows and c not in rows[0]]
             if missing:
                 raise KeyError(f"{m['file']} has no column {missing[0]!r} (README block {head})")
