@@ -240,3 +240,42 @@ def test_the_driver_settles_best_on_the_best_version_after_racing_workers(tmp_pa
     ]
     RayExecutor._settle_best_aliases(SimpleNamespace(tracker=tracker), jobs)
     assert str(tracker.client.get_model_version_by_alias(name, "best").version) == "2"
+
+
+_HEAD_THEN_WAIT = """
+import json, sys, time
+from attnstudy.distributed import LocalRayHead
+head = LocalRayHead(num_cpus=1)
+head.start()
+print(json.dumps({"head": head.proc.pid, "pids": sorted(head.pids())}), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_a_private_head_does_not_outlive_its_driver_killed_with_sigkill():
+    """Regression: a driver killed with SIGKILL (no cleanup runs) left its private Ray head — GCS,
+    raylet, agents, 0.3 GiB and a dozen ports — running until someone found it. Its guardian now
+    stops the head's whole session once the driver is gone."""
+    require(importlib.util.find_spec("ray") is not None, "the [distributed] extra (ray)")
+    import json
+    import signal
+    import time
+
+    from attnstudy.ui_guard import session_members
+
+    driver = subprocess.Popen(
+        [sys.executable, "-c", _HEAD_THEN_WAIT], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        started = json.loads(driver.stdout.readline())
+        pids, sid = set(started["pids"]), started["head"]  # `ray start` leads the head's session
+        assert len(pids) >= 3, pids  # ray start, the GCS, the raylet (and agents)
+        assert session_members(sid) >= pids
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+    deadline = time.monotonic() + 30
+    while session_members(sid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not session_members(sid), f"the head outlived its driver: {session_members(sid)}"

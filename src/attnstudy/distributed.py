@@ -211,7 +211,8 @@ class LocalRayHead:
     own temporary folder, token authentication with a random token, usage statistics off, and
     ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (without it, ``--node-ip-address 127.0.0.1`` still binds
     some services to every interface). :meth:`stop` ends exactly the processes it started, by PID
-    (``ray stop`` would stop every Ray process of the machine, other users' included).
+    (``ray stop`` would stop every Ray process of the machine, other users' included); if the
+    process that started it dies first, its guardian (:mod:`attnstudy.ui_guard`) stops them.
 
     Args:
         num_cpus, num_gpus: the resources the head offers (its workers run the tasks).
@@ -227,6 +228,7 @@ class LocalRayHead:
     token: str = ""
     temp_dir: Path | None = None
     proc: subprocess.Popen | None = None
+    guard: subprocess.Popen | None = None
     log_path: Path | None = None
     _known: dict[int, float] = field(default_factory=dict)
 
@@ -293,6 +295,15 @@ class LocalRayHead:
             cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         log.close()
+        # the guardian stops the head's session when this process ends, however it ends (a
+        # kill -9 of the driver would otherwise leave the head, its ports and memory behind)
+        self.guard = subprocess.Popen(
+            [sys.executable, "-m", "attnstudy.ui_guard", str(self.proc.pid)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.address = f"127.0.0.1:{port}"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -362,6 +373,13 @@ class LocalRayHead:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
             self.proc = None
+        if self.guard is not None:  # end-of-file: the guardian finds the session gone and exits
+            self.guard.stdin.close()
+            try:
+                self.guard.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.guard.kill()
+            self.guard = None
         if self.temp_dir is not None:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
             self.temp_dir = None

@@ -1,10 +1,12 @@
-"""The UI server's guardian: stops the MLflow server when the ``attnstudy ui`` process that
-started it is gone, however it ended (``kill -9``, an OOM kill, a closed terminal).
+"""The guardian of a server this process started: stops it when the process that started it is
+gone, however it ended (``kill -9``, an OOM kill, a closed terminal). It guards the UI's and
+``attnstudy server``'s MLflow server and a study's private Ray head.
 
-Started by :func:`attnstudy.ui.start_server` as ``python -m attnstudy.ui_guard PGID`` with its
-standard input a pipe whose other end only the CLI holds; when the CLI dies the pipe closes, this
-process reads end-of-file and terminates the server's whole process group. It runs in a session
-of its own, so a Ctrl-C at the terminal does not reach it.
+Started as ``python -m attnstudy.ui_guard PGID`` with its standard input a pipe whose other end
+only the starting process holds; when that process dies the pipe closes, this process reads
+end-of-file and stops the server: its process group and every process of its session (a Ray
+head's workers each lead a group of their own, in the head's session). It runs in a session of
+its own, so a Ctrl-C at the terminal does not reach it.
 """
 
 from __future__ import annotations
@@ -13,31 +15,43 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
+
+
+def session_members(sid: int) -> set[int]:
+    """PIDs of the live (non-zombie) processes of session ``sid``, from ``/proc``."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            found.add(int(stat.parent.name))
+    return found
 
 
 def stop_group(pgid: int, timeout: float = 10.0) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left after ``timeout`` seconds."""
+    """SIGTERM the process group, then SIGKILL whatever is left of it, and of the session it
+    leads (``pgid`` was started with ``start_new_session``), after ``timeout`` seconds."""
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
         pass
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and session_members(pgid):
+        time.sleep(0.1)
+    for pid in session_members(pgid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     pgid = int(argv[0])
-    while sys.stdin.buffer.read(4096):  # the CLI never writes: this returns at end-of-file
+    while sys.stdin.buffer.read(4096):  # the starter never writes: this returns at end-of-file
         pass
     stop_group(pgid)
     return 0
