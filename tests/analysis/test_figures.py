@@ -193,3 +193,40 @@ def test_a_long_source_labels_every_kth_column():
     assert len(labels) == 36  # one tick per column
     assert labels[0::2] == [figures.visible_tokens([c])[0] for c in source[0::2]]
     assert set(labels[1::2]) == {""}  # 36 columns > 24: every second one labelled
+
+
+def test_erasure_intervals_match_seaborns_example_bootstrap():
+    """The erasure bars' intervals (scipy, vectorised) against seaborn's own ``units`` bootstrap,
+    the plain reference they replace: the same statistic, so the same interval up to Monte-Carlo
+    error; and the drawn interval is the computed one."""
+    import seaborn as sns
+    from matplotlib import pyplot as plt
+
+    rng = np.random.default_rng(1)
+    n_ex = 40
+    sizes = rng.integers(1, 12, n_ex)  # unequal steps per example: pooling, not a mean of means
+    ex = np.repeat([f"ex{i}" for i in range(n_ex)], sizes)
+    value = np.concatenate([rng.beta(1 + i % 5, 3, s) for i, s in enumerate(sizes)])
+    rows = pd.DataFrame({"example_id": ex, "value": value})
+    mean, low, high = figures.example_bootstrap_ci(rows)
+    assert mean == pytest.approx(value.mean())
+    fig, ax = plt.subplots()
+    sns.barplot(
+        data=rows, x="value", units="example_id", errorbar=("ci", 95), seed=0, n_boot=4000, ax=ax
+    )
+    (ref_low, ref_high) = sorted(ax.lines[0].get_xdata())
+    plt.close(fig)
+    width = ref_high - ref_low
+    assert low == pytest.approx(ref_low, abs=0.1 * width)
+    assert high == pytest.approx(ref_high, abs=0.1 * width)
+
+    s = steps(n=40, variants=("copy additive-bahdanau",))
+    s["erase_attn_desc_never_flipped"] = 0.0
+    s["erase_random_never_flipped"] = 0.0
+    fig = figures.erasure_fractions(s)
+    drawn = sorted(
+        tuple(sorted(line.get_xdata())) for line in fig.axes[1].lines if len(line.get_xdata()) == 2
+    )
+    for col in ("erase_attn_desc_frac_positions", "erase_random_frac_positions"):
+        _, lo, hi = figures.example_bootstrap_ci(s.rename(columns={col: "value"}))
+        assert any(a == pytest.approx(lo) and b == pytest.approx(hi) for a, b in drawn), col
