@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from attnstudy.config import ConfigError
@@ -106,27 +108,26 @@ def test_load_experiment_file_errors(tmp_path):
         load_experiment(latin)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "quickstart",
-        "g2p",
-        "g2p-screen",
-        "synthetic",
-        "tiny",
-        "copy",
-        "dates",
-        "tsv-example",
-        "copy-adversary",
-        "dates-adversary",
-        "g2p-best",
-    ],
-)
-def test_shipped_experiments_validate(name):
-    from pathlib import Path
+SHIPPED = sorted(p.stem for p in (Path(__file__).parents[1] / "experiments").glob("*.toml"))
 
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_experiments_validate(name):
     cfg = load_experiment(Path(__file__).parents[1] / "experiments" / f"{name}.toml")
     assert cfg.runs()
+
+
+def test_the_shipped_experiments_are_all_there_with_distinct_names():
+    assert {"quickstart", "dates-variants", "dates-full", "copy80", "g2p-best"} <= set(SHIPPED)
+    names = [
+        load_experiment(Path(__file__).parents[1] / "experiments" / f"{n}.toml").experiment.name
+        for n in SHIPPED
+    ]
+    assert len(set(names)) == len(names), names
+    variants = load_experiment(Path(__file__).parents[1] / "experiments" / "dates-variants.toml")
+    full = load_experiment(Path(__file__).parents[1] / "experiments" / "dates-full.toml")
+    assert len(variants.runs()) == 13 and len(full.runs()) == 39
+    assert variants.ablation.n_examples == 300 and full.ablation.n_examples == 1000
 
 
 # --- the model key: used fields, schema version, data digest ------------------------------------
