@@ -123,3 +123,35 @@ def test_markdown_twin_has_the_same_findings_and_numbers(tiny_report, tiny_study
     assert all((tiny_study.report.parent / f).is_file() for f in files)
     findings_md = md[md.index("## Findings") : md.index("## How this was measured")]
     assert "Attention is" in findings_md and "No attention" in findings_md
+
+
+def test_committed_summary_cells_leave_missing_values_empty():
+    """Regression: ``report --results`` wrote a layer row's model-level columns (exact match of
+    ``transformer · layer 0``) as the text ``nan``; a missing value is an empty cell."""
+    import numpy as np
+    import pandas as pd
+
+    from attnstudy.report import summary_cells
+
+    table = pd.DataFrame(
+        {
+            "model": ["dates transformer-L2H4", "dates transformer-L2H4 · layer 0"],
+            "exact match": ["0.695 [0.674, 0.715]", np.nan],
+            "exact match, held-out": [0.455, np.nan],
+            "steps": [3300, 3300],
+        }
+    )
+    assert summary_cells(table) == [
+        {
+            "model": "dates transformer-L2H4",
+            "exact match": "0.695 [0.674, 0.715]",
+            "exact match, held-out": "0.455",
+            "steps": "3300",
+        },
+        {
+            "model": "dates transformer-L2H4 · layer 0",
+            "exact match": "",
+            "exact match, held-out": "",
+            "steps": "3300",
+        },
+    ]

@@ -1247,6 +1247,18 @@ def report_dir(experiment: str) -> Path:
     return out
 
 
+def summary_cells(table: pd.DataFrame) -> list[dict[str, str]]:
+    """The summary table's rows as cell text for ``<experiment>.csv``: a missing value (a layer
+    row's model-level columns, say) is an empty cell, never the text ``nan``."""
+    return [
+        {
+            k: "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+            for k, v in r.items()
+        }
+        for r in table.to_dict("records")
+    ]
+
+
 def build_report(
     tracker,
     study_id: str,
@@ -1333,7 +1345,7 @@ def build_report(
             results_dir,
             data.experiment,
             {
-                "": [dict(r) | study for r in table.astype(str).to_dict("records")],
+                "": [r | study for r in summary_cells(table)],
                 "-adversaries": [r | study for r in adversary_rows(data)],
                 "-models": [r | study for r in model_rows(data)],
                 "-seed-variance": [r | study for r in seed_variance_rows(data)],
