@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError
+from .ui_guard import release_guard, start_guard
 
 RAY_EXTRA = (
     "the Ray executor needs the [distributed] extra: pip install -e '.[distributed]' "
@@ -297,13 +298,7 @@ class LocalRayHead:
         log.close()
         # the guardian stops the head's session when this process ends, however it ends (a
         # kill -9 of the driver would otherwise leave the head, its ports and memory behind)
-        self.guard = subprocess.Popen(
-            [sys.executable, "-m", "attnstudy.ui_guard", str(self.proc.pid)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        self.guard = start_guard(self.proc.pid)
         self.address = f"127.0.0.1:{port}"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -373,12 +368,8 @@ class LocalRayHead:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
             self.proc = None
-        if self.guard is not None:  # end-of-file: the guardian finds the session gone and exits
-            self.guard.stdin.close()
-            try:
-                self.guard.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.guard.kill()
+        if self.guard is not None:
+            release_guard(self.guard, timeout)
             self.guard = None
         if self.temp_dir is not None:
             shutil.rmtree(self.temp_dir, ignore_errors=True)

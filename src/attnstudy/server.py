@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from .ui_guard import start_guard
+
 DATABASE_SCHEMES = {
     "postgresql": "psycopg",
     "postgresql+psycopg": "psycopg",
@@ -156,13 +158,7 @@ def start(
     )
     if out is not None:
         out.close()
-    proc.guard = subprocess.Popen(  # type: ignore[attr-defined]
-        [sys.executable, "-m", "attnstudy.ui_guard", str(proc.pid)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc.guard = start_guard(proc.pid)  # type: ignore[attr-defined]
     return proc
 
 

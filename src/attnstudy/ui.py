@@ -19,6 +19,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from .ui_guard import release_guard, start_guard
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A currently free TCP port on ``host``."""
@@ -94,13 +96,7 @@ def start_server(
     )
     # the guardian holds the read end of a pipe only this process writes to: when this process ends,
     # however it ends, the guardian stops the server's group (attnstudy.ui_guard)
-    proc.guard = subprocess.Popen(
-        [sys.executable, "-m", "attnstudy.ui_guard", str(proc.pid)],  # type: ignore[attr-defined]
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc.guard = start_guard(proc.pid)  # type: ignore[attr-defined]
     return proc
 
 
@@ -156,12 +152,8 @@ def stop_server(proc: subprocess.Popen, timeout: float = 10.0) -> None:
     except subprocess.TimeoutExpired:  # unkillable (uninterruptible sleep): nothing more to do
         pass
     guard = getattr(proc, "guard", None)
-    if guard is not None:  # end-of-file: the guardian finds the group gone and exits
-        guard.stdin.close()
-        try:
-            guard.wait(timeout)
-        except subprocess.TimeoutExpired:
-            guard.kill()
+    if guard is not None:
+        release_guard(guard, timeout)
 
 
 def _group_alive(pgid: int) -> bool:

@@ -13,9 +13,32 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
+
+
+def start_guard(pgid: int) -> subprocess.Popen:
+    """Start the guardian of the server whose process group (and session) is ``pgid``; this
+    process holds the only write end of its standard input. Stop it with :func:`release_guard`."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "attnstudy.ui_guard", str(pgid)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def release_guard(guard: subprocess.Popen, timeout: float = 10.0) -> None:
+    """Once the server is stopped: close the guardian's pipe (end-of-file: it finds the server
+    gone and exits) and wait for it, killing it after ``timeout`` seconds."""
+    guard.stdin.close()
+    try:
+        guard.wait(timeout)
+    except subprocess.TimeoutExpired:
+        guard.kill()
 
 
 def session_members(sid: int) -> set[int]:
