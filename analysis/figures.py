@@ -687,14 +687,13 @@ def erasure_fractions(steps: pd.DataFrame, palette: dict | None = None) -> Figur
             legend=False,
             orient="h",
         )
-        counts = d.groupby(["ranking", "variant"]).size()
-        groups = {key: g for key, g in d.groupby(["ranking", "variant"], sort=False)}
+        groups = dict(iter(d.groupby(["ranking", "variant"], sort=False)))
         k = len(order)
         for container, v in zip(ax.containers, order):
             for bar, r in zip(container, ranking_order):
-                n = int(counts.get((r, v), 0))
-                if n == 0:
+                if (r, v) not in groups:
                     continue
+                n = len(groups[(r, v)])
                 _interval_bar(ax, bar, groups[(r, v)])
                 if n < MIN_N:
                     bar.set_alpha(0.35)

@@ -1251,11 +1251,7 @@ def summary_cells(table: pd.DataFrame) -> list[dict[str, str]]:
     """The summary table's rows as cell text for ``<experiment>.csv``: a missing value (a layer
     row's model-level columns, say) is an empty cell, never the text ``nan``."""
     return [
-        {
-            k: "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
-            for k, v in r.items()
-        }
-        for r in table.to_dict("records")
+        {k: "" if pd.isna(v) else str(v) for k, v in r.items()} for r in table.to_dict("records")
     ]
 
 
