@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from attnstudy import ui
+from attnstudy.ui_guard import proc_table
 
 ROOT = Path(__file__).parents[1]
 SUFFIX = "runs?workflowType=machine_learning"
@@ -72,24 +73,11 @@ def wait_url(
     pytest.fail(f"no URL within {timeout:.0f} s: {stderr_path.read_text()}")
 
 
-def _procs() -> dict[int, tuple[int, int, str]]:
-    """pid → (ppid, pgid, state) of every process, from /proc."""
-    out = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            head, tail = stat.read_text().rsplit(")", 1)
-        except (OSError, ValueError):
-            continue
-        f = tail.split()
-        out[int(head.split(" (", 1)[0])] = (int(f[1]), int(f[2]), f[0])
-    return out
-
-
 def descendants(pid: int) -> set[int]:
-    procs, found, todo = _procs(), set(), [pid]
+    procs, found, todo = proc_table(), set(), [pid]
     while todo:
         parent = todo.pop()
-        kids = {p for p, (pp, _, _) in procs.items() if pp == parent} - found
+        kids = {p for p, st in procs.items() if st.ppid == parent} - found
         found |= kids
         todo.extend(kids)
     return found
@@ -117,8 +105,8 @@ def survivors(pids: set[int], pgids: set[int], port: int | None) -> list[str]:
 
     return [
         f"{p}: {cmdline(p)}"
-        for p, (_, pgid, state) in _procs().items()
-        if state != "Z" and (p in pids or pgid in pgids or server_on_port(p))
+        for p, st in proc_table().items()
+        if st.state != "Z" and (p in pids or st.pgid in pgids or server_on_port(p))
     ]
 
 
@@ -133,7 +121,8 @@ def interrupt_and_check_gone(
     loaded CI runner (one took over 10 s).
     """
     children = descendants(proc.pid)
-    groups = {_procs().get(c, (0, 0, ""))[1] for c in children} - {0, os.getpgrp()}
+    procs = proc_table()
+    groups = {procs[c].pgid for c in children if c in procs} - {os.getpgrp()}
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     try:
@@ -214,3 +203,13 @@ def test_ui_warns_when_binding_all_interfaces(project, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc")
+def test_proc_table_matches_the_kernel_for_this_process():
+    me = proc_table()[os.getpid()]
+    assert (me.ppid, me.pgid, me.sid) == (os.getppid(), os.getpgrp(), os.getsid(0))
+    assert me.state in "RS"
+    child = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    child.wait()  # reaped: gone from the table, as from the session's members
+    assert child.pid not in proc_table()

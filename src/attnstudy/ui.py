@@ -19,7 +19,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from .ui_guard import release_guard, start_guard
+from .ui_guard import proc_table, release_guard, start_guard
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -164,17 +164,9 @@ def _group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    proc_dir = Path("/proc")
-    if not proc_dir.is_dir():
+    if not Path("/proc").is_dir():
         return True
-    for stat in proc_dir.glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+    return any(p.pgid == pgid and p.state != "Z" for p in proc_table().values())
 
 
 def experiment_id_by_name(base_url: str, name: str) -> str | None:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 
 def start_guard(pgid: int) -> subprocess.Popen:
@@ -41,17 +42,34 @@ def release_guard(guard: subprocess.Popen, timeout: float = 10.0) -> None:
         guard.kill()
 
 
-def session_members(sid: int) -> set[int]:
-    """PIDs of the live (non-zombie) processes of session ``sid``, from ``/proc``."""
-    found = set()
+class ProcStat(NamedTuple):
+    """The fields of ``/proc/<pid>/stat`` the guardians need (proc(5))."""
+
+    ppid: int
+    pgid: int
+    sid: int
+    state: str  # "R", "S", "Z" (zombie), …
+
+
+def proc_table() -> dict[int, ProcStat]:
+    """pid → :class:`ProcStat` of every process, from ``/proc`` (empty where there is none).
+
+    A process that ends while the table is read is left out."""
+    out = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            out[int(stat.parent.name)] = ProcStat(
+                int(fields[1]), int(fields[2]), int(fields[3]), fields[0]
+            )
+        except (OSError, IndexError, ValueError):
             continue
-        if int(fields[3]) == sid and fields[0] != "Z":
-            found.add(int(stat.parent.name))
-    return found
+    return out
+
+
+def session_members(sid: int) -> set[int]:
+    """PIDs of the live (non-zombie) processes of session ``sid``, from ``/proc``."""
+    return {pid for pid, p in proc_table().items() if p.sid == sid and p.state != "Z"}
 
 
 def stop_group(pgid: int, timeout: float = 10.0) -> None:
