@@ -128,6 +128,21 @@ def test_the_shipped_experiments_are_all_there_with_distinct_names():
     full = load_experiment(Path(__file__).parents[1] / "experiments" / "dates-full.toml")
     assert len(variants.runs()) == 13 and len(full.runs()) == 39
     assert variants.ablation.n_examples == 300 and full.ablation.n_examples == 1000
+    # dates-seeds: five of the variants with seeds 1-3, its seed-1 runs under dates-variants' model
+    # keys (same data digest, same used fields): the same models up to the machine's float rounding
+    seeds = load_experiment(Path(__file__).parents[1] / "experiments" / "dates-seeds.toml")
+    assert len(seeds.runs()) == 15 and seeds.ablation == variants.ablation
+    by_label = {r.label: r for r in variants.runs()}
+    seed1 = [r for r in seeds.runs() if r.seed == 1]
+    assert [r.label for r in seed1] == [
+        "additive-bahdanau",
+        "general-luong",
+        "uniform-bahdanau",
+        "none-bahdanau",
+        "transformer-L2H4",
+    ]
+    assert all(r.model_key("d") == by_label[r.label].model_key("d") for r in seed1)
+    assert len({r.model_key("d") for r in seeds.runs()}) == 15
 
 
 # --- the model key: used fields, schema version, data digest ------------------------------------

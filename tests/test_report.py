@@ -155,3 +155,25 @@ def test_committed_summary_cells_leave_missing_values_empty():
             "steps": "3300",
         },
     ]
+
+
+def test_summary_frame_keeps_each_models_layer_rows_under_it():
+    """Regression: the outer join sorted the rows, so ``transformer seed2`` (space before ``·``)
+    came between ``transformer`` and its own ``transformer · layer 0`` in ``<experiment>.csv``."""
+    from attnstudy.report import summary_cells, summary_frame
+
+    used = ["t", "t · layer 0", "t · layer mean", "t seed2", "t seed2 · layer 0", "a"]
+    context = {
+        "tables": [
+            {
+                "header": ["model", "exact match"],
+                "rows": [["t", "0.7"], ["t seed2", "0.8"], ["a", "0.9"]],
+            },
+            {"header": ["model", "flip"], "rows": [[n, f"0.{i}"] for i, n in enumerate(used)]},
+        ]
+    }
+    frame = summary_frame(context)
+    assert frame["model"].tolist() == used
+    cells = summary_cells(frame)
+    assert [r["exact match"] for r in cells] == ["0.7", "", "", "0.8", "", "0.9"]
+    assert frame["flip"].tolist() == [f"0.{i}" for i in range(6)]

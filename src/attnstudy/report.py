@@ -1207,7 +1207,11 @@ def status_lines(data: StudyData) -> list[dict]:
 
 def summary_frame(context: dict) -> pd.DataFrame:
     """The cross-model summary: one row per model (and layer), a column per statistic, each cell
-    ``value [low, high]`` or the reason there is none (the study run's ``summary.csv``/``.json``)."""
+    ``value [low, high]`` or the reason there is none (the study run's ``summary.csv``/``.json``).
+
+    Rows keep the report's order (its longest table's: each model with its layer rows under it),
+    not the join's lexicographic one, which put a seed-1 model's layer rows after seeds 2 and 3.
+    """
     frames = []
     for table in context["tables"]:
         df = pd.DataFrame(table["rows"], columns=table["header"])
@@ -1217,7 +1221,8 @@ def summary_frame(context: dict) -> pd.DataFrame:
     out = frames[0]
     for df in frames[1:]:
         out = out.join(df[[c for c in df.columns if c not in out.columns]], how="outer")
-    return out.reset_index()
+    order = dict.fromkeys(n for df in sorted(frames, key=len, reverse=True) for n in df.index)
+    return out.reindex(list(order)).reset_index()
 
 
 def render_html(context: dict) -> str:
