@@ -128,21 +128,26 @@ def test_the_shipped_experiments_are_all_there_with_distinct_names():
     full = load_experiment(Path(__file__).parents[1] / "experiments" / "dates-full.toml")
     assert len(variants.runs()) == 13 and len(full.runs()) == 39
     assert variants.ablation.n_examples == 300 and full.ablation.n_examples == 1000
-    # dates-seeds: five of the variants with seeds 1-3, its seed-1 runs under dates-variants' model
-    # keys (same data digest, same used fields): the same models up to the machine's float rounding
+    # dates-seeds and dates-seeds-rest: the 13 variants split in two, seeds 1-3, their seed-1 runs
+    # under dates-variants' model keys (same data digest, same used fields) — copies of its
+    # settings that must not drift; the same models up to the machine's float rounding
     seeds = load_experiment(Path(__file__).parents[1] / "experiments" / "dates-seeds.toml")
-    assert len(seeds.runs()) == 15 and seeds.ablation == variants.ablation
+    rest = load_experiment(Path(__file__).parents[1] / "experiments" / "dates-seeds-rest.toml")
     by_label = {r.label: r for r in variants.runs()}
-    seed1 = [r for r in seeds.runs() if r.seed == 1]
-    assert [r.label for r in seed1] == [
+    for part, n in ((seeds, 15), (rest, 24)):
+        assert len(part.runs()) == n and part.ablation == variants.ablation
+        assert len({r.model_key("d") for r in part.runs()}) == n
+        seed1 = [r for r in part.runs() if r.seed == 1]
+        assert all(r.model_key("d") == by_label[r.label].model_key("d") for r in seed1)
+    assert [r.label for r in seeds.runs() if r.seed == 1] == [
         "additive-bahdanau",
         "general-luong",
         "uniform-bahdanau",
         "none-bahdanau",
         "transformer-L2H4",
     ]
-    assert all(r.model_key("d") == by_label[r.label].model_key("d") for r in seed1)
-    assert len({r.model_key("d") for r in seeds.runs()}) == 15
+    labels = [{r.label for r in p.runs()} for p in (seeds, rest)]
+    assert labels[0].isdisjoint(labels[1]) and labels[0] | labels[1] == set(by_label)
 
 
 # --- the model key: used fields, schema version, data digest ------------------------------------
