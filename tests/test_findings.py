@@ -8,6 +8,7 @@ import pytest
 
 from attnstudy.findings import (
     VerdictThresholds,
+    across_seeds,
     facts_from_metrics,
     overall,
     verdict,
@@ -141,7 +142,40 @@ def test_overall_paragraph_counts_models():
     assert text.startswith("Of the 2 models with attention, 1 uses it")
     assert "at 90 % of their decoder steps" in text
     assert "1 does not use it" in text
-    assert "not a unique explanation for 1 of 2" in text
+    assert "Across seeds" not in text  # no configuration list: nothing said of seeds
+
+
+def test_overall_says_where_the_seeds_of_a_configuration_disagree():
+    # additive: two seeds, both used; general: seed 1 used, seed 2 with an interval straddling the
+    # threshold (unclear); none is not tested and its seeds are not counted
+    unclear = metrics(permutation__flip_rate=(0.12, 0.05, 0.2))
+    facts = [
+        facts_from_metrics("a", "additive", USED, PARAMS),
+        facts_from_metrics("a seed2", "additive", USED, PARAMS),
+        facts_from_metrics("g", "general", USED, PARAMS),
+        facts_from_metrics("g seed2", "general", unclear, PARAMS),
+        facts_from_metrics("n", "none", {}, PARAMS),
+        facts_from_metrics("n seed2", "none", {}, PARAMS),
+    ]
+    vs = [verdict(f) for f in facts]
+    assert [v.used for v in vs[:4]] == ["yes", "yes", "yes", "unclear"]
+    configs = ["dates a", "dates a", "dates g", "dates g", "dates n", "dates n"]
+    text = overall(vs, facts, configs)
+    assert text.startswith("Of the 4 models with attention, 3 use it")
+    tail = text.split(" Across seeds: ", 1)[1]
+    assert tail.startswith("of the 2 configurations trained with more than one seed, every seed ")
+    assert (
+        "gets the same answers for 1; dates g's seeds differ on whether it is used (yes, " in tail
+    )
+    assert "(yes, unclear)" in tail and "dates a's" not in tail and "dates n" not in tail
+    # every seed alike
+    same = overall(vs[:2], facts[:2], configs[:2])
+    assert same.endswith(
+        "Across seeds: of the 1 configuration trained with more than one seed, every seed gets "
+        "the same answers for it."
+    )
+    with pytest.raises(ValueError, match="2 verdicts but 1 configurations"):
+        across_seeds(vs[:2], configs[:1])
 
 
 # ----------------------------------------------------------------------------- a constructed store
@@ -193,27 +227,31 @@ def constructed_report(tmp_path_factory):
         for k, v in glob.items()
         if k.startswith("ablation/permutation_global/")
     }
-    models = {
-        "uniform-bahdanau": ("uniform", UNIFORM, None),
-        "additive-bahdanau": ("additive", USED, None),
-        "transformer-L2H1": ("multihead", layered, _steps({0: 0.0, 1: 0.9})),
-        "none-bahdanau": ("none", {}, None),
-    }
+    models = [  # (variant, seed, attention, ablation metrics, per-step table)
+        ("uniform-bahdanau", "1", "uniform", UNIFORM, None),
+        ("additive-bahdanau", "1", "additive", USED, None),
+        ("additive-bahdanau", "2", "additive", USED, None),
+        ("transformer-L2H1", "1", "multihead", layered, _steps({0: 0.0, 1: 0.9})),
+        ("none-bahdanau", "1", "none", {}, None),
+    ]
     model_ids, ablation_ids = [], []
-    for variant, (attention, m, steps) in models.items():
+    for variant, seed, attention, m, steps in models:
         tags = {
             Tag.KIND: Kind.MODEL,
             Tag.TASK: "copy",
             Tag.ATTENTION: attention,
             Tag.FLOW: "bahdanau",
             Tag.VARIANT: variant,
-            Tag.SEED: "1",
+            Tag.SEED: seed,
         }
-        run = tracker.start_run(exp, variant, tags, study)
+        run = tracker.start_run(exp, f"{variant}/seed{seed}", tags, study)
         tracker.log_metrics(run, {"test/exact_match": 0.5})
         tracker.end_run(run)
         abl = tracker.start_run(
-            exp, f"{variant}/ablations", {Tag.KIND: Kind.ABLATION, Tag.SOURCE_RUN_ID: run}, run
+            exp,
+            f"{variant}/seed{seed}/ablations",
+            {Tag.KIND: Kind.ABLATION, Tag.SOURCE_RUN_ID: run},
+            run,
         )
         ran = '["permutation", "permutation_global"]' if steps is not None else '["permutation"]'
         tracker.log_params(abl, PARAMS | {"ablation.prefix": "greedy", "ablation.ablations": ran})
@@ -280,8 +318,14 @@ def test_constructed_store_report_says_the_expected_thing(constructed_report):
     }
     assert "0.5 [0.4, 0.6]" in rows["copy transformer-L2H1 · layer 1"]
     assert "per layer only" in rows["copy transformer-L2H1 · layer mean"]
-    assert findings.split("\n\n")[1].startswith("**Of the 3 models with attention, 2 use it")
+    overall = findings.split("\n\n")[1]
+    assert overall.startswith("**Of the 4 models with attention, 3 use it")
+    # additive-bahdanau's two seeds get the same answers; the others have one seed
+    assert "Across seeds: of the 1 configuration trained with more than one seed, every seed " in (
+        overall
+    )
+    assert "copy additive-bahdanau seed2" in findings
     # the HTML says the same, from the same data
     assert "fixed by construction" in html and "68 % of function words" in html
-    assert html.count('class="verdict"') == 4  # one per model
+    assert html.count('class="verdict"') == 5  # one per model
     assert html.count('class="verdict layer"') == 3  # layer 0, layer 1, layer mean

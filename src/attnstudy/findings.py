@@ -404,9 +404,18 @@ def _aligns(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
     v.sentences.append(s)
 
 
-def overall(verdicts: list[Verdict], facts: list[ModelFacts]) -> str:
+def overall(
+    verdicts: list[Verdict], facts: list[ModelFacts], configs: list[str] | None = None
+) -> str:
     """One paragraph over every model with attention: how many are used, unique, agreeing and
-    aligned, and what that says about the report's question."""
+    aligned, and what that says about the report's question.
+
+    Args:
+        verdicts, facts: one per model (each seed of a configuration is a model).
+        configs: each model's configuration (its name without the seed, in the same order); where
+            a configuration has more than one seed, a closing sentence says whether its seeds get
+            the same answers (:func:`across_seeds`).
+    """
     tested = [(v, f) for v, f in zip(verdicts, facts) if f.attention != "none"]
     if not tested:
         return "No model of this study has attention: there is nothing to test."
@@ -473,7 +482,68 @@ def overall(verdicts: list[Verdict], facts: list[ModelFacts]) -> str:
         )
     else:
         text += " Without a causal effect, attention cannot explain these models' outputs."
+    if configs is not None:
+        tested_configs = [c for c, f in zip(configs, facts) if f.attention != "none"]
+        text += across_seeds([v for v, _ in tested], tested_configs)
     return text
+
+
+def across_seeds(verdicts: list[Verdict], configs: list[str]) -> str:
+    """A sentence on whether the seeds of each configuration get the same answers to the four
+    questions — the seed variance of the verdicts themselves (Wiegreffe & Pinter 2019, §3.2 ask
+    it of the attention); empty when no configuration has more than one seed.
+
+    Args:
+        verdicts: one per model; configs: each one's configuration, in the same order.
+
+    Raises:
+        ValueError: ``verdicts`` and ``configs`` differ in length.
+    """
+    if len(verdicts) != len(configs):
+        raise ValueError(f"{len(verdicts)} verdicts but {len(configs)} configurations")
+    by_config: dict[str, list[Verdict]] = {}
+    for v, c in zip(verdicts, configs):
+        by_config.setdefault(c, []).append(v)
+    seeded = {c: vs for c, vs in by_config.items() if len(vs) > 1}
+    if not seeded:
+        return ""
+    questions = ("used", "unique", "agrees", "aligns")
+    differ = {
+        c: [q for q in questions if len({getattr(v, q) for v in vs}) > 1]
+        for c, vs in seeded.items()
+    }
+    same = [c for c, qs in differ.items() if not qs]
+    n = len(seeded)
+    text = (
+        f" Across seeds: of the {n} configuration{'s' if n > 1 else ''} trained with more than "
+        f"one seed, "
+    )
+    if len(same) == n:
+        return text + f"every seed gets the same answers for {'all' if n > 1 else 'it'}."
+    parts = [
+        f"{c}'s seeds differ on "
+        + " and ".join(
+            f"whether it {QUESTION_VERB[q]} ({', '.join(getattr(v, q) for v in seeded[c])})"
+            for q in qs
+        )
+        for c, qs in differ.items()
+        if qs
+    ]
+    return (
+        text
+        + f"every seed gets the same answers for {len(same)}; "
+        + "; ".join(parts)
+        + " — a single seed's verdict there is not the configuration's."
+    )
+
+
+QUESTION_VERB = {
+    "used": "is used",
+    "unique": "is close to unique",
+    "agrees": "agrees with importance",
+    "aligns": "aligns",
+}
+"""How :func:`across_seeds` names each question of a :class:`Verdict`."""
 
 
 @dataclass(frozen=True)

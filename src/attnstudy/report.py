@@ -48,7 +48,12 @@ from .findings import (
 )
 from .notices import notice
 from .paths import project_root
-from .run_pages import estimates_table, figure_png, variant_name  # noqa: F401 (re-exported)
+from .run_pages import (  # noqa: F401 (variant_name re-exported)
+    config_name,
+    estimates_table,
+    figure_png,
+    variant_name,
+)
 from .templating import render
 from .tracking import Artifact, Tag, Tracker, store
 
@@ -67,6 +72,8 @@ class ModelEntry:
     seed: str
     model_run_id: str
     model_status: str
+    config: str = ""
+    """The variant without its seed (:func:`config_name`): the seeds of one configuration share it."""
     model_error: str = ""
     model_metrics: dict = field(default_factory=dict)
     model_params: dict = field(default_factory=dict)
@@ -155,6 +162,7 @@ def load_study(tracker: Tracker, study_id: str) -> StudyData:
         t = run.tags
         e = ModelEntry(
             variant=variant_name(t),
+            config=config_name(t),
             task=t.get(Tag.TASK, "?"),
             attention=t.get(Tag.ATTENTION, "?"),
             flow=t.get(Tag.FLOW, "?"),
@@ -1058,7 +1066,7 @@ def report_context(
     facts = {e.model_run_id: model_facts(e, t) for e in data.entries}
     layers = {e.model_run_id: layer_facts(e, facts[e.model_run_id]) for e in data.entries}
     findings = []
-    verdicts, vfacts = [], []
+    verdicts, vfacts, vconfigs = [], [], []
     for e in data.entries:
         f = facts[e.model_run_id]
         if e.model_status != "FINISHED":
@@ -1089,6 +1097,7 @@ def report_context(
         v = verdict(f, t)
         verdicts.append(v)
         vfacts.append(f)
+        vconfigs.append(e.config or e.variant)
         findings.append(
             {
                 "model": e.variant,
@@ -1143,7 +1152,9 @@ def report_context(
         "runs_url": links.runs(),
         "ui_url": links.base,
         "status_lines": status_lines(data),
-        "overall": overall(verdicts, vfacts) if verdicts else "No model of this study was ablated.",
+        "overall": overall(verdicts, vfacts, vconfigs)
+        if verdicts
+        else "No model of this study was ablated.",
         "findings": findings,
         "tables": summary_tables(data, facts, layers),
         "extra_tables": [t for t in (adversary_table(data),) if t is not None],

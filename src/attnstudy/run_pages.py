@@ -29,13 +29,18 @@ from .tracking import Artifact, Tag, Tracker
 from .tracking.datasets import log_splits
 
 
-def variant_name(tags: dict[str, str]) -> str:
-    """Model label used in figures: ``task variant`` (``g2p additive-bahdanau``,
-    ``g2p transformer-L2H4``; runs from before the variant tag: attention-flow), + ``seedN`` when
-    not seed 1."""
-    seed = tags.get(Tag.SEED, "")
+def config_name(tags: dict[str, str]) -> str:
+    """A configuration's label, the same for each of its seeds: ``task variant``
+    (``g2p additive-bahdanau``, ``g2p transformer-L2H4``; runs from before the variant tag:
+    attention-flow)."""
     label = tags.get(Tag.VARIANT) or f"{tags.get(Tag.ATTENTION, '?')}-{tags.get(Tag.FLOW, '?')}"
-    return f"{tags.get(Tag.TASK, '?')} {label}" + (f" seed{seed}" if seed and seed != "1" else "")
+    return f"{tags.get(Tag.TASK, '?')} {label}"
+
+
+def variant_name(tags: dict[str, str]) -> str:
+    """Model label used in figures: :func:`config_name` + ``seedN`` when not seed 1."""
+    seed = tags.get(Tag.SEED, "")
+    return config_name(tags) + (f" seed{seed}" if seed and seed != "1" else "")
 
 
 # --------------------------------------------------------------------------- datasets
