@@ -325,6 +325,7 @@ def test_constructed_store_report_says_the_expected_thing(constructed_report):
         overall
     )
     assert "copy additive-bahdanau seed2" in findings
+    assert "- Seeds: 1, 2." in md and "One seed per configuration" not in md
     # the HTML says the same, from the same data
     assert "fixed by construction" in html and "68 % of function words" in html
     assert html.count('class="verdict"') == 5  # one per model

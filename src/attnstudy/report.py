@@ -1115,7 +1115,7 @@ def report_context(
     seeds = {e.seed for e in data.entries}
     by_config = {}
     for e in data.entries:
-        by_config.setdefault((e.task, e.attention, e.flow), set()).add(e.seed)
+        by_config.setdefault(e.config or e.variant, set()).add(e.seed)
     one_seed = all(len(s) == 1 for s in by_config.values())
     figs = _figures(data, facts, layers, palette, eps)
     runs = []
