@@ -302,8 +302,10 @@ def test_none_model_keeps_gradient_loo_tau(data):
 def test_source_blind_model_has_zero_importance(data):
     """Output independent of the source (bridge and context weights zeroed): LOO = grad = 0.
 
-    LOO is 0 up to fp32 rounding (the deletions run in batches of another shape); the gradient
-    is exactly 0, so every τ involving it is undefined.
+    LOO is 0 up to fp32 rounding (the deletions run in batches of another shape, so the matmuls
+    reduce in another order: a few ulps of each probability, 1.2e-7 measured on an AVX-512 Xeon,
+    where the old bound of 1e-7 failed; 1e-6 is about 8 ulps of 1.0); the gradient is exactly 0,
+    so every τ involving it is undefined.
     """
     model = make_model(data)
     with torch.no_grad():
@@ -313,7 +315,7 @@ def test_source_blind_model_has_zero_importance(data):
     batch = batch_of(model, data)
     vec = importance_vectors(model, batch)
     valid = ~vec.loo.isnan()
-    assert (vec.loo[valid] < 1e-7).all() and (vec.gradient[valid] == 0).all()
+    assert (vec.loo[valid] < 1e-6).all() and (vec.gradient[valid] == 0).all()
     df = call("importance", model, batch, AblationConfig())
     rest = df[~df.importance_skipped]
     cols = [
