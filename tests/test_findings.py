@@ -170,6 +170,9 @@ def test_overall_says_where_the_seeds_of_a_configuration_disagree():
     assert "(yes, unclear)" in tail and "dates a's" not in tail and "dates n" not in tail
     # every seed alike
     same = overall(vs[:2], facts[:2], configs[:2])
+    # plain text, no Markdown emphasis: the HTML report shows it as written
+    assert "it is not the one explanation — other, very different weights" in same
+    assert "*" not in same
     assert same.endswith(
         "Across seeds: of the 1 configuration trained with more than one seed, every seed gets "
         "the same answers for it."

@@ -471,7 +471,7 @@ def overall(
     if used and len(not_unique) == len(measured_u) and measured_u:
         text += (
             " So the answer to this report's question is: the attention is causally used, but it "
-            "is not *the* explanation — other, very different weights would explain the same "
+            "is not the one explanation — other, very different weights would explain the same "
             "outputs — and its value as an explanation rests on its agreement with other "
             "importance measures and with alignments, reported per model above."
         )
