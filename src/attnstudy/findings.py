@@ -200,6 +200,15 @@ class Verdict:
     def text(self) -> str:
         return " ".join(self.sentences)
 
+    @property
+    def answers(self) -> dict[str, str]:
+        """Each question of :data:`VERDICT_QUESTIONS` → its category, in that order."""
+        return {q: getattr(self, q) for q in VERDICT_QUESTIONS}
+
+
+VERDICT_QUESTIONS = ("used", "unique", "agrees", "aligns")
+"""The four questions a :class:`Verdict` answers, in the report's order."""
+
 
 def _lo(e: Estimate) -> float:
     return e.low if e.has_ci else e.value
@@ -507,9 +516,8 @@ def across_seeds(verdicts: list[Verdict], configs: list[str]) -> str:
     seeded = {c: vs for c, vs in by_config.items() if len(vs) > 1}
     if not seeded:
         return ""
-    questions = ("used", "unique", "agrees", "aligns")
     differ = {
-        c: [q for q in questions if len({getattr(v, q) for v in vs}) > 1]
+        c: [q for q in VERDICT_QUESTIONS if len({v.answers[q] for v in vs}) > 1]
         for c, vs in seeded.items()
     }
     same = [c for c, qs in differ.items() if not qs]
@@ -523,7 +531,7 @@ def across_seeds(verdicts: list[Verdict], configs: list[str]) -> str:
     parts = [
         f"{c}'s seeds differ on "
         + " and ".join(
-            f"whether it {QUESTION_VERB[q]} ({', '.join(getattr(v, q) for v in seeded[c])})"
+            f"whether it {QUESTION_VERB[q]} ({', '.join(v.answers[q] for v in seeded[c])})"
             for q in qs
         )
         for c, qs in differ.items()
@@ -543,7 +551,7 @@ QUESTION_VERB = {
     "agrees": "agrees with importance",
     "aligns": "aligns",
 }
-"""How :func:`across_seeds` names each question of a :class:`Verdict`."""
+"""How :func:`across_seeds` names each of :data:`VERDICT_QUESTIONS`."""
 
 
 @dataclass(frozen=True)

@@ -1105,7 +1105,7 @@ def report_context(
                 "layers": [
                     {"name": lf.name, "text": verdict(lf, t).text} for lf in layers[e.model_run_id]
                 ],
-                "categories": {q: getattr(v, q) for q in ("used", "unique", "agrees", "aligns")},
+                "categories": v.answers,
             }
         )
     eps_values = {f.eps for f in facts.values() if f.eps is not None}

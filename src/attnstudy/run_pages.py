@@ -393,9 +393,7 @@ def log_ablation_pages(
         )
         tracker.log_figure(run_id, fig, "figures/heatmaps.png")
     v = verdict(facts, thresholds)
-    tags = {
-        f"{Tag.VERDICT_PREFIX}{q}": getattr(v, q) for q in ("used", "unique", "agrees", "aligns")
-    }
+    tags = {f"{Tag.VERDICT_PREFIX}{q}": a for q, a in v.answers.items()}
     n_steps = f", {facts.n_steps} decoder steps" if facts.n_steps else ""
     note = (
         f"**Ablations of {name}** on {len(examples)} test examples{n_steps} "
