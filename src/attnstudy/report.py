@@ -72,7 +72,7 @@ class ModelEntry:
     seed: str
     model_run_id: str
     model_status: str
-    config: str = ""
+    config: str
     """The variant without its seed (:func:`config_name`): the seeds of one configuration share it."""
     model_error: str = ""
     model_metrics: dict = field(default_factory=dict)
@@ -1097,7 +1097,7 @@ def report_context(
         v = verdict(f, t)
         verdicts.append(v)
         vfacts.append(f)
-        vconfigs.append(e.config or e.variant)
+        vconfigs.append(e.config)
         findings.append(
             {
                 "model": e.variant,
@@ -1115,7 +1115,7 @@ def report_context(
     seeds = {e.seed for e in data.entries}
     by_config = {}
     for e in data.entries:
-        by_config.setdefault(e.config or e.variant, set()).add(e.seed)
+        by_config.setdefault(e.config, set()).add(e.seed)
     one_seed = all(len(s) == 1 for s in by_config.values())
     figs = _figures(data, facts, layers, palette, eps)
     runs = []
