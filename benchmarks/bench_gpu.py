@@ -174,9 +174,111 @@ def epoch_workload(model, examples, src, tgt, device, batch_size: int = 128) -> 
     return tokens
 
 
+def battery_workload(model, examples, src, tgt, steps: int = 50):
+    """The whole default battery (:func:`attnstudy.analysis.suite.run_suite`, every default
+    catalogue ablation, reference prefix, ``steps`` adversarial Adam iterations) over
+    ``examples``; returns the ``SuiteResult``."""
+    from attnstudy.analysis.catalogue import AblationConfig
+    from attnstudy.analysis.suite import run_suite
+
+    cfg = AblationConfig(
+        n_examples=len(examples), seed=0, prefix="reference", adversarial={"steps": steps}
+    )
+    return run_suite(model, examples, src, tgt, cfg, progress=False, info={})
+
+
+def battery_differences(cpu, dev) -> dict:
+    """How far the device's battery is from the CPU's on the same steps.
+
+    Args:
+        cpu, dev: the two ``SuiteResult`` objects (same model weights, examples and seed).
+
+    Returns:
+        ``worst numeric columns``: the five per-step columns with the largest max abs difference
+        (NaN where both are NaN is no difference; a NaN on one side only counts as infinite);
+        ``decisions differing``: for every boolean per-step column (a flip, a changed argmax),
+        the number of steps whose value differs, out of ``steps``; ``summary max rel diff``: the
+        largest ``|a - b| / max(|a|, 1e-12)`` over the summary statistics, and its key.
+    """
+    import numpy as np
+
+    a, b = cpu.table.reset_index(drop=True), dev.table.reset_index(drop=True)
+    if list(a.columns) != list(b.columns) or len(a) != len(b):
+        return {"tables differ in shape": f"{a.shape} vs {b.shape}"}
+    numeric, decisions = {}, {}
+    for col in a.columns:
+        x, y = a[col].to_numpy(), b[col].to_numpy()
+        if x.dtype == bool:
+            decisions[col] = int((x != y).sum())
+        elif np.issubdtype(x.dtype, np.number):
+            x, y = x.astype(float), y.astype(float)
+            both_nan = np.isnan(x) & np.isnan(y)
+            d = np.where(both_nan, 0.0, np.abs(x - y))
+            numeric[col] = float(np.nan_to_num(d, nan=np.inf).max(initial=0.0))
+    worst = dict(sorted(numeric.items(), key=lambda kv: -kv[1])[:5])
+    rel = {
+        k: abs(cpu.summary[k] - dev.summary.get(k, np.nan)) / max(abs(cpu.summary[k]), 1e-12)
+        for k in cpu.summary
+    }
+    key = max(rel, key=lambda k: np.nan_to_num(rel[k], nan=np.inf))
+    return {
+        "steps": len(a),
+        "worst numeric columns": worst,
+        "decisions differing": {k: v for k, v in decisions.items() if v} or "none",
+        "summary max rel diff": [key, rel[key]],
+    }
+
+
+def amp_check(splits, src, tgt, device, epochs: int = 2) -> dict:
+    """``training.amp`` on ``device`` against float32 training there: ``epochs`` epochs of
+    :func:`attnstudy.training.train` on the training subset (batch 128), the g2p model.
+
+    Returns the train loss of the last epoch and the dev WER (%) for both, the seconds per epoch,
+    and whether every stored weight is float32 after the mixed-precision training.
+    """
+    import tempfile
+
+    import torch
+
+    from attnstudy.config import DataConfig, ModelConfig, RunSpec, TrainingConfig
+    from attnstudy.training import train
+
+    out = {}
+    for amp in (False, True):
+        spec = RunSpec(
+            experiment="bench-gpu",
+            seed=1,
+            data=DataConfig(task="g2p", n_train=len(splits.train), n_dev=len(splits.dev)),
+            model=ModelConfig(**G2P_MODEL),
+            training=TrainingConfig(
+                epochs=epochs,
+                patience=epochs,
+                batch_size=128,
+                lr=0.002,
+                device=str(device),
+                amp=amp,
+            ),
+        )
+        _sync(device)
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as ckpt:
+            result = train(spec, splits, src, tgt, ckpt, progress=False, device=device)
+        _sync(device)
+        last = result.history[-1]
+        out["amp" if amp else "float32"] = {
+            "train loss": round(last["train/loss"], 4),
+            "dev WER %": round(100 * last["dev/wer"], 2),
+            "s per epoch": round((time.perf_counter() - t0) / epochs, 2),
+        }
+        if amp:
+            out["amp weights all float32"] = all(
+                p.dtype == torch.float32 for p in result.model.parameters()
+            )
+    return out
+
+
 def run(args) -> dict:
     """Time every workload on one CPU thread and on the device; write the results. Returns them."""
-    import numpy as np
     import torch
 
     _analysis_namespace()
@@ -233,25 +335,50 @@ def run(args) -> dict:
                 "cpu 1 thread / device": round(t_cpu / t_dev, 2),
             }
         )
+        checks.update(_agreement(name, r_cpu, r_dev))  # at once: a later failure keeps it
         _write(args.out, _summary(args, label, rows, checks))  # a timeout keeps what is done
-    perm_cpu, perm_dev = results["permutation fast path"]
-    value_cols = [c for c in perm_cpu.columns if c.startswith("permutation_")]
-    diff = np.nanmax(
-        np.abs(perm_cpu[value_cols].to_numpy(float) - perm_dev[value_cols].to_numpy(float))
+
+    # the whole battery on both devices (the CPU with every thread: this compares numbers)
+    words = test[: args.battery_words]
+    torch.set_num_threads(os.cpu_count() or 1)
+    t0 = time.perf_counter()
+    suite_cpu = battery_workload(_model(len(src), len(tgt), cpu), words, src, tgt)
+    t_cpu = time.perf_counter() - t0
+    model = _model(len(src), len(tgt), device)
+    battery_workload(model, words[:4], src, tgt)  # warm-up
+    t_dev, suite_dev = best_of(partial(battery_workload, model, words, src, tgt), 1, device)
+    rows.append(
+        {
+            "workload": "whole battery (CPU: all threads)",
+            "size": f"{len(words)} words, default ablations, 50 adversarial steps",
+            "cpu 1 thread s": round(t_cpu, 4),
+            "device s": round(t_dev, 4),
+            "cpu 1 thread / device": round(t_cpu / t_dev, 2),
+        }
     )
-    checks["permutation max abs diff (cpu vs device)"] = float(diff)
-    checks["permutation NaN pattern equal"] = bool(
-        np.array_equal(
-            perm_cpu[value_cols].isna().to_numpy(), perm_dev[value_cols].isna().to_numpy()
-        )
-    )
-    adv_cpu, adv_dev = results["adversarial search"]
-    checks["adversarial objective max abs diff"] = float((adv_cpu - adv_dev).abs().max())
-    checks["training tokens equal"] = results["training epoch"][0] == results["training epoch"][1]
+    checks["battery (cpu vs device)"] = battery_differences(suite_cpu, suite_dev)
+    _write(args.out, _summary(args, label, rows, checks))
+    checks["training.amp on the device"] = amp_check(splits, src, tgt, device)
     out = _summary(args, label, rows, checks)
     _write(args.out, out)
     print(markdown(out))
     return out
+
+
+def _agreement(name: str, r_cpu, r_dev) -> dict:
+    """Whether the device computed the CPU's numbers for the workload ``name``."""
+    import numpy as np
+
+    if name == "permutation fast path":
+        cols = [c for c in r_cpu.columns if c.startswith("permutation_")]
+        a, b = r_cpu[cols].to_numpy(float), r_dev[cols].to_numpy(float)
+        return {
+            "permutation max abs diff (cpu vs device)": float(np.nanmax(np.abs(a - b))),
+            "permutation NaN pattern equal": bool(np.array_equal(np.isnan(a), np.isnan(b))),
+        }
+    if name == "adversarial search":
+        return {"adversarial objective max abs diff": float((r_cpu - r_dev).abs().max())}
+    return {"training tokens equal": r_cpu == r_dev}
 
 
 def _summary(args, label: str, rows: list, checks: dict) -> dict:
@@ -310,6 +437,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--permutations", type=int, default=30)
     p.add_argument("--adversarial-words", type=int, default=32)
     p.add_argument("--adversarial-iters", type=int, default=40)
+    p.add_argument("--battery-words", type=int, default=24, help="words of the whole battery")
     p.add_argument("--repeats", type=int, default=3, help="device runs (best of; CPU runs once)")
     return p
 
@@ -318,7 +446,7 @@ def main(argv=None) -> dict:
     args = parser().parse_args(argv)
     if args.dry_run:  # the same code on sizes that run in seconds
         small = {"words": 300, "test_words": 24, "permutations": 8}
-        small |= {"adversarial_words": 8, "adversarial_iters": 5}
+        small |= {"adversarial_words": 8, "adversarial_iters": 5, "battery_words": 6}
         for k, v in small.items():
             if getattr(args, k) == parser().get_default(k):
                 setattr(args, k, v)

@@ -23,4 +23,4 @@ fi
 mkdir -p "$OUT"
 export PYTHONPATH="src:.${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONDONTWRITEBYTECODE=1
-exec timeout 360 "$PY" -m benchmarks.bench_gpu --out "$OUT" "$@"
+exec timeout 480 "$PY" -m benchmarks.bench_gpu --out "$OUT" "$@"

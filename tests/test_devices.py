@@ -199,6 +199,58 @@ def test_the_whole_battery_keeps_every_tensor_on_the_models_device(
     assert all(math.isfinite(v) for v in result.summary.values())
 
 
+@pytest.mark.parametrize("attention,flow", [("multihead", "luong"), ("additive", "bahdanau")])
+def test_no_gradient_of_the_battery_goes_through_a_cudnn_rnn_in_eval_mode(
+    attention, flow, monkeypatch
+):
+    """cuDNN's RNN kernels have no backward in eval mode: on an H200 the adversarial search raised
+    "cudnn RNN backward can only be called in training mode" (benchmarks/bench_gpu.py, torch 2.11).
+    Every RNN call of the whole battery that records a graph in eval mode must run with cuDNN off
+    (``models.gradients_in_eval``). cuDNN is CUDA only, so the condition is checked here, on the
+    CPU: every ``nn.GRU``/``nn.LSTM`` call is recorded with its mode, grad mode and cuDNN flag."""
+    from attnstudy.analysis.catalogue import AblationConfig, list_ablations
+    from attnstudy.analysis.suite import run_suite
+
+    from attnstudy.data.vocab import Vocab
+
+    calls = []
+    for cls in (torch.nn.GRU, torch.nn.LSTM, torch.nn.RNN):
+
+        def recorded(self, *args, _forward=cls.forward, **kwargs):
+            calls.append((self.training, torch.is_grad_enabled(), torch.backends.cudnn.enabled))
+            return _forward(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "forward", recorded)
+    model = _model(attention, flow)
+    examples = _examples()
+    src_vocab = Vocab.build(ex.src for ex in examples)
+    tgt_vocab = Vocab.build(ex.tgt for ex in examples)
+    cfg = AblationConfig(
+        ablations=list_ablations(),
+        n_examples=len(examples),
+        bootstrap_resamples=20,
+        permutation={"n": 4},
+        adversarial={"steps": 3, "k": 2},
+    )
+    assert torch.backends.cudnn.enabled
+    run_suite(model, examples, src_vocab, tgt_vocab, cfg, progress=False)
+    assert torch.backends.cudnn.enabled  # restored
+    with_grad = [c for c in calls if c[1]]
+    assert with_grad, "no RNN call recorded a graph: the check would be vacuous"
+    assert all(not training for training, _, _ in calls)  # the battery runs in eval mode
+    assert [c for c in with_grad if c[2]] == []  # eval + grad + cuDNN: no backward on CUDA
+
+
+def test_gradients_in_eval_restores_cudnn_after_an_error():
+    from attnstudy.models import gradients_in_eval
+
+    with torch.no_grad():
+        with pytest.raises(RuntimeError, match="boom"), gradients_in_eval():
+            assert torch.is_grad_enabled() and not torch.backends.cudnn.enabled
+            raise RuntimeError("boom")
+        assert torch.backends.cudnn.enabled and not torch.is_grad_enabled()
+
+
 def test_a_pretrained_models_battery_keeps_every_tensor_on_its_device(tmp_path, explicit_devices):
     """The Hugging Face wrapper and the battery on it (a tiny BART built here, no download)."""
     import importlib.util

@@ -45,7 +45,7 @@ from attnstudy.analysis.catalogue import AblationSpec, Params, Stat
 from pydantic import Field
 from torch import Tensor
 
-from attnstudy.models import Seq2Seq, eval_mode
+from attnstudy.models import Seq2Seq, eval_mode, gradients_in_eval
 
 from .._chunks import ELEMENT_BUDGET, rows_given_attention
 from ..batch import AblationContext, PreparedBatch, step_generator
@@ -215,7 +215,7 @@ def _optimise(
     theta.requires_grad_(True)
     optim = torch.optim.Adam([theta], lr=acfg.lr, amsgrad=True)
     logits_of = rows_given_attention(model, batch.trace, b_idx, t_idx, ctx.chunk_rows)
-    with torch.enable_grad():
+    with gradients_in_eval():
         for _ in range(n_iter):
             loss, *_ = _row_objective(logits_of, batch, theta, b_idx, t_idx, acfg)
             optim.zero_grad(set_to_none=True)

@@ -24,7 +24,7 @@ from attnstudy.analysis.catalogue import AblationSpec, Params, Stat
 from pydantic import Field
 from torch import Tensor
 
-from attnstudy.models import Seq2Seq, Trace, eval_mode
+from attnstudy.models import Seq2Seq, Trace, eval_mode, gradients_in_eval
 
 from .._chunks import base_probs, n_valid, require_attention, step_frame, sub_trace, trace_chunks
 from ..batch import AblationContext, PreparedBatch, step_generator
@@ -75,7 +75,7 @@ def attention_gradient(
         (B, H, T_y, T_x); 0 at steps that are not real.
     """
     weights = trace.attention.detach().clone().requires_grad_(True)
-    with torch.enable_grad():
+    with gradients_in_eval():
         logits = model.logits_given_attention(trace, weights, chunk_rows)
         logp = torch.log_softmax(logits, -1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
         (grad,) = torch.autograd.grad((logp * trace.step_mask).sum(), weights)

@@ -31,7 +31,7 @@ import torch
 from attnstudy.analysis.catalogue import AblationSpec, Stat
 from torch import Tensor
 
-from attnstudy.models import Seq2Seq, eval_mode
+from attnstudy.models import Seq2Seq, eval_mode, gradients_in_eval
 
 from ..batch import AblationContext, PreparedBatch
 from ..divergences import kendall_tau, tvd
@@ -96,7 +96,7 @@ def gradient_importance(model: Seq2Seq, batch: PreparedBatch) -> Tensor:
         first-order estimate of the change of log p when the embedding is zeroed).
     """
     tr = batch.trace
-    with eval_mode(model), torch.enable_grad():
+    with eval_mode(model), gradients_in_eval():
         leaf = model.embed(tr.src).detach().requires_grad_(True)  # (B, T_x, E)
         trace = model.trace(
             tr.src, tr.src_lengths, tr.tgt_in, tr.tgt_out, embedded=leaf, detach_attention=True

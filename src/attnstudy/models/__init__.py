@@ -3,7 +3,7 @@
 from .attention import ATTENTIONS, Attention, Memory, masked_softmax
 from .build import build_model
 from .seq2seq import RecurrentTrace, Seq2Seq
-from .trace import ALL, Decoded, Trace, eval_mode
+from .trace import ALL, Decoded, Trace, eval_mode, gradients_in_eval
 from .transformer import Transformer, TransformerTrace
 
 __all__ = [
@@ -19,5 +19,6 @@ __all__ = [
     "TransformerTrace",
     "build_model",
     "eval_mode",
+    "gradients_in_eval",
     "masked_softmax",
 ]

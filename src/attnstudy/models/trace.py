@@ -218,6 +218,31 @@ def eval_mode(model: nn.Module):
         model.train(was_training)
 
 
+@contextmanager
+def gradients_in_eval():
+    """Gradients through a model in ``eval()`` mode: ``torch.enable_grad()`` with cuDNN off.
+
+    cuDNN's RNN kernels have no backward in eval mode: on CUDA, a gradient through ``nn.GRU`` or
+    ``nn.LSTM`` in eval mode raises "cudnn RNN backward can only be called in training mode" (seen
+    on an NVIDIA H200, torch 2.11, in the adversarial search). With cuDNN off PyTorch runs its own
+    RNN kernels, the same function with a backward in either mode (the remedy PyTorch's and
+    Captum's maintainers give: pytorch/pytorch#5878, pytorch/captum#564); the analysis needs eval
+    mode (no dropout), so cuDNN is what gives way. No effect on the CPU, where cuDNN is not used.
+    The flag is process-wide: a CUDA training in another thread of the same process runs without
+    cuDNN meanwhile (slower, the same function); the previous setting is restored on exit, also
+    after an error. Every gradient the battery takes through a model in eval mode runs inside
+    this (gradient importance, erase-until-flip's attention gradient, the adversarial search);
+    ``tests/test_devices.py`` checks that none escapes it.
+    """
+    previous = torch.backends.cudnn.enabled
+    torch.backends.cudnn.enabled = False
+    try:
+        with torch.enable_grad():
+            yield
+    finally:
+        torch.backends.cudnn.enabled = previous
+
+
 def causal_mask(t: int, device=None) -> Tensor:
     """bool (T, T), True above the diagonal: position i may not attend to j > i."""
     return torch.ones(t, t, dtype=torch.bool, device=device).triu(1)
