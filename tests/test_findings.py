@@ -161,7 +161,8 @@ def test_overall_says_where_the_seeds_of_a_configuration_disagree():
     assert [v.used for v in vs[:4]] == ["yes", "yes", "yes", "unclear"]
     configs = ["dates a", "dates a", "dates g", "dates g", "dates n", "dates n"]
     text = overall(vs, facts, configs)
-    assert text.startswith("Of the 4 models with attention, 3 use it")
+    # each seed is a model; the configurations are counted beside them (none's are not tested)
+    assert text.startswith("Of the 4 models with attention (2 configurations, 2 seeds each), 3 use")
     tail = text.split(" Across seeds: ", 1)[1]
     assert tail.startswith("of the 2 configurations trained with more than one seed, every seed ")
     assert (
@@ -177,8 +178,14 @@ def test_overall_says_where_the_seeds_of_a_configuration_disagree():
         "Across seeds: of the 1 configuration trained with more than one seed, every seed gets "
         "the same answers for it."
     )
+    assert same.startswith("Of the 2 models with attention (1 configuration, 2 seeds each), 2 ")
+    # one seed per configuration: the models are the configurations, nothing more is said
+    single = overall([vs[0], vs[2]], [facts[0], facts[2]], ["dates a", "dates g"])
+    assert single.startswith("Of the 2 models with attention, 2 use it")
     with pytest.raises(ValueError, match="2 verdicts but 1 configurations"):
         across_seeds(vs[:2], configs[:1])
+    with pytest.raises(ValueError, match="6 models but 5 configurations"):
+        overall(vs, facts, configs[:5])
 
 
 # ----------------------------------------------------------------------------- a constructed store
@@ -322,7 +329,10 @@ def test_constructed_store_report_says_the_expected_thing(constructed_report):
     assert "0.5 [0.4, 0.6]" in rows["copy transformer-L2H1 · layer 1"]
     assert "per layer only" in rows["copy transformer-L2H1 · layer mean"]
     overall = findings.split("\n\n")[1]
-    assert overall.startswith("**Of the 4 models with attention, 3 use it")
+    # additive-bahdanau has two seeds, the other two configurations with attention one each
+    assert overall.startswith(
+        "**Of the 4 models with attention (3 configurations, 1–2 seeds each), 3 use it"
+    )
     # additive-bahdanau's two seeds get the same answers; the others have one seed
     assert "Across seeds: of the 1 configuration trained with more than one seed, every seed " in (
         overall

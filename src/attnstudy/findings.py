@@ -23,6 +23,7 @@ This module imports only the standard library and pydantic (it is used by config
 
 from __future__ import annotations
 
+import collections
 import math
 from dataclasses import dataclass, field
 
@@ -422,8 +423,12 @@ def overall(
     Args:
         verdicts, facts: one per model (each seed of a configuration is a model).
         configs: each model's configuration (its name without the seed, in the same order); where
-            a configuration has more than one seed, a closing sentence says whether its seeds get
-            the same answers (:func:`across_seeds`).
+            a configuration has more than one seed, the first sentence counts the configurations
+            beside the models and a closing sentence says whether its seeds get the same answers
+            (:func:`across_seeds`).
+
+    Raises:
+        ValueError: ``configs`` is not one per model.
     """
     tested = [(v, f) for v, f in zip(verdicts, facts) if f.attention != "none"]
     if not tested:
@@ -443,16 +448,27 @@ def overall(
     used = [v.name for v, _ in tested if v.used == "yes"]
     not_unique = [v.name for v, _ in tested if v.unique == "no"]
     gold = [v for v, _ in tested if v.aligns != "n/a"]
-    models = f"{n} model{'s' if n > 1 else ''}"
+    scope = f"{n} model{'s' if n > 1 else ''} with attention"
+    tested_configs = None
+    if configs is not None:
+        if len(configs) != len(facts):
+            raise ValueError(f"{len(facts)} models but {len(configs)} configurations")
+        tested_configs = [c for c, f in zip(configs, facts) if f.attention != "none"]
+        seeds = collections.Counter(tested_configs)
+        if max(seeds.values()) > 1:  # each seed is a model: say so where it matters
+            lo, hi = min(seeds.values()), max(seeds.values())
+            each = f"{lo} seeds each" if lo == hi else f"{lo}–{hi} seeds each"
+            k = len(seeds)
+            scope += f" ({k} configuration{'s' if k > 1 else ''}, {each})"
     if used:
         parts = [
-            f"Of the {models} with attention, {len(used)} use{'s' if len(used) == 1 else ''} it: "
+            f"Of the {scope}, {len(used)} use{'s' if len(used) == 1 else ''} it: "
             f"random permutations change the predicted token at"
             f"{span(('permutation', 'flip_rate'), used)} of their decoder steps (mean share of "
             "permutations)"
         ]
     else:
-        parts = [f"Of the {models} with attention, none is shown to use it"]
+        parts = [f"Of the {scope}, none is shown to use it"]
     if count("used", "no"):
         k = count("used", "no")
         parts.append(f"{k} do{'es' if k == 1 else ''} not use it")
@@ -491,8 +507,7 @@ def overall(
         )
     else:
         text += " Without a causal effect, attention cannot explain these models' outputs."
-    if configs is not None:
-        tested_configs = [c for c, f in zip(configs, facts) if f.attention != "none"]
+    if tested_configs is not None:
         text += across_seeds([v for v, _ in tested], tested_configs)
     return text
 
