@@ -198,7 +198,8 @@ def test_hf_fast_path_equals_naive_re_decode(results):
 
 def test_the_gpu_benchmark_runs_without_mlflow_as_a_dry_run(tmp_path):
     """``benchmarks/gpu.sh --dry-run``: the tracking-free entry point runs end to end with mlflow
-    unimportable, writes ``$OUT``, and the second device computes the same permutation numbers."""
+    unimportable, writes ``$OUT``, the second device computes the same permutation numbers and
+    the same whole-battery table, and the mixed-precision training keeps float32 weights."""
     import json
     import os
     import subprocess
@@ -223,11 +224,23 @@ def test_the_gpu_benchmark_runs_without_mlflow_as_a_dry_run(tmp_path):
         "permutation fast path",
         "adversarial search",
         "training epoch",
+        "whole battery (CPU: all threads)",
     ]
     assert all(r["cpu 1 thread s"] > 0 and r["device s"] > 0 for r in got["rows"])
-    assert got["checks"]["permutation max abs diff (cpu vs device)"] <= 1e-5
-    assert got["checks"]["permutation NaN pattern equal"]
-    assert got["checks"]["training tokens equal"]
+    checks = got["checks"]
+    assert checks["permutation max abs diff (cpu vs device)"] <= 1e-5
+    assert checks["permutation NaN pattern equal"]
+    assert checks["training tokens equal"]
+    # the whole battery on the two "devices" (here both the CPU): the same table
+    battery = checks["battery (cpu vs device)"]
+    assert battery["steps"] > 0 and battery["decisions differing"] == "none"
+    assert max(battery["worst numeric columns"].values()) <= 1e-5
+    assert battery["summary max rel diff"][1] <= 1e-5
+    # training.amp (bfloat16 autocast on the CPU): float32 weights, a loss close to float32's
+    amp = checks["training.amp on the device"]
+    assert amp["amp weights all float32"]
+    assert 0 < amp["amp"]["train loss"] < 10 and 0 < amp["float32"]["train loss"] < 10
+    assert abs(amp["amp"]["train loss"] - amp["float32"]["train loss"]) < 0.1
     assert "dry run" in (out / "gpu.md").read_text()
 
 
