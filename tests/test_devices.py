@@ -141,6 +141,26 @@ def _examples(n: int = 5):
     return load_task(cfg).train
 
 
+def _whole_battery(attention: str, flow: str):
+    """``run_suite``'s first five arguments for every catalogue ablation, on small sizes: the
+    model, five copy examples, their source and target vocabularies and the config."""
+    from attnstudy.analysis.catalogue import AblationConfig, list_ablations
+
+    from attnstudy.data.vocab import Vocab
+
+    examples = _examples()
+    cfg = AblationConfig(
+        ablations=list_ablations(),
+        n_examples=len(examples),
+        bootstrap_resamples=20,
+        permutation={"n": 4},
+        adversarial={"steps": 3, "k": 2},
+    )
+    src_vocab = Vocab.build(ex.src for ex in examples)
+    tgt_vocab = Vocab.build(ex.tgt for ex in examples)
+    return _model(attention, flow), examples, src_vocab, tgt_vocab, cfg
+
+
 class _ExplicitDevicesOnly(TorchFunctionMode):
     """Raises at the first tensor factory called without ``device=``, naming where it was called."""
 
@@ -174,24 +194,11 @@ def explicit_devices():
 def test_the_whole_battery_keeps_every_tensor_on_the_models_device(
     attention, flow, explicit_devices
 ):
-    from attnstudy.analysis.catalogue import AblationConfig, list_ablations
     from attnstudy.analysis.suite import run_suite
 
-    from attnstudy.data.vocab import Vocab
-
-    model = _model(attention, flow)
-    examples = _examples()
-    src_vocab = Vocab.build(ex.src for ex in examples)
-    tgt_vocab = Vocab.build(ex.tgt for ex in examples)
-    cfg = AblationConfig(
-        ablations=list_ablations(),
-        n_examples=len(examples),
-        bootstrap_resamples=20,
-        permutation={"n": 4},
-        adversarial={"steps": 3, "k": 2},
-    )
+    inputs = _whole_battery(attention, flow)  # built outside: only the battery is checked
     with explicit_devices():
-        result = run_suite(model, examples, src_vocab, tgt_vocab, cfg, progress=False)
+        result = run_suite(*inputs, progress=False)
     # only what the family cannot do is skipped: self-attention rollout on a recurrent encoder
     expected = set() if flow == "transformer" else {"rollout"}
     assert set(result.skipped) == expected, result.skipped
@@ -208,10 +215,7 @@ def test_no_gradient_of_the_battery_goes_through_a_cudnn_rnn_in_eval_mode(
     Every RNN call of the whole battery that records a graph in eval mode must run with cuDNN off
     (``models.gradients_in_eval``). cuDNN is CUDA only, so the condition is checked here, on the
     CPU: every ``nn.GRU``/``nn.LSTM`` call is recorded with its mode, grad mode and cuDNN flag."""
-    from attnstudy.analysis.catalogue import AblationConfig, list_ablations
     from attnstudy.analysis.suite import run_suite
-
-    from attnstudy.data.vocab import Vocab
 
     calls = []
     for cls in (torch.nn.GRU, torch.nn.LSTM, torch.nn.RNN):
@@ -221,19 +225,8 @@ def test_no_gradient_of_the_battery_goes_through_a_cudnn_rnn_in_eval_mode(
             return _forward(self, *args, **kwargs)
 
         monkeypatch.setattr(cls, "forward", recorded)
-    model = _model(attention, flow)
-    examples = _examples()
-    src_vocab = Vocab.build(ex.src for ex in examples)
-    tgt_vocab = Vocab.build(ex.tgt for ex in examples)
-    cfg = AblationConfig(
-        ablations=list_ablations(),
-        n_examples=len(examples),
-        bootstrap_resamples=20,
-        permutation={"n": 4},
-        adversarial={"steps": 3, "k": 2},
-    )
     assert torch.backends.cudnn.enabled
-    run_suite(model, examples, src_vocab, tgt_vocab, cfg, progress=False)
+    run_suite(*_whole_battery(attention, flow), progress=False)
     assert torch.backends.cudnn.enabled  # restored
     with_grad = [c for c in calls if c[1]]
     assert with_grad, "no RNN call recorded a graph: the check would be vacuous"
