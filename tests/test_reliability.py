@@ -53,7 +53,12 @@ def _env(root: Path, **extra: str) -> dict[str, str]:
         ATTNSTUDY_THREADS="1",
         PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
     )
-    for k in ("MLFLOW_TRACKING_URI", "ATTNSTUDY_TRACKING_TIMEOUT", "ATTNSTUDY_DEBUG"):
+    for k in (
+        "MLFLOW_TRACKING_URI",
+        "ATTNSTUDY_TRACKING_TIMEOUT",
+        "ATTNSTUDY_DEBUG",
+        "ATTNSTUDY_UI_URL",
+    ):
         env.pop(k, None)
     env.update(extra)
     return env
@@ -386,6 +391,11 @@ def test_real_tracking_server_then_dead_server(tmp_path):
         assert not (root / "mlruns" / "mlflow.db").exists()  # nothing went to the local store
 
         exp_id = ui.experiment_id_by_name(base, "tiny")
+        # the report's links go to the tracking server it was built from (it serves the UI),
+        # not to the default http://127.0.0.1:5000 of a local store
+        report = root / res.stdout.split("report: ", 1)[1].split()[0]
+        md = report.with_name("report.md").read_text(encoding="utf-8")
+        assert f"{base}/#/experiments/{exp_id}/runs/" in md and "127.0.0.1:5000" not in md
         runs = _post(base, "runs/search", {"experiment_ids": [exp_id], "max_results": 100})["runs"]
         by_kind: dict[str, list[dict]] = {}
         for r in runs:

@@ -177,3 +177,21 @@ def test_summary_frame_keeps_each_models_layer_rows_under_it():
     cells = summary_cells(frame)
     assert [r["exact match"] for r in cells] == ["0.7", "", "", "0.8", "", "0.9"]
     assert frame["flip"].tolist() == [f"0.{i}" for i in range(6)]
+
+
+def test_ui_links_go_to_the_tracking_server_unless_told_otherwise(monkeypatch):
+    """The report once linked to http://127.0.0.1:5000 even when built from a tracking server on
+    another port (a study on http://127.0.0.1:5077 got dead links)."""
+    from attnstudy.report import ui_base_url
+
+    monkeypatch.delenv("ATTNSTUDY_UI_URL", raising=False)
+    server = "http://10.0.0.5:5077/"
+    assert ui_base_url(None, server) == "http://10.0.0.5:5077"
+    assert ui_base_url(None, "https://mlflow.lab.org") == "https://mlflow.lab.org"
+    # a local store has no UI of its own: `attnstudy ui` serves it on :5000
+    assert ui_base_url(None, "sqlite:////data/mlflow.db") == "http://127.0.0.1:5000"
+    assert ui_base_url(None, None) == "http://127.0.0.1:5000"
+    # --ui-url, then $ATTNSTUDY_UI_URL, come before the tracking server
+    monkeypatch.setenv("ATTNSTUDY_UI_URL", "http://proxy:8080/")
+    assert ui_base_url(None, server) == "http://proxy:8080"
+    assert ui_base_url("http://given:1/", server) == "http://given:1"

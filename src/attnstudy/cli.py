@@ -207,8 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--ui-url",
         metavar="URL",
-        help="the MLflow UI the report links to (default: $ATTNSTUDY_UI_URL, else "
-        "http://127.0.0.1:5000, what `attnstudy ui` serves)",
+        help="the MLflow UI the report links to (default: $ATTNSTUDY_UI_URL, else the "
+        "--tracking-uri when it is an http(s) server, else http://127.0.0.1:5000, what "
+        "`attnstudy ui` serves)",
     )
     sp.add_argument(
         "--verdict",

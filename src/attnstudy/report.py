@@ -670,10 +670,24 @@ def reason(e: ModelEntry, key: str) -> str:
 # ----------------------------------------------------------------------------- links
 
 
-def ui_base_url(ui_url: str | None = None) -> str:
-    """The MLflow UI the report links to: ``--ui-url``, else ``$ATTNSTUDY_UI_URL``, else
-    http://127.0.0.1:5000 (``attnstudy ui``'s default)."""
-    return (ui_url or os.environ.get("ATTNSTUDY_UI_URL") or DEFAULT_UI_URL).rstrip("/")
+def ui_base_url(ui_url: str | None = None, tracking_uri: str | None = None) -> str:
+    """The MLflow UI the report links to.
+
+    In order: ``ui_url`` (``--ui-url``), ``$ATTNSTUDY_UI_URL``, the tracking URI when it is an
+    http(s) tracking server (``attnstudy server`` / ``mlflow server`` serve the UI at the same
+    address), else http://127.0.0.1:5000 (what ``attnstudy ui`` serves for a local SQLite store).
+
+    Args:
+        ui_url: an explicit UI address, or None.
+        tracking_uri: the store the study was read from (e.g. ``Tracker.uri``), or None.
+
+    Returns:
+        The base URL without a trailing slash.
+    """
+    server = (
+        tracking_uri if tracking_uri and tracking_uri.startswith(("http://", "https://")) else None
+    )
+    return (ui_url or os.environ.get("ATTNSTUDY_UI_URL") or server or DEFAULT_UI_URL).rstrip("/")
 
 
 class Links:
@@ -1288,7 +1302,8 @@ def build_report(
         tracker: :class:`attnstudy.tracking.Tracker`.
         study_id: the study run.
         out_dir: output folder (default :func:`report_dir` of the study's experiment).
-        ui_url: the MLflow UI the links point to (default :func:`ui_base_url`).
+        ui_url: the MLflow UI the links point to (default :func:`ui_base_url` of the
+            tracker's URI: the tracking server itself when the store is one).
         verdict_overrides: threshold values over the study's ``[report.verdict]``.
         results_dir: also write the summary tables there as ``<experiment>.csv`` (the
             statistics), ``<experiment>-models.csv`` (:func:`model_rows`: the trainings),
@@ -1302,7 +1317,8 @@ def build_report(
     from .browser import browser_data, browser_html
 
     data = load_study(tracker, study_id)
-    context = report_context(data, ui_url, thresholds_of(data, verdict_overrides))
+    ui = ui_base_url(ui_url, tracker.uri)
+    context = report_context(data, ui, thresholds_of(data, verdict_overrides))
     out = Path(out_dir).resolve() if out_dir else report_dir(data.experiment)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
