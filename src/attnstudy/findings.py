@@ -430,7 +430,10 @@ def overall(
     Raises:
         ValueError: ``configs`` is not one per model.
     """
-    tested = [(v, f) for v, f in zip(verdicts, facts) if f.attention != "none"]
+    if configs is not None and len(configs) != len(facts):
+        raise ValueError(f"{len(facts)} models but {len(configs)} configurations")
+    keep = [i for i, f in enumerate(facts) if f.attention != "none"]
+    tested = [(verdicts[i], facts[i]) for i in keep]
     if not tested:
         return "No model of this study has attention: there is nothing to test."
     n = len(tested)
@@ -451,9 +454,7 @@ def overall(
     scope = f"{n} model{'s' if n > 1 else ''} with attention"
     tested_configs = None
     if configs is not None:
-        if len(configs) != len(facts):
-            raise ValueError(f"{len(facts)} models but {len(configs)} configurations")
-        tested_configs = [c for c, f in zip(configs, facts) if f.attention != "none"]
+        tested_configs = [configs[i] for i in keep]
         seeds = collections.Counter(tested_configs)
         if max(seeds.values()) > 1:  # each seed is a model: say so where it matters
             lo, hi = min(seeds.values()), max(seeds.values())
