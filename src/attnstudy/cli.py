@@ -46,6 +46,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``attnstudy`` argument parser: one subcommand per job (train, run, predict, ablate,
+    report, server, ui), each with its own ``--help``; usage errors exit with code 2
+    (``EXIT_CODES_HELP``)."""
     p = _Parser(
         prog="attnstudy",
         description="Train seq2seq attention models and test whether their "

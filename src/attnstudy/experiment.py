@@ -40,6 +40,10 @@ from .findings import ReportConfig, VerdictThresholds
 
 
 class ExperimentMeta(_Strict):
+    """``[experiment]``: the MLflow experiment name (letters, digits, ``_.-``), the training seeds
+    (one model per variant and seed), and the tracking store and its connection timeout (seconds).
+    """
+
     name: str = Field("default", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")
     seeds: list[Seed] = Field(default_factory=lambda: [1], min_length=1, max_length=1000)
     tracking_uri: str | None = None
@@ -121,6 +125,10 @@ class TrainedAdversaryConfig(_Strict):
 
 
 class ExperimentConfig(_Strict):
+    """An experiment file: shared ``[data]``/``[model]``/``[training]`` sections, the battery
+    (``[ablation]``), the report thresholds, the trained adversary, and the ``[[models]]`` variants
+    whose sections are merged over the shared ones (:meth:`runs`). Unknown keys are refused."""
+
     experiment: ExperimentMeta = ExperimentMeta()
     data: dict[str, Any] = Field(default_factory=dict)
     model: dict[str, Any] = Field(default_factory=dict)

@@ -614,6 +614,9 @@ def shifted_alignment(e: ModelEntry, t: VerdictThresholds):
 
 
 def model_facts(e: ModelEntry, t: VerdictThresholds) -> ModelFacts:
+    """What the verdicts are computed from for one model: its ablation summary metrics with
+    their bootstrap intervals, its task metrics, its number of test examples, and the shifted
+    alignment check (:func:`shifted_alignment`, thresholds ``t``)."""
     f = facts_from_metrics(
         e.variant, e.attention, e.ablation_metrics, e.ablation_params, e.model_metrics
     )
@@ -1251,10 +1254,12 @@ def summary_frame(context: dict) -> pd.DataFrame:
 
 
 def render_html(context: dict) -> str:
+    """``report.html`` from :func:`report_context`'s data (Jinja2, images embedded)."""
     return render("report.html.j2", **context)
 
 
 def render_markdown(context: dict) -> str:
+    """``report.md`` from the same data as :func:`render_html`."""
     return render("report.md.j2", **context)
 
 

@@ -427,6 +427,8 @@ def log_analysed_dataset(tracker: Tracker, run_id: str, spec: RunSpec, examples)
 
 
 def describe_study(experiment: str, n_models: int, ablation: dict) -> str:
+    """The study run's MLflow description (Markdown): its models, the battery and where the
+    report and the cross-model summary are."""
     names = ", ".join(ablation.get("ablations", []))
     return (
         f"**Study of experiment `{experiment}`**: {n_models} model(s), each ablated on "

@@ -50,6 +50,7 @@ def check_host(host: str) -> str:
 
 
 def port_in_use(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections on ``host:port`` (0.5 s timeout)."""
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0

@@ -90,6 +90,9 @@ def stop_group(pgid: int, timeout: float = 10.0) -> None:
 
 
 def main(argv: list[str]) -> int:
+    """Wait for end-of-file on stdin (the starting process has exited, however it ended), then
+    stop the server (:func:`stop_group` of the process group ``argv[0]``);
+    SIGINT is ignored: a Ctrl-C is for the starting process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     pgid = int(argv[0])
     while sys.stdin.buffer.read(4096):  # the starter never writes: this returns at end-of-file
