@@ -366,17 +366,30 @@ class Tracker:
         """Close ``run_id`` as FINISHED when the block completes, KILLED on Ctrl-C/SIGTERM
         (KeyboardInterrupt) and FAILED on any other error, so no unfinished run looks complete.
 
+        An interrupt always ends the run before it travels on: one Python dropped inside a
+        finalizer during the block (it is only remembered, see
+        :func:`attnstudy.signals.request_interrupt`) is raised before the run is closed, so the run
+        ends KILLED; one arriving while the block's run is being closed FINISHED lets that write
+        finish (or redoes it) and is raised after it.
+
         A FAILED run is tagged with the error (``error.class``, ``error.message`` and the run's
         description ``mlflow.note.content``), and the exception gets a ``failed_run_id`` attribute
         naming the innermost run it failed.
         """
+        finished = False  # the block completed: the run is being closed FINISHED
         try:
             yield run_id
+            check_interrupt()  # one dropped in a finalizer during the block counts as during it
+            finished = True
+            self.end_run(run_id, "FINISHED")
         except KeyboardInterrupt:
             acknowledge_interrupt()
-            self.end_run(run_id, "KILLED")  # a second signal waits until the run is ended
+            # a second signal waits until the run is ended (the write holds signals)
+            self.end_run(run_id, "FINISHED" if finished else "KILLED")
             raise
         except BaseException as err:
+            if finished:  # the store failed while closing a completed run: nothing more to write
+                raise
             message = _first_line(err)
             try:
                 self.set_tags(
@@ -396,7 +409,6 @@ class Tracker:
                     pass
             self.end_run(run_id, "FAILED")
             raise
-        self.end_run(run_id, "FINISHED")
 
     def reopen_run(self, run_id: str) -> None:
         """Mark an ended run RUNNING again, owned by this process (a study continued with ``--resume``)."""
