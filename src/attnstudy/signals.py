@@ -39,30 +39,82 @@ def deferred_signals() -> Iterator[None]:
         KeyboardInterrupt: after the block, if a signal arrived during it and its handler raises
             one (the default SIGINT handler does; the CLI's SIGTERM handler does too).
     """
-    global _depth
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    with _lock:
-        if _depth == 0:
-            for s in SIGNALS:
-                _saved[s] = signal.getsignal(s)
-                signal.signal(s, _remember)
-        _depth += 1
+    _enter()
     try:
         yield
     finally:
-        with _lock:
-            _depth -= 1
-            outermost = _depth == 0
-            if outermost:
+        pending = _leave()
+        if pending is not None:
+            _deliver(pending)
+
+
+def _enter() -> None:
+    """Open a block: at the outermost one, swap every handler in :data:`SIGNALS` for ``_remember``.
+
+    A signal can arrive between two swaps and be handled by its own handler, which may raise; the
+    handlers swapped so far are then put back before the exception travels on, so no signal is
+    left on ``_remember`` outside a block.
+    """
+    global _depth
+    with _lock:
+        if _depth == 0:
+            swapped: list[int] = []
+            try:
                 for s in SIGNALS:
-                    signal.signal(s, _saved.pop(s))  # type: ignore[arg-type]
-            pending = list(_pending) if outermost else []
-            if outermost:
-                _pending.clear()
-        if pending:
-            _deliver(pending[0])
+                    _saved[s] = signal.getsignal(s)
+                    swapped.append(s)  # before the swap: putting back an unswapped one is harmless
+                    signal.signal(s, _remember)
+            except BaseException:
+                try:
+                    _restore(swapped)
+                finally:
+                    _pending.clear()
+                raise
+        _depth += 1
+
+
+def _leave() -> int | None:
+    """Close a block; at the outermost one, put the saved handlers back and return the first signal
+    that arrived during the block (``None`` if none did).
+
+    The handlers are put back before the remembered signals are read, so a signal arriving at any
+    point is either remembered and returned here or handled by its own handler, never held for a
+    later block.
+
+    Raises:
+        KeyboardInterrupt: if a signal arrives between two handlers being put back and its own
+            handler raises one; every handler is put back all the same.
+    """
+    global _depth
+    with _lock:
+        _depth -= 1
+        if _depth:
+            return None
+        try:
+            _restore(list(SIGNALS))
+        finally:
+            pending = _pending[0] if _pending else None
+            _pending.clear()
+    return pending
+
+
+def _restore(signums: list[int]) -> None:
+    """Put back the saved handler of every signal in ``signums``, each of them even if a signal's
+    handler raises between two (the exception travels on once the rest are put back).
+
+    A handler that raises can only belong to a signal already put back, so one signal can no longer
+    leave another on ``_remember``; it would take a second signal inside the few bytecodes of the
+    ``finally`` below.
+    """
+    if not signums:
+        return
+    try:
+        signal.signal(signums[0], _saved[signums[0]])  # type: ignore[arg-type]
+    finally:
+        _restore(signums[1:])
 
 
 def _deliver(signum: int) -> None:
