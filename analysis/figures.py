@@ -244,13 +244,21 @@ def learning_curve(history: list[dict], metric: str, best_epoch: int | None = No
 
 
 def estimates_plot(table: pd.DataFrame, palette: dict | None = None, title: str = "") -> Figure:
-    """Point estimates with their 95 % intervals, one panel per scale.
+    """Point estimates with their 95 % intervals, one panel per question.
+
+    Up to :data:`FOREST_ABOVE` models, a statistic is one row of its question's panel with one
+    line per model, labelled ``value [low, high], n=…`` and coloured as in every figure (legend
+    below). With more models that layout would need a colour legend of dozens of near-alike
+    colours and grow by ``0.3 in × models`` per statistic, so each statistic becomes a forest plot
+    of its own (:func:`_forest_plot`): the models named on the y axis, three panels a row, one
+    block per question.
 
     Args:
         table: columns ``group`` (panel: the question, e.g. "is attention used?"), ``label`` (the
             statistic), ``value``, ``low``, ``high`` (NaN: no interval), ``n`` (examples) and
             optionally ``variant`` (one colour per model, :func:`variant_palette`), ``scale``
             (x-axis label of the panel).
+        palette: model → colour; title: the figure's title ("" for none).
     """
     groups = list(dict.fromkeys(table["group"])) if len(table) else []
     if not groups:
@@ -259,6 +267,8 @@ def estimates_plot(table: pd.DataFrame, palette: dict | None = None, title: str 
         return fig
     sizes = [table[table["group"] == g]["label"].nunique() for g in groups]
     variants = list(dict.fromkeys(table["variant"])) if "variant" in table else [""]
+    if len(variants) > FOREST_ABOVE:
+        return _forest_plot(table, groups, variants, palette or variant_palette(variants), title)
     # each model gets its own line within a statistic's row, tall enough for its label
     row = 0.3 + 0.3 * len(variants)
     fig = Figure(figsize=(11, 1.2 + row * sum(sizes) + 0.5 * len(groups)), layout="constrained")
@@ -308,6 +318,56 @@ def estimates_plot(table: pd.DataFrame, palette: dict | None = None, title: str 
         fig.suptitle(title)
     if variants != [""]:
         _legend_below(fig, palette, variants)
+    return fig
+
+
+FOREST_ABOVE = 8
+"""More models than this and :func:`estimates_plot` draws one forest plot per statistic."""
+FOREST_COLUMNS = 3
+
+
+def _forest_plot(
+    table: pd.DataFrame, groups: list[str], variants: list[str], palette: dict, title: str
+) -> Figure:
+    """:func:`estimates_plot` for many models: one panel per statistic, the models on its y axis
+    in the table's order (shared by every panel, named on the first panel of each row), the 95 %
+    interval as a bar, grouped into one block of up to :data:`FOREST_COLUMNS` panels a row per
+    question. A model without the statistic leaves its line empty. The values are the summary
+    table's; the panels carry no value labels."""
+    k = len(variants)
+    panel_h = 0.9 + 0.19 * k  # one model a line at 8-point type, plus title and x axis
+    labels_of = {g: list(dict.fromkeys(table.loc[table["group"] == g, "label"])) for g in groups}
+    rows_of = {g: math.ceil(len(labels_of[g]) / FOREST_COLUMNS) for g in groups}
+    fig = Figure(
+        figsize=(11, 0.6 + sum(0.45 + panel_h * rows_of[g] for g in groups)), layout="constrained"
+    )
+    blocks = fig.subfigures(
+        len(groups), 1, squeeze=False, height_ratios=[0.45 + panel_h * rows_of[g] for g in groups]
+    )[:, 0]
+    y_of = {v: i for i, v in enumerate(variants)}
+    for block, group in zip(blocks, groups):
+        block.suptitle(group, fontsize=FONT + 1, fontweight="bold", ha="left", x=0.01)
+        axes = block.subplots(rows_of[group], FOREST_COLUMNS, squeeze=False, sharey=True)
+        sub = table[table["group"] == group]
+        scales = _panel_scales(sub, labels_of[group])
+        for i, ax in enumerate(axes.flat):
+            if i >= len(labels_of[group]):
+                ax.set_visible(False)
+                continue
+            label = labels_of[group][i]
+            rows = sub[sub["label"] == label]
+            for _, r in rows.iterrows():
+                y, colour = y_of[r["variant"]], palette.get(r["variant"], "#333333")
+                if np.isfinite(r["low"]) and np.isfinite(r["high"]):
+                    ax.plot([r["low"], r["high"]], [y, y], color=colour, lw=2)
+                ax.plot(r["value"], y, "o", color=colour, ms=4)
+            ax.set_title(label, fontsize=FONT - 1)
+            ax.set_xlabel(scales[label], fontsize=FONT - 2)
+            ax.tick_params(axis="x", labelsize=FONT - 2)
+            ax.set_yticks(range(k), variants, fontsize=FONT - 2)
+            ax.set_ylim(k - 0.5, -0.5)
+    if title:
+        fig.suptitle(title)
     return fig
 
 

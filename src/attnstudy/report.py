@@ -806,7 +806,9 @@ CAPTIONS = {
         "All statistics with their 95 % intervals",
         "One point per model and statistic, grouped by question; the bar is the 95 % bootstrap "
         "interval over examples, the label gives value [low, high] and n examples. Read across a "
-        "row to compare models on one test.",
+        "row to compare models on one test. With more than eight models each statistic is a "
+        "panel of its own with the models named on its axis, and the values are in Numbers per "
+        "model, above.",
     ),
     "accuracy_by_length": (
         "Task accuracy by source length",

@@ -157,6 +157,57 @@ def test_a_summary_panel_never_labels_one_statistics_direction_for_all():
     assert max(aligns.get_xticks()) <= 0.95 + 1e-9 and max(used.get_xticks()) <= 0.5 + 1e-9
 
 
+def test_a_summary_of_many_models_is_one_forest_plot_per_statistic():
+    """Past FOREST_ABOVE models the rows-per-statistic layout needed a legend of dozens of colours
+    and 0.3 in per model and statistic (24 models, 21 statistics: 161 in tall); each statistic is
+    now its own panel with the models named on its axis, a model without the statistic leaves its
+    line empty, and the figure grows by rows of three panels."""
+    variants = [f"dates m{i} seed{s}" for i in range(5) for s in (1, 2, 3)]  # 15 > FOREST_ABOVE
+    assert len(variants) > figures.FOREST_ABOVE
+    stats_ = [
+        ("used", "permutation flip rate", "share of steps (0–1)"),
+        ("used", "uniform flip rate", "share of steps (0–1)"),
+        ("used", "uniform TVD", "TVD (0–1)"),
+        ("used", "erase-max flip rate", "share of steps (0–1)"),
+        ("aligns", "AER", "0–1, lower is better"),
+    ]
+    rows = [
+        (g, lab, v, 0.1 * i + 0.01 * j, 0.1 * i, 0.1 * i + 0.02, scale)
+        for i, v in enumerate(variants)
+        for j, (g, lab, scale) in enumerate(stats_)
+        if not (lab == "AER" and v == "dates m0 seed2")  # no gold links for this one
+    ]
+    table = pd.DataFrame(
+        rows, columns=["group", "label", "variant", "value", "low", "high", "scale"]
+    )
+    fig = figures.estimates_plot(table.assign(n=300))
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == [lab for _, lab, _ in stats_]
+    assert len(fig.axes) == 9  # "used": 2 rows of 3 (2 hidden); "aligns": 1 row of 3 (2 hidden)
+    fig.canvas.draw()  # tick labels are laid out at drawing
+    names = [[t.get_text() for t in ax.get_yticklabels() if t.get_visible()] for ax in shown]
+    # named on the first panel of each row (permutation, erase-max and AER), shared by the rest
+    assert names == [variants, [], [], variants, variants]
+    for ax, (_, lab, scale) in zip(shown, stats_):
+        assert list(ax.get_yticks()) == list(range(len(variants)))
+        assert ax.get_xlabel() == scale
+        points = {  # the marker of each model: (x, y), y the model's line
+            int(line.get_ydata()[0]): float(line.get_xdata()[0])
+            for line in ax.get_lines()
+            if line.get_marker() == "o"
+        }
+        j = [s[1] for s in stats_].index(lab)
+        expected = {
+            i: 0.1 * i + 0.01 * j
+            for i, v in enumerate(variants)
+            if not (lab == "AER" and v == "dates m0 seed2")
+        }
+        assert points == pytest.approx(expected)
+    # height: 0.6 + per question 0.45 + rows × (0.9 + 0.19 × 15) in
+    assert fig.get_size_inches()[1] == pytest.approx(0.6 + (0.45 + 2 * 3.75) + (0.45 + 3.75))
+    assert not fig.legends  # the models are named on the axes, not in a colour legend
+
+
 def test_heatmap_labels_turn_when_they_would_overlap_and_blank_rows_are_explained():
     short = {"id": "short", "rows": ["a", "b", "<eos>"], "source": ["a", "b"]}
     short["attention"] = [[[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]]]
