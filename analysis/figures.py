@@ -16,6 +16,7 @@ model (e.g. ``g2p additive-bahdanau``) and a ``task`` column.
 from __future__ import annotations
 
 import math
+import textwrap
 
 import matplotlib
 
@@ -178,18 +179,53 @@ def max_attention_bin(values: pd.Series) -> pd.Series:
     return pd.cut(values, MAX_ATTENTION_BINS, right=False, labels=MAX_ATTENTION_LABELS)
 
 
-def _legend_below(fig, palette: dict, order: list[str], title: str = "model") -> None:
-    handles = [Patch(color=palette[v], label=v) for v in order]
-    if handles:
-        fig.legend(
-            handles=handles,
-            title=title,
-            loc="outside lower center",
-            ncols=min(len(handles), 4),
-            fontsize=FONT - 1,
-            title_fontsize=FONT - 1,
-            frameon=False,
-        )
+def _legend_columns(fig, labels: list[str], most: int = 4) -> int:
+    """As many legend columns (up to ``most``) as the longest label lets fit the figure's width
+    (about 0.55 em a character at the legend's size, and 4 characters for the swatch)."""
+    if not labels:
+        return 1
+    chars = fig.get_figwidth() * 72 / (0.55 * (FONT - 1))
+    return max(1, min(most, len(labels), int(chars // (max(map(len, labels)) + 4))))
+
+
+def _legend_below(
+    fig,
+    palette: dict,
+    order: list[str],
+    title: str = "model",
+    note: str = "",
+    counts: dict | None = None,
+) -> None:
+    """The models' colours in one legend under the figure (constrained layout makes room).
+
+    Args:
+        note: how to read the figure (what the numbers are, what a hatch means); it becomes the
+            legend's title, wrapped to the figure's width, so the layout keeps it clear of the
+            plot and of the entries (a free-standing note would run over a legend of many rows,
+            or off the figure).
+        counts: model → decoder steps; each entry then says ``model (n steps)``.
+    """
+    handles = [
+        Patch(color=palette[v], label=f"{v} ({counts.get(v, 0)} steps)" if counts else v)
+        for v in order
+    ]
+    if not handles and not note:
+        return
+    size = FONT - 1 if not note else FONT - 2
+    if note:  # about 0.6 em a character
+        title = textwrap.fill(note, int(fig.get_figwidth() * 72 / (0.6 * size)))
+    legend = fig.legend(
+        handles=handles,
+        title=title,
+        loc="outside lower center",
+        ncols=_legend_columns(fig, [h.get_label() for h in handles]),
+        fontsize=FONT - 1,
+        title_fontsize=size,
+        frameon=False,
+        alignment="left" if note else "center",
+    )
+    if note:
+        legend.get_title().set_color("0.3")
 
 
 # ----------------------------------------------------------------------------- training
@@ -459,13 +495,13 @@ def accuracy_by_length(preds: pd.DataFrame, palette: dict | None = None) -> Figu
     for ax in axes[0][len(tasks) :]:
         ax.axis("off")
     order = _order(preds, palette)
-    _legend_below(fig, palette, order)
-    fig.text(
-        0.01,
-        0.005,
-        f"bars: Wilson 95 % intervals; numbers: test examples per point; hollow: n < {MIN_N}",
-        fontsize=FONT - 2,
-        color="0.3",
+    _legend_below(
+        fig,
+        palette,
+        order,
+        note=(
+            f"bars: Wilson 95 % intervals; numbers: test examples per point; hollow: n < {MIN_N}"
+        ),
     )
     return fig
 
@@ -543,14 +579,14 @@ def _by_max_attention(
         )
         ax.set_ylabel(ylabel if ax is axes[0, 0] else "")
     fig.suptitle(title)
-    _legend_below(fig, palette, _order(d, palette))
-    fig.text(
-        0.01,
-        0.005,
-        f"numbers under the axis: decoder steps per group; groups with fewer than {MIN_N} steps are "
-        "drawn as points; black line: median; empty bins are left out",
-        fontsize=FONT - 2,
-        color="0.3",
+    _legend_below(
+        fig,
+        palette,
+        _order(d, palette),
+        note=(
+            f"numbers under the axis: decoder steps per group; groups with fewer than {MIN_N} steps are "
+            "drawn as points; black line: median; empty bins are left out"
+        ),
     )
     return fig
 
@@ -658,16 +694,8 @@ def kendall_tau(steps: pd.DataFrame, palette: dict | None = None) -> Figure:
         ax2.tick_params(axis="x", labelsize=FONT - 2)
     else:
         ax2.axis("off")
-    _legend_below(fig, palette, order)
     defined, _ = per_layer(steps[steps[cols].notna().any(axis=1)], palette)
-    n = defined.groupby("variant").size()
-    fig.text(
-        0.01,
-        0.005,
-        "steps per model: " + ", ".join(f"{v} {n.get(v, 0)}" for v in order),
-        fontsize=FONT - 2,
-        color="0.3",
-    )
+    _legend_below(fig, palette, order, counts=defined.groupby("variant").size().to_dict())
     return fig
 
 
@@ -696,6 +724,10 @@ def _interval_bar(ax, bar, rows: pd.DataFrame) -> None:
     ax.plot([low, high], [y, y], color="0.25", linewidth=1.4, solid_capstyle="butt", zorder=3)
 
 
+ERASURE_BAR_IN = 0.11
+"""Least height of one bar of :func:`erasure_fractions` (inches): its 6-point step count fits."""
+
+
 def erasure_fractions(steps: pd.DataFrame, palette: dict | None = None) -> Figure:
     """Erase until the decision flips (Serrano & Smith 2019, §4), per ranking: the share of steps
     whose decision never flipped (all but one position erased), and — over the steps that did
@@ -706,8 +738,8 @@ def erasure_fractions(steps: pd.DataFrame, palette: dict | None = None) -> Figur
     and pale.
     """
     rankings = [r for r in RANKINGS if f"erase_{r}_never_flipped" in steps.columns]
-    fig, axes = _subplots(1, 3, figsize=(11, 4.6), sharex=False)
     if not rankings or not _has(steps, f"erase_{rankings[0]}_never_flipped"):
+        fig, axes = _subplots(1, 3, figsize=(11, 4.6), sharex=False)
         _note(axes[0], "no erasure results (no attention, or ablation not run)")
         axes[1].axis("off")
         axes[2].axis("off")
@@ -716,6 +748,11 @@ def erasure_fractions(steps: pd.DataFrame, palette: dict | None = None) -> Figur
     never = [f"erase_{r}_never_flipped" for r in rankings]
     base = base[base[never].notna().any(axis=1)]
     order = _order(base, palette)
+    # every bar at least ERASURE_BAR_IN tall, so its step count stays legible beside it
+    bars = len(order) * len(rankings)
+    legend = 0.25 * math.ceil(len(order) / 4)
+    height = max(4.6, 1.9 + legend + ERASURE_BAR_IN * bars)
+    fig, axes = _subplots(1, 3, figsize=(11, height), sharex=False)
     for ax, what, label in (
         (axes[0], "never_flipped", "never flipped\n(share of all steps)"),
         (axes[1], "frac_positions", "positions erased before the flip\n(steps that flipped)"),
@@ -771,14 +808,14 @@ def erasure_fractions(steps: pd.DataFrame, palette: dict | None = None) -> Figur
         ax.set_ylabel("erasure order" if ax is axes[0] else "")
         if ax is not axes[0]:
             ax.set_yticklabels([])
-    _legend_below(fig, palette, order)
-    fig.text(
-        0.01,
-        0.005,
-        "numbers: decoder steps behind each bar (middle and right: only steps that flipped); "
-        f"hatched: fewer than {MIN_N}; error bars: 95 % bootstrap over examples",
-        fontsize=FONT - 2,
-        color="0.3",
+    _legend_below(
+        fig,
+        palette,
+        order,
+        note=(
+            "numbers: decoder steps behind each bar (middle and right: only steps that flipped); "
+            f"hatched: fewer than {MIN_N}; error bars: 95 % bootstrap over examples"
+        ),
     )
     return fig
 

@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from attnstudy.analysis import figures
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 
@@ -206,6 +207,54 @@ def test_a_summary_of_many_models_is_one_forest_plot_per_statistic():
     # height: 0.6 + per question 0.45 + rows × (0.9 + 0.19 × 15) in
     assert fig.get_size_inches()[1] == pytest.approx(0.6 + (0.45 + 2 * 3.75) + (0.45 + 3.75))
     assert not fig.legends  # the models are named on the axes, not in a colour legend
+
+
+def test_many_models_keep_legends_notes_and_counts_inside_the_figure_and_apart():
+    """With 24 models the free-standing notes ran over the legend's last rows (erasure) or off the
+    figure (Kendall τ: "steps per model: …" as one line), and erasure's 120 bars were too thin for
+    their step counts. The note is now the legend's title, the legend takes as many columns as its
+    longest entry allows, and the erasure figure grows with its bars."""
+    variants = [
+        f"dates {a}-luong seed{s}"
+        for a in ("dot", "general", "concat", "additive", "multihead_general", "scaled_dot")
+        for s in (1, 2, 3, 4)
+    ]
+    d = steps(n=60, variants=variants)
+    rng = np.random.default_rng(1)
+    for r in figures.RANKINGS:
+        d[f"erase_{r}_never_flipped"] = rng.uniform(0, 1, len(d)) > 0.7
+        d[f"erase_{r}_frac_positions"] = rng.uniform(0, 1, len(d))
+        d[f"erase_{r}_frac_mass"] = rng.uniform(0, 1, len(d))
+    for fn in (
+        figures.kendall_tau,
+        figures.erasure_fractions,
+        figures.permutation_by_max_attention,
+    ):
+        fig = fn(d)
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        (legend,) = fig.legends
+        entries = [t.get_window_extent(renderer) for t in legend.get_texts()]
+        title = legend.get_title().get_window_extent(renderer)
+        assert len(entries) == len(variants)
+        for box in [*entries, title]:  # inside the figure, 1 px of rounding allowed
+            assert box.x0 >= -1 and box.x1 <= fig.bbox.x1 + 1 and box.y0 >= -1
+        assert not any(title.overlaps(e) for e in entries)
+        for note in fig.texts:  # any free-standing text: inside, and clear of the legend
+            box = note.get_window_extent(renderer)
+            assert box.x0 >= -1 and box.x1 <= fig.bbox.x1 + 1 and box.y0 >= -1
+            assert not any(box.overlaps(e) for e in entries)
+        if fn is figures.kendall_tau:
+            assert legend.get_texts()[0].get_text() == "dates dot-luong seed1 (60 steps)"
+        else:  # the note says how to read the figure
+            assert "steps" in legend.get_title().get_text()
+        if fn is figures.erasure_fractions:
+            counts = sorted(
+                (t.get_window_extent(renderer) for t in fig.axes[1].texts), key=lambda b: b.y0
+            )
+            assert len(counts) == len(variants) * len(figures.RANKINGS)
+            assert not any(a.overlaps(b) for a, b in zip(counts, counts[1:]))
 
 
 def test_heatmap_labels_turn_when_they_would_overlap_and_blank_rows_are_explained():
