@@ -7,7 +7,10 @@ Rules every figure follows (they are what keeps a figure from misleading):
   markers), never as a full-size violin or a solid bar that looks as sure as one of 400;
 * empty groups are left out, not drawn as empty space;
 * a model with several layers of cross-attention is drawn per layer (``model · layer l``);
-* an empty or undefined input draws a note, not an empty or broken axis.
+* an empty or undefined input draws a note, not an empty or broken axis;
+* the models' legend sits under the figure and its title is the figure's reading note (what the
+  numbers and hatches mean), so neither runs over the other or off the figure, whatever the number
+  of models; past :data:`FOREST_ABOVE` models the summary names them on its axes instead.
 
 Column conventions are those of :mod:`attnstudy.analysis.suite` plus a ``variant`` column naming the
 model (e.g. ``g2p additive-bahdanau``) and a ``task`` column.
