@@ -259,6 +259,9 @@ def test_old_tokenization_setting_still_works_for_experiment_files():
         ("training.lr=nan", "training.lr"),
         ("experiment.seeds=[1180591620717411303424]", "experiment.seeds"),
         ("experiment.seeds=[-1]", "experiment.seeds"),
+        # a seed twice trained one model twice under one label; the report then crashed
+        ("experiment.seeds=[1,2,1]", "experiment.seeds: seed(s) [1] listed more than once"),
+        ("trained_adversary.seeds=[3,3]", "trained_adversary.seeds: seed(s) [3] listed"),
         ("ablation.ablations=[]", "ablation.ablations"),
         ("data.n_train=1000000000", "data.n_train"),
         ("data.n_train=2000000", "tokens"),  # synthetic: 2·10⁶ × 30 tokens is over the budget

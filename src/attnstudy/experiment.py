@@ -39,6 +39,15 @@ from .config import (
 from .findings import ReportConfig, VerdictThresholds
 
 
+def _distinct_seeds(v: list[int] | None) -> list[int] | None:
+    """Refuse a seed listed twice: it would train one model twice under one label (the report's
+    per-model tables then have two rows with one name)."""
+    if v is not None and len(set(v)) != len(v):
+        twice = sorted({s for s in v if v.count(s) > 1})
+        raise ValueError(f"seed(s) {twice} listed more than once: give each seed once")
+    return v
+
+
 class ExperimentMeta(_Strict):
     """``[experiment]``: the MLflow experiment name (letters, digits, ``_.-``), the training seeds
     (one model per variant and seed), and the tracking store and its connection timeout (seconds).
@@ -49,6 +58,8 @@ class ExperimentMeta(_Strict):
     tracking_uri: str | None = None
     # seconds to wait for a tracking server; None: $ATTNSTUDY_TRACKING_TIMEOUT, else 10
     tracking_timeout: float | None = Field(None, gt=0, le=3600)
+
+    _seeds = field_validator("seeds")(_distinct_seeds)
 
     @field_validator("name")
     @classmethod
@@ -73,6 +84,8 @@ class ModelVariant(_Strict):
     data: dict[str, Any] = Field(default_factory=dict)
     model: dict[str, Any] = Field(default_factory=dict)
     training: dict[str, Any] = Field(default_factory=dict)
+
+    _seeds = field_validator("seeds")(_distinct_seeds)
 
 
 class TrainedAdversaryConfig(_Strict):
@@ -109,6 +122,8 @@ class TrainedAdversaryConfig(_Strict):
     n_train: int | None = Field(None, ge=1)
     n_examples: int | None = Field(None, ge=1)
     layer: int = Field(-1, ge=-64, le=63)
+
+    _seeds = field_validator("seeds")(_distinct_seeds)
 
     @field_validator("lambdas")
     @classmethod
