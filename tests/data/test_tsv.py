@@ -2,7 +2,7 @@ import pytest
 
 from attnstudy.config import DataConfig
 from attnstudy.data.tasks import load_task
-from attnstudy.data.tsv import read_tsv
+from attnstudy.data.tsv import load_tsv, read_tsv
 from attnstudy.data.types import DataError, detokenize, tokenize
 
 
@@ -220,3 +220,59 @@ def test_shipped_tsv_example_loads_from_any_working_directory(tmp_path, monkeypa
     assert ex.alignment.sure == {(0, 0), (2, 1), (3, 2)}
     assert ex.alignment.possible == {(0, 0), (1, 0), (2, 1), (3, 2)}  # "hundred" 1p0
     assert all(e.alignment is not None for e in splits.test)
+
+
+@pytest.mark.parametrize(
+    ("char", "name"),
+    [
+        ("\u00a0", "NO-BREAK SPACE (U+00A0)"),
+        ("\u3000", "IDEOGRAPHIC SPACE (U+3000)"),
+        ("\r", "the control character '\\r' (U+000D)"),
+        ("\x0b", "the control character '\\x0b' (U+000B)"),
+    ],
+)
+def test_whitespace_other_than_an_ascii_space_is_refused_not_split_at(tmp_path, char, name):
+    """str.split() split 'a<NBSP>b c' into three tokens, so link 1-1 silently tied 'b' (meant:
+    'c') to 'C'; only ASCII spaces separate tokens under 'spaces'."""
+    p = write(tmp_path, "ws.tsv", f"x y\tX Y\t0-0 1-1\na{char}b c\tA C\t0-0 1-1\n")
+    with pytest.raises(DataError) as err:
+        read_tsv(p)
+    assert str(err.value) == (
+        f"{p}:2: the source holds {name} at character 2; under data.source_tokenization = "
+        "'spaces' only ASCII spaces separate tokens: replace it with a space or remove it"
+    )
+    q = write(tmp_path, "wt.tsv", f"a b\tA{char}C\n")
+    with pytest.raises(DataError, match=rf"{q}:1: the target holds .* data.target_tokenization"):
+        read_tsv(q)
+    (ok,) = read_tsv(write(tmp_path, "c.tsv", f"a{char}b\tA\n"), "chars", "spaces")
+    assert ok.src == ("a", char, "b")  # characters: every character is a token, nothing to guess
+    (runs,) = read_tsv(write(tmp_path, "r.tsv", "  a   b \tA  C\t0-0 1-1\n"))
+    assert runs.src == ("a", "b") and runs.alignment.sure == {(0, 0), (1, 1)}
+
+
+def test_links_that_never_use_index_0_are_refused_unless_the_base_is_set(tmp_path):
+    """1-based links none of which reaches the last token were read 0-based without a word: every
+    link shifted by one. No link using index 0 in a whole file is certain under 1-based links."""
+    text = "g a e h\tG A E H\t1-1 2-2 3-3\nb c d\tB C D\t1-1 2-2\n"
+    p = write(tmp_path, "ones.tsv", text)
+    with pytest.raises(DataError) as err:
+        read_tsv(p)
+    assert str(err.value) == (
+        f"{p}:1: not one of the file's 5 alignment links uses index 0 (source or target), as "
+        "1-based links would not: set data.alignment_base = 1 if they count from 1, or "
+        "data.alignment_base = 0 if they are 0-based and no first token is ever linked"
+    )
+    one = read_tsv(p, alignment_base=1)
+    assert one[0].alignment.sure == {(0, 0), (1, 1), (2, 2)}
+    zero = read_tsv(p, alignment_base=0)  # set explicitly: taken as written
+    assert zero[0].alignment.sure == {(1, 1), (2, 2), (3, 3)}
+    assert read_tsv(write(tmp_path, "z.tsv", "a b\tA B\t1-0\n"))[0].alignment.sure == {(1, 0)}
+
+
+def test_an_unset_alignment_base_reaches_the_reader_as_unset(tmp_path):
+    p = write(tmp_path, "ones.tsv", "a b c\tA B C\t1-1 2-2\n")
+    paths = {f"{s}_path": str(p) for s in ("train", "dev", "test")}
+    with pytest.raises(DataError, match="uses index 0"):
+        load_tsv(DataConfig(task="tsv", **paths))
+    splits = load_tsv(DataConfig(task="tsv", alignment_base=0, **paths))
+    assert splits.test[0].alignment.sure == {(1, 1), (2, 2)}

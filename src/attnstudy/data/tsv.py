@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,20 @@ def _check_specials(tokens: Sequence[str], where: str, field_name: str, setting:
             )
 
 
+def _check_separators(text: str, where: str, field_name: str, setting: str) -> None:
+    """Under ``spaces`` only ASCII spaces separate tokens: any other whitespace (a no-break space,
+    a mid-line carriage return, an ideographic space, …) is refused, since whether the writer meant
+    it to split a token decides which token every later link points at."""
+    for k, ch in enumerate(text, start=1):
+        if ch.isspace() and ch != " ":
+            name = unicodedata.name(ch, f"the control character {ch!r}")
+            raise DataError(
+                f"{where}: the {field_name} holds {name} (U+{ord(ch):04X}) at character {k}; under "
+                f"data.{setting} = 'spaces' only ASCII spaces separate tokens: replace it with a "
+                "space or remove it"
+            )
+
+
 def _parse_line(blob: bytes, number: int, p: Path, src_tok: str, tgt_tok: str) -> _Line:
     where = f"{p}:{number}"
     try:
@@ -53,6 +68,12 @@ def _parse_line(blob: bytes, number: int, p: Path, src_tok: str, tgt_tok: str) -
             f"{where}: expected 2 or 3 tab-separated fields (source, target[, alignment]), "
             f"got {len(fields)}; separate fields with exactly one TAB"
         )
+    for text, tok, field_name, setting in (
+        (fields[0], src_tok, "source", "source_tokenization"),
+        (fields[1], tgt_tok, "target", "target_tokenization"),
+    ):
+        if tok == "spaces":
+            _check_separators(text, where, field_name, setting)
     src, tgt = tokenize(fields[0], src_tok), tokenize(fields[1], tgt_tok)
     if not src:
         raise DataError(f"{where}: empty source; every example needs a source")
@@ -157,7 +178,7 @@ def read_tsv(
     source_tokenization: str = "spaces",
     target_tokenization: str = "spaces",
     split: str = "data",
-    alignment_base: int = 0,
+    alignment_base: int | None = None,
     max_source_len: int | None = None,
     max_target_len: int | None = None,
 ) -> list[Example]:
@@ -172,13 +193,17 @@ def read_tsv(
         path: a UTF-8 text file.
         source_tokenization, target_tokenization: ``"chars"`` or ``"spaces"`` (see :func:`tokenize`).
         split: used in example ids, ``"tsv/<split>/<line number>"``.
-        alignment_base: 0 (Pharaoh, fast_align, awesome-align) or 1 (indices counted from 1).
+        alignment_base: 0 (Pharaoh, fast_align, awesome-align) or 1 (indices counted from 1);
+            None: 0, unless not one link of the file uses index 0 (on either side), which under
+            0-based links is all but impossible and under 1-based ones certain: then refused,
+            asking for the setting (an explicit 0 accepts such a file).
         max_source_len, max_target_len: longer examples are left out, with a notice counting them.
 
     Raises:
         DataError: ``file:line: problem; what to do`` for a missing file, non-UTF-8 text, a blank
             line, a wrong number of fields, an empty source or target, a special token, a bad or
-            misplaced alignment link, or a file without examples.
+            misplaced alignment link, links that look 1-based under an unset base, or a file
+            without examples.
     """
     p = Path(path)
     if not p.is_file():
@@ -211,6 +236,16 @@ def read_tsv(
     one_based = _looks_one_based(
         lines
     )  # then some link is past the end: the error names the setting
+    if alignment_base is None:
+        linked = [(ln, i, j) for ln in lines for _, i, _, j in (ln.links or [])]
+        if linked and not one_based and all(i >= 1 and j >= 1 for _, i, j in linked):
+            raise DataError(
+                f"{p}:{linked[0][0].number}: not one of the file's {len(linked)} alignment links "
+                "uses index 0 (source or target), as 1-based links would not: set "
+                "data.alignment_base = 1 if they count from 1, or data.alignment_base = 0 if they "
+                "are 0-based and no first token is ever linked"
+            )
+        alignment_base = 0
     examples = []
     too_long = []
     for ln in lines:
@@ -259,7 +294,7 @@ def load_tsv(cfg: DataConfig) -> Splits:
             cfg.source_tokenization,
             cfg.target_tokenization,
             split,
-            cfg.alignment_base,
+            cfg.alignment_base if "alignment_base" in cfg.model_fields_set else None,
             cfg.max_source_len,
             cfg.max_target_len,
         )
