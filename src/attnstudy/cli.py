@@ -359,6 +359,11 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
             raise UsageError(
                 f"--data applies to a pretrained model (hf:FOLDER); {uri} already names its data"
             )
+        if args.command == "ablate" and args.tsv and uri.startswith("models:/"):
+            raise UsageError(
+                f"--tsv applies to a pretrained model (hf:FOLDER or its runs:/ID); {uri} already "
+                "names its data: drop --tsv"
+            )
         if args.command == "ablate" and uri.startswith("hf:"):
             if not (args.tsv or args.data):
                 raise UsageError(
@@ -758,9 +763,13 @@ def main(argv: list[str] | None = None) -> int:
         acknowledge_interrupt()
         try:
             _interrupt_handled()
+            again = (
+                "resume with --resume"
+                if args.command in ("train", "run")
+                else "run the command again"
+            )
             return _error_exit(
-                "interrupted; finished runs are kept, the current run is marked KILLED "
-                "(resume with --resume)",
+                f"interrupted; finished runs are kept, the current run is marked KILLED ({again})",
                 EXIT_FAILED,
             )
         except KeyboardInterrupt:  # a second Ctrl-C while the first is reported: still exit 1

@@ -135,12 +135,18 @@ def load_recorded(tracker: Tracker, run_id: str):
     """The pretrained model of a model run made by :func:`ablate_pretrained`.
 
     Raises:
-        DataError: the recorded folder is gone or its config, tokenizer or weights changed.
+        DataError: the run is not such a model run (a model trained by attnstudy names its own
+            data), or the recorded folder is gone or its config, tokenizer or weights changed.
     """
     from attnstudy.models.hf import HFError, folder_digests, load_pretrained
 
     run = tracker.get_run(run_id)
     folder = run.tags.get(TAG_FOLDER)
+    if folder is None:
+        raise DataError(
+            f"runs:/{run_id} is not a pretrained model's run (hf:FOLDER), so --tsv does not apply: "
+            "a model trained here already names its data; drop --tsv"
+        )
     try:
         digests = folder_digests(folder)
     except HFError as e:
