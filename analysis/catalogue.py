@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from attnstudy.config import Device
+from attnstudy.config import Device, refuse_coercion
 
 CAPABILITIES = ("attention", "local", "global", "gradients", "values", "self_attention")
 """What an ablation may need of a model (:mod:`attnstudy.analysis.contract`): traced attention,
@@ -48,6 +48,8 @@ class Params(BaseModel):
     """Base of an ablation's own parameters (``[ablation.<name>]``): strict, frozen, finite."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    _no_coercion = field_validator("*", mode="before")(classmethod(refuse_coercion))
 
 
 class NoParams(Params):
@@ -306,6 +308,8 @@ class AblationConfig(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
+    _no_coercion = field_validator("*", mode="before")(classmethod(refuse_coercion))
+
     ablations: list[str] = Field(
         default_factory=lambda: list_ablations(default_only=True), min_length=1
     )
@@ -421,7 +425,8 @@ def _prepare(data: dict[str, Any]) -> dict[str, Any]:
                 raise ValueError(
                     f"unknown key 'ablation.{key}.{loc}' (valid keys: {valid})"
                 ) from None
-            raise ValueError(f"ablation.{key}.{loc}: {e['msg']} (got {e.get('input')!r})") from None
+            msg = e["msg"].removeprefix("Value error, ")
+            raise ValueError(f"ablation.{key}.{loc}: {msg} (got {e.get('input')!r})") from None
     return data
 
 

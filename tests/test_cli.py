@@ -51,7 +51,7 @@ def run_cli(*args, cwd=None, env=None):
         (["report", "--verdict", "used=0.2"], "give KEY=VALUE with KEY one of used_flip"),
         (["report", "--verdict", "used_flip"], "give KEY=VALUE"),
         (["report", "--verdict", "used_flip=1.5"], "less than or equal to 1"),
-        (["report", "--verdict", "tau_weak=high"], "valid number"),
+        (["report", "--verdict", "tau_weak=high"], "the value is not a number"),
         (["report", "--ui-url", "localhost:5000"], "is not an http(s) URL"),
     ],
 )

@@ -262,6 +262,14 @@ def test_old_tokenization_setting_still_works_for_experiment_files():
         # a seed twice trained one model twice under one label; the report then crashed
         ("experiment.seeds=[1,2,1]", "experiment.seeds: seed(s) [1] listed more than once"),
         ("trained_adversary.seeds=[3,3]", "trained_adversary.seeds: seed(s) [3] listed"),
+        # pydantic's lax mode read these as 1, 3 and 1: a guess at what a wrong type meant
+        ("training.epochs=true", "training.epochs: expected a number, not a boolean"),
+        ('training.epochs="3"', "training.epochs: expected a number, not a string; write it"),
+        ("data.alignment_base=true", "data.alignment_base: expected a number, not a boolean"),
+        ('training.lr="0.1"', "training.lr: expected a number, not a string"),
+        ("ablation.n_examples=false", "ablation.n_examples: expected a number, not a boolean"),
+        ('ablation.permutation.n="5"', "ablation.permutation.n: expected a number, not a string"),
+        ("report.verdict.used_flip=true", "report.verdict.used_flip: expected a number, not a"),
         ("ablation.ablations=[]", "ablation.ablations"),
         ("data.n_train=1000000000", "data.n_train"),
         ("data.n_train=2000000", "tokens"),  # synthetic: 2·10⁶ × 30 tokens is over the budget

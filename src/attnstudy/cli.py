@@ -620,11 +620,15 @@ def verdict_overrides(items: list[str]) -> dict[str, float]:
                 f"--verdict {item!r}: give KEY=VALUE with KEY one of {', '.join(fields)}"
             )
         try:
-            VerdictThresholds(**{key: value.strip()})
+            number = float(value)
+        except ValueError:
+            raise UsageError(f"--verdict {item!r}: the value is not a number") from None
+        try:
+            VerdictThresholds(**{key: number})
         except ValidationError as err:
             reason = err.errors()[0]["msg"]
             raise UsageError(f"--verdict {item!r}: {reason}") from None
-        out[key] = float(value)
+        out[key] = number
     return out
 
 

@@ -16,8 +16,9 @@ import hashlib
 import json
 import re
 import tomllib
+import types
 from pathlib import PurePath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -27,6 +28,7 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -82,9 +84,45 @@ class ConfigError(ValueError):
     """A configuration problem, phrased as one line that names the problem and the fix."""
 
 
+def _plain_types(annotation: Any) -> set[type]:
+    """The outer types an annotation admits: ``int | None`` → {int, NoneType},
+    ``Literal[0, 1]`` → {int}, ``Annotated[int, …]`` → {int}, ``list[int]`` → {list}."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _plain_types(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return set().union(*(_plain_types(a) for a in get_args(annotation)))
+    if origin is Literal:
+        return {type(a) for a in get_args(annotation)}
+    outer = origin or annotation
+    return {outer} if isinstance(outer, type) else set()
+
+
+def refuse_coercion(cls: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
+    """A ``mode="before"`` field validator: a number field refuses a boolean or a string.
+
+    Pydantic's lax mode reads ``epochs = true`` as 1 and ``epochs = "3"`` as 3 — a guess at what
+    a wrong type meant. Strict mode would also refuse a TOML list for a tuple field, so only these
+    two coercions are refused.
+
+    Raises:
+        ValueError: naming the value and what to write instead.
+    """
+    kinds = _plain_types(cls.model_fields[info.field_name].annotation)
+    if not kinds & {int, float} or not isinstance(value, bool | str):
+        return value
+    if isinstance(value, bool) and bool not in kinds:
+        raise ValueError("expected a number, not a boolean; write a number")
+    if isinstance(value, str) and str not in kinds:
+        raise ValueError("expected a number, not a string; write it without quotes")
+    return value
+
+
 class _Strict(BaseModel):
     # finite floats only: inf/NaN would pass a range check (gt=0) and fail after the store is touched
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    _no_coercion = field_validator("*", mode="before")(classmethod(refuse_coercion))
 
 
 class DataConfig(_Strict):

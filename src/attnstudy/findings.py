@@ -27,7 +27,9 @@ import collections
 import math
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .config import refuse_coercion
 
 LITERATURE = {
     "jw": "Jain & Wallace (2019, NAACL)",
@@ -53,6 +55,8 @@ class VerdictThresholds(BaseModel):
     """``[report.verdict]``: the thresholds the verdict's rules use (all stated in the report)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    _no_coercion = field_validator("*", mode="before")(classmethod(refuse_coercion))
 
     used_flip: float = Field(
         0.10,
