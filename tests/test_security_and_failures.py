@@ -330,11 +330,23 @@ def test_empty_database_beside_artifacts_is_refused(tiny_models, tmp_path):
             "--quiet",
         )
     )
-    (root / "mlruns" / "mlflow.db").write_bytes(b"")
+    db = root / "mlruns" / "mlflow.db"
+    db.write_bytes(b"")
+    # a damaged store is something named that is malformed: exit 2, as README says (it was 1)
     for argv in (["train", str(TINY), "--quiet"], ["report", "--experiment", "tiny"]):
         res = cli(root, *argv)
-        assert res.returncode == 1 and "is empty (0 bytes) but" in one_error_line(res)
-    assert (root / "mlruns" / "mlflow.db").stat().st_size == 0
+        assert res.returncode == 2 and "is empty (0 bytes) but" in one_error_line(res)
+    assert db.stat().st_size == 0
+    # not a database at all: SQLAlchemy's own error escaped as "(sqlite3.DatabaseError) file is
+    # not a database", exit 1, naming neither the file nor what to do
+    db.write_bytes(b"garbage\n")
+    for argv in (["train", str(TINY), "--quiet"], ["report", "--experiment", "tiny"]):
+        res = cli(root, *argv)
+        assert res.returncode == 2 and one_error_line(res) == (
+            f"attnstudy: error: the tracking database {db} cannot be read (file is not a "
+            "database); point --tracking-uri at the store's mlflow.db, or restore it from a backup"
+        )
+    assert db.read_bytes() == b"garbage\n"
 
 
 def test_deleted_model_files_are_not_reused(tmp_path):

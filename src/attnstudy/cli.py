@@ -787,9 +787,10 @@ def main(argv: list[str] | None = None) -> int:
         from .data.types import DataError
         from .distributed import ClusterNotFoundError
         from .models.io import ModelLoadError
+        from .tracking.client import StoreDamagedError
 
         # what the user named does not exist or is malformed: 2; a run that failed: 1
-        named = DataError | LookupError | ModelLoadError | ClusterNotFoundError
+        named = DataError | LookupError | ModelLoadError | ClusterNotFoundError | StoreDamagedError
         code = EXIT_USAGE if isinstance(err, named) else EXIT_FAILED
         return _error_exit(
             f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}", code

@@ -53,6 +53,11 @@ class TrackingError(RuntimeError):
     """The tracking store cannot be reached or used; the message names the URI."""
 
 
+class StoreDamagedError(TrackingError):
+    """The store's database is lost, truncated or not a database: what the user named is
+    malformed (exit code 2 at the command line); nothing is written to it."""
+
+
 class StoreNotFoundError(LookupError):
     """A verb that reads an existing store found none where it looked (the message says where)."""
 
@@ -226,7 +231,7 @@ class Tracker:
         size = db.stat().st_size if db.is_file() else None
         if (size is None or size == 0) and has_data:
             state = "empty (0 bytes)" if size == 0 else "missing"
-            raise TrackingError(
+            raise StoreDamagedError(
                 f"the tracking database {db} is {state} but {root} holds artifacts or checkpoints: "
                 "the database was lost or truncated; restore it from a backup, or move "
                 f"{root} aside to start a new store"
@@ -269,9 +274,16 @@ class Tracker:
                 Path(leftover).unlink(missing_ok=True)
 
     def _check_open(self, db: Path) -> None:
+        from sqlalchemy.exc import DatabaseError
+
         try:
             with deferred_signals():
                 MlflowClient(self.uri).search_experiments(max_results=1)
+        except DatabaseError as err:  # SQLite's "file is not a database" is not an MlflowException
+            raise StoreDamagedError(
+                f"the tracking database {db} cannot be read ({err.orig}); point --tracking-uri "
+                "at the store's mlflow.db, or restore it from a backup"
+            ) from None
         except MlflowException as err:
             raise TrackingError(
                 f"cannot open the tracking store {self.uri}: {_disk_message(err, db.parent)}"
