@@ -156,6 +156,27 @@ def test_an_interrupted_study_resumes(fresh_root, monkeypatch):
     assert sorted(ids) == sorted(out.ablations.values())
 
 
+def test_resume_that_finds_no_matching_study_says_so(fresh_root, caplog):
+    """`run --resume` with nothing to continue (or an interrupted study of another configuration,
+    e.g. its data changed) started a new study without a word."""
+    from attnstudy import api
+    from attnstudy.tracking import store
+
+    cfg = _cfg('models=[{model={attention="none",flow="bahdanau"}}]', "ablation.n_examples=4")
+    t = _tracker()
+    exp_id = t.experiment_id("tiny")
+    other = store.start_study(t, exp_id, "tiny", "another-study-key", "")
+    t.end_run(other, "KILLED")
+    out = api.run(cfg, progress=False, report=False, resume=True)
+    assert not out.resumed and out.study_run_id != other
+    assert (
+        f"--resume: no interrupted study of experiment 'tiny' has this configuration (the "
+        f"newest, {other}, has another study key: a config, data or ablation setting changed "
+        "since); starting a new study (a model's interrupted training still resumes from its "
+        "checkpoint)"
+    ) in caplog.text
+
+
 @pytest.mark.parametrize(
     ("overrides", "expect"),
     [

@@ -892,6 +892,19 @@ def _run(
     skey = study_key(cfg, [model_key(spec) for spec in specs])
     study_id = store.find_resumable_study(tracker, exp_id, skey) if resume else None
     resumed = study_id is not None
+    if resume and not resumed:
+        other = store.interrupted_studies(tracker, exp_id)
+        notice(
+            f"--resume: no interrupted study of experiment {cfg.experiment.name!r} "
+            + (
+                f"has this configuration (the newest, {other[0]}, has another study key: a "
+                "config, data or ablation setting changed since); "
+                if other
+                else "to continue; "
+            )
+            + "starting a new study (a model's interrupted training still resumes from its "
+            "checkpoint)"
+        )
     if resumed:
         tracker.reopen_run(study_id)
     else:

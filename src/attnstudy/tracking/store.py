@@ -72,6 +72,12 @@ def find_resumable_study(tracker: Tracker, experiment_id: str, study_key: str) -
     return next((r.run_id for r in runs if r.status in ("KILLED", "FAILED")), None)
 
 
+def interrupted_studies(tracker: Tracker, experiment_id: str) -> list[str]:
+    """The KILLED or FAILED study runs of an experiment, newest first, whatever their study key."""
+    runs = tracker.search_runs([experiment_id], f"tags.{Tag.KIND} = '{Kind.STUDY}'")
+    return [r.run_id for r in runs if r.status in ("KILLED", "FAILED")]
+
+
 def record_study(
     tracker: Tracker,
     study_id: str,
