@@ -350,3 +350,31 @@ def test_set_paths_are_relative_to_the_working_directory(tmp_path, monkeypatch):
     ).runs()[0]
     assert spec.data.test_path == str(mine) and spec.data.train_path == str(mine)
     assert spec.data.dev_path == str(folder / "data" / "train.tsv")
+
+
+@pytest.mark.parametrize(
+    ("variant", "needle"),
+    [
+        (
+            {"model": {"attention": "additive", "heads": 3}},
+            "models[0]: model.heads = 3 is not used by additive-bahdanau (task copy); remove it",
+        ),
+        (
+            {"model": {"attention": "dot", "attention_dim": 16}},
+            "models[0]: model.attention_dim = 16 is not used by dot-bahdanau (task copy)",
+        ),
+        (
+            {"data": {"dates_start": "1990-01-01"}},
+            "models[0]: data.dates_start = '1990-01-01' is not used by additive-bahdanau (task copy)",
+        ),
+    ],
+)
+def test_a_variant_setting_its_model_does_not_use_is_refused(variant, needle):
+    """`--set models.0.model.heads=3` on additive attention trained (or reused) the single-head
+    model without a word; a base section's setting may still serve only some variants."""
+    with pytest.raises(ConfigError) as err:
+        parse_experiment({**BASE, "models": [variant]})
+    assert needle in str(err.value)
+    shared = {**BASE, "model": {"heads": 2}}
+    shared["models"] = [{"model": {"attention": "additive"}}, {"model": {"attention": "multihead"}}]
+    assert [s.model.n_heads for s in parse_experiment(shared).runs()] == [1, 2]

@@ -189,6 +189,7 @@ class ExperimentConfig(_Strict):
                     raise ConfigError(f"models[{i}]: {_describe(err)}") from None
                 specs.append(spec)
                 label = f"{spec.data.task}/{spec.label}"
+            _check_used(i, variant, specs[-1])
             if label in seen:
                 raise ConfigError(
                     f"models[{i}] and models[{seen[label]}] are both {label}: give them different "
@@ -196,6 +197,23 @@ class ExperimentConfig(_Strict):
                 )
             seen[label] = i
         return specs
+
+
+def _check_used(i: int, variant: ModelVariant, spec: RunSpec) -> None:
+    """A setting a ``[[models]]`` entry gives itself must be one its model uses: ``heads = 3`` on
+    additive attention was dropped without a word (and the single-head model reused).
+
+    Raises:
+        ConfigError: naming the entry, the setting and the model.
+    """
+    used = spec.used_fields()
+    for section in ("data", "model", "training"):
+        for key, value in getattr(variant, section).items():
+            if key not in used[section]:
+                raise ConfigError(
+                    f"models[{i}]: {section}.{key} = {value!r} is not used by {spec.label} "
+                    f"(task {spec.data.task}); remove it, or change the setting that would use it"
+                )
 
 
 for _m in (
