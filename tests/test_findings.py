@@ -127,6 +127,29 @@ def test_thresholds_are_configurable_and_change_the_answer():
         VerdictThresholds(used_flip=1.5)
 
 
+@pytest.mark.parametrize(
+    ("attn_grad", "attn_loo", "grad_loo", "answer"),
+    [
+        # a user's untrained tiny model: τ ≈ 0 against a baseline of τ ≈ 0 was "agrees: yes"
+        ((-0.05, -0.1, 0.0), (-0.16, -0.2, -0.12), (-0.09, -0.13, -0.05), "unclear"),
+        ((0.15, 0.1, 0.2), (0.2, 0.15, 0.25), (0.183, 0.171, 0.196), "unclear"),
+        ((0.1, 0.05, 0.15), (0.1, 0.05, 0.15), (0.2, 0.17, 0.23), "weaker"),  # below it: weaker
+        ((0.5, 0.45, 0.55), (0.6, 0.55, 0.65), (0.2, 0.17, 0.23), "yes"),  # τ ≥ 0.3 both
+        ((0.5, 0.45, 0.55), (0.45, 0.4, 0.5), (0.5, 0.42, 0.58), "yes"),  # a strong baseline
+    ],
+)
+def test_agreement_against_a_weak_baseline_is_unclear(attn_grad, attn_loo, grad_loo, answer):
+    m = metrics(
+        importance__tau_attn_grad=attn_grad,
+        importance__tau_attn_loo=attn_loo,
+        importance__tau_grad_loo=grad_loo,
+    )
+    v = verdict(facts_from_metrics("m", "additive", m, PARAMS))
+    assert v.agrees == answer
+    said = "gradient and leave-one-out hardly agree with each other (τ below 0.3), so the"
+    assert (said in v.text) == (answer == "unclear")
+
+
 def test_an_interval_straddling_a_threshold_is_unclear_not_rounded():
     m = metrics(permutation__flip_rate=(0.12, 0.05, 0.2))
     assert verdict(facts_from_metrics("m", "additive", m, PARAMS)).used == "unclear"

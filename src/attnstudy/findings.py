@@ -12,13 +12,14 @@ report and configurable (``[report.verdict]`` of the experiment file, or ``attns
   output? Adversarial share of steps with an alternative within ε_eval (TVD) and its JSD;
 * **agrees?** — does attention rank source tokens as gradient and leave-one-out importance do?
   Kendall τ attn–grad and attn–LOO, set against τ grad–LOO (how well the two non-attention
-  measures agree with each other);
+  measures agree with each other; unclear while that baseline is itself weak);
 * **aligns?** — is the attention argmax a word alignment? AER and attention mass on gold links.
 
 Only these published reference points are quoted with numbers (others qualitatively):
 Jain & Wallace 2019 (NAACL), Moradi et al. 2019, Vashishth et al. 2019 (see :data:`LITERATURE`).
 
-This module imports only the standard library and pydantic (it is used by config validation).
+This module imports only the standard library, pydantic and the torch-free :mod:`attnstudy.config`
+(it is used by config validation).
 """
 
 from __future__ import annotations
@@ -84,7 +85,13 @@ class VerdictThresholds(BaseModel):
         description="… and the adversaries' JSD (nats) has its lower bound at least this; unique if "
         "either upper bound is below its threshold",
     )
-    tau_weak: float = Field(0.3, ge=-1, le=1, description="Kendall τ below this is weak agreement")
+    tau_weak: float = Field(
+        0.3,
+        ge=-1,
+        le=1,
+        description="Kendall τ below this is weak agreement; agreement is unclear while "
+        "gradient–LOO's upper bound is below this and attention's τ is not above it",
+    )
     tau_strong: float = Field(
         0.6, ge=-1, le=1, description="Kendall τ at least this is strong agreement"
     )
@@ -190,7 +197,8 @@ class Verdict:
 
     Attributes:
         used, unique, agrees, aligns: ``yes`` / ``no`` / ``unclear`` / ``n/a`` (not measured),
-            and for ``agrees`` also ``weaker`` (less than gradient and LOO agree with each other).
+            and for ``agrees`` also ``weaker`` (less than gradient and LOO agree with each other;
+            ``unclear`` there when those two hardly agree themselves).
         sentences: the generated text, one sentence per question (in that order), plus notes.
     """
 
@@ -381,6 +389,14 @@ def _agrees(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
         if below:
             v.agrees = "weaker"
             s += ": it agrees with them less than they agree with each other"
+        elif _hi(gl) < t.tau_weak and not all(e.value >= t.tau_weak for e in (ag, al) if e):
+            # two importance measures that hardly agree are no yardstick: "as well as they do"
+            # was a "yes" for τ ≈ 0 against a baseline of τ ≈ 0
+            v.agrees = "unclear"
+            s += (
+                f": gradient and leave-one-out hardly agree with each other (τ below "
+                f"{t.tau_weak:g}), so the comparison says little"
+            )
         else:
             v.agrees = "yes"
             s += ": about as well as they agree with each other, or better"
