@@ -378,3 +378,17 @@ def test_a_variant_setting_its_model_does_not_use_is_refused(variant, needle):
     shared = {**BASE, "model": {"heads": 2}}
     shared["models"] = [{"model": {"attention": "additive"}}, {"model": {"attention": "multihead"}}]
     assert [s.model.n_heads for s in parse_experiment(shared).runs()] == [1, 2]
+
+
+def test_an_experiment_file_without_settings_is_refused(tmp_path):
+    """An empty file (or only comments) started a 10-epoch copy study named 'default'."""
+    for text in ("", "# nothing yet\n"):
+        p = tmp_path / "empty.toml"
+        p.write_text(text, encoding="utf-8")
+        with pytest.raises(ConfigError) as err:
+            load_experiment(p)
+        assert str(err.value) == (
+            f'{p}: the file holds no settings; give at least [data] task = "…" (see experiments/ '
+            "for examples)"
+        )
+    assert load_experiment(p, ['data.task="reverse"']).data["task"] == "reverse"

@@ -252,6 +252,11 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
         raise ConfigError(f"{p}: malformed TOML: {err}") from None
     except OSError as err:
         raise ConfigError(f"cannot read {p}: {err.strerror}") from None
+    if not raw and not overrides:  # all defaults: a 10-epoch copy study nobody asked for
+        raise ConfigError(
+            f'{p}: the file holds no settings; give at least [data] task = "…" (see '
+            "experiments/ for examples)"
+        )
     raw = resolve_data_paths(raw, p.resolve().parent, source=str(p))
     # --set values are the user's own typing: their relative paths are relative to the working directory
     raw = resolve_data_paths(apply_overrides(raw, overrides or []), Path.cwd(), check=False)
