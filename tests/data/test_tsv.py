@@ -276,3 +276,16 @@ def test_an_unset_alignment_base_reaches_the_reader_as_unset(tmp_path):
         load_tsv(DataConfig(task="tsv", **paths))
     splits = load_tsv(DataConfig(task="tsv", alignment_base=0, **paths))
     assert splits.test[0].alignment.sure == {(1, 1), (2, 2)}
+
+
+def test_a_prefix_longer_than_the_file_is_noted(tmp_path, caplog):
+    """data.n_train = 100000 on a 2-line file used both lines without a word."""
+    p = write(tmp_path, "two.tsv", "a b\tA B\nc\tC\n")
+    paths = {f"{s}_path": str(p) for s in ("train", "dev", "test")}
+    splits = load_tsv(DataConfig(task="tsv", n_train=100000, n_dev=1, **paths))
+    assert len(splits.train) == 2 and len(splits.dev) == 1
+    assert (
+        f"{p}: data.n_train = 100000 but the file has 2 example(s); all 2 are used (leave "
+        "data.n_train unset for the whole file)"
+    ) in caplog.text
+    assert "data.n_dev" not in caplog.text and "data.n_test" not in caplog.text

@@ -299,5 +299,10 @@ def load_tsv(cfg: DataConfig) -> Splits:
             cfg.max_target_len,
         )
         n = getattr(cfg, f"n_{split}")
+        if n is not None and n > len(examples):
+            notice(
+                f"{path}: data.n_{split} = {n} but the file has {len(examples)} example(s); "
+                f"all {len(examples)} are used (leave data.n_{split} unset for the whole file)"
+            )
         out[split] = examples[:n] if n is not None else examples
     return Splits(**out)
