@@ -894,15 +894,15 @@ def _run(
     resumed = study_id is not None
     if resume and not resumed:
         other = store.interrupted_studies(tracker, exp_id)
+        found = (
+            f"has this configuration (the newest, {other[0]}, has another study key: a config, "
+            "data or ablation setting changed since)"
+            if other
+            else "to continue"
+        )
         notice(
-            f"--resume: no interrupted study of experiment {cfg.experiment.name!r} "
-            + (
-                f"has this configuration (the newest, {other[0]}, has another study key: a "
-                "config, data or ablation setting changed since); "
-                if other
-                else "to continue; "
-            )
-            + "starting a new study (a model's interrupted training still resumes from its "
+            f"--resume: no interrupted study of experiment {cfg.experiment.name!r} {found}; "
+            "starting a new study (a model's interrupted training still resumes from its "
             "checkpoint)"
         )
     if resumed:

@@ -63,19 +63,21 @@ def start_study(
     return run_id
 
 
+def interrupted_studies(
+    tracker: Tracker, experiment_id: str, study_key: str | None = None
+) -> list[str]:
+    """The KILLED or FAILED study runs of an experiment, newest first: those with this study key,
+    or all of them (``None``)."""
+    query = f"tags.{Tag.KIND} = '{Kind.STUDY}'"
+    if study_key is not None:
+        query += f" and tags.{Tag.STUDY_KEY} = {_q(study_key)}"
+    runs = tracker.search_runs([experiment_id], query)
+    return [r.run_id for r in runs if r.status in ("KILLED", "FAILED")]
+
+
 def find_resumable_study(tracker: Tracker, experiment_id: str, study_key: str) -> str | None:
     """The newest KILLED or FAILED study run with this study key, or None."""
-    runs = tracker.search_runs(
-        [experiment_id],
-        f"tags.{Tag.KIND} = '{Kind.STUDY}' and tags.{Tag.STUDY_KEY} = {_q(study_key)}",
-    )
-    return next((r.run_id for r in runs if r.status in ("KILLED", "FAILED")), None)
-
-
-def interrupted_studies(tracker: Tracker, experiment_id: str) -> list[str]:
-    """The KILLED or FAILED study runs of an experiment, newest first, whatever their study key."""
-    runs = tracker.search_runs([experiment_id], f"tags.{Tag.KIND} = '{Kind.STUDY}'")
-    return [r.run_id for r in runs if r.status in ("KILLED", "FAILED")]
+    return next(iter(interrupted_studies(tracker, experiment_id, study_key)), None)
 
 
 def record_study(
