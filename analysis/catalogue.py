@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from attnstudy.config import Device, refuse_coercion
+from attnstudy.config import Device, _Strict
 
 CAPABILITIES = ("attention", "local", "global", "gradients", "values", "self_attention")
 """What an ablation may need of a model (:mod:`attnstudy.analysis.contract`): traced attention,
@@ -44,12 +44,8 @@ class AblationSpecError(ValueError):
     """An ablation module or spec that breaks the catalogue's rules (the message says which)."""
 
 
-class Params(BaseModel):
+class Params(_Strict):
     """Base of an ablation's own parameters (``[ablation.<name>]``): strict, frozen, finite."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    _no_coercion = field_validator("*", mode="before")(classmethod(refuse_coercion))
 
 
 class NoParams(Params):
@@ -298,7 +294,7 @@ NOT_RESULT_SETTINGS = ("device",)
 """General ablation settings that decide where the work runs, not what it computes."""
 
 
-class AblationConfig(BaseModel):
+class AblationConfig(_Strict):
     """Which ablations run, on how many test examples, from which prefix, with which settings.
 
     The general settings are fields; each ablation's own settings are a table named after it
@@ -306,9 +302,7 @@ class AblationConfig(BaseModel):
     earlier versions (``n_permutations``, ``n_random_orders``) are read as their new tables.
     """
 
-    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
-
-    _no_coercion = field_validator("*", mode="before")(classmethod(refuse_coercion))
+    model_config = ConfigDict(extra="allow")  # each ablation's table; frozen and finite as _Strict
 
     ablations: list[str] = Field(
         default_factory=lambda: list_ablations(default_only=True), min_length=1

@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator
 
 from .analysis.catalogue import AblationConfig
 from .config import (
@@ -39,13 +39,17 @@ from .config import (
 from .findings import ReportConfig, VerdictThresholds
 
 
-def _distinct_seeds(v: list[int] | None) -> list[int] | None:
+def _distinct_seeds(v: list[int]) -> list[int]:
     """Refuse a seed listed twice: it would train one model twice under one label (the report's
     per-model tables then have two rows with one name)."""
-    if v is not None and len(set(v)) != len(v):
+    if len(set(v)) != len(v):
         twice = sorted({s for s in v if v.count(s) > 1})
         raise ValueError(f"seed(s) {twice} listed more than once: give each seed once")
     return v
+
+
+Seeds = Annotated[list[Seed], AfterValidator(_distinct_seeds)]
+"""A list of distinct seeds."""
 
 
 class ExperimentMeta(_Strict):
@@ -54,12 +58,10 @@ class ExperimentMeta(_Strict):
     """
 
     name: str = Field("default", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")
-    seeds: list[Seed] = Field(default_factory=lambda: [1], min_length=1, max_length=1000)
+    seeds: Seeds = Field(default_factory=lambda: [1], min_length=1, max_length=1000)
     tracking_uri: str | None = None
     # seconds to wait for a tracking server; None: $ATTNSTUDY_TRACKING_TIMEOUT, else 10
     tracking_timeout: float | None = Field(None, gt=0, le=3600)
-
-    _seeds = field_validator("seeds")(_distinct_seeds)
 
     @field_validator("name")
     @classmethod
@@ -80,12 +82,10 @@ class ModelVariant(_Strict):
     """One ``[[models]]`` entry: overrides over the base sections."""
 
     name: str | None = Field(None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.\-]+$")
-    seeds: list[Seed] | None = Field(None, min_length=1, max_length=1000)
+    seeds: Seeds | None = Field(None, min_length=1, max_length=1000)
     data: dict[str, Any] = Field(default_factory=dict)
     model: dict[str, Any] = Field(default_factory=dict)
     training: dict[str, Any] = Field(default_factory=dict)
-
-    _seeds = field_validator("seeds")(_distinct_seeds)
 
 
 class TrainedAdversaryConfig(_Strict):
@@ -114,7 +114,7 @@ class TrainedAdversaryConfig(_Strict):
 
     lambdas: list[float] = Field(default_factory=list, max_length=20)
     variants: list[str] | None = Field(None, min_length=1, max_length=100)
-    seeds: list[Seed] | None = Field(None, min_length=1, max_length=100)
+    seeds: Seeds | None = Field(None, min_length=1, max_length=100)
     init: Literal["base", "scratch"] = "base"
     epochs: int = Field(5, ge=1, le=1000)
     lr: float | None = Field(None, gt=0, le=10)
@@ -122,8 +122,6 @@ class TrainedAdversaryConfig(_Strict):
     n_train: int | None = Field(None, ge=1)
     n_examples: int | None = Field(None, ge=1)
     layer: int = Field(-1, ge=-64, le=63)
-
-    _seeds = field_validator("seeds")(_distinct_seeds)
 
     @field_validator("lambdas")
     @classmethod

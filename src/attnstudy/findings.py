@@ -28,9 +28,9 @@ import collections
 import math
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from .config import refuse_coercion
+from .config import _Strict
 
 LITERATURE = {
     "jw": "Jain & Wallace (2019, NAACL)",
@@ -52,12 +52,8 @@ REFERENCES = [
 ]
 
 
-class VerdictThresholds(BaseModel):
+class VerdictThresholds(_Strict):
     """``[report.verdict]``: the thresholds the verdict's rules use (all stated in the report)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    _no_coercion = field_validator("*", mode="before")(classmethod(refuse_coercion))
 
     used_flip: float = Field(
         0.10,
