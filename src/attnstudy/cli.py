@@ -767,11 +767,7 @@ def main(argv: list[str] | None = None) -> int:
         acknowledge_interrupt()
         try:
             _interrupt_handled()
-            again = (
-                "resume with --resume"
-                if args.command in ("train", "run")
-                else "run the command again"
-            )
+            again = "resume with --resume" if "resume" in vars(args) else "run the command again"
             return _error_exit(
                 f"interrupted; finished runs are kept, the current run is marked KILLED ({again})",
                 EXIT_FAILED,

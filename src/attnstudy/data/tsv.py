@@ -95,9 +95,13 @@ def _parse_line(blob: bytes, number: int, p: Path, src_tok: str, tgt_tok: str) -
     return _Line(number, tuple(src), tuple(tgt), links)
 
 
-def _looks_one_based(lines: list[_Line]) -> bool:
+def _linked(lines: list[_Line]) -> list[tuple[_Line, int, int]]:
+    """Every link of the file as (its line, source index, target index), as written."""
+    return [(ln, i, j) for ln in lines for _, i, _, j in (ln.links or [])]
+
+
+def _looks_one_based(linked: list[tuple[_Line, int, int]]) -> bool:
     """Every index ≥ 1, none past the end under 1-based reading, and some one past the end 0-based."""
-    linked = [(ln, i, j) for ln in lines for _, i, _, j in (ln.links or [])]
     return (
         bool(linked)
         and all(1 <= i <= len(ln.src) and 1 <= j <= len(ln.tgt) for ln, i, j in linked)
@@ -233,11 +237,9 @@ def read_tsv(
         notice(
             f"{p}: {len(empty)} example(s) have an empty alignment field, read as 'no gold links'"
         )
-    one_based = _looks_one_based(
-        lines
-    )  # then some link is past the end: the error names the setting
+    linked = _linked(lines)
+    one_based = _looks_one_based(linked)  # then some link is past the end: the error names it
     if alignment_base is None:
-        linked = [(ln, i, j) for ln in lines for _, i, _, j in (ln.links or [])]
         if linked and not one_based and all(i >= 1 and j >= 1 for _, i, j in linked):
             raise DataError(
                 f"{p}:{linked[0][0].number}: not one of the file's {len(linked)} alignment links "
