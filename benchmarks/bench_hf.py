@@ -49,7 +49,9 @@ def run(args) -> dict:
     steps = 20 if args.smoke else 300
     repeats = args.repeats or (1 if args.smoke else 3)
     with tempfile.TemporaryDirectory() as tmp:
-        model = load_pretrained(build_tiny(Path(tmp) / "marian", "marian", "word", steps))
+        model = load_pretrained(
+            build_tiny(Path(tmp) / "marian", family="marian", tokenizer="word", steps=steps)
+        )
     texts = copy_pairs(n_words, seed=11)
     with torch.no_grad():
         tr = model.trace(*_batch(model, texts))

@@ -258,7 +258,7 @@ def test_a_pretrained_models_battery_keeps_every_tensor_on_its_device(tmp_path, 
     from attnstudy.models.hf import load_pretrained
     from attnstudy.models.hf_tiny import build_tiny, copy_pairs
 
-    model = load_pretrained(build_tiny(tmp_path / "bart", "bart", "bpe", steps=5))
+    model = load_pretrained(build_tiny(tmp_path / "bart", family="bart", tokenizer="bpe", steps=5))
     examples = [
         Example(f"hf/{i}", model.source_tokens(s), model.target_tokens(s))
         for i, s in enumerate(copy_pairs(4, seed=1))

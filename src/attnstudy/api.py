@@ -865,6 +865,16 @@ def run(
     """
     adversaries.check_selection(cfg, cfg.runs())
     tracker = open_tracker(cfg, devices_here=executor is None)
+    if report:  # a report folder that would be refused at the end is refused before the study
+        from attnstudy.outputs import REPORT_KIND, check_replace, store_folders_of
+        from attnstudy.report import report_dir
+
+        check_replace(
+            report_dir(cfg.experiment.name),
+            kind=REPORT_KIND,
+            option="the report folder",
+            store_folders=store_folders_of(tracker.uri),
+        )
     exp_id = tracker.experiment_id(cfg.experiment.name)
     try:
         if executor is not None:
@@ -1304,12 +1314,15 @@ def report(
         try:
             study_id = latest_study(tracker, experiment or "quickstart")
         except LookupError:  # trained by `attnstudy train` only: the table of trainings
+            from attnstudy.outputs import store_folders_of
             from attnstudy.report import experiment_training_rows
             from attnstudy.results import write_results
 
             name = experiment or "quickstart"
             rows = experiment_training_rows(tracker, name)
-            (path,) = write_results(results_dir, name, {"-models": rows}) or (None,)
+            (path,) = write_results(
+                results_dir, name, {"-models": rows}, store_folders_of(tracker.uri)
+            ) or (None,)
             if path is None:
                 raise LookupError(f"experiment {name!r} has no study and no model run") from None
             return path

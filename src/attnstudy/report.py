@@ -17,7 +17,6 @@ import json
 import math
 import os
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +46,7 @@ from .findings import (
     verdict,
 )
 from .notices import notice
+from .outputs import REPORT_KIND, check_files, replace_folder, store_folders_of, write_files
 from .paths import project_root
 from .run_pages import (  # noqa: F401 (variant_name re-exported)
     config_name,
@@ -1326,14 +1326,9 @@ def build_report(
     data = load_study(tracker, study_id)
     ui = ui_base_url(ui_url, tracker.uri)
     context = report_context(data, ui, thresholds_of(data, verdict_overrides))
-    out = Path(out_dir).resolve() if out_dir else report_dir(data.experiment)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would otherwise become the report folder's mode
     table = summary_frame(context)
-    try:
+
+    def build(tmp: Path) -> None:
         (tmp / "figures").mkdir()
         for fig in context["figures"]:
             (tmp / fig["file"]).write_bytes(fig["png"])
@@ -1359,25 +1354,14 @@ def build_report(
             pd.DataFrame(adversary_rows(data)).to_csv(tmp / "adversaries.csv", index=False)
         (tmp / "report.html").write_text(render_html(context), encoding="utf-8")
         (tmp / "report.md").write_text(render_markdown(context), encoding="utf-8")
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    for fig in context["figures"]:
-        tracker.log_artifact(study_id, out / fig["file"], Artifact.FIGURES_DIR)
-    tracker.log_artifacts(study_id, out, Artifact.REPORT_DIR)
-    if results_dir is not None:
-        from .results import write_results
+
+    stores = store_folders_of(tracker.uri)
+    results = None
+    if results_dir is not None:  # checked before the report is written, written after
+        from .results import result_files
 
         study = {"study run": study_id}
-        write_results(
-            results_dir,
+        results = result_files(
             data.experiment,
             {
                 "": [r | study for r in summary_cells(table)],
@@ -1387,6 +1371,19 @@ def build_report(
                 "-timing": [r | study for r in timing_rows(data)],
             },
         )
+        check_files(results_dir, results, option="--results", store_folders=stores)
+    out = replace_folder(
+        out_dir if out_dir else report_dir(data.experiment),
+        build,
+        kind=REPORT_KIND,
+        option="--out" if out_dir else "the report folder",
+        store_folders=stores,
+    )
+    for fig in context["figures"]:
+        tracker.log_artifact(study_id, out / fig["file"], Artifact.FIGURES_DIR)
+    tracker.log_artifacts(study_id, out, Artifact.REPORT_DIR)
+    if results is not None:
+        write_files(results_dir, results, option="--results", store_folders=stores)
     if len(table):
         tracker.log_table(study_id, table, Artifact.STUDY_SUMMARY)
         tracker.log_mlflow_table(study_id, table, Artifact.STUDY_SUMMARY_TABLE)

@@ -16,7 +16,10 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Iterable
 from pathlib import Path
+
+from .outputs import write_files
 
 MARKER = re.compile(
     r"<!-- results:(?P<file>[A-Za-z0-9_.\-]+\.csv)(?:\[(?P<columns>[^\]]*)\])?:begin -->\n"
@@ -32,29 +35,43 @@ INTERVAL = re.compile(
 """A number with its 95 % interval as the report writes it: ``0.586 [0.573, 0.598]``."""
 
 
-def write_results(
-    out_dir: str | Path, experiment: str, tables: dict[str, list[dict]]
-) -> list[Path]:
-    """Write ``<experiment><suffix>.csv`` for every ``suffix → rows`` of ``tables`` (rows as
-    dicts of cell text, in order) into ``out_dir``; an empty table writes nothing.
-
-    Returns:
-        The files written.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
+def result_files(experiment: str, tables: dict[str, list[dict]]) -> dict[str, bytes]:
+    """The CSV files of ``tables`` (``suffix → rows``, rows as dicts of cell text, in order):
+    ``<experiment><suffix>.csv → content``; an empty table gives no file."""
+    files = {}
     for suffix, rows in tables.items():
         if not rows:
             continue
-        path = out / f"{experiment}{suffix}.csv"
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-        path.write_text(buf.getvalue(), encoding="utf-8")
-        written.append(path)
-    return written
+        files[f"{experiment}{suffix}.csv"] = buf.getvalue().encode("utf-8")
+    return files
+
+
+def write_results(
+    out_dir: str | Path,
+    experiment: str,
+    tables: dict[str, list[dict]],
+    store_folders: Iterable[Path] = (),
+) -> list[Path]:
+    """Write :func:`result_files` into ``out_dir`` (``report --results``), deleting nothing there
+    and overwriting only files attnstudy wrote (:func:`attnstudy.outputs.write_files`).
+
+    Returns:
+        The files written.
+
+    Raises:
+        attnstudy.outputs.OutputError: ``out_dir`` is protected, or holds one of these files that
+            attnstudy did not write or that was changed since (nothing written).
+    """
+    return write_files(
+        out_dir,
+        result_files(experiment, tables),
+        option="--results",
+        store_folders=store_folders,
+    )
 
 
 def read_rows(path: str | Path) -> list[dict[str, str]]:

@@ -96,13 +96,18 @@ def check_args(uri: str | None, artifacts: str, host: str, port: int) -> None:
     """Validate ``attnstudy server``'s arguments (torch- and mlflow-free).
 
     Raises:
-        ValueError: one line naming the argument and the fix.
+        ValueError: one line naming the argument and the fix (an
+            :class:`attnstudy.outputs.OutputError` for an artifacts folder that is or contains
+            the current directory, the project root or ``$HOME``, or touches the project's store).
     """
     from . import ui
+    from .outputs import check_output
 
     backend_uri(uri)
     if not artifacts.strip():
         raise ValueError("--artifacts is empty: give a folder for the server's artifacts")
+    if "://" not in artifacts:  # MLflow adds experiment folders there and never removes a file
+        check_output(artifacts, "--artifacts")
     if not 0 < port < 65536:
         raise ValueError(f"--port must be between 1 and 65535, got {port}")
     ui.check_host(host)

@@ -3,7 +3,8 @@ mlflow only where it belongs, and the store's schema named in one place.
 
 Layers, bottom to top (a module may import its own layer and those below):
 
-    base      attnstudy (the package), config, notices, signals, paths, progress
+    base      attnstudy (the package), config, notices, signals, paths, progress, findings,
+              outputs
     core      data.*, models.*, hf_folder, metrics, devices, training, inference
     analysis  analysis.*  (the catalogue, the ablations, the suite, figures)
     tracking  tracking.*  (client, schema, store, models)
@@ -35,6 +36,7 @@ LAYERS = [
             "attnstudy.paths",
             "attnstudy.progress",
             "attnstudy.findings",
+            "attnstudy.outputs",
         ],
     ),
     (

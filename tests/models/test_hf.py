@@ -38,7 +38,9 @@ TEXTS = ["cat dog bird", "snow rain", "old red river stone"]
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf")
-    return {c: build_tiny(root / f"{c[0]}-{c[1]}", c[0], c[1], steps=40) for c in CASES}
+    return {
+        c: build_tiny(root / f"{c[0]}-{c[1]}", family=c[0], tokenizer=c[1], steps=40) for c in CASES
+    }
 
 
 @pytest.fixture(scope="module")

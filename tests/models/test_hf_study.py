@@ -29,7 +29,9 @@ from attnstudy.models.hf_tiny import build_tiny, copy_pairs  # noqa: E402
 
 @pytest.fixture(scope="module")
 def tiny_marian(tmp_path_factory):
-    return build_tiny(tmp_path_factory.mktemp("hf") / "tiny-marian", "marian", "bpe", steps=400)
+    return build_tiny(
+        tmp_path_factory.mktemp("hf") / "tiny-marian", family="marian", tokenizer="bpe", steps=400
+    )
 
 
 @pytest.fixture

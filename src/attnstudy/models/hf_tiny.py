@@ -9,9 +9,12 @@ subwords), fine-tuned for a few seconds on a copy task over a small lexicon.
 from __future__ import annotations
 
 import random
+import sys
 from pathlib import Path
 
 import torch
+
+from ..outputs import HF_MODEL_KIND, OutputError, check_replace, replace_folder
 
 __all__ = ["LEXICON", "build_tiny", "copy_pairs"]
 
@@ -133,12 +136,17 @@ def _model(family: str, vocab_size: int, pad: int, eos: int):
 
 def build_tiny(
     folder: str | Path,
+    *,
     family: str = "marian",
     tokenizer: str = "word",
     steps: int = 150,
     seed: int = 0,
 ) -> Path:
     """Build, fine-tune on the copy task and ``save_pretrained`` a tiny model with its tokenizer.
+
+    The folder is written whole or not at all (:func:`attnstudy.outputs.replace_folder`): a
+    folder that exists is replaced only if this function made it, and one holding anything else
+    is refused before training.
 
     Args:
         folder: where to write (created).
@@ -152,8 +160,10 @@ def build_tiny(
 
     Raises:
         ValueError: an unknown family or tokenizer kind.
+        attnstudy.outputs.OutputError: ``folder`` is not empty and was not made here, or is a
+            protected place (the store, the current directory, the project root, ``$HOME``).
     """
-    folder = Path(folder)
+    check_replace(folder, kind=HF_MODEL_KIND, option="FOLDER")  # before the minutes of training
     texts = copy_pairs(400, seed)
     tok = _tokenizer(tokenizer, texts)
     torch.manual_seed(seed)
@@ -172,10 +182,12 @@ def build_tiny(
             loss.backward()
             opt.step()
     model.eval()
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+
+    def save(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+
+    return replace_folder(folder, save, kind=HF_MODEL_KIND, option="FOLDER")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,7 +204,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    folder = build_tiny(args.folder, args.family, args.tokenizer, args.steps, args.seed)
+    try:
+        folder = build_tiny(
+            args.folder,
+            family=args.family,
+            tokenizer=args.tokenizer,
+            steps=args.steps,
+            seed=args.seed,
+        )
+    except OutputError as err:
+        print(f"{p.prog}: error: {err}", file=sys.stderr)
+        return 2
     print(f"saved: {folder}")
     return 0
 

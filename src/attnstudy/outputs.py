@@ -1,0 +1,426 @@
+"""Folders the tool writes, and the rule that it never removes or overwrites what it did not make.
+
+Every folder attnstudy writes carries a marker, ``.attnstudy-output``: a small JSON file naming the
+kind of output and every file the tool wrote there with its SHA-256. Two ways of writing rest on it:
+
+- :func:`replace_folder` (``report --out``, ``run``'s ``reports/<experiment>/``, ``python -m
+  attnstudy.models.hf_tiny DIR``) builds the new folder beside the old one and swaps it in whole.
+  It replaces a folder only when the marker says the tool made it *and* the folder holds nothing
+  the marker does not list; an empty or missing folder is fine; anything else is refused before a
+  byte is written.
+- :func:`write_files` (``report --results``) writes files into a folder that may hold other files:
+  it deletes nothing, and overwrites a file only when the marker lists it with the digest it still
+  has (the tool wrote it and nobody has changed it since).
+
+Before either, :func:`check_output` refuses an output that is, contains or lies inside the
+tracking store's folder or the checkpoints folder, or that is or contains the current directory,
+the project root or ``$HOME``.
+
+A replace leaves two kinds of hidden sibling while it runs: ``.NAME.tmp-PID-…`` (the folder being
+built) and ``.NAME.old-PID-…`` (the folder being swapped out). Both carry the marker; a later
+replace of the same folder removes them only when process PID is gone (an interrupted run), never
+while it may still be working. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+MARKER = ".attnstudy-output"
+"""The marker file's name, inside every folder the tool writes."""
+TOOL = "attnstudy"
+REPORT_KIND = "report"
+"""A report folder (``report --out``, ``reports/<experiment>/``)."""
+HF_MODEL_KIND = "hf-model"
+"""A tiny Hugging Face model folder (``python -m attnstudy.models.hf_tiny DIR``)."""
+RESULTS_KIND = "results"
+"""A folder of result tables (``report --results``)."""
+
+
+class OutputError(ValueError):
+    """An output folder the tool may not write (exit code 2): one line naming it and what to do."""
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_marker(folder: Path) -> dict | None:
+    """The marker of ``folder`` as ``{"tool", "kind", "files": {relative path: sha256}}``, or None
+    when the folder has none (or one that is not the tool's: not a regular file, not our JSON).
+    """
+    path = folder / MARKER
+    if path.is_symlink() or not path.is_file() or path.stat().st_size > 16 << 20:
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not (
+        isinstance(doc, dict)
+        and doc.get("tool") == TOOL
+        and isinstance(doc.get("kind"), str)
+        and isinstance(doc.get("files"), dict)
+    ):
+        return None
+    return doc
+
+
+def write_marker(folder: Path, kind: str, files: dict[str, str]) -> None:
+    """Write ``folder``'s marker: ``kind`` and ``files`` (relative POSIX path → sha256)."""
+    doc = {"tool": TOOL, "kind": kind, "files": dict(sorted(files.items()))}
+    (folder / MARKER).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+
+
+def _listing(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` except the marker → sha256 (relative POSIX paths)."""
+    return {
+        p.relative_to(folder).as_posix(): _digest(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.is_symlink() and p.name != MARKER
+    }
+
+
+def _is_within(path: Path, other: Path) -> bool:
+    return path == other or other in path.parents
+
+
+def protected_places(store_folders: Iterable[Path] = ()) -> list[tuple[Path, str, bool]]:
+    """The places no output may touch: ``(folder, what it is, whether lying inside it counts)``.
+
+    The tracking store's folders (the project's ``mlruns/``, with its ``checkpoints/``, and any
+    folder in ``store_folders``, e.g. a SQLite database's) may be neither the output, inside it,
+    nor inside the output; the current directory, the project root and ``$HOME`` may be neither
+    the output nor inside it (a folder below them is where outputs normally go).
+    """
+    from .paths import project_root, store_dir
+
+    places = [(store_dir().resolve(), "the tracking store's folder", True)]
+    places.append(((store_dir() / "checkpoints").resolve(), "the checkpoints folder", True))
+    places += [(Path(f).resolve(), "the tracking store's folder", True) for f in store_folders]
+    places.append((Path.cwd().resolve(), "the current directory", False))
+    places.append((project_root().resolve(), "the project root", False))
+    home = os.environ.get("HOME")
+    if home:
+        places.append((Path(home).resolve(), "your home folder ($HOME)", False))
+    return places
+
+
+def check_output(path: str | Path, option: str, store_folders: Iterable[Path] = ()) -> Path:
+    """``path`` resolved, after refusing it if it is, contains or lies inside a protected place.
+
+    Args:
+        path: the output folder as the user gave it.
+        option: how the user named it, for the message (``"--out"``, ``"--results"``, …).
+        store_folders: folders of the tracking store in use beyond the project's ``mlruns/``.
+
+    Returns:
+        The resolved path.
+
+    Raises:
+        OutputError: one line naming the output, the protected place and what to do.
+    """
+    out = Path(path).expanduser().resolve()
+    for place, what, inside_counts in protected_places(store_folders):
+        if _is_within(place, out) or (inside_counts and _is_within(out, place)):
+            relation = (
+                "is" if out == place else ("contains" if _is_within(place, out) else "lies inside")
+            )
+            raise OutputError(
+                f"{option} {out} {relation} {what} ({place}); attnstudy never writes its output "
+                "there: give a folder of its own, e.g. a new folder under reports/"
+            )
+    return out
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def _leftover_re(name: str) -> re.Pattern[str]:
+    return re.compile(rf"^\.{re.escape(name)}\.(?:tmp|old)-(?P<pid>\d+)-[A-Za-z0-9_]+$")
+
+
+def clean_leftovers(out: Path) -> list[Path]:
+    """Remove the hidden siblings an interrupted replace of ``out`` left (``.NAME.tmp-PID-…``,
+    ``.NAME.old-PID-…``) whose process PID is gone and which the tool provably made: an empty
+    folder, or one carrying the marker. Anything else of that name is left alone.
+
+    Returns:
+        The folders removed.
+    """
+    removed = []
+    pattern = _leftover_re(out.name)
+    if not out.parent.is_dir():
+        return removed
+    for sib in out.parent.iterdir():
+        m = pattern.match(sib.name)
+        if not m or sib.is_symlink() or not sib.is_dir() or _pid_alive(int(m["pid"])):
+            continue
+        if not any(sib.iterdir()):
+            with contextlib.suppress(OSError):
+                sib.rmdir()
+                removed.append(sib)
+        elif read_marker(sib) is not None:
+            shutil.rmtree(sib, ignore_errors=True)
+            removed.append(sib)
+    return removed
+
+
+def _looks_like_old_report(folder: Path) -> bool:
+    return (folder / "report.html").is_file() and (folder / "report.md").is_file()
+
+
+def check_replaceable(out: Path, option: str, kind: str) -> None:
+    """Refuse to replace ``out`` unless it is missing, empty, or a folder the tool made (its marker,
+    of this ``kind``, lists every file it holds).
+
+    Raises:
+        OutputError: one line naming the folder, why, and what to do.
+    """
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise OutputError(
+            f"{option} {out} exists and is not a folder; give the name of a new folder"
+        )
+    if not out.exists() or not any(out.iterdir()):
+        return
+    marker = read_marker(out)
+    if marker is None:
+        if kind == REPORT_KIND and _looks_like_old_report(out):
+            raise OutputError(
+                f"{option} {out} holds a report from an older attnstudy (no {MARKER} marker), so "
+                f"it is not replaced; remove it with `rm -r {shlex.quote(str(out))}` and run "
+                "again, or give another folder"
+            )
+        raise OutputError(
+            f"{option} {out} is not empty and was not made by attnstudy (no {MARKER} marker); "
+            "nothing was written: give a new or empty folder"
+        )
+    if marker["kind"] != kind:
+        raise OutputError(
+            f"{option} {out} holds attnstudy's {marker['kind']} output, not a {kind}; give "
+            "another folder"
+        )
+    listed = set(marker["files"])
+    foreign = [
+        p.relative_to(out).as_posix()
+        for p in sorted(out.rglob("*"))
+        if p.name != MARKER
+        and (p.is_symlink() or not p.is_dir())
+        and p.relative_to(out).as_posix() not in listed
+    ]
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise OutputError(
+            f"{option} {out} holds {foreign[0]}{more}, which attnstudy did not write; move "
+            "it out of the folder (the folder is replaced whole) or give another folder"
+        )
+
+
+def check_replace(
+    out: str | Path, *, kind: str, option: str, store_folders: Iterable[Path] = ()
+) -> Path:
+    """:func:`check_output`, then :func:`check_replaceable`: what :func:`replace_folder` checks
+    before it writes, for a caller that wants to know before a long job (``run``).
+
+    Returns:
+        ``out`` resolved.
+
+    Raises:
+        OutputError: as the two checks.
+    """
+    resolved = check_output(out, option, store_folders)
+    check_replaceable(resolved, option, kind)
+    return resolved
+
+
+def replace_folder(
+    out: str | Path,
+    build: Callable[[Path], None],
+    *,
+    kind: str,
+    option: str,
+    store_folders: Iterable[Path] = (),
+) -> Path:
+    """Build a folder with ``build(tmp)`` beside ``out`` and swap it in whole.
+
+    The new folder is built as ``.NAME.tmp-PID-…`` beside ``out`` (the marker first, so an
+    interrupted build is recognisably the tool's), then the old ``out`` (checked by
+    :func:`check_replaceable`) is renamed to ``.NAME.old-PID-…``, the new one renamed to ``out``,
+    and the old one removed. An interrupt leaves ``out`` either old or new, never mixed; the
+    hidden leftovers are removed by the next replace once this process is gone.
+
+    Args:
+        out: the folder to (re)create.
+        build: writes the folder's contents into the folder it is given.
+        kind: what the folder is (``"report"``, ``"hf-model"``): a folder of another kind is never
+            replaced.
+        option: how the user named ``out``, for messages.
+        store_folders: see :func:`check_output`.
+
+    Returns:
+        ``out`` resolved.
+
+    Raises:
+        OutputError: ``out`` is protected or holds what the tool did not write (nothing written).
+    """
+    out = check_replace(out, kind=kind, option=option, store_folders=store_folders)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    clean_leftovers(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
+    try:
+        tmp.chmod(0o777 & ~_umask())  # mkdtemp's 0700 would otherwise become the folder's mode
+        write_marker(tmp, kind, {})
+        build(tmp)
+        write_marker(tmp, kind, _listing(tmp))
+        check_replaceable(out, option, kind)  # again: nothing arrived while building
+        old = None
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent))
+            os.replace(out, old)  # an empty folder made just now: replaced, not merged
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def check_files(
+    folder: str | Path,
+    names: Iterable[str],
+    *,
+    option: str,
+    store_folders: Iterable[Path] = (),
+) -> tuple[Path, dict | None]:
+    """Refuse writing ``names`` into ``folder`` unless each is new or provably the tool's (the
+    folder's marker lists it with the digest it has now).
+
+    Returns:
+        The resolved folder and its marker (None when it has none yet).
+
+    Raises:
+        OutputError: the folder is protected, is not a folder, has a marker that is not the tool's,
+            or holds one of ``names`` that the tool cannot show it wrote.
+    """
+    out = check_output(folder, option, store_folders)
+    if out.exists() and (out.is_symlink() or not out.is_dir()):
+        raise OutputError(f"{option} {out} exists and is not a folder; give a folder")
+    marker = read_marker(out) if out.exists() else None
+    if marker is None and ((out / MARKER).exists() or (out / MARKER).is_symlink()):
+        raise OutputError(
+            f"{option} {out / MARKER} is not attnstudy's marker; move it away or give another "
+            "folder"
+        )
+    known = marker["files"] if marker else {}
+    for name in names:
+        path = out / name
+        if not (path.exists() or path.is_symlink()):
+            continue
+        if path.is_symlink() or not path.is_file() or _digest(path) not in _accepted(known, name):
+            why = (
+                "was changed after attnstudy wrote it"
+                if name in known
+                else "was not written by attnstudy"
+            )
+            raise OutputError(
+                f"{option}: {path} {why}, so it is not overwritten; move it away and run again, "
+                "or give another folder (nothing was written)"
+            )
+    return out, marker
+
+
+def write_files(
+    folder: str | Path,
+    files: dict[str, bytes],
+    *,
+    option: str,
+    store_folders: Iterable[Path] = (),
+) -> list[Path]:
+    """Write ``files`` (name → content) into ``folder`` without removing anything there.
+
+    A file that already exists is overwritten only when the folder's marker lists it with the
+    digest it has now (attnstudy wrote it and nobody changed it since); every file is checked
+    (:func:`check_files`) before the first is written. The marker then lists the new digests
+    beside its other entries.
+
+    Args:
+        folder: the folder (created if missing).
+        files: file name (no folders) → bytes.
+        option: how the user named ``folder``, for messages.
+        store_folders: see :func:`check_output`.
+
+    Returns:
+        The files written.
+
+    Raises:
+        OutputError: as :func:`check_files` (nothing written).
+    """
+    out, marker = check_files(folder, files, option=option, store_folders=store_folders)
+    known = marker["files"] if marker else {}
+    out.mkdir(parents=True, exist_ok=True)
+    kind = marker["kind"] if marker else RESULTS_KIND
+    digests = {name: hashlib.sha256(content).hexdigest() for name, content in files.items()}
+    # while writing, the marker accepts a file's old and new digest: an interrupt leaves every
+    # file either old or new (each is replaced atomically), and each still provably the tool's
+    write_marker(out, kind, known | {n: [*_accepted(known, n), d] for n, d in digests.items()})
+    written = []
+    for name, content in files.items():
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.tmp-{os.getpid()}-", dir=out)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(content)
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, out / name)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)  # made just now by mkstemp: the tool's own
+            raise
+        written.append(out / name)
+    write_marker(out, kind, known | digests)
+    return written
+
+
+def _accepted(known: dict, name: str) -> list[str]:
+    """The digests the marker accepts for ``name``: one, or two while a write was under way."""
+    value = known.get(name)
+    return [value] if isinstance(value, str) else list(value or [])
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def store_folders_of(uri: str | None) -> list[Path]:
+    """The local folder of a tracking URI's store: a SQLite database's folder, a ``file:`` store's
+    folder; none for a server."""
+    if not uri:
+        return []
+    if uri.startswith("sqlite:///"):  # sqlite:///relative.db, sqlite:////absolute.db
+        return [Path(uri[len("sqlite:///") :].split("?", 1)[0]).resolve().parent]
+    if uri.startswith("file://"):
+        return [Path(uri[len("file://") :]).resolve()]
+    if "://" not in uri:
+        return [Path(uri).resolve()]
+    return []
