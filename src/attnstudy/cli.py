@@ -421,6 +421,7 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
             raise UsageError(
                 "--study is empty; give a study run id, or leave it out for the latest study"
             )
+        _check_report_outputs(args)
     cfg = _tracking_overrides(args, cfg)
     if args.command == "run":
         if args.ray_address is not None and args.executor != "ray":
@@ -432,6 +433,22 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
             require_server_uri(cfg.experiment.tracking_uri or default_tracking_uri())
             check_ray_address(args.ray_address or os.environ.get("RAY_ADDRESS") or None)
     return cfg, abl
+
+
+def _check_report_outputs(args) -> None:
+    """``report --out``/``--results``: refused at once when protected or (``--out``) not
+    replaceable; the same checks run again when the report is written."""
+    from .outputs import REPORT_KIND, OutputError, check_output, check_replace, store_folders_of
+    from .paths import default_tracking_uri
+
+    stores = store_folders_of(args.tracking_uri or default_tracking_uri())
+    try:
+        if args.out is not None:
+            check_replace(args.out, kind=REPORT_KIND, option="--out", store_folders=stores)
+        if args.results is not None:
+            check_output(args.results, "--results", stores)
+    except OutputError as err:
+        raise UsageError(str(err)) from None
 
 
 def _read_inputs(path: str) -> list[str]:
@@ -783,10 +800,18 @@ def main(argv: list[str] | None = None) -> int:
         from .data.types import DataError
         from .distributed import ClusterNotFoundError
         from .models.io import ModelLoadError
+        from .outputs import OutputError
         from .tracking.client import StoreDamagedError
 
         # what the user named does not exist or is malformed: 2; a run that failed: 1
-        named = DataError | LookupError | ModelLoadError | ClusterNotFoundError | StoreDamagedError
+        named = (
+            DataError
+            | LookupError
+            | ModelLoadError
+            | ClusterNotFoundError
+            | StoreDamagedError
+            | OutputError
+        )
         code = EXIT_USAGE if isinstance(err, named) else EXIT_FAILED
         return _error_exit(
             f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}", code
