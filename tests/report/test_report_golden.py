@@ -1,0 +1,46 @@
+"""The report's text is a function of the store alone: a committed fixture study's ``summary.csv``
+and ``report.md`` are rebuilt byte for byte (recorded before the catalogue drove the report, so a
+refactoring of how tables are built cannot change a published string)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+GOLDEN = Path(__file__).parents[1] / "fixtures" / "golden"
+
+
+def _fixture():
+    spec = importlib.util.spec_from_file_location("golden_build", GOLDEN / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def golden_report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("golden")
+    study = _fixture().load(root)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ATTNSTUDY_ROOT", str(root))
+    mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+    mp.delenv("ATTNSTUDY_UI_URL", raising=False)
+    try:
+        from attnstudy import api
+
+        path = api.report(study_id=study, out_dir=str(root / "report"))
+    finally:
+        mp.undo()
+    return path.parent
+
+
+@pytest.mark.parametrize("name", ["summary.csv", "report.md"])
+def test_the_report_is_byte_identical_to_the_golden_file(golden_report, name):
+    built = (golden_report / name).read_bytes()
+    golden = (GOLDEN / name).read_bytes()
+    if built != golden:  # the first differing line, for the reader of a failure
+        for i, (a, b) in enumerate(zip(built.splitlines(), golden.splitlines()), 1):
+            assert a == b, f"{name} line {i} differs"
+    assert built == golden
