@@ -13,6 +13,7 @@ import json
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -33,6 +34,7 @@ from .models.io import LoadedModel, ModelLoadError, load_model_dir, save_model_d
 from .notices import notice
 from .paths import checkpoint_dir, default_tracking_uri, git_commit
 from .run_pages import timing_metrics
+from .signals import Interrupted, deferred_signals
 from .tracking import Artifact, Kind, Tag, Tracker, check_server, resolve_timeout, store
 from .tracking import models as packaging
 from .tracking.client import UnfinishedRunError
@@ -207,30 +209,29 @@ def train_spec(
 
     The model key (:meth:`RunSpec.model_key`) covers the used config fields and the data digest;
     a finished run with that key whose model files are in the store is reused (``ModelRun.reason``
-    says which run and why).
+    says which run and why; a registration a crash left unfinished is completed).
 
     Raises:
         DataError: bad data. TrackingError: store problems. KeyboardInterrupt: the run is marked
-        KILLED and the last complete checkpoint is kept for ``resume``.
+        KILLED and the last complete checkpoint is kept for ``resume``;
+        :class:`attnstudy.signals.Interrupted` when the interrupt took effect after the run had
+        FINISHED (its message says whether it is registered).
     """
     data = task_data(spec)
     digests = folder_digests_of(spec)  # a pretrained model: evaluated, not trained
     key = spec.model_key(data.digest, digests)
-    if not retrain:
-        existing = store.find_finished_model(
-            tracker, experiment_id, key, model_files=digests is None
-        )
-        if existing is not None:
-            if study_id:
-                store.add_study(tracker, existing, study_id)
-            same = (
-                "same folder files" if digests is not None else "same used config fields and seed"
-            )
-            reason = (
-                f"finished run {existing.run_id} has the same model key {key} "
-                f"({same}, data digest {data.digest[:12]})"
-            )
-            return ModelRun(existing.run_id, spec, True, dict(existing.metrics), key, reason)
+    reuse = functools.partial(
+        _reuse,
+        spec,
+        tracker,
+        experiment_id=experiment_id,
+        study_id=study_id,
+        data=data,
+        key=key,
+        digests=digests,
+    )
+    if not retrain and (reused := reuse()) is not None:
+        return reused
     if digests is not None:
         from .pretrained import evaluate_pretrained
 
@@ -247,21 +248,94 @@ def train_spec(
             read_checkpoint(
                 ckpt_dir / "last.pt"
             )  # a broken checkpoint is reported before any run exists
-        run_id, model_id, final = _train_run(
-            spec, tracker, experiment_id, study_id, data, key, ckpt_dir, resume, progress
-        )
-        # registered only once the run is FINISHED: a version never points at an unfinished run
-        run_pages.register_version(
-            tracker,
-            run_id,
-            model_id,
-            registered_name(spec),
-            spec,
-            _run_tags(spec, None, Kind.MODEL, key, data.digest),
-            final,
-            early_stopping_metric(spec),
-        )
+        run_id, version = "", ""
+        try:
+            # signals wait from the end of the training block (the run's closing FINISHED) to
+            # the end of its registration: an interrupt never leaves a half-registered model
+            with ExitStack() as hold:
+                run_id, model_id, final = _train_run(
+                    spec,
+                    tracker,
+                    experiment_id,
+                    study_id,
+                    data,
+                    key,
+                    ckpt_dir,
+                    resume,
+                    progress,
+                    hold=hold,
+                )
+                # registered only once the run is FINISHED: a version never points at an
+                # unfinished run
+                version = run_pages.register_version(
+                    tracker,
+                    run_id,
+                    model_id,
+                    registered_name(spec),
+                    spec,
+                    _run_tags(spec, None, Kind.MODEL, key, data.digest),
+                    final,
+                    early_stopping_metric(spec),
+                )
+        except KeyboardInterrupt:
+            if not run_id:
+                raise  # it stopped the training: its run is KILLED
+            raise Interrupted(_finished_note(spec, run_id, version, study_id)) from None
     return ModelRun(run_id, spec, False, final, key, "")
+
+
+def _reuse(
+    spec: RunSpec,
+    tracker: Tracker,
+    *,
+    experiment_id: str,
+    study_id: str | None,
+    data: TaskData,
+    key: str,
+    digests: dict[str, str] | None,
+) -> ModelRun | None:
+    """The finished run of this model key in the experiment, as a reused :class:`ModelRun`
+    (recorded in the study; a trained model's registration that a crash left unfinished is
+    completed), or None."""
+    existing = store.find_finished_model(tracker, experiment_id, key, model_files=digests is None)
+    if existing is None:
+        return None
+    if study_id:
+        store.add_study(tracker, existing, study_id)
+    if digests is None:
+        run_pages.complete_registration(
+            tracker,
+            existing,
+            name=registered_name(spec),
+            spec=spec,
+            tags=_run_tags(spec, None, Kind.MODEL, key, data.digest),
+            early_stopping=early_stopping_metric(spec),
+        )
+    same = "same folder files" if digests is not None else "same used config fields and seed"
+    reason = (
+        f"finished run {existing.run_id} has the same model key {key} "
+        f"({same}, data digest {data.digest[:12]})"
+    )
+    return ModelRun(existing.run_id, spec, True, dict(existing.metrics), key, reason)
+
+
+def _finished_note(spec: RunSpec, run_id: str, version: str, study_id: str | None) -> str:
+    """What an interrupt that took effect after a model run FINISHED left behind."""
+    name = registered_name(spec)
+    done = (
+        f"model run runs:/{run_id} had already FINISHED and is registered as "
+        f"models:/{name}/{version} (models:/{name}@seed{spec.seed})"
+        if version
+        else f"model run runs:/{run_id} had already FINISHED but is not registered yet (the "
+        "next train, which reuses it, registers it)"
+    )
+    then = (
+        "the study run is marked KILLED (resume with --resume)"
+        if study_id
+        else "no run was killed (train again for the models not trained yet; finished runs "
+        "are reused)"
+    )
+    return f"{done}; {then}"
 
 
 def _train_run(
@@ -274,8 +348,14 @@ def _train_run(
     ckpt_dir: Path,
     resume: bool,
     progress: bool,
+    *,
+    hold: ExitStack | None = None,
 ) -> tuple[str, str, dict[str, float]]:
-    """Train one model inside its own run (see :func:`train_spec`). Returns (run id, logged model id, metrics)."""
+    """Train one model inside its own run (see :func:`train_spec`). Returns (run id, logged model id, metrics).
+
+    ``hold``: signals are held from the end of the run's block (its closing FINISHED included)
+    until ``hold`` closes (the caller registers the model meanwhile).
+    """
     splits, src_vocab, tgt_vocab = data.splits, data.src_vocab, data.tgt_vocab
     device = resolve_device(spec.training.device)  # where this process trains, before any run
     tags = _run_tags(spec, study_id, Kind.MODEL, key, data.digest) | {Tag.DEVICE: str(device)}
@@ -385,6 +465,8 @@ def _train_run(
                 )
             },
         )
+        if hold is not None:
+            hold.enter_context(deferred_signals())
     return run_id, model_id, final
 
 

@@ -780,15 +780,14 @@ def main(argv: list[str] | None = None) -> int:
         return int(err.code or 0)
     try:
         return _execute(args, cfg, abl)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         acknowledge_interrupt()
         try:
             _interrupt_handled()
             again = "resume with --resume" if "resume" in vars(args) else "run the command again"
-            return _error_exit(
-                f"interrupted; finished runs are kept, the current run is marked KILLED ({again})",
-                EXIT_FAILED,
-            )
+            # an interrupt that took effect after its run ended says itself what it left behind
+            what = str(err) or f"finished runs are kept, the current run is marked KILLED ({again})"
+            return _error_exit(f"interrupted; {what}", EXIT_FAILED)
         except KeyboardInterrupt:  # a second Ctrl-C while the first is reported: still exit 1
             _interrupt_handled()
             return EXIT_FAILED

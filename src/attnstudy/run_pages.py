@@ -25,7 +25,8 @@ from .analysis.per_example import per_example_summary, pick_shown
 from .config import RunSpec
 from .data.types import Example
 from .findings import QUESTIONS, STATS, VerdictThresholds, facts_from_metrics, verdict
-from .tracking import Artifact, Tag, Tracker
+from .signals import deferred_signals
+from .tracking import Artifact, RunRecord, Tag, Tracker, TrackingError
 from .tracking.datasets import log_splits
 
 
@@ -215,10 +216,20 @@ def register_version(
 ) -> str:
     """Register a FINISHED model run as a new version of ``name``, with tags (task, data,
     attention, flow, seed, test metrics), a model card as its description and aliases
-    ``seed<N>`` (this version) and ``best`` (the version with the best dev early-stopping metric).
+    ``seed<N>`` (this version) and ``best`` (the version with the best dev early-stopping metric),
+    then tag the run with ``registered_model`` (``name/version``).
+
+    All or nothing: signals are held for the whole registration, so an interrupt takes effect
+    once the version has its aliases and the run its tag; a step that fails (a store error)
+    deletes the version it created again, and the run's tag. A version this run already has (a
+    registration a crash cut short) is completed rather than registered twice.
 
     Returns:
         The version.
+
+    Raises:
+        TrackingError: the store failed (nothing of this registration is left, as far as the
+            store still answers).
     """
     from .tracking import models as packaging
 
@@ -238,13 +249,89 @@ def register_version(
         "ablations) and the study report. Load with `attnstudy predict models:/"
         f"{name}@seed{spec.seed} …`."
     )
-    version = packaging.register_model(
-        tracker, run_id, model_id, name, tags=vtags, description=card
-    )
-    tracker.set_alias(name, f"seed{spec.seed}", version)
-    set_best_alias(tracker, name, early_stopping)
-    tracker.set_tags(run_id, {Tag.REGISTERED_MODEL: f"{name}/{version}"})
+    with deferred_signals():
+        version = _version_of_run(tracker, name, run_id)
+        created = version is None
+        try:
+            if version is None:
+                version = packaging.register_model(
+                    tracker, run_id, model_id, name, tags=vtags, description=card
+                )
+            tracker.set_alias(name, f"seed{spec.seed}", version)
+            set_best_alias(tracker, name, early_stopping)
+            tracker.set_tags(run_id, {Tag.REGISTERED_MODEL: f"{name}/{version}"})
+        except BaseException:
+            if created:
+                _undo_registration(tracker, name, run_id, early_stopping)
+            raise
     return version
+
+
+def _undo_registration(tracker: Tracker, name: str, run_id: str, metric: str) -> None:
+    """Delete the version a failed registration created for ``run_id`` (if the store still
+    shows one), then point ``best`` again at the best version left; never raises a store error."""
+    from .tracking import models as packaging
+
+    try:
+        version = _version_of_run(tracker, name, run_id)
+        if version is not None:
+            packaging.unregister_version(tracker, name, version, run_id)
+        set_best_alias(tracker, name, metric)
+    except TrackingError:
+        pass
+
+
+def complete_registration(
+    tracker: Tracker,
+    run: RunRecord,
+    *,
+    name: str,
+    spec: RunSpec,
+    tags: dict[str, str],
+    early_stopping: str,
+) -> str | None:
+    """Complete the registration of a reused FINISHED model run, which a crash, a failing store
+    or a process killed between the run's end and its registration may have left unfinished.
+
+    A run tagged ``registered_model`` whose version exists gets back only what is missing (the
+    alias ``seed<N>`` on its version, ``best``); otherwise the run is registered (its version,
+    if it has one, is completed), as :func:`register_version` does. Signals are held throughout.
+
+    Args:
+        run: the reused model run.
+        name: the registered model name for a run not yet registered.
+        spec, tags, early_stopping: as :func:`register_version`.
+
+    Returns:
+        The run's version, or None for a run without a logged model (nothing to register).
+
+    Raises:
+        TrackingError: the store failed.
+    """
+    from .tracking import models as packaging
+
+    with deferred_signals():
+        reg_name, _, version = run.tags.get(Tag.REGISTERED_MODEL, "").rpartition("/")
+        if reg_name and version and _version_of_run(tracker, reg_name, run.run_id) == version:
+            aliases = packaging.registered_aliases(tracker, reg_name)
+            if f"seed{spec.seed}" not in aliases:
+                tracker.set_alias(reg_name, f"seed{spec.seed}", version)
+            if "best" not in aliases:
+                set_best_alias(tracker, reg_name, early_stopping)
+            return version
+        model_ids = packaging.logged_model_ids(tracker, run.run_id)
+        if not model_ids:
+            return None
+        metrics = {k: v for k, v in run.metrics.items() if k.startswith(("test/", "test_"))}
+        return register_version(
+            tracker, run.run_id, model_ids[0], name, spec, tags, metrics, early_stopping
+        )
+
+
+def _version_of_run(tracker: Tracker, name: str, run_id: str) -> str | None:
+    """The (newest) version of registered model ``name`` that points at ``run_id``, or None."""
+    versions = [v for v in tracker.model_versions(name) if v.run_id == run_id]
+    return str(max(int(v.version) for v in versions)) if versions else None
 
 
 LOWER_IS_BETTER = {"per", "wer", "loss"}

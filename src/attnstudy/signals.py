@@ -24,6 +24,12 @@ _saved: dict[int, object] = {}
 _pending: list[int] = []
 
 
+class Interrupted(KeyboardInterrupt):
+    """An interrupt whose message says what it left behind, for an interrupt that took effect
+    after the current run had already ended (the CLI prints the message instead of saying that
+    the current run is marked KILLED)."""
+
+
 def _remember(signum: int, frame) -> None:  # noqa: ARG001 - the signal handler signature
     _pending.append(signum)
 

@@ -154,6 +154,45 @@ def register_model(
     return str(mv.version)
 
 
+def registered_aliases(tracker: Tracker, name: str) -> dict[str, str]:
+    """Alias → version of registered model ``name``.
+
+    Raises:
+        TrackingError: the store failed (or there is no such registered model).
+    """
+    model = tracker._call(tracker.client.get_registered_model, name)
+    return {alias: str(version) for alias, version in model.aliases.items()}
+
+
+def logged_model_ids(tracker: Tracker, run_id: str) -> list[str]:
+    """The logged models (``m-…``) a run has as outputs, oldest first.
+
+    Raises:
+        TrackingError: the store failed.
+    """
+    outputs = tracker._call(tracker.client.get_run, run_id).outputs
+    return [o.model_id for o in (outputs.model_outputs if outputs else [])]
+
+
+def unregister_version(tracker: Tracker, name: str, version: str, run_id: str) -> None:
+    """Undo a registration, as far as the store still answers: the run's ``registered_model``
+    tag, the version (MLflow drops its aliases with it) and the registered model if no version
+    is left. Never raises a store error (it runs while another error travels on)."""
+    from .schema import Tag
+
+    steps = (
+        lambda: tracker.client.delete_tag(run_id, Tag.REGISTERED_MODEL),
+        lambda: tracker.client.delete_model_version(name, version),
+        lambda: tracker.model_versions(name) or tracker.client.delete_registered_model(name),
+    )
+    with deferred_signals():
+        for step in steps:
+            try:
+                step()
+            except (MlflowException, TrackingError):
+                pass
+
+
 def download_model_dir(
     tracker: Tracker, uri: str, dst: str | Path, allow_unfinished: bool = False
 ) -> tuple[str, Path]:
