@@ -45,6 +45,7 @@ from .training import (
     evaluate_split,
     read_checkpoint,
     train,
+    training_wait,
 )
 
 
@@ -209,13 +210,18 @@ def train_spec(
 
     The model key (:meth:`RunSpec.model_key`) covers the used config fields and the data digest;
     a finished run with that key whose model files are in the store is reused (``ModelRun.reason``
-    says which run and why; a registration a crash left unfinished is completed).
+    says which run and why; a registration a crash left unfinished is completed). While another
+    process trains the same key, this one waits for it (:func:`attnstudy.training.training_wait`
+    seconds, with a note naming it), then reuses its run if it finished one in this experiment,
+    else trains the model itself.
 
     Raises:
-        DataError: bad data. TrackingError: store problems. KeyboardInterrupt: the run is marked
-        KILLED and the last complete checkpoint is kept for ``resume``;
-        :class:`attnstudy.signals.Interrupted` when the interrupt took effect after the run had
-        FINISHED (its message says whether it is registered).
+        DataError: bad data. TrackingError: store problems. TrainingConflictError: another
+        process still trains the same key after the wait. ConfigError: a malformed
+        ``$ATTNSTUDY_TRAINING_WAIT``. KeyboardInterrupt: the run is marked KILLED and the last
+        complete checkpoint is kept for ``resume``; :class:`attnstudy.signals.Interrupted` when
+        the interrupt took effect after the run had FINISHED (its message says whether it is
+        registered).
     """
     data = task_data(spec)
     digests = folder_digests_of(spec)  # a pretrained model: evaluated, not trained
@@ -241,9 +247,18 @@ def train_spec(
         )
         return ModelRun(run_id, spec, False, final, key, "")
     ckpt_dir = checkpoint_dir(key)
+    # a second training of the same model waits for the first (bounded) instead of tearing files
     with checkpoint_lock(
-        ckpt_dir
-    ):  # a second training of the same model refuses instead of tearing files
+        ckpt_dir, wait=training_wait(), owner=f"experiment {spec.experiment!r}"
+    ) as lock:
+        if lock.waited_for and not retrain:  # its run is reused, if it finished one here
+            if (reused := reuse()) is not None:
+                return reused
+            notice(
+                f"{lock.waited_for} is done with this model, but experiment "
+                f"{spec.experiment!r} has no finished run of it (a run is reused only within "
+                "its experiment): this process trains it"
+            )
         if resume and (ckpt_dir / "last.pt").is_file():
             read_checkpoint(
                 ckpt_dir / "last.pt"
@@ -483,6 +498,7 @@ def open_tracker(cfg: ExperimentConfig, devices_here: bool = True) -> Tracker:
     uri = cfg.experiment.tracking_uri or default_tracking_uri()
     timeout = resolve_timeout(cfg.experiment.tracking_timeout)
     check_server(uri, timeout)
+    training_wait()  # a malformed $ATTNSTUDY_TRAINING_WAIT is refused before anything is written
     check_data(cfg)
     if devices_here:
         check_devices(cfg)

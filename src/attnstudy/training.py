@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .config import RunSpec
+from .config import ConfigError, RunSpec
 from .data.batching import make_batches
 from .data.tasks import get_task
 from .data.types import Example, Splits
@@ -34,6 +34,7 @@ from .data.vocab import PAD_ID, Vocab
 from .devices import model_device, resolve_device
 from .metrics import evaluate
 from .models import Seq2Seq, build_model, eval_mode
+from .notices import notice
 from .progress import Progress
 from .signals import check_interrupt
 
@@ -208,32 +209,116 @@ def read_checkpoint(path: str | Path) -> dict:
     return ckpt
 
 
-@contextmanager
-def checkpoint_lock(directory: str | Path) -> Iterator[Path]:
-    """Hold an exclusive lock on a model's checkpoint folder for a whole training.
+TRAINING_WAIT = 6 * 3600.0
+"""Seconds a training waits for another process training the same model, unless
+``$ATTNSTUDY_TRAINING_WAIT`` says otherwise (0: do not wait)."""
+
+LOCK_POLL = 0.25
+"""Seconds between two tries of a held checkpoint lock."""
+
+
+def training_wait(value: float | None = None) -> float:
+    """How long a training waits for another process that trains the same model: ``value`` if
+    given, else ``$ATTNSTUDY_TRAINING_WAIT``, else :data:`TRAINING_WAIT` (6 h); 0 does not wait.
 
     Raises:
-        TrainingConflictError: another process holds it ("already being trained by PID …").
+        ConfigError: the variable is not a number of seconds in [0, 604800] (a week).
+    """
+    if value is not None:
+        return float(value)
+    env = os.environ.get("ATTNSTUDY_TRAINING_WAIT")
+    if env is None:
+        return TRAINING_WAIT
+    try:
+        seconds = float(env)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 <= seconds <= 7 * 86400:
+        raise ConfigError(
+            f"ATTNSTUDY_TRAINING_WAIT={env!r} is not a number of seconds in [0, 604800]"
+        )
+    return seconds
+
+
+@dataclass(frozen=True)
+class HeldLock:
+    """A checkpoint lock this process holds.
+
+    Attributes:
+        folder: the checkpoint folder.
+        waited_for: who held it before this process got it after waiting (``PID 123
+            (experiment 'tiny')``), or "" when it was free at once.
+    """
+
+    folder: Path
+    waited_for: str = ""
+
+
+def _holder(f) -> tuple[str, str]:
+    """(PID, description) written in an open lock file by the process that holds it."""
+    f.seek(0)
+    pid, _, owner = f.read().strip().partition("\n")
+    return pid.strip() or "?", owner.strip()
+
+
+@contextmanager
+def checkpoint_lock(
+    directory: str | Path, *, wait: float = 0.0, owner: str = ""
+) -> Iterator[HeldLock]:
+    """Hold an exclusive lock on a model's checkpoint folder for a whole training.
+
+    When another process holds it, wait up to ``wait`` seconds for it, with one note naming that
+    process (its PID and ``owner``, e.g. its experiment), trying again every
+    :data:`LOCK_POLL` seconds; a Ctrl-C stops the wait.
+
+    Args:
+        wait: seconds to wait for a lock another process holds (0: refuse at once).
+        owner: who this process is, for the note of a process that waits for it.
+
+    Raises:
+        TrainingConflictError: another process still holds it after ``wait`` seconds ("… still
+            being trained by PID …", one line naming ``ATTNSTUDY_TRAINING_WAIT``).
     """
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     lock_path = d / ".lock"
     f = open(lock_path, "a+")
     try:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            pid = f.read().strip() or "?"
-            raise TrainingConflictError(
-                f"this model (checkpoint folder {d}) is already being trained by PID {pid}; "
-                "wait for it to finish (its run will then be reused)"
-            ) from None
+        deadline = time.monotonic() + wait
+        waited_for, tries = "", 0
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pid, who = _holder(f)
+                holder = f"PID {pid}" + (f" ({who})" if who else "")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    waited = f"still being trained by {holder} after waiting {wait:g} s"
+                    if not wait:
+                        waited = f"being trained by {holder} (a wait of 0 s was asked for)"
+                    raise TrainingConflictError(
+                        f"this model (checkpoint folder {d}) is {waited}; run again once it has "
+                        "finished (a finished run is reused in its experiment), or wait longer "
+                        "with ATTNSTUDY_TRAINING_WAIT=SECONDS"
+                    ) from None
+                tries += 1
+                if pid == "?" and tries < 3:  # it holds the lock but has not written its PID yet
+                    pass
+                elif not waited_for:
+                    notice(
+                        f"waiting for {holder}, which is training this model (checkpoint folder "
+                        f"{d}), for up to {wait:g} s (ATTNSTUDY_TRAINING_WAIT)"
+                    )
+                    waited_for = holder
+                check_interrupt()
+                time.sleep(min(LOCK_POLL, left))
         f.seek(0)
         f.truncate()
-        f.write(str(os.getpid()))
+        f.write(f"{os.getpid()}\n{owner}" if owner else str(os.getpid()))
         f.flush()
-        yield d
+        yield HeldLock(d, waited_for or ("PID ?" if tries else ""))
     finally:
         f.close()  # releases the lock
 
