@@ -215,12 +215,16 @@ def test_protected_places_are_refused(place, fresh_root, tmp_path, monkeypatch):
         outputs.check_output(path, "--out")
 
 
-def test_a_sqlite_store_elsewhere_is_protected_too(fresh_root, tmp_path):
-    db = tmp_path / "elsewhere" / "mlflow.db"
+def test_a_sqlite_store_elsewhere_is_protected_but_its_neighbours_are_not(fresh_root, tmp_path):
+    db = tmp_path / "a" / "elsewhere" / "mlflow.db"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(b"")
     stores = outputs.store_folders_of(f"sqlite:///{db}")
-    assert stores == [db.parent]
-    with pytest.raises(OutputError, match="lies inside the tracking store's folder"):
-        outputs.check_output(db.parent / "report", "--out", stores)
+    assert stores == [db]
+    for path, relation in ((db, "is"), (db.parent, "contains"), (db.parent.parent, "contains")):
+        with pytest.raises(OutputError, match=f"{relation} the tracking store's database"):
+            outputs.check_output(path, "--out", stores)
+    assert outputs.check_output(db.parent / "report", "--out", stores) == db.parent / "report"
     assert outputs.store_folders_of("http://127.0.0.1:5000") == []
 
 

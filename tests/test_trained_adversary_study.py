@@ -70,6 +70,7 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
     out = fresh_root / "results"
     api.report(result.study_run_id, results_dir=str(out))
     assert sorted(p.name for p in out.iterdir()) == [
+        ".attnstudy-output",  # the marker listing what attnstudy wrote (attnstudy.outputs)
         "tiny-adversaries.csv",
         "tiny-models.csv",
         "tiny-timing.csv",

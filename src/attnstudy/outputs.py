@@ -102,15 +102,19 @@ def protected_places(store_folders: Iterable[Path] = ()) -> list[tuple[Path, str
     """The places no output may touch: ``(folder, what it is, whether lying inside it counts)``.
 
     The tracking store's folders (the project's ``mlruns/``, with its ``checkpoints/``, and any
-    folder in ``store_folders``, e.g. a SQLite database's) may be neither the output, inside it,
-    nor inside the output; the current directory, the project root and ``$HOME`` may be neither
-    the output nor inside it (a folder below them is where outputs normally go).
+    folder in ``store_folders``) may be neither the output, inside it, nor inside the output; a
+    database file in ``store_folders`` (a SQLite store elsewhere) may be neither the output nor
+    inside it; the current directory, the project root and ``$HOME`` may be neither the output
+    nor inside it (a folder below them is where outputs normally go).
     """
     from .paths import project_root, store_dir
 
     places = [(store_dir().resolve(), "the tracking store's folder", True)]
     places.append(((store_dir() / "checkpoints").resolve(), "the checkpoints folder", True))
-    places += [(Path(f).resolve(), "the tracking store's folder", True) for f in store_folders]
+    for f in map(Path, store_folders):  # a database file: neither it nor a folder holding it
+        database = f.suffix == ".db" or f.is_file()
+        what = "the tracking store's database" if database else "the tracking store's folder"
+        places.append((f.resolve(), what, not database))
     places.append((Path.cwd().resolve(), "the current directory", False))
     places.append((project_root().resolve(), "the project root", False))
     home = os.environ.get("HOME")
@@ -413,12 +417,12 @@ def _umask() -> int:
 
 
 def store_folders_of(uri: str | None) -> list[Path]:
-    """The local folder of a tracking URI's store: a SQLite database's folder, a ``file:`` store's
-    folder; none for a server."""
+    """What a tracking URI's store keeps on this machine: a SQLite database file, a ``file:``
+    store's folder; nothing for a server."""
     if not uri:
         return []
     if uri.startswith("sqlite:///"):  # sqlite:///relative.db, sqlite:////absolute.db
-        return [Path(uri[len("sqlite:///") :].split("?", 1)[0]).resolve().parent]
+        return [Path(uri[len("sqlite:///") :].split("?", 1)[0]).resolve()]
     if uri.startswith("file://"):
         return [Path(uri[len("file://") :]).resolve()]
     if "://" not in uri:
