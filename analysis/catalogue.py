@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import ast
 import importlib
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -53,6 +54,73 @@ class NoParams(Params):
 
 
 @dataclass(frozen=True)
+class Question:
+    """A question the report answers: one table of numbers per model and one block of the summary
+    figure, its statistics declared by :attr:`Stat.question`.
+
+    Attributes:
+        title: the table's heading.
+        intro: the paragraph under it (what was measured, how to read it).
+        order: position among the report's tables.
+    """
+
+    title: str
+    intro: str = ""
+    order: int = 100
+
+
+QUESTIONS: dict[str, Question] = {
+    "task": Question(
+        "Task accuracy (test split, greedy decoding)",
+        "Greedy decoding of the whole test split; 95 % intervals from a bootstrap over test "
+        "examples. Token error rate: Σ edit distance to the closest reference / Σ its length (PER "
+        "for G2P).",
+        order=0,
+    ),
+    "used": Question(
+        "Is attention used? Intervening on it",
+        "Local interventions replace one step's attention row and recompute that step's output "
+        "from its own prefix state; the global permutation permutes every step's row during "
+        "free-running decoding, so the effect propagates. Flip: the predicted token changes.",
+        order=10,
+    ),
+    "unique": Question(
+        "Is it a unique explanation? Adversarial attention",
+        "The adversarial search (Jain & Wallace 2019, §4.2) looks for attention rows as far as "
+        "possible (JSD) from the model's whose output stays within ε (TVD); found: the share of "
+        "steps with such a row, max JSD: the largest JSD among them (mean over steps where one was "
+        "found).",
+        order=20,
+    ),
+    "agrees": Question(
+        "Does it agree with other importance measures? Kendall τ-b",
+        "Kendall τ-b between the ranking of source tokens by attention and by importance, per "
+        "step; τ gradient–LOO is how well the two non-attention measures agree with each other.",
+        order=30,
+    ),
+    "aligns": Question(
+        "Does it align with gold links?",
+        "The attention argmax of every reference target token (teacher-forced on the reference) "
+        "as a hard alignment against the gold links.",
+        order=40,
+    ),
+    "erasure": Question(
+        "Erase until the decision flips",
+        "Source positions erased one at a time in a ranking order until the predicted token "
+        "changes (Serrano & Smith 2019, §4); never flipped: the share of steps that kept their "
+        "token with all but one position erased.",
+        order=50,
+    ),
+}
+"""The report's questions: ``task`` (the task registry's metrics) and those the ablations feed; an
+ablation may add one of its own (:attr:`AblationSpec.questions`)."""
+
+Direction = Literal["higher", "lower", ""]
+"""Which values answer a statistic's question *yes* (attention used, unique, agreeing,
+aligned…): ``"higher"``, ``"lower"``, or ``""`` where neither does."""
+
+
+@dataclass(frozen=True)
 class Stat:
     """One summary statistic of an ablation, reduced over the rows (steps or examples) of a model.
 
@@ -64,7 +132,13 @@ class Stat:
         column: the per-row column averaged.
         num, den: the per-row columns of a ratio of sums.
         complement: report 1 − ratio (AER = 1 − (|A∩S| + |A∩P|) / (|A| + |S|)).
-        label: the report's column header (none: not in the report's summary table).
+        label: its name in the report's tables and figures, and in result tables.
+        unit: what its numbers measure (the summary figure's scale).
+        direction: which values answer its question yes (:data:`Direction`).
+        question: the report table and figure block it belongs to (a key of :data:`QUESTIONS`
+            or of its spec's :attr:`AblationSpec.questions`); None: logged and read by the
+            verdict, but not a column of the report.
+        order: its column's position in the question's table (default: its spec's ``order``).
     """
 
     column: str | None = None
@@ -72,14 +146,63 @@ class Stat:
     den: str | None = None
     complement: bool = False
     label: str = ""
+    unit: str = "share of steps (0–1)"
+    direction: Direction = ""
+    question: str | None = None
+    order: int | None = None
 
     def __post_init__(self) -> None:
         if (self.column is None) == (self.num is None or self.den is None):
             raise AblationSpecError("a Stat is either column=… or num=… with den=…")
+        if self.question is not None and not self.label:
+            raise AblationSpecError("a Stat shown in the report (question=…) needs a label")
 
     @property
     def columns(self) -> tuple[str, ...]:
         return (self.column,) if self.column is not None else (self.num, self.den)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """An ablation's figure in the report.
+
+    Attributes:
+        kind: how it is drawn: a figure of its own in :data:`attnstudy.analysis.figures.FIGURE_KINDS`
+            (``"permutation"``, ``"erasure"``…), or ``"stat_distributions"``, the generic kind
+            drawn from the spec's per-step statistics (a box per model and statistic).
+        title: the figure's heading in the report.
+        caption: what it shows and how to read it.
+        order: its position among the ablations' figures (default: its spec's ``order``).
+    """
+
+    kind: str
+    title: str
+    caption: str
+    order: int | None = None
+
+
+TERMS: dict[str, str] = {
+    "decoder step": "one target position t of one example: one attention row α_t over the source "
+    "and one output distribution p_t; the step that emits <eos> is included.",
+    "prefix": "the target tokens fed to the decoder before step t. Greedy (the default): the "
+    "model's own greedy output, so every step is one the model really takes; reference: the gold "
+    "target (teacher forcing). Alignment always uses the reference, because gold links index it.",
+    "TVD": "total variation distance between two output distributions, ½ Σ_v |p(v) − q(v)| over "
+    "the full vocabulary; 0 = identical, 1 = disjoint.",
+    "JSD": "Jensen–Shannon divergence between two attention distributions, natural log: 0 = "
+    "identical, at most ln 2 ≈ 0.693 (disjoint).",
+    "flip": "the predicted token (argmax of p_t) changes under the intervention; a flip rate is "
+    "the share of interventions (permutations) or steps that flip, averaged over steps.",
+    "Kendall τ-b": "rank correlation of two importance vectors over a step's source positions "
+    "(−1 … 1), with ties.",
+    "95 % interval": "percentile bootstrap over examples (not steps): the examples are resampled "
+    "with replacement, so steps of one example stay together.",
+}
+"""Terms several ablations use, defined once: the report opens its definitions with
+:data:`OPENING_TERMS`, adds each ablation's own definitions and the shared terms it names
+(:attr:`AblationSpec.terms`), and closes with :data:`CLOSING_TERMS`."""
+OPENING_TERMS = ("decoder step", "prefix", "TVD", "JSD", "flip")
+CLOSING_TERMS = ("95 % interval",)
 
 
 @dataclass(frozen=True)
@@ -105,7 +228,11 @@ class AblationSpec:
             on the model (one per attention head).
         skip_column: the bool column marking rows the ablation could not analyse (default
             ``<name>_skipped``).
-        figure: the report figure it feeds, or None.
+        figure: its figure in the report (:class:`Figure`), or None.
+        definitions: ``(term, definition)`` pairs for the report's definitions section.
+        terms: shared terms of :data:`TERMS` its statistics use, defined after its own.
+        questions: questions of its own (key → :class:`Question`) that its statistics feed,
+            beside those of :data:`QUESTIONS`.
         default: part of the default battery (``ablation.ablations`` left out).
         order: position in the battery and in tables.
         description: one line for the docs and ``--help``.
@@ -123,7 +250,10 @@ class AblationSpec:
     derive: str | Callable[[Any], Any] | None = None
     more_stats: str | Callable[[Any], Mapping[str, Stat]] | None = None
     skip_column: str | None = None
-    figure: str | None = None
+    figure: Figure | None = None
+    definitions: tuple[tuple[str, str], ...] = ()
+    terms: tuple[str, ...] = ()
+    questions: Mapping[str, Question] = field(default_factory=dict)
     default: bool = True
     order: int = 100
     description: str = ""
@@ -140,6 +270,20 @@ class AblationSpec:
             )
         if not (isinstance(self.params, type) and issubclass(self.params, Params)):
             raise AblationSpecError(f"ablation {self.name!r}: params must be a Params subclass")
+        unknown_terms = [t for t in self.terms if t not in TERMS]
+        if unknown_terms:
+            raise AblationSpecError(
+                f"ablation {self.name!r}: unknown shared terms {unknown_terms}; known: "
+                f"{', '.join(TERMS)} (define a term of its own in definitions=…)"
+            )
+        known = set(QUESTIONS) | set(self.questions)
+        for key, stat in self.stats.items():
+            if stat.question is not None and stat.question not in known:
+                raise AblationSpecError(
+                    f"ablation {self.name!r}: statistic {key!r} feeds unknown question "
+                    f"{stat.question!r}; known: {', '.join(sorted(known))} (declare a new one in "
+                    "questions=…)"
+                )
 
     @property
     def skipped(self) -> str:
@@ -227,13 +371,83 @@ def get_ablation(name: str) -> AblationSpec:
         ) from None
 
 
+@dataclass(frozen=True)
+class ShownStat:
+    """A statistic as the report shows it: ``key`` is its metric, ``ablation/<ablation>/<name>``."""
+
+    key: str
+    ablation: str
+    name: str
+    stat: Stat
+
+
+def _names(names: Iterable[str] | None) -> list[str]:
+    known = list_ablations()
+    return known if names is None else [n for n in known if n in set(names)]
+
+
+def questions(names: Iterable[str] | None = None) -> dict[str, Question]:
+    """:data:`QUESTIONS` and the questions the ablations ``names`` (default: all) declare, in
+    report order."""
+    found = dict(QUESTIONS)
+    for n in _names(names):
+        found.update(get_ablation(n).questions)
+    return dict(sorted(found.items(), key=lambda kv: kv[1].order))
+
+
+def shown_stats(names: Iterable[str] | None = None) -> list[ShownStat]:
+    """The statistics of the ablations ``names`` (default: all) that have a question, in the
+    report's column order: by question, then each statistic's ``order`` (default its spec's),
+    then the battery order and the order they are declared in."""
+    order = {q: i for i, q in enumerate(questions(names))}
+    rows = []
+    for n in _names(names):
+        spec = get_ablation(n)
+        for i, (stat_name, st) in enumerate(spec.stats.items()):
+            if st.question is not None:
+                shown = ShownStat(f"ablation/{n}/{stat_name}", n, stat_name, st)
+                rank = st.order if st.order is not None else spec.order
+                rows.append(((order[st.question], rank, spec.order, i), shown))
+    return [r for _, r in sorted(rows, key=lambda x: x[0])]
+
+
+def stat_keys(names: Iterable[str] | None = None) -> list[str]:
+    """Every statistic's metric key (``ablation/<name>/<stat>``) of the ablations ``names``
+    (default: all), shown in the report or not: what the verdict reads."""
+    return [f"ablation/{n}/{k}" for n in _names(names) for k in get_ablation(n).stats]
+
+
+def definitions(names: Iterable[str] | None = None) -> list[tuple[str, str]]:
+    """The report's definitions for the ablations ``names`` (default: all): the opening shared
+    terms, each ablation's own definitions and the shared terms it names, the closing terms;
+    a term defined twice is kept where it first appears."""
+    out: dict[str, str] = {t: TERMS[t] for t in OPENING_TERMS}
+    for n in _names(names):
+        spec = get_ablation(n)
+        for term, text in spec.definitions:
+            out.setdefault(term, text)
+        for term in spec.terms:
+            out.setdefault(term, TERMS[term])
+    for t in CLOSING_TERMS:
+        out.setdefault(t, TERMS[t])
+    return list(out.items())
+
+
+def figures(names: Iterable[str] | None = None) -> list[tuple[AblationSpec, Figure]]:
+    """The figures of the ablations ``names`` (default: all), in the report's order (each
+    figure's ``order``, default its spec's)."""
+    specs = [get_ablation(n) for n in _names(names)]
+    found = [(s, s.figure) for s in specs if s.figure is not None]
+    return sorted(found, key=lambda sf: sf[1].order if sf[1].order is not None else sf[0].order)
+
+
 # ----------------------------------------------------------------------------- discovery
 
 
 _HEADER_IMPORTS = ("attnstudy.analysis.catalogue", "pydantic", "typing", "__future__")
 
 
-def read_spec(path: Path) -> AblationSpec:
+def read_spec(path: Path, package: str | None = ABLATIONS_PACKAGE) -> AblationSpec:
     """The ``SPEC`` of an ablation module, read from its source without importing the module.
 
     Runs only the module's imports from this module, pydantic and typing, its :class:`Params`
@@ -259,7 +473,7 @@ def read_spec(path: Path) -> AblationSpec:
             found = True
     if not found:
         raise AblationSpecError(f"{path}: an ablation module must assign SPEC = AblationSpec(...)")
-    namespace: dict[str, Any] = {"__name__": f"{ABLATIONS_PACKAGE}.{path.stem}"}
+    namespace: dict[str, Any] = {"__name__": f"{package}.{path.stem}" if package else path.stem}
     try:
         exec(compile(ast.Module(body=header, type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
     except NameError as err:
@@ -273,18 +487,77 @@ def read_spec(path: Path) -> AblationSpec:
     return spec
 
 
+SEARCH_PATH_ENV = "ATTNSTUDY_ABLATION_PATH"
+"""Folders (separated by ``os.pathsep``) of a user's own ablation modules, discovered like the
+built-in ones: each ``*.py`` file defines ``SPEC``; its ``run`` names ``module:function`` with the
+module's file name (the folder is put on ``sys.path`` when the ablation runs)."""
+_SEARCHED: list[Path] = []
+
+
+def add_search_path(folder: str | Path) -> list[str]:
+    """Register every ablation module of ``folder`` (a catalogue search path; see
+    :data:`SEARCH_PATH_ENV`), without importing them.
+
+    Returns:
+        The names registered.
+
+    Raises:
+        AblationSpecError: not a folder, a module without a valid ``SPEC``, or a name that is
+            taken.
+    """
+    import sys
+
+    _discover()
+    path = Path(folder).expanduser().resolve()
+    if not path.is_dir():
+        raise AblationSpecError(f"ablation search path {folder}: no such folder")
+    if path in _SEARCHED:
+        return []
+    names = _register_folder(path, package=None)
+    _SEARCHED.append(path)
+    if str(path) not in sys.path:
+        sys.path.append(str(path))
+    return names
+
+
+def remove_search_path(folder: str | Path) -> None:
+    """Undo :func:`add_search_path`: its ablations leave the catalogue (tests, notebooks)."""
+    import sys
+
+    path = Path(folder).expanduser().resolve()
+    if path not in _SEARCHED:
+        return
+    for module in sorted(path.glob("*.py")):
+        for name, spec in list(_REGISTRY.items()):
+            if isinstance(spec.run, str) and spec.run.partition(":")[0] == module.stem:
+                del _REGISTRY[name]
+        sys.modules.pop(module.stem, None)
+    _SEARCHED.remove(path)
+    if str(path) in sys.path:
+        sys.path.remove(str(path))
+
+
+def _register_folder(folder: Path, package: str | None) -> list[str]:
+    names = []
+    for path in sorted(folder.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        spec = read_spec(path, package)
+        if spec.name in _REGISTRY:
+            raise AblationSpecError(f"{path}: ablation {spec.name!r} is defined twice")
+        _REGISTRY[spec.name] = spec
+        names.append(spec.name)
+    return names
+
+
 def _discover() -> None:
     global _DISCOVERED
     if _DISCOVERED:
         return
     _DISCOVERED = True
-    for path in sorted(ABLATIONS_DIR.glob("*.py")):
-        if path.name.startswith("_"):
-            continue
-        spec = read_spec(path)
-        if spec.name in _REGISTRY:
-            raise AblationSpecError(f"{path}: ablation {spec.name!r} is defined twice")
-        _REGISTRY[spec.name] = spec
+    _register_folder(ABLATIONS_DIR, ABLATIONS_PACKAGE)
+    for folder in filter(None, os.environ.get(SEARCH_PATH_ENV, "").split(os.pathsep)):
+        add_search_path(folder)
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -450,20 +723,46 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
+def stats_markdown_table() -> str:
+    """The table of the statistics the report shows (docs/design.md), generated from the catalogue
+    in the report's order: question, column label, metric, unit, which values answer yes."""
+    titles = {q: x.title for q, x in questions().items()}
+    rows = [
+        "| question | column | metric | unit | yes when |",
+        "|---|---|---|---|---|",
+    ]
+    for st in shown_stats():
+        yes = {"higher": "higher", "lower": "lower"}.get(st.stat.direction, "–")
+        rows.append(
+            f"| {titles[st.stat.question]} | {st.stat.label} | `{st.key}` | {st.stat.unit} | {yes} |"
+        )
+    return "\n".join(rows)
+
+
 BEGIN, END = (
     "<!-- ablation-catalogue:begin (generated: make docs) -->",
     "<!-- ablation-catalogue:end -->",
 )
+STATS_BEGIN, STATS_END = (
+    "<!-- statistics-catalogue:begin (generated: make docs) -->",
+    "<!-- statistics-catalogue:end -->",
+)
+GENERATED = ((BEGIN, END, markdown_table), (STATS_BEGIN, STATS_END, stats_markdown_table))
+"""The generated blocks of the docs: markers and the function writing what is between them."""
 
 
 def update_docs(*paths: Path) -> list[Path]:
-    """Rewrite the generated ablation table between the markers of each file; returns those changed."""
+    """Rewrite the generated tables (:data:`GENERATED`) between their markers in each file that has
+    them; returns the files changed."""
     changed = []
     for path in paths:
-        text = path.read_text(encoding="utf-8")
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        new = f"{head}{BEGIN}\n{markdown_table()}\n{END}{tail}"
+        text = new = path.read_text(encoding="utf-8")
+        for begin, end, table in GENERATED:
+            if begin not in new:
+                continue
+            head, _, rest = new.partition(begin)
+            _, _, tail = rest.partition(end)
+            new = f"{head}{begin}\n{table()}\n{end}{tail}"
         if new != text:
             path.write_text(new, encoding="utf-8")
             changed.append(path)

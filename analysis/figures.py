@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import matplotlib
 
@@ -700,6 +702,131 @@ def kendall_tau(steps: pd.DataFrame, palette: dict | None = None) -> Figure:
     defined, _ = per_layer(steps[steps[cols].notna().any(axis=1)], palette)
     _legend_below(fig, palette, order, counts=defined.groupby("variant").size().to_dict())
     return fig
+
+
+def stat_distributions(
+    steps: pd.DataFrame, columns: dict[str, str], palette: dict | None = None, title: str = ""
+) -> Figure:
+    """The generic figure of an ablation's per-step statistics (catalogue figure kind
+    ``"stat_distributions"``): left, a box per model of each statistic's per-step values; right,
+    for statistics that are 0 or 1 per step (shares), each model's mean with its 95 % bootstrap
+    interval over examples (:func:`example_bootstrap_ci`).
+
+    Args:
+        steps: per-step rows with ``variant`` (and ``layer``, ``example_id``) and ``columns``.
+        columns: per-step column → its label.
+        title: the left panel's title.
+    """
+    cols = {c: lab for c, lab in columns.items() if c in steps.columns and steps[c].notna().any()}
+    binary = [c for c in cols if steps[c].dropna().isin([0, 1]).all()]
+    spread = [c for c in cols if c not in binary]
+    fig, (ax, ax2) = _subplots(1, 2, figsize=(11, 4.4), width_ratios=[2.2, 1])
+    if not cols:
+        _note(ax, "no defined values (ablation not run, skipped, or undefined at every step)")
+        ax2.axis("off")
+        return fig
+    base, palette = per_layer(steps[steps[list(cols)].notna().any(axis=1)], palette)
+    order = _order(base, palette)
+    if spread:
+        d = base.melt(
+            id_vars=["variant"], value_vars=spread, var_name="stat", value_name="value"
+        ).dropna(subset=["value"])
+        d["stat"] = d["stat"].map(cols)
+        sns.boxplot(
+            data=d,
+            x="stat",
+            y="value",
+            hue="variant",
+            hue_order=order,
+            order=[cols[c] for c in spread],
+            palette=palette,
+            ax=ax,
+            fliersize=1,
+            legend=False,
+        )
+        ax.axhline(0, color="0.5", lw=0.8)
+        ax.set(title=title, xlabel="", ylabel="per decoder step")
+    else:
+        ax.axis("off")
+    if binary:
+        rows = []
+        for c in binary:
+            for v, g in base.dropna(subset=[c]).groupby("variant", sort=False):
+                mean, low, high = example_bootstrap_ci(g.rename(columns={c: "value"}))
+                rows.append({"stat": cols[c], "variant": v, "mean": mean, "low": low, "high": high})
+        share = pd.DataFrame(rows)
+        sns.barplot(
+            data=share,
+            x="stat",
+            y="mean",
+            hue="variant",
+            hue_order=[v for v in order if v in set(share["variant"])],
+            palette=palette,
+            ax=ax2,
+            legend=False,
+            errorbar=None,
+        )
+        for container, v in zip(ax2.containers, [o for o in order if o in set(share["variant"])]):
+            for bar, (_, r) in zip(container, share[share["variant"] == v].iterrows()):
+                x = bar.get_x() + bar.get_width() / 2
+                ax2.plot([x, x], [r["low"], r["high"]], color="0.25", linewidth=1.4)
+        ax2.set(title="share of steps", xlabel="", ylabel="share of steps", ylim=(0, 1))
+        ax2.tick_params(axis="x", labelsize=FONT - 2)
+    else:
+        ax2.axis("off")
+    _legend_below(
+        fig,
+        palette,
+        order,
+        note="boxes: per-step values; bars: share of steps with a 95 % bootstrap interval over "
+        "examples",
+        counts=base.groupby("variant").size().to_dict(),
+    )
+    return fig
+
+
+@dataclass(frozen=True)
+class FigureInput:
+    """What an ablation's figure is drawn from (:data:`FIGURE_KINDS`).
+
+    Attributes:
+        steps: every per-step row of the study (both prefixes), with ``variant``.
+        analysis: the rows of each model's analysis prefix.
+        palette: model → colour (:func:`variant_palette`).
+        eps: the adversarial search's ε when every model shares one, else None.
+        columns: the ablation's per-step statistic columns → their labels (the generic kind).
+        reference: whether the ablation reads the reference prefix (then ``steps`` of that
+            prefix are drawn instead of ``analysis``).
+    """
+
+    steps: pd.DataFrame
+    analysis: pd.DataFrame
+    palette: dict
+    eps: float | None = None
+    columns: dict = field(default_factory=dict)
+    reference: bool = False
+
+
+def _generic(d: FigureInput, title: str) -> Figure:
+    rows = d.steps
+    if d.reference and "prefix" in rows:
+        rows = rows[rows["prefix"] == "reference"]
+    elif not d.reference:
+        rows = d.analysis
+    return stat_distributions(rows, d.columns, d.palette, title)
+
+
+FIGURE_KINDS: dict[str, Callable[[FigureInput, str], Figure]] = {
+    "permutation": lambda d, _: permutation_by_max_attention(d.analysis, d.palette),
+    "adversarial": lambda d, _: adversarial_by_max_attention(d.analysis, d.palette, d.eps),
+    "kendall_tau": lambda d, _: kendall_tau(d.analysis, d.palette),
+    "erasure": lambda d, _: erasure_fractions(d.analysis, d.palette),
+    "alignment_vs_ablation": lambda d, _: alignment_vs_ablation(d.steps, d.palette),
+    "stat_distributions": _generic,
+}
+"""How each kind of ablation figure (:class:`attnstudy.analysis.catalogue.Figure`) is drawn:
+``draw(FigureInput, title) -> Figure``. ``stat_distributions`` is the generic kind, drawn from
+the ablation's own statistics; the others are figures of their own."""
 
 
 def example_bootstrap_ci(rows: pd.DataFrame, column: str = "value") -> tuple[float, float, float]:

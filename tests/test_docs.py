@@ -17,6 +17,15 @@ def test_ablation_tables_are_generated_from_the_catalogue():
         assert section == markdown_table(), f"{name} is stale: run `make docs`"
 
 
+def test_the_statistics_table_of_the_design_is_generated_from_the_catalogue():
+    from attnstudy.analysis.catalogue import STATS_BEGIN, STATS_END, stats_markdown_table
+
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    section = text.split(STATS_BEGIN, 1)[1].split(STATS_END, 1)[0].strip()
+    assert section == stats_markdown_table(), "docs/design.md is stale: run `make docs`"
+    assert "| Does it align with gold links? | AER | `ablation/alignment/aer` |" in section
+
+
 OUTSIDE = ("../" + "shared", "DESIGN" + ".md")
 """Files beside the repository that it must not name (spelled apart, so this file names neither)."""
 

@@ -5,6 +5,7 @@ a two-layer model, and a model without attention)."""
 import re
 
 import pytest
+from attnstudy.analysis.catalogue import stat_keys
 
 from attnstudy.findings import (
     VerdictThresholds,
@@ -27,6 +28,7 @@ def metrics(**stats):
 
 
 PARAMS = {"ablation.adversarial.eps_eval": "0.01", "ablation.permutation.n": "100"}
+KEYS = stat_keys()
 
 UNIFORM = metrics(
     permutation__flip_rate=(0.0, 0.0, 0.0),
@@ -53,7 +55,9 @@ USED = metrics(
 
 
 def test_uniform_attention_is_not_used_and_says_why():
-    f = facts_from_metrics("copy uniform-bahdanau", "uniform", UNIFORM, PARAMS)
+    f = facts_from_metrics(
+        "copy uniform-bahdanau", "uniform", UNIFORM, stat_keys=KEYS, params=PARAMS
+    )
     v = verdict(f)
     assert v.used == "no" and v.unique == "yes"
     used = v.sentences[0]
@@ -65,7 +69,7 @@ def test_uniform_attention_is_not_used_and_says_why():
 
 
 def test_flip_rate_0_9_is_used_not_unique_weaker_agreement_aligned_with_literature():
-    f = facts_from_metrics("g2p additive-bahdanau", "additive", USED, PARAMS)
+    f = facts_from_metrics("g2p additive-bahdanau", "additive", USED, stat_keys=KEYS, params=PARAMS)
     v = verdict(f)
     assert (v.used, v.unique, v.agrees, v.aligns) == ("yes", "no", "weaker", "yes")
     used, unique, agrees, aligns = v.sentences
@@ -117,7 +121,7 @@ def test_flip_rate_0_9_is_used_not_unique_weaker_agreement_aligned_with_literatu
 
 
 def test_thresholds_are_configurable_and_change_the_answer():
-    f = facts_from_metrics("m", "additive", USED, PARAMS)
+    f = facts_from_metrics("m", "additive", USED, stat_keys=KEYS, params=PARAMS)
     strict = VerdictThresholds(used_flip=0.95, unused_flip=0.5)
     v = verdict(f, strict)
     assert v.used == "unclear"
@@ -144,7 +148,7 @@ def test_agreement_against_a_weak_baseline_is_unclear(attn_grad, attn_loo, grad_
         importance__tau_attn_loo=attn_loo,
         importance__tau_grad_loo=grad_loo,
     )
-    v = verdict(facts_from_metrics("m", "additive", m, PARAMS))
+    v = verdict(facts_from_metrics("m", "additive", m, stat_keys=KEYS, params=PARAMS))
     assert v.agrees == answer
     said = "gradient and leave-one-out hardly agree with each other (τ below 0.3), so the"
     assert (said in v.text) == (answer == "unclear")
@@ -152,13 +156,16 @@ def test_agreement_against_a_weak_baseline_is_unclear(attn_grad, attn_loo, grad_
 
 def test_an_interval_straddling_a_threshold_is_unclear_not_rounded():
     m = metrics(permutation__flip_rate=(0.12, 0.05, 0.2))
-    assert verdict(facts_from_metrics("m", "additive", m, PARAMS)).used == "unclear"
+    assert (
+        verdict(facts_from_metrics("m", "additive", m, stat_keys=KEYS, params=PARAMS)).used
+        == "unclear"
+    )
 
 
 def test_overall_paragraph_counts_models():
-    fu = facts_from_metrics("u", "uniform", UNIFORM, PARAMS)
-    fa = facts_from_metrics("a", "additive", USED, PARAMS)
-    fn = facts_from_metrics("n", "none", {}, PARAMS)
+    fu = facts_from_metrics("u", "uniform", UNIFORM, stat_keys=KEYS, params=PARAMS)
+    fa = facts_from_metrics("a", "additive", USED, stat_keys=KEYS, params=PARAMS)
+    fn = facts_from_metrics("n", "none", {}, stat_keys=KEYS, params=PARAMS)
     vs = [verdict(f) for f in (fu, fa, fn)]
     assert vs[2].sentences[0].startswith("No attention")
     text = overall(vs, [fu, fa, fn])
@@ -173,12 +180,12 @@ def test_overall_says_where_the_seeds_of_a_configuration_disagree():
     # threshold (unclear); none is not tested and its seeds are not counted
     unclear = metrics(permutation__flip_rate=(0.12, 0.05, 0.2))
     facts = [
-        facts_from_metrics("a", "additive", USED, PARAMS),
-        facts_from_metrics("a seed2", "additive", USED, PARAMS),
-        facts_from_metrics("g", "general", USED, PARAMS),
-        facts_from_metrics("g seed2", "general", unclear, PARAMS),
-        facts_from_metrics("n", "none", {}, PARAMS),
-        facts_from_metrics("n seed2", "none", {}, PARAMS),
+        facts_from_metrics("a", "additive", USED, stat_keys=KEYS, params=PARAMS),
+        facts_from_metrics("a seed2", "additive", USED, stat_keys=KEYS, params=PARAMS),
+        facts_from_metrics("g", "general", USED, stat_keys=KEYS, params=PARAMS),
+        facts_from_metrics("g seed2", "general", unclear, stat_keys=KEYS, params=PARAMS),
+        facts_from_metrics("n", "none", {}, stat_keys=KEYS, params=PARAMS),
+        facts_from_metrics("n seed2", "none", {}, stat_keys=KEYS, params=PARAMS),
     ]
     vs = [verdict(f) for f in facts]
     assert [v.used for v in vs[:4]] == ["yes", "yes", "yes", "unclear"]

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Params, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Figure, Params, Stat
 from pydantic import Field
 from torch import Tensor
 
@@ -71,10 +71,39 @@ SPEC = AblationSpec(
     run="attnstudy.analysis.ablations.adversarial:run",
     params=AdversarialParams,
     stats={
-        "max_jsd": Stat("adversarial_max_jsd", label="adversarial max JSD"),
-        "found_rate": Stat("adversarial_found"),
+        "max_jsd": Stat(
+            "adversarial_max_jsd",
+            label="adversarial max JSD (nats)",
+            unit="nats (≤ ln 2)",
+            question="unique",
+            direction="lower",
+            order=61,
+        ),
+        "found_rate": Stat(
+            "adversarial_found",
+            label="adversary found within ε",
+            question="unique",
+            direction="lower",
+            order=60,
+        ),
     },
-    figure="adversarial",
+    figure=Figure(
+        "adversarial",
+        "Adversarial attention: how different can attention be for the same output?",
+        "Jain & Wallace (2019) fig. 5 design: per step, the largest JSD (nats; the dotted line is "
+        "the ceiling ln 2) between the model's attention and an alternative whose output stays "
+        "within ε (TVD), by the step's largest attention weight. High values mean very different "
+        "attention gives the same output: attention is then not a unique explanation. Steps "
+        "where no alternative was found are not drawn (their share is the found rate in the "
+        "tables).",
+    ),
+    definitions=(
+        (
+            "adversarial attention",
+            "K rows optimised to maximise JSD from α_t while the output stays within ε (TVD) "
+            "(Jain & Wallace 2019, §4.2, AdversaryMulti).",
+        ),
+    ),
     order=60,
     description="K attention distributions as far (JSD) from α_t as possible with the output within ε "
     "(TVD); max JSD, share found",

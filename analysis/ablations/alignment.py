@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat
 from torch import Tensor
 
 from attnstudy.data.alignment import Alignment, format_pharaoh
@@ -49,16 +49,68 @@ SPEC = AblationSpec(
     prefix="reference",
     requires=("attention",),
     stats={
-        "aer": Stat(num="alignment_aer_num", den="alignment_aer_den", complement=True, label="AER"),
-        "aer_linked": Stat(
-            num="alignment_aer_linked_num", den="alignment_aer_linked_den", complement=True
+        "aer": Stat(
+            num="alignment_aer_num",
+            den="alignment_aer_den",
+            complement=True,
+            label="AER",
+            unit="0–1, lower is better",
+            question="aligns",
+            direction="lower",
         ),
-        "gold_mass": Stat("alignment_gold_mass", label="gold mass"),
-        "argmax_on_gold": Stat("alignment_argmax_on_gold"),
+        "aer_linked": Stat(
+            num="alignment_aer_linked_num",
+            den="alignment_aer_linked_den",
+            complement=True,
+            label="AER, linked targets",
+            unit="0–1, lower is better",
+            question="aligns",
+            direction="lower",
+        ),
+        "gold_mass": Stat(
+            "alignment_gold_mass",
+            label="gold mass",
+            unit="share of attention (0–1)",
+            question="aligns",
+            direction="higher",
+        ),
+        "argmax_on_gold": Stat(
+            "alignment_argmax_on_gold",
+            label="argmax on gold",
+            unit="share of tokens (0–1)",
+            question="aligns",
+            direction="higher",
+        ),
     },
     derive="attnstudy.analysis.ablations.alignment:derive",
     more_stats="attnstudy.analysis.ablations.alignment:head_stats",
-    figure="alignment_vs_ablation",
+    figure=Figure(
+        "alignment_vs_ablation",
+        "Alignment against ablation, per sentence",
+        "Each point is one test sentence: x is its mean attention mass on gold links (teacher-"
+        "forced on the reference), y its mean permutation TVD or adversarial JSD (on the analysis "
+        "prefix). If attention that follows the alignment were also the one the output depends "
+        "on, sentences with more gold mass would have larger permutation TVD (positive τ) and "
+        "smaller adversarial JSD (negative τ).",
+    ),
+    definitions=(
+        (
+            "AER",
+            "alignment error rate, 1 − (|A∩S| + |A∩P|) / (|A| + |S|) (Och & Ney 2003, eq. 7), with "
+            "A the predicted links (one argmax link per reference target token), S ⊆ P the sure "
+            "and possible gold links, summed over the corpus; 0 = perfect. 'Linked targets' leaves "
+            "out target tokens without any gold link.",
+        ),
+        (
+            "sure / possible links",
+            "gold links marked certain (S) or acceptable (P ⊇ S), Pharaoh 'i-j' and 'ipj'.",
+        ),
+        (
+            "gold mass",
+            "the attention mass a target token puts on its gold-linked source tokens, averaged "
+            "over tokens with gold links.",
+        ),
+    ),
     order=80,
     description="the attention argmax as a hard alignment: AER (standard, and over linked target tokens), "
     "attention mass on gold links",

@@ -18,9 +18,24 @@ SPEC = AblationSpec(
     name="erase_max",
     run="attnstudy.analysis.ablations.erase_max:run",
     stats={
-        "flip_rate": Stat("erase_max_flip", label="erase-max flip rate"),
-        "tvd": Stat("erase_max_tvd"),
+        "flip_rate": Stat(
+            "erase_max_flip", label="erase-max flip rate", question="used", direction="higher"
+        ),
+        "tvd": Stat(
+            "erase_max_tvd",
+            label="erase-max TVD",
+            unit="TVD (0–1)",
+            question="used",
+            direction="higher",
+        ),
     },
+    definitions=(
+        (
+            "erase-max",
+            "the largest attention weight set to 0 and the row renormalised (Serrano & Smith "
+            "2019, §3).",
+        ),
+    ),
     order=40,
     description="the largest attention weight erased and the row renormalised; TVD, flip",
     reference="Serrano & Smith 2019, §3",

@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Params, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Figure, Params, Stat
 from pydantic import Field
 from torch import Tensor
 
@@ -45,13 +45,69 @@ SPEC = AblationSpec(
     run="attnstudy.analysis.ablations.erase_until_flip:run",
     params=EraseUntilFlipParams,
     requires=("attention", "local", "gradients"),
-    stats={
-        f"{r}_{s}": Stat(f"erase_{r}_{s}")
-        for r in ("attn_desc", "attn_asc", "random", "grad_desc", "grad_attn_desc")
-        for s in ("frac_positions", "frac_mass", "never_flipped")
+    stats={  # in battery order; the report's columns follow each Stat's order
+        "attn_desc_frac_positions": Stat(
+            "erase_attn_desc_frac_positions",
+            label="positions erased to flip, attention ↓",
+            unit="fraction of positions",
+            question="erasure",
+            order=51,
+        ),
+        "attn_desc_frac_mass": Stat("erase_attn_desc_frac_mass"),
+        "attn_desc_never_flipped": Stat(
+            "erase_attn_desc_never_flipped",
+            label="never flipped, attention ↓",
+            question="erasure",
+            order=50,
+        ),
+        "attn_asc_frac_positions": Stat("erase_attn_asc_frac_positions"),
+        "attn_asc_frac_mass": Stat("erase_attn_asc_frac_mass"),
+        "attn_asc_never_flipped": Stat(
+            "erase_attn_asc_never_flipped",
+            label="never flipped, attention ↑",
+            question="erasure",
+            order=50,
+        ),
+        "random_frac_positions": Stat(
+            "erase_random_frac_positions",
+            label="positions erased to flip, random",
+            unit="fraction of positions",
+            question="erasure",
+            order=51,
+        ),
+        "random_frac_mass": Stat("erase_random_frac_mass"),
+        "random_never_flipped": Stat(
+            "erase_random_never_flipped",
+            label="never flipped, random",
+            question="erasure",
+            order=50,
+        ),
+        "grad_desc_frac_positions": Stat("erase_grad_desc_frac_positions"),
+        "grad_desc_frac_mass": Stat("erase_grad_desc_frac_mass"),
+        "grad_desc_never_flipped": Stat("erase_grad_desc_never_flipped"),
+        "grad_attn_desc_frac_positions": Stat("erase_grad_attn_desc_frac_positions"),
+        "grad_attn_desc_frac_mass": Stat("erase_grad_attn_desc_frac_mass"),
+        "grad_attn_desc_never_flipped": Stat("erase_grad_attn_desc_never_flipped"),
     },
     skip_column="erase_until_flip_skipped",
-    figure="erasure",
+    figure=Figure(
+        "erasure",
+        "Erasure: how much must be removed before the decision flips?",
+        "Serrano & Smith (2019) §4: positions are erased one at a time in each order until the "
+        "predicted token changes. Left: the share of steps that never flipped (all but one "
+        "position erased); middle and right: over the steps that did flip, the fraction of "
+        "positions and of attention mass erased first. If attention ranks importance well, "
+        "'attention ↓' flips soonest and 'attention ↑' almost never. Numbers: steps per bar.",
+        order=75,  # after the importance figure, before alignment's
+    ),
+    definitions=(
+        (
+            "erase-until-flip",
+            "positions erased one at a time in a ranking order until the prediction flips "
+            "(Serrano & Smith 2019, §4); orders: attention ↓/↑, random, gradient of log p_t "
+            "w.r.t. the attention ↓, gradient × attention ↓.",
+        ),
+    ),
     order=50,
     description="items erased one by one in five rankings until the argmax flips; fraction of positions "
     "and of attention mass erased, never-flipped share",

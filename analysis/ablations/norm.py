@@ -21,7 +21,7 @@ import math
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat
 
 from .._chunks import require_attention, step_frame
 from ..batch import AblationContext, PreparedBatch
@@ -33,11 +33,45 @@ SPEC = AblationSpec(
     run="attnstudy.analysis.ablations.norm:run",
     requires=("attention", "values"),
     stats={
-        "tau_attn_norm": Stat("norm_tau_attn_norm", label="τ attn–norm"),
-        "tau_norm_loo": Stat("norm_tau_norm_loo", label="τ norm–LOO"),
+        "tau_attn_norm": Stat(
+            "norm_tau_attn_norm",
+            label="τ attention–norm",
+            unit="Kendall τ-b",
+            question="agrees",
+            direction="higher",
+        ),
+        "tau_norm_loo": Stat(
+            "norm_tau_norm_loo",
+            label="τ norm–LOO",
+            unit="Kendall τ-b",
+            question="agrees",
+        ),
         "tau_attn_loo": Stat("norm_tau_attn_loo"),
-        "argmax_agrees": Stat("norm_argmax_agrees"),
+        "argmax_agrees": Stat(
+            "norm_argmax_agrees",
+            label="argmax of norm = argmax of attention",
+            question="agrees",
+            direction="higher",
+        ),
     },
+    figure=Figure(
+        "stat_distributions",
+        "Norm of the weighted value vectors against attention and leave-one-out",
+        "Kobayashi et al. (2020): per decoder step, Kendall τ-b between the attention weights α_j "
+        "and the norms ‖α_j f(x_j)‖ of what each source position adds to the context, and between "
+        "those norms and leave-one-out importance; a box per model, numbers of steps in the "
+        "legend. τ near 1 against attention: the value vectors' norms change little of "
+        "attention's ranking.",
+    ),
+    definitions=(
+        (
+            "norm (‖α f(x)‖)",
+            "the norm of source position j's contribution α_j f(x_j) to the context vector, f the "
+            "value transform (Kobayashi et al. 2020, eq. 4); compared with leave-one-out "
+            "importance (TVD between p_t and the output with source token j deleted).",
+        ),
+    ),
+    terms=("Kendall τ-b",),
     default=False,
     order=85,
     description="‖α_j f(x_j)‖, the norm of each source position's contribution to the context, beside α_j; "

@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Params, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Figure, Params, Stat
 from pydantic import Field
 
 from attnstudy.models import Seq2Seq, eval_mode
@@ -35,11 +35,38 @@ SPEC = AblationSpec(
     run="attnstudy.analysis.ablations.permutation:run",
     params=PermutationParams,
     stats={
-        "flip_rate": Stat("permutation_flip_rate", label="permutation flip rate"),
-        "median_tvd": Stat("permutation_median_tvd", label="permutation median TVD"),
+        "flip_rate": Stat(
+            "permutation_flip_rate",
+            label="permutation flip rate",
+            question="used",
+            direction="higher",
+        ),
+        "median_tvd": Stat(
+            "permutation_median_tvd",
+            label="permutation median TVD",
+            unit="TVD (0–1)",
+            question="used",
+            direction="higher",
+        ),
     },
     counts=("permutation_n_identity",),
-    figure="permutation",
+    figure=Figure(
+        "permutation",
+        "Permutation: does the output depend on which source token gets which weight?",
+        "Jain & Wallace (2019) fig. 3 design: per decoder step, the median output TVD over P "
+        "random permutations of the attention row, grouped by the step's largest attention "
+        "weight; one panel per task. Mass near 0: permuting changes little (attention not used, "
+        "as J&W found for text classifiers); mass near 1: the output depends on the weights. "
+        "Numbers under the axis: steps per group; groups of fewer than 20 steps are drawn as "
+        "points.",
+    ),
+    definitions=(
+        (
+            "permutation",
+            "the attention row's weights randomly reassigned among the valid source positions, P "
+            "times per step (Jain & Wallace 2019, §4.1).",
+        ),
+    ),
     order=10,
     description="P random permutations of the attention row (local); median output TVD, flip rate",
     reference="Jain & Wallace 2019, §4.1 (permute_attn, median over 100)",

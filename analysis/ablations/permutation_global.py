@@ -25,7 +25,12 @@ SPEC = AblationSpec(
         "exact_match_original": Stat("permutation_global_exact_original"),
         "exact_match_permuted": Stat("permutation_global_exact_permuted"),
         "exact_match_drop": Stat(
-            "permutation_global_exact_drop", label="global permutation exact-match drop"
+            "permutation_global_exact_drop",
+            label="global permutation exact-match drop",
+            unit="share of examples (0–1)",
+            question="used",
+            direction="higher",
+            order=45,  # after the local interventions' columns
         ),
     },
     derive="attnstudy.analysis.ablations.permutation_global:derive",

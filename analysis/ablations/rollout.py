@@ -19,7 +19,7 @@ import math
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat
 
 from .._chunks import require_attention, step_frame
 from ..batch import AblationContext, PreparedBatch
@@ -31,11 +31,44 @@ SPEC = AblationSpec(
     run="attnstudy.analysis.ablations.rollout:run",
     requires=("attention", "self_attention"),
     stats={
-        "tau_attn_rollout": Stat("rollout_tau_attn_rollout", label="τ attn–rollout"),
-        "tau_rollout_loo": Stat("rollout_tau_rollout_loo", label="τ rollout–LOO"),
+        "tau_attn_rollout": Stat(
+            "rollout_tau_attn_rollout",
+            label="τ attention–rollout",
+            unit="Kendall τ-b",
+            question="agrees",
+            direction="higher",
+        ),
+        "tau_rollout_loo": Stat(
+            "rollout_tau_rollout_loo",
+            label="τ rollout–LOO",
+            unit="Kendall τ-b",
+            question="agrees",
+        ),
         "tau_attn_loo": Stat("rollout_tau_attn_loo"),
-        "argmax_agrees": Stat("rollout_argmax_agrees"),
+        "argmax_agrees": Stat(
+            "rollout_argmax_agrees",
+            label="argmax of rollout = argmax of attention",
+            question="agrees",
+            direction="higher",
+        ),
     },
+    figure=Figure(
+        "stat_distributions",
+        "Attention rollout against attention and leave-one-out",
+        "Abnar & Zuidema (2020): per decoder step, Kendall τ-b between the cross-attention and "
+        "its rollout through the encoder's self-attention onto the input tokens, and between "
+        "the rollout and leave-one-out importance; a box per model, numbers of steps in the "
+        "legend. τ near 1 against attention: the encoder mixes little across positions.",
+    ),
+    definitions=(
+        (
+            "attention rollout",
+            "the cross-attention row carried through every encoder layer's self-attention, each "
+            "taken as ½A + ½I for the residual connection, onto the input tokens (Abnar & "
+            "Zuidema 2020, §3).",
+        ),
+    ),
+    terms=("Kendall τ-b",),
     default=False,
     order=86,
     description="the cross-attention rolled out through the encoder's self-attention (½A + ½I per "

@@ -17,9 +17,24 @@ SPEC = AblationSpec(
     name="uniform",
     run="attnstudy.analysis.ablations.uniform:run",
     stats={
-        "flip_rate": Stat("uniform_flip", label="uniform flip rate"),
-        "tvd": Stat("uniform_tvd"),
+        "flip_rate": Stat(
+            "uniform_flip", label="uniform flip rate", question="used", direction="higher"
+        ),
+        "tvd": Stat(
+            "uniform_tvd",
+            label="uniform TVD",
+            unit="TVD (0–1)",
+            question="used",
+            direction="higher",
+        ),
     },
+    definitions=(
+        (
+            "uniform",
+            "the attention row replaced by equal weights over the valid positions (Wiegreffe & "
+            "Pinter 2019's baseline).",
+        ),
+    ),
     order=30,
     description="the attention row replaced by uniform weights over the valid positions; TVD, flip",
     reference="Moradi et al. 2019; Wiegreffe & Pinter 2019 (uniform baseline)",

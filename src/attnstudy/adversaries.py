@@ -29,8 +29,13 @@ ADVERSARY_SEED_OFFSET = 10_000
 """A scratch adversary of a base model with seed s is initialised (and its batches drawn) with
 seed s + this offset, so it starts from neither the base model's weights nor another seed's."""
 
-STATS = ("attention_jsd", "output_tvd", "argmax_differs")
-"""The per-step columns ``adversary_<stat>`` summarised as ``adversary/<stat>``."""
+STATS = {
+    "attention_jsd": "attention JSD",
+    "output_tvd": "output TVD",
+    "argmax_differs": "argmax differs",
+}
+"""The statistics comparing an adversary with its base model → their labels: the per-step columns
+``adversary_<stat>``, summarised as ``adversary/<stat>``, reported under the label."""
 
 
 def selected(cfg: ExperimentConfig, specs: list[RunSpec]) -> list[RunSpec]:

@@ -586,102 +586,30 @@ QUESTION_VERB = {
 """How :func:`across_seeds` names each of :data:`VERDICT_QUESTIONS`."""
 
 
-@dataclass(frozen=True)
-class StatInfo:
-    """One statistic in the report's tables and summary figures."""
-
-    key: str  # the metric (``ablation/<name>/<stat>`` or ``test/<metric>``)
-    label: str
-    question: str  # the table and figure panel it belongs to (see QUESTIONS)
-    unit: str = "share of steps (0–1)"
-
-
-QUESTIONS = {
-    "task": "Task accuracy (test split, greedy decoding)",
-    "used": "Is attention used? Intervening on it",
-    "unique": "Is it a unique explanation? Adversarial attention",
-    "agrees": "Does it agree with other importance measures? Kendall τ-b",
-    "aligns": "Does it align with gold links?",
-    "erasure": "Erase until the decision flips",
-}
-
-STATS = [
-    StatInfo("test/exact_match", "exact match", "task", "share of examples (0–1)"),
-    StatInfo("test/per", "token error rate (PER for G2P)", "task", "errors per reference token"),
-    StatInfo("test_heldin/exact_match", "exact match, held-in", "task", "share of examples (0–1)"),
-    StatInfo(
-        "test_heldout/exact_match", "exact match, held-out", "task", "share of examples (0–1)"
-    ),
-    StatInfo("ablation/permutation/flip_rate", "permutation flip rate", "used"),
-    StatInfo("ablation/permutation/median_tvd", "permutation median TVD", "used", "TVD (0–1)"),
-    StatInfo("ablation/uniform/flip_rate", "uniform flip rate", "used"),
-    StatInfo("ablation/uniform/tvd", "uniform TVD", "used", "TVD (0–1)"),
-    StatInfo("ablation/erase_max/flip_rate", "erase-max flip rate", "used"),
-    StatInfo("ablation/erase_max/tvd", "erase-max TVD", "used", "TVD (0–1)"),
-    StatInfo(
-        "ablation/permutation_global/exact_match_drop",
-        "global permutation exact-match drop",
-        "used",
-        "share of examples (0–1)",
-    ),
-    StatInfo("ablation/adversarial/found_rate", "adversary found within ε", "unique"),
-    StatInfo(
-        "ablation/adversarial/max_jsd", "adversarial max JSD (nats)", "unique", "nats (≤ ln 2)"
-    ),
-    StatInfo("ablation/importance/tau_attn_grad", "τ attention–gradient", "agrees", "Kendall τ-b"),
-    StatInfo("ablation/importance/tau_attn_loo", "τ attention–LOO", "agrees", "Kendall τ-b"),
-    StatInfo(
-        "ablation/importance/tau_grad_loo", "τ gradient–LOO (baseline)", "agrees", "Kendall τ-b"
-    ),
-    StatInfo("ablation/alignment/aer", "AER", "aligns", "0–1, lower is better"),
-    StatInfo(
-        "ablation/alignment/aer_linked", "AER, linked targets", "aligns", "0–1, lower is better"
-    ),
-    StatInfo("ablation/alignment/gold_mass", "gold mass", "aligns", "share of attention (0–1)"),
-    StatInfo(
-        "ablation/alignment/argmax_on_gold", "argmax on gold", "aligns", "share of tokens (0–1)"
-    ),
-    StatInfo(
-        "ablation/erase_until_flip/attn_desc_never_flipped", "never flipped, attention ↓", "erasure"
-    ),
-    StatInfo(
-        "ablation/erase_until_flip/attn_asc_never_flipped", "never flipped, attention ↑", "erasure"
-    ),
-    StatInfo("ablation/erase_until_flip/random_never_flipped", "never flipped, random", "erasure"),
-    StatInfo(
-        "ablation/erase_until_flip/attn_desc_frac_positions",
-        "positions erased to flip, attention ↓",
-        "erasure",
-        "fraction of positions",
-    ),
-    StatInfo(
-        "ablation/erase_until_flip/random_frac_positions",
-        "positions erased to flip, random",
-        "erasure",
-        "fraction of positions",
-    ),
-]
-"""The statistics the report shows, by question."""
-
-VERDICT_ONLY = [
-    "ablation/permutation_global/exact_match_original",
-    "ablation/permutation_global/exact_match_permuted",
-]
-"""Statistics the verdict quotes beside those of :data:`STATS` (the global permutation's exact
-match before and after)."""
-
-
 def facts_from_metrics(
     name: str,
     attention: str,
     metrics: dict,
+    *,
+    stat_keys: list[str],
     params: dict | None = None,
     task_metrics: dict | None = None,
+    task_keys: list[str] = (),
 ) -> ModelFacts:
-    """:class:`ModelFacts` from an ablation run's metrics and params (and the model run's)."""
+    """:class:`ModelFacts` from an ablation run's metrics and params (and the model run's).
+
+    Args:
+        name, attention: the model's name and attention score.
+        metrics: the ablation run's metrics (``ablation/<name>/<stat>`` with ``_ci_low`` /
+            ``_ci_high``).
+        stat_keys: the statistics to read (the catalogue's,
+            :func:`attnstudy.analysis.catalogue.stat_keys`).
+        params: the ablation run's params.
+        task_metrics: the model run's metrics; task_keys: the task metrics to read from them
+            (the task registry's, :func:`attnstudy.data.tasks.task_metrics`).
+    """
     params = params or {}
-    keys = [s.key for s in STATS if s.key.startswith("ablation/")] + VERDICT_ONLY
-    stats = {k: e for k in keys if (e := estimate(metrics, k)) is not None}
+    stats = {k: e for k in stat_keys if (e := estimate(metrics, k)) is not None}
     n_steps = next(
         (int(metrics[k]) for k in sorted(metrics) if k.endswith("/n_steps") and metrics[k]), None
     )
@@ -704,8 +632,6 @@ def facts_from_metrics(
         eps=num("ablation.adversarial.eps_eval", float),
         n_permutations=num("ablation.permutation.n", int),
         task_metrics={
-            k: e
-            for k in (s.key for s in STATS if s.question == "task")
-            if (e := estimate(task_metrics or {}, k)) is not None
+            k: e for k in task_keys if (e := estimate(task_metrics or {}, k)) is not None
         },
     )

@@ -25,7 +25,8 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from .analysis import figures
+from .adversaries import STATS as ADVERSARY_STATS
+from .analysis import catalogue, figures
 from .analysis.catalogue import AblationConfig, list_ablations
 from .analysis.per_example import (
     SHOW_CRITERION,
@@ -33,11 +34,10 @@ from .analysis.per_example import (
     per_example_summary,
     pick_shown,
 )
+from .data.tasks import task_metrics
 from .findings import (
     LITERATURE,
-    QUESTIONS,
     REFERENCES,
-    STATS,
     Estimate,
     ModelFacts,
     VerdictThresholds,
@@ -224,9 +224,6 @@ def load_study(tracker: Tracker, study_id: str) -> StudyData:
         experiment_json=exp_json,
         adversaries=adversaries,
     )
-
-
-ADVERSARY_STATS = ("attention_jsd", "output_tvd", "argmax_differs")
 
 
 def adversary_frame(runs: list, variants: dict[str, str]) -> pd.DataFrame:
@@ -422,7 +419,7 @@ def seed_variance_rows(data: StudyData) -> list[dict[str, str]]:
     return rows
 
 
-ADVERSARY_HEADER = ["model", "λ", "init", "epochs", "attention JSD", "output TVD", "argmax differs"]
+ADVERSARY_HEADER = ["model", "λ", "init", "epochs", *ADVERSARY_STATS.values()]
 
 
 def adversary_rows(data: StudyData) -> list[dict[str, str]]:
@@ -584,7 +581,7 @@ def layer_facts(e: ModelEntry, base: ModelFacts) -> list[ModelFacts]:
                 for k, v in e.ablation_metrics.items()
                 if k.startswith(prefix) and "/head" not in k
             } | dict(metrics)
-        f = facts_from_metrics(label, e.attention, metrics, e.ablation_params, e.model_metrics)
+        f = facts_from(label, e, metrics)
         f.n_examples = base.n_examples
         out.append(f)
     return out
@@ -613,13 +610,25 @@ def shifted_alignment(e: ModelEntry, t: VerdictThresholds):
     return best, est[best], est[0]
 
 
+def facts_from(name: str, e: ModelEntry, metrics: dict) -> ModelFacts:
+    """:func:`attnstudy.findings.facts_from_metrics` of a model's entry: every statistic of the
+    catalogue, and its task's metrics (the task registry's)."""
+    return facts_from_metrics(
+        name,
+        e.attention,
+        metrics,
+        stat_keys=catalogue.stat_keys(),
+        params=e.ablation_params,
+        task_metrics=e.model_metrics,
+        task_keys=[m.key for m in task_metrics([e.task])],
+    )
+
+
 def model_facts(e: ModelEntry, t: VerdictThresholds) -> ModelFacts:
     """What the verdicts are computed from for one model: its ablation summary metrics with
     their bootstrap intervals, its task metrics, its number of test examples, and the shifted
     alignment check (:func:`shifted_alignment`, thresholds ``t``)."""
-    f = facts_from_metrics(
-        e.variant, e.attention, e.ablation_metrics, e.ablation_params, e.model_metrics
-    )
+    f = facts_from(e.variant, e, e.ablation_metrics)
     f.task_metrics = task_estimates(e)
     if e.steps is not None and len(e.steps) and not f.n_examples:
         f.n_examples = int(e.steps["example_id"].nunique())
@@ -729,24 +738,24 @@ def _table(title: str, intro: str, header: list[str], rows: list[list[str]]) -> 
 def summary_tables(
     data: StudyData, facts: dict[str, ModelFacts], layers: dict[str, list[ModelFacts]]
 ) -> list[dict]:
-    """The report's tables: one per question, a row per model (and per layer and the layer mean
-    for a multi-layer model), every number ``value [low, high]``, a reason where there is none."""
-    ran = {n for e in data.entries for n in e.ablations_run}
+    """The report's tables: one per question of the catalogue (:func:`attnstudy.analysis.catalogue.
+    questions`), a row per model (and per layer and the layer mean for a multi-layer model), a
+    column per statistic the catalogue shows for it (the task registry's metrics for ``task``),
+    every number ``value [low, high]``, a reason where there is none."""
+    ran = [n for n in list_ablations() if any(n in e.ablations_run for e in data.entries)]
+    columns: dict[str, list[tuple[str, str]]] = {}
+    for m in task_metrics(dict.fromkeys(e.task for e in data.entries)):
+        if any(m.key in e.model_metrics for e in data.entries):
+            columns.setdefault("task", []).append((m.key, m.label))
+    for st in catalogue.shown_stats(ran):
+        columns.setdefault(st.stat.question, []).append((st.key, st.stat.label))
     tables = []
-    for q, title in QUESTIONS.items():
-        stats = [
-            s
-            for s in STATS
-            if s.question == q
-            and (
-                (q == "task" and any(s.key in e.model_metrics for e in data.entries))
-                or (q != "task" and s.key.split("/")[1] in ran)
-            )
-        ]
+    for q, question in catalogue.questions(ran).items():
+        stats = columns.get(q)
         if not stats:
             continue
         header = ["model", "examples", "steps"] if q != "task" else ["model", "test examples"]
-        header += [s.label for s in stats]
+        header += [label for _, label in stats]
         rows = []
         for e in data.entries:
             f = facts.get(e.model_run_id)
@@ -756,13 +765,13 @@ def summary_tables(
                     n = e.model_metrics.get("test/n")
                     row.append(f"{int(n):,}" if n else reason(e, "test/n"))
                     row += [
-                        _cell(ff.task_metrics.get(s.key) if ff else None, reason(e, s.key))
-                        for s in stats
+                        _cell(ff.task_metrics.get(key) if ff else None, reason(e, key))
+                        for key, _ in stats
                     ]
                 else:
                     # a failed ablation analysed no examples, whatever it was asked for
                     measured = e.ablation_status == "FINISHED"
-                    why = reason(e, stats[0].key)
+                    why = reason(e, stats[0][0])
                     row += [
                         str(ff.n_examples) if ff and ff.n_examples and measured else why,
                         str(ff.n_steps) if ff and ff.n_steps and measured else why,
@@ -770,38 +779,17 @@ def summary_tables(
                     mean_row = ff is not None and ff is not f and ff.name.endswith("layer mean")
                     row += [
                         _cell(
-                            ff.stats.get(s.key) if ff else None,
-                            "per layer only"
-                            if mean_row and _per_example(s.key)
-                            else reason(e, s.key),
+                            ff.stats.get(key) if ff else None,
+                            "per layer only" if mean_row and _per_example(key) else reason(e, key),
                         )
-                        for s in stats
+                        for key, _ in stats
                     ]
                 rows.append(row)
-        tables.append(_table(title, TABLE_INTROS.get(q, ""), header, rows) | {"key": q})
+        tables.append(_table(question.title, question.intro, header, rows) | {"key": q})
     return tables
 
 
-TABLE_INTROS = {
-    "task": "Greedy decoding of the whole test split; 95 % intervals from a bootstrap over test "
-    "examples. Token error rate: Σ edit distance to the closest reference / Σ its length (PER for "
-    "G2P).",
-    "used": "Local interventions replace one step's attention row and recompute that step's output "
-    "from its own prefix state; the global permutation permutes every step's row during "
-    "free-running decoding, so the effect propagates. Flip: the predicted token changes.",
-    "unique": "The adversarial search (Jain & Wallace 2019, §4.2) looks for attention rows as far as "
-    "possible (JSD) from the model's whose output stays within ε (TVD); found: the share of steps "
-    "with such a row, max JSD: the largest JSD among them (mean over steps where one was found).",
-    "agrees": "Kendall τ-b between the ranking of source tokens by attention and by importance, per "
-    "step; τ gradient–LOO is how well the two non-attention measures agree with each other.",
-    "aligns": "The attention argmax of every reference target token (teacher-forced on the reference) "
-    "as a hard alignment against the gold links.",
-    "erasure": "Source positions erased one at a time in a ranking order until the predicted token "
-    "changes (Serrano & Smith 2019, §4); never flipped: the share of steps that kept their token "
-    "with all but one position erased.",
-}
-
-CAPTIONS = {
+STUDY_FIGURES = {
     "summary": (
         "All statistics with their 95 % intervals",
         "One point per model and statistic, grouped by question; the bar is the 95 % bootstrap "
@@ -816,47 +804,6 @@ CAPTIONS = {
         "task (with the no-attention baseline where the study has one). Bars are Wilson 95 % "
         "intervals, numbers the test examples per point; hollow points rest on fewer than 20 "
         "examples and should not be read as trends.",
-    ),
-    "permutation": (
-        "Permutation: does the output depend on which source token gets which weight?",
-        "Jain & Wallace (2019) fig. 3 design: per decoder step, the median output TVD over P random "
-        "permutations of the attention row, grouped by the step's largest attention weight; one "
-        "panel per task. Mass near 0: permuting changes little (attention not used, as J&W found for "
-        "text classifiers); mass near 1: the output depends on the weights. Numbers under the axis: "
-        "steps per group; groups of fewer than 20 steps are drawn as points.",
-    ),
-    "adversarial": (
-        "Adversarial attention: how different can attention be for the same output?",
-        "Jain & Wallace (2019) fig. 5 design: per step, the largest JSD (nats; the dotted line is "
-        "the ceiling ln 2) between the model's attention and an alternative whose output stays "
-        "within ε (TVD), by the step's largest attention weight. High values mean very different "
-        "attention gives the same output: attention is then not a unique explanation. Steps "
-        "where no alternative was found are not drawn (their share is the found rate in the "
-        "tables).",
-    ),
-    "kendall_tau": (
-        "Agreement with gradient and leave-one-out importance",
-        "Left: Kendall τ-b per step between attention and |gradient × input|, between attention and "
-        "leave-one-out, and between gradient and leave-one-out (the baseline: how well two "
-        "non-attention measures agree). Right: the share of steps whose τ is significant "
-        "(p < 0.05), as Jain & Wallace (2019) report. With 5–20 source tokens τ takes few "
-        "distinct values, so boxes are coarse.",
-    ),
-    "erasure": (
-        "Erasure: how much must be removed before the decision flips?",
-        "Serrano & Smith (2019) §4: positions are erased one at a time in each order until the "
-        "predicted token changes. Left: the share of steps that never flipped (all but one "
-        "position erased); middle and right: over the steps that did flip, the fraction of "
-        "positions and of attention mass erased first. If attention ranks importance well, "
-        "'attention ↓' flips soonest and 'attention ↑' almost never. Numbers: steps per bar.",
-    ),
-    "alignment_vs_ablation": (
-        "Alignment against ablation, per sentence",
-        "Each point is one test sentence: x is its mean attention mass on gold links (teacher-"
-        "forced on the reference), y its mean permutation TVD or adversarial JSD (on the analysis "
-        "prefix). If attention that follows the alignment were also the one the output depends on, "
-        "sentences with more gold mass would have larger permutation TVD (positive τ) and smaller "
-        "adversarial JSD (negative τ).",
     ),
     "heatmaps": (
         "Examples: attention, its adversary, gradient and leave-one-out",
@@ -883,93 +830,8 @@ CAPTIONS = {
         "across seeds with the same output is one more sign that it is not the explanation.",
     ),
 }
-
-DEFINITIONS = [
-    (
-        "decoder step",
-        "one target position t of one example: one attention row α_t over the source "
-        "and one output distribution p_t; the step that emits <eos> is included.",
-    ),
-    (
-        "prefix",
-        "the target tokens fed to the decoder before step t. Greedy (the default): the "
-        "model's own greedy output, so every step is one the model really takes; reference: the gold "
-        "target (teacher forcing). Alignment always uses the reference, because gold links index it.",
-    ),
-    (
-        "TVD",
-        "total variation distance between two output distributions, ½ Σ_v |p(v) − q(v)| over "
-        "the full vocabulary; 0 = identical, 1 = disjoint.",
-    ),
-    (
-        "JSD",
-        "Jensen–Shannon divergence between two attention distributions, natural log: 0 = "
-        "identical, at most ln 2 ≈ 0.693 (disjoint).",
-    ),
-    (
-        "flip",
-        "the predicted token (argmax of p_t) changes under the intervention; a flip rate is "
-        "the share of interventions (permutations) or steps that flip, averaged over steps.",
-    ),
-    (
-        "permutation",
-        "the attention row's weights randomly reassigned among the valid source "
-        "positions, P times per step (Jain & Wallace 2019, §4.1).",
-    ),
-    (
-        "uniform",
-        "the attention row replaced by equal weights over the valid positions (Wiegreffe & "
-        "Pinter 2019's baseline).",
-    ),
-    (
-        "erase-max",
-        "the largest attention weight set to 0 and the row renormalised (Serrano & Smith "
-        "2019, §3).",
-    ),
-    (
-        "erase-until-flip",
-        "positions erased one at a time in a ranking order until the prediction "
-        "flips (Serrano & Smith 2019, §4); orders: attention ↓/↑, random, gradient of log p_t w.r.t. "
-        "the attention ↓, gradient × attention ↓.",
-    ),
-    (
-        "adversarial attention",
-        "K rows optimised to maximise JSD from α_t while the output stays "
-        "within ε (TVD) (Jain & Wallace 2019, §4.2, AdversaryMulti).",
-    ),
-    (
-        "gradient × input",
-        "|Σ_d ∂ log p_t(y_t)/∂e_jd · e_jd| for source embedding e_j, attention "
-        "detached (Jain & Wallace 2019, §3).",
-    ),
-    ("leave-one-out (LOO)", "TVD between p_t and the output with source token j deleted."),
-    (
-        "Kendall τ-b",
-        "rank correlation of two importance vectors over a step's source positions "
-        "(−1 … 1), with ties.",
-    ),
-    (
-        "AER",
-        "alignment error rate, 1 − (|A∩S| + |A∩P|) / (|A| + |S|) (Och & Ney 2003, eq. 7), with "
-        "A the predicted links (one argmax link per reference target token), S ⊆ P the sure and "
-        "possible gold links, summed over the corpus; 0 = perfect. 'Linked targets' leaves out target "
-        "tokens without any gold link.",
-    ),
-    (
-        "sure / possible links",
-        "gold links marked certain (S) or acceptable (P ⊇ S), Pharaoh 'i-j' and 'ipj'.",
-    ),
-    (
-        "gold mass",
-        "the attention mass a target token puts on its gold-linked source tokens, "
-        "averaged over tokens with gold links.",
-    ),
-    (
-        "95 % interval",
-        "percentile bootstrap over examples (not steps): the examples are resampled "
-        "with replacement, so steps of one example stay together.",
-    ),
-]
+"""Title and caption of the figures of the whole study (the ablations' own figures, with theirs,
+are in the catalogue: :func:`attnstudy.analysis.catalogue.figures`)."""
 
 
 def _figures(data: StudyData, facts, layers, palette, eps) -> list[dict]:
@@ -993,15 +855,31 @@ def _figures(data: StudyData, facts, layers, palette, eps) -> list[dict]:
                 palette.get(base, (0.3, 0.3, 0.3)), shades.index(f.name), len(shades)
             )
     if len(est):
-        out.append(("summary", figures.estimates_plot(est, layer_pal)))
-    out += [
-        ("accuracy_by_length", figures.accuracy_by_length(data.predictions, palette)),
-        ("permutation", figures.permutation_by_max_attention(analysis, palette)),
-        ("adversarial", figures.adversarial_by_max_attention(analysis, palette, eps)),
-        ("kendall_tau", figures.kendall_tau(analysis, palette)),
-        ("erasure", figures.erasure_fractions(analysis, palette)),
-        ("alignment_vs_ablation", figures.alignment_vs_ablation(steps, palette)),
-    ]
+        out.append(("summary", figures.estimates_plot(est, layer_pal), STUDY_FIGURES["summary"]))
+    out.append(
+        (
+            "accuracy_by_length",
+            figures.accuracy_by_length(data.predictions, palette),
+            STUDY_FIGURES["accuracy_by_length"],
+        )
+    )
+    ran = [n for n in list_ablations() if any(n in e.ablations_run for e in data.entries)]
+    for spec, fig in catalogue.figures(ran):  # each ablation's figure, as its spec declares it
+        drawn = figures.FIGURE_KINDS[fig.kind](
+            figures.FigureInput(
+                steps,
+                analysis,
+                palette,
+                eps,
+                columns={
+                    st.column: st.label for st in spec.stats.values() if st.column and st.label
+                },
+                reference=spec.prefix == "reference",
+            ),
+            fig.title,
+        )
+        key = fig.kind if fig.kind != "stat_distributions" else spec.name
+        out.append((key, drawn, (fig.title, fig.caption)))
     for e in data.entries:
         if e.records:
             table = per_example_summary(e.steps, e.examples, e.analysis_prefix)
@@ -1012,7 +890,7 @@ def _figures(data: StudyData, facts, layers, palette, eps) -> list[dict]:
             fig = figures.example_heatmaps(
                 [by_id[s["example_id"]] for s in shown], e.variant, f.eps if f else eps, shown
             )
-            out.append((f"heatmaps_{_slug(e.variant)}", fig))
+            out.append((f"heatmaps_{_slug(e.variant)}", fig, _heatmaps_caption(e)))
         elif e.legacy_heatmaps:
             out.append(
                 (
@@ -1023,10 +901,17 @@ def _figures(data: StudyData, facts, layers, palette, eps) -> list[dict]:
                             for h in e.legacy_heatmaps
                         ]
                     ),
+                    _heatmaps_caption(e),
                 )
             )
     if not data.seed_variance.empty:
-        out.append(("seed_variance", figures.seed_variance(data.seed_variance, palette)))
+        out.append(
+            (
+                "seed_variance",
+                figures.seed_variance(data.seed_variance, palette),
+                STUDY_FIGURES["seed_variance"],
+            )
+        )
     if not data.adversaries.empty:
         out.append(
             (
@@ -1037,14 +922,11 @@ def _figures(data: StudyData, facts, layers, palette, eps) -> list[dict]:
                     data.seed_variance,
                     palette,
                 ),
+                STUDY_FIGURES["trained_adversary"],
             )
         )
     result = []
-    for key, fig in out:
-        cap_key = "heatmaps" if key.startswith("heatmaps_") else key
-        title, caption = CAPTIONS[cap_key]
-        if key.startswith("heatmaps_"):
-            title = f"{title}: {key[len('heatmaps_') :].replace('_', ' ')}"
+    for key, fig, (title, caption) in out:
         png = figure_png(fig)
         result.append(
             {
@@ -1057,6 +939,11 @@ def _figures(data: StudyData, facts, layers, palette, eps) -> list[dict]:
             }
         )
     return result
+
+
+def _heatmaps_caption(e: ModelEntry) -> tuple[str, str]:
+    title, caption = STUDY_FIGURES["heatmaps"]
+    return f"{title}: {_slug(e.variant).replace('_', ' ')}", caption
 
 
 def _run_of(data: StudyData, f: ModelFacts) -> str:
@@ -1194,7 +1081,9 @@ def report_context(
             {"key": k, "value": getattr(t, k), "description": fld.description}
             for k, fld in VerdictThresholds.model_fields.items()
         ],
-        "definitions": DEFINITIONS,
+        "definitions": catalogue.definitions(
+            {n for e in data.entries for n in e.ablations_run} | set(list_ablations(True))
+        ),
         "references": REFERENCES,
         "literature": LITERATURE,
         "config_text": data.config_text or "(not logged)",

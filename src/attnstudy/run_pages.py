@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from .analysis import figures
+from .analysis import catalogue, figures
 from .analysis.per_example import per_example_summary, pick_shown
 from .config import RunSpec
 from .data.types import Example
-from .findings import QUESTIONS, STATS, VerdictThresholds, facts_from_metrics, verdict
+from .findings import VerdictThresholds, facts_from_metrics, verdict
 from .signals import deferred_signals
 from .tracking import Artifact, RunRecord, Tag, Tracker, TrackingError
 from .tracking.datasets import log_splits
@@ -371,7 +371,7 @@ def set_version_verdict(tracker: Tracker, model_run_id: str, verdict_tags: dict[
 def summary_frame(summary: dict[str, float]) -> pd.DataFrame:
     """The suite's summary metrics as one row per statistic: ``statistic``, ``label``,
     ``question``, ``value``, ``ci_low``, ``ci_high``, ``n_undefined``."""
-    labels = {s.key: s for s in STATS}
+    labels = {s.key: s for s in catalogue.shown_stats()}
     rows = []
     for key in sorted(summary):
         if key.endswith(("_ci_low", "_ci_high", "_n_undefined")) or "/n_" in key:
@@ -380,8 +380,8 @@ def summary_frame(summary: dict[str, float]) -> pd.DataFrame:
         rows.append(
             {
                 "statistic": key,
-                "label": info.label if info else key.split("/", 1)[-1],
-                "question": info.question if info else "",
+                "label": info.stat.label if info else key.split("/", 1)[-1],
+                "question": info.stat.question if info else "",
                 "value": summary[key],
                 "ci_low": summary.get(f"{key}_ci_low", math.nan),
                 "ci_high": summary.get(f"{key}_ci_high", math.nan),
@@ -392,23 +392,26 @@ def summary_frame(summary: dict[str, float]) -> pd.DataFrame:
 
 
 def estimates_table(facts_list: list, palette_names: list[str] | None = None) -> pd.DataFrame:
-    """Rows for :func:`attnstudy.analysis.figures.estimates_plot` from :class:`ModelFacts`."""
+    """Rows for :func:`attnstudy.analysis.figures.estimates_plot` from :class:`ModelFacts`: every
+    statistic the catalogue shows (:func:`attnstudy.analysis.catalogue.shown_stats`), grouped by
+    its question's title, scaled by its unit."""
+    titles = {q: x.title for q, x in catalogue.questions().items()}
     rows = []
     for f in facts_list:
-        for s in STATS:
-            e = f.stats.get(s.key) or f.task_metrics.get(s.key)
-            if e is None or s.question == "task":
+        for s in catalogue.shown_stats():
+            e = f.stats.get(s.key)
+            if e is None:
                 continue
             rows.append(
                 {
-                    "group": QUESTIONS[s.question],
-                    "label": s.label,
+                    "group": titles[s.stat.question],
+                    "label": s.stat.label,
                     "value": e.value,
                     "low": e.low,
                     "high": e.high,
                     "n": f.n_examples,
                     "variant": f.name,
-                    "scale": s.unit,
+                    "scale": s.stat.unit,
                 }
             )
     return pd.DataFrame(rows)
@@ -452,7 +455,9 @@ def log_ablation_pages(
     tracker.log_table(run_id, table.round(4), Artifact.EXAMPLES_CSV)
     tracker.log_table(run_id, steps.round(4), Artifact.STEPS_CSV)
     tracker.log_table(run_id, summary_frame(summary), Artifact.SUMMARY_CSV)
-    facts = facts_from_metrics(name, attention, summary, params)
+    facts = facts_from_metrics(
+        name, attention, summary, stat_keys=catalogue.stat_keys(), params=params
+    )
     predictions = _predictions(tracker, model_run_id)
     meta = {
         "title": name,

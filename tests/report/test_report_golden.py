@@ -44,3 +44,28 @@ def test_the_report_is_byte_identical_to_the_golden_file(golden_report, name):
         for i, (a, b) in enumerate(zip(built.splitlines(), golden.splitlines()), 1):
             assert a == b, f"{name} line {i} differs"
     assert built == golden
+
+
+def test_every_published_summary_column_is_a_label_of_the_catalogue_or_the_tasks():
+    """The committed result tables (``report --results``) keep their headers: each statistic's
+    column is still a label the catalogue or the task registry declares."""
+    import csv
+
+    from attnstudy.analysis.catalogue import shown_stats
+
+    from attnstudy.data.tasks import TASKS
+
+    labels = {s.stat.label for s in shown_stats()}
+    labels |= {m.label for t in TASKS.values() for m in t.metrics}
+    fixed = {"model", "examples", "steps", "test examples", "study run"}
+    results = Path(__file__).parents[2] / "experiments" / "results"
+    tables = [
+        p
+        for p in results.glob("*.csv")
+        if not p.stem.endswith(("-models", "-seed-variance", "-timing", "-adversaries"))
+    ]
+    assert len(tables) >= 8
+    for path in tables:
+        with open(path, encoding="utf-8", newline="") as f:
+            header = next(csv.reader(f))
+        assert set(header) - fixed <= labels, (path.name, set(header) - fixed - labels)

@@ -10,13 +10,44 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnstudy.config import DataConfig
 from attnstudy.data import dates, g2p, synthetic, tsv
 from attnstudy.data.types import SPLITS, DataError, Splits
+
+
+@dataclass(frozen=True)
+class TaskMetric:
+    """A test metric a task logs, as the report shows it.
+
+    Attributes:
+        key: the model run's metric (``test/exact_match``).
+        label: its column header in the report and in result tables.
+        unit: what its numbers measure.
+        direction: ``"higher"`` or ``"lower"``: which values are better.
+    """
+
+    key: str
+    label: str
+    unit: str
+    direction: str
+
+
+EXACT_MATCH = TaskMetric("test/exact_match", "exact match", "share of examples (0–1)", "higher")
+TOKEN_ERROR_RATE = TaskMetric(
+    "test/per", "token error rate (PER for G2P)", "errors per reference token", "lower"
+)
+HELD_IN = TaskMetric(
+    "test_heldin/exact_match", "exact match, held-in", "share of examples (0–1)", "higher"
+)
+HELD_OUT = TaskMetric(
+    "test_heldout/exact_match", "exact match, held-out", "share of examples (0–1)", "higher"
+)
+METRICS = (EXACT_MATCH, TOKEN_ERROR_RATE)
+"""What every task logs (:mod:`attnstudy.metrics`)."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +63,7 @@ class TaskSpec:
         heldout: example id → whether it belongs to the held-out part of the test split (its
             metrics are logged apart), or None when the task has none.
         normalize: applied to raw input text before it is tokenized (G2P lower-cases words).
+        metrics: the test metrics it logs, as the report shows them (:class:`TaskMetric`).
     """
 
     name: str
@@ -40,6 +72,7 @@ class TaskSpec:
     early_stopping_metric: str = "exact_match"
     heldout: Callable[[str], bool] | None = None
     normalize: Callable[[str], str] = field(default=lambda text: text)
+    metrics: tuple[TaskMetric, ...] = METRICS
 
 
 def _synthetic_tokenization(cfg: DataConfig) -> tuple[str, str]:
@@ -63,10 +96,24 @@ TASKS: dict[str, TaskSpec] = {
         "tsv", tsv.load_tsv, lambda cfg: (cfg.source_tokenization, cfg.target_tokenization)
     ),
     "dates": TaskSpec(
-        "dates", dates.load_dates, lambda cfg: ("chars", "chars"), heldout=dates.is_heldout
+        "dates",
+        dates.load_dates,
+        lambda cfg: ("chars", "chars"),
+        heldout=dates.is_heldout,
+        metrics=(*METRICS, HELD_IN, HELD_OUT),
     ),
 }
 """Registry: task name → :class:`TaskSpec`."""
+
+
+def task_metrics(names: Iterable[str]) -> list[TaskMetric]:
+    """The test metrics of the tasks ``names``, each once, in the order the tasks declare them; a
+    name that is not a task (a store of another version) has :data:`METRICS`."""
+    found: dict[str, TaskMetric] = {}
+    for name in names:
+        for m in TASKS[name].metrics if name in TASKS else METRICS:
+            found.setdefault(m.key, m)
+    return list(found.values())
 
 
 def get_task(name: str) -> TaskSpec:
