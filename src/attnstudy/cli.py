@@ -23,7 +23,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from .analysis.catalogue import AblationConfig, list_ablations
-from .config import ConfigError, check_tracking_uri, describe_error
+from .config import ConfigError, check_tracking_uri, describe_error, split_runs_uri
 from .experiment import ExperimentConfig, load_experiment
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -387,6 +387,8 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
             )
         if uri.startswith("runs:/") and not uri[len("runs:/") :].strip("/"):
             raise UsageError(f"{uri}: give a run id (runs:/<run_id>)")
+        if uri.startswith("runs:/"):
+            split_runs_uri(uri)  # a path that could leave the run, however encoded: exit 2
         if args.command == "predict":
             if args.input_file is not None:
                 args.inputs = [*args.inputs, *_read_inputs(args.input_file)]

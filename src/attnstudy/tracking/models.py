@@ -12,7 +12,7 @@ from pathlib import Path
 import mlflow
 from mlflow.exceptions import MlflowException
 
-from ..config import ConfigError
+from ..config import ConfigError, split_runs_uri
 from ..models.io import MODEL_FILES
 from ..signals import deferred_signals
 from .client import (
@@ -228,18 +228,12 @@ def resolve_model_uri(
 
     Raises:
         ModelNotFoundError, UnfinishedRunError, TrackingError: as :meth:`download_model_dir`.
-        ConfigError: a malformed URI (unknown scheme, ``models:/NAME`` without version).
+        ConfigError: a malformed URI (unknown scheme, ``models:/NAME`` without version, a
+            ``runs:/`` path that could leave its run: :func:`attnstudy.config.split_runs_uri`).
     """
     if uri.startswith("runs:/"):
-        parts = uri[len("runs:/") :].strip("/").split("/", 1)
-        run_id = parts[0]
-        sub = parts[1] if len(parts) > 1 else Artifact.MODEL_DIR
-        pieces = sub.split("/")
-        if sub.startswith("/") or any(p in ("", ".", "..") for p in pieces):
-            raise ConfigError(
-                f"{uri}: the path inside the run must not hold '..', '.' or empty parts "
-                "(it would leave the run); use runs:/<run_id>[/model]"
-            )
+        run_id, sub = split_runs_uri(uri)  # decoded as MLflow decodes it, and kept inside the run
+        sub = sub or Artifact.MODEL_DIR
         run = RunRecord.of(
             tracker._lookup(
                 tracker.client.get_run, run_id, what=f"{uri}: no run with id {run_id!r}"
