@@ -195,31 +195,17 @@ def unit_batch(batch: PreparedBatch, layer: int | str, head: int | str) -> Prepa
 
 
 def check_finite(trace: Trace, examples: Sequence[Example]) -> None:
-    """Refuse a trace whose logits or attention hold NaN/inf: every ablation number built on it
-    (a flip rate of 0, an AER of 1) would look meaningful and mean nothing.
+    """Refuse a trace whose logits, attention or output probabilities hold NaN/inf (or do not
+    sum to 1): every ablation number built on it (a flip rate of 0, an AER of 1) would look
+    meaningful and mean nothing. The check is ``predict``'s
+    (:func:`attnstudy.inference.check_finite`).
 
     Raises:
         NonFiniteError: naming the first example concerned.
     """
-    from attnstudy.training import NonFiniteError
+    from attnstudy.inference import check_finite as check
 
-    for name, t in (("logits", trace.logits), ("attention", trace.attention)):
-        if t is None:
-            continue
-        real = (
-            trace.step_mask.view(
-                *trace.step_mask.shape[:1], *([1] * (t.dim() - 3)), trace.step_mask.size(1), 1
-            )
-            if name == "attention"
-            else trace.step_mask[..., None]
-        )
-        bad = (~torch.isfinite(t)) & real
-        if bool(bad.any()):
-            row = int(bad.reshape(bad.size(0), -1).any(-1).nonzero()[0, 0])
-            raise NonFiniteError(
-                f"the model's {name} are NaN or infinite for example {examples[row].id!r}: "
-                "no ablation of it would mean anything; check the model's weights"
-            )
+    check(trace, [f"example {e.id!r}" for e in examples], "no ablation of it would mean anything")
 
 
 def _prefix_tensors(hyps: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:

@@ -3,6 +3,8 @@ greedy or beam search, and optionally the attention matrix (core layer: no track
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from .config import RunSpec
@@ -12,7 +14,8 @@ from .data.types import DataError, Example, detokenize, tokenize
 from .data.vocab import BOS_ID, EOS_ID, SPECIALS
 from .models import eval_mode
 from .models.io import LoadedModel
-from .training import max_decode_len
+from .models.trace import Trace
+from .training import NonFiniteError, max_decode_len
 
 
 def tokenizations(spec: RunSpec) -> tuple[str, str]:
@@ -61,7 +64,8 @@ def predict_loaded(
 
     Every input is decoded with its own step budget (:func:`attnstudy.training.max_decode_len`),
     and greedy and beam search are batch-invariant, so an input's output is the one it gets when
-    decoded alone (tested).
+    decoded alone (tested). One teacher-forced pass over the outputs checks that what they were
+    chosen from is finite (:func:`check_finite`) and gives the attention.
 
     Args:
         loaded: the model with its config and vocabularies.
@@ -78,6 +82,8 @@ def predict_loaded(
 
     Raises:
         DataError: see :func:`source_tokens` (every input is checked before any is decoded).
+        NonFiniteError: the logits, attention or output probabilities of an input's decoded
+            output are not finite (:func:`check_finite`; nothing is returned).
     """
     spec, model = loaded.spec, loaded.model
     out_tok = tokenizations(spec)[1]
@@ -100,7 +106,11 @@ def predict_loaded(
                 hyps = model.greedy(batch.src, batch.src_lengths, max(budgets))
         # each input's own budget, so an output never depends on its batch-mates
         hyps = [h[:n] for h, n in zip(hyps, budgets)]
-        attention = _attention(model, batch, hyps) if with_attention else None
+        trace = _trace(model, batch, hyps)
+        texts = inputs[start : start + len(chunk)]
+        labels = [f"input {start + i + 1} {t[:40]!r}" for i, t in enumerate(texts)]
+        check_finite(trace, labels, "its output would mean nothing")
+        attention = _attention(trace, batch, hyps) if with_attention else None
         for i, (text, tokens, ids) in enumerate(zip(inputs[start:], chunk, hyps)):
             out_tokens = loaded.tgt_vocab.decode(ids)
             rec = {
@@ -116,8 +126,47 @@ def predict_loaded(
     return results
 
 
-def _attention(model, batch, hyps: list[list[int]]) -> list[list[list[float]]] | None:
-    """Head-mean attention (analysed layer) of every input over its own output + ``<eos>``."""
+def check_finite(trace: Trace, labels: Sequence[str], consequence: str) -> None:
+    """Refuse a teacher-forced pass whose logits or attention hold NaN/inf, or whose output
+    probabilities (the softmax of the logits, in float32) are not finite or do not sum to 1, at
+    any real step. Finite weights can still overflow the logits (output weights of 3e38), so the
+    stored weights' check is not enough: ``predict`` and every ablation call this on what they use.
+
+    Args:
+        trace: the pass (its ``step_mask`` marks the real steps).
+        labels: one per batch row, naming it in the message (``"example 'e1'"``, ``"input 'abc'"``).
+        consequence: what would be meaningless, for the message.
+
+    Raises:
+        NonFiniteError: one line naming the first row concerned.
+    """
+    real_steps = trace.step_mask
+    for name, t in (("logits", trace.logits), ("attention", trace.attention)):
+        if t is None:
+            continue
+        real = (
+            real_steps.view(*real_steps.shape[:1], *([1] * (t.dim() - 3)), real_steps.size(1), 1)
+            if name == "attention"
+            else real_steps[..., None]
+        )
+        bad = (~torch.isfinite(t)) & real
+        if bool(bad.any()):
+            row = int(bad.reshape(bad.size(0), -1).any(-1).nonzero()[0, 0])
+            raise NonFiniteError(
+                f"the model's {name} are NaN or infinite for {labels[row]}: {consequence}; "
+                "check the model's weights"
+            )
+    for row in range(trace.logits.size(0)):  # one row at a time: V may be a large vocabulary
+        p = trace.logits[row][real_steps[row]].float().softmax(-1)
+        if not (bool(torch.isfinite(p).all()) and bool(((p.sum(-1) - 1).abs() <= 1e-3).all())):
+            raise NonFiniteError(
+                f"the model's output probabilities are not finite or do not sum to 1 for "
+                f"{labels[row]}: {consequence}; check the model's weights"
+            )
+
+
+def _trace(model, batch, hyps: list[list[int]]) -> Trace:
+    """The teacher-forced pass over every input's own output + ``<eos>``."""
     t = max(len(h) for h in hyps) + 1
     tgt_in = torch.zeros((len(hyps), t), dtype=torch.long)
     tgt_out = torch.zeros((len(hyps), t), dtype=torch.long)
@@ -125,7 +174,11 @@ def _attention(model, batch, hyps: list[list[int]]) -> list[list[list[float]]] |
         tgt_in[i, : len(h) + 1] = torch.tensor([BOS_ID, *h])
         tgt_out[i, : len(h) + 1] = torch.tensor([*h, EOS_ID])
     with eval_mode(model), torch.no_grad():
-        tr = model.trace(batch.src, batch.src_lengths, tgt_in, tgt_out)
+        return model.trace(batch.src, batch.src_lengths, tgt_in, tgt_out)
+
+
+def _attention(tr: Trace, batch, hyps: list[list[int]]) -> list[list[list[float]]] | None:
+    """Head-mean attention (analysed layer) of every input over its own output + ``<eos>``."""
     if tr.attention is None:
         return None
     att = tr.attention.mean(1)  # (B, T_y, T_x)
