@@ -457,10 +457,13 @@ class PretrainedConfig(_Strict):
         return f"hf-{PurePath(self.folder).name}"
 
     def _config(self) -> dict[str, Any]:
+        from .paths import InputFileError, read_input_text
+
         path = PurePath(self.folder) / "config.json"
         try:
-            with open(path, encoding="utf-8") as f:
-                raw = json.load(f)
+            raw = json.loads(read_input_text(path))
+        except InputFileError as e:  # a FIFO or /dev/zero: refused before reading
+            raise ConfigError(str(e)) from None
         except (OSError, ValueError) as e:
             raise ConfigError(f"{path}: cannot read the model's config ({e})") from None
         return raw if isinstance(raw, dict) else {}

@@ -51,6 +51,12 @@ def _distinct_seeds(v: list[int]) -> list[int]:
 Seeds = Annotated[list[Seed], AfterValidator(_distinct_seeds)]
 """A list of distinct seeds."""
 
+MAX_MODELS = 1000
+"""Most models one experiment trains: its ``[[models]]`` entries × their seeds, refused at
+validation beyond it (each list of seeds is capped at the same number). Without the cap a file of
+10,000 entries was accepted and started training them one after another; a larger study is
+several experiment files."""
+
 
 class ExperimentMeta(_Strict):
     """``[experiment]``: the MLflow experiment name (letters, digits, ``_.-``), the training seeds
@@ -58,7 +64,7 @@ class ExperimentMeta(_Strict):
     """
 
     name: str = Field("default", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")
-    seeds: Seeds = Field(default_factory=lambda: [1], min_length=1, max_length=1000)
+    seeds: Seeds = Field(default_factory=lambda: [1], min_length=1, max_length=MAX_MODELS)
     tracking_uri: str | None = None
     # seconds to wait for a tracking server; None: $ATTNSTUDY_TRACKING_TIMEOUT, else 10
     tracking_timeout: float | None = Field(None, gt=0, le=3600)
@@ -82,7 +88,7 @@ class ModelVariant(_Strict):
     """One ``[[models]]`` entry: overrides over the base sections."""
 
     name: str | None = Field(None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.\-]+$")
-    seeds: Seeds | None = Field(None, min_length=1, max_length=1000)
+    seeds: Seeds | None = Field(None, min_length=1, max_length=MAX_MODELS)
     data: dict[str, Any] = Field(default_factory=dict)
     model: dict[str, Any] = Field(default_factory=dict)
     training: dict[str, Any] = Field(default_factory=dict)
@@ -155,8 +161,16 @@ class ExperimentConfig(_Strict):
         """Resolve every variant × seed into a validated :class:`RunSpec`.
 
         Raises:
-            ConfigError: if a merged section is invalid (names the variant and the field).
+            ConfigError: if a merged section is invalid (names the variant and the field), or
+                the entries × their seeds are more than :data:`MAX_MODELS`.
         """
+        count = sum(len(v.seeds or self.experiment.seeds) for v in self.models)
+        if count > MAX_MODELS:
+            raise ConfigError(
+                f"{len(self.models):,} [[models]] entries × their seeds are {count:,} models to "
+                f"train; at most {MAX_MODELS:,} are allowed in one experiment: split it into "
+                "several experiment files"
+            )
         specs: list[RunSpec] = []
         seen: dict[str, int] = {}
         base_arch = _architecture(self.model)

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from attnstudy.config import decoder_shape
 from attnstudy.data.types import DataError
+from attnstudy.paths import InputFileError, check_input_file, open_input_file, read_input_text
 
 __all__ = [
     "HF_PREFIX",
@@ -49,20 +51,41 @@ TOKENIZER_FILES = (
 )
 """The tokenizer files whose bytes :func:`folder_digests` covers (those the folder has)."""
 
+READ_SUFFIXES = (".json", ".txt", ".model", ".spm", ".safetensors")
+"""The files of a folder that attnstudy or transformers read (configs, tokenizers, weights):
+each must be a regular file within its bound (:func:`attnstudy.paths.check_input_file`) before
+anything is read. Other files (``*.bin`` pickles, a README) are never opened."""
+
 
 class HFError(DataError):
     """A Hugging Face model folder attnstudy cannot use, as one line saying what to do (what the
     user named is missing or malformed: exit code 2 at the command line)."""
 
 
-def _digest(paths: Sequence[Path]) -> str:
+def _digest(paths: Sequence[Path], weights: bool = False) -> str:
     h = hashlib.sha256()
     for path in sorted(paths):
         h.update(path.name.encode())
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
+        try:
+            with open_input_file(path, weights) as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        except InputFileError as e:  # replaced since folder_files checked it
+            raise HFError(str(e)) from None
     return h.hexdigest()
+
+
+def _check_files(folder: Path) -> None:
+    """Every file of ``folder`` that is read (:data:`READ_SUFFIXES`, links followed) is a
+    regular file within its bound, checked without opening it."""
+    for entry in sorted(folder.iterdir()):
+        if entry.suffix in READ_SUFFIXES or entry.name in TOKENIZER_FILES:
+            try:
+                check_input_file(entry, weights=entry.suffix == ".safetensors")
+            except InputFileError as e:
+                raise HFError(str(e)) from None
+            except OSError as e:
+                raise HFError(f"{entry}: cannot read it ({e.strerror})") from None
 
 
 def folder_files(path: str | Path) -> tuple[Path, list[Path], list[Path]]:
@@ -71,14 +94,17 @@ def folder_files(path: str | Path) -> tuple[Path, list[Path], list[Path]]:
 
     Raises:
         HFError: the folder or its config is missing, it holds no safetensors weights (pickle
-            ``*.bin`` weights are refused, never read), or no tokenizer files.
+            ``*.bin`` weights are refused, never read), or no tokenizer files; a file that would
+            be read is not a regular file (a FIFO, ``/dev/zero``, a link to nothing) or is
+            larger than its bound (:func:`attnstudy.paths.check_input_file`).
     """
     folder = Path(path)
     if not folder.is_dir():
         raise HFError(f"{folder}: no such folder; pass a folder written by save_pretrained")
     config = folder / "config.json"
-    if not config.is_file():
+    if not os.path.lexists(config):
         raise HFError(f"{folder}: no config.json; pass a folder written by save_pretrained")
+    _check_files(folder)
     weights = sorted(folder.glob("*.safetensors"))
     if not weights:
         pickles = sorted(p.name for p in folder.glob("*.bin"))
@@ -107,7 +133,7 @@ def folder_digests(path: str | Path) -> dict[str, str]:
     return {
         "config": _digest([config]),
         "tokenizer": _digest(tokenizer),
-        "weights": _digest(weights),
+        "weights": _digest(weights, weights=True),
     }
 
 
@@ -115,13 +141,15 @@ def folder_config(path: str | Path) -> dict[str, Any]:
     """The folder's ``config.json`` as a dict.
 
     Raises:
-        HFError: no such file, or not a JSON object.
+        HFError: no such file, not a regular file within its bound, or not a JSON object.
     """
     config = Path(path) / "config.json"
     try:
-        raw = json.loads(config.read_text(encoding="utf-8"))
+        raw = json.loads(read_input_text(config))
     except FileNotFoundError:
         raise HFError(f"{config}: no such file; pass a folder written by save_pretrained") from None
+    except InputFileError as e:
+        raise HFError(str(e)) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise HFError(f"{config}: not a JSON config ({e}); save the model again") from None
     if not isinstance(raw, dict):

@@ -1,10 +1,13 @@
-"""Where things live: the project root, the local store, the git commit (standard library only)."""
+"""Where things live: the project root, the local store, the git commit; and the bounds on the
+model files attnstudy reads (standard library only)."""
 
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from pathlib import Path
+from typing import BinaryIO
 
 
 def project_root() -> Path:
@@ -53,3 +56,119 @@ def git_commit() -> str:
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+# --- bounded model files ----------------------------------------------------------------------
+
+MAX_WEIGHTS_FILE_BYTES = 64 * 2**30
+"""Largest weights file read (64 GiB): a ``*.safetensors`` file of a Hugging Face folder or a
+model folder's ``weights.pt``. transformers 5 writes shards of up to 50 GB (``save_pretrained``'s
+default ``max_shard_size``), so every file it writes passes; a file beyond it is not a model
+attnstudy could analyse on one machine, and hashing it alone would take minutes."""
+
+MAX_TEXT_FILE_BYTES = 64 * 2**20
+"""Largest config, vocabulary or tokenizer file read (64 MiB): ``config.json``, ``*.json``,
+``*.txt``, ``*.model``, ``*.spm`` of a Hugging Face folder and a model folder's JSON files. These
+files are read whole into memory; the largest of public models are tens of megabytes at most (a
+250k-token ``tokenizer.json`` is 15–35 MB, a SentencePiece model a few MB) and attnstudy's own
+vocabularies are kilobytes."""
+
+
+class InputFileError(ValueError):
+    """A model file that is not a regular file or is larger than its bound (one line naming the
+    file and the bound)."""
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} bytes"
+
+
+def _check_stat(path: Path, st: os.stat_result, weights: bool) -> int:
+    kinds = (
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+    )
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((k for test, k in kinds if test(st.st_mode)), "a special file")
+        via = f", through the link to {os.path.realpath(path)}" if path.is_symlink() else ""
+        raise InputFileError(
+            f"{path}: not a regular file ({kind}{via}); attnstudy reads only regular files here "
+            "(a link to one is fine): put the real file there"
+        )
+    _check_size(path, st.st_size, weights)
+    return st.st_size
+
+
+def _check_size(path: Path, size: int, weights: bool) -> None:
+    bound, name, what = (
+        (MAX_WEIGHTS_FILE_BYTES, "MAX_WEIGHTS_FILE_BYTES", "a weights file")
+        if weights
+        else (MAX_TEXT_FILE_BYTES, "MAX_TEXT_FILE_BYTES", "a config, vocabulary or tokenizer file")
+    )
+    if size > bound:
+        raise InputFileError(
+            f"{path}: {size:,} bytes, more than the {_size(bound)} allowed for {what} "
+            f"(attnstudy.paths.{name}); is it the right file?"
+        )
+
+
+def check_input_file(path: str | Path, weights: bool = False) -> int:
+    """The size of a model file after checking, without opening it, that it is a regular file
+    (symlinks are followed: a link to a regular file is fine) of at most
+    :data:`MAX_WEIGHTS_FILE_BYTES` (``weights``) or :data:`MAX_TEXT_FILE_BYTES`. A FIFO, a device
+    (``/dev/zero``), a socket or a link to nothing is refused before anything could block on it.
+
+    Raises:
+        InputFileError: not a regular file, a link to nothing, or larger than its bound.
+    """
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise InputFileError(
+                f"{path}: links to nothing ({os.readlink(path)}); put the real file there"
+            ) from None
+        raise
+    return _check_stat(path, st, weights)
+
+
+def open_input_file(path: str | Path, weights: bool = False) -> BinaryIO:
+    """Open a model file for binary reading after :func:`check_input_file`; the open file is
+    checked again (the path could have been replaced in between), and opening never waits for a
+    FIFO's writer.
+
+    Raises:
+        InputFileError: as :func:`check_input_file`.
+        OSError: the file cannot be opened.
+    """
+    path = Path(path)
+    check_input_file(path, weights)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        _check_stat(path, os.fstat(fd), weights)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def read_input_text(path: str | Path) -> str:
+    """A config, vocabulary or tokenizer file's text (UTF-8), read only if it passes
+    :func:`open_input_file` and never beyond :data:`MAX_TEXT_FILE_BYTES` (a file growing meanwhile).
+
+    Raises:
+        InputFileError: as :func:`check_input_file`.
+        OSError: the file cannot be read.
+        UnicodeDecodeError: not UTF-8.
+    """
+    with open_input_file(path) as f:
+        data = f.read(MAX_TEXT_FILE_BYTES + 1)
+    _check_size(Path(path), len(data), weights=False)
+    return data.decode("utf-8")

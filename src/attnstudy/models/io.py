@@ -7,6 +7,7 @@ config is validated JSON (docs/design.md §5).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import torch
 
 from ..config import RunSpec, load_run_spec
 from ..data.vocab import Vocab
+from ..paths import InputFileError, check_input_file, open_input_file, read_input_text
 from .build import build_model
 from .seq2seq import Seq2Seq
 
@@ -58,23 +60,31 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
     """Load a model saved by :func:`save_model_dir`, in eval mode.
 
     Raises:
-        ModelLoadError: a file is missing, the config or vocabulary is invalid, the weights are not
-            a plain state_dict (e.g. a pickle that would run code is refused), or they hold NaN/inf.
+        ModelLoadError: a file is missing, not a regular file (a FIFO, ``/dev/zero``) or larger
+            than its bound (:func:`attnstudy.paths.check_input_file`; checked before any file is
+            read), the config or vocabulary is invalid, the weights are not a plain state_dict
+            (e.g. a pickle that would run code is refused), or they hold NaN/inf.
     """
     d = Path(directory)
-    missing = [f for f in MODEL_FILES if not (d / f).is_file()]
+    missing = [f for f in MODEL_FILES if not os.path.lexists(d / f)]
     if missing:
         raise ModelLoadError(f"model directory {d} lacks {', '.join(missing)}")
     try:
-        spec = load_run_spec((d / CONFIG).read_text(encoding="utf-8"))
-        src_vocab = Vocab.from_json(json.loads((d / SRC_VOCAB).read_text(encoding="utf-8")))
-        tgt_vocab = Vocab.from_json(json.loads((d / TGT_VOCAB).read_text(encoding="utf-8")))
+        for f in MODEL_FILES:
+            check_input_file(d / f, weights=f == WEIGHTS)
+    except InputFileError as err:
+        raise ModelLoadError(str(err)) from None
+    try:
+        spec = load_run_spec(read_input_text(d / CONFIG))
+        src_vocab = Vocab.from_json(json.loads(read_input_text(d / SRC_VOCAB)))
+        tgt_vocab = Vocab.from_json(json.loads(read_input_text(d / TGT_VOCAB)))
     except (ValueError, UnicodeDecodeError) as err:
         raise ModelLoadError(
             f"invalid model config or vocabulary in {d}: {str(err).splitlines()[0]}"
         ) from None
     try:
-        state = torch.load(d / WEIGHTS, map_location="cpu", weights_only=True)
+        with open_input_file(d / WEIGHTS, weights=True) as f:
+            state = torch.load(f, map_location="cpu", weights_only=True)
     except Exception as err:  # weights_only refuses anything but tensors and plain containers
         raise ModelLoadError(
             f"refusing to load {d / WEIGHTS}: not a plain state_dict "
