@@ -28,7 +28,8 @@ run ids as tasks finish, then computes seed variance and the report from the sto
   otherwise, with the same result).
 
 Without ``--ray-address`` (and without ``$RAY_ADDRESS``) the driver starts a private Ray head on
-this machine's loopback for the run (:class:`LocalRayHead`) and stops it afterwards.
+this machine's loopback for the run and stops it afterwards (:class:`LocalRayHead`, from
+:mod:`attnstudy.ray_head`, which starts, supervises and stops a head).
 
 Ray is an optional dependency (the ``[distributed]`` extra) and is imported only here, inside
 functions, so the default install never needs it.
@@ -39,12 +40,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import secrets
 import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -52,21 +50,14 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError
-from .ui_guard import release_guard, start_guard
+from .ray_head import CLUSTERS_VAR, RAY_EXTRA, ClusterError, LocalRayHead
+from .ray_head import free_port as free_port  # re-exported: importers use it from here
 
-RAY_EXTRA = (
-    "the Ray executor needs the [distributed] extra: pip install -e '.[distributed]' "
-    "(ray 2.60.0, psycopg[binary], psutil)"
-)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 SERVER_HINT = (
     "start one with 'attnstudy server --backend-store-uri postgresql+psycopg://USER@HOST/DB "
     "--artifacts DIR' and pass --tracking-uri http://HOST:5000"
 )
-
-
-class ClusterError(RuntimeError):
-    """The Ray cluster cannot be reached or started (the message says what to do)."""
 
 
 class ClusterNotFoundError(ClusterError):
@@ -116,9 +107,6 @@ def check_artifact_location(location: str, experiment: str, uri: str) -> None:
         )
 
 
-CLUSTERS_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-
-
 def _ray(loopback: bool = False):
     """``import ray``, set up for a head on this machine's loopback if ``loopback``.
 
@@ -154,13 +142,6 @@ def _host_port(address: str) -> tuple[str, int] | None:
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
     return (host, int(port)) if host and port.isdigit() else None
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` right now."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def task_requests(cfg) -> dict[str, tuple[float, float]]:
@@ -199,181 +180,6 @@ def check_placeable(requests: dict[str, tuple[float, float]], nodes: list[dict])
                 f"(training.threads) and {gpus:g} GPU(s) (device 'cuda'), the nodes have {have}; "
                 "lower training.threads, use device 'auto', or add such a node"
             )
-
-
-# ----------------------------------------------------------------------------- a local head
-
-
-@dataclass
-class LocalRayHead:
-    """A Ray head on this machine's loopback, owned by whoever started it.
-
-    ``ray start --head --block`` in its own session with free ports (never the default 6379), its
-    own temporary folder, token authentication with a random token, usage statistics off, and
-    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (without it, ``--node-ip-address 127.0.0.1`` still binds
-    some services to every interface). :meth:`stop` ends exactly the processes it started, by PID
-    (``ray stop`` would stop every Ray process of the machine, other users' included); if the
-    process that started it dies first, its guardian (:mod:`attnstudy.ui_guard`) stops them.
-
-    Args:
-        num_cpus, num_gpus: the resources the head offers (its workers run the tasks).
-        object_store_mb: the object store's size (tasks exchange small JSON payloads only).
-        env: extra environment of the head and its workers.
-    """
-
-    num_cpus: int = 2
-    num_gpus: int = 0
-    object_store_mb: int = 256
-    env: dict[str, str] = field(default_factory=dict)
-    address: str = ""
-    token: str = ""
-    temp_dir: Path | None = None
-    proc: subprocess.Popen | None = None
-    guard: subprocess.Popen | None = None
-    log_path: Path | None = None
-    _known: dict[int, float] = field(default_factory=dict)
-
-    def driver_env(self) -> dict[str, str]:
-        """What a driver (or any client) needs in its environment to connect to this head."""
-        return {
-            "RAY_USAGE_STATS_ENABLED": "0",
-            CLUSTERS_VAR: "0",
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN": self.token,
-        }
-
-    def head_env(self) -> dict[str, str]:
-        """The head's own environment on top of :meth:`driver_env` (its workers inherit it): no
-        metrics export (the minimal ``ray`` install has no agent to receive them)."""
-        return self.driver_env() | {"RAY_enable_metrics_collection": "0"}
-
-    def start(self, timeout: float = 120.0) -> str:
-        """Start the head; returns its address ``127.0.0.1:PORT``.
-
-        Raises:
-            ClusterError: Ray is not installed, or the head did not start within ``timeout`` s.
-        """
-        import importlib.util
-
-        if importlib.util.find_spec("ray") is None:  # not imported here: see _connect
-            raise ClusterError(RAY_EXTRA)
-        self.token = secrets.token_hex(24)
-        self.temp_dir = Path(
-            tempfile.mkdtemp(prefix="attn-ray-", dir="/tmp")
-        )  # short: socket paths
-        self.log_path = self.temp_dir / "head.log"
-        port = free_port()
-        ports = {
-            "--port": port,
-            "--node-manager-port": free_port(),
-            "--object-manager-port": free_port(),
-            "--dashboard-agent-listen-port": free_port(),
-            "--dashboard-agent-grpc-port": free_port(),
-            "--runtime-env-agent-port": free_port(),
-            "--metrics-export-port": free_port(),
-        }
-        workers = sorted({free_port() for _ in range(4 * self.num_cpus + 8)})
-        cmd = [
-            sys.executable,
-            "-m",
-            "ray.scripts.scripts",
-            "start",
-            "--head",
-            "--block",
-            "--node-ip-address=127.0.0.1",
-            *(f"{k}={v}" for k, v in ports.items()),
-            f"--worker-port-list={','.join(map(str, workers))}",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-            f"--num-cpus={self.num_cpus}",
-            f"--num-gpus={self.num_gpus}",
-            f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
-            f"--temp-dir={self.temp_dir}",
-        ]
-        env = dict(os.environ) | self.env | self.head_env()
-        log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        log.close()
-        # the guardian stops the head's session when this process ends, however it ends (a
-        # kill -9 of the driver would otherwise leave the head, its ports and memory behind)
-        self.guard = start_guard(self.proc.pid)
-        self.address = f"127.0.0.1:{port}"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                tail = self.log_tail()
-                self.stop()
-                raise ClusterError(f"the local Ray head exited ({tail})")
-            if "Ray runtime started" in self.log_path.read_text(errors="replace"):
-                self._remember()
-                return self.address
-            time.sleep(0.2)
-        self.stop()
-        raise ClusterError(f"the local Ray head did not start within {timeout:g} s")
-
-    def log_tail(self) -> str:
-        """The last line of the head's output that says something."""
-        if self.log_path is None or not self.log_path.is_file():
-            return "no output"
-        lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
-        return lines[-1][:300] if lines else "no output"
-
-    def _remember(self) -> None:
-        """Record the head's process tree (PID → start time), so :meth:`stop` ends exactly these."""
-        import psutil
-
-        if self.proc is None:
-            return
-        try:
-            head = psutil.Process(self.proc.pid)
-            for p in [head, *head.children(recursive=True)]:
-                with contextlib.suppress(psutil.Error):
-                    self._known[p.pid] = p.create_time()
-        except psutil.Error:
-            pass
-
-    def pids(self) -> set[int]:
-        """The PIDs of every live process this head started (the head, its services, workers)."""
-        import psutil
-
-        self._remember()
-        alive = set()
-        for pid, started in self._known.items():
-            with contextlib.suppress(psutil.Error):
-                p = psutil.Process(pid)
-                if p.create_time() == started and p.status() != psutil.STATUS_ZOMBIE:
-                    alive.add(pid)
-        return alive
-
-    def stop(self, timeout: float = 40.0) -> None:
-        """SIGTERM to the head (it drains and ends its services and workers), then SIGKILL to any
-        process of its recorded tree still alive after ``timeout`` seconds; removes its folder."""
-        import shutil
-
-        if self.proc is not None:
-            self._remember()
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait(10)
-            deadline = time.monotonic() + 10
-            while self.pids() and time.monotonic() < deadline:
-                time.sleep(0.2)
-            for pid in self.pids():  # only processes of this head's tree (PID and start time)
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            self.proc = None
-        if self.guard is not None:
-            release_guard(self.guard, timeout)
-            self.guard = None
-        if self.temp_dir is not None:
-            shutil.rmtree(self.temp_dir, ignore_errors=True)
-            self.temp_dir = None
 
 
 # ----------------------------------------------------------------------------- the executor

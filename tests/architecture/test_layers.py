@@ -8,8 +8,8 @@ Layers, bottom to top (a module may import its own layer and those below):
     core      data.*, models.*, hf_folder, metrics, devices, training, inference
     analysis  analysis.*  (the catalogue, the ablations, the suite, figures)
     tracking  tracking.*  (client, schema, store, models)
-    app       experiment, api, cli, report, serving, ui, ui_guard, server, distributed, pretrained,
-              adversaries, results
+    app       experiment, api, cli, report, serving, ui, ui_guard, server, distributed, ray_head,
+              pretrained, adversaries, results
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ LAYERS = [
             "attnstudy.ui_guard",
             "attnstudy.server",
             "attnstudy.distributed",
+            "attnstudy.ray_head",
             "attnstudy.pretrained",
             "attnstudy.adversaries",
             "attnstudy.results",
