@@ -202,7 +202,7 @@ def test_report_of_a_partial_study_says_why_numbers_are_missing(fresh_root, over
 
 def test_report_is_built_atomically(fresh_root, monkeypatch):
     from attnstudy import api
-    from attnstudy import report as report_mod
+    from attnstudy.report import build as report_mod  # build_report looks render_markdown up here
 
     out = api.run(_cfg(), progress=False)
     before = {p.name: p.read_bytes() for p in out.report.parent.glob("*.*")}

@@ -62,6 +62,7 @@ LAYERS = [
             "attnstudy.api",
             "attnstudy.cli",
             "attnstudy.report",
+            "attnstudy.report.*",
             "attnstudy.templating",
             "attnstudy.browser",
             "attnstudy.run_pages",

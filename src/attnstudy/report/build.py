@@ -1,0 +1,154 @@
+"""Building the report folder: ``report.html`` and ``report.md`` rendered from the context
+(:func:`render_html`, :func:`render_markdown`), figures, example browsers and ``summary.csv``
+written whole into :func:`report_dir` (or ``--out``) and logged to the study run
+(:func:`build_report`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from ..outputs import REPORT_KIND, check_files, replace_folder, store_folders_of, write_files
+from ..paths import project_root
+from ..templating import render
+from ..tracking import Artifact
+from .context import report_context, ui_base_url
+from .facts import model_facts, thresholds_of
+from .store import load_study
+from .tables import (
+    adversary_rows,
+    model_rows,
+    seed_variance_rows,
+    summary_cells,
+    summary_frame,
+    timing_rows,
+)
+
+
+def render_html(context: dict) -> str:
+    """``report.html`` from :func:`report_context`'s data (Jinja2, images embedded)."""
+    return render("report.html.j2", **context)
+
+
+def render_markdown(context: dict) -> str:
+    """``report.md`` from the same data as :func:`render_html`."""
+    return render("report.md.j2", **context)
+
+
+def report_dir(experiment: str) -> Path:
+    """The default report folder ``<project root>/reports/<slug of the experiment name>``.
+
+    The name comes from the store (a tag), so it is reduced to a safe slug and the result is checked
+    to stay inside ``reports/``.
+
+    Raises:
+        ValueError: if the folder would leave ``reports/`` (cannot happen for a slug; checked anyway).
+    """
+    root = (project_root() / "reports").resolve()
+    slug = (
+        re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]", "_", experiment)).lstrip(".") or "study"
+    )
+    out = (root / slug).resolve()
+    if out.parent != root:
+        raise ValueError(f"report folder {out} is not inside {root}")
+    return out
+
+
+def build_report(
+    tracker,
+    study_id: str,
+    out_dir: str | Path | None = None,
+    ui_url: str | None = None,
+    verdict_overrides: dict | None = None,
+    results_dir: str | Path | None = None,
+) -> Path:
+    """Build the report of a study and log it to the study run.
+
+    The folder is written whole or not at all: everything goes to a temporary folder beside it,
+    which then replaces the old one, so an interrupted build never mixes two reports.
+
+    Args:
+        tracker: :class:`attnstudy.tracking.Tracker`.
+        study_id: the study run.
+        out_dir: output folder (default :func:`report_dir` of the study's experiment).
+        ui_url: the MLflow UI the links point to (default :func:`ui_base_url` of the
+            tracker's URI: the tracking server itself when the store is one).
+        verdict_overrides: threshold values over the study's ``[report.verdict]``.
+        results_dir: also write the summary tables there as ``<experiment>.csv`` (the
+            statistics), ``<experiment>-models.csv`` (:func:`model_rows`: the trainings),
+            ``<experiment>-seed-variance.csv`` (:func:`seed_variance_rows`) and
+            ``<experiment>-adversaries.csv`` (:func:`attnstudy.results.write_results`), each row
+            naming the study run.
+
+    Returns:
+        Path of ``report.html``.
+    """
+    from ..browser import browser_data, browser_html
+
+    data = load_study(tracker, study_id)
+    ui = ui_base_url(ui_url, tracker.uri)
+    context = report_context(data, ui, thresholds_of(data, verdict_overrides))
+    table = summary_frame(context)
+
+    def build(tmp: Path) -> None:
+        (tmp / "figures").mkdir()
+        for fig in context["figures"]:
+            (tmp / fig["file"]).write_bytes(fig["png"])
+        (tmp / "examples").mkdir()
+        for e, run in zip(data.entries, context["runs"]):
+            if run["browser_file"]:
+                f = model_facts(e, thresholds_of(data, verdict_overrides))
+                meta = {
+                    "title": e.variant,
+                    "run_id": e.ablation_run_id,
+                    "model_run_id": e.model_run_id,
+                    "prefix": e.analysis_prefix,
+                    "eps": f.eps,
+                    "n_permutations": f.n_permutations,
+                    "n_examples": f.n_examples,
+                }
+                page = browser_html(
+                    browser_data(e.records, e.steps, e.examples, e.predictions, meta)
+                )
+                (tmp / run["browser_file"]).write_text(page, encoding="utf-8")
+        (tmp / "summary.csv").write_text(table.to_csv(index=False), encoding="utf-8")
+        if not data.adversaries.empty:
+            pd.DataFrame(adversary_rows(data)).to_csv(tmp / "adversaries.csv", index=False)
+        (tmp / "report.html").write_text(render_html(context), encoding="utf-8")
+        (tmp / "report.md").write_text(render_markdown(context), encoding="utf-8")
+
+    stores = store_folders_of(tracker.uri)
+    results = None
+    if results_dir is not None:  # checked before the report is written, written after
+        from ..results import result_files
+
+        study = {"study run": study_id}
+        results = result_files(
+            data.experiment,
+            {
+                "": [r | study for r in summary_cells(table)],
+                "-adversaries": [r | study for r in adversary_rows(data)],
+                "-models": [r | study for r in model_rows(data)],
+                "-seed-variance": [r | study for r in seed_variance_rows(data)],
+                "-timing": [r | study for r in timing_rows(data)],
+            },
+        )
+        check_files(results_dir, results, option="--results", store_folders=stores)
+    out = replace_folder(
+        out_dir if out_dir else report_dir(data.experiment),
+        build,
+        kind=REPORT_KIND,
+        option="--out" if out_dir else "the report folder",
+        store_folders=stores,
+    )
+    for fig in context["figures"]:
+        tracker.log_artifact(study_id, out / fig["file"], Artifact.FIGURES_DIR)
+    tracker.log_artifacts(study_id, out, Artifact.REPORT_DIR)
+    if results is not None:
+        write_files(results_dir, results, option="--results", store_folders=stores)
+    if len(table):
+        tracker.log_table(study_id, table, Artifact.STUDY_SUMMARY)
+        tracker.log_mlflow_table(study_id, table, Artifact.STUDY_SUMMARY_TABLE)
+    return out / "report.html"

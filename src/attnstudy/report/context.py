@@ -1,0 +1,316 @@
+"""Everything the report's templates render, as one context (:func:`report_context`): findings
+and verdicts, the tables, the figures of the study drawn as PNG (:mod:`attnstudy.analysis.figures`)
+with their captions, the runs with their links into the MLflow UI (:func:`ui_base_url`,
+:class:`Links`), settings, definitions and references."""
+
+from __future__ import annotations
+
+import base64
+import os
+
+from ..analysis import catalogue, figures
+from ..analysis.catalogue import list_ablations
+from ..analysis.per_example import SHOW_CRITERION, per_example_summary, pick_shown
+from ..findings import LITERATURE, REFERENCES, ModelFacts, VerdictThresholds, overall, verdict
+from ..run_pages import estimates_table, figure_png
+from ..tracking import Artifact
+from .facts import _bootstrap_cfg, layer_facts, model_facts, thresholds_of
+from .prose import STUDY_FIGURES
+from .store import ModelEntry, StudyData
+from .tables import adversary_table, per_instance_adversary, reason, status_lines, summary_tables
+
+DEFAULT_UI_URL = "http://127.0.0.1:5000"
+ML_VIEW = "workflowType=machine_learning"
+
+
+def ui_base_url(ui_url: str | None = None, tracking_uri: str | None = None) -> str:
+    """The MLflow UI the report links to.
+
+    In order: ``ui_url`` (``--ui-url``), ``$ATTNSTUDY_UI_URL``, the tracking URI when it is an
+    http(s) tracking server (``attnstudy server`` / ``mlflow server`` serve the UI at the same
+    address), else http://127.0.0.1:5000 (what ``attnstudy ui`` serves for a local SQLite store).
+
+    Args:
+        ui_url: an explicit UI address, or None.
+        tracking_uri: the store the study was read from (e.g. ``Tracker.uri``), or None.
+
+    Returns:
+        The base URL without a trailing slash.
+    """
+    server = (
+        tracking_uri if tracking_uri and tracking_uri.startswith(("http://", "https://")) else None
+    )
+    return (ui_url or os.environ.get("ATTNSTUDY_UI_URL") or server or DEFAULT_UI_URL).rstrip("/")
+
+
+class Links:
+    """URLs into the MLflow UI (the model-training views) of one study."""
+
+    def __init__(self, base: str, experiment_id: str):
+        self.base, self.exp = base, experiment_id
+
+    def run(self, run_id: str) -> str:
+        return f"{self.base}/#/experiments/{self.exp}/runs/{run_id}?{ML_VIEW}"
+
+    def artifact(self, run_id: str, path: str) -> str:
+        return f"{self.base}/#/experiments/{self.exp}/runs/{run_id}/artifacts/{path}?{ML_VIEW}"
+
+    def runs(self) -> str:
+        return f"{self.base}/#/experiments/{self.exp}/runs?{ML_VIEW}"
+
+    def version(self, ref: str) -> str:
+        name, _, version = ref.rpartition("/")
+        return f"{self.base}/#/models/{name}/versions/{version}"
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in text)[:60].strip("_")
+
+
+def _figures(data: StudyData, facts, layers, palette, eps) -> list[dict]:
+    steps = data.steps
+    analysis = (
+        steps[steps["prefix"] == steps["analysis_prefix"]]
+        if len(steps) and "prefix" in steps
+        else steps
+    )
+    out = []
+    all_facts = [f for e in data.entries if (f := facts.get(e.model_run_id))]
+    # a model with several layers: its layers and their mean (its own row is one of its layers)
+    all_facts = [x for f in all_facts for x in (layers.get(_run_of(data, f)) or [f])]
+    est = estimates_table([f for f in all_facts if f.attention != "none"])
+    layer_pal = dict(palette)
+    for f in all_facts:
+        if f.name not in layer_pal:
+            base = f.name.split(" · ")[0]
+            shades = [x.name for x in all_facts if x.name.split(" · ")[0] == base]
+            layer_pal[f.name] = figures._shade(
+                palette.get(base, (0.3, 0.3, 0.3)), shades.index(f.name), len(shades)
+            )
+    if len(est):
+        out.append(("summary", figures.estimates_plot(est, layer_pal), STUDY_FIGURES["summary"]))
+    out.append(
+        (
+            "accuracy_by_length",
+            figures.accuracy_by_length(data.predictions, palette),
+            STUDY_FIGURES["accuracy_by_length"],
+        )
+    )
+    ran = [n for n in list_ablations() if any(n in e.ablations_run for e in data.entries)]
+    for spec, fig in catalogue.figures(ran):  # each ablation's figure, as its spec declares it
+        drawn = figures.FIGURE_KINDS[fig.kind](
+            figures.FigureInput(
+                steps,
+                analysis,
+                palette,
+                eps,
+                columns={
+                    st.column: st.label for st in spec.stats.values() if st.column and st.label
+                },
+                reference=spec.prefix == "reference",
+            ),
+            fig.title,
+        )
+        key = fig.kind if fig.kind != "stat_distributions" else spec.name
+        out.append((key, drawn, (fig.title, fig.caption)))
+    for e in data.entries:
+        if e.records:
+            table = per_example_summary(e.steps, e.examples, e.analysis_prefix)
+            shown = pick_shown(table)
+            by_id = {r["id"]: r for r in e.records}
+            shown = [s for s in shown if s["example_id"] in by_id]
+            f = facts.get(e.model_run_id)
+            fig = figures.example_heatmaps(
+                [by_id[s["example_id"]] for s in shown], e.variant, f.eps if f else eps, shown
+            )
+            out.append((f"heatmaps_{_slug(e.variant)}", fig, _heatmaps_caption(e)))
+        elif e.legacy_heatmaps:
+            out.append(
+                (
+                    f"heatmaps_{_slug(e.variant)}",
+                    figures.attention_heatmaps(
+                        [
+                            h | {"title": f"{e.variant}: {h.get('title', '')}"}
+                            for h in e.legacy_heatmaps
+                        ]
+                    ),
+                    _heatmaps_caption(e),
+                )
+            )
+    if not data.seed_variance.empty:
+        out.append(
+            (
+                "seed_variance",
+                figures.seed_variance(data.seed_variance, palette),
+                STUDY_FIGURES["seed_variance"],
+            )
+        )
+    if not data.adversaries.empty:
+        out.append(
+            (
+                "trained_adversary",
+                figures.trained_adversaries(
+                    data.adversaries,
+                    per_instance_adversary(data),
+                    data.seed_variance,
+                    palette,
+                ),
+                STUDY_FIGURES["trained_adversary"],
+            )
+        )
+    result = []
+    for key, fig, (title, caption) in out:
+        png = figure_png(fig)
+        result.append(
+            {
+                "key": key,
+                "file": f"figures/{key}.png",
+                "title": title,
+                "caption": caption,
+                "png": png,
+                "data_uri": "data:image/png;base64," + base64.b64encode(png).decode("ascii"),
+            }
+        )
+    return result
+
+
+def _heatmaps_caption(e: ModelEntry) -> tuple[str, str]:
+    title, caption = STUDY_FIGURES["heatmaps"]
+    return f"{title}: {_slug(e.variant).replace('_', ' ')}", caption
+
+
+def _run_of(data: StudyData, f: ModelFacts) -> str:
+    for e in data.entries:
+        if e.variant == f.name:
+            return e.model_run_id
+    return ""
+
+
+def report_context(
+    data: StudyData,
+    ui_url: str | None = None,
+    thresholds: VerdictThresholds | None = None,
+) -> dict:
+    """Everything both templates render (the HTML and its Markdown twin show the same data)."""
+    t = thresholds or thresholds_of(data)
+    links = Links(ui_base_url(ui_url), data.experiment_id)
+    palette = figures.variant_palette([e.variant for e in data.entries])
+    facts = {e.model_run_id: model_facts(e, t) for e in data.entries}
+    layers = {e.model_run_id: layer_facts(e, facts[e.model_run_id]) for e in data.entries}
+    findings = []
+    verdicts, vfacts, vconfigs = [], [], []
+    for e in data.entries:
+        f = facts[e.model_run_id]
+        if e.model_status != "FINISHED":
+            findings.append(
+                {
+                    "model": e.variant,
+                    "text": f"Training {reason(e, 'test/x')}: "
+                    f"{e.model_error or 'no reason recorded'}.",
+                    "layers": [],
+                }
+            )
+            continue
+        if e.ablation_status not in (None, "FINISHED"):
+            findings.append(
+                {
+                    "model": e.variant,
+                    "text": f"Ablations {reason(e, 'ablation/x/y')}: "
+                    f"{e.ablation_error or 'no reason recorded'}.",
+                    "layers": [],
+                }
+            )
+            continue
+        if e.ablation_run_id is None:
+            findings.append(
+                {"model": e.variant, "text": "Not ablated in this study.", "layers": []}
+            )
+            continue
+        v = verdict(f, t)
+        verdicts.append(v)
+        vfacts.append(f)
+        vconfigs.append(e.config)
+        findings.append(
+            {
+                "model": e.variant,
+                "text": v.text,
+                "layers": [
+                    {"name": lf.name, "text": verdict(lf, t).text} for lf in layers[e.model_run_id]
+                ],
+                "categories": v.answers,
+            }
+        )
+    eps_values = {f.eps for f in facts.values() if f.eps is not None}
+    eps = next(iter(eps_values)) if len(eps_values) == 1 else None
+    p_values = {f.n_permutations for f in facts.values() if f.n_permutations}
+    prefixes = {e.analysis_prefix for e in data.entries if e.ablation_run_id}
+    seeds = {e.seed for e in data.entries}
+    by_config = {}
+    for e in data.entries:
+        by_config.setdefault(e.config, set()).add(e.seed)
+    one_seed = all(len(s) == 1 for s in by_config.values())
+    figs = _figures(data, facts, layers, palette, eps)
+    runs = []
+    for e in data.entries:
+        f = facts[e.model_run_id]
+        runs.append(
+            {
+                "model": e.variant,
+                "model_run": e.model_run_id,
+                "model_url": links.run(e.model_run_id),
+                "ablation_run": e.ablation_run_id,
+                "ablation_url": links.run(e.ablation_run_id) if e.ablation_run_id else None,
+                "browser_file": f"examples/{_slug(e.variant)}.html"
+                if e.records or e.steps is not None
+                else None,
+                "browser_url": links.artifact(e.ablation_run_id, Artifact.BROWSER)
+                if e.has_browser
+                else None,
+                "registered": e.registered,
+                "registered_url": links.version(e.registered) if e.registered else None,
+                "alignments_url": links.artifact(e.model_run_id, Artifact.ALIGNMENTS_DIR)
+                if e.has_alignments
+                else None,
+                "n_examples": f.n_examples,
+                "n_steps": f.n_steps,
+            }
+        )
+    return {
+        "title": f"Is this model's attention an explanation? — {data.experiment}",
+        "experiment": data.experiment,
+        "experiment_id": data.experiment_id,
+        "study_id": data.study_id,
+        "study_url": links.run(data.study_id),
+        "runs_url": links.runs(),
+        "ui_url": links.base,
+        "status_lines": status_lines(data),
+        "overall": overall(verdicts, vfacts, vconfigs)
+        if verdicts
+        else "No model of this study was ablated.",
+        "findings": findings,
+        "tables": summary_tables(data, facts, layers),
+        "extra_tables": [t for t in (adversary_table(data),) if t is not None],
+        "figures": figs,
+        "runs": runs,
+        "settings": {
+            "eps": ", ".join(f"{x:g}" for x in sorted(eps_values)) or None,
+            "permutations": ", ".join(str(x) for x in sorted(p_values)) or None,
+            "prefix": ", ".join(sorted(prefixes)) or None,
+            "seeds": ", ".join(sorted(seeds)),
+            "one_seed": one_seed,
+            "bootstrap": _bootstrap_cfg(data.entries[0]).bootstrap_resamples
+            if data.entries
+            else 1000,
+            "criterion": SHOW_CRITERION,
+        },
+        "thresholds": [
+            {"key": k, "value": getattr(t, k), "description": fld.description}
+            for k, fld in VerdictThresholds.model_fields.items()
+        ],
+        "definitions": catalogue.definitions(
+            {n for e in data.entries for n in e.ablations_run} | set(list_ablations(True))
+        ),
+        "references": REFERENCES,
+        "literature": LITERATURE,
+        "config_text": data.config_text or "(not logged)",
+    }

@@ -1,0 +1,397 @@
+"""The report's tables as rows of cell text: the summary tables, one per question of the catalogue
+(:func:`summary_tables`), and the reason a cell is empty (:func:`reason`); the trainings
+(:func:`model_rows`, :func:`training_row`, :func:`experiment_training_rows`), where the ablation
+time went (:func:`timing_rows`), the seed variance (:func:`seed_variance_rows`), the trained
+adversaries (:func:`adversary_rows`, :func:`adversary_table`, :func:`per_instance_adversary`); the
+status lines, and the cross-model summary (:func:`summary_frame`, :func:`summary_cells`)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pandas as pd
+
+from ..adversaries import STATS as ADVERSARY_STATS
+from ..analysis import catalogue
+from ..analysis.catalogue import list_ablations
+from ..data.tasks import task_metrics
+from ..findings import Estimate, ModelFacts
+from ..run_pages import variant_name
+from ..tracking import Tag, Tracker
+from .facts import _bootstrap_cfg
+from .prose import ADVERSARY_TABLE
+from .store import ModelEntry, StudyData
+
+
+def per_instance_adversary(data: StudyData) -> pd.DataFrame:
+    """Jain & Wallace's per-instance adversary per model, as a point beside the trained ones:
+    ``variant``, ``attention_jsd`` (mean ``adversarial_max_jsd``) and ``output_tvd`` (mean
+    ``adversarial_max_tvd``) over the analysis-prefix steps of the top analysed layer (all
+    heads) where a candidate within ε was found."""
+    rows = []
+    for e in data.entries:
+        st = e.steps
+        if st is None or "adversarial_max_jsd" not in st or "adversarial_found" not in st:
+            continue
+        if "prefix" in st and "analysis_prefix" in st:
+            st = st[st["prefix"] == st["analysis_prefix"]]
+        if "head" in st:
+            st = st[st["head"] == -1]
+        if "layer" in st and (st["layer"] >= 0).any():
+            st = st[st["layer"] == st["layer"].max()]
+        found = st[st["adversarial_found"].fillna(False).astype(bool)]
+        if len(found):
+            rows.append(
+                {
+                    "variant": e.variant,
+                    "attention_jsd": float(found["adversarial_max_jsd"].mean()),
+                    "output_tvd": float(found["adversarial_max_tvd"].mean()),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _pct(metrics: dict, key: str) -> str:
+    v = metrics.get(key)
+    return f"{100 * v:.2f}" if v is not None and math.isfinite(v) else ""
+
+
+def model_rows(data: StudyData) -> list[dict[str, str]]:
+    """One row per model run of the study (the table of training attempts): see
+    :func:`training_row`."""
+    return [
+        training_row(
+            e.variant, e.seed, e.model_status, e.model_metrics, e.model_params, e.model_run_id
+        )
+        for e in data.entries
+    ]
+
+
+def training_row(
+    variant: str, seed: str, status: str, metrics: dict, params: dict, run_id: str
+) -> dict[str, str]:
+    """One training as a row: ``model``, ``seed``, ``status``, ``epochs`` trained, ``best
+    epoch``, training ``minutes``, best dev and test WER and PER in % (test with ``beam``), the
+    ``config`` (every used model and training field but the device) and the ``run`` id; a metric
+    the run did not log (an interrupted training has no test numbers) is empty."""
+    m, p = metrics, params
+    config = "; ".join(
+        f"{k}={v}"
+        for k, v in sorted(p.items())
+        if k.startswith(("model.", "training.")) and k != "training.device"
+    )
+    best_dev = "best_dev/wer" if "best_dev/wer" in m else "dev/wer"
+    seconds = m.get("train/seconds")
+    return {
+        "model": variant,
+        "seed": seed,
+        "status": status,
+        "epochs": str(int(m["train/epochs"])) if "train/epochs" in m else "",
+        "best epoch": str(int(m["train/best_epoch"])) if "train/best_epoch" in m else "",
+        "minutes": f"{seconds / 60:.1f}" if seconds is not None else "",
+        "dev WER %": _pct(m, best_dev),
+        "dev PER %": _pct(m, best_dev.replace("wer", "per")),
+        "test WER %": _pct(m, "test/wer"),
+        "test PER %": _pct(m, "test/per"),
+        "beam": p.get("training.beam_size", ""),
+        "config": config,
+        "run": run_id,
+    }
+
+
+def experiment_training_rows(tracker: Tracker, experiment: str) -> list[dict[str, str]]:
+    """Every model run of ``experiment`` (trained by ``attnstudy train`` or a study), oldest
+    first, as :func:`training_row` s; an unfinished run's dev numbers are those of its last
+    epoch (it logged no best_dev), and its minutes the time between its start and that epoch.
+
+    Raises:
+        LookupError: no such experiment.
+    """
+    exp_id = tracker.experiment_id(experiment, create=False)
+    if exp_id is None:
+        raise LookupError(f"no experiment {experiment!r} in the store")
+    rows = []
+    for r in reversed(tracker.search_runs([exp_id], f"tags.{Tag.KIND} = 'model'")):
+        metrics = dict(r.metrics)
+        if "train/epochs" not in metrics:
+            history = tracker.metric_history(r.run_id, "dev/wer")
+            if history:
+                metrics["train/epochs"] = float(history[-1][0])
+        rows.append(
+            training_row(
+                variant_name(r.tags),
+                r.tags.get(Tag.SEED, ""),
+                r.status,
+                metrics,
+                r.params,
+                r.run_id,
+            )
+        )
+    return rows
+
+
+def timing_rows(data: StudyData) -> list[dict[str, str]]:
+    """Where each ablation run's time went, as rows of cell text: ``model``, ``seed``,
+    ``steps`` (analysed decoder steps), ``seconds`` (the whole battery, wall clock),
+    ``steps per second``, and the share in % of each ablation of the battery that ran (its
+    ``timing/<ablation>_seconds`` over the battery's seconds). Wall-clock numbers of the machine
+    and load the run had; a model without a finished ablation run has no row."""
+    names = list(dict.fromkeys(n for e in data.entries for n in e.ablations_run))
+    rows = []
+    for e in data.entries:
+        m = e.ablation_metrics
+        seconds, rate = m.get("ablation/seconds"), m.get("timing/steps_per_second")
+        if e.ablation_status != "FINISHED" or not seconds or rate is None:
+            continue
+        steps = m.get("timing/steps", round(rate * seconds))  # runs before timing/steps
+        row = {
+            "model": e.variant,
+            "seed": e.seed,
+            "steps": str(int(steps)),
+            "seconds": f"{seconds:.1f}",
+            "steps per second": f"{rate:.3g}",
+        }
+        for name in names:  # one set of columns for every row
+            part = m.get(f"timing/{name}_seconds")
+            row[f"{name} %"] = f"{100 * part / seconds:.1f}" if part is not None else ""
+        rows.append(row)
+    return rows
+
+
+def seed_variance_rows(data: StudyData) -> list[dict[str, str]]:
+    """The seed variance per configuration as rows of cell text: ``model``, ``seed pairs``,
+    ``steps``, ``attention JSD``, ``output TVD``, ``argmax differs`` (micro-averages over the
+    steps of every pair, ``value [low, high]`` with a 95 % bootstrap resampling examples, as the
+    suite's statistics)."""
+    from ..analysis.suite import step_mean_ci
+
+    df = data.seed_variance
+    if df.empty:
+        return []
+    cfg = (
+        _bootstrap_cfg(data.entries[0])
+        if data.entries
+        else SimpleNamespace(bootstrap_resamples=1000, seed=0)
+    )
+    rows = []
+    for variant, part in df.groupby("variant", sort=False):
+        row = {
+            "model": variant,
+            "seed pairs": str(len(part[["seed_a", "seed_b"]].drop_duplicates())),
+            "steps": str(len(part)),
+        }
+        for column, label in (
+            ("seed_variance_attention_jsd", "attention JSD"),
+            ("seed_variance_output_tvd", "output TVD"),
+            ("seed_variance_argmax_differs", "argmax differs"),
+        ):
+            row[label] = Estimate(*step_mean_ci(part, column, cfg)).fmt(3)
+        rows.append(row)
+    return rows
+
+
+ADVERSARY_HEADER = ["model", "λ", "init", "epochs", *ADVERSARY_STATS.values()]
+
+
+def adversary_rows(data: StudyData) -> list[dict[str, str]]:
+    """The trained adversaries as rows of cell text (:data:`ADVERSARY_HEADER` plus ``run``, the
+    adversary run id), by model and λ; every number ``value [low, high]`` (95 % bootstrap over
+    examples)."""
+    df = data.adversaries
+    if df.empty:
+        return []
+    rows = []
+    for _, r in df.sort_values(["variant", "lambda"], kind="stable").iterrows():
+        if r["status"] != "FINISHED":
+            cells = [f"not finished ({r['status']})"] * 3
+        else:
+            cells = [
+                Estimate(r[s], r[f"{s}_ci_low"], r[f"{s}_ci_high"]).fmt(3)
+                if math.isfinite(r[s])
+                else "not logged"
+                for s in ADVERSARY_STATS
+            ]
+        values = [r["variant"], f"{r['lambda']:g}", r["init"], str(r["epochs"]), *cells]
+        rows.append(dict(zip(ADVERSARY_HEADER, values)) | {"run": r["run_id"]})
+    return rows
+
+
+def adversary_table(data: StudyData) -> dict | None:
+    """The report's table of trained adversaries (:func:`adversary_rows`), or None without any."""
+    rows = adversary_rows(data)
+    if not rows:
+        return None
+    title, intro = ADVERSARY_TABLE
+    return _table(
+        title,
+        intro,
+        ADVERSARY_HEADER,
+        [[r[h] for h in ADVERSARY_HEADER] for r in rows],
+    )
+
+
+def _per_example(key: str) -> bool:
+    """Whether ``ablation/<name>/…`` is a per-example ablation (the global permutation): the suite
+    measures it per layer, and the layer mean (a mean over per-step tables) has none."""
+    from ..analysis.catalogue import get_ablation
+
+    try:
+        return get_ablation(key.split("/")[1]).unit == "example"
+    except (KeyError, IndexError, ValueError):
+        return False
+
+
+def reason(e: ModelEntry, key: str) -> str:
+    """Why a summary cell has no value: the model or ablation failed, was not run, does not apply."""
+    if e.model_status != "FINISHED":
+        return "training failed" if e.model_status == "FAILED" else e.model_status.lower()
+    if not key.startswith("ablation/"):
+        return "not measured"
+    name = key.split("/")[1]
+    if e.ablation_run_id is None:
+        return "not run"
+    if e.ablation_status != "FINISHED":
+        return "failed" if e.ablation_status == "FAILED" else str(e.ablation_status).lower()
+    if name not in e.ablations_run:
+        return "not run"
+    if e.attention == "none" and not key.endswith("tau_grad_loo"):
+        return "no attention"
+    if name in e.skipped:
+        return "no attention" if "no attention" in e.skipped[name] else "skipped"
+    m = e.ablation_metrics
+    if name == "alignment":
+        n, skipped = m.get("ablation/alignment/n_steps"), m.get("ablation/alignment/n_skipped")
+        if n is not None and skipped == n:
+            return "no gold links"
+    undefined = m.get(f"{key}_n_undefined")
+    n_steps = m.get(f"ablation/{name}/n_steps")
+    if undefined is not None and n_steps:
+        return f"undefined ({int(undefined)} of {int(n_steps)} steps)"
+    return "undefined"
+
+
+def _cell(est: Estimate | None, fallback: str, pct: bool = False) -> str:
+    if est is None:
+        return fallback
+    return est.fmt(3)
+
+
+def _table(title: str, intro: str, header: list[str], rows: list[list[str]]) -> dict:
+    return {"title": title, "intro": intro, "header": header, "rows": rows}
+
+
+def summary_tables(
+    data: StudyData, facts: dict[str, ModelFacts], layers: dict[str, list[ModelFacts]]
+) -> list[dict]:
+    """The report's tables: one per question of the catalogue (:func:`attnstudy.analysis.catalogue.
+    questions`), a row per model (and per layer and the layer mean for a multi-layer model), a
+    column per statistic the catalogue shows for it (the task registry's metrics for ``task``),
+    every number ``value [low, high]``, a reason where there is none."""
+    ran = [n for n in list_ablations() if any(n in e.ablations_run for e in data.entries)]
+    columns: dict[str, list[tuple[str, str]]] = {}
+    for m in task_metrics(dict.fromkeys(e.task for e in data.entries)):
+        if any(m.key in e.model_metrics for e in data.entries):
+            columns.setdefault("task", []).append((m.key, m.label))
+    for st in catalogue.shown_stats(ran):
+        columns.setdefault(st.stat.question, []).append((st.key, st.stat.label))
+    tables = []
+    for q, question in catalogue.questions(ran).items():
+        stats = columns.get(q)
+        if not stats:
+            continue
+        header = ["model", "examples", "steps"] if q != "task" else ["model", "test examples"]
+        header += [label for _, label in stats]
+        rows = []
+        for e in data.entries:
+            f = facts.get(e.model_run_id)
+            for ff in [f] + (layers.get(e.model_run_id, []) if q != "task" else []):
+                row = [ff.name if ff else e.variant]
+                if q == "task":
+                    n = e.model_metrics.get("test/n")
+                    row.append(f"{int(n):,}" if n else reason(e, "test/n"))
+                    row += [
+                        _cell(ff.task_metrics.get(key) if ff else None, reason(e, key))
+                        for key, _ in stats
+                    ]
+                else:
+                    # a failed ablation analysed no examples, whatever it was asked for
+                    measured = e.ablation_status == "FINISHED"
+                    why = reason(e, stats[0][0])
+                    row += [
+                        str(ff.n_examples) if ff and ff.n_examples and measured else why,
+                        str(ff.n_steps) if ff and ff.n_steps and measured else why,
+                    ]
+                    mean_row = ff is not None and ff is not f and ff.name.endswith("layer mean")
+                    row += [
+                        _cell(
+                            ff.stats.get(key) if ff else None,
+                            "per layer only" if mean_row and _per_example(key) else reason(e, key),
+                        )
+                        for key, _ in stats
+                    ]
+                rows.append(row)
+        tables.append(_table(question.title, question.intro, header, rows) | {"key": q})
+    return tables
+
+
+def status_lines(data: StudyData) -> list[dict]:
+    """What the study's status and failures mean for the report: ``{"text", "item"}`` lines."""
+    lines = [{"text": f"Note: {n}.", "item": False} for n in data.notes]
+    ran = {n for e in data.entries for n in e.ablations_run}
+    not_run = [a for a in list_ablations(default_only=True) if a not in ran]
+    if not_run:
+        lines.append(
+            {"text": f"Ablations not run in this study: {', '.join(not_run)}.", "item": False}
+        )
+    if data.status != "FINISHED":
+        lines.append(
+            {
+                "text": f"Study status: **{data.status}**: the report shows what the store holds for it.",
+                "item": False,
+            }
+        )
+    for e in data.entries:
+        if e.model_status == "FAILED":
+            lines.append(
+                {
+                    "text": f"{e.variant}: training failed ({e.model_error or 'no reason recorded'})",
+                    "item": True,
+                }
+            )
+        elif e.ablation_status == "FAILED":
+            lines.append(
+                {
+                    "text": f"{e.variant}: ablations failed ({e.ablation_error or 'no reason recorded'})",
+                    "item": True,
+                }
+            )
+    return lines
+
+
+def summary_frame(context: dict) -> pd.DataFrame:
+    """The cross-model summary: one row per model (and layer), a column per statistic, each cell
+    ``value [low, high]`` or the reason there is none (the study run's ``summary.csv``/``.json``).
+
+    Rows keep the report's order (its longest table's: each model with its layer rows under it),
+    not the join's lexicographic one, which put a seed-1 model's layer rows after seeds 2 and 3.
+    """
+    frames = []
+    for table in context["tables"]:
+        df = pd.DataFrame(table["rows"], columns=table["header"])
+        frames.append(df.set_index("model"))
+    if not frames:
+        return pd.DataFrame()
+    out = frames[0]
+    for df in frames[1:]:
+        out = out.join(df[[c for c in df.columns if c not in out.columns]], how="outer")
+    order = dict.fromkeys(n for df in sorted(frames, key=len, reverse=True) for n in df.index)
+    return out.reindex(list(order)).reset_index()
+
+
+def summary_cells(table: pd.DataFrame) -> list[dict[str, str]]:
+    """The summary table's rows as cell text for ``<experiment>.csv``: a missing value (a layer
+    row's model-level columns, say) is an empty cell, never the text ``nan``."""
+    return [
+        {k: "" if pd.isna(v) else str(v) for k, v in r.items()} for r in table.to_dict("records")
+    ]
