@@ -80,16 +80,16 @@ class _Trainer(threading.Thread):
 @pytest.fixture
 def slow_training_in_threads(monkeypatch):
     """Training in a non-main thread first sleeps, so the main thread meets it holding the lock."""
-    from attnstudy import api
+    from attnstudy import model_runs
 
-    train = api.train
+    train = model_runs.train
 
     def slowed(*a, **k):
         if threading.current_thread() is not threading.main_thread():
             time.sleep(getattr(threading.current_thread(), "delay", 0.0))
         return train(*a, **k)
 
-    monkeypatch.setattr(api, "train", slowed)
+    monkeypatch.setattr(model_runs, "train", slowed)
 
 
 def _train_here(spec):

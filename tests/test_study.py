@@ -36,9 +36,9 @@ def test_one_failing_variant_does_not_stop_the_study(fresh_root, monkeypatch, ca
     failed run carried no reason."""
     from attnstudy.analysis.ablations import erase_max as erase_module
 
-    from attnstudy import api, cli
+    from attnstudy import cli, model_runs
 
-    real_train, real_erase = api.train, erase_module.run
+    real_train, real_erase = model_runs.train, erase_module.run
 
     def train(spec, *args, **kw):
         if spec.model.attention == "general":
@@ -50,7 +50,7 @@ def test_one_failing_variant_does_not_stop_the_study(fresh_root, monkeypatch, ca
             raise RuntimeError("boom in ablation")
         return real_erase(model, batch, params, ctx)
 
-    monkeypatch.setattr(api, "train", train)
+    monkeypatch.setattr(model_runs, "train", train)
     monkeypatch.setattr(erase_module, "run", erase_max)
     code = cli.main(["run", str(TINY), "--quiet", "--set", THREE[0]])
     out, err = capsys.readouterr()
@@ -92,10 +92,10 @@ def test_one_failing_variant_does_not_stop_the_study(fresh_root, monkeypatch, ca
 def test_an_interrupted_study_resumes(fresh_root, monkeypatch):
     """`run --resume` continues the interrupted study: finished models and their finished ablations are
     reused, the interrupted training resumes from its checkpoint, its ablations run."""
-    from attnstudy import api
+    from attnstudy import api, model_runs, study
 
     cfg = _cfg(THREE[0])
-    real_train, real_ablate = api.train, api.ablate_run
+    real_train, real_ablate = model_runs.train, study.ablate_run
     state = {"train": True, "ablate": True}
 
     def train(spec, *args, on_epoch=None, **kw):
@@ -113,8 +113,8 @@ def test_an_interrupted_study_resumes(fresh_root, monkeypatch):
             raise KeyboardInterrupt
         return real_ablate(run_id, loaded, *args, **kw)
 
-    monkeypatch.setattr(api, "train", train)
-    monkeypatch.setattr(api, "ablate_run", ablate_run)
+    monkeypatch.setattr(model_runs, "train", train)
+    monkeypatch.setattr(study, "ablate_run", ablate_run)
     with pytest.raises(KeyboardInterrupt):
         api.run(cfg, progress=False, report=False)
     t = _tracker()

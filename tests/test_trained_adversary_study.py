@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, monkeypatch):
-    from attnstudy import api
+    from attnstudy import adversaries, api
     from attnstudy.experiment import load_experiment
     from attnstudy.tracking import Tracker
 
@@ -118,8 +118,10 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
 
     # two new λ beside a known one: the base model and its data are read once, not once per λ
     loads = []
-    real_load = api.load_model
-    monkeypatch.setattr(api, "load_model", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
+    real_load = adversaries.load_model
+    monkeypatch.setattr(
+        adversaries, "load_model", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k)
+    )
     three = load_experiment(
         TINY, ["trained_adversary.lambdas=[0.25, 0.5, 0.75]", "trained_adversary.epochs=2"]
     )

@@ -19,11 +19,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
+import time
+from pathlib import Path
 
 import pandas as pd
 
 from .config import ConfigError, RunSpec
+from .devices import resolve_device
 from .experiment import ExperimentConfig, TrainedAdversaryConfig
+from .model_runs import load_model, run_tags
+from .notices import notice
+from .task_data import checked_task_data
+from .tracking import Artifact, Kind, Tag, Tracker
 
 ADVERSARY_SEED_OFFSET = 10_000
 """A scratch adversary of a base model with seed s is initialised (and its batches drawn) with
@@ -130,3 +138,169 @@ def summarize(table: pd.DataFrame, ablation_cfg) -> dict[str, float]:
             out, f"adversary/{stat}", step_mean_ci(table, f"adversary_{stat}", ablation_cfg)
         )
     return out
+
+
+def run_trained_adversaries(
+    cfg: ExperimentConfig,
+    models: list,
+    tracker: Tracker,
+    study_id: str,
+    progress: bool = True,
+) -> list[str]:
+    """Train (or reuse) every adversary ``[trained_adversary]`` asks for and record them on the
+    study (``adversary_run_ids``).
+
+    Args:
+        cfg: the experiment.
+        models: the study's trained :class:`attnstudy.api.ModelRun` s.
+        tracker: the store; study_id: the open study run.
+
+    Returns:
+        The adversary run ids, in (base model, λ) order.
+
+    """
+    adv = cfg.trained_adversary
+    wanted = {id(s) for s in selected(cfg, [m.spec for m in models])}
+    run_ids = []
+    for m in models:
+        if id(m.spec) not in wanted:
+            continue
+        base_run = tracker.get_run(m.run_id)
+        base = None  # the base model and its data: read once, when some λ is to be trained
+        for lam in adv.lambdas:
+            settings, key, name = _adversary_plan(base_run, m.spec, lam, cfg)
+            run_id = _finished_adversary(tracker, base_run, key, name)
+            if run_id is None:
+                if base is None:
+                    _, loaded = load_model(f"runs:/{m.run_id}", tracker)
+                    data = checked_task_data(
+                        loaded, base_run.tags.get(Tag.DATA_DIGEST), f"runs:/{m.run_id}"
+                    )
+                    base = loaded, data
+                run_id = _train_adversary(
+                    base_run, m.spec, lam, settings, key, name, *base, cfg, tracker, study_id,
+                    progress,
+                )  # fmt: skip
+            run_ids.append(run_id)
+            tracker.set_tags(study_id, {Tag.ADVERSARY_RUN_IDS: ",".join(run_ids)})
+    return run_ids
+
+
+def _adversary_plan(
+    base_run, spec: RunSpec, lam: float, cfg: ExperimentConfig
+) -> tuple[dict, str, str]:
+    """The settings, key and run name of the adversary of ``base_run`` at λ = ``lam``."""
+    adv = cfg.trained_adversary
+    settings = {
+        "epochs": adv.epochs,
+        "lr": adv.lr if adv.lr is not None else spec.training.lr,
+        "batch_size": adv.batch_size or spec.training.batch_size,
+        "n_train": adv.n_train or 0,
+        "n_examples": adv.n_examples or cfg.ablation.n_examples,
+        "seed": spec.seed + ADVERSARY_SEED_OFFSET,
+        "bootstrap_resamples": cfg.ablation.bootstrap_resamples,
+    }
+    key = adversary_key(base_run.tags.get(Tag.MODEL_KEY, ""), lam, adv, settings)
+    return settings, key, f"{spec.name}/adversary-{lambda_label(lam)}"
+
+
+def _finished_adversary(tracker: Tracker, base_run, key: str, name: str) -> str | None:
+    """The id of a finished adversary run with this key (reused), or None."""
+    for done in tracker.search_runs(
+        [base_run.experiment_id],
+        f"tags.{Tag.ADVERSARY_KEY} = '{key}' and attributes.status = 'FINISHED'",
+        max_results=1,
+    ):
+        notice(f"{name}: reusing the finished adversary run {done.run_id} (same key)")
+        return done.run_id
+    return None
+
+
+def _train_adversary(
+    base_run,
+    spec: RunSpec,
+    lam: float,
+    settings: dict,
+    key: str,
+    name: str,
+    loaded,
+    data,
+    cfg: ExperimentConfig,
+    tracker: Tracker,
+    study_id: str,
+    progress: bool,
+) -> str:
+    """Train one adversary from the loaded base model (left unchanged) and log its run."""
+    import copy
+
+    import torch
+
+    from .analysis.consistent_adversary import compare_to_base, train_consistent_adversary
+    from .models.build import build_model
+
+    adv = cfg.trained_adversary
+    base_run_id = base_run.run_id
+    train = data.splits.train[: settings["n_train"] or None]
+    examples = data.splits.test[: settings["n_examples"]]
+    device = resolve_device(spec.training.device, "training.device")
+    torch.set_num_threads(spec.training.threads)
+    base = loaded.model.to(device)
+    if adv.init == "base":
+        adversary = copy.deepcopy(base)
+    else:
+        torch.manual_seed(settings["seed"])
+        adversary = build_model(spec.model, len(loaded.src_vocab), len(loaded.tgt_vocab))
+    adversary.to(device)
+    tags = run_tags(
+        spec, study_id, Kind.ADVERSARY, base_run.tags.get(Tag.MODEL_KEY, ""), data.digest
+    )
+    tags |= {
+        Tag.SOURCE_RUN_ID: base_run_id,
+        Tag.ADVERSARY_KEY: key,
+        Tag.LAMBDA: f"{lam:g}",
+        Tag.DEVICE: str(device),
+        Tag.NOTE: (
+            f"Model-consistent adversary (Wiegreffe & Pinter 2019, §4) of {spec.name} with "
+            f"λ = {lam:g}: trained to keep the base model's outputs (TVD) while moving its "
+            f"attention away (−λ·KL), init = {adv.init}; compared on {len(examples)} test examples "
+            "(reference prefix)."
+        ),
+    }
+    run_id = tracker.start_run(base_run.experiment_id, name, tags, base_run_id)
+    with tracker.active(run_id):
+        tracker.log_params(
+            run_id, {"lambda": lam, "init": adv.init, "layer": adv.layer, **settings}
+        )
+        t0 = time.perf_counter()
+        history = train_consistent_adversary(
+            base,
+            adversary,
+            train,
+            loaded.src_vocab,
+            loaded.tgt_vocab,
+            lam,
+            settings["epochs"],
+            settings["lr"],
+            settings["batch_size"],
+            settings["seed"],
+            clip_norm=spec.training.clip_norm,
+            layer=adv.layer,
+            progress=progress,
+            on_epoch=lambda epoch, metrics: tracker.log_metrics(run_id, metrics, step=epoch),
+        )
+        seconds = time.perf_counter() - t0
+        table = compare_to_base(
+            base, adversary, examples, loaded.src_vocab, loaded.tgt_vocab, layer=adv.layer
+        )
+        summary = summarize(table, cfg.ablation)
+        summary |= {
+            "adversary/seconds": seconds,
+            "adversary/n_examples": float(len(examples)),
+            "adversary/final_train_loss": history[-1]["train/loss"],
+        }
+        with tempfile.TemporaryDirectory(prefix="attnstudy-adversary-") as tmp:
+            path = Path(tmp) / Path(Artifact.ADVERSARY_STEPS).name
+            table.to_parquet(path, index=False)
+            tracker.log_artifact(run_id, path, str(Path(Artifact.ADVERSARY_STEPS).parent))
+        tracker.log_metrics(run_id, summary)
+    return run_id

@@ -75,6 +75,10 @@ LAYERS = [
             "attnstudy.pretrained",
             "attnstudy.adversaries",
             "attnstudy.results",
+            "attnstudy.task_data",
+            "attnstudy.model_runs",
+            "attnstudy.ablation_runs",
+            "attnstudy.study",
         ],
     ),
 ]

@@ -1,0 +1,171 @@
+"""Ablation runs: the battery on one stored model's test sample, logged as a run nested under the
+model's, with its pages; the ablation key; the battery on a pretrained folder outside a study.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from . import run_pages
+from .analysis.catalogue import AblationConfig
+from .config import RunSpec
+from .devices import resolve_device
+from .experiment import ExperimentConfig
+from .model_runs import folder_digests_of, run_tags, train_spec
+from .models.io import LoadedModel
+from .paths import default_tracking_uri
+from .run_pages import timing_metrics
+from .task_data import checked_task_data, load_data
+from .tracking import Artifact, Kind, Tag, Tracker, check_server, resolve_timeout
+
+
+def ablation_key(cfg: AblationConfig) -> str:
+    """Key of an ablation configuration (a finished ablation run of a resumed study is reused on it)."""
+    return hashlib.sha256(json.dumps(cfg.resolved(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def ablate_run(
+    model_run_id: str,
+    loaded: LoadedModel,
+    cfg: AblationConfig,
+    tracker: Tracker,
+    study_id: str | None = None,
+    progress: bool = True,
+    thresholds=None,
+):
+    """Run the ablation suite on a model's test sample and log it as a nested run, with its
+    example browser, tables, figures, description and verdict (:mod:`attnstudy.run_pages`).
+
+    Args:
+        thresholds: the verdict's :class:`attnstudy.findings.VerdictThresholds` (default values).
+
+    Returns:
+        (ablation run id, SuiteResult); the per-step table is streamed to the run's
+        ``ablations/steps.parquet`` artifact, so ``SuiteResult.table`` is None.
+    """
+    from attnstudy.analysis.suite import run_suite
+
+    spec = loaded.spec
+    model_run = tracker.get_run(model_run_id)
+    data = checked_task_data(loaded, model_run.tags.get(Tag.DATA_DIGEST), f"runs:/{model_run_id}")
+    examples = data.splits.test[: cfg.n_examples]
+    if spec.model.architecture == "hf":  # as the model's tokenizer splits them
+        from .pretrained import analysed_examples
+
+        examples = analysed_examples(loaded.model, spec, examples)
+    exp_id = model_run.experiment_id
+    key = model_run.tags.get(Tag.MODEL_KEY) or spec.model_key(data.digest, folder_digests_of(spec))
+    device = resolve_device(cfg.device, "ablation.device")
+    tags = run_tags(spec, study_id, Kind.ABLATION, key, data.digest) | {
+        Tag.SOURCE_RUN_ID: model_run_id,
+        Tag.ABLATION_KEY: ablation_key(cfg),
+        Tag.DEVICE: str(device),
+    }
+    loaded.model.to(device)  # float32 whatever the training precision
+    run_id = tracker.start_run(exp_id, f"{spec.name}/ablations", tags, model_run_id)
+    with tracker.active(run_id):
+        tracker.log_params(run_id, cfg.flat())
+        run_pages.log_analysed_dataset(tracker, run_id, spec, examples)
+        from attnstudy.analysis.heatmaps import Recorder
+
+        recorder = Recorder(cfg.prefix)
+        with tempfile.TemporaryDirectory(prefix="attnstudy-ablate-") as tmp:
+            steps_path = Path(tmp) / "steps.parquet"  # streamed: memory stays flat in n_examples
+            t0 = time.perf_counter()
+            result = run_suite(
+                loaded.model,
+                examples,
+                loaded.src_vocab,
+                loaded.tgt_vocab,
+                cfg,
+                progress=progress,
+                table_path=steps_path,
+                label=spec.name,
+                recorder=recorder,
+            )
+            summary = dict(result.summary) | {
+                "ablation/seconds": time.perf_counter() - t0,
+                "ablation/n_examples": float(len(examples)),
+            }
+            timing = timing_metrics(result, cfg.prefix, summary["ablation/seconds"])
+            tracker.log_artifact(run_id, steps_path, "ablations")
+            if result.examples is not None and len(result.examples):
+                tracker.log_table(run_id, result.examples, Artifact.EXAMPLES)
+            run_pages.log_ablation_pages(
+                tracker,
+                run_id,
+                model_run_id,
+                run_pages.variant_name(model_run.tags),
+                spec.model.attention,
+                examples,
+                cfg.flat(),
+                summary,
+                steps_path,
+                result.examples,
+                recorder.result(),
+                thresholds,
+            )
+        if result.skipped:
+            tracker.log_text(run_id, json.dumps(result.skipped, indent=2), Artifact.SKIPPED)
+            tracker.set_tags(
+                run_id, {f"{Tag.SKIPPED_PREFIX}{k}": v[:500] for k, v in result.skipped.items()}
+            )
+        tracker.log_metrics(run_id, summary | timing)
+    return run_id, result
+
+
+def ablate_pretrained_on_experiment(
+    uri: str, cfg: ExperimentConfig, abl: AblationConfig, progress: bool = True
+):
+    """``attnstudy ablate hf:FOLDER --data EXPERIMENT.toml``: the pretrained model evaluated on
+    the experiment's task (its base ``[data]``; a model run in the experiment's MLflow
+    experiment, reused while the folder's files and the data are unchanged) and the battery run
+    on the first ``abl.n_examples`` test examples, as for a study's pretrained variant — but in
+    no study.
+
+    Args:
+        uri: ``hf:FOLDER`` (relative to the working directory).
+        cfg: the :class:`attnstudy.experiment.ExperimentConfig`; its store is used.
+        abl: the ablation settings.
+
+    Returns:
+        (model run id, ablation run id, :class:`~attnstudy.analysis.suite.SuiteResult`).
+
+    Raises:
+        HFError, DataError: an unusable folder or data, before anything is written.
+        TrackingError: the store.
+    """
+    from pydantic import ValidationError
+
+    from .config import ConfigError, _describe
+    from .hf_folder import HF_PREFIX, check_folder
+    from .pretrained import load_model_run
+
+    folder = Path(uri.removeprefix(HF_PREFIX)).expanduser().resolve()
+    try:
+        spec = RunSpec(
+            experiment=cfg.experiment.name,
+            seed=cfg.experiment.seeds[0],
+            data=cfg.data,
+            model={"source": f"{HF_PREFIX}{folder}"},
+            training=cfg.training,
+        )
+    except ValidationError as err:
+        raise ConfigError(_describe(err)) from None
+    check_folder(folder)
+    load_data(spec)  # bad data is refused before the store is touched
+    tracking_uri = cfg.experiment.tracking_uri or default_tracking_uri()
+    timeout = resolve_timeout(cfg.experiment.tracking_timeout)
+    check_server(tracking_uri, timeout)
+    tracker = Tracker(tracking_uri, timeout)
+    exp_id = tracker.experiment_id(cfg.experiment.name)
+    model_run = train_spec(spec, tracker, exp_id, progress=progress)
+    loaded = load_model_run(tracker, model_run.run_id)
+    run_id, result = ablate_run(
+        model_run.run_id, loaded, abl, tracker, None, progress, cfg.report.verdict
+    )
+    return model_run.run_id, run_id, result

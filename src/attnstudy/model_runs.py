@@ -1,0 +1,504 @@
+"""Model runs: training one model (or reusing a finished run of its model key) inside its MLflow
+run, registering it, and loading a stored model back; the tags, names and keys a model run
+carries.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import tempfile
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from . import run_pages
+from .config import RunSpec
+from .data.tasks import get_task
+from .devices import resolve_device
+from .experiment import ExperimentConfig
+from .metrics import heldout_metrics, per_example
+from .models.io import LoadedModel, ModelLoadError, load_model_dir, save_model_dir
+from .notices import notice
+from .paths import checkpoint_dir, default_tracking_uri, git_commit
+from .signals import Interrupted, deferred_signals
+from .task_data import TaskData, check_data, task_data
+from .tracking import Artifact, Kind, Tag, Tracker, check_server, resolve_timeout, store
+from .tracking import models as packaging
+from .tracking.client import UnfinishedRunError
+from .training import (
+    checkpoint_lock,
+    early_stopping_metric,
+    evaluate_split,
+    read_checkpoint,
+    train,
+    training_wait,
+)
+
+
+@dataclass
+class ModelRun:
+    """A trained model in the store.
+
+    Attributes:
+        run_id: its MLflow run.
+        spec: its config.
+        reused: True if an earlier finished run was reused instead of training.
+        metrics: its final metrics.
+        key: the model key (:meth:`RunSpec.model_key`).
+        reason: why it was reused (empty when trained).
+    """
+
+    run_id: str
+    spec: RunSpec
+    reused: bool
+    metrics: dict[str, float] = field(default_factory=dict)
+    key: str = ""
+    reason: str = ""
+
+
+def registered_name(spec: RunSpec) -> str:
+    """Registered model name, e.g. ``quickstart-g2p-additive-bahdanau``,
+    ``quickstart-g2p-transformer-L2H4``."""
+    return f"{spec.experiment}-{spec.data.task}-{spec.label}"
+
+
+SERVING_CODE = Path(__file__).with_name("serving.py")
+"""The registered pyfunc's code (logged with the attnstudy package beside it)."""
+
+
+def variant_slug(spec: RunSpec) -> str:
+    """The logged model's name: task and variant label, e.g. ``g2p-additive-bahdanau``."""
+    return f"{spec.data.task}-{spec.label}"
+
+
+def run_tags(
+    spec: RunSpec, study_id: str | None, kind: str, key: str, digest: str
+) -> dict[str, str]:
+    tags = {
+        Tag.KIND: kind,
+        Tag.TASK: spec.data.task,
+        Tag.ATTENTION: spec.model.attention,
+        Tag.FLOW: getattr(spec.model, "flow", "–"),
+        Tag.ARCHITECTURE: (
+            f"hf:{spec.model.model_type}"
+            if spec.model.architecture == "hf"
+            else spec.model.architecture
+        ),
+        Tag.LAYERS: str(spec.model.n_layers),
+        Tag.HEADS: str(spec.model.n_heads),
+        Tag.VARIANT: spec.label,
+        Tag.SEED: str(spec.seed),
+        Tag.MODEL_KEY: key,
+        Tag.DATA_DIGEST: digest,
+        Tag.GIT_COMMIT: git_commit(),
+        Tag.EXPERIMENT: spec.experiment,
+        Tag.SCHEMA_VERSION: str(spec.schema_version),
+    }
+    if study_id:
+        tags[Tag.STUDY_ID] = study_id
+        tags[Tag.STUDY_IDS] = study_id
+    return tags
+
+
+def folder_digests_of(spec: RunSpec) -> dict[str, str] | None:
+    """A pretrained model's folder digests (:func:`attnstudy.hf_folder.folder_digests`), None
+    for a model trained here."""
+    if spec.model.architecture != "hf":
+        return None
+    from .hf_folder import folder_digests
+
+    return folder_digests(spec.model.folder)
+
+
+def model_key(spec: RunSpec) -> str:
+    """:meth:`RunSpec.model_key` with the digest of the spec's data (loads the data, cached)."""
+    return spec.model_key(task_data(spec).digest, folder_digests_of(spec))
+
+
+def train_spec(
+    spec: RunSpec,
+    tracker: Tracker,
+    experiment_id: str,
+    study_id: str | None = None,
+    retrain: bool = False,
+    resume: bool = False,
+    progress: bool = True,
+) -> ModelRun:
+    """Train one model (or reuse a finished run with the same model key) and log it; a
+    pretrained variant (``model.source = "hf:FOLDER"``) is evaluated instead
+    (:func:`attnstudy.pretrained.evaluate_pretrained`).
+
+    The model key (:meth:`RunSpec.model_key`) covers the used config fields and the data digest;
+    a finished run with that key whose model files are in the store is reused (``ModelRun.reason``
+    says which run and why; a registration a crash left unfinished is completed). While another
+    process trains the same key, this one waits for it (:func:`attnstudy.training.training_wait`
+    seconds, with a note naming it), then reuses its run if it finished one in this experiment,
+    else trains the model itself.
+
+    Raises:
+        DataError: bad data. TrackingError: store problems. TrainingConflictError: another
+        process still trains the same key after the wait. ConfigError: a malformed
+        ``$ATTNSTUDY_TRAINING_WAIT``. KeyboardInterrupt: the run is marked KILLED and the last
+        complete checkpoint is kept for ``resume``; :class:`attnstudy.signals.Interrupted` when
+        the interrupt took effect after the run had FINISHED (its message says whether it is
+        registered).
+    """
+    data = task_data(spec)
+    digests = folder_digests_of(spec)  # a pretrained model: evaluated, not trained
+    key = spec.model_key(data.digest, digests)
+    reuse = functools.partial(
+        _reuse,
+        spec,
+        tracker,
+        experiment_id=experiment_id,
+        study_id=study_id,
+        data=data,
+        key=key,
+        digests=digests,
+    )
+    if not retrain and (reused := reuse()) is not None:
+        return reused
+    if digests is not None:
+        from .pretrained import evaluate_pretrained
+
+        tags = run_tags(spec, study_id, Kind.MODEL, key, data.digest)
+        run_id, final = evaluate_pretrained(
+            spec, data.splits, data.digest, digests, tracker, experiment_id, study_id, tags
+        )
+        return ModelRun(run_id, spec, False, final, key, "")
+    ckpt_dir = checkpoint_dir(key)
+    # a second training of the same model waits for the first (bounded) instead of tearing files
+    with checkpoint_lock(
+        ckpt_dir, wait=training_wait(), owner=f"experiment {spec.experiment!r}"
+    ) as lock:
+        if lock.waited_for and not retrain:  # its run is reused, if it finished one here
+            if (reused := reuse()) is not None:
+                return reused
+            notice(
+                f"{lock.waited_for} is done with this model, but experiment "
+                f"{spec.experiment!r} has no finished run of it (a run is reused only within "
+                "its experiment): this process trains it"
+            )
+        if resume and (ckpt_dir / "last.pt").is_file():
+            read_checkpoint(
+                ckpt_dir / "last.pt"
+            )  # a broken checkpoint is reported before any run exists
+        run_id, version = "", ""
+        try:
+            # signals wait from the end of the training block (the run's closing FINISHED) to
+            # the end of its registration: an interrupt never leaves a half-registered model
+            with ExitStack() as hold:
+                run_id, model_id, final = _train_run(
+                    spec,
+                    tracker,
+                    experiment_id,
+                    study_id,
+                    data,
+                    key,
+                    ckpt_dir,
+                    resume,
+                    progress,
+                    hold=hold,
+                )
+                # registered only once the run is FINISHED: a version never points at an
+                # unfinished run
+                version = run_pages.register_version(
+                    tracker,
+                    run_id,
+                    model_id,
+                    registered_name(spec),
+                    spec,
+                    run_tags(spec, None, Kind.MODEL, key, data.digest),
+                    final,
+                    early_stopping_metric(spec),
+                )
+        except KeyboardInterrupt:
+            if not run_id:
+                raise  # it stopped the training: its run is KILLED
+            raise Interrupted(_finished_note(spec, run_id, version, study_id)) from None
+    return ModelRun(run_id, spec, False, final, key, "")
+
+
+def _reuse(
+    spec: RunSpec,
+    tracker: Tracker,
+    *,
+    experiment_id: str,
+    study_id: str | None,
+    data: TaskData,
+    key: str,
+    digests: dict[str, str] | None,
+) -> ModelRun | None:
+    """The finished run of this model key in the experiment, as a reused :class:`ModelRun`
+    (recorded in the study; a trained model's registration that a crash left unfinished is
+    completed), or None."""
+    existing = store.find_finished_model(tracker, experiment_id, key, model_files=digests is None)
+    if existing is None:
+        return None
+    if study_id:
+        store.add_study(tracker, existing, study_id)
+    if digests is None:
+        run_pages.complete_registration(
+            tracker,
+            existing,
+            name=registered_name(spec),
+            spec=spec,
+            tags=run_tags(spec, None, Kind.MODEL, key, data.digest),
+            early_stopping=early_stopping_metric(spec),
+        )
+    same = "same folder files" if digests is not None else "same used config fields and seed"
+    reason = (
+        f"finished run {existing.run_id} has the same model key {key} "
+        f"({same}, data digest {data.digest[:12]})"
+    )
+    return ModelRun(existing.run_id, spec, True, dict(existing.metrics), key, reason)
+
+
+def _finished_note(spec: RunSpec, run_id: str, version: str, study_id: str | None) -> str:
+    """What an interrupt that took effect after a model run FINISHED left behind."""
+    name = registered_name(spec)
+    done = (
+        f"model run runs:/{run_id} had already FINISHED and is registered as "
+        f"models:/{name}/{version} (models:/{name}@seed{spec.seed})"
+        if version
+        else f"model run runs:/{run_id} had already FINISHED but is not registered yet (the "
+        "next train, which reuses it, registers it)"
+    )
+    then = (
+        "the study run is marked KILLED (resume with --resume)"
+        if study_id
+        else "no run was killed (train again for the models not trained yet; finished runs "
+        "are reused)"
+    )
+    return f"{done}; {then}"
+
+
+def _train_run(
+    spec: RunSpec,
+    tracker: Tracker,
+    experiment_id: str,
+    study_id: str | None,
+    data: TaskData,
+    key: str,
+    ckpt_dir: Path,
+    resume: bool,
+    progress: bool,
+    *,
+    hold: ExitStack | None = None,
+) -> tuple[str, str, dict[str, float]]:
+    """Train one model inside its own run (see :func:`train_spec`). Returns (run id, logged model id, metrics).
+
+    ``hold``: signals are held from the end of the run's block (its closing FINISHED included)
+    until ``hold`` closes (the caller registers the model meanwhile).
+    """
+    splits, src_vocab, tgt_vocab = data.splits, data.src_vocab, data.tgt_vocab
+    device = resolve_device(spec.training.device)  # where this process trains, before any run
+    tags = run_tags(spec, study_id, Kind.MODEL, key, data.digest) | {Tag.DEVICE: str(device)}
+    run_id = tracker.start_run(experiment_id, spec.name, tags, study_id)
+    with tracker.active(run_id):
+        datasets = run_pages.log_model_datasets(tracker, run_id, spec, splits)
+        params, full = spec.flat_params()
+        tracker.log_params(run_id, params)
+        if full:
+            tracker.log_text(run_id, json.dumps(full, indent=2), Artifact.PARAMS_FULL)
+        tracker.log_params(
+            run_id,
+            {
+                "data.n_train_examples": len(splits.train),
+                "data.n_dev_examples": len(splits.dev),
+                "data.n_test_examples": len(splits.test),
+                "src_vocab_size": len(src_vocab),
+                "tgt_vocab_size": len(tgt_vocab),
+                "data.digest": data.digest,
+                "training.early_stopping_metric": early_stopping_metric(spec),
+            },
+        )
+        tracker.log_metrics(
+            run_id,
+            {
+                f"data/{k}_unknown" if not k.endswith("_tokens") else f"data/{k}": v
+                for k, v in data.unknown.items()
+            },
+        )
+        tracker.log_text(run_id, spec.model_dump_json(indent=2), Artifact.CONFIG)
+        result = train(
+            spec,
+            splits,
+            src_vocab,
+            tgt_vocab,
+            ckpt_dir,
+            resume=resume,
+            progress=progress,
+            on_epoch=lambda epoch, m: tracker.log_metrics(run_id, m, step=epoch),
+            device=device,
+        )
+        final: dict[str, float] = {
+            "train/seconds": result.seconds,
+            "train/best_epoch": result.best_epoch,
+            "train/epochs": len(result.history),
+        }
+        test_metrics, hyps = evaluate_split(result.model, splits.test, src_vocab, tgt_vocab, spec)
+        final.update({f"test/{k}": v for k, v in test_metrics.items()})
+        final.update(heldout_metrics(hyps, splits.test, get_task(spec.data.task).heldout))
+        # the best epoch's dev metrics were computed during training: no second decode of dev;
+        # where the average of the last epochs beat it, the model is that average
+        best = result.averaged or result.history[result.best_epoch - 1]
+        final.update(
+            {f"best_dev/{k[len('dev/') :]}": v for k, v in best.items() if k.startswith("dev/")}
+        )
+        if spec.training.average_last > 1:
+            final["train/averaged_epochs"] = float(len(result.averaged_epochs))
+        if spec.training.beam_size > 1:
+            beam_metrics, _ = evaluate_split(
+                result.model,
+                splits.test,
+                src_vocab,
+                tgt_vocab,
+                spec,
+                beam_size=spec.training.beam_size,
+            )
+            final.update({f"test_beam/{k}": v for k, v in beam_metrics.items()})
+        preds = pd.DataFrame(per_example(hyps, splits.test))
+        preds.insert(0, "example_id", [ex.id for ex in splits.test])
+        preds.insert(1, "src_len", [len(ex.src) for ex in splits.test])
+        tracker.log_table(run_id, preds, Artifact.PREDICTIONS)
+        # the model files are kept locally first, so a tracking failure loses no trained model
+        model_dir = save_model_dir(ckpt_dir / "model", result.model, spec, src_vocab, tgt_vocab)
+        model_id = packaging.log_model_dir(
+            tracker,
+            run_id,
+            model_dir,
+            code_path=SERVING_CODE,
+            package_dir=SERVING_CODE.parent,
+            name=variant_slug(spec),
+        )
+        # test metrics are linked to the logged model and the test dataset (its page shows them)
+        test = {k: v for k, v in final.items() if k.startswith("test")}
+        tracker.log_metrics(
+            run_id, {k: v for k, v in final.items() if k not in test}, step=len(result.history)
+        )
+        tracker.log_metrics(
+            run_id, test, step=len(result.history), model_id=model_id, dataset=datasets["test"]
+        )
+        run_pages.log_training_pages(
+            tracker,
+            run_id,
+            spec,
+            result.history,
+            result.best_epoch,
+            early_stopping_metric(spec),
+            preds,
+        )
+        run_pages.log_alignments(tracker, run_id, result.model, splits.test, src_vocab, tgt_vocab)
+        tracker.set_tags(
+            run_id,
+            {
+                Tag.NOTE: run_pages.describe_model_run(
+                    spec,
+                    final,
+                    {k: len(getattr(splits, k)) for k in ("train", "dev", "test")},
+                )
+            },
+        )
+        if hold is not None:
+            hold.enter_context(deferred_signals())
+    return run_id, model_id, final
+
+
+def open_tracker(cfg: ExperimentConfig, devices_here: bool = True) -> Tracker:
+    """The experiment's store, opened in the order a study needs: a tracking server is checked
+    (read-only) first, then every variant's data is loaded and checked (and, when the work runs in
+    this process, ``devices_here``, its devices), and only then is the store opened (a local one is
+    created if missing), so bad data, a missing GPU or an unreachable server changes nothing.
+
+    Raises:
+        TrackingError: the server did not answer. DataError: bad data. DeviceError: a device this
+        machine does not have (nothing was written).
+    """
+    uri = cfg.experiment.tracking_uri or default_tracking_uri()
+    timeout = resolve_timeout(cfg.experiment.tracking_timeout)
+    check_server(uri, timeout)
+    training_wait()  # a malformed $ATTNSTUDY_TRAINING_WAIT is refused before anything is written
+    check_data(cfg)
+    if devices_here:
+        check_devices(cfg)
+    return Tracker(uri, timeout)
+
+
+def train_experiment(
+    cfg: ExperimentConfig,
+    tracker: Tracker | None = None,
+    study_id: str | None = None,
+    retrain: bool = False,
+    resume: bool = False,
+    progress: bool = True,
+) -> list[ModelRun]:
+    """Train (or reuse) every model of an experiment. Returns one :class:`ModelRun` per spec.
+
+    Raises:
+        DataError, TrackingError: before anything is written (see :func:`open_tracker`).
+    """
+    if tracker is None:
+        tracker = open_tracker(cfg)
+    else:
+        check_data(cfg)
+        check_devices(cfg)
+    exp_id = tracker.experiment_id(cfg.experiment.name)
+    store.reconcile_orphans(tracker, exp_id)
+    return [
+        train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress)
+        for spec in cfg.runs()
+    ]
+
+
+def check_devices(cfg: ExperimentConfig) -> None:
+    """Resolve every training device and the ablation device on this machine (the local executor
+    runs the work here), before anything touches the store.
+
+    Raises:
+        DeviceError: a device this machine does not have (one line, with what to use instead).
+    """
+    for spec in cfg.runs():
+        resolve_device(spec.training.device)
+    resolve_device(cfg.ablation.device, "ablation.device")
+
+
+def load_model(
+    uri: str, tracker: Tracker | None = None, force: bool = False
+) -> tuple[str, LoadedModel]:
+    """Load a model from ``runs:/…``, ``models:/name/version``, ``models:/name/latest``,
+    ``models:/name@alias`` or a local directory holding the model files. Returns (run id or "", model).
+
+    Args:
+        force: also load the model of a run that is not FINISHED (RUNNING, KILLED, FAILED).
+
+    Raises:
+        ModelNotFoundError, UnfinishedRunError, TrackingError, ModelLoadError.
+    """
+    if Path(uri).is_dir():
+        return "", load_model_dir(uri)
+    tracker = tracker or Tracker(create=False)
+    if uri.startswith("runs:/"):
+        from .pretrained import TAG_FOLDER, load_model_run
+
+        run_id = uri.removeprefix("runs:/").strip("/")
+        try:
+            run = tracker.get_run(run_id)
+        except Exception:  # noqa: BLE001 - the download below names the missing run
+            run = None
+        if run is not None and TAG_FOLDER in run.tags:  # a pretrained model's run
+            if run.status != "FINISHED" and not force:
+                raise UnfinishedRunError(
+                    f"{uri}: run {run_id} is {run.status}: its evaluation may be incomplete; "
+                    "use --force to use it anyway"
+                )
+            return run_id, load_model_run(tracker, run_id)
+    with tempfile.TemporaryDirectory() as tmp:
+        run_id, local = packaging.download_model_dir(tracker, uri, tmp, allow_unfinished=force)
+        try:
+            return run_id, load_model_dir(local)
+        except ModelLoadError as err:  # name the URI, not the temporary folder it was read from
+            raise ModelLoadError(str(err).replace(str(local), uri)) from None

@@ -1,0 +1,429 @@
+"""A study: one study run that trains what is missing, ablates every model, compares seeds and
+trained adversaries, and reports; its result, its failures, its key for ``--resume``, and the
+executor interface a cluster implements.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import pandas as pd
+
+from . import adversaries, run_pages
+from .ablation_runs import ablate_run, ablation_key
+from .adversaries import run_trained_adversaries
+from .analysis.catalogue import AblationConfig
+from .config import RunSpec
+from .devices import resolve_device
+from .experiment import ExperimentConfig
+from .model_runs import ModelRun, load_model, model_key, open_tracker, train_spec
+from .notices import notice
+from .paths import git_commit
+from .task_data import task_data
+from .tracking import Artifact, Tag, Tracker, store
+from .tracking.schema import Metric as MetricName
+
+
+@dataclass
+class Failure:
+    """One part of a study that failed: which variant, in which phase, and why."""
+
+    name: str
+    phase: str
+    error: str
+    run_id: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.phase}: {self.error})"
+
+
+@dataclass
+class StudyResult:
+    """What :func:`run` did.
+
+    Attributes:
+        study_run_id: the study run.
+        models: the trained or reused models.
+        ablations: model run id → ablation run id.
+        report: path of report.html, or None.
+        failures: what failed (the study run is then FAILED).
+        resumed: True if an interrupted study was continued.
+    """
+
+    study_run_id: str
+    models: list[ModelRun] = field(default_factory=list)
+    ablations: dict[str, str] = field(default_factory=dict)
+    report: Path | None = None
+    failures: list[Failure] = field(default_factory=list)
+    resumed: bool = False
+
+    def __getitem__(self, key: str):  # dict-style access, as earlier versions returned a dict
+        return {
+            "study_run_id": self.study_run_id,
+            "models": self.models,
+            "ablations": self.ablations,
+            "report": self.report,
+        }[key]
+
+
+class StudyFailedError(RuntimeError):
+    """Some variants of a study failed; the others ran. ``result`` holds everything."""
+
+    def __init__(self, result: StudyResult):
+        self.result = result
+        n = len(result.failures)
+        super().__init__(
+            f"{n} part(s) of the study failed: " + "; ".join(map(str, result.failures))
+        )
+
+
+def error_text(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:300]}" if text else type(err).__name__
+
+
+def study_key(cfg: ExperimentConfig, keys: list[str]) -> str:
+    """A study's identity for ``--resume``: the experiment name, its models' keys and the ablation config."""
+    blob = json.dumps(
+        {
+            "experiment": cfg.experiment.name,
+            "models": keys,
+            "ablation": cfg.ablation.resolved(),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass
+class StudyContext:
+    """What an executor needs to train and ablate a study's variants inside its open study run.
+
+    Attributes:
+        cfg, specs: the experiment and its variants × seeds (in order).
+        tracker, experiment_id, study_id: the store, the experiment and the open study run.
+        result: where the executor records what it did: ``models`` (in ``specs`` order),
+            ``ablations`` (model run id → ablation run id) and ``failures``.
+        retrain, resume, progress: as :func:`run`'s.
+        done: model run id → its FINISHED ablation run of a resumed study (reused, not run again).
+        record: writes ``result``'s run ids to the study run (call it as they come in).
+    """
+
+    cfg: ExperimentConfig
+    specs: list[RunSpec]
+    tracker: Tracker
+    experiment_id: str
+    study_id: str
+    result: StudyResult
+    retrain: bool
+    resume: bool
+    progress: bool
+    done: dict[str, str]
+    record: Callable[[], None]
+
+
+class Executor(Protocol):
+    """Where a study's trainings and ablations run (the local process, or a cluster:
+    :class:`attnstudy.distributed.RayExecutor`)."""
+
+    def prepare(self, cfg: ExperimentConfig, tracker: Tracker, experiment_id: str) -> None:
+        """Check that the study can run there (before the study run exists); raise if not."""
+
+    def run_variants(self, ctx: StudyContext) -> None:
+        """Train and ablate every variant of ``ctx.specs``, recording into ``ctx.result``;
+        a variant's failure is recorded, never raised."""
+
+    def close(self) -> None:
+        """Release what :meth:`prepare` acquired (always called)."""
+
+
+def run_study(
+    cfg: ExperimentConfig,
+    *,
+    retrain: bool = False,
+    progress: bool = True,
+    config_text: str | None = None,
+    report: bool = True,
+    resume: bool = False,
+    executor: Executor | None = None,
+) -> StudyResult:
+    """The main job: a study run that trains what is missing, ablates every model, and reports.
+
+    Config and data of every variant are checked before anything is written. A runtime failure of
+    one variant (training or ablation) is isolated: its run is FAILED and tagged with the error,
+    the other variants go on, the report is still built, and the study run ends FAILED with
+    ``study/n_ok`` / ``study/n_failed`` and the list. Ctrl-C (or SIGTERM) stops the whole study
+    (KILLED). With ``resume``, the newest interrupted study of the same experiment, models and
+    ablation settings is continued: finished models and their finished ablations are reused, an
+    interrupted training resumes from its checkpoint.
+
+    Args:
+        executor: where the trainings and ablations run; None: in this process, one after
+            another (the devices are then checked here first). Seed variance, the trained
+            adversaries and the report are computed here from the store either way.
+
+    Returns:
+        :class:`StudyResult`.
+
+    Raises:
+        DataError, TrackingError, DeviceError: before anything is written.
+        StudyFailedError: some variants failed (its ``result`` holds what was done).
+    """
+    adversaries.check_selection(cfg, cfg.runs())
+    tracker = open_tracker(cfg, devices_here=executor is None)
+    if report:  # a report folder that would be refused at the end is refused before the study
+        from attnstudy.outputs import REPORT_KIND, check_replace, store_folders_of
+        from attnstudy.report import report_dir
+
+        check_replace(
+            report_dir(cfg.experiment.name),
+            kind=REPORT_KIND,
+            option="the report folder",
+            store_folders=store_folders_of(tracker.uri),
+        )
+    exp_id = tracker.experiment_id(cfg.experiment.name)
+    try:
+        if executor is not None:
+            executor.prepare(cfg, tracker, exp_id)
+        return _run(cfg, tracker, exp_id, retrain, progress, config_text, report, resume, executor)
+    finally:
+        if executor is not None:
+            executor.close()
+
+
+def _run(
+    cfg: ExperimentConfig,
+    tracker: Tracker,
+    exp_id: str,
+    retrain: bool,
+    progress: bool,
+    config_text: str | None,
+    report: bool,
+    resume: bool,
+    executor: Executor | None,
+) -> StudyResult:
+    """:func:`run` once the store is open and the executor ready."""
+    store.reconcile_orphans(tracker, exp_id)
+    specs = cfg.runs()
+    skey = study_key(cfg, [model_key(spec) for spec in specs])
+    study_id = store.find_resumable_study(tracker, exp_id, skey) if resume else None
+    resumed = study_id is not None
+    if resume and not resumed:
+        other = store.interrupted_studies(tracker, exp_id)
+        found = (
+            f"has this configuration (the newest, {other[0]}, has another study key: a config, "
+            "data or ablation setting changed since)"
+            if other
+            else "to continue"
+        )
+        notice(
+            f"--resume: no interrupted study of experiment {cfg.experiment.name!r} {found}; "
+            "starting a new study (a model's interrupted training still resumes from its "
+            "checkpoint)"
+        )
+    if resumed:
+        tracker.reopen_run(study_id)
+    else:
+        study_id = store.start_study(tracker, exp_id, cfg.experiment.name, skey, git_commit())
+    result = StudyResult(study_id, resumed=resumed)
+    try:
+        with tracker.active(study_id):
+            _run_study(
+                cfg,
+                tracker,
+                exp_id,
+                study_id,
+                specs,
+                result,
+                retrain,
+                resume,
+                progress,
+                config_text,
+                executor,
+            )
+    except StudyFailedError:
+        pass  # the study run is FAILED with the list; the report is still built
+    if report:
+        from attnstudy.report import build_report
+
+        try:
+            result.report = build_report(tracker, study_id)
+        except Exception as err:
+            result.failures.append(Failure("report", "report", error_text(err)))
+            tracker.set_tags(study_id, {Tag.FAILED: "; ".join(map(str, result.failures))[:5000]})
+            tracker.end_run(study_id, "FAILED")
+    if result.failures:
+        raise StudyFailedError(result)
+    return result
+
+
+def _run_study(
+    cfg: ExperimentConfig,
+    tracker: Tracker,
+    exp_id: str,
+    study_id: str,
+    specs: list[RunSpec],
+    result: StudyResult,
+    retrain: bool,
+    resume: bool,
+    progress: bool,
+    config_text: str | None,
+    executor: Executor | None = None,
+) -> None:
+    """Train, ablate and compare inside the open study run (see :func:`run`).
+
+    Raises:
+        StudyFailedError: some variants failed (after every other variant ran).
+    """
+    if config_text:
+        tracker.log_text(study_id, config_text, Artifact.EXPERIMENT_TOML)
+    tracker.log_text(study_id, cfg.model_dump_json(indent=2), Artifact.EXPERIMENT_JSON)
+    if not result.resumed:
+        tracker.log_params(
+            study_id,
+            {"experiment": cfg.experiment.name, "n_models": len(specs), **cfg.ablation.flat()},
+        )
+    tracker.set_tags(
+        study_id,
+        {
+            Tag.NOTE: run_pages.describe_study(
+                cfg.experiment.name, len(specs), cfg.ablation.resolved()
+            )
+        },
+    )
+    akey = ablation_key(cfg.ablation)
+
+    def record() -> None:
+        store.record_study(
+            tracker,
+            study_id,
+            [m.run_id for m in result.models],
+            list(result.ablations.values()),
+            [f.run_id for f in result.failures if f.run_id],
+        )
+
+    done = store.finished_ablations(tracker, study_id, akey) if result.resumed else {}
+    ctx = StudyContext(
+        cfg, specs, tracker, exp_id, study_id, result, retrain, resume, progress, done, record
+    )
+    if executor is None:
+        _run_variants_here(ctx)
+    else:
+        executor.run_variants(ctx)
+    try:
+        _seed_variance(result.models, cfg.ablation, tracker, study_id)
+    except Exception as err:
+        result.failures.append(Failure("seed variance", "analysis", error_text(err)))
+    if cfg.trained_adversary.enabled:
+        try:
+            run_trained_adversaries(cfg, result.models, tracker, study_id, progress)
+        except Exception as err:
+            result.failures.append(Failure("trained adversary", "analysis", error_text(err)))
+    n_ok = len(specs) - len(
+        {f.name for f in result.failures if f.phase in ("training", "ablation")}
+    )
+    tracker.log_metrics(
+        study_id, {MetricName.STUDY_N_OK: n_ok, MetricName.STUDY_N_FAILED: len(specs) - n_ok}
+    )
+    if result.failures:
+        tracker.set_tags(study_id, {Tag.FAILED: "; ".join(map(str, result.failures))[:5000]})
+        raise StudyFailedError(result)
+
+
+def _run_variants_here(ctx: StudyContext) -> None:
+    """The local executor: every training, then every ablation, one after another in this process."""
+    cfg, tracker, exp_id, study_id, result = (
+        ctx.cfg,
+        ctx.tracker,
+        ctx.experiment_id,
+        ctx.study_id,
+        ctx.result,
+    )
+    retrain, resume, progress, done, record = (
+        ctx.retrain,
+        ctx.resume,
+        ctx.progress,
+        ctx.done,
+        ctx.record,
+    )
+    for spec in ctx.specs:
+        try:
+            result.models.append(
+                train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress)
+            )
+        except Exception as err:  # isolated: the run is FAILED with the error; the others go on
+            result.failures.append(
+                Failure(spec.name, "training", error_text(err), getattr(err, "failed_run_id", None))
+            )
+        record()
+    for m in result.models:
+        if m.run_id in done:
+            result.ablations[m.run_id] = done[m.run_id]
+            continue
+        try:
+            _, loaded = load_model(f"runs:/{m.run_id}", tracker)
+            result.ablations[m.run_id], _ = ablate_run(
+                m.run_id, loaded, cfg.ablation, tracker, study_id, progress, cfg.report.verdict
+            )
+        except Exception as err:
+            result.failures.append(
+                Failure(
+                    m.spec.name, "ablation", error_text(err), getattr(err, "failed_run_id", None)
+                )
+            )
+        record()
+
+
+def _seed_variance(
+    models: list[ModelRun], cfg: AblationConfig, tracker: Tracker, study_id: str
+) -> None:
+    """For every configuration trained with several seeds: attention JSD vs output TVD between
+    seeds (Wiegreffe & Pinter 2019), logged to the study run."""
+    from attnstudy.analysis.seed_variance import seed_variance
+
+    variant_name = run_pages.variant_name
+
+    groups: dict[str, list[ModelRun]] = {}
+    for m in models:
+        groups.setdefault(model_key(m.spec.model_copy(update={"seed": 0})), []).append(m)
+    tables, metrics = [], {}
+    for runs in groups.values():
+        if len(runs) < 2:
+            continue
+        loaded = [load_model(f"runs:/{m.run_id}", tracker)[1] for m in runs]
+        device = resolve_device(cfg.device, "ablation.device")
+        for lm in loaded:
+            lm.model.to(device)
+        if any(
+            lm.src_vocab != loaded[0].src_vocab or lm.tgt_vocab != loaded[0].tgt_vocab
+            for lm in loaded
+        ):
+            continue
+        if not loaded[0].model.has_attention:
+            continue
+        examples = task_data(runs[0].spec).splits.test[: cfg.n_examples]
+        table = seed_variance(
+            [lm.model for lm in loaded],
+            examples,
+            loaded[0].src_vocab,
+            loaded[0].tgt_vocab,
+            seeds=[m.spec.seed for m in runs],
+        )
+        spec = runs[0].spec
+        name = variant_name({Tag.TASK: spec.data.task, Tag.VARIANT: spec.label})
+        tables.append(table.assign(variant=name))
+        slug = f"{spec.data.task}_{spec.label}".replace("-", "_")
+        metrics[f"seed_variance/{slug}/attention_jsd"] = float(
+            table["seed_variance_attention_jsd"].mean()
+        )
+        metrics[f"seed_variance/{slug}/output_tvd"] = float(
+            table["seed_variance_output_tvd"].mean()
+        )
+    if tables:
+        tracker.log_table(study_id, pd.concat(tables, ignore_index=True), Artifact.SEED_VARIANCE)
+        tracker.log_metrics(study_id, metrics)
