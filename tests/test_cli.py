@@ -131,3 +131,22 @@ def test_a_signal_while_the_exit_switches_handlers_off_still_exits_with_the_code
         for s, h in old.items():
             real(s, h)
     assert exit_info.value.code == cli.EXIT_FAILED and calls["n"] >= 3
+
+
+def test_notices_go_to_the_stderr_of_the_moment(monkeypatch):
+    """A second ``main`` in one process under another stderr (pytest's capture, a notebook) wrote
+    its notices to the first stderr, closed by then: "--- Logging error ---"."""
+    import io
+    import logging
+
+    from attnstudy import cli
+
+    first = io.StringIO()
+    monkeypatch.setattr("sys.stderr", first)
+    cli._install_notices()
+    first.close()
+    second = io.StringIO()
+    monkeypatch.setattr("sys.stderr", second)
+    cli._install_notices()
+    logging.getLogger("attnstudy").warning("after the swap")
+    assert second.getvalue() == "attnstudy: note: after the swap\n"

@@ -750,11 +750,28 @@ class _NoteFormatter(logging.Formatter):
         return f"attnstudy: note: {record.getMessage()}"
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a notice is emitted, not the stream it was when
+    the handler was made (a second ``main`` in one process, under a swapped stderr, wrote to a
+    closed stream: "--- Logging error ---")."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def _install_notices() -> None:
     """Print the ``attnstudy`` logger's notices as one ``attnstudy: note: …`` line each on stderr."""
     logger = logging.getLogger("attnstudy")
     if not any(getattr(h, "_attnstudy", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.setFormatter(_NoteFormatter())
         handler._attnstudy = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
