@@ -1,0 +1,216 @@
+"""What every figure shares: the constants (bins, colour maps, :data:`MIN_N`, labels of the
+τ pairs, erasure orders and metrics), the seaborn theme, a Figure that pyplot does not keep
+(:func:`_subplots`), notes in place of an empty axis, one colour per model
+(:func:`variant_palette`) and its shades per layer (:func:`per_layer`), Wilson intervals, and the
+models' legend under the figure (:func:`_legend_below`)."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import matplotlib
+
+matplotlib.use("Agg")
+import colorsys  # noqa: E402
+
+import matplotlib.colors as mcolors  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+MAX_ATTENTION_BINS = [0.0, 0.25, 0.5, 0.75, 1.0 + 1e-9]
+MAX_ATTENTION_LABELS = ["[0, .25)", "[.25, .5)", "[.5, .75)", "[.75, 1]"]
+LENGTH_BINS = [0, 5, 10, 15, 20, 30, 50, 80, 10_000]
+HEATMAP_CMAP = "viridis"
+IMPORTANCE_CMAP = "magma"
+MIN_N = 20
+"""Groups with fewer values are drawn as single points (violins, bars) or hollow markers (accuracy)."""
+TAU_COLUMNS = {
+    "importance_tau_attn_grad": "attention vs gradient",
+    "importance_tau_attn_loo": "attention vs leave-one-out",
+    "importance_tau_grad_loo": "gradient vs leave-one-out",
+}
+TAU_P = {
+    "importance_tau_attn_grad": "importance_p_attn_grad",
+    "importance_tau_attn_loo": "importance_p_attn_loo",
+    "importance_tau_grad_loo": "importance_p_grad_loo",
+}
+RANKINGS = {
+    "attn_desc": "attention ↓",
+    "attn_asc": "attention ↑",
+    "random": "random",
+    "grad_desc": "gradient ↓",
+    "grad_attn_desc": "gradient × attention ↓",
+}
+"""Erasure orders (Serrano & Smith 2019, §4): by attention weight (descending, ascending), random,
+by the gradient of the predicted token's log-probability w.r.t. the attention weight, and by that
+gradient times the weight."""
+SPACE = "␣"
+METRIC_NAMES = {
+    "per": ("PER", ", lower is better"),
+    "wer": ("WER", ", lower is better"),
+    "exact_match": ("exact match", ", higher is better"),
+    "token_accuracy": ("token accuracy", ", higher is better"),
+    "loss": ("loss", ", lower is better"),
+}
+FONT = 10
+
+sns.set_theme(style="whitegrid", context="notebook", font_scale=0.9)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _subplots(nrows: int = 1, ncols: int = 1, figsize=(11, 4.5), squeeze: bool = True, **kw):
+    """Like ``plt.subplots`` but the Figure is not kept by pyplot (no leak over many figures).
+
+    The default width, 11 in at 100 dpi, is the report's column width: figures are shown at their
+    own size, so 10 pt text stays 10 pt on screen.
+    """
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, fig.subplots(nrows, ncols, squeeze=squeeze, **kw)
+
+
+def _note(ax, text: str) -> None:
+    ax.text(
+        0.5,
+        0.5,
+        text,
+        ha="center",
+        va="center",
+        transform=ax.transAxes,
+        fontsize=11,
+        color="0.35",
+        wrap=True,
+    )
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _has(df: pd.DataFrame | None, *cols: str) -> bool:
+    return (
+        df is not None
+        and len(df) > 0
+        and all(c in df.columns for c in cols)
+        and df[list(cols)].notna().all(axis=1).any()
+    )
+
+
+def variant_palette(variants) -> dict[str, tuple]:
+    """One fixed colour per model, in the order given (seaborn's colour-blind palette, then husl).
+
+    Pass the same mapping to every figure of a report so a colour means one model everywhere.
+    """
+    names = list(dict.fromkeys(variants))
+    base = sns.color_palette("colorblind", 10)
+    extra = sns.color_palette("husl", max(len(names) - len(base), 0))
+    colours = [*base, *extra]
+    return {v: colours[i] for i, v in enumerate(names)}
+
+
+def _shade(colour, k: int, n: int) -> tuple:
+    """The k-th of n shades of a colour (layers of one model: lighter = lower layer)."""
+    if n <= 1:
+        return colour
+    h, l_, s = colorsys.rgb_to_hls(*mcolors.to_rgb(colour))
+    light = 0.25 + 0.5 * (1 - k / (n - 1))
+    return colorsys.hls_to_rgb(h, min(0.85, l_ * 0.5 + light * 0.5), s)
+
+
+def per_layer(df: pd.DataFrame, palette: dict | None = None) -> tuple[pd.DataFrame, dict]:
+    """Models with several layers get one label per layer (``model · layer l``) and one shade of
+    the model's colour per layer; single-layer models keep their name and colour."""
+    palette = dict(palette or variant_palette(df["variant"] if "variant" in df else []))
+    if df.empty or "layer" not in df.columns or "variant" not in df.columns:
+        return df, palette
+    n_layers = df.groupby("variant")["layer"].nunique()
+    multi = set(n_layers[n_layers > 1].index)
+    if not multi:
+        return df, palette
+    df = df.copy()
+    for v in multi:
+        layers = sorted(df.loc[df["variant"] == v, "layer"].unique())
+        for k, layer in enumerate(layers):
+            label = f"{v} · layer {layer}"
+            palette[label] = _shade(palette.get(v, (0.3, 0.3, 0.3)), k, len(layers))
+        mask = df["variant"] == v
+        df.loc[mask, "variant"] = df.loc[mask].apply(
+            lambda r: f"{r['variant']} · layer {r['layer']}", axis=1
+        )
+    return df, palette
+
+
+def _order(df: pd.DataFrame, palette: dict) -> list[str]:
+    present = set(df["variant"])
+    return [v for v in palette if v in present] + sorted(present - set(palette))
+
+
+def visible_tokens(tokens) -> list[str]:
+    """Tick labels with spaces visible (``␣``) and empty tokens shown as ``∅``."""
+    return [SPACE if t == " " else (t.replace(" ", SPACE) if t else "∅") for t in tokens]
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score 95 % interval of a proportion k/n (Wilson 1927); (nan, nan) for n = 0."""
+    if n == 0:
+        return math.nan, math.nan
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def max_attention_bin(values: pd.Series) -> pd.Series:
+    """Bin max attention into [0, .25), [.25, .5), [.5, .75), [.75, 1] (Jain & Wallace 2019, fig. 3)."""
+    return pd.cut(values, MAX_ATTENTION_BINS, right=False, labels=MAX_ATTENTION_LABELS)
+
+
+def _legend_columns(fig, labels: list[str], most: int = 4) -> int:
+    """As many legend columns (up to ``most``) as the longest label lets fit the figure's width
+    (about 0.55 em a character at the legend's size, and 4 characters for the swatch)."""
+    if not labels:
+        return 1
+    chars = fig.get_figwidth() * 72 / (0.55 * (FONT - 1))
+    return max(1, min(most, len(labels), int(chars // (max(map(len, labels)) + 4))))
+
+
+def _legend_below(
+    fig,
+    palette: dict,
+    order: list[str],
+    title: str = "model",
+    note: str = "",
+    counts: dict | None = None,
+) -> None:
+    """The models' colours in one legend under the figure (constrained layout makes room).
+
+    Args:
+        note: how to read the figure (what the numbers are, what a hatch means); it becomes the
+            legend's title, wrapped to the figure's width, so the layout keeps it clear of the
+            plot and of the entries (a free-standing note would run over a legend of many rows,
+            or off the figure).
+        counts: model → decoder steps; each entry then says ``model (n steps)``.
+    """
+    handles = [
+        Patch(color=palette[v], label=f"{v} ({counts.get(v, 0)} steps)" if counts else v)
+        for v in order
+    ]
+    if not handles and not note:
+        return
+    size = FONT - 1 if not note else FONT - 2
+    if note:  # about 0.6 em a character
+        title = textwrap.fill(note, int(fig.get_figwidth() * 72 / (0.6 * size)))
+    legend = fig.legend(
+        handles=handles,
+        title=title,
+        loc="outside lower center",
+        ncols=_legend_columns(fig, [h.get_label() for h in handles]),
+        fontsize=FONT - 1,
+        title_fontsize=size,
+        frameon=False,
+        alignment="left" if note else "center",
+    )
+    if note:
+        legend.get_title().set_color("0.3")

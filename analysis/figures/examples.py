@@ -1,0 +1,221 @@
+"""Heatmaps of single examples: a model's best, median and worst example with attention, its
+adversary, gradient and leave-one-out importance and gold links (:func:`example_heatmaps`), and
+the heatmap records of earlier versions (:func:`attention_heatmaps`)."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
+
+from .base import FONT, HEATMAP_CMAP, IMPORTANCE_CMAP, _note, _subplots, visible_tokens
+
+# ----------------------------------------------------------------------------- heatmaps
+
+
+def _row_labels(rec: dict) -> list[str]:
+    """Row labels: the analysed prefix token; for a greedy prefix, ``pred≠ref`` marks a step whose
+    predicted token differs from the reference token at that position."""
+    rows = visible_tokens(rec["rows"])
+    if rec.get("prefix") != "greedy":
+        return rows
+    ref = [*rec.get("reference", []), "<eos>"]
+    return [
+        r
+        if i < len(ref) and rec["rows"][i] == ref[i]
+        else f"{r} ≠ {ref[i] if i < len(ref) else '–'}"
+        for i, r in enumerate(rows)
+    ]
+
+
+def _draw(ax, mat, xt, yt, cmap, vmin=0.0, vmax=1.0, gold=None, cbar_label=None, fig=None):
+    """Draw a T × T_x matrix (a null row, e.g. a step without an adversary, is left blank)."""
+    width = len(xt) or max((len(r) for r in mat if r is not None), default=0)
+    arr = np.array(
+        [
+            [np.nan] * width if row is None else [np.nan if v is None else v for v in row]
+            for row in mat
+        ],
+        dtype=float,
+    )
+    im = ax.imshow(arr, vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto", interpolation="nearest")
+    # upright labels only where they fit (about 24 characters across a panel); past 24 columns
+    # even vertical labels overlap, so every k-th column is labelled
+    rotate = len(xt) > 14 or max(map(len, xt), default=0) * len(xt) > 24
+    k = -(-len(xt) // 24) if xt else 1
+    shown = [t if i % k == 0 else "" for i, t in enumerate(xt)]
+    ax.set_xticks(range(len(xt)), shown, fontsize=FONT - 2, rotation=90 if rotate else 0)
+    ax.set_yticks(range(len(yt)), yt, fontsize=FONT - 2)
+    ax.grid(False)
+    for s, t, sure in gold or []:
+        if t < arr.shape[0] and s < arr.shape[1]:
+            ax.add_patch(
+                Rectangle(
+                    (s - 0.5, t - 0.5),
+                    1,
+                    1,
+                    fill=False,
+                    ec="white",
+                    lw=1.6,
+                    ls="-" if sure else "--",
+                )
+            )
+    return im
+
+
+def example_heatmaps(
+    records: list[dict],
+    title: str,
+    eps: float | None = None,
+    shown: list[dict] | None = None,
+) -> Figure:
+    """One model's examples: a row per example, columns attention · adversarial attention ·
+    gradient × input · leave-one-out · attention over the reference with gold links.
+
+    Rows are the analysed prefix (the model's own greedy prediction when ``prefix = greedy``,
+    marked as such; a step whose prediction differs from the reference token says ``pred ≠ ref``);
+    spaces show as ``␣``; attention and adversarial share the 0–1 scale; gradient and leave-one-out
+    are scaled per row (each step's largest value = 1), since their units differ (nats, TVD).
+
+    Args:
+        records: from :func:`attnstudy.analysis.heatmaps.example_records`.
+        title: the model.
+        eps: ε_eval of the adversarial search (stated in the panel title).
+        shown: the pick of each record (``rank``, ``criterion``, ``value``) in the same order,
+            from :func:`attnstudy.analysis.per_example.pick_shown`.
+    """
+    if not records:
+        fig, ax = _subplots(figsize=(11, 2))
+        _note(ax, f"{title}: no attention to show")
+        return fig
+    # two-line titles: five panels share 11 inches
+    cols = [("attention", "attention\n(analysed prefix)")]
+    if any("adversarial" in r for r in records):
+        cols.append(
+            (
+                "adversarial",
+                "adversarial attention\n"
+                + (f"(output TVD ≤ ε = {eps:g})" if eps is not None else ""),
+            )
+        )
+    if any("gradient" in r for r in records):
+        cols += [
+            ("gradient", "|gradient × input|\n(row max = 1)"),
+            ("loo", "leave-one-out TVD\n(row max = 1)"),
+        ]
+    if any("gold" in r for r in records):
+        cols.append(("reference_attention", "attention on the reference\nwith gold links"))
+    heights = [max(len(r["rows"]), len(r.get("reference_rows", []))) for r in records]
+    fig = Figure(figsize=(11, 1.0 + sum(0.28 * h + 0.9 for h in heights)), layout="constrained")
+    axes = fig.subplots(len(records), len(cols), squeeze=False, height_ratios=heights)
+    last = None
+    for i, rec in enumerate(records):
+        pick = (shown or [{}] * len(records))[i]
+        src = visible_tokens(rec["source"])
+        for j, (key, label) in enumerate(cols):
+            ax = axes[i, j]
+            if key == "attention":
+                layer = rec.get("layer", 0)
+                mat = rec["attention"][layer if layer < len(rec["attention"]) else -1]
+            else:
+                mat = rec.get(key)
+            if mat is None:
+                _note(ax, "not run" if key != "reference_attention" else "no gold links")
+                continue
+            if key in ("gradient", "loo"):
+                arr = np.array([[np.nan if v is None else v for v in r] for r in mat], float)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    arr = arr / np.nanmax(np.where(np.isfinite(arr), arr, np.nan), 1, keepdims=True)
+                mat = arr.tolist()
+                im = _draw(ax, mat, src, _row_labels(rec) if j == 0 else [], IMPORTANCE_CMAP)
+            elif key == "reference_attention":
+                im = _draw(
+                    ax,
+                    mat,
+                    src,
+                    visible_tokens(rec["reference_rows"]),
+                    HEATMAP_CMAP,
+                    gold=rec.get("gold"),
+                )
+                last = im
+            else:
+                im = _draw(ax, mat, src, _row_labels(rec) if j == 0 else [], HEATMAP_CMAP)
+                last = im
+            if j > 0 and key != "reference_attention":
+                ax.set_yticks(range(len(rec["rows"])), [""] * len(rec["rows"]))
+            if i == 0:
+                ax.set_title(label, fontsize=FONT - 1)
+            if i == len(records) - 1:
+                ax.set_xlabel("source token", fontsize=FONT - 2)
+        prefix = (
+            "rows: the model's own prediction (greedy prefix)"
+            if rec.get("prefix") == "greedy"
+            else "rows: the reference (teacher-forced)"
+        )
+        which = (
+            f" — {pick['rank']} by {pick['criterion'].replace('_', ' ')} = {pick['value']:.2f}"
+            if pick
+            else ""
+        )
+        axes[i, 0].set_ylabel(f"{rec['id']}{which}\n{prefix}", fontsize=FONT - 2)
+    if last is not None:
+        fig.colorbar(
+            last,
+            ax=axes[:, 0].tolist(),
+            location="left",
+            shrink=0.6,
+            label="attention weight",
+            pad=0.1,
+        )
+    handles = []
+    if any("gold" in r for r in records):
+        handles = [
+            Line2D([], [], color="0.2", lw=1.6, label="sure gold link (white box)"),
+            Line2D([], [], color="0.2", lw=1.6, ls="--", label="possible gold link (dashed box)"),
+        ]
+    handles.append(
+        Patch(
+            color="none",
+            label="␣ = space; ≠ : prediction differs from the reference (– : past its end)",
+        )
+    )
+    handles.append(
+        Patch(
+            color="none",
+            label="blank row: no adversary within ε, or every importance 0 (row max undefined)",
+        )
+    )
+    fig.legend(
+        handles=handles, loc="outside lower center", ncols=2, fontsize=FONT - 2, frameon=False
+    )
+    fig.suptitle(title)
+    return fig
+
+
+def attention_heatmaps(examples: list[dict]) -> Figure:
+    """Original attention beside the most different adversarial attention that keeps the output
+    (records of earlier versions: ``title``, ``source``, ``target``, ``attention``, optional
+    ``adversarial`` with null rows and ``gold`` [source, target] links, on the reference prefix)."""
+    records = [
+        {
+            "id": ex.get("title", "example"),
+            "source": ex["source"],
+            "reference": [t for t in ex["target"] if t != "<eos>"],
+            "rows": ex["target"],
+            "prefix": "reference",
+            "attention": [ex["attention"]],
+            **({"adversarial": ex["adversarial"]} if ex.get("adversarial") is not None else {}),
+            **(
+                {
+                    "reference_rows": ex["target"],
+                    "reference_attention": ex["attention"],
+                    "gold": [[s, t, True] for s, t in ex["gold"]],
+                }
+                if ex.get("gold")
+                else {}
+            ),
+        }
+        for ex in examples
+    ]
+    return example_heatmaps(records, "attention heatmaps" if records else "heatmaps")
