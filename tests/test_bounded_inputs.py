@@ -184,7 +184,7 @@ def model_folder(tmp_path_factory):
     """A tiny untrained model saved as a model folder."""
     from attnstudy.data.vocab import Vocab
     from attnstudy.experiment import load_experiment
-    from attnstudy.models.build import build_model
+    from attnstudy.models.families import build_model
     from attnstudy.models.io import save_model_dir
 
     spec = load_experiment(TINY).runs()[0]

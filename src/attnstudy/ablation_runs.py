@@ -53,7 +53,7 @@ def ablate_run(
     model_run = tracker.get_run(model_run_id)
     data = checked_task_data(loaded, model_run.tags.get(Tag.DATA_DIGEST), f"runs:/{model_run_id}")
     examples = data.splits.test[: cfg.n_examples]
-    if spec.model.architecture == "hf":  # as the model's tokenizer splits them
+    if spec.model.pretrained:  # as the model's tokenizer splits them
         from .pretrained import analysed_examples
 
         examples = analysed_examples(loaded.model, spec, examples)

@@ -63,7 +63,7 @@ def selected(cfg: ExperimentConfig, specs: list[RunSpec]) -> list[RunSpec]:
         if adv.variants is not None:
             if spec.label in adv.variants:
                 out.append(spec)
-        elif spec.model.architecture != "hf" and spec.model.attention not in ("uniform", "none"):
+        elif not spec.model.pretrained and spec.model.attention not in ("uniform", "none"):
             out.append(spec)
     return out
 
@@ -86,8 +86,8 @@ def check_selection(cfg: ExperimentConfig, specs: list[RunSpec]) -> None:
                 f"(its variants: {', '.join(sorted(labels))})"
             )
         model = labels[label].model
-        if model.architecture == "hf" or model.attention in ("uniform", "none"):
-            what = "a pretrained folder" if model.architecture == "hf" else model.attention
+        if model.pretrained or model.attention in ("uniform", "none"):
+            what = "a pretrained folder" if model.pretrained else model.attention
             raise ConfigError(
                 f"trained_adversary.variants: {label!r} ({what}) has no learned attention to "
                 "move; name a variant with learned attention"
@@ -236,7 +236,7 @@ def _train_adversary(
     import torch
 
     from .analysis.consistent_adversary import compare_to_base, train_consistent_adversary
-    from .models.build import build_model
+    from .models.families import build_model
 
     adv = cfg.trained_adversary
     base_run_id = base_run.run_id

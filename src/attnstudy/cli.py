@@ -672,7 +672,7 @@ def _verb(m) -> str:
     """What happened to a study's model: reused, trained, or (a pretrained one) evaluated."""
     if m.reused:
         return "reused"
-    return "evaluated" if m.spec.model.architecture == "hf" else "trained"
+    return "evaluated" if m.spec.model.pretrained else "trained"
 
 
 def _print_study(out) -> None:

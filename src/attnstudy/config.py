@@ -19,7 +19,7 @@ import tomllib
 import types
 import urllib.parse
 from pathlib import PurePath
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -61,7 +61,11 @@ ATTENTIONS = (
     "uniform",
     "none",
 )
+"""The attention scores of the recurrent family: the keys of
+:data:`attnstudy.models.attention.ATTENTIONS`, whose implementations they name (config validation
+stays torch-free; a test holds the two equal)."""
 FLOWS = ("bahdanau", "luong")
+"""Where the recurrent decoder attends: before the RNN step (Bahdanau) or after it (Luong)."""
 
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d{1,3})$")
@@ -232,18 +236,8 @@ class ModelConfig(_Strict):
     embedding_dim: int = Field(64, ge=1, le=4096)
     encoder_hidden: int = Field(128, ge=1, le=8192)
     decoder_hidden: int = Field(256, ge=1, le=8192)
-    attention: Literal[
-        "additive",
-        "dot",
-        "general",
-        "concat",
-        "scaled_dot",
-        "multihead",
-        "multihead_general",
-        "uniform",
-        "none",
-    ] = "additive"
-    flow: Literal["bahdanau", "luong"] = "bahdanau"
+    attention: Literal[ATTENTIONS] = "additive"
+    flow: Literal[FLOWS] = "bahdanau"
     input_feeding: bool = True
     attention_dim: int = Field(128, ge=1, le=8192)
     heads: int = Field(4, ge=1, le=64)
@@ -267,6 +261,42 @@ class ModelConfig(_Strict):
                     f'model.architecture = "transformer" or remove it'
                 )
         return values
+
+    pretrained: ClassVar[bool] = False
+    """Whether the family is a folder evaluated as it is (never trained here)."""
+
+    @property
+    def architecture_tag(self) -> str:
+        """The ``architecture`` run tag."""
+        return self.architecture
+
+    def used_fields(self) -> list[str]:
+        """The fields this model uses: the recurrent core, and each score's own sizes."""
+        names = [
+            "architecture",
+            "cell",
+            "bidirectional",
+            "layers",
+            "embedding_dim",
+            "encoder_hidden",
+            "decoder_hidden",
+            "attention",
+            "flow",
+            "dropout",
+        ]
+        if self.flow == "luong":
+            names.append("input_feeding")
+        if self.attention in ("additive", "concat", "scaled_dot", "multihead"):
+            names.append("attention_dim")
+        if self.attention in ("multihead", "multihead_general"):
+            names.append("heads")
+        if self.attention in ("scaled_dot", "multihead"):
+            names += ["attention_key_dim", "attention_value_dim"]
+        return names
+
+    def key_files(self, folder_digests: dict[str, str] | None) -> dict[str, str] | None:
+        """What of its files enters the model key: nothing (it is keyed by its used fields)."""
+        return None
 
     @property
     def key_dim(self) -> int:
@@ -359,6 +389,22 @@ class TransformerConfig(_Strict):
                 )
         return values
 
+    pretrained: ClassVar[bool] = False
+    """Whether the family is a folder evaluated as it is (never trained here)."""
+
+    @property
+    def architecture_tag(self) -> str:
+        """The ``architecture`` run tag."""
+        return self.architecture
+
+    def used_fields(self) -> list[str]:
+        """The fields this model uses: all of them."""
+        return list(type(self).model_fields)
+
+    def key_files(self, folder_digests: dict[str, str] | None) -> dict[str, str] | None:
+        """What of its files enters the model key: nothing (it is keyed by its used fields)."""
+        return None
+
     @property
     def label(self) -> str:
         """The variant label, e.g. ``transformer-L2H4`` (``…-uniform`` / ``…-none`` baselines)."""
@@ -440,6 +486,33 @@ class PretrainedConfig(_Strict):
                 )
         return values
 
+    pretrained: ClassVar[bool] = True
+    """Whether the family is a folder evaluated as it is (never trained here): its training
+    section holds only the decoding budget of its evaluation, its key is its files' digests, its
+    tokenizer splits the data."""
+
+    @property
+    def architecture_tag(self) -> str:
+        """The ``architecture`` run tag: ``hf:<model_type>``."""
+        return f"{self.architecture}:{self.model_type}"
+
+    def used_fields(self) -> list[str]:
+        """The fields this model uses: all of them (its source)."""
+        return list(type(self).model_fields)
+
+    def key_files(self, folder_digests: dict[str, str] | None) -> dict[str, str]:
+        """What of its files enters the model key: the folder's digests, not its path.
+
+        Raises:
+            ValueError: without ``folder_digests``.
+        """
+        if folder_digests is None:
+            raise ValueError(
+                "the model key of a pretrained model needs its folder's digests "
+                "(attnstudy.hf_folder.folder_digests)"
+            )
+        return dict(folder_digests)
+
     @property
     def folder(self) -> str:
         """The model folder (absolute once the experiment file resolved it)."""
@@ -495,25 +568,30 @@ RNN_ONLY_KEYS = set(ModelConfig.model_fields) - set(TransformerConfig.model_fiel
 """Keys of the recurrent family that a Transformer config refuses (``cell``, ``flow``, …)."""
 TRANSFORMER_ONLY_KEYS = set(TransformerConfig.model_fields) - set(ModelConfig.model_fields)
 """Keys of the Transformer that a recurrent config refuses (``d_model``, …)."""
-ARCHITECTURES = ("rnn", "transformer", "hf")
+MODEL_CONFIGS: dict[str, type[_Strict]] = {
+    get_args(c.model_fields["architecture"].annotation)[0]: c
+    for c in (ModelConfig, TransformerConfig, PretrainedConfig)
+}
+"""How each model family is configured: its ``architecture`` value → its config class (the
+configuration part of :data:`attnstudy.models.families.FAMILIES`)."""
+ARCHITECTURES = tuple(MODEL_CONFIGS)
+DEFAULT_ARCHITECTURE = ModelConfig.model_fields["architecture"].default
+PRETRAINED_ARCHITECTURE = next(a for a, c in MODEL_CONFIGS.items() if c.pretrained)
 
 
 def _architecture(value: Any) -> str:
     if isinstance(value, dict):
-        return value.get("architecture", "hf" if "source" in value else "rnn")
-    return getattr(value, "architecture", "rnn")
+        implied = PRETRAINED_ARCHITECTURE if "source" in value else DEFAULT_ARCHITECTURE
+        return value.get("architecture", implied)
+    return getattr(value, "architecture", DEFAULT_ARCHITECTURE)
 
 
 AnyModelConfig = Annotated[
-    Annotated[ModelConfig, Tag("rnn")]
-    | Annotated[TransformerConfig, Tag("transformer")]
-    | Annotated[PretrainedConfig, Tag("hf")],
+    Union[tuple(Annotated[c, Tag(a)] for a, c in MODEL_CONFIGS.items())],  # noqa: UP007
     Discriminator(_architecture),
 ]
 """A model section: :class:`ModelConfig` (``architecture = "rnn"``, the default),
 :class:`TransformerConfig`, or :class:`PretrainedConfig` (``source = "hf:FOLDER"``)."""
-
-_MODEL_CLASSES = {"rnn": ModelConfig, "transformer": TransformerConfig, "hf": PretrainedConfig}
 
 
 def validate_model_config(
@@ -529,7 +607,7 @@ def validate_model_config(
         raise ValueError(
             f"model.architecture: unknown value {arch!r}; valid: {', '.join(ARCHITECTURES)}"
         )
-    return _MODEL_CLASSES[arch].model_validate(raw)
+    return MODEL_CONFIGS[arch].model_validate(raw)
 
 
 class TrainingConfig(_Strict):
@@ -701,31 +779,8 @@ def _section_fields(
     """Names of the fields of one section that the task and architecture use."""
     if section == "data":
         return [*COMMON_DATA_FIELDS, *TASK_DATA_FIELDS[task]]
-    if section == "model" and cfg.architecture in ("transformer", "hf"):
-        return list(type(cfg).model_fields)
     if section == "model":
-        m = cfg
-        names = [
-            "architecture",
-            "cell",
-            "bidirectional",
-            "layers",
-            "embedding_dim",
-            "encoder_hidden",
-            "decoder_hidden",
-            "attention",
-            "flow",
-            "dropout",
-        ]
-        if m.flow == "luong":
-            names.append("input_feeding")
-        if m.attention in ("additive", "concat", "scaled_dot", "multihead"):
-            names.append("attention_dim")
-        if m.attention in ("multihead", "multihead_general"):
-            names.append("heads")
-        if m.attention in ("scaled_dot", "multihead"):
-            names += ["attention_key_dim", "attention_value_dim"]
-        return names
+        return cfg.used_fields()
     names = list(type(cfg).model_fields)
     if cfg.scheduling == "constant":
         names = [n for n in names if n not in ("decrease_factor", "scheduling_patience", "min_lr")]
@@ -764,7 +819,7 @@ class RunSpec(_Strict):
         out: dict[str, dict[str, Any]] = {}
         for section in ("data", "model", "training"):
             cfg = getattr(self, section)
-            if section == "training" and self.model.architecture == "hf":
+            if section == "training" and self.model.pretrained:
                 # not trained here: only the decoding budget of its evaluation applies
                 out[section] = {"max_decode_factor": cfg.max_decode_factor}
                 continue
@@ -809,13 +864,9 @@ class RunSpec(_Strict):
                     continue
                 kept[name] = value
             payload[section] = kept
-        if self.model.architecture == "hf":  # the folder's files, not its path
-            if folder_digests is None:
-                raise ValueError(
-                    "the model key of a pretrained model needs its folder's digests "
-                    "(attnstudy.hf_folder.folder_digests)"
-                )
-            payload["model"]["digests"] = dict(folder_digests)
+        files = self.model.key_files(folder_digests)  # a folder: its files, not its path
+        if files is not None:
+            payload["model"]["digests"] = files
         blob = json.dumps(payload, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -919,7 +970,8 @@ def _describe(err: ValidationError, prefix: str = "") -> str:
     if e["type"] == "union_tag_invalid":
         given = e.get("input")
         arch = _architecture(given) if isinstance(given, dict) else given
-        return f"{loc}.architecture: unknown value {arch!r}; valid: rnn, transformer"
+        valid = ", ".join(a for a, c in MODEL_CONFIGS.items() if not c.pretrained)
+        return f"{loc}.architecture: unknown value {arch!r}; valid: {valid}"
     if e["type"] == "extra_forbidden":
         model = err.title
         valid = ", ".join(sorted(_fields_at(model, tuple(parts[:-1]), arch)))
@@ -959,7 +1011,7 @@ def _fields_at(title: str, loc: tuple, arch: str | None = None) -> list[str]:
         ):
             model = {
                 "data": DataConfig,
-                "model": TransformerConfig if arch == "transformer" else ModelConfig,
+                "model": MODEL_CONFIGS.get(arch or DEFAULT_ARCHITECTURE, ModelConfig),
                 "training": TrainingConfig,
             }[str(part)]
         else:
@@ -972,7 +1024,7 @@ def register_config_model(model: type[BaseModel]) -> None:
     _MODELS[model.__name__] = model
 
 
-for _m in (RunSpec, DataConfig, ModelConfig, TransformerConfig, TrainingConfig):
+for _m in (RunSpec, DataConfig, *MODEL_CONFIGS.values(), TrainingConfig):
     register_config_model(_m)
 
 

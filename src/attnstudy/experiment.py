@@ -22,6 +22,7 @@ from pydantic import AfterValidator, Field, ValidationError, field_validator
 
 from .analysis.catalogue import AblationConfig
 from .config import (
+    MODEL_CONFIGS,
     ConfigError,
     DataConfig,
     RunSpec,
@@ -185,7 +186,8 @@ class ExperimentConfig(_Strict):
                 else dict(variant.model),
                 "training": _deep_merge(self.training, variant.training),
             }
-            if arch == "hf" and len(seeds) > 1:
+            family = MODEL_CONFIGS.get(arch)
+            if family is not None and family.pretrained and len(seeds) > 1:
                 raise ConfigError(
                     f"models[{i}]: a pretrained model (source = hf:…) is not trained here, so "
                     f"seeds {seeds} would all be the same model; give this [[models]] entry "

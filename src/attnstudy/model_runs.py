@@ -82,11 +82,7 @@ def run_tags(
         Tag.TASK: spec.data.task,
         Tag.ATTENTION: spec.model.attention,
         Tag.FLOW: getattr(spec.model, "flow", "–"),
-        Tag.ARCHITECTURE: (
-            f"hf:{spec.model.model_type}"
-            if spec.model.architecture == "hf"
-            else spec.model.architecture
-        ),
+        Tag.ARCHITECTURE: spec.model.architecture_tag,
         Tag.LAYERS: str(spec.model.n_layers),
         Tag.HEADS: str(spec.model.n_heads),
         Tag.VARIANT: spec.label,
@@ -106,7 +102,7 @@ def run_tags(
 def folder_digests_of(spec: RunSpec) -> dict[str, str] | None:
     """A pretrained model's folder digests (:func:`attnstudy.hf_folder.folder_digests`), None
     for a model trained here."""
-    if spec.model.architecture != "hf":
+    if not spec.model.pretrained:
         return None
     from .hf_folder import folder_digests
 

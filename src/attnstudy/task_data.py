@@ -6,7 +6,6 @@ changed since a model was trained.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 from dataclasses import dataclass
 
@@ -15,6 +14,7 @@ from .data.tasks import load_task, source_key
 from .data.types import DataError, Splits, splits_digest
 from .data.vocab import Vocab
 from .experiment import ExperimentConfig
+from .models.families import get_family
 from .models.io import LoadedModel
 from .notices import notice
 
@@ -92,15 +92,9 @@ def check_data(cfg: ExperimentConfig) -> None:
         DataError: a missing or malformed data file, an empty split, …
     """
     for spec in cfg.runs():
-        if spec.model.architecture == "hf":
-            from .hf_folder import HFError, check_folder
-
-            check_folder(spec.model.folder)
-            if importlib.util.find_spec("transformers") is None:
-                raise HFError(
-                    f"{spec.name}: a pretrained model needs the optional extra: "
-                    "pip install 'attnstudy[hf]'"
-                )
+        family = get_family(spec.model.architecture)
+        if family.check is not None:  # a pretrained folder, and its optional extra
+            family.check(spec)
         splits, _, _ = load_data(spec)
         for name in ("train", "dev", "test"):
             if not getattr(splits, name):
@@ -122,7 +116,7 @@ def checked_task_data(loaded: LoadedModel, trained_digest: str | None, where: st
         DataError: the data changed since training (another digest, or other vocabularies).
     """
     data = task_data(loaded.spec)
-    pretrained = loaded.spec.model.architecture == "hf"  # its vocabulary is its tokenizer's
+    pretrained = loaded.spec.model.pretrained  # its vocabulary is its tokenizer's
     changed = (trained_digest is not None and trained_digest != data.digest) or (
         not pretrained
         and (data.src_vocab != loaded.src_vocab or data.tgt_vocab != loaded.tgt_vocab)

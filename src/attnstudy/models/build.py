@@ -1,4 +1,5 @@
-"""Build a model from its config — a readable if/else, no plugins."""
+"""Build a model of each trained family from its config (:mod:`attnstudy.models.families` picks
+the function by ``model.architecture``)."""
 
 from __future__ import annotations
 
@@ -10,37 +11,42 @@ from .seq2seq import Seq2Seq
 from .transformer import Transformer
 
 
-def build_model(
-    cfg: ModelConfig | TransformerConfig, src_vocab_size: int, tgt_vocab_size: int
-) -> Seq2Seq | Transformer:
-    """Instantiate the model described by ``cfg``.
+def build_transformer(
+    cfg: TransformerConfig, src_vocab_size: int, tgt_vocab_size: int
+) -> Transformer:
+    """An untrained :class:`Transformer` (training mode) of ``cfg``'s sizes.
 
     Args:
-        cfg: validated model config of either architecture (size compatibility is checked there).
-        src_vocab_size: size of the source vocabulary (specials included).
-        tgt_vocab_size: size of the target vocabulary (specials included).
+        cfg: validated Transformer config.
+        src_vocab_size, tgt_vocab_size: vocabulary sizes (specials included).
+    """
+    return Transformer(
+        src_vocab_size,
+        tgt_vocab_size,
+        d_model=cfg.d_model,
+        heads=cfg.heads,
+        d_ff=cfg.d_ff,
+        layers=cfg.layers,
+        dropout=cfg.dropout,
+        layer_norm=cfg.layer_norm,
+        positions=cfg.positions,
+        max_positions=cfg.max_positions,
+        tie_embeddings=cfg.tie_embeddings,
+        attention=cfg.attention,
+    )
 
-    Returns:
-        An untrained :class:`Seq2Seq` or :class:`Transformer` in training mode.
+
+def build_rnn(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
+    """An untrained recurrent :class:`Seq2Seq` (training mode): encoder, the score and the
+    decoder flow of ``cfg`` (size compatibility is checked by the config).
+
+    Args:
+        cfg: validated recurrent model config.
+        src_vocab_size, tgt_vocab_size: vocabulary sizes (specials included).
 
     Raises:
         ValueError: for an unknown attention name.
     """
-    if cfg.architecture == "transformer":
-        return Transformer(
-            src_vocab_size,
-            tgt_vocab_size,
-            d_model=cfg.d_model,
-            heads=cfg.heads,
-            d_ff=cfg.d_ff,
-            layers=cfg.layers,
-            dropout=cfg.dropout,
-            layer_norm=cfg.layer_norm,
-            positions=cfg.positions,
-            max_positions=cfg.max_positions,
-            tie_embeddings=cfg.tie_embeddings,
-            attention=cfg.attention,
-        )
     if cfg.attention not in ATTENTIONS:
         raise ValueError(f"unknown attention {cfg.attention!r}; valid: {', '.join(ATTENTIONS)}")
     encoder = RecurrentEncoder(

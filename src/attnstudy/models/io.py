@@ -16,7 +16,7 @@ import torch
 from ..config import RunSpec, load_run_spec
 from ..data.vocab import Vocab
 from ..paths import InputFileError, check_input_file, open_input_file, read_input_text
-from .build import build_model
+from .families import build_model
 from .seq2seq import Seq2Seq
 
 WEIGHTS, CONFIG, SRC_VOCAB, TGT_VOCAB = (
