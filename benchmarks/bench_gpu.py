@@ -92,11 +92,11 @@ def best_of(fn, repeats: int, device) -> tuple[float, object]:
 
 
 def _data(words: int, test_words: int):
-    from attnstudy.config import DataConfig
+    from attnstudy.config import data_config
     from attnstudy.data.tasks import load_task
     from attnstudy.data.vocab import Vocab
 
-    cfg = DataConfig(task="g2p", n_train=words, n_dev=50, n_test=test_words)
+    cfg = data_config(task="g2p", n_train=words, n_dev=50, n_test=test_words)
     splits = load_task(cfg)
     src = Vocab.build(ex.src for ex in splits.train)
     tgt = Vocab.build(ex.tgt for ex in splits.train)
@@ -245,7 +245,7 @@ def amp_check(splits, src, tgt, device, epochs: int = 2) -> dict:
 
     import torch
 
-    from attnstudy.config import DataConfig, ModelConfig, RunSpec, TrainingConfig
+    from attnstudy.config import ModelConfig, RunSpec, TrainingConfig, data_config
     from attnstudy.training import train
 
     out = {}
@@ -253,7 +253,7 @@ def amp_check(splits, src, tgt, device, epochs: int = 2) -> dict:
         spec = RunSpec(
             experiment="bench-gpu",
             seed=1,
-            data=DataConfig(task="g2p", n_train=len(splits.train), n_dev=len(splits.dev)),
+            data=data_config(task="g2p", n_train=len(splits.train), n_dev=len(splits.dev)),
             model=ModelConfig(**G2P_MODEL),
             training=TrainingConfig(
                 epochs=epochs,

@@ -58,7 +58,7 @@ def _child(params: dict) -> dict:
     from attnstudy.analysis import suite as suite_mod
     from attnstudy.analysis.catalogue import AblationConfig, get_ablation
 
-    from attnstudy.config import DataConfig, ModelConfig
+    from attnstudy.config import ModelConfig, validate_data_config
     from attnstudy.data.tasks import load_task
     from attnstudy.data.vocab import Vocab
     from attnstudy.models import build_model
@@ -66,7 +66,7 @@ def _child(params: dict) -> dict:
 
     if params.get("threads"):
         torch.set_num_threads(params["threads"])
-    data = DataConfig.model_validate(params["data"])
+    data = validate_data_config(params["data"])
     splits = load_task(data)
     if params.get("model_dir"):
         loaded = load_model_dir(params["model_dir"])

@@ -410,9 +410,15 @@ def run_spec(
 ):
     """A RunSpec with the quickstart sizes for ``flow`` (its quickstart attention score), or the
     quickstart's Transformer for ``flow="transformer"``."""
-    from attnstudy.config import DataConfig, ModelConfig, RunSpec, TrainingConfig, TransformerConfig
+    from attnstudy.config import (
+        ModelConfig,
+        RunSpec,
+        TrainingConfig,
+        TransformerConfig,
+        data_config,
+    )
 
-    data = DataConfig(task=task, n_train=n_train, n_dev=n_dev, n_test=n_test, **data_overrides)
+    data = data_config(task=task, n_train=n_train, n_dev=n_dev, n_test=n_test, **data_overrides)
     if flow == "transformer":
         model = TransformerConfig(architecture="transformer", **QUICKSTART_TRANSFORMER)
     else:

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from attnstudy.config import ConfigError
 from attnstudy.experiment import load_experiment, parse_experiment
@@ -167,12 +168,14 @@ def test_params_and_key_hold_only_the_fields_the_task_and_architecture_use():
     assert "data.split_salt" in params and not any(k.startswith("data.dates_") for k in params)
     assert "model.attention_dim" not in params and "model.heads" not in params  # dot uses neither
     assert "training.decrease_factor" not in params  # constant learning rate: no schedule settings
-    # a field the task does not use changes nothing
+    # a model field the score does not use changes nothing
     other = _spec(
-        data={"task": "g2p", "dates_locales": ["de_DE"], "vocab_size": 7},
-        model={"attention": "dot", "decoder_hidden": 256, "heads": 8},
+        data={"task": "g2p"}, model={"attention": "dot", "decoder_hidden": 256, "heads": 8}
     )
     assert other.model_key("d") == g2p.model_key("d")
+    # a data field the task does not read is refused by its section's schema
+    with pytest.raises(ValidationError, match=r"data\.g2p\.vocab_size\n  Extra inputs"):
+        _spec(data={"task": "g2p", "vocab_size": 7})
     assert g2p.model_key("d") != g2p.model_key("e")  # the data digest is part of the key
     assert _spec(training={"threads": 4}).model_key("d") == _spec().model_key("d")
     assert _spec(training={"lr": 0.002}).model_key("d") != _spec().model_key("d")
@@ -220,11 +223,10 @@ def test_stored_configs_of_schema_1_migrate():
     spec = load_run_spec(json.dumps(old))
     assert spec.schema_version == SCHEMA_VERSION
     assert (spec.data.source_tokenization, spec.data.target_tokenization) == ("chars", "chars")
-    assert spec.data.g2p_split_key == "word"  # schema 1 did not group apostrophe forms
-    assert (
-        migrate_run_config({**old, "data": {"task": "copy"}})["data"]["source_tokenization"]
-        == "chars"
-    )
+    g2p = load_run_spec(json.dumps({**old, "data": {"task": "g2p"}}))
+    assert g2p.data.g2p_split_key == "word"  # schema 1 did not group apostrophe forms
+    # settings another task reads (every stored config held every task's) are dropped
+    assert migrate_run_config({**old, "data": {"task": "copy"}})["data"] == {"task": "copy"}
     with pytest.raises(ValueError, match="newer than this attnstudy"):
         load_run_spec(json.dumps({**old, "schema_version": SCHEMA_VERSION + 1}))
 
@@ -246,7 +248,17 @@ def test_old_tokenization_setting_still_works_for_experiment_files():
     assert (d.source_tokenization, d.target_tokenization) == ("chars", "chars")
     with pytest.raises(ConfigError, match="data.tokenization is replaced"):
         parse_experiment(
-            {**BASE, "data": {"tokenization": "chars", "source_tokenization": "spaces"}}
+            {
+                **BASE,
+                "data": {
+                    "task": "tsv",
+                    "train_path": "a",
+                    "dev_path": "b",
+                    "test_path": "c",
+                    "tokenization": "chars",
+                    "source_tokenization": "spaces",
+                },
+            }
         )
 
 
@@ -265,7 +277,7 @@ def test_old_tokenization_setting_still_works_for_experiment_files():
         # pydantic's lax mode read these as 1, 3 and 1: a guess at what a wrong type meant
         ("training.epochs=true", "training.epochs: expected a number, not a boolean"),
         ('training.epochs="3"', "training.epochs: expected a number, not a string; write it"),
-        ("data.alignment_base=true", "data.alignment_base: expected a number, not a boolean"),
+        ("data.alignment_base=0", "unknown key 'data.alignment_base' (valid keys: data_seed"),
         ('training.lr="0.1"', "training.lr: expected a number, not a string"),
         ("ablation.n_examples=false", "ablation.n_examples: expected a number, not a boolean"),
         ('ablation.permutation.n="5"', "ablation.permutation.n: expected a number, not a string"),
@@ -284,6 +296,35 @@ def test_values_that_would_fail_after_the_store_is_touched_are_refused(override,
         ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
     ):
         parse_experiment(BASE, [override])
+
+
+def test_a_tsv_setting_is_checked_on_a_tsv_task():
+    tsv = {"task": "tsv", "train_path": "a", "dev_path": "b", "test_path": "c"}
+    with pytest.raises(ConfigError, match="data.alignment_base: expected a number, not a boolean"):
+        parse_experiment({**BASE, "data": tsv}, ["data.alignment_base=true"])
+    with pytest.raises(ConfigError, match="data.test_path: missing; task 'tsv' needs it"):
+        parse_experiment({**BASE, "data": {k: v for k, v in tsv.items() if k != "test_path"}})
+    with pytest.raises(ConfigError, match="data.task: unknown value 'csv'; valid: copy, reverse"):
+        parse_experiment({**BASE, "data": {**tsv, "task": "csv"}})
+
+
+def test_a_variant_of_another_task_takes_none_of_the_base_data_keys():
+    base = {**BASE, "data": {"task": "g2p", "keep_stress": True, "n_train": 100}}
+    copy = {"model": {}, "data": {"task": "copy", "vocab_size": 9}}
+    g2p, other = parse_experiment({**base, "models": [{"model": {}}, copy]}).runs()
+    assert g2p.data.keep_stress and g2p.data.n_train == 100
+    assert other.data.task == "copy" and other.data.vocab_size == 9 and other.data.n_train is None
+    # a task reading the same settings (the synthetic ones) merges over the base as before
+    same = {**BASE, "data": {"vocab_size": 7, "n_train": 50}}
+    (rev,) = parse_experiment({**same, "models": [{"data": {"task": "reverse"}}]}).runs()
+    assert (rev.data.task, rev.data.vocab_size, rev.data.n_train) == ("reverse", 7, 50)
+
+
+def test_every_task_of_the_registry_has_its_data_section():
+    from attnstudy.config import DATA_CONFIGS
+    from attnstudy.data.tasks import TASKS
+
+    assert list(DATA_CONFIGS) == list(TASKS)
 
 
 # --- relative data paths ------------------------------------------------------------------------
@@ -365,7 +406,7 @@ def test_set_paths_are_relative_to_the_working_directory(tmp_path, monkeypatch):
         ),
         (
             {"data": {"dates_start": "1990-01-01"}},
-            "models[0]: data.dates_start = '1990-01-01' is not used by additive-bahdanau (task copy)",
+            "models[0]: unknown key 'data.dates_start' (valid keys: data_seed, max_len, min_len",
         ),
     ],
 )

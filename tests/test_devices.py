@@ -134,10 +134,10 @@ def _model(attention: str = "multihead", flow: str = "luong"):
 
 
 def _examples(n: int = 5):
-    from attnstudy.config import DataConfig
+    from attnstudy.config import data_config
     from attnstudy.data.tasks import load_task
 
-    cfg = DataConfig(task="copy", vocab_size=8, min_len=3, max_len=6, n_train=n, n_dev=1, n_test=1)
+    cfg = data_config(task="copy", vocab_size=8, min_len=3, max_len=6, n_train=n, n_dev=1, n_test=1)
     return load_task(cfg).train
 
 
@@ -357,13 +357,13 @@ def test_device_names_resolve_on_this_machine(monkeypatch):
 def test_the_device_is_not_part_of_the_model_key_and_amp_is():
     """The keys of a default spec and of a G2P multihead spec are the ones the code computed before
     ``training.device`` and ``training.amp`` existed: old finished runs are still reused."""
-    from attnstudy.config import DataConfig, ModelConfig, RunSpec, TrainingConfig
+    from attnstudy.config import ModelConfig, RunSpec, TrainingConfig, data_config
 
     def spec(data, model, **training):
         return RunSpec(
             experiment="e",
             seed=3,
-            data=DataConfig(**data),
+            data=data_config(**data),
             model=ModelConfig(**model),
             training=TrainingConfig(**training),
         )
@@ -428,7 +428,7 @@ def test_cuda_on_a_machine_without_one_is_refused_before_the_store_is_touched(tm
 def test_mixed_precision_trains_on_the_cpu_and_keeps_float32_weights(tmp_path):
     """``training.amp`` under the CPU's bfloat16 autocast: the loss is finite, the stored weights and
     the model's outputs stay float32, and the numbers differ from a float32 training (it did run)."""
-    from attnstudy.config import DataConfig, ModelConfig, RunSpec, TrainingConfig
+    from attnstudy.config import ModelConfig, RunSpec, TrainingConfig, data_config
     from attnstudy.data.tasks import load_task
     from attnstudy.data.vocab import Vocab
     from attnstudy.training import train
@@ -437,7 +437,7 @@ def test_mixed_precision_trains_on_the_cpu_and_keeps_float32_weights(tmp_path):
         return RunSpec(
             experiment="e",
             seed=1,
-            data=DataConfig(
+            data=data_config(
                 task="copy", vocab_size=6, min_len=3, max_len=5, n_train=64, n_dev=8, n_test=8
             ),
             model=ModelConfig(

@@ -28,6 +28,7 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -43,13 +44,13 @@ SCHEMA_VERSION = 2
 """
 MAX_LEN_BOUND = 100_000
 """Upper bound of ``data.max_source_len`` / ``max_target_len`` (tokens)."""
+MAX_LEN_DEFAULT = 1000
+"""The longest source and target of a task without its own bound (TSV sets its own)."""
 
-TASKS = ("copy", "reverse", "sort", "bigram_flip", "g2p", "tsv", "dates")
 MAX_EXAMPLES = 2_000_000
 """Upper bound of every example count (``n_train`` …): CMUdict has ~135k entries."""
 SYNTHETIC_TOKEN_BUDGET = 50_000_000
 """Most source tokens a synthetic task may generate (Σ over splits of n × max_len)."""
-SYNTHETIC_TASKS = ("copy", "reverse", "sort", "bigram_flip")
 ATTENTIONS = (
     "additive",
     "dot",
@@ -130,42 +131,105 @@ class _Strict(BaseModel):
     _no_coercion = field_validator("*", mode="before")(classmethod(refuse_coercion))
 
 
-class DataConfig(_Strict):
-    """Which task and how much of it.
+class _TaskData(_Strict):
+    """What every task's data section has: its ``task`` (each subclass declares its names) and
+    how many examples of each split (``None``: the task's default or all)."""
 
-    Synthetic tasks draw ``n_train``/``n_dev``/``n_test`` sequences with lengths in
-    ``[min_len, max_len]`` over ``vocab_size`` symbols. ``g2p`` uses CMUdict; ``n_train``,
-    ``n_dev`` and ``n_test`` (words) then take a prefix of the fixed hash order, ``None`` = all.
-    """
-
-    task: Literal["copy", "reverse", "sort", "bigram_flip", "g2p", "tsv", "dates"] = "copy"
-    data_seed: int = Field(0, ge=0, lt=2**63)
-    # synthetic
-    vocab_size: int = Field(20, ge=2, le=10_000)
-    min_len: int = Field(5, ge=1, le=1000)
-    max_len: int = Field(30, ge=1, le=1000)
     n_train: int | None = Field(None, ge=1, le=MAX_EXAMPLES)
     n_dev: int | None = Field(None, ge=1, le=MAX_EXAMPLES)
     n_test: int | None = Field(None, ge=1, le=MAX_EXAMPLES)
-    # g2p: the split key groups a word with its apostrophe forms ("base_word"), or not ("word",
-    # the split of salt attnstudy-g2p-v1)
+
+    def used_fields(self) -> list[str]:
+        """The fields this task reads: all of its section's (the schema refuses any other)."""
+        return list(type(self).model_fields)
+
+
+class _DefaultLengths:
+    """The length bounds of a task without settings of its own for them (all but TSV)."""
+
+    max_source_len = MAX_LEN_DEFAULT
+    """Longest source a model of this task is asked to decode (``predict`` refuses longer)."""
+    max_target_len = MAX_LEN_DEFAULT
+    """Longest target a decoding of this task produces."""
+
+
+class SyntheticData(_DefaultLengths, _TaskData):
+    """A synthetic task: ``n_train``/``n_dev``/``n_test`` sequences (default 5,000 each) with
+    lengths in ``[min_len, max_len]`` over ``vocab_size`` symbols, drawn with ``data_seed``."""
+
+    task: Literal["copy", "reverse", "sort", "bigram_flip"] = "copy"
+    data_seed: int = Field(0, ge=0, lt=2**63)
+    vocab_size: int = Field(20, ge=2, le=10_000)
+    min_len: int = Field(5, ge=1, le=1000)
+    max_len: int = Field(30, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _check(self) -> SyntheticData:
+        if self.min_len > self.max_len:
+            raise ValueError(f"min_len ({self.min_len}) is larger than max_len ({self.max_len})")
+        total = sum((n or 5000) for n in (self.n_train, self.n_dev, self.n_test)) * self.max_len
+        if total > SYNTHETIC_TOKEN_BUDGET:
+            raise ValueError(
+                f"n_train + n_dev + n_test examples of up to max_len = {self.max_len} tokens could be "
+                f"{total:,} tokens, more than {SYNTHETIC_TOKEN_BUDGET:,}; lower the sizes or max_len"
+            )
+        return self
+
+
+class G2PData(_DefaultLengths, _TaskData):
+    """Grapheme-to-phoneme conversion on CMUdict; ``n_train``, ``n_dev`` and ``n_test`` (words)
+    take a prefix of the fixed hash order, ``None`` = all. The split key groups a word with its
+    apostrophe forms (``base_word``), or not (``word``, the split of salt attnstudy-g2p-v1);
+    gold letter-phone links come from an aligner (:mod:`attnstudy.data.g2p_align`)."""
+
+    task: Literal["g2p"]
     keep_stress: bool = False
     split_salt: str = Field("attnstudy-g2p-v2", min_length=1, max_length=200)
     g2p_split_key: Literal["base_word", "word"] = "base_word"
     g2p_test_words: int = Field(12_000, ge=1, le=MAX_EXAMPLES)
     g2p_dev_fraction: float = Field(0.05, gt=0, lt=1)
-    # tsv
-    train_path: str | None = None
-    dev_path: str | None = None
-    test_path: str | None = None
+    g2p_alignments: bool = True
+    g2p_aligner: Literal["em", "phonetisaurus"] = "em"
+
+
+class TSVData(_TaskData):
+    """Your own data: three TSV files (``source<TAB>target[<TAB>links]``), tokenized by
+    characters or spaces; examples longer than ``max_source_len``/``max_target_len`` are filtered
+    and counted (:mod:`attnstudy.data.tsv`)."""
+
+    task: Literal["tsv"]
+    train_path: str = Field(min_length=1)
+    dev_path: str = Field(min_length=1)
+    test_path: str = Field(min_length=1)
     source_tokenization: Literal["chars", "spaces"] = "spaces"
     target_tokenization: Literal["chars", "spaces"] = "spaces"
     alignment_base: Literal[0, 1] = Field(0, json_schema_extra={"key_neutral": 0})
-    # longest example kept (TSV: longer examples are filtered and counted; predict refuses longer inputs)
-    max_source_len: int = Field(1000, ge=1, le=MAX_LEN_BOUND)
-    max_target_len: int = Field(1000, ge=1, le=MAX_LEN_BOUND)
-    # dates (see attnstudy.data.dates): CLDR locales, formats and skeletons; a pair
-    # (locale, pattern) is held out (test only) if its locale or its pattern is listed as held out
+    max_source_len: int = Field(MAX_LEN_DEFAULT, ge=1, le=MAX_LEN_BOUND)
+    max_target_len: int = Field(MAX_LEN_DEFAULT, ge=1, le=MAX_LEN_BOUND)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_tokenization(cls, values: Any) -> Any:
+        """``tokenization`` (one setting for both fields, up to schema 1) sets both new settings."""
+        if isinstance(values, dict) and "tokenization" in values:
+            values = dict(values)
+            old = values.pop("tokenization")
+            clash = [k for k in ("source_tokenization", "target_tokenization") if k in values]
+            if clash:
+                raise ValueError(
+                    f"data.tokenization is replaced by data.source_tokenization and "
+                    f"data.target_tokenization; remove it (it clashes with data.{clash[0]})"
+                )
+            values["source_tokenization"] = values["target_tokenization"] = old
+        return values
+
+
+class DatesData(_DefaultLengths, _TaskData):
+    """Dates written in CLDR locales' formats and skeletons (:mod:`attnstudy.data.dates`); a pair
+    (locale, pattern) is held out (test only) if its locale or its pattern is listed as held out."""
+
+    task: Literal["dates"]
+    data_seed: int = Field(0, ge=0, lt=2**63)
     dates_locales: tuple[str, ...] = (
         "en_US",
         "en_GB",
@@ -189,40 +253,54 @@ class DataConfig(_Strict):
     dates_end: str = Field("2049-12-31", pattern=r"^\d{4}-\d{2}-\d{2}$")
     dates_native_digits: bool = True
     dates_n_heldout: int | None = Field(None, ge=1, le=MAX_EXAMPLES)
-    # g2p alignments (see attnstudy.data.g2p_align): gold letter-phone links
-    g2p_alignments: bool = True
-    g2p_aligner: Literal["em", "phonetisaurus"] = "em"
 
-    @model_validator(mode="before")
-    @classmethod
-    def _split_tokenization(cls, values: Any) -> Any:
-        """``tokenization`` (one setting for both fields, up to schema 1) sets both new settings."""
-        if isinstance(values, dict) and "tokenization" in values:
-            values = dict(values)
-            old = values.pop("tokenization")
-            clash = [k for k in ("source_tokenization", "target_tokenization") if k in values]
-            if clash:
-                raise ValueError(
-                    f"data.tokenization is replaced by data.source_tokenization and "
-                    f"data.target_tokenization; remove it (it clashes with data.{clash[0]})"
-                )
-            values["source_tokenization"] = values["target_tokenization"] = old
-        return values
 
-    @model_validator(mode="after")
-    def _check(self) -> DataConfig:
-        if self.min_len > self.max_len:
-            raise ValueError(f"min_len ({self.min_len}) is larger than max_len ({self.max_len})")
-        if self.task == "tsv" and not (self.train_path and self.dev_path and self.test_path):
-            raise ValueError("task 'tsv' needs data.train_path, data.dev_path and data.test_path")
-        if self.task in SYNTHETIC_TASKS:
-            total = sum((n or 5000) for n in (self.n_train, self.n_dev, self.n_test)) * self.max_len
-            if total > SYNTHETIC_TOKEN_BUDGET:
-                raise ValueError(
-                    f"n_train + n_dev + n_test examples of up to max_len = {self.max_len} tokens could be "
-                    f"{total:,} tokens, more than {SYNTHETIC_TOKEN_BUDGET:,}; lower the sizes or max_len"
-                )
-        return self
+DATA_CONFIGS: dict[str, type[_TaskData]] = {
+    task: c
+    for c in (SyntheticData, G2PData, TSVData, DatesData)
+    for task in get_args(c.model_fields["task"].annotation)
+}
+"""How each task's data is configured: task name → its section's class (the configuration part of
+:data:`attnstudy.data.tasks.TASKS`, whose names a test holds equal to these)."""
+DEFAULT_TASK = SyntheticData.model_fields["task"].default
+
+
+def _task(value: Any) -> str:
+    if isinstance(value, dict):
+        return value.get("task", DEFAULT_TASK)
+    return getattr(value, "task", DEFAULT_TASK)
+
+
+DataConfig = Annotated[
+    Union[tuple(Annotated[c, Tag(t)] for t, c in DATA_CONFIGS.items())],  # noqa: UP007
+    Discriminator(_task),
+]
+"""A data section: the class of its ``task`` (:data:`DATA_CONFIGS`; ``copy`` when unnamed), so a
+setting the task does not read is refused by the schema."""
+_DATA_ADAPTER = TypeAdapter(DataConfig)
+
+
+def data_config(**values: Any) -> _TaskData:
+    """A validated data section from keyword values (``data_config(task="g2p", n_train=1000)``).
+
+    Raises:
+        pydantic.ValidationError: an unknown task, a setting the task does not read, a bad value.
+    """
+    return _DATA_ADAPTER.validate_python(values)
+
+
+def validate_data_config(raw: Any) -> _TaskData:
+    """Validate a raw data section (a dict, or a section already validated).
+
+    Raises:
+        pydantic.ValidationError: as :func:`data_config`.
+    """
+    return _DATA_ADAPTER.validate_python(raw)
+
+
+def data_config_json(text: str) -> _TaskData:
+    """A data section from its JSON (the in-process data cache's key)."""
+    return _DATA_ADAPTER.validate_json(text)
 
 
 class ModelConfig(_Strict):
@@ -722,42 +800,6 @@ def split_runs_uri(uri: str) -> tuple[str, str]:
     return run_id, "/".join(parts)
 
 
-COMMON_DATA_FIELDS = ("task", "n_train", "n_dev", "n_test")
-TASK_DATA_FIELDS: dict[str, tuple[str, ...]] = {
-    **{t: ("data_seed", "vocab_size", "min_len", "max_len") for t in SYNTHETIC_TASKS},
-    "g2p": (
-        "keep_stress",
-        "split_salt",
-        "g2p_split_key",
-        "g2p_test_words",
-        "g2p_dev_fraction",
-        "g2p_alignments",
-        "g2p_aligner",
-    ),
-    "tsv": (
-        "train_path",
-        "dev_path",
-        "test_path",
-        "source_tokenization",
-        "target_tokenization",
-        "alignment_base",
-        "max_source_len",
-        "max_target_len",
-    ),
-    "dates": (
-        "data_seed",
-        "dates_locales",
-        "dates_heldout_locales",
-        "dates_formats",
-        "dates_skeletons",
-        "dates_heldout_patterns",
-        "dates_start",
-        "dates_end",
-        "dates_native_digits",
-        "dates_n_heldout",
-    ),
-}
-"""The data fields each task reads (the rest are ignored by it: not logged, not in the model key)."""
 NOT_IN_MODEL_KEY = {
     "data.train_path",
     "data.dev_path",
@@ -777,9 +819,7 @@ def _section_fields(
     section: str, cfg: BaseModel, task: str, model: ModelConfig | None = None
 ) -> list[str]:
     """Names of the fields of one section that the task and architecture use."""
-    if section == "data":
-        return [*COMMON_DATA_FIELDS, *TASK_DATA_FIELDS[task]]
-    if section == "model":
+    if section in ("data", "model"):
         return cfg.used_fields()
     names = list(type(cfg).model_fields)
     if cfg.scheduling == "constant":
@@ -922,6 +962,11 @@ def migrate_run_config(raw: dict[str, Any]) -> dict[str, Any]:
         data.setdefault("source_tokenization", tok)
         data.setdefault("target_tokenization", tok)
         data.setdefault("g2p_split_key", "word")
+    data = raw.get("data")
+    if isinstance(data, dict):  # configs stored before the per-task sections held every task's
+        fields = DATA_CONFIGS.get(_task(data))
+        if fields is not None:
+            raw["data"] = {k: v for k, v in data.items() if k in fields.model_fields}
     raw["schema_version"] = SCHEMA_VERSION
     return raw
 
@@ -961,20 +1006,36 @@ def _describe(err: ValidationError, prefix: str = "") -> str:
     """One line for the first pydantic error: location, problem, and the valid keys/names."""
     e = err.errors()[0]
     parts = list(e["loc"])
-    arch = None  # the discriminated model section puts its tag after "model": drop it
+    arch = task = None  # the discriminated sections put their tag after "model"/"data": drop it
     for i in range(len(parts) - 1):
         if parts[i] == "model" and parts[i + 1] in ARCHITECTURES:
             arch = parts.pop(i + 1)
             break
+    for i in range(len(parts) - 1):
+        if parts[i] == "data" and parts[i + 1] in DATA_CONFIGS:
+            task = parts.pop(i + 1)
+            break
+    if prefix == "data." and parts and parts[0] in DATA_CONFIGS:  # a data section on its own
+        task = parts.pop(0)
     loc = (prefix + ".".join(str(p) for p in parts)).rstrip(".") or "config"
+    in_data = parts[-1:] == ["data"] or (not parts and prefix == "data.")
+    if e["type"] == "union_tag_invalid" and in_data:
+        given = e.get("input")
+        task = _task(given) if isinstance(given, dict) else given
+        return f"{loc}.task: unknown value {task!r}; valid: {', '.join(DATA_CONFIGS)}"
+    if e["type"] == "missing" and task is not None:
+        return f"{loc}: missing; task {task!r} needs it"
     if e["type"] == "union_tag_invalid":
         given = e.get("input")
         arch = _architecture(given) if isinstance(given, dict) else given
         valid = ", ".join(a for a, c in MODEL_CONFIGS.items() if not c.pretrained)
         return f"{loc}.architecture: unknown value {arch!r}; valid: {valid}"
     if e["type"] == "extra_forbidden":
-        model = err.title
-        valid = ", ".join(sorted(_fields_at(model, tuple(parts[:-1]), arch)))
+        if task is not None and (parts[:-1] == ["data"] or (prefix == "data." and len(parts) == 1)):
+            fields = list(DATA_CONFIGS[task].model_fields)
+        else:
+            fields = _fields_at(err.title, tuple(parts[:-1]), arch, task)
+        valid = ", ".join(sorted(fields))
         return f"unknown key '{loc}'" + (f" (valid keys: {valid})" if valid else "")
     msg = e["msg"]
     if msg.startswith("Value error, "):
@@ -993,7 +1054,9 @@ describe_error = _describe
 _MODELS: dict[str, type[BaseModel]] = {}
 
 
-def _fields_at(title: str, loc: tuple, arch: str | None = None) -> list[str]:
+def _fields_at(
+    title: str, loc: tuple, arch: str | None = None, task: str | None = None
+) -> list[str]:
     model = _MODELS.get(title)
     if model is None:
         return []
@@ -1010,7 +1073,7 @@ def _fields_at(title: str, loc: tuple, arch: str | None = None) -> list[str]:
             "RunSpec",
         ):
             model = {
-                "data": DataConfig,
+                "data": DATA_CONFIGS.get(task or DEFAULT_TASK, SyntheticData),
                 "model": MODEL_CONFIGS.get(arch or DEFAULT_ARCHITECTURE, ModelConfig),
                 "training": TrainingConfig,
             }[str(part)]
@@ -1024,7 +1087,7 @@ def register_config_model(model: type[BaseModel]) -> None:
     _MODELS[model.__name__] = model
 
 
-for _m in (RunSpec, DataConfig, *MODEL_CONFIGS.values(), TrainingConfig):
+for _m in (RunSpec, *DATA_CONFIGS.values(), *MODEL_CONFIGS.values(), TrainingConfig):
     register_config_model(_m)
 
 

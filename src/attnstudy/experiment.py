@@ -2,7 +2,10 @@
 ``[ablation]`` and a list ``[[models]]`` of variants; each variant deep-merges its own
 ``data``/``model``/``training`` tables over the base and may name its own ``seeds``. A variant
 of another architecture than the base ``[model]`` (``model.architecture``, default ``rnn``)
-takes none of the base model keys: the base section describes models of its architecture. Every
+takes none of the base model keys: the base section describes models of its architecture; a
+variant of a task with other data settings than the base ``[data]``'s (another section class of
+``config.DATA_CONFIGS``: ``g2p`` after ``copy``, not ``reverse``) likewise takes none of the base
+data keys. Every
 variant × seed is one :class:`~attnstudy.config.RunSpec`: one trained model, one MLflow run,
 labelled by the variant's ``name`` or its model (``additive-bahdanau``, ``transformer-L2H4``);
 two variants with one label in one task are refused.
@@ -22,9 +25,9 @@ from pydantic import AfterValidator, Field, ValidationError, field_validator
 
 from .analysis.catalogue import AblationConfig
 from .config import (
+    DATA_CONFIGS,
     MODEL_CONFIGS,
     ConfigError,
-    DataConfig,
     RunSpec,
     Seed,
     TrainingConfig,
@@ -32,9 +35,11 @@ from .config import (
     _deep_merge,
     _describe,
     _Strict,
+    _task,
     apply_overrides,
     check_tracking_uri,
     register_config_model,
+    validate_data_config,
     validate_model_config,
 )
 from .findings import ReportConfig, VerdictThresholds
@@ -179,8 +184,12 @@ class ExperimentConfig(_Strict):
             seeds = variant.seeds or self.experiment.seeds
             own = "architecture" in variant.model or "source" in variant.model
             arch = _architecture(variant.model) if own else base_arch
+            # a task with other data settings (another section class) starts from its own table
+            other_task = "task" in variant.data and DATA_CONFIGS.get(
+                _task(variant.data)
+            ) is not DATA_CONFIGS.get(_task(self.data))
             merged = {
-                "data": _deep_merge(self.data, variant.data),
+                "data": dict(variant.data) if other_task else _deep_merge(self.data, variant.data),
                 "model": _deep_merge(self.model, variant.model)
                 if arch == base_arch
                 else dict(variant.model),
@@ -278,7 +287,8 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
 
 
 def _path_fields() -> list[str]:
-    return [name for name in DataConfig.model_fields if name.endswith("_path")]
+    names = (n for c in DATA_CONFIGS.values() for n in c.model_fields if n.endswith("_path"))
+    return list(dict.fromkeys(names))
 
 
 def resolve_data_paths(
@@ -367,7 +377,7 @@ def parse_experiment(
         raise ConfigError(f"{source}: {_describe(err)}") from None
     # the base sections must be valid on their own, so an error names the base, not a variant
     for section, validate in (
-        ("data", DataConfig.model_validate),
+        ("data", validate_data_config),
         ("model", validate_model_config),
         ("training", TrainingConfig.model_validate),
     ):

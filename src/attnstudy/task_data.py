@@ -44,9 +44,9 @@ UNKNOWN_WARN_RATE = 0.01
 
 @functools.lru_cache(maxsize=8)
 def _task_data(source_key: str) -> TaskData:
-    from .config import DataConfig
+    from .config import data_config_json
 
-    cfg = DataConfig.model_validate_json(json.loads(source_key)["config"])
+    cfg = data_config_json(json.loads(source_key)["config"])
     splits = load_task(cfg)
     try:
         src_vocab = Vocab.build(ex.src for ex in splits.train)

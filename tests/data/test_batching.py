@@ -1,6 +1,6 @@
 import torch
 
-from attnstudy.config import DataConfig
+from attnstudy.config import data_config
 from attnstudy.data.batching import collate, make_batches
 from attnstudy.data.tasks import load_task
 from attnstudy.data.types import Example
@@ -42,7 +42,7 @@ def padding(batches):
 
 def data():
     return load_task(
-        DataConfig(task="copy", n_train=400, n_dev=1, n_test=1, min_len=1, max_len=40)
+        data_config(task="copy", n_train=400, n_dev=1, n_test=1, min_len=1, max_len=40)
     ).train
 
 

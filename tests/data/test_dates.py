@@ -3,14 +3,14 @@ import unicodedata
 
 import pytest
 
-from attnstudy.config import DataConfig
+from attnstudy.config import data_config
 from attnstudy.data.dates import FORMATS, gold_alignment, is_heldout, iso, make_example, render
 from attnstudy.data.tasks import load_task
 from attnstudy.data.types import DataError
 
 pytest.importorskip("babel")
 
-CFG = DataConfig(task="dates")
+CFG = data_config(task="dates")
 LOCALES = (*CFG.dates_locales, "ar_EG", "fa_IR", "ja_JP", "hi_IN", "sv_SE")
 PATTERNS = (*FORMATS, *CFG.dates_skeletons)
 
@@ -79,7 +79,7 @@ def test_alignment_rules():
 
 
 def test_deterministic_and_heldout_only_in_test():
-    cfg = DataConfig(
+    cfg = data_config(
         task="dates",
         n_train=300,
         n_dev=50,
@@ -110,17 +110,17 @@ def test_deterministic_and_heldout_only_in_test():
 
 def test_config_errors():
     with pytest.raises(DataError, match="unknown locale"):
-        load_task(DataConfig(task="dates", dates_locales=("xx_YY",), n_train=1))
+        load_task(data_config(task="dates", dates_locales=("xx_YY",), n_train=1))
     with pytest.raises(DataError, match="no d field"):
-        load_task(DataConfig(task="dates", dates_skeletons=("yMMMM",), n_train=1))
+        load_task(data_config(task="dates", dates_skeletons=("yMMMM",), n_train=1))
     with pytest.raises(DataError, match="dates_heldout_patterns"):
-        load_task(DataConfig(task="dates", dates_heldout_patterns=("nope",), n_train=1))
+        load_task(data_config(task="dates", dates_heldout_patterns=("nope",), n_train=1))
 
 
 def test_heldout_metrics_split_the_test_set_by_id():
-    from attnstudy.api import heldout_metrics
     from attnstudy.data.dates import is_heldout
     from attnstudy.data.types import Example
+    from attnstudy.metrics import heldout_metrics
 
     test = [
         Example("dates/test/en_US/yMd/0", ("a",), ("x",)),

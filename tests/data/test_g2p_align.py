@@ -85,12 +85,12 @@ def test_agreement_with_phonetisaurus(train_pairs):
 
 @pytest.mark.slow
 def test_loader_attaches_alignments():
-    from attnstudy.config import DataConfig
+    from attnstudy.config import data_config
     from attnstudy.data.tasks import load_task
 
-    s = load_task(DataConfig(task="g2p", n_train=2000, n_dev=100, n_test=100))
+    s = load_task(data_config(task="g2p", n_train=2000, n_dev=100, n_test=100))
     for ex in s.train + s.dev + s.test:
         assert ex.alignment is not None
         assert all(i < len(ex.src) and j < len(ex.tgt) for i, j in ex.alignment.possible)
-    plain = load_task(DataConfig(task="g2p", n_train=10, g2p_alignments=False))
+    plain = load_task(data_config(task="g2p", n_train=10, g2p_alignments=False))
     assert all(ex.alignment is None for ex in plain.train)

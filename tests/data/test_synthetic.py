@@ -1,6 +1,6 @@
 import pytest
 
-from attnstudy.config import DataConfig
+from attnstudy.config import SyntheticData, data_config
 from attnstudy.data.synthetic import symbols, synthetic_example
 from attnstudy.data.tasks import TASKS, load_task
 from attnstudy.data.types import DataError
@@ -18,7 +18,7 @@ def small(task, **kw):
         "max_len": 9,
         "vocab_size": 6,
     }
-    return DataConfig(**(base | kw))
+    return data_config(**(base | kw))
 
 
 @pytest.mark.parametrize("task", SYNTHETIC)
@@ -85,7 +85,7 @@ def test_deterministic_seeded_and_splits_differ():
 
 
 def test_ids_and_default_sizes():
-    s = load_task(DataConfig(task="copy", min_len=1, max_len=2))
+    s = load_task(data_config(task="copy", min_len=1, max_len=2))
     assert (len(s.train), len(s.dev), len(s.test)) == (5000, 500, 500)
     assert s.test[17].id == "copy/test/17"
     assert len({e.id for e in s.train}) == 5000
@@ -93,6 +93,6 @@ def test_ids_and_default_sizes():
 
 def test_registry_and_unknown_task():
     assert set(TASKS) == {"copy", "reverse", "sort", "bigram_flip", "g2p", "tsv", "dates"}
-    bad = DataConfig.model_construct(**(DataConfig().model_dump() | {"task": "nope"}))
+    bad = SyntheticData.model_construct(**(SyntheticData().model_dump() | {"task": "nope"}))
     with pytest.raises(DataError, match="unknown task 'nope'"):
         load_task(bad)

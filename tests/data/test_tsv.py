@@ -1,6 +1,6 @@
 import pytest
 
-from attnstudy.config import DataConfig
+from attnstudy.config import data_config
 from attnstudy.data.tasks import load_task
 from attnstudy.data.tsv import load_tsv, read_tsv
 from attnstudy.data.types import DataError, detokenize, tokenize
@@ -27,7 +27,7 @@ def test_happy_path_with_alignments(tmp_path, caplog):
     train = write(tmp_path, "train.tsv", "das haus\tthe house\t0-0 1-1\nein buch\ta book\r\n")
     dev = write(tmp_path, "dev.tsv", "ja\tyes\t0p0\n")
     test = write(tmp_path, "test.tsv", "nein danke\tno thanks you\t0-0 1-1 1p2")
-    cfg = DataConfig(
+    cfg = data_config(
         task="tsv",
         train_path=str(train),
         dev_path=str(dev),
@@ -78,7 +78,7 @@ def test_missing_and_empty_files(tmp_path):
     with pytest.raises(DataError, match="no examples"):
         read_tsv(write(tmp_path, "empty.tsv", ""), "chars")
     ok = write(tmp_path, "ok.tsv", "a\tb\n")
-    cfg = DataConfig(
+    cfg = data_config(
         task="tsv", train_path=str(ok), dev_path=str(ok), test_path=str(tmp_path / "missing.tsv")
     )
     with pytest.raises(DataError, match=r"missing\.tsv: file not found; check data\.test_path"):
@@ -273,8 +273,8 @@ def test_an_unset_alignment_base_reaches_the_reader_as_unset(tmp_path):
     p = write(tmp_path, "ones.tsv", "a b c\tA B C\t1-1 2-2\n")
     paths = {f"{s}_path": str(p) for s in ("train", "dev", "test")}
     with pytest.raises(DataError, match="uses index 0"):
-        load_tsv(DataConfig(task="tsv", **paths))
-    splits = load_tsv(DataConfig(task="tsv", alignment_base=0, **paths))
+        load_tsv(data_config(task="tsv", **paths))
+    splits = load_tsv(data_config(task="tsv", alignment_base=0, **paths))
     assert splits.test[0].alignment.sure == {(1, 1), (2, 2)}
 
 
@@ -282,7 +282,7 @@ def test_a_prefix_longer_than_the_file_is_noted(tmp_path, caplog):
     """data.n_train = 100000 on a 2-line file used both lines without a word."""
     p = write(tmp_path, "two.tsv", "a b\tA B\nc\tC\n")
     paths = {f"{s}_path": str(p) for s in ("train", "dev", "test")}
-    splits = load_tsv(DataConfig(task="tsv", n_train=100000, n_dev=1, **paths))
+    splits = load_tsv(data_config(task="tsv", n_train=100000, n_dev=1, **paths))
     assert len(splits.train) == 2 and len(splits.dev) == 1
     assert (
         f"{p}: data.n_train = 100000 but the file has 2 example(s); all 2 are used (leave "

@@ -328,12 +328,12 @@ def test_named_variants_label_runs_and_duplicates_are_refused():
 
 def test_the_rnn_model_key_is_unchanged_by_the_architecture_field():
     """Models stored before the architecture field keep their key (it is key-neutral at rnn)."""
-    from attnstudy.config import DataConfig, RunSpec, TrainingConfig
+    from attnstudy.config import RunSpec, TrainingConfig, data_config
 
     spec = RunSpec(
         experiment="x",
         seed=1,
-        data=DataConfig(),
+        data=data_config(),
         model=ModelConfig(attention="multihead"),
         training=TrainingConfig(),
     )

@@ -3,7 +3,8 @@ the rest of the code needs to know about it (tokenization, the early-stopping me
 test subset), so nothing elsewhere asks ``if task == "g2p"``.
 
 Adding a task = a loader module ``DataConfig -> Splits`` in this package, its entry below, and its
-data fields in :data:`attnstudy.config.TASK_DATA_FIELDS`.
+data section's class in :data:`attnstudy.config.DATA_CONFIGS` (the fields it reads; the schema
+refuses any other).
 """
 
 from __future__ import annotations
@@ -136,13 +137,14 @@ def source_key(cfg: DataConfig) -> str:
     or unreadable file gets no digest: :func:`load_task` then reports it.
     """
     files = {}
-    if cfg.task == "tsv":
-        for split in SPLITS:
-            path = getattr(cfg, f"{split}_path")
-            try:
-                files[split] = hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
-            except OSError:
-                files[split] = None
+    for split in SPLITS:  # a task reading files (TSV) has a <split>_path setting per split
+        path = getattr(cfg, f"{split}_path", None)
+        if f"{split}_path" not in type(cfg).model_fields:
+            continue
+        try:
+            files[split] = hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
+        except OSError:
+            files[split] = None
     return json.dumps({"config": cfg.model_dump_json(), "files": files}, sort_keys=True)
 
 
