@@ -1,6 +1,7 @@
 """Shared fixtures: an isolated tracking store per test session."""
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,17 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers():
+    """Every test starts with the SIGINT/SIGTERM handlers the session had: ``cli.main`` installs
+    its own (a deferred interrupt) and keeps them, so a later test's real SIGINT was held, then
+    raised outside its ``pytest.raises`` and stopped the whole run (exit 130)."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
 
 
 @pytest.fixture(scope="session")

@@ -460,8 +460,9 @@ def test_two_trackers_in_one_process_log_models_to_their_own_store(tmp_path, mon
     model of a run goes to that run's store, whichever Tracker was created last."""
     import torch
 
-    from attnstudy.api import SERVING_CODE, load_data
+    from attnstudy.api import load_data
     from attnstudy.experiment import load_experiment
+    from attnstudy.model_runs import SERVING_CODE
     from attnstudy.models import build_model
     from attnstudy.models.io import save_model_dir
     from attnstudy.tracking import Tracker
