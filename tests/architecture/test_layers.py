@@ -31,6 +31,7 @@ LAYERS = [
         [
             "attnstudy",
             "attnstudy.config",
+            "attnstudy.config.*",
             "attnstudy.notices",
             "attnstudy.signals",
             "attnstudy.paths",
