@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# the CPU wheel first: a bare torch requirement would pull a multi-GB CUDA build; for a CUDA
-	# build: make setup TORCH_INDEX=https://download.pytorch.org/whl/cu128 (README: GPUs)
+	# build: make setup TORCH_INDEX=https://download.pytorch.org/whl/cu128 (docs/gpu.md)
 	$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
@@ -78,10 +78,11 @@ lint: setup
 	$(VENV)/bin/ruff format --check src analysis tests benchmarks
 	$(VENV)/bin/ruff check src analysis tests benchmarks
 
-# the ablation tables of docs/design.md and README.md, generated from the catalogue
+# the ablation tables of docs/design.md and README.md, generated from the catalogue, and the
+# result tables of docs/findings.md and docs/benchmarks.md, from experiments/results/*.csv
 docs: setup
 	$(PY) -m attnstudy.analysis.catalogue docs/design.md README.md
-	$(PY) -m attnstudy.results README.md experiments/results
+	$(PY) -m attnstudy.results docs/findings.md docs/benchmarks.md experiments/results
 
 clean:
 	rm -rf $(VENV) reports

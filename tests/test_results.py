@@ -1,5 +1,6 @@
-"""Committed result tables: README's generated blocks are current, and every number with an
-interval in README's findings is a cell of a committed table (experiments/results/*.csv, written by
+"""Committed result tables: the docs' generated blocks are current (docs/findings.md,
+docs/benchmarks.md), and every number with an interval in the findings (and in README, which
+quotes a few) is a cell of a committed table (experiments/results/*.csv, written by
 ``attnstudy report --results``)."""
 
 from __future__ import annotations
@@ -13,10 +14,17 @@ from attnstudy import results
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "experiments" / "results"
+FINDINGS = "docs/findings.md"
+BENCHMARKS = "docs/benchmarks.md"
+"""Where the Findings and the "Results on this machine" section live (README links to them)."""
 
 
-def _readme() -> str:
-    return (ROOT / "README.md").read_text(encoding="utf-8")
+def _doc(name: str) -> str:
+    return (ROOT / name).read_text(encoding="utf-8")
+
+
+def _markdown_files() -> list[str]:
+    return ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
 
 
 def test_write_and_render_a_block(tmp_path):
@@ -54,18 +62,24 @@ def test_interval_pattern():
     assert found == ["0.586 [0.573, 0.598]", "5.18e-06 [2.37e-06, 8.23e-06]"]
 
 
-def test_readme_result_blocks_are_generated_from_the_committed_tables():
-    text = _readme()
-    blocks = list(results.MARKER.finditer(text))
-    assert blocks, "README has no results block"
-    assert results.render_blocks(text, RESULTS) == text, "README is stale: run `make docs`"
+def test_result_blocks_are_generated_from_the_committed_tables():
+    for name in (FINDINGS, BENCHMARKS):
+        assert list(results.MARKER.finditer(_doc(name))), f"{name} has no results block"
+    for name in _markdown_files():  # README and every chapter: whatever blocks they have
+        text = _doc(name)
+        assert results.render_blocks(text, RESULTS) == text, f"{name} is stale: run `make docs`"
+
+
+def _prose(text: str) -> str:
+    """Text without its generated blocks, its lines joined (a number and its interval may be
+    broken across lines)."""
+    return " ".join(re.sub(r"<!-- results:.*?:end -->", "", text, flags=re.S).split())
 
 
 def _section(text: str, title: str) -> str:
-    """A README section without its generated blocks, its lines joined (a number and its interval
-    may be broken across lines)."""
+    """A ``## title`` section of a Markdown file, as :func:`_prose`."""
     body = text.split(f"\n## {title}", 1)[1].split("\n## ", 1)[0]
-    return " ".join(re.sub(r"<!-- results:.*?:end -->", "", body, flags=re.S).split())
+    return _prose(body)
 
 
 def _cells() -> set[str]:
@@ -78,21 +92,33 @@ def _cells() -> set[str]:
 
 
 def test_every_number_with_an_interval_in_the_findings_is_a_committed_cell():
-    quoted = results.INTERVAL.findall(_section(_readme(), "Findings"))
-    assert len(quoted) > 50, "the Findings section quotes too few numbers with their interval"
+    text = _doc(FINDINGS)
+    assert text.startswith("# Findings\n"), f"{FINDINGS} is no longer the Findings"
+    quoted = results.INTERVAL.findall(_prose(text))
+    assert len(quoted) > 50, "the Findings quote too few numbers with their interval"
     missing = [q for q in quoted if q not in _cells()]
-    assert not missing, f"numbers in README's Findings without a committed table cell: {missing}"
+    assert not missing, f"numbers in {FINDINGS} without a committed table cell: {missing}"
+
+
+def test_every_number_with_an_interval_in_the_readme_is_a_committed_cell():
+    """README's summary of what the quickstart's larger studies found quotes the Findings."""
+    quoted = results.INTERVAL.findall(_prose(_doc("README.md")))
+    assert quoted, "README quotes no number with its interval"
+    missing = [q for q in quoted if q not in _cells()]
+    assert not missing, f"numbers in README without a committed table cell: {missing}"
 
 
 def test_every_measured_number_in_the_results_section_is_a_committed_cell():
     """'Results on this machine': every number with an interval, and every percentage given to
     two decimals (the tables' WER/PER), is a cell; the literature's reference WERs (one decimal)
     are not measurements."""
-    text = _section(_readme(), "Results on this machine")
+    text = _section(_doc(BENCHMARKS), "Results on this machine")
     quoted = results.INTERVAL.findall(text) + re.findall(r"(\d+\.\d\d) %", text)
     assert quoted, "the Results section quotes no measured number"
     missing = [q for q in quoted if q not in _cells()]
-    assert not missing, f"numbers in README's Results without a committed table cell: {missing}"
+    assert not missing, (
+        f"numbers in {BENCHMARKS}'s Results without a committed table cell: {missing}"
+    )
 
 
 @pytest.mark.slow

@@ -332,7 +332,7 @@ def test_empty_database_beside_artifacts_is_refused(tiny_models, tmp_path):
     )
     db = root / "mlruns" / "mlflow.db"
     db.write_bytes(b"")
-    # a damaged store is something named that is malformed: exit 2, as README says (it was 1)
+    # a damaged store is something named that is malformed: exit 2, as docs/usage.md says (it was 1)
     for argv in (["train", str(TINY), "--quiet"], ["report", "--experiment", "tiny"]):
         res = cli(root, *argv)
         assert res.returncode == 2 and "is empty (0 bytes) but" in one_error_line(res)
