@@ -252,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--app-name",
         choices=["basic-auth"],
         default=None,
-        help="MLflow's basic-auth app: users and permissions (README: Running on a cluster)",
+        help="MLflow's basic-auth app: users and permissions (docs/cluster.md)",
     )
 
     sp = sub.add_parser("ui", help="start the MLflow UI for the project's store")

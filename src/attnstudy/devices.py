@@ -71,7 +71,7 @@ def resolve_device(name: str, setting: str = "training.device") -> torch.device:
         )
         raise DeviceError(
             f"{setting} = {name!r} but {build}; use 'cpu' or 'auto', or install a CUDA build of "
-            "torch (README: Running on a GPU)"
+            "torch (docs/gpu.md)"
         )
     index = 0 if placed is not None else int(name.partition(":")[2] or 0)
     count = torch.cuda.device_count()

@@ -239,7 +239,7 @@ class RayExecutor:
         except OSError:  # ray.init would wait minutes for a head that is not there
             raise ClusterNotFoundError(
                 f"no Ray head answers at {self.address}; start one with 'ray start --head "
-                "--node-ip-address HOST --port PORT' (README: Running on a cluster)"
+                "--node-ip-address HOST --port PORT' (docs/cluster.md)"
             ) from None
         handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         try:

@@ -1,14 +1,16 @@
-"""Committed result tables and the README blocks generated from them.
+"""Committed result tables and the Markdown blocks generated from them (docs/findings.md,
+docs/benchmarks.md).
 
 ``attnstudy report --results DIR`` writes a study's summary tables as CSV files into ``DIR``
 (the repository keeps them in ``experiments/results/``): ``<experiment>.csv`` (a row per model
 and layer, every statistic ``value [low, high]``), ``<experiment>-models.csv`` (a row per
 training: epochs, minutes, dev and test WER/PER, the config) and, with trained adversaries,
-``<experiment>-adversaries.csv``; each row names the study run it was built from. README blocks
+``<experiment>-adversaries.csv``; each row names the study run it was built from. Blocks in the docs
 between ``<!-- results:<file>.csv:begin -->`` and ``<!-- results:<file>.csv:end -->`` are those
-files as Markdown tables (``<file>.csv[col1,col2,…]`` names the columns to show, in order), rewritten by ``make docs`` (:func:`update_docs`) and checked by the
-tests, so every number of README's results comes from a table that ``attnstudy report``
-rebuilds from the store.
+files as Markdown tables (``<file>.csv[col1,col2,…]`` names the columns to show, in order),
+rewritten by ``make docs`` (:func:`update_docs`) and checked by the tests, so every number of the
+published findings and results comes from a table that ``attnstudy report`` rebuilds from the
+store.
 """
 
 from __future__ import annotations
@@ -111,16 +113,16 @@ def render_blocks(text: str, results_dir: str | Path) -> str:
             columns = [c.strip() for c in next(csv.reader([m["columns"]], skipinitialspace=True))]
             missing = [c for c in columns if rows and c not in rows[0]]
             if missing:
-                raise KeyError(f"{m['file']} has no column {missing[0]!r} (README block {head})")
+                raise KeyError(f"{m['file']} has no column {missing[0]!r} (results block {head})")
             rows = [{c: r[c] for c in columns} for r in rows]
         return f"<!-- results:{head}:begin -->\n{markdown(rows)}<!-- results:{m['file']}:end -->"
 
     return MARKER.sub(block, text)
 
 
-def update_docs(readme: str | Path, results_dir: str | Path) -> bool:
-    """Rewrite ``readme``'s results blocks from ``results_dir``; True if it changed."""
-    p = Path(readme)
+def update_docs(path: str | Path, results_dir: str | Path) -> bool:
+    """Rewrite ``path``'s results blocks from ``results_dir``; True if it changed."""
+    p = Path(path)
     old = p.read_text(encoding="utf-8")
     new = render_blocks(old, results_dir)
     if new != old:
@@ -131,6 +133,7 @@ def update_docs(readme: str | Path, results_dir: str | Path) -> bool:
 if __name__ == "__main__":  # make docs
     import sys
 
-    readme, folder = sys.argv[1:3]
-    if update_docs(readme, folder):
-        print(f"updated {readme}")
+    *documents, folder = sys.argv[1:]  # python -m attnstudy.results DOC.md [DOC.md …] RESULTS_DIR
+    for doc in documents:
+        if update_docs(doc, folder):
+            print(f"updated {doc}")

@@ -181,7 +181,7 @@ def serve(
     if host not in LOOPBACK and not app_name:
         print(
             f"attnstudy: warning: binding {host} without authentication: whoever reaches it can "
-            "read and write every run; add --app-name basic-auth (README: Running on a cluster)",
+            "read and write every run; add --app-name basic-auth (docs/cluster.md)",
             file=sys.stderr,
             flush=True,
         )
