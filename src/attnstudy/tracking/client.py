@@ -10,6 +10,7 @@ can replace it. Metrics and params are logged in batches.
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import re
 import tempfile
@@ -158,9 +159,13 @@ def check_server(uri: str, timeout: float) -> None:
             last = f"HTTP {err.code}"
         except (urllib.error.URLError, OSError, TimeoutError) as err:
             reason = getattr(err, "reason", err)
-            last = (
-                "connection refused" if isinstance(reason, ConnectionRefusedError) else "no answer"
-            )
+            if isinstance(reason, ConnectionRefusedError):  # nothing listens: no use waiting
+                raise TrackingError(
+                    f"tracking server {uri} refused the connection (nothing listens there); "
+                    "start it, or point --tracking-uri / MLFLOW_TRACKING_URI elsewhere (a local "
+                    "store: sqlite:///PATH/mlflow.db)"
+                ) from None
+            last = "no answer"
         if time.monotonic() >= deadline:
             raise TrackingError(
                 f"tracking server {uri} did not answer within {timeout:g} s ({last}); "
@@ -209,6 +214,10 @@ class Tracker:
             self._init_sqlite(db, create)
         elif self.uri.startswith(("http://", "https://")):
             check_server(self.uri, self.timeout)
+            # every API request waits at most the timeout, once: a server that answers /health
+            # but hangs in its API must not cost retries × timeout per call
+            os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(max(1, math.ceil(self.timeout)))
+            os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
         # no mlflow.set_tracking_uri here: it also sets $MLFLOW_TRACKING_URI for the whole process;
         # the registry is the same store (MLflow's default would follow the process-wide URI)
         self.client = MlflowClient(self.uri, registry_uri=self.uri)
@@ -298,8 +307,29 @@ class Tracker:
                 return fn(*args, **kwargs)
         except MlflowException as err:
             raise TrackingError(
-                f"tracking store {self.uri}: {_disk_message(err, store_dir())}"
+                self._unanswered(err)
+                or f"tracking store {self.uri}: {_disk_message(err, store_dir())}"
             ) from None
+
+    def _unanswered(self, err: Exception) -> str | None:
+        """One line for a server that did not answer an API request (a timeout, a refused or
+        dropped connection), naming the cause and what to do; None for any other error."""
+        text = str(err)
+        if "ReadTimeout" in text or "ConnectTimeout" in text or "timed out" in text:
+            return (
+                f"tracking server {self.uri} did not answer within {self.timeout:g} s "
+                "(--tracking-timeout); check that it and its database are running, then run the "
+                "command again (a study: --resume)"
+            )
+        if any(
+            cause in text
+            for cause in ("NewConnectionError", "Connection refused", "RemoteDisconnected")
+        ):
+            return (
+                f"tracking server {self.uri} stopped answering (connection refused or dropped); "
+                "restart it, then run the command again (a study: --resume)"
+            )
+        return None
 
     def _call_racing(self, fn, *args, **kwargs):
         """:meth:`_call` retried (at most :data:`RACE_RETRIES` times) after a unique-key
@@ -590,6 +620,8 @@ class Tracker:
                 err.error_code == "INVALID_PARAMETER_VALUE" and not self.uri.startswith("http")
             ):
                 raise ModelNotFoundError(f"{what} in {self.uri}") from None
+            if (unanswered := self._unanswered(err)) is not None:
+                raise TrackingError(unanswered) from None
             code = re.search(r"\b([45]\d\d)\b", str(err))
             answer = f"it answered HTTP {code.group(1)}" if code else _first_line(err)
             raise TrackingError(
