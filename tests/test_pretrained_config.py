@@ -5,6 +5,7 @@ right files is enough)."""
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,11 @@ from attnstudy.hf_folder import HFError, check_folder, decoder_shape, folder_dig
 DATA = {"task": "copy", "vocab_size": 8, "min_len": 3, "max_len": 6, "n_train": 50}
 
 
-def _folder(path: Path, model_type: str = "marian", weights: bytes = b"w") -> Path:
+EMPTY_SAFETENSORS = struct.pack("<Q", 2) + b"{}"
+"""A safetensors file holding no tensor: its header is read, not checked against a config."""
+
+
+def _folder(path: Path, model_type: str = "marian", weights: bytes = EMPTY_SAFETENSORS) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     config = {"model_type": model_type, "is_encoder_decoder": True}
     config |= {"decoder_layers": 3, "decoder_attention_heads": 4}

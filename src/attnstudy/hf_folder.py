@@ -27,10 +27,12 @@ __all__ = [
     "TOKENIZER_FILES",
     "HFError",
     "check_folder",
+    "check_model_files",
     "decoder_shape",
     "folder_config",
     "folder_digests",
     "folder_files",
+    "safetensors_shapes",
 ]
 
 HF_PREFIX = "hf:"
@@ -159,21 +161,118 @@ def folder_config(path: str | Path) -> dict[str, Any]:
 
 def check_folder(path: str | Path) -> None:
     """Everything about a folder that can be checked without loading or hashing it: the files
-    (:func:`folder_files`), an encoder-decoder (``is_encoder_decoder``) of a supported family.
+    (:func:`folder_files`), an encoder-decoder (``is_encoder_decoder``), and
+    :func:`check_model_files` (a supported family, no custom code, a config that describes the
+    weights, read from the safetensors headers).
 
     Raises:
         HFError: one line naming the problem and what to do.
     """
-    folder_files(path)
-    config = folder_config(path)
-    model_type = config.get("model_type")
-    if not config.get("is_encoder_decoder", False):
+    check_model_files(path)
+
+
+MAX_SAFETENSORS_HEADER = 100 << 20
+"""Largest safetensors header read (bytes): the JSON index of a file's tensors. A model of a
+hundred thousand tensors needs a few MB; a header claiming more is not a file save_pretrained
+wrote."""
+
+
+def safetensors_shapes(path: str | Path) -> dict[str, list[int]]:
+    """The tensor shapes a safetensors file declares in its header (name → shape), read without
+    reading the tensors.
+
+    Raises:
+        HFError: the file is not a safetensors file (too short, a header longer than
+            :data:`MAX_SAFETENSORS_HEADER`, or not JSON), named with what to do.
+    """
+    import struct
+
+    path = Path(path)
+    try:
+        with open_input_file(path, True) as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise HFError(f"{path}: too short for a safetensors file; save the model again")
+            (n,) = struct.unpack("<Q", head)
+            if n > MAX_SAFETENSORS_HEADER:
+                raise HFError(
+                    f"{path}: its header claims {n:,} bytes (at most {MAX_SAFETENSORS_HEADER:,} "
+                    "are read): not a file save_pretrained wrote; save the model again"
+                )
+            raw = f.read(n)
+    except InputFileError as e:
+        raise HFError(str(e)) from None
+    try:
+        header = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):  # HFError is a ValueError too: only the parse here
         raise HFError(
-            f"{path}: {model_type!r} is not an encoder-decoder; attnstudy analyses "
+            f"{path}: its header is not JSON: not a safetensors file; save it again"
+        ) from None
+    if not isinstance(header, dict):
+        raise HFError(f"{path}: its header is not a JSON object: not a safetensors file")
+    return {
+        k: list(v.get("shape", []))
+        for k, v in header.items()
+        if k != "__metadata__" and isinstance(v, dict)
+    }
+
+
+def check_model_files(path: str | Path) -> dict[str, Any]:
+    """What transformers would trip over, checked from the files themselves before it is
+    imported: the config names an encoder-decoder of a supported family and no custom code
+    (``auto_map``), and it
+    describes the weights (an embedding of vocab_size × d_model, as many decoder layers as the
+    weights hold), so a doctored config never makes transformers build a huge model first.
+
+    Returns:
+        The config dict.
+
+    Raises:
+        HFError: one line naming the folder (or file) and what is wrong.
+    """
+    folder = Path(path)
+    _, _, weights = folder_files(folder)
+    cfg = folder_config(folder)
+    if "auto_map" in cfg:
+        raise HFError(
+            f"{folder / 'config.json'}: auto_map names code of the folder's own to run; attnstudy "
+            "never runs code from a model folder: use a model transformers defines "
+            f"({', '.join(SUPPORTED_FAMILIES)})"
+        )
+    model_type = cfg.get("model_type")
+    if not cfg.get("is_encoder_decoder", False):
+        raise HFError(
+            f"{folder}: {model_type!r} is not an encoder-decoder; attnstudy analyses "
             "cross-attention, which decoder-only models do not have"
         )
     if model_type not in SUPPORTED_FAMILIES:
         raise HFError(
-            f"{path}: model_type {model_type!r} is not supported; attnstudy analyses "
+            f"{folder}: model_type {model_type!r} is not supported; attnstudy analyses "
             f"{', '.join(SUPPORTED_FAMILIES)} encoder-decoders"
         )
+    shapes: dict[str, list[int]] = {}
+    for w in weights:
+        shapes.update(safetensors_shapes(w))
+    vocab, dim = cfg.get("vocab_size"), cfg.get("d_model")
+    if isinstance(vocab, int) and isinstance(dim, int) and [vocab, dim] not in shapes.values():
+        raise HFError(
+            f"{folder}: config.json says vocab_size {vocab:,} × d_model {dim:,}, but no weight in "
+            "its safetensors files has that shape: the config does not describe these weights"
+        )
+    import re
+
+    layers = {
+        int(m.group(1))
+        for name in shapes
+        if (m := re.search(r"decoder\.(?:layers|block)\.(\d+)\.", name))
+    }
+    try:
+        want = decoder_shape(cfg)[0]
+    except ValueError:
+        want = None
+    if layers and want is not None and want != len(layers):
+        raise HFError(
+            f"{folder}: config.json says {want:,} decoder layers, but its weights hold "
+            f"{len(layers):,}: the config does not describe these weights"
+        )
+    return cfg

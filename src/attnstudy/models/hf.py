@@ -44,7 +44,12 @@ from torch import Tensor, nn
 
 from attnstudy.data.types import Example
 from attnstudy.data.vocab import EOS, PAD, SPECIALS, UNK, Vocab
-from attnstudy.hf_folder import TOKENIZER_FILES, HFError, folder_digests, folder_files
+from attnstudy.hf_folder import (
+    TOKENIZER_FILES,
+    HFError,
+    check_model_files,
+    folder_digests,
+)
 
 from .decoding import BOS_ID, EOS_ID, PAD_ID, Decoding
 from .trace import ALL, Trace
@@ -837,7 +842,9 @@ def load_pretrained(path: str | Path) -> HFSeq2Seq:
             unsupported model, or transformers not installed — one line each.
     """
     folder = Path(path)
-    folder_files(folder)  # present and safe; the digests are the caller's (reuse, load_recorded)
+    # present, safe, a supported family, no custom code, a config that describes the weights;
+    # the digests are the caller's (reuse, load_recorded)
+    check_model_files(folder)
     try:
         import transformers
     except ImportError as e:  # pragma: no cover - depends on the install
@@ -846,8 +853,9 @@ def load_pretrained(path: str | Path) -> HFSeq2Seq:
         ) from e
     _register()
     transformers.utils.logging.disable_progress_bar()  # attnstudy reports its own progress
+    transformers.utils.logging.set_verbosity_error()  # its load reports are not the CLI's output
     common = dict(local_files_only=True, trust_remote_code=False)
-    config = transformers.AutoConfig.from_pretrained(folder, **common)
+    config = _transformers_load(folder, "config", transformers.AutoConfig, **common)
     if not getattr(config, "is_encoder_decoder", False):
         raise HFError(
             f"{folder}: {config.model_type!r} is not an encoder-decoder; attnstudy analyses "
@@ -858,9 +866,31 @@ def load_pretrained(path: str | Path) -> HFSeq2Seq:
             f"{folder}: model_type {config.model_type!r} is not supported; attnstudy analyses "
             f"{', '.join(sorted(FAMILIES))} encoder-decoders"
         )
-    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(
-        folder, use_safetensors=True, attn_implementation=ATTENTION_NAME, **common
+    model = _transformers_load(
+        folder,
+        "weights",
+        transformers.AutoModelForSeq2SeqLM,
+        use_safetensors=True,
+        attn_implementation=ATTENTION_NAME,
+        **common,
     )
-    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **common)
+    tokenizer = _transformers_load(folder, "tokenizer", transformers.AutoTokenizer, **common)
     model.eval()
     return HFSeq2Seq(model, tokenizer)
+
+
+def _transformers_load(folder: Path, what: str, auto, **kwargs):
+    """``auto.from_pretrained(folder, **kwargs)``, with whatever transformers raises turned into
+    one :class:`HFError` line naming the folder and the part that failed."""
+    try:
+        return auto.from_pretrained(folder, **kwargs)
+    except HFError:
+        raise
+    except Exception as e:  # noqa: BLE001 - transformers raises many kinds, multi-line
+        first = next(
+            (line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__
+        )
+        raise HFError(
+            f"{folder}: transformers cannot load its {what} ({first[:200]}); save the model "
+            "and its tokenizer again with save_pretrained"
+        ) from None
