@@ -98,13 +98,34 @@ def _has(df: pd.DataFrame | None, *cols: str) -> bool:
     )
 
 
+MODEL_COLOURS = (
+    "#0173b2",
+    "#de8f05",
+    "#cc78bc",
+    "#029e73",
+    "#a20000",
+    "#7400a2",
+    "#5d5d00",
+    "#b9d12e",
+    "#00d1ff",
+    "#949494",
+    "#ff5d46",
+    "#005d5d",
+    "#b9005d",
+)
+"""The models' colours: any two differ by a CIEDE2000 colour difference of at least 23 (15 is the
+requirement, tested), so 13 models stay apart in one figure. The first four are seaborn's
+colour-blind blue, orange, pink and green; the rest were picked greedily from an sRGB grid (lightness
+30–80, visible on white) to keep the smallest difference as large as possible."""
+
+
 def variant_palette(variants) -> dict[str, tuple]:
-    """One fixed colour per model, in the order given (seaborn's colour-blind palette, then husl).
+    """One fixed colour per model, in the order given (:data:`MODEL_COLOURS`, then husl beyond 13).
 
     Pass the same mapping to every figure of a report so a colour means one model everywhere.
     """
     names = list(dict.fromkeys(variants))
-    base = sns.color_palette("colorblind", 10)
+    base = [mcolors.to_rgb(c) for c in MODEL_COLOURS]
     extra = sns.color_palette("husl", max(len(names) - len(base), 0))
     colours = [*base, *extra]
     return {v: colours[i] for i, v in enumerate(names)}
