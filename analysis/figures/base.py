@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+import unicodedata
 
 import matplotlib
 
@@ -169,8 +170,19 @@ def _order(df: pd.DataFrame, palette: dict) -> list[str]:
 
 
 def visible_tokens(tokens) -> list[str]:
-    """Tick labels with spaces visible (``␣``) and empty tokens shown as ``∅``."""
-    return [SPACE if t == " " else (t.replace(" ", SPACE) if t else "∅") for t in tokens]
+    """Tick labels with every character visible: a space as ``␣``, an empty token as ``∅``, and
+    an invisible or control character (Unicode categories Cf, Cc, Zl, Zp and spaces other than
+    U+0020: the right-to-left mark U+200F of Arabic dates, a zero-width space, a no-break space)
+    as its code point, ``⟨U+200F⟩``."""
+
+    def char(c: str) -> str:
+        if c == " ":
+            return SPACE
+        if unicodedata.category(c) in ("Cf", "Cc", "Zl", "Zp", "Zs"):
+            return f"⟨U+{ord(c):04X}⟩"
+        return c
+
+    return ["".join(map(char, t)) if t else "∅" for t in tokens]
 
 
 def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:

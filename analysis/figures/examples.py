@@ -40,12 +40,10 @@ def _draw(ax, mat, xt, yt, cmap, vmin=0.0, vmax=1.0, gold=None, cbar_label=None,
         dtype=float,
     )
     im = ax.imshow(arr, vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto", interpolation="nearest")
-    # upright labels only where they fit (about 24 characters across a panel); past 24 columns
-    # even vertical labels overlap, so every k-th column is labelled
+    # every source token is labelled (the figure widens with the source: example_heatmaps);
+    # upright only where the labels fit side by side (about 24 characters across a panel)
     rotate = len(xt) > 14 or max(map(len, xt), default=0) * len(xt) > 24
-    k = -(-len(xt) // 24) if xt else 1
-    shown = [t if i % k == 0 else "" for i, t in enumerate(xt)]
-    ax.set_xticks(range(len(xt)), shown, fontsize=FONT - 2, rotation=90 if rotate else 0)
+    ax.set_xticks(range(len(xt)), xt, fontsize=FONT - 2, rotation=90 if rotate else 0)
     ax.set_yticks(range(len(yt)), yt, fontsize=FONT - 2)
     ax.grid(False)
     for s, t, sure in gold or []:
@@ -107,7 +105,10 @@ def example_heatmaps(
     if any("gold" in r for r in records):
         cols.append(("reference_attention", "attention on the reference\nwith gold links"))
     heights = [max(len(r["rows"]), len(r.get("reference_rows", []))) for r in records]
-    fig = Figure(figsize=(11, 1.0 + sum(0.28 * h + 0.9 for h in heights)), layout="constrained")
+    longest = max(len(r["source"]) for r in records)
+    # wide enough for every source token's label side by side (about 0.13 in each, vertical)
+    width = max(11.0, len(cols) * (0.13 * longest + 0.7))
+    fig = Figure(figsize=(width, 1.0 + sum(0.28 * h + 0.9 for h in heights)), layout="constrained")
     axes = fig.subplots(len(records), len(cols), squeeze=False, height_ratios=heights)
     last = None
     for i, rec in enumerate(records):
@@ -177,7 +178,8 @@ def example_heatmaps(
     handles.append(
         Patch(
             color="none",
-            label="␣ = space; ≠ : prediction differs from the reference (– : past its end)",
+            label="␣ = space; ⟨U+…⟩ = an invisible character; ≠ : prediction differs from the "
+            "reference (– : past its end)",
         )
     )
     handles.append(
