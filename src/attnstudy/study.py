@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -100,6 +99,27 @@ def study_key(cfg: ExperimentConfig, keys: list[str]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class StudyOptions:
+    """How a study runs: :func:`run_study`'s settings of the same names, passed on as one.
+
+    Attributes:
+        retrain: train every model, even one whose finished run could be reused.
+        resume: continue the newest interrupted study of the same configuration.
+        progress: show progress bars.
+        config_text: the experiment's TOML, logged to the study run (None: not logged).
+        report: build the report at the end.
+        executor: where the trainings and ablations run (None: in this process).
+    """
+
+    retrain: bool = False
+    resume: bool = False
+    progress: bool = True
+    config_text: str | None = None
+    report: bool = True
+    executor: Executor | None = None
+
+
 @dataclass
 class StudyContext:
     """What an executor needs to train and ablate a study's variants inside its open study run.
@@ -109,9 +129,9 @@ class StudyContext:
         tracker, experiment_id, study_id: the store, the experiment and the open study run.
         result: where the executor records what it did: ``models`` (in ``specs`` order),
             ``ablations`` (model run id → ablation run id) and ``failures``.
-        retrain, resume, progress: as :func:`run`'s.
+        options: as :func:`run_study`'s (``retrain``, ``resume`` and ``progress`` are also
+            attributes of the context).
         done: model run id → its FINISHED ablation run of a resumed study (reused, not run again).
-        record: writes ``result``'s run ids to the study run (call it as they come in).
     """
 
     cfg: ExperimentConfig
@@ -120,11 +140,30 @@ class StudyContext:
     experiment_id: str
     study_id: str
     result: StudyResult
-    retrain: bool
-    resume: bool
-    progress: bool
-    done: dict[str, str]
-    record: Callable[[], None]
+    options: StudyOptions = field(default_factory=StudyOptions)
+    done: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def retrain(self) -> bool:
+        return self.options.retrain
+
+    @property
+    def resume(self) -> bool:
+        return self.options.resume
+
+    @property
+    def progress(self) -> bool:
+        return self.options.progress
+
+    def record(self) -> None:
+        """Write ``result``'s run ids to the study run (call it as they come in)."""
+        store.record_study(
+            self.tracker,
+            self.study_id,
+            [m.run_id for m in self.result.models],
+            list(self.result.ablations.values()),
+            [f.run_id for f in self.result.failures if f.run_id],
+        )
 
 
 class Executor(Protocol):
@@ -190,24 +229,25 @@ def run_study(
     try:
         if executor is not None:
             executor.prepare(cfg, tracker, exp_id)
-        return _run(cfg, tracker, exp_id, retrain, progress, config_text, report, resume, executor)
+        options = StudyOptions(
+            retrain=retrain,
+            resume=resume,
+            progress=progress,
+            config_text=config_text,
+            report=report,
+            executor=executor,
+        )
+        return _run(cfg, tracker, exp_id, options)
     finally:
         if executor is not None:
             executor.close()
 
 
 def _run(
-    cfg: ExperimentConfig,
-    tracker: Tracker,
-    exp_id: str,
-    retrain: bool,
-    progress: bool,
-    config_text: str | None,
-    report: bool,
-    resume: bool,
-    executor: Executor | None,
+    cfg: ExperimentConfig, tracker: Tracker, exp_id: str, options: StudyOptions
 ) -> StudyResult:
-    """:func:`run` once the store is open and the executor ready."""
+    """:func:`run_study` once the store is open and the executor ready."""
+    resume = options.resume
     store.reconcile_orphans(tracker, exp_id)
     specs = cfg.runs()
     skey = study_key(cfg, [model_key(spec) for spec in specs])
@@ -231,24 +271,13 @@ def _run(
     else:
         study_id = store.start_study(tracker, exp_id, cfg.experiment.name, skey, git_commit())
     result = StudyResult(study_id, resumed=resumed)
+    ctx = StudyContext(cfg, specs, tracker, exp_id, study_id, result, options)
     try:
         with tracker.active(study_id):
-            _run_study(
-                cfg,
-                tracker,
-                exp_id,
-                study_id,
-                specs,
-                result,
-                retrain,
-                resume,
-                progress,
-                config_text,
-                executor,
-            )
+            _run_study(ctx)
     except StudyFailedError:
         pass  # the study run is FAILED with the list; the report is still built
-    if report:
+    if options.report:
         from attnstudy.report import build_report
 
         try:
@@ -262,26 +291,21 @@ def _run(
     return result
 
 
-def _run_study(
-    cfg: ExperimentConfig,
-    tracker: Tracker,
-    exp_id: str,
-    study_id: str,
-    specs: list[RunSpec],
-    result: StudyResult,
-    retrain: bool,
-    resume: bool,
-    progress: bool,
-    config_text: str | None,
-    executor: Executor | None = None,
-) -> None:
-    """Train, ablate and compare inside the open study run (see :func:`run`).
+def _run_study(ctx: StudyContext) -> None:
+    """Train, ablate and compare inside the open study run (see :func:`run_study`).
 
     Raises:
         StudyFailedError: some variants failed (after every other variant ran).
     """
-    if config_text:
-        tracker.log_text(study_id, config_text, Artifact.EXPERIMENT_TOML)
+    cfg, tracker, study_id, specs, result = (
+        ctx.cfg,
+        ctx.tracker,
+        ctx.study_id,
+        ctx.specs,
+        ctx.result,
+    )
+    if ctx.options.config_text:
+        tracker.log_text(study_id, ctx.options.config_text, Artifact.EXPERIMENT_TOML)
     tracker.log_text(study_id, cfg.model_dump_json(indent=2), Artifact.EXPERIMENT_JSON)
     if not result.resumed:
         tracker.log_params(
@@ -297,31 +321,19 @@ def _run_study(
         },
     )
     akey = ablation_key(cfg.ablation)
-
-    def record() -> None:
-        store.record_study(
-            tracker,
-            study_id,
-            [m.run_id for m in result.models],
-            list(result.ablations.values()),
-            [f.run_id for f in result.failures if f.run_id],
-        )
-
-    done = store.finished_ablations(tracker, study_id, akey) if result.resumed else {}
-    ctx = StudyContext(
-        cfg, specs, tracker, exp_id, study_id, result, retrain, resume, progress, done, record
-    )
-    if executor is None:
+    if result.resumed:
+        ctx.done = store.finished_ablations(tracker, study_id, akey)
+    if ctx.options.executor is None:
         _run_variants_here(ctx)
     else:
-        executor.run_variants(ctx)
+        ctx.options.executor.run_variants(ctx)
     try:
         _seed_variance(result.models, cfg.ablation, tracker, study_id)
     except Exception as err:
         result.failures.append(Failure("seed variance", "analysis", error_text(err)))
     if cfg.trained_adversary.enabled:
         try:
-            run_trained_adversaries(cfg, result.models, tracker, study_id, progress)
+            run_trained_adversaries(cfg, result.models, tracker, study_id, progress=ctx.progress)
         except Exception as err:
             result.failures.append(Failure("trained adversary", "analysis", error_text(err)))
     n_ok = len(specs) - len(
@@ -354,7 +366,15 @@ def _run_variants_here(ctx: StudyContext) -> None:
     for spec in ctx.specs:
         try:
             result.models.append(
-                train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress)
+                train_spec(
+                    spec,
+                    tracker,
+                    experiment_id=exp_id,
+                    study_id=study_id,
+                    retrain=retrain,
+                    resume=resume,
+                    progress=progress,
+                )
             )
         except Exception as err:  # isolated: the run is FAILED with the error; the others go on
             result.failures.append(
@@ -368,7 +388,13 @@ def _run_variants_here(ctx: StudyContext) -> None:
         try:
             _, loaded = load_model(f"runs:/{m.run_id}", tracker)
             result.ablations[m.run_id], _ = ablate_run(
-                m.run_id, loaded, cfg.ablation, tracker, study_id, progress, cfg.report.verdict
+                m.run_id,
+                loaded,
+                cfg.ablation,
+                tracker,
+                study_id=study_id,
+                progress=progress,
+                thresholds=cfg.report.verdict,
             )
         except Exception as err:
             result.failures.append(
