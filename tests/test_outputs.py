@@ -340,7 +340,7 @@ def test_server_on_a_folder_of_the_users_keeps_every_file(fresh_root, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = server.start(f"sqlite:///{tmp_path / 'srv.db'}", str(user), "127.0.0.1", port)
+    proc = server.start(f"sqlite:///{tmp_path / 'srv.db'}", str(user), host="127.0.0.1", port=port)
     try:
         ui.wait_healthy(f"http://127.0.0.1:{port}", 120, proc)
         import mlflow

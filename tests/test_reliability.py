@@ -381,8 +381,8 @@ def test_real_tracking_server_then_dead_server(tmp_path):
     proc = ui.start_server(
         f"sqlite:///{srv / 'mlflow.db'}",
         srv / "artifacts",
-        "127.0.0.1",
-        port,
+        host="127.0.0.1",
+        port=port,
         log_path=srv / "server.log",
     )
     try:

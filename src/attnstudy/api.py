@@ -60,12 +60,13 @@ def train(
     Raises:
         DataError, TrackingError: before anything is written.
     """
-    return train_experiment(cfg, tracker, None, retrain, resume, progress)
+    return train_experiment(cfg, tracker, retrain=retrain, resume=resume, progress=progress)
 
 
 def predict(
     uri: str,
     inputs: list[str],
+    *,
     beam_size: int = 1,
     with_attention: bool = False,
     tracker: Tracker | None = None,
@@ -79,6 +80,7 @@ def predict(
 def ablate(
     uri: str,
     cfg: AblationConfig | None = None,
+    *,
     tracker: Tracker | None = None,
     progress: bool = True,
     force: bool = False,
@@ -97,11 +99,12 @@ def ablate(
         store.reconcile_orphans(tracker, tracker.get_run(run_id).experiment_id)
     if not run_id:
         raise ValueError("ablate needs a model in the tracking store (runs:/… or models:/…)")
-    return ablate_run(run_id, loaded, cfg or AblationConfig(), tracker, None, progress)
+    return ablate_run(run_id, loaded, cfg or AblationConfig(), tracker, progress=progress)
 
 
 def run(
     cfg: ExperimentConfig,
+    *,
     retrain: bool = False,
     progress: bool = True,
     config_text: str | None = None,
@@ -133,6 +136,7 @@ def run(
 
 def report(
     study_id: str | None = None,
+    *,
     experiment: str | None = None,
     out_dir: str | None = None,
     tracker: Tracker | None = None,

@@ -502,7 +502,11 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
         from . import server
 
         return server.serve(
-            args.backend_store_uri, args.artifacts, args.host, args.port, args.app_name
+            args.backend_store_uri,
+            args.artifacts,
+            host=args.host,
+            port=args.port,
+            app_name=args.app_name,
         )
     threads = _threads(cfg)
     import torch
@@ -552,13 +556,15 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
         return EXIT_OK
     if args.command == "predict":
         if Path(args.model_uri).is_dir():
-            results = api.predict(args.model_uri, args.inputs, args.beam, args.attention)
+            results = api.predict(
+                args.model_uri, args.inputs, beam_size=args.beam, with_attention=args.attention
+            )
         else:
             results = api.predict(
                 args.model_uri,
                 args.inputs,
-                args.beam,
-                args.attention,
+                beam_size=args.beam,
+                with_attention=args.attention,
                 tracker=_store(args),
                 force=args.force,
             )
@@ -710,7 +716,7 @@ def _ui(args) -> int:
         if not uri.startswith("sqlite:"):
             raise UsageError(f"the UI serves a local SQLite store; the tracking URI is {uri}")
         Tracker(uri, create=False)  # an existing store, checked before the server touches it
-        proc = ui.start_server(uri, artifact_root(), args.host, args.port)
+        proc = ui.start_server(uri, artifact_root(), host=args.host, port=args.port)
         base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
         ui.wait_healthy(base, 90, proc)
         print(

@@ -116,6 +116,7 @@ def check_args(uri: str | None, artifacts: str, host: str, port: int) -> None:
 def start(
     uri: str,
     artifacts: str,
+    *,
     host: str = "127.0.0.1",
     port: int = 5000,
     app_name: str | None = None,
@@ -168,7 +169,7 @@ def start(
 
 
 def serve(
-    uri: str | None, artifacts: str, host: str, port: int, app_name: str | None = None
+    uri: str | None, artifacts: str, *, host: str, port: int, app_name: str | None = None
 ) -> int:
     """``attnstudy server``: run the server in the foreground until Ctrl-C (or SIGTERM).
 
@@ -193,7 +194,7 @@ def serve(
     proc = None
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     try:
-        proc = start(uri, artifacts, host, port, app_name)
+        proc = start(uri, artifacts, host=host, port=port, app_name=app_name)
         try:
             ui.wait_healthy(base, 180, proc)
         except RuntimeError as err:

@@ -59,6 +59,7 @@ def port_in_use(host: str, port: int) -> bool:
 def start_server(
     backend_uri: str,
     artifacts_dir: Path,
+    *,
     host: str = "127.0.0.1",
     port: int = 5000,
     log_path: Path | None = None,
