@@ -72,7 +72,7 @@ class _Trainer(threading.Thread):
         try:
             tracker = Tracker()
             exp_id = tracker.experiment_id(self.spec.experiment)
-            self.result = api.train_spec(self.spec, tracker, exp_id, progress=False)
+            self.result = api.train_spec(self.spec, tracker, experiment_id=exp_id, progress=False)
         except BaseException as err:  # noqa: BLE001 - reported by the test
             self.error = err
 
@@ -97,7 +97,9 @@ def _train_here(spec):
     from attnstudy.tracking import Tracker
 
     tracker = Tracker()
-    return api.train_spec(spec, tracker, tracker.experiment_id(spec.experiment), progress=False)
+    return api.train_spec(
+        spec, tracker, experiment_id=tracker.experiment_id(spec.experiment), progress=False
+    )
 
 
 def _store() -> None:

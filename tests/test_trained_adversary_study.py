@@ -125,7 +125,9 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
     three = load_experiment(
         TINY, ["trained_adversary.lambdas=[0.25, 0.5, 0.75]", "trained_adversary.epochs=2"]
     )
-    ids = api.run_trained_adversaries(three, result.models, tracker, result.study_run_id, False)
+    ids = api.run_trained_adversaries(
+        three, result.models, tracker, result.study_run_id, progress=False
+    )
     assert loads == [f"runs:/{base.run_id}"]
     assert len(set(ids)) == 3 and ids[1] in {r.run_id for r in runs}
     assert len(tracker.search_runs([exp_id], "tags.kind = 'adversary'")) == 5

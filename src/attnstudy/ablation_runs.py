@@ -33,6 +33,7 @@ def ablate_run(
     loaded: LoadedModel,
     cfg: AblationConfig,
     tracker: Tracker,
+    *,
     study_id: str | None = None,
     progress: bool = True,
     thresholds=None,
@@ -60,7 +61,8 @@ def ablate_run(
     exp_id = model_run.experiment_id
     key = model_run.tags.get(Tag.MODEL_KEY) or spec.model_key(data.digest, folder_digests_of(spec))
     device = resolve_device(cfg.device, "ablation.device")
-    tags = run_tags(spec, study_id, Kind.ABLATION, key, data.digest) | {
+    tags = run_tags(spec, study_id=study_id, kind=Kind.ABLATION, key=key, digest=data.digest)
+    tags |= {
         Tag.SOURCE_RUN_ID: model_run_id,
         Tag.ABLATION_KEY: ablation_key(cfg),
         Tag.DEVICE: str(device),
@@ -99,15 +101,15 @@ def ablate_run(
                 tracker,
                 run_id,
                 model_run_id,
-                run_pages.variant_name(model_run.tags),
-                spec.model.attention,
-                examples,
-                cfg.flat(),
-                summary,
-                steps_path,
-                result.examples,
-                recorder.result(),
-                thresholds,
+                name=run_pages.variant_name(model_run.tags),
+                attention=spec.model.attention,
+                examples=examples,
+                params=cfg.flat(),
+                summary=summary,
+                steps_path=steps_path,
+                per_example=result.examples,
+                records=recorder.result(),
+                thresholds=thresholds,
             )
         if result.skipped:
             tracker.log_text(run_id, json.dumps(result.skipped, indent=2), Artifact.SKIPPED)
@@ -163,9 +165,15 @@ def ablate_pretrained_on_experiment(
     check_server(tracking_uri, timeout)
     tracker = Tracker(tracking_uri, timeout)
     exp_id = tracker.experiment_id(cfg.experiment.name)
-    model_run = train_spec(spec, tracker, exp_id, progress=progress)
+    model_run = train_spec(spec, tracker, experiment_id=exp_id, progress=progress)
     loaded = load_model_run(tracker, model_run.run_id)
     run_id, result = ablate_run(
-        model_run.run_id, loaded, abl, tracker, None, progress, cfg.report.verdict
+        model_run.run_id,
+        loaded,
+        abl,
+        tracker,
+        study_id=None,
+        progress=progress,
+        thresholds=cfg.report.verdict,
     )
     return model_run.run_id, run_id, result

@@ -145,6 +145,7 @@ def run_trained_adversaries(
     models: list,
     tracker: Tracker,
     study_id: str,
+    *,
     progress: bool = True,
 ) -> list[str]:
     """Train (or reuse) every adversary ``[trained_adversary]`` asks for and record them on the
@@ -177,10 +178,21 @@ def run_trained_adversaries(
                         loaded, base_run.tags.get(Tag.DATA_DIGEST), f"runs:/{m.run_id}"
                     )
                     base = loaded, data
+                loaded, data = base
                 run_id = _train_adversary(
-                    base_run, m.spec, lam, settings, key, name, *base, cfg, tracker, study_id,
-                    progress,
-                )  # fmt: skip
+                    base_run,
+                    m.spec,
+                    lam,
+                    settings=settings,
+                    key=key,
+                    name=name,
+                    loaded=loaded,
+                    data=data,
+                    cfg=cfg,
+                    tracker=tracker,
+                    study_id=study_id,
+                    progress=progress,
+                )
             run_ids.append(run_id)
             tracker.set_tags(study_id, {Tag.ADVERSARY_RUN_IDS: ",".join(run_ids)})
     return run_ids
@@ -220,6 +232,7 @@ def _train_adversary(
     base_run,
     spec: RunSpec,
     lam: float,
+    *,
     settings: dict,
     key: str,
     name: str,
@@ -252,7 +265,11 @@ def _train_adversary(
         adversary = build_model(spec.model, len(loaded.src_vocab), len(loaded.tgt_vocab))
     adversary.to(device)
     tags = run_tags(
-        spec, study_id, Kind.ADVERSARY, base_run.tags.get(Tag.MODEL_KEY, ""), data.digest
+        spec,
+        study_id=study_id,
+        kind=Kind.ADVERSARY,
+        key=base_run.tags.get(Tag.MODEL_KEY, ""),
+        digest=data.digest,
     )
     tags |= {
         Tag.SOURCE_RUN_ID: base_run_id,

@@ -509,10 +509,10 @@ def train_task(job: dict) -> dict:
             m = api.train_spec(
                 spec,
                 tracker,
-                job["experiment_id"],
-                job["study_id"],
-                job["retrain"],
-                job["resume"],
+                experiment_id=job["experiment_id"],
+                study_id=job["study_id"],
+                retrain=job["retrain"],
+                resume=job["resume"],
                 progress=False,
             )
         except Exception as err:
@@ -552,7 +552,7 @@ def ablate_task(trained: dict, job: dict) -> dict:
             cfg = AblationConfig.model_validate(job["ablation"])
             _, loaded = api.load_model(f"runs:/{model_run_id}", tracker)
             run_id, _ = api.ablate_run(
-                model_run_id, loaded, cfg, tracker, job["study_id"], progress=False
+                model_run_id, loaded, cfg, tracker, study_id=job["study_id"], progress=False
             )
         except Exception as err:
             return {

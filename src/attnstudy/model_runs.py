@@ -75,8 +75,10 @@ def variant_slug(spec: RunSpec) -> str:
 
 
 def run_tags(
-    spec: RunSpec, study_id: str | None, kind: str, key: str, digest: str
+    spec: RunSpec, *, study_id: str | None, kind: str, key: str, digest: str
 ) -> dict[str, str]:
+    """The tags of a run of ``spec``: its ``kind`` (model, ablation, adversary), the variant, the
+    model ``key``, the data ``digest`` and, with a ``study_id``, the study."""
     tags = {
         Tag.KIND: kind,
         Tag.TASK: spec.data.task,
@@ -117,6 +119,7 @@ def model_key(spec: RunSpec) -> str:
 def train_spec(
     spec: RunSpec,
     tracker: Tracker,
+    *,
     experiment_id: str,
     study_id: str | None = None,
     retrain: bool = False,
@@ -160,9 +163,15 @@ def train_spec(
     if digests is not None:
         from .pretrained import evaluate_pretrained
 
-        tags = run_tags(spec, study_id, Kind.MODEL, key, data.digest)
         run_id, final = evaluate_pretrained(
-            spec, data.splits, data.digest, digests, tracker, experiment_id, study_id, tags
+            spec,
+            data.splits,
+            data_digest=data.digest,
+            digests=digests,
+            tracker=tracker,
+            experiment_id=experiment_id,
+            study_id=study_id,
+            tags=run_tags(spec, study_id=study_id, kind=Kind.MODEL, key=key, digest=data.digest),
         )
         return ModelRun(run_id, spec, False, final, key, "")
     ckpt_dir = checkpoint_dir(key)
@@ -190,13 +199,13 @@ def train_spec(
                 run_id, model_id, final = _train_run(
                     spec,
                     tracker,
-                    experiment_id,
-                    study_id,
-                    data,
-                    key,
-                    ckpt_dir,
-                    resume,
-                    progress,
+                    experiment_id=experiment_id,
+                    study_id=study_id,
+                    data=data,
+                    key=key,
+                    ckpt_dir=ckpt_dir,
+                    resume=resume,
+                    progress=progress,
                     hold=hold,
                 )
                 # registered only once the run is FINISHED: a version never points at an
@@ -205,11 +214,13 @@ def train_spec(
                     tracker,
                     run_id,
                     model_id,
-                    registered_name(spec),
-                    spec,
-                    run_tags(spec, None, Kind.MODEL, key, data.digest),
-                    final,
-                    early_stopping_metric(spec),
+                    name=registered_name(spec),
+                    spec=spec,
+                    tags=run_tags(
+                        spec, study_id=None, kind=Kind.MODEL, key=key, digest=data.digest
+                    ),
+                    metrics=final,
+                    early_stopping=early_stopping_metric(spec),
                 )
         except KeyboardInterrupt:
             if not run_id:
@@ -242,7 +253,7 @@ def _reuse(
             existing,
             name=registered_name(spec),
             spec=spec,
-            tags=run_tags(spec, None, Kind.MODEL, key, data.digest),
+            tags=run_tags(spec, study_id=None, kind=Kind.MODEL, key=key, digest=data.digest),
             early_stopping=early_stopping_metric(spec),
         )
     same = "same folder files" if digests is not None else "same used config fields and seed"
@@ -275,6 +286,7 @@ def _finished_note(spec: RunSpec, run_id: str, version: str, study_id: str | Non
 def _train_run(
     spec: RunSpec,
     tracker: Tracker,
+    *,
     experiment_id: str,
     study_id: str | None,
     data: TaskData,
@@ -282,7 +294,6 @@ def _train_run(
     ckpt_dir: Path,
     resume: bool,
     progress: bool,
-    *,
     hold: ExitStack | None = None,
 ) -> tuple[str, str, dict[str, float]]:
     """Train one model inside its own run (see :func:`train_spec`). Returns (run id, logged model id, metrics).
@@ -292,7 +303,8 @@ def _train_run(
     """
     splits, src_vocab, tgt_vocab = data.splits, data.src_vocab, data.tgt_vocab
     device = resolve_device(spec.training.device)  # where this process trains, before any run
-    tags = run_tags(spec, study_id, Kind.MODEL, key, data.digest) | {Tag.DEVICE: str(device)}
+    tags = run_tags(spec, study_id=study_id, kind=Kind.MODEL, key=key, digest=data.digest)
+    tags |= {Tag.DEVICE: str(device)}
     run_id = tracker.start_run(experiment_id, spec.name, tags, study_id)
     with tracker.active(run_id):
         datasets = run_pages.log_model_datasets(tracker, run_id, spec, splits)
@@ -383,12 +395,14 @@ def _train_run(
             tracker,
             run_id,
             spec,
-            result.history,
-            result.best_epoch,
-            early_stopping_metric(spec),
-            preds,
+            history=result.history,
+            best_epoch=result.best_epoch,
+            metric=early_stopping_metric(spec),
+            predictions=preds,
         )
-        run_pages.log_alignments(tracker, run_id, result.model, splits.test, src_vocab, tgt_vocab)
+        run_pages.log_alignments(
+            tracker, run_id, result.model, splits.test, src_vocab=src_vocab, tgt_vocab=tgt_vocab
+        )
         tracker.set_tags(
             run_id,
             {
@@ -427,6 +441,7 @@ def open_tracker(cfg: ExperimentConfig, devices_here: bool = True) -> Tracker:
 def train_experiment(
     cfg: ExperimentConfig,
     tracker: Tracker | None = None,
+    *,
     study_id: str | None = None,
     retrain: bool = False,
     resume: bool = False,
@@ -445,7 +460,15 @@ def train_experiment(
     exp_id = tracker.experiment_id(cfg.experiment.name)
     store.reconcile_orphans(tracker, exp_id)
     return [
-        train_spec(spec, tracker, exp_id, study_id, retrain, resume, progress)
+        train_spec(
+            spec,
+            tracker,
+            experiment_id=exp_id,
+            study_id=study_id,
+            retrain=retrain,
+            resume=resume,
+            progress=progress,
+        )
         for spec in cfg.runs()
     ]
 

@@ -91,7 +91,7 @@ def _examples(model, rows, path: Path) -> list[Example]:
     return subword_examples(model, words, " ", " ")
 
 
-def _model_run(tracker: Tracker, exp_id: str, folder: Path, model, digests: dict) -> str:
+def _model_run(tracker: Tracker, exp_id: str, folder: Path, *, model, digests: dict) -> str:
     import transformers
 
     digest = json.dumps(digests, sort_keys=True)
@@ -166,6 +166,7 @@ def ablate_pretrained(
     tsv: str | Path,
     cfg: AblationConfig,
     tracker: Tracker,
+    *,
     experiment: str = "pretrained",
     progress: bool = True,
 ) -> tuple[str, str, object]:
@@ -194,7 +195,7 @@ def ablate_pretrained(
         digests = folder_digests(folder)
         model = load_pretrained(folder)
         exp_id = tracker.experiment_id(experiment)
-        model_run_id = _model_run(tracker, exp_id, folder, model, digests)
+        model_run_id = _model_run(tracker, exp_id, folder, model=model, digests=digests)
     tsv = Path(tsv)
     examples = _examples(model, read_tsv(tsv), tsv)[: cfg.n_examples]
     model_run = tracker.get_run(model_run_id)
@@ -299,6 +300,7 @@ def decode_words(model, spec, examples: list[Example], batch_size: int = 64) -> 
 def evaluate_pretrained(
     spec,
     splits,
+    *,
     data_digest: str,
     digests: dict[str, str],
     tracker: Tracker,

@@ -88,6 +88,7 @@ def log_training_pages(
     tracker: Tracker,
     run_id: str,
     spec: RunSpec,
+    *,
     history: list[dict],
     best_epoch: int,
     metric: str,
@@ -116,7 +117,7 @@ Score with your own tools, e.g. AER = 1 − (|A∩S| + |A∩P|) / (|A| + |S|) (O
 
 
 def alignment_files(
-    model, examples: list[Example], src_vocab, tgt_vocab, batch_size: int = 64
+    model, examples: list[Example], src_vocab, tgt_vocab, *, batch_size: int = 64
 ) -> dict[str, str] | None:
     """The Pharaoh export of a model's hard alignments on ``examples`` (None without attention).
 
@@ -167,7 +168,7 @@ def alignment_files(
     return files
 
 
-def log_alignments(tracker: Tracker, run_id: str, model, test, src_vocab, tgt_vocab) -> bool:
+def log_alignments(tracker: Tracker, run_id: str, model, test, *, src_vocab, tgt_vocab) -> bool:
     """Log :func:`alignment_files` under ``alignments/``; False for a model without attention."""
     files = alignment_files(model, list(test), src_vocab, tgt_vocab)
     if files is None:
@@ -208,6 +209,7 @@ def register_version(
     tracker: Tracker,
     run_id: str,
     model_id: str,
+    *,
     name: str,
     spec: RunSpec,
     tags: dict[str, str],
@@ -324,7 +326,14 @@ def complete_registration(
             return None
         metrics = {k: v for k, v in run.metrics.items() if k.startswith(("test/", "test_"))}
         return register_version(
-            tracker, run.run_id, model_ids[0], name, spec, tags, metrics, early_stopping
+            tracker,
+            run.run_id,
+            model_ids[0],
+            name=name,
+            spec=spec,
+            tags=tags,
+            metrics=metrics,
+            early_stopping=early_stopping,
         )
 
 
@@ -421,6 +430,7 @@ def log_ablation_pages(
     tracker: Tracker,
     run_id: str,
     model_run_id: str,
+    *,
     name: str,
     attention: str,
     examples: list[Example],
@@ -468,7 +478,9 @@ def log_ablation_pages(
         "n_permutations": facts.n_permutations,
         "n_examples": len(examples),
     }
-    page = browser_html(browser_data(records, steps, per_example, predictions, meta))
+    page = browser_html(
+        browser_data(records, steps, examples=per_example, predictions=predictions, meta=meta)
+    )
     tracker.log_text(run_id, page, Artifact.BROWSER)
     est = estimates_table([facts])
     if len(est):
