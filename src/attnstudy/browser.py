@@ -75,6 +75,7 @@ def _unit_rows(rows: pd.DataFrame, rec: dict) -> pd.DataFrame:
 def browser_data(
     records: list[dict],
     steps: pd.DataFrame | None,
+    *,
     examples: pd.DataFrame | None = None,
     predictions: pd.DataFrame | None = None,
     meta: dict | None = None,

@@ -41,7 +41,7 @@ def test_records_and_step_numbers_come_from_one_unit(layers, heads, unit):
     examples = make_examples(6)
     res, records = _run(model, examples, layers=layers, heads=heads)
     assert {(r["layer"], r["head"]) for r in records} == {unit}
-    data = browser_data(records, res.table, res.examples, None, {"title": "t"})
+    data = browser_data(records, res.table, examples=res.examples, meta={"title": "t"})
     units = {(row["layer"], row["head"]) for row in data["examples"]}
     assert unit in units and len(data["examples"]) == len(examples) * len(units)
     table = res.table
@@ -73,7 +73,7 @@ def test_page_is_self_contained_and_small_for_200_examples():
     examples = make_examples(200, seed=4)
     res, records = _run(model, examples)
     data = browser_data(
-        records, res.table, res.examples, None, {"title": "copy additive", "eps": 0.05}
+        records, res.table, examples=res.examples, meta={"title": "copy additive", "eps": 0.05}
     )
     page = browser_html(data)
     assert _embedded(page) == json.loads(json.dumps(data))  # the JSON round-trips whole

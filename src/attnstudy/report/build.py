@@ -60,6 +60,7 @@ def build_report(
     tracker,
     study_id: str,
     out_dir: str | Path | None = None,
+    *,
     ui_url: str | None = None,
     verdict_overrides: dict | None = None,
     results_dir: str | Path | None = None,
@@ -110,7 +111,13 @@ def build_report(
                     "n_examples": f.n_examples,
                 }
                 page = browser_html(
-                    browser_data(e.records, e.steps, e.examples, e.predictions, meta)
+                    browser_data(
+                        e.records,
+                        e.steps,
+                        examples=e.examples,
+                        predictions=e.predictions,
+                        meta=meta,
+                    )
                 )
                 (tmp / run["browser_file"]).write_text(page, encoding="utf-8")
         (tmp / "summary.csv").write_text(table.to_csv(index=False), encoding="utf-8")

@@ -67,7 +67,7 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text)[:60].strip("_")
 
 
-def _figures(data: StudyData, facts, layers, palette, eps) -> list[dict]:
+def _figures(data: StudyData, facts, *, layers, palette, eps) -> list[dict]:
     steps = data.steps
     analysis = (
         steps[steps["prefix"] == steps["analysis_prefix"]]
@@ -249,7 +249,7 @@ def report_context(
     for e in data.entries:
         by_config.setdefault(e.config, set()).add(e.seed)
     one_seed = all(len(s) == 1 for s in by_config.values())
-    figs = _figures(data, facts, layers, palette, eps)
+    figs = _figures(data, facts, layers=layers, palette=palette, eps=eps)
     runs = []
     for e in data.entries:
         f = facts[e.model_run_id]

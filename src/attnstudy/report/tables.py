@@ -62,14 +62,19 @@ def model_rows(data: StudyData) -> list[dict[str, str]]:
     :func:`training_row`."""
     return [
         training_row(
-            e.variant, e.seed, e.model_status, e.model_metrics, e.model_params, e.model_run_id
+            e.variant,
+            e.seed,
+            e.model_status,
+            metrics=e.model_metrics,
+            params=e.model_params,
+            run_id=e.model_run_id,
         )
         for e in data.entries
     ]
 
 
 def training_row(
-    variant: str, seed: str, status: str, metrics: dict, params: dict, run_id: str
+    variant: str, seed: str, status: str, *, metrics: dict, params: dict, run_id: str
 ) -> dict[str, str]:
     """One training as a row: ``model``, ``seed``, ``status``, ``epochs`` trained, ``best
     epoch``, training ``minutes``, best dev and test WER and PER in % (test with ``beam``), the
@@ -123,9 +128,9 @@ def experiment_training_rows(tracker: Tracker, experiment: str) -> list[dict[str
                 variant_name(r.tags),
                 r.tags.get(Tag.SEED, ""),
                 r.status,
-                metrics,
-                r.params,
-                r.run_id,
+                metrics=metrics,
+                params=r.params,
+                run_id=r.run_id,
             )
         )
     return rows
