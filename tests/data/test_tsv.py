@@ -289,3 +289,46 @@ def test_a_prefix_longer_than_the_file_is_noted(tmp_path, caplog):
         "data.n_train unset for the whole file)"
     ) in caplog.text
     assert "data.n_dev" not in caplog.text and "data.n_test" not in caplog.text
+
+
+def test_links_written_target_first_are_refused_or_read_with_the_setting(tmp_path):
+    """``a b<TAB>x y z<TAB>2-0 0-1`` said only "source index 2 is past the source"; links that fit
+    only target-first name the setting, and with it they are read right."""
+    p = tmp_path / "rev.tsv"
+    p.write_text("a b\tx y z\t2-0 0-1\nc d\tu v w\t1-1 2-0\n", encoding="utf-8")
+    with pytest.raises(
+        DataError,
+        match=r"rev.tsv:1: alignment link 2-0 \(read source-target\) "
+        r"is past the source, .* set data.alignment_order = 'target-source'",
+    ):
+        read_tsv(p, alignment_base=0)
+    first, second = read_tsv(p, alignment_base=0, alignment_order="target-source")
+    assert first.alignment.sure == {(0, 2), (1, 0)}
+    assert second.alignment.sure == {(1, 1), (0, 2)}
+    # source-first links read target-first: refused the other way round
+    q = tmp_path / "fwd.tsv"
+    q.write_text("a b c\tx y\t2-0 0-1\n", encoding="utf-8")
+    with pytest.raises(DataError, match="set data.alignment_order = 'source-target'"):
+        read_tsv(q, alignment_base=0, alignment_order="target-source")
+
+
+def test_alignment_order_is_a_tsv_setting_that_keeps_every_key():
+    from attnstudy.config import RunSpec
+
+    paths = {"train_path": "a", "dev_path": "b", "test_path": "c"}
+    plain = RunSpec(experiment="e", seed=1, data={"task": "tsv", **paths}, model={}, training={})
+    same = RunSpec(
+        experiment="e",
+        seed=1,
+        data={"task": "tsv", "alignment_order": "source-target", **paths},
+        model={},
+        training={},
+    )
+    other = RunSpec(
+        experiment="e",
+        seed=1,
+        data={"task": "tsv", "alignment_order": "target-source", **paths},
+        model={},
+        training={},
+    )
+    assert plain.model_key("d") == same.model_key("d") != other.model_key("d")

@@ -89,6 +89,11 @@ class TSVData(_TaskData):
     source_tokenization: Literal["chars", "spaces"] = "spaces"
     target_tokenization: Literal["chars", "spaces"] = "spaces"
     alignment_base: Literal[0, 1] = Field(0, json_schema_extra={"key_neutral": 0})
+    # which index of a link comes first: Pharaoh's "i-j" is source-target (fast_align,
+    # awesome-align); some corpora write target-source
+    alignment_order: Literal["source-target", "target-source"] = Field(
+        "source-target", json_schema_extra={"key_neutral": "source-target"}
+    )
     max_source_len: int = Field(MAX_LEN_DEFAULT, ge=1, le=MAX_LEN_BOUND)
     max_target_len: int = Field(MAX_LEN_DEFAULT, ge=1, le=MAX_LEN_BOUND)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from attnstudy.config import DataConfig
@@ -109,6 +109,34 @@ def _looks_one_based(linked: list[tuple[_Line, int, int]]) -> bool:
     )
 
 
+def _check_order(
+    linked: list[tuple[_Line, int, int]], p: Path, order: str, base: int | None
+) -> None:
+    """Refuse links that fit the file only when read in the other order (target index first): a
+    link past its source or target under every possible index base while every link of the file
+    fits swapped.
+
+    Raises:
+        DataError: naming the first such link and the setting.
+    """
+    bases = (0, 1) if base is None else (base,)
+
+    def fits(ln: _Line, i: int, j: int) -> bool:
+        return any(b <= i < len(ln.src) + b and b <= j < len(ln.tgt) + b for b in bases)
+
+    bad = next(((ln, i, j) for ln, i, j in linked if not fits(ln, i, j)), None)
+    if bad is None or not all(fits(ln, j, i) for ln, i, j in linked):
+        return
+    ln, i, j = bad
+    other = "target-source" if order == "source-target" else "source-target"
+    side = "source" if not any(b <= i < len(ln.src) + b for b in bases) else "target"
+    written = f"{i}-{j}" if order == "source-target" else f"{j}-{i}"
+    raise DataError(
+        f"{p}:{ln.number}: alignment link {written} (read {order}) is past the {side}, but every "
+        f"link of the file fits when read {other}: set data.alignment_order = '{other}'"
+    )
+
+
 def _alignment(
     line: _Line, p: Path, base: int, one_based: bool, src_tok: str, tgt_tok: str
 ) -> Alignment:
@@ -185,6 +213,8 @@ def read_tsv(
     alignment_base: int | None = None,
     max_source_len: int | None = None,
     max_target_len: int | None = None,
+    *,
+    alignment_order: str = "source-target",
 ) -> list[Example]:
     """Read ``source<TAB>target[<TAB>pharaoh alignment]`` lines.
 
@@ -202,6 +232,9 @@ def read_tsv(
             0-based links is all but impossible and under 1-based ones certain: then refused,
             asking for the setting (an explicit 0 accepts such a file).
         max_source_len, max_target_len: longer examples are left out, with a notice counting them.
+        alignment_order: ``"source-target"`` (Pharaoh's ``i-j``) or ``"target-source"`` (each link
+            written target index first); links that fit the file only in the other order are
+            refused, naming the setting.
 
     Raises:
         DataError: ``file:line: problem; what to do`` for a missing file, non-UTF-8 text, a blank
@@ -237,7 +270,13 @@ def read_tsv(
         notice(
             f"{p}: {len(empty)} example(s) have an empty alignment field, read as 'no gold links'"
         )
+    if alignment_order == "target-source":  # read every link as (source, target)
+        lines = [
+            replace(ln, links=[(t, j, k, i) for t, i, k, j in ln.links]) if ln.links else ln
+            for ln in lines
+        ]
     linked = _linked(lines)
+    _check_order(linked, p, alignment_order, alignment_base)
     one_based = _looks_one_based(linked)  # then some link is past the end: the error names it
     if alignment_base is None:
         if linked and not one_based and all(i >= 1 and j >= 1 for _, i, j in linked):
@@ -299,6 +338,7 @@ def load_tsv(cfg: DataConfig) -> Splits:
             cfg.alignment_base if "alignment_base" in cfg.model_fields_set else None,
             cfg.max_source_len,
             cfg.max_target_len,
+            alignment_order=cfg.alignment_order,
         )
         n = getattr(cfg, f"n_{split}")
         if n is not None and n > len(examples):
