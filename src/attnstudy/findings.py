@@ -166,7 +166,10 @@ class ModelFacts:
         name: the model (``g2p additive-bahdanau``, ``… · layer 2``, ``… · layer mean``).
         attention: the attention score (``none`` and ``uniform`` are baselines).
         stats: ``ablation/<name>/<stat>`` → :class:`Estimate` (the keys present were measured).
-        n_examples, n_steps: the analysed sample.
+        n_examples, n_steps: the analysed sample (n_steps: the first ablation's count).
+        steps_of: each ablation's analysed decoder steps (``ablation/<name>/n_steps``): the
+            alignment counts the reference prefix's steps, the interventions the analysis
+            prefix's.
         eps: ε_eval of the adversarial search (TVD); n_permutations: P.
         shift: (offset, gold mass at the offset, gold mass in place) when attention sits off the
             gold links (see :func:`attnstudy.report.shifted_alignment`), else None.
@@ -182,6 +185,7 @@ class ModelFacts:
     n_permutations: int | None = None
     shift: tuple[int, Estimate, Estimate] | None = None
     task_metrics: dict[str, Estimate] = field(default_factory=dict)
+    steps_of: dict[str, int] = field(default_factory=dict)
 
     def get(self, name: str, stat: str) -> Estimate | None:
         return self.stats.get(f"ablation/{name}/{stat}")
@@ -629,6 +633,11 @@ def facts_from_metrics(
         stats=stats,
         n_examples=int(n_examples) if n_examples else num("ablation.n_examples", int),
         n_steps=n_steps,
+        steps_of={
+            k.split("/")[1]: int(v)
+            for k, v in metrics.items()
+            if k.startswith("ablation/") and k.count("/") == 2 and k.endswith("/n_steps") and v
+        },
         eps=num("ablation.adversarial.eps_eval", float),
         n_permutations=num("ablation.permutation.n", int),
         task_metrics={

@@ -69,3 +69,30 @@ def test_every_published_summary_column_is_a_label_of_the_catalogue_or_the_tasks
         with open(path, encoding="utf-8", newline="") as f:
             header = next(csv.reader(f))
         assert set(header) - fixed <= labels, (path.name, set(header) - fixed - labels)
+
+
+def test_each_tables_steps_are_those_its_statistics_were_computed_on(golden_report):
+    """The alignment table counted the greedy steps (110 for a model whose AER used 55 reference
+    steps): each question's steps column is its own ablations' count."""
+    import re
+
+    from attnstudy.report import load_study
+    from attnstudy.tracking import Tracker
+
+    md = (golden_report / "report.md").read_text(encoding="utf-8")
+    aligns = md.split("### Does it align with gold links?")[1].split("\n### ")[0]
+    used = md.split("### Is attention used? Intervening on it")[1].split("\n### ")[0]
+    store = golden_report.parent / "mlruns" / "mlflow.db"
+    data = load_study(Tracker(f"sqlite:///{store}", create=False), _study_id())
+    for e in data.entries:
+        if e.attention == "none":
+            continue
+        m = e.ablation_metrics
+        for table, name in ((aligns, "alignment"), (used, "permutation")):
+            row = re.search(rf"^\| {re.escape(e.variant)} \| (\d+) \| (\d+) \|", table, re.M)
+            assert int(row.group(2)) == int(m[f"ablation/{name}/n_steps"]), (e.variant, name)
+    assert "| copy additive-bahdanau | 8 | 55 |" in aligns  # 110 greedy steps before
+
+
+def _study_id() -> str:
+    return (GOLDEN / "store" / "STUDY").read_text(encoding="utf-8").strip()

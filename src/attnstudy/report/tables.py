@@ -323,9 +323,10 @@ def summary_tables(
                     # a failed ablation analysed no examples, whatever it was asked for
                     measured = e.ablation_status == "FINISHED"
                     why = reason(e, stats[0][0])
+                    steps = _steps(ff, [key for key, _ in stats]) if ff else None
                     row += [
                         str(ff.n_examples) if ff and ff.n_examples and measured else why,
-                        str(ff.n_steps) if ff and ff.n_steps and measured else why,
+                        str(steps) if steps and measured else why,
                     ]
                     mean_row = ff is not None and ff is not f and ff.name.endswith("layer mean")
                     row += [
@@ -338,6 +339,16 @@ def summary_tables(
                 rows.append(row)
         tables.append(_table(question.title, question.intro, header, rows) | {"key": q})
     return tables
+
+
+def _steps(f: ModelFacts, keys: list[str]) -> int | None:
+    """The decoder steps a question's statistics were computed on: those of the first of its
+    ablations that counted them (the alignment's reference-prefix steps for "aligns", not the
+    analysis prefix's), else the model's."""
+    for name in dict.fromkeys(k.split("/")[1] for k in keys):
+        if name in f.steps_of:
+            return f.steps_of[name]
+    return f.n_steps
 
 
 def status_lines(data: StudyData) -> list[dict]:
