@@ -279,3 +279,35 @@ def test_a_private_head_does_not_outlive_its_driver_killed_with_sigkill():
     while session_members(sid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not session_members(sid), f"the head outlived its driver: {session_members(sid)}"
+
+
+def test_a_ray_ablation_task_uses_the_experiments_verdict_thresholds(monkeypatch):
+    """Ray studies tagged their ablation runs' verdicts with the default thresholds, the local
+    executor with the experiment's [report.verdict]."""
+    import contextlib
+
+    from attnstudy import api, distributed
+    from attnstudy.findings import VerdictThresholds
+
+    seen = {}
+
+    @contextlib.contextmanager
+    def worker(job):
+        yield None, "tracker"
+
+    def ablate_run(model_run_id, loaded, cfg, tracker, **kw):
+        seen.update(kw)
+        return "ablation-run", None
+
+    monkeypatch.setattr(distributed, "_worker", worker)
+    monkeypatch.setattr(api, "load_model", lambda uri, tracker: ("m", "loaded"))
+    monkeypatch.setattr(api, "ablate_run", ablate_run)
+    job = {
+        "ablation": {"ablations": ["uniform"]},
+        "verdict": {"used_flip": 0.3},
+        "done": {},
+        "study_id": "s",
+    }
+    out = distributed.ablate_task({"ok": True, "run_id": "m"}, job)
+    assert out == {"ok": True, "run_id": "ablation-run"}
+    assert seen["thresholds"] == VerdictThresholds(used_flip=0.3)

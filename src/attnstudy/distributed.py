@@ -313,6 +313,7 @@ class RayExecutor:
                 | {
                     "spec": spec.model_dump_json(),
                     "ablation": ablation,
+                    "verdict": ctx.cfg.report.verdict.model_dump(mode="json"),
                     "done": ctx.done,
                     "token": job.ablate_token,
                 },
@@ -541,6 +542,7 @@ def ablate_task(trained: dict, job: dict) -> dict:
     """
     from . import api
     from .analysis.catalogue import AblationConfig
+    from .findings import VerdictThresholds
 
     if not trained.get("ok"):
         return {"skipped": True}
@@ -550,9 +552,16 @@ def ablate_task(trained: dict, job: dict) -> dict:
     with _worker(job) as (_, tracker):
         try:
             cfg = AblationConfig.model_validate(job["ablation"])
+            thresholds = VerdictThresholds.model_validate(job["verdict"])
             _, loaded = api.load_model(f"runs:/{model_run_id}", tracker)
             run_id, _ = api.ablate_run(
-                model_run_id, loaded, cfg, tracker, study_id=job["study_id"], progress=False
+                model_run_id,
+                loaded,
+                cfg,
+                tracker,
+                study_id=job["study_id"],
+                progress=False,
+                thresholds=thresholds,  # the experiment's [report.verdict], as the local executor
             )
         except Exception as err:
             return {
