@@ -31,7 +31,7 @@ $(VENV)/.test-deps: pyproject.toml $(STAMP)
 	    "[distributed] extra (ray, psycopg, psutil): the cluster test will be skipped" >&2
 	@touch $@
 
-# Debian's chromium for the browser tests (tests/test_browser.py drives it with Playwright). Needs root
+# Debian's chromium for the browser tests (tests/ui/test_browser.py drives it with Playwright). Needs root
 # and apt.
 browser-deps:
 	@if [ -x /usr/bin/chromium ]; then :; \
@@ -39,7 +39,7 @@ browser-deps:
 	else echo "warning: could not install Debian chromium (no apt-get, not root, or apt failed):" \
 	          "the browser tests will be skipped (and fail under CI=true)" >&2; fi
 
-# Debian's postgresql for the cluster test (tests/test_cluster.py runs its initdb into a temporary
+# Debian's postgresql for the cluster test (tests/distributed/test_cluster.py runs its initdb into a temporary
 # folder). Needs root and apt. The package's own cluster (15/main on port 5432) is not created:
 # nothing is left listening.
 cluster-deps:
@@ -62,11 +62,12 @@ hf-example: setup
 	@[ -f build/tiny-marian/config.json ] || $(PY) -m attnstudy.models.hf_tiny build/tiny-marian
 	$(VENV)/bin/attnstudy run experiments/hf-example.toml
 
+# one pytest-xdist worker per core; idle workers take tests from busy ones (worksteal)
 test: setup test-deps lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist worksteal
 
 test-fast: setup
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow" -n auto --dist worksteal
 
 bench: setup
 	$(PY) -m benchmarks.run_all

@@ -232,7 +232,7 @@ def gradients_in_eval():
     cuDNN meanwhile (slower, the same function); the previous setting is restored on exit, also
     after an error. Every gradient the battery takes through a model in eval mode runs inside
     this (gradient importance, erase-until-flip's attention gradient, the adversarial search);
-    ``tests/test_devices.py`` checks that none escapes it.
+    ``tests/training/test_devices.py`` checks that none escapes it.
     """
     previous = torch.backends.cudnn.enabled
     torch.backends.cudnn.enabled = False

@@ -12,7 +12,7 @@ import pytest
 
 from attnstudy import results
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 RESULTS = ROOT / "experiments" / "results"
 FINDINGS = "docs/findings.md"
 BENCHMARKS = "docs/benchmarks.md"

@@ -1,6 +1,6 @@
 """The Ray executor and the team server without a cluster: what is refused before anything runs,
 how a dead worker's runs are closed, and that the default install needs neither Ray nor psycopg
-(the real cluster is tests/test_cluster.py)."""
+(the real cluster is tests/distributed/test_cluster.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prerequisites import require
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 TINY = ROOT / "experiments" / "tiny.toml"
 
 

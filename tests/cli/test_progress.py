@@ -9,7 +9,7 @@ import pytest
 from attnstudy import progress
 from attnstudy.progress import Progress
 
-ROOT = Path(__file__).parents[1]  # not conftest's: tests/analysis has its own conftest
+ROOT = Path(__file__).parents[2]  # not conftest's: tests/analysis has its own conftest
 
 
 class Clock:

@@ -16,7 +16,7 @@ import torch
 
 from attnstudy.training import NonFiniteError
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 pytestmark = pytest.mark.slow  # the tiny models are trained once per session
 

@@ -11,7 +11,7 @@ def spec():
     from pathlib import Path
 
     cfg = load_experiment(
-        Path(__file__).parents[1] / "experiments" / "tiny.toml", ["training.epochs=2"]
+        Path(__file__).parents[2] / "experiments" / "tiny.toml", ["training.epochs=2"]
     )
     return cfg.runs()[0]
 

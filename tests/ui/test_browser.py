@@ -23,7 +23,7 @@ from prerequisites import require
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 SHOTS = ROOT / "test-output" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -287,7 +287,7 @@ def test_experiment_opens_in_the_training_view(server, tiny_study, page):
     """The links attnstudy gives (the URL `attnstudy ui` prints, the report's links) open the
     training views. MLflow 3.17.2's UI takes the view from ``?workflowType=`` or the user's last
     choice (localStorage), default GenAI; it does not read the ``mlflow.experimentKind`` tag
-    (set anyway: tests/test_mlflow_pages.py), so every link carries the parameter."""
+    (set anyway: tests/tracking/test_run_pages.py), so every link carries the parameter."""
     from attnstudy.report import Links, ui_base_url
 
     assert "workflowType=machine_learning" in server["url"]

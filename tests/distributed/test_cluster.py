@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from prerequisites import require
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 TINY = ROOT / "experiments" / "tiny.toml"
 TIMING = ("train/seconds", "ablation/seconds")
 

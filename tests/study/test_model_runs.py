@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 TINY = ROOT / "experiments" / "tiny.toml"
 ADDITIVE_ONLY = 'models=[{model={attention="additive",flow="bahdanau"}}]'
 

@@ -3,7 +3,7 @@ processes on one fresh store, a real MLflow tracking server (and a dead one), nu
 
 Every CLI call is a real ``python -m attnstudy.cli`` process with its own ``ATTNSTUDY_ROOT``;
 stores are read back with sqlite3 (statuses) and :class:`attnstudy.tracking.Tracker` (metrics,
-tables). The bad-input catalogue lives in test_bad_input.py.
+tables). The bad-input catalogue lives in tests/cli/test_cli_refusals.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 TINY = ROOT / "experiments" / "tiny.toml"
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 TINY = ROOT / "experiments" / "tiny.toml"
 pytestmark = pytest.mark.slow
 

@@ -205,7 +205,7 @@ def test_the_gpu_benchmark_runs_without_mlflow_as_a_dry_run(tmp_path):
     import subprocess
     from pathlib import Path
 
-    root = Path(__file__).parents[1]
+    root = Path(__file__).parents[2]
     block = tmp_path / "block" / "mlflow"
     block.mkdir(parents=True)
     (block / "__init__.py").write_text("raise ImportError('mlflow is not on the GPU machine')\n")

@@ -109,31 +109,31 @@ def test_load_experiment_file_errors(tmp_path):
         load_experiment(latin)
 
 
-SHIPPED = sorted(p.stem for p in (Path(__file__).parents[1] / "experiments").glob("*.toml"))
+SHIPPED = sorted(p.stem for p in (Path(__file__).parents[2] / "experiments").glob("*.toml"))
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_experiments_validate(name):
-    cfg = load_experiment(Path(__file__).parents[1] / "experiments" / f"{name}.toml")
+    cfg = load_experiment(Path(__file__).parents[2] / "experiments" / f"{name}.toml")
     assert cfg.runs()
 
 
 def test_the_shipped_experiments_are_all_there_with_distinct_names():
     assert {"quickstart", "dates-variants", "dates-full", "copy80", "g2p-best"} <= set(SHIPPED)
     names = [
-        load_experiment(Path(__file__).parents[1] / "experiments" / f"{n}.toml").experiment.name
+        load_experiment(Path(__file__).parents[2] / "experiments" / f"{n}.toml").experiment.name
         for n in SHIPPED
     ]
     assert len(set(names)) == len(names), names
-    variants = load_experiment(Path(__file__).parents[1] / "experiments" / "dates-variants.toml")
-    full = load_experiment(Path(__file__).parents[1] / "experiments" / "dates-full.toml")
+    variants = load_experiment(Path(__file__).parents[2] / "experiments" / "dates-variants.toml")
+    full = load_experiment(Path(__file__).parents[2] / "experiments" / "dates-full.toml")
     assert len(variants.runs()) == 13 and len(full.runs()) == 39
     assert variants.ablation.n_examples == 300 and full.ablation.n_examples == 1000
     # dates-seeds and dates-seeds-rest: the 13 variants split in two, seeds 1-3, their seed-1 runs
     # under dates-variants' model keys (same data digest, same used fields) — copies of its
     # settings that must not drift; the same models up to the machine's float rounding
-    seeds = load_experiment(Path(__file__).parents[1] / "experiments" / "dates-seeds.toml")
-    rest = load_experiment(Path(__file__).parents[1] / "experiments" / "dates-seeds-rest.toml")
+    seeds = load_experiment(Path(__file__).parents[2] / "experiments" / "dates-seeds.toml")
+    rest = load_experiment(Path(__file__).parents[2] / "experiments" / "dates-seeds-rest.toml")
     by_label = {r.label: r for r in variants.runs()}
     for part, n in ((seeds, 15), (rest, 24)):
         assert len(part.runs()) == n and part.ablation == variants.ablation

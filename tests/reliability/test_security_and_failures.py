@@ -160,7 +160,7 @@ def test_registered_pyfunc_is_pinned_and_records_no_machine_path(tiny_models, st
     )
     assert (art / "code" / "attnstudy" / "serving.py").is_file()  # the code travels with the model
     mlmodel = (art / "MLmodel").read_text()
-    for machine in (str(Path(__file__).parents[1]), str(store_root), "/tmp/"):
+    for machine in (str(Path(__file__).parents[2]), str(store_root), "/tmp/"):
         assert machine not in mlmodel.replace(model.artifact_location, ""), machine
     assert model.name == "copy-additive-bahdanau"
 

@@ -18,7 +18,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._device import _device_constructors
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 SCANNED = [ROOT / "src" / "attnstudy" / "models", ROOT / "analysis"]
 
 FACTORIES = {

@@ -15,7 +15,7 @@ import pytest
 from attnstudy import ui
 from attnstudy.ui_guard import proc_table
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 SUFFIX = "runs?workflowType=machine_learning"
 
 

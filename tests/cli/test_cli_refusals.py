@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 TINY = ROOT / "experiments" / "tiny.toml"
 pytestmark = pytest.mark.slow
 
@@ -367,7 +367,12 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
     ]
 
 
-def test_every_verb_rejects_bad_input_cleanly(tiny_models, store_root, tmp_path):
+PARTS = 4
+"""The cases run in this many parts (each a test: parallel workers share them out)."""
+
+
+@pytest.mark.parametrize("part", range(PARTS))
+def test_every_verb_rejects_bad_input_cleanly(part, tiny_models, store_root, tmp_path):
     from attnstudy.tracking import Tracker
 
     model_run = tiny_models[0].run_id
@@ -376,7 +381,7 @@ def test_every_verb_rejects_bad_input_cleanly(tiny_models, store_root, tmp_path)
     tracker.end_run(study_run)
     counts: dict[str, int] = {}
     failures = []
-    for name, argv, code, needle in _cases(tmp_path, model_run, study_run):
+    for name, argv, code, needle in _cases(tmp_path, model_run, study_run)[part::PARTS]:
         before = store_snapshot(store_root)
         out = cli(store_root, *argv)
         after = store_snapshot(store_root)
