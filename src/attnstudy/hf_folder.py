@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import struct
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -185,8 +187,6 @@ def safetensors_shapes(path: str | Path) -> dict[str, list[int]]:
         HFError: the file is not a safetensors file (too short, a header longer than
             :data:`MAX_SAFETENSORS_HEADER`, or not JSON), named with what to do.
     """
-    import struct
-
     path = Path(path)
     try:
         with open_input_file(path, True) as f:
@@ -259,8 +259,6 @@ def check_model_files(path: str | Path) -> dict[str, Any]:
             f"{folder}: config.json says vocab_size {vocab:,} × d_model {dim:,}, but no weight in "
             "its safetensors files has that shape: the config does not describe these weights"
         )
-    import re
-
     layers = {
         int(m.group(1))
         for name in shapes

@@ -224,14 +224,10 @@ def check_replaceable(out: Path, option: str, kind: str) -> None:
             f"{option} {out} holds attnstudy's {marker['kind']} output, not a {kind}; give "
             "another folder"
         )
-    listed = set(marker["files"])
-    foreign = [
-        p.relative_to(out).as_posix()
-        for p in sorted(out.rglob("*"))
-        if p.name != MARKER
-        and (p.is_symlink() or not p.is_dir())
-        and p.relative_to(out).as_posix() not in listed
-    ]
+    held = (
+        p for p in sorted(out.rglob("*")) if p.name != MARKER and (p.is_symlink() or not p.is_dir())
+    )
+    foreign = [r for r in (p.relative_to(out).as_posix() for p in held) if r not in marker["files"]]
     if foreign:
         more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
         raise OutputError(
