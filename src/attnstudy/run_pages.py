@@ -346,23 +346,44 @@ def _version_of_run(tracker: Tracker, name: str, run_id: str) -> str | None:
 LOWER_IS_BETTER = {"per", "wer", "loss"}
 
 
+BEST_TIE_BREAK = "best_dev/loss"
+"""The ``best`` alias's second criterion, when two versions tie on ``best_dev/<metric>``: the lower
+dev loss wins; then the lower seed, then the older version (never the order of registration)."""
+
+
 def set_best_alias(tracker: Tracker, name: str, metric: str) -> None:
     """Point ``models:/<name>@best`` at the version whose run has the best ``best_dev/<metric>``
-    (lowest for PER, WER and loss, else highest); nothing when no version has the metric."""
-    versions = tracker.model_versions(name)
-    best, best_score = None, math.inf
+    (lowest for PER, WER and loss, else highest); nothing when no version has the metric.
+
+    Ties on the metric are broken by :data:`BEST_TIE_BREAK` (lower dev loss), then by the lower
+    ``seed`` tag, then by the lower version number, so the alias does not depend on which seed's
+    worker registered last.
+    """
     sign = 1.0 if metric in LOWER_IS_BETTER else -1.0
-    for mv in versions:
+    ranked = []
+    for mv in tracker.model_versions(name):
         if not mv.run_id:
             continue
         try:
-            score = tracker.get_run(mv.run_id).metrics.get(f"best_dev/{metric}")
+            run = tracker.get_run(mv.run_id)
         except Exception:  # noqa: BLE001 - a version whose run is gone cannot be best
             continue
-        if score is not None and sign * score < best_score:
-            best, best_score = mv.version, sign * score
-    if best is not None:
-        tracker.set_alias(name, "best", str(best))
+        score = run.metrics.get(f"best_dev/{metric}")
+        if score is None or score != score:  # no metric, or NaN: never best
+            continue
+        loss = run.metrics.get(BEST_TIE_BREAK)
+        seed = run.tags.get(Tag.SEED, "")
+        ranked.append(
+            (
+                sign * score,
+                loss if loss is not None and loss == loss else math.inf,
+                int(seed) if seed.lstrip("-").isdigit() else math.inf,
+                int(mv.version),
+                str(mv.version),
+            )
+        )
+    if ranked:
+        tracker.set_alias(name, "best", min(ranked)[-1])
 
 
 def set_version_verdict(tracker: Tracker, model_run_id: str, verdict_tags: dict[str, str]) -> None:
