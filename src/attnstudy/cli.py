@@ -602,13 +602,15 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
             run_id, result = api.ablate(
                 args.model_uri, abl, tracker=_store(args), progress=progress, force=args.force
             )
-        for k in sorted(result.summary):
-            if not k.endswith(("_ci_low", "_ci_high")):
-                print(f"{k}\t{result.summary[k]:.4f}")
-        for name, reason in result.skipped.items():
-            print(f"skipped {name}: {reason}")
-        print(f"ablation run: runs:/{run_id}")
-        return EXIT_OK
+        from . import ablate_summary  # the statistics with intervals, verdict, browser, run
+        from .tracking import Tracker
+
+        store = cfg.experiment if args.data else args  # where the ablation run was logged
+        tracker = Tracker(store.tracking_uri, store.tracking_timeout, create=False)
+        verdict = cfg.report.verdict if args.data else None
+        return ablate_summary.print_summary(
+            tracker, run_id, skipped=result.skipped, thresholds=verdict
+        )
     if args.command == "report":
         path = api.report(
             study_id=args.study,

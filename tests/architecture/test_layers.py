@@ -79,6 +79,7 @@ LAYERS = [
             "attnstudy.task_data",
             "attnstudy.model_runs",
             "attnstudy.ablation_runs",
+            "attnstudy.ablate_summary",
             "attnstudy.study",
         ],
     ),

@@ -1,0 +1,44 @@
+"""What ``attnstudy ablate`` prints: each statistic with its 95 % interval (catalogue labels),
+the verdict, the example browser's path and the ablation run — no unexplained counters
+(issue #39 item 5: it printed ``ablation/permutation/n_identity 72`` and point values only)."""
+
+from pathlib import Path
+
+from attnstudy.analysis import catalogue
+
+from attnstudy.cli import main
+from attnstudy.findings import VERDICT_QUESTIONS, estimate
+from attnstudy.tracking import Tag, Tracker
+
+
+def test_ablate_prints_intervals_verdict_browser_and_run(tiny_models, capsys):
+    model = next(m for m in tiny_models if m.spec.model.attention == "additive")
+    args = ["ablate", f"runs:/{model.run_id}", "--n-examples", "4", "--quiet"]
+    assert main([*args, "--ablations", "permutation,uniform,alignment"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    run_id = lines[-1].split("ablation run: runs:/")[1].split()[0]
+    assert lines[-1] == f"ablation run: runs:/{run_id} (of the model run runs:/{model.run_id})"
+    run = Tracker(create=False).get_run(run_id)
+
+    shown = catalogue.shown_stats(["permutation", "uniform", "alignment"])
+    assert shown and all(s.key in run.metrics for s in shown)
+    for s in shown:  # the catalogue's label, the logged value with its logged interval
+        est = estimate(run.metrics, s.key)
+        assert est.has_ci and est.low <= est.value <= est.high
+        line = next(line for line in lines if line.strip().startswith(s.stat.label + " "))
+        assert f" {est.fmt()}  ({s.stat.unit}" in line, line
+        n_steps = int(run.metrics[f"ablation/{s.ablation}/n_steps"])
+        assert line.endswith(f"; {n_steps} decoder steps)"), line
+    assert "Is attention used? Intervening on it" in lines
+    assert "Does it align with gold links?" in lines
+
+    answers = ", ".join(f"{q} {run.tags[f'{Tag.VERDICT_PREFIX}{q}']}" for q in VERDICT_QUESTIONS)
+    assert f"verdict: {answers}" in lines  # the verdict the run was tagged with
+    assert "n_identity" not in out and "n_undefined" not in out and "n_skipped" not in out
+    assert "/n_steps" not in out and "\t" not in out
+
+    browser = next(line for line in lines if line.startswith("example browser: "))
+    path = Path(browser.removeprefix("example browser: "))
+    assert path.name == "browser.html" and run_id in path.parts
+    assert path.is_file() and "<html" in path.read_text(encoding="utf-8")[:500].lower()
