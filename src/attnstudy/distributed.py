@@ -21,8 +21,14 @@ run ids as tasks finish, then computes seed variance and the report from the sto
   seeds, threads and data; each task checks that its node loads the same data (digest) as the
   driver did, since a data file that differs between nodes would otherwise train another model
   under the same name.
-* **Devices** resolve on the worker (:mod:`attnstudy.devices`); a task requests ``num_gpus=1``
-  only for an explicit ``cuda``/``cuda:N``, and ``auto`` in a task that got no GPU is the CPU.
+* **One code version.** The driver sends its code version (:mod:`attnstudy.code_version`: a
+  digest of the package's sources and its git commit) with every task; a task whose node runs
+  other code fails before it starts a run, with one line naming both versions, so no node trains
+  other code under the same model key.
+* **Devices** resolve on the worker (:mod:`attnstudy.devices`); a training task requests
+  ``training.num_gpus`` GPUs (default: 1 for an explicit ``cuda``/``cuda:N``, else 0), and
+  ``auto`` trains on the GPU the task was given, on the CPU in a task that got none, so CPU-only
+  and GPU nodes mix.
 * **Checkpoints** stay on the node that trained: ``--resume`` continues an interrupted training
   from its checkpoint only if its task lands on that node again (it trains from scratch
   otherwise, with the same result).
@@ -45,7 +51,7 @@ import socket
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -146,14 +152,16 @@ def _host_port(address: str) -> tuple[str, int] | None:
 
 def task_requests(cfg) -> dict[str, tuple[float, float]]:
     """What each task of a study asks Ray for: ``{"train <name>" | "ablate <name>": (CPUs, GPUs)}``
-    (CPUs = ``training.threads``; one GPU only for an explicit ``cuda``/``cuda:N``)."""
+    (CPUs = ``training.threads``; GPUs: ``training.num_gpus`` for a training
+    (:meth:`~attnstudy.config.TrainingConfig.gpus_per_task`), one for an ablation only with an
+    explicit ``ablation.device = "cuda"``)."""
     from .devices import requests_gpu
 
     abl_gpu = 1.0 if requests_gpu(cfg.ablation.device) else 0.0
     out = {}
     for spec in cfg.runs():
         cpus = float(spec.training.threads)
-        out[f"train {spec.name}"] = (cpus, 1.0 if requests_gpu(spec.training.device) else 0.0)
+        out[f"train {spec.name}"] = (cpus, spec.training.gpus_per_task())
         out[f"ablate {spec.name}"] = (cpus, abl_gpu)
     return out
 
@@ -177,8 +185,9 @@ def check_placeable(requests: dict[str, tuple[float, float]], nodes: list[dict])
             )
             raise ConfigError(
                 f"no node of the Ray cluster can run {name!r}: it asks {cpus:g} CPU(s) "
-                f"(training.threads) and {gpus:g} GPU(s) (device 'cuda'), the nodes have {have}; "
-                "lower training.threads, use device 'auto', or add such a node"
+                f"(training.threads) and {gpus:g} GPU(s) (device 'cuda', training.num_gpus), the "
+                f"nodes have {have}; lower training.threads or training.num_gpus, or add such a "
+                "node"
             )
 
 
@@ -272,6 +281,7 @@ class RayExecutor:
         """Submit every training and its chained ablation, then collect them as they finish (see
         :meth:`attnstudy.api.Executor.run_variants`)."""
         from . import api
+        from .code_version import this_code
         from .devices import requests_gpu
         from .paths import project_root
         from .progress import Progress
@@ -284,6 +294,7 @@ class RayExecutor:
             "experiment_id": ctx.experiment_id,
             "study_id": ctx.study_id,
             "root": str(project_root()),
+            "code": asdict(this_code()),  # each task refuses a node with other code
         }
         ablation = ctx.cfg.ablation.model_dump(mode="json")
         abl_gpu = 1 if requests_gpu(ctx.cfg.ablation.device) else 0
@@ -301,7 +312,7 @@ class RayExecutor:
             }
             job.train_ref = train_fn.options(
                 num_cpus=threads,
-                num_gpus=1 if requests_gpu(spec.training.device) else 0,
+                num_gpus=spec.training.gpus_per_task(),
                 max_retries=0,
                 name=f"train {spec.name}",
             ).remote(payload)
@@ -457,17 +468,27 @@ def _first_line(err: BaseException) -> str:
 # ----------------------------------------------------------------------------- the tasks
 
 
+def placed_here():
+    """The device placement of the Ray task running this code
+    (:func:`attnstudy.devices.placed_by_scheduler`): within it ``auto`` is ``cuda:0`` only if the
+    scheduler gave the task a GPU (``ray.get_gpu_ids()`` non-empty) and CUDA is available, the
+    CPU otherwise."""
+    import ray
+
+    from .devices import placed_by_scheduler
+
+    return placed_by_scheduler(gpu=bool(ray.get_gpu_ids()))
+
+
 @contextlib.contextmanager
 def _worker(job: dict):
     """A task's surroundings on its worker: its own tracker (runs marked with the task's token),
     the intra-op threads of its spec, the scheduler's GPU placement, and a project root for the
     checkpoints (``$ATTNSTUDY_ROOT`` of the node, else the driver's root if it exists here, else a
     cache folder)."""
-    import ray
     import torch
 
     from .config import RunSpec
-    from .devices import placed_by_scheduler
     from .tracking import Tag, Tracker
 
     spec = RunSpec.model_validate_json(job["spec"])
@@ -482,11 +503,24 @@ def _worker(job: dict):
     torch.set_num_threads(spec.training.threads)
     try:
         tracker = Tracker(job["uri"], job["timeout"], run_tags={Tag.CLUSTER_TASK: job["token"]})
-        with placed_by_scheduler(gpu=bool(ray.get_gpu_ids())):
+        with placed_here():
             yield spec, tracker
     finally:
         if before is None:
             os.environ.pop("ATTNSTUDY_ROOT", None)
+
+
+def _other_code(job: dict) -> dict | None:
+    """A task's refusal when its node runs other attnstudy code than the driver
+    (:func:`attnstudy.code_version.check_same_code`), before it starts any run; None when the
+    code is the same."""
+    from .code_version import CodeVersion, CodeVersionError, check_same_code, this_code
+
+    try:
+        check_same_code(CodeVersion(**job["code"]), this_code(), socket.gethostname())
+    except CodeVersionError as err:
+        return {"ok": False, "error": str(err), "failed_run_id": None}
+    return None
 
 
 def train_task(job: dict) -> dict:
@@ -499,6 +533,8 @@ def train_task(job: dict) -> dict:
     from . import api
     from .data.types import DataError
 
+    if (refused := _other_code(job)) is not None:
+        return refused
     with _worker(job) as (spec, tracker):
         try:
             digest = api.task_data(spec).digest
@@ -549,6 +585,8 @@ def ablate_task(trained: dict, job: dict) -> dict:
     model_run_id = trained["run_id"]
     if model_run_id in job["done"]:  # a resumed study's finished ablation
         return {"ok": True, "run_id": job["done"][model_run_id]}
+    if (refused := _other_code(job)) is not None:
+        return refused
     with _worker(job) as (_, tracker):
         try:
             cfg = AblationConfig.model_validate(job["ablation"])

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import run_pages
+from .code_version import this_code
 from .config import RunSpec
 from .data.tasks import get_task
 from .devices import resolve_device
@@ -78,7 +79,9 @@ def run_tags(
     spec: RunSpec, *, study_id: str | None, kind: str, key: str, digest: str
 ) -> dict[str, str]:
     """The tags of a run of ``spec``: its ``kind`` (model, ablation, adversary), the variant, the
-    model ``key``, the data ``digest`` and, with a ``study_id``, the study."""
+    model ``key``, the data ``digest``, the code version (:mod:`attnstudy.code_version`) and,
+    with a ``study_id``, the study."""
+    code = this_code()
     tags = {
         Tag.KIND: kind,
         Tag.TASK: spec.data.task,
@@ -92,6 +95,8 @@ def run_tags(
         Tag.MODEL_KEY: key,
         Tag.DATA_DIGEST: digest,
         Tag.GIT_COMMIT: git_commit(),
+        Tag.CODE_DIGEST: code.digest,
+        Tag.CODE_COMMIT: code.commit,
         Tag.EXPERIMENT: spec.experiment,
         Tag.SCHEMA_VERSION: str(spec.schema_version),
     }
@@ -259,9 +264,29 @@ def _reuse(
     same = "same folder files" if digests is not None else "same used config fields and seed"
     reason = (
         f"finished run {existing.run_id} has the same model key {key} "
-        f"({same}, data digest {data.digest[:12]})"
+        f"({same}, data digest {data.digest[:12]})" + _other_code_note(existing)
     )
     return ModelRun(existing.run_id, spec, True, dict(existing.metrics), key, reason)
+
+
+def _other_code_note(existing) -> str:
+    """A note for a reused run that other attnstudy code trained (its ``attnstudy.code_digest``
+    differs from this process's), empty otherwise and for runs recorded before the tag existed.
+
+    Noted, not refused: the model key covers the config and the data, and most code changes
+    (the report, the CLI, an analysis) leave a trained model as it is; ``--retrain`` trains it
+    again with this code when the change concerns the model or its training.
+    """
+    from .code_version import UNKNOWN, CodeVersion
+
+    digest = existing.tags.get(Tag.CODE_DIGEST)
+    if not digest or digest == this_code().digest:
+        return ""
+    then = CodeVersion(digest, existing.tags.get(Tag.CODE_COMMIT, UNKNOWN))
+    return (
+        f"; note: it was trained by other attnstudy code ({then.describe()}; this is "
+        f"{this_code().describe()}): --retrain trains it again with this code"
+    )
 
 
 def _finished_note(spec: RunSpec, run_id: str, version: str, study_id: str | None) -> str:

@@ -302,7 +302,12 @@ def test_a_ray_ablation_task_uses_the_experiments_verdict_thresholds(monkeypatch
     monkeypatch.setattr(distributed, "_worker", worker)
     monkeypatch.setattr(api, "load_model", lambda uri, tracker: ("m", "loaded"))
     monkeypatch.setattr(api, "ablate_run", ablate_run)
+    from dataclasses import asdict
+
+    from attnstudy.code_version import this_code
+
     job = {
+        "code": asdict(this_code()),
         "ablation": {"ablations": ["uniform"]},
         "verdict": {"used_flip": 0.3},
         "done": {},

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import (
     BaseModel,
     Field,
+    model_validator,
 )
 
 from .base import SCHEMA_VERSION, Device, Seed, _Strict
@@ -51,9 +52,44 @@ class TrainingConfig(_Strict):
     # "cpu", "cuda" or "cuda:N"; resolved where the work runs, logged as the run's device tag, not
     # part of the model key (like threads)
     device: Device = "auto"
+    # GPUs one Ray task of this model asks for (Ray's num_gpus; a fraction shares a GPU between
+    # tasks, more than one must be whole); None: 1 for an explicit "cuda"/"cuda:N", else 0. With
+    # device "auto", a task the scheduler gave a GPU trains on it, a task given none on the CPU, so
+    # CPU-only and GPU nodes mix (a task asking 0 runs on any node). Ignored outside Ray; not part
+    # of the model key (like threads)
+    num_gpus: float | None = Field(None, ge=0, le=64)
     # mixed precision for training only (float16 with loss scaling on CUDA, bfloat16 on the CPU);
     # evaluation, the stored weights and every ablation stay float32
     amp: bool = Field(False, json_schema_extra={"key_neutral": False})
+
+    @model_validator(mode="after")
+    def _gpus_fit_device(self) -> TrainingConfig:
+        n = self.num_gpus
+        if n is None:
+            return self
+        if n > 1 and n != int(n):
+            raise ValueError(
+                f"training.num_gpus = {n:g}: more than one GPU must be a whole number (Ray "
+                "shares a GPU only in fractions below 1)"
+            )
+        if self.device == "cpu" and n > 0:
+            raise ValueError(
+                f"training.num_gpus = {n:g} with training.device = 'cpu' would hold GPUs it never "
+                "uses; use device 'auto' or 'cuda', or num_gpus = 0"
+            )
+        if self.device.startswith("cuda") and n == 0:
+            raise ValueError(
+                f"training.device = {self.device!r} with training.num_gpus = 0: a Ray task given "
+                "no GPU sees none; use device 'auto' or num_gpus > 0"
+            )
+        return self
+
+    def gpus_per_task(self) -> float:
+        """The GPUs a Ray task of this model asks for: ``num_gpus``, else 1 for an explicit
+        ``cuda``/``cuda:N`` and 0 otherwise."""
+        if self.num_gpus is not None:
+            return float(self.num_gpus)
+        return 1.0 if self.device.startswith("cuda") else 0.0
 
 
 NOT_IN_MODEL_KEY = {
@@ -63,6 +99,7 @@ NOT_IN_MODEL_KEY = {
     "model.source",
     "training.threads",
     "training.device",
+    "training.num_gpus",
 }
 """Used fields that do not determine the trained model: file paths (their content is in the data
 digest; a pretrained model's folder is keyed on its files' digests), the thread count and the

@@ -61,6 +61,10 @@ class Tag:
     OWNER_START = "attnstudy.owner.start"
     DEVICE = "device"  # where the run's training or analysis ran (cpu, cuda:0, …)
     CLUSTER_TASK = "attnstudy.cluster_task"  # the cluster task that wrote the run (distributed.py)
+    # the attnstudy code that wrote the run (attnstudy.code_version): its sources' digest and the
+    # git commit of its checkout ("unknown" for a wheel)
+    CODE_DIGEST = "attnstudy.code_digest"
+    CODE_COMMIT = "attnstudy.code_commit"
     NOTE = "mlflow.note.content"  # the run's description in the MLflow UI
     REGISTERED_MODEL = "registered_model"  # name/version of a model run's registered version
     VERDICT_PREFIX = "verdict."  # verdict.used, verdict.unique … on runs and model versions

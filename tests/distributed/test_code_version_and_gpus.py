@@ -1,0 +1,257 @@
+"""One code version per study, and GPUs under Ray (issue 40, items 3 and 5).
+
+The code version: a digest of the package's sources (and the git commit), recorded on every run,
+compared by every Ray task with the driver's. GPUs: ``training.num_gpus`` per task, ``device =
+"auto"`` on the GPU a task was given. The Ray tests share one private head on loopback that offers
+one (pretend) GPU, started once in a subprocess; CUDA availability is mocked inside the task.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prerequisites import require
+
+from attnstudy.code_version import (
+    CodeVersion,
+    CodeVersionError,
+    check_same_code,
+    code_digest,
+    digest_of,
+    package_folders,
+)
+
+ROOT = Path(__file__).parents[2]
+
+
+def _package(root: Path) -> dict[str, Path]:
+    (root / "pkg" / "sub").mkdir(parents=True)
+    (root / "pkg" / "a.py").write_text("x = 1\n")
+    (root / "pkg" / "sub" / "b.py").write_text("y = 2\n")
+    (root / "pkg" / "report.md.j2").write_text("{{ x }}\n")
+    return {"": root / "pkg"}
+
+
+def test_the_code_digest_changes_with_any_source_byte_and_name_only(tmp_path):
+    folders = _package(tmp_path)
+    pkg = folders[""]
+    first = digest_of(folders)
+    assert first == digest_of(folders)  # stable
+    (pkg / "__pycache__").mkdir()
+    (pkg / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0compiled")
+    (pkg / "notes.txt").write_text("not code")
+    assert digest_of(folders) == first  # bytecode and other files are not the code
+    (pkg / "a.py").write_text("x = 2\n")
+    changed = digest_of(folders)
+    assert changed != first
+    (pkg / "a.py").write_text("x = 1\n")
+    assert digest_of(folders) == first
+    (pkg / "report.md.j2").write_text("{{ y }}\n")  # a template is code too
+    assert digest_of(folders) != first
+    (pkg / "report.md.j2").write_text("{{ x }}\n")
+    (pkg / "sub" / "b.py").rename(pkg / "b.py")  # same bytes, another module
+    assert digest_of(folders) != first
+
+
+def test_a_nested_package_folder_counts_once_wherever_it_is_installed(tmp_path):
+    """An editable install maps attnstudy.analysis to the checkout's analysis/ folder, a wheel
+    keeps it inside attnstudy/: the same sources give the same digest."""
+    editable = tmp_path / "editable"
+    (editable / "src" / "pkg").mkdir(parents=True)
+    (editable / "analysis").mkdir()
+    (editable / "src" / "pkg" / "a.py").write_text("x = 1\n")
+    (editable / "analysis" / "c.py").write_text("z = 3\n")
+    wheel = tmp_path / "wheel" / "pkg"
+    (wheel / "analysis").mkdir(parents=True)
+    (wheel / "a.py").write_text("x = 1\n")
+    (wheel / "analysis" / "c.py").write_text("z = 3\n")
+    a = digest_of({"": editable / "src" / "pkg", "analysis/": editable / "analysis"})
+    b = digest_of({"": wheel, "analysis/": wheel / "analysis"})
+    assert a == b
+
+
+def test_the_running_package_digest_covers_the_analysis_package():
+    folders = package_folders()
+    assert set(folders) == {"", "analysis/"}
+    assert (folders["analysis/"] / "catalogue.py").is_file()
+    assert code_digest() == digest_of(folders)
+    assert len(code_digest()) == 64
+
+
+def test_a_node_with_other_code_is_refused_in_one_line_naming_both_versions():
+    driver = CodeVersion("a" * 64, "0123456789abcdef0123")
+    check_same_code(driver, CodeVersion("a" * 64, "fedcba9876543210"), "node-1")  # same sources
+    with pytest.raises(CodeVersionError) as err:
+        check_same_code(driver, CodeVersion("b" * 64, "unknown"), "node-1")
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith(
+        f"the attnstudy code on node node-1 (code {'b' * 12}, no git commit) differs from the "
+        f"driver's (code {'a' * 12}, commit 0123456789ab); install the same attnstudy"
+    )
+    assert "--resume" in text
+
+
+def test_every_run_records_the_code_version(tiny_config):
+    from attnstudy.code_version import code_commit
+    from attnstudy.model_runs import run_tags
+    from attnstudy.tracking import Kind, Tag
+
+    tags = run_tags(tiny_config.runs()[0], study_id=None, kind=Kind.MODEL, key="k", digest="d")
+    assert tags[Tag.CODE_DIGEST] == code_digest()
+    assert tags[Tag.CODE_COMMIT] == code_commit()
+    assert tags[Tag.CODE_COMMIT] != ""
+
+
+def test_a_model_reused_across_code_changes_is_noted_not_refused():
+    from attnstudy.model_runs import _other_code_note
+    from attnstudy.tracking import Tag
+    from attnstudy.tracking.schema import RunRecord
+
+    same = RunRecord("r1", "0", "n", "FINISHED", {Tag.CODE_DIGEST: code_digest()})
+    assert _other_code_note(same) == ""
+    older = RunRecord("r2", "0", "n", "FINISHED")  # recorded before the tag existed
+    assert _other_code_note(older) == ""
+    other = RunRecord(
+        "r3", "0", "n", "FINISHED", {Tag.CODE_DIGEST: "c" * 64, Tag.CODE_COMMIT: "1" * 40}
+    )
+    note = _other_code_note(other)
+    assert note.startswith(
+        f"; note: it was trained by other attnstudy code (code {'c' * 12}, commit {'1' * 12}; "
+        f"this is code {code_digest()[:12]}"
+    )
+    assert note.endswith("--retrain trains it again with this code")
+
+
+# ----------------------------------------------------------------------------- GPUs per task
+
+
+def test_num_gpus_is_a_training_setting_each_task_asks_for():
+    from attnstudy.distributed import check_placeable, task_requests
+    from attnstudy.experiment import parse_experiment
+
+    raw = {
+        "models": [
+            {"name": "cpu", "model": {"attention": "additive"}},
+            {"name": "gpu", "model": {"attention": "dot"}, "training": {"num_gpus": 1}},
+            {"name": "half", "model": {"attention": "none"}, "training": {"num_gpus": 0.5}},
+            {"name": "cuda", "model": {"attention": "uniform"}, "training": {"device": "cuda"}},
+        ]
+    }
+    cfg = parse_experiment(raw)
+    req = task_requests(cfg)
+    assert req["train copy/cpu/seed1"] == (1.0, 0.0)
+    assert req["train copy/gpu/seed1"] == (1.0, 1.0)
+    assert req["train copy/half/seed1"] == (1.0, 0.5)
+    assert req["train copy/cuda/seed1"] == (1.0, 1.0)  # an explicit cuda asks one, as before
+    assert req["ablate copy/gpu/seed1"] == (1.0, 0.0)  # ablation.device stays auto: no GPU
+    # a CPU-only node and a GPU node: every task has a node
+    check_placeable(req, [{"CPU": 2.0}, {"CPU": 2.0, "GPU": 1.0}])
+    # num_gpus is not part of the model key (like threads and the device)
+    specs = {s.variant: s for s in cfg.runs()}
+    plain = parse_experiment({"models": [{"name": "gpu", "model": {"attention": "dot"}}]})
+    assert specs["gpu"].model_key("d") == plain.runs()[0].model_key("d")
+
+
+@pytest.mark.parametrize(
+    "training, expect",
+    [
+        ({"num_gpus": 1.5}, "more than one GPU must be a whole number"),
+        ({"device": "cpu", "num_gpus": 1}, "would hold GPUs it never uses"),
+        ({"device": "cuda", "num_gpus": 0}, "a Ray task given no GPU sees none"),
+        ({"num_gpus": -1}, "num_gpus"),
+    ],
+)
+def test_num_gpus_that_contradicts_the_device_is_refused_in_one_line(training, expect):
+    from attnstudy.config import ConfigError
+    from attnstudy.experiment import parse_experiment
+
+    with pytest.raises(ConfigError) as err:
+        parse_experiment({"training": training}).runs()
+    assert expect in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+_RAY_PROBE = """
+import json, os, sys
+from unittest import mock
+
+from attnstudy import distributed
+from attnstudy.distributed import LocalRayHead, train_task
+
+head = LocalRayHead(num_cpus=1, num_gpus=1)  # a CPU machine offering one (pretend) GPU
+head.start()
+try:
+    os.environ.update(head.driver_env())
+    ray = distributed._ray(loopback=True)
+    ray.init(address=head.address, logging_level="ERROR", log_to_driver=False)
+
+    def probe():
+        import torch
+
+        from attnstudy.devices import resolve_device
+
+        # CUDA mocked inside the task: the placement decides; no tensor is moved
+        with mock.patch.object(torch.cuda, "is_available", return_value=True):
+            with distributed.placed_here():
+                return {"gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                        "auto": str(resolve_device("auto"))}
+
+    from attnstudy.experiment import parse_experiment
+
+    spec = parse_experiment({"training": {"num_gpus": 1}}).runs()[0]
+    remote = ray.remote(probe)
+    given = remote.options(num_cpus=1, num_gpus=spec.training.gpus_per_task())
+    none = remote.options(num_cpus=1, num_gpus=0)
+    out = {"given": ray.get(given.remote()), "none": ray.get(none.remote())}
+    # the driver's code version as the payload carries it, but from other sources
+    job = {"code": {"digest": "0" * 64, "commit": "unknown"}, "spec": "not reached"}
+    out["other_code"] = ray.get(ray.remote(train_task).options(num_cpus=1).remote(job))
+    print("RESULT " + json.dumps(out), flush=True)
+    ray.shutdown()
+finally:
+    head.stop()
+"""
+
+
+@pytest.fixture(scope="module")
+def ray_probe(tmp_path_factory):
+    """What the Ray tasks of :data:`_RAY_PROBE` saw (one private head for this module)."""
+    missing = [m for m in ("ray", "psutil") if importlib.util.find_spec(m) is None]
+    require(not missing, f"the [distributed] extra is not installed (no {', '.join(missing)})")
+    res = subprocess.run(
+        [sys.executable, "-c", _RAY_PROBE],
+        cwd=tmp_path_factory.mktemp("ray"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    line = next((ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line is not None, res.stderr[-2000:]
+    return json.loads(line[len("RESULT ") :])
+
+
+@pytest.mark.slow
+def test_auto_trains_on_the_gpu_a_ray_task_was_given_and_on_the_cpu_otherwise(ray_probe):
+    assert ray_probe["given"] == {"gpu_ids": ["0"], "auto": "cuda:0"}
+    assert ray_probe["none"] == {"gpu_ids": [], "auto": "cpu"}
+
+
+@pytest.mark.slow
+def test_a_ray_task_on_a_node_with_other_code_refuses_before_any_run(ray_probe):
+    out = ray_probe["other_code"]
+    assert out["ok"] is False and out["failed_run_id"] is None
+    error = out["error"]
+    assert "\n" not in error
+    # this node's version (not compared with this process's: others may edit the checkout meanwhile)
+    assert re.match(
+        r"the attnstudy code on node \S+ \(code [0-9a-f]{12}, (commit [0-9a-f]{12}|no git commit)\) "
+        r"differs from the driver's \(code 000000000000, no git commit\); install the same ",
+        error,
+    ), error
