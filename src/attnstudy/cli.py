@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from . import server_app  # standard library only: the database check's bound
 from .analysis.catalogue import AblationConfig, list_ablations
 from .config import ConfigError, check_tracking_uri, describe_error, split_runs_uri
 from .experiment import ExperimentConfig, load_experiment
@@ -233,7 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URI",
         default=None,
         help="the database, e.g. postgresql+psycopg://USER@HOST:5432/DB (password from PGPASSWORD "
-        "or ~/.pgpass, never the command line); default: $MLFLOW_BACKEND_STORE_URI",
+        "or ~/.pgpass, never the command line); default: $MLFLOW_BACKEND_STORE_URI. It is checked "
+        f"first: one that does not answer within {server_app.CHECK_BOUND_S} s stops the command "
+        "in one line (exit 1), and "
+        "the server's /health answers 503 while it does not answer",
     )
     sp.add_argument(
         "--artifacts",

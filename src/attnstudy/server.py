@@ -113,6 +113,39 @@ def check_args(uri: str | None, artifacts: str, host: str, port: int) -> None:
     ui.check_host(host)
 
 
+APP_NAMES = {None: "attnstudy", "basic-auth": "attnstudy-basic-auth"}
+"""``--app-name`` of attnstudy server → MLflow's app (:mod:`attnstudy.server_app`: MLflow's own
+server app, with a ``/health`` that checks the database)."""
+
+
+def server_app_name(app_name: str | None) -> str:
+    """The ``mlflow.app`` entry point to run for ``--app-name`` (None or ``basic-auth``).
+
+    Raises:
+        ValueError: the entry point is not installed (an install older than the package's
+            ``pyproject.toml``), one line saying how to reinstall.
+    """
+    from importlib.metadata import distributions
+
+    name = APP_NAMES[app_name]
+    # as the server process sees them: started with -P, without the working folder on its path
+    # (a source checkout's stale attnstudy.egg-info there would hide the installed entry points)
+    here = Path.cwd().resolve()
+    path = [p for p in sys.path if p and Path(p).resolve() != here]
+    found = (
+        ep
+        for d in distributions(path=path)
+        if (d.metadata["Name"] or "").lower() == "attnstudy"
+        for ep in d.entry_points
+    )
+    if not any(ep.group == "mlflow.app" and ep.name == name for ep in found):
+        raise ValueError(
+            f"the installed attnstudy lacks MLflow's server app entry point {name!r}; reinstall "
+            "it (make setup, or pip install -e '.[distributed]')"
+        )
+    return name
+
+
 def start(
     uri: str,
     artifacts: str,
@@ -138,8 +171,9 @@ def start(
         MLFLOW_BACKEND_STORE_URI=uri,
         MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false",
     )
-    cmd = [
+    cmd = [  # -P: the working folder is not on the server's import path
         sys.executable,
+        "-P",
         "-m",
         "mlflow",
         "server",
@@ -152,8 +186,7 @@ def start(
         "--workers",
         "1",
     ]
-    if app_name:
-        cmd += ["--app-name", app_name]
+    cmd += ["--app-name", server_app_name(app_name)]
     out = open(log_path, "ab") if log_path else None
     proc = subprocess.Popen(  # its own group: stop_server ends uvicorn's worker with it
         cmd,
@@ -177,8 +210,14 @@ def serve(
         0 after Ctrl-C, 1 if the server failed to start or exited on its own.
     """
     from . import ui
+    from .server_app import CHECK_BOUND_S, database_error_line, database_problem
 
     uri = backend_uri(uri)
+    server_app_name(app_name)
+    problem = database_problem(uri, timeout=CHECK_BOUND_S)
+    if problem is not None:  # mlflow server would retry for minutes, printing tracebacks
+        print(f"attnstudy: error: {database_error_line(mask(uri), problem)}", file=sys.stderr)
+        return 1
     if host not in LOOPBACK and not app_name:
         print(
             f"attnstudy: warning: binding {host} without authentication: whoever reaches it can "

@@ -157,6 +157,9 @@ def check_server(uri: str, timeout: float) -> None:
                 last = f"HTTP {resp.status}"
         except urllib.error.HTTPError as err:
             last = f"HTTP {err.code}"
+            body = _body_line(err)
+            if err.code == 503 and "database" in body:  # attnstudy server: its database is down
+                last = body
         except (urllib.error.URLError, OSError, TimeoutError) as err:
             reason = getattr(err, "reason", err)
             if isinstance(reason, ConnectionRefusedError):  # nothing listens: no use waiting
@@ -167,11 +170,25 @@ def check_server(uri: str, timeout: float) -> None:
                 ) from None
             last = "no answer"
         if time.monotonic() >= deadline:
+            if "database" in last:
+                raise TrackingError(
+                    f"database down: tracking server {uri} answers, but {last}; start the "
+                    "database (the server needs no restart), then run the command again"
+                )
             raise TrackingError(
                 f"tracking server {uri} did not answer within {timeout:g} s ({last}); "
                 "start it, or point --tracking-uri / MLFLOW_TRACKING_URI elsewhere"
             )
         time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
+def _body_line(err) -> str:
+    """The first line of an HTTP error's body (at most 400 characters), or ""."""
+    try:
+        text = err.read(4000).decode("utf-8", "replace").strip()
+    except Exception:  # noqa: BLE001 - no body is no message
+        return ""
+    return text.splitlines()[0][:400] if text else ""
 
 
 class Tracker:

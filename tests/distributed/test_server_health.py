@@ -1,0 +1,112 @@
+"""``attnstudy server`` and its database (NEW-8 of the 2026-12-06 review, issue #40 item 6).
+
+* Against a database that does not answer, ``attnstudy server`` retried for minutes, printing
+  MLflow's and SQLAlchemy's tracebacks: it now stops in one ``attnstudy: error:`` line naming the
+  database and what to do (exit 1).
+* Its ``/health`` answered 200 while PostgreSQL was down, so a driver's pre-flight check passed:
+  it now answers 503 naming the database, and the driver's check says "database down".
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+from attnstudy.distributed import free_port
+
+
+def test_a_server_whose_database_refuses_stops_in_one_line(tmp_path):
+    port = free_port()  # nothing listens there: the connection is refused at once
+    uri = f"postgresql+psycopg://u@127.0.0.1:{port}/mlflow"
+    res = subprocess.run(
+        [sys.executable, "-m", "attnstudy.cli", "server", "--backend-store-uri", uri]
+        + ["--artifacts", "art", "--port", str(free_port())],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang fails the test instead of the suite
+        env=dict(os.environ, ATTNSTUDY_DEBUG=""),
+    )
+    assert res.returncode == 1, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    line = lines[0]
+    assert line.startswith(f"attnstudy: error: the database {uri} does not answer ("), line
+    assert "Connection refused" in line and "start the database" in line, line
+    assert "Traceback" not in res.stderr and res.stdout == ""
+    assert not (tmp_path / "art").exists()  # nothing was created
+
+
+def test_the_database_bound_is_in_the_help():
+    from attnstudy.server_app import CHECK_BOUND_S
+
+    res = subprocess.run(
+        [sys.executable, "-m", "attnstudy.cli", "server", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert f"does not answer within {CHECK_BOUND_S} s" in " ".join(res.stdout.split())
+
+
+@pytest.mark.slow
+def test_health_fails_while_the_database_is_down(tmp_path):
+    """The cluster test's throwaway PostgreSQL and ``attnstudy server`` on it: /health 200; the
+    postmaster stopped: /health 503 naming the database, and the driver's pre-flight check
+    (:func:`check_server`) fails saying "database down"."""
+    _postgres_prerequisites()
+    from attnstudy.tracking.client import TrackingError, check_server
+    from benchmarks.cluster_kit import ThrowawayPostgres, start_tracking_server, stop_process
+
+    pg = server = None
+    try:
+        pg = ThrowawayPostgres().start()
+        server, url = start_tracking_server(
+            pg.uri, tmp_path / "artifacts", tmp_path / "server.log", pg.env
+        )
+        with urllib.request.urlopen(url + "/health", timeout=30) as resp:
+            assert (resp.status, resp.read()) == (200, b"OK")
+        check_server(url, 10)  # passes
+
+        pg.proc.send_signal(2)  # SIGINT: PostgreSQL's fast shutdown
+        pg.proc.wait(60)
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(url + "/health", timeout=30)
+        body = caught.value.read().decode()
+        assert caught.value.code == 503, body
+        assert body.startswith(f"the database {pg.uri} does not answer: "), body
+        assert "Connection refused" in body, body
+        with pytest.raises(TrackingError) as down:
+            check_server(url, 3)
+        message = str(down.value)
+        assert message.startswith(f"database down: tracking server {url} answers, but "), message
+        assert "start the database" in message
+        assert server.poll() is None  # the server itself still runs
+    finally:
+        stop_process(server)
+        if pg is not None:
+            pg.stop()
+
+
+def _postgres_prerequisites() -> None:
+    """As the cluster test's: psycopg and Debian's initdb (a failure under ``CI=true``)."""
+    import importlib.util
+
+    from prerequisites import require
+
+    require(importlib.util.find_spec("psycopg") is not None, "psycopg ([distributed] extra)")
+    from benchmarks.cluster_kit import initdb_path
+
+    require(initdb_path() is not None, "Debian's postgresql (/usr/lib/postgresql/*/bin/initdb)")
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            require(False, "a 'postgres' user to run initdb as (Debian's postgresql creates it)")
