@@ -843,9 +843,9 @@ def main(argv: list[str] | None = None) -> int:
             | OutputError
         )
         code = EXIT_USAGE if isinstance(err, named) else EXIT_FAILED
-        return _error_exit(
-            f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}", code
-        )
+        from .failure_causes import command_line  # a cluster cause first, with what to do
+
+        return _error_exit(command_line(err), code)
 
 
 def entry() -> None:

@@ -461,8 +461,10 @@ class _Job:
 
 
 def _first_line(err: BaseException) -> str:
+    from .failure_causes import clip
+
     text = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-    return f"{type(err).__name__}: {text[0][:200]}" if text else type(err).__name__
+    return clip(f"{type(err).__name__}: {text[0]}", 200) if text else type(err).__name__
 
 
 # ----------------------------------------------------------------------------- the tasks

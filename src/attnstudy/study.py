@@ -75,15 +75,18 @@ class StudyFailedError(RuntimeError):
 
     def __init__(self, result: StudyResult):
         self.result = result
-        n = len(result.failures)
-        super().__init__(
-            f"{n} part(s) of the study failed: " + "; ".join(map(str, result.failures))
-        )
+        from .failure_causes import study_failed_line
+
+        # the causes first, with what to do (restart, then --resume), each part cut between words
+        super().__init__(study_failed_line([str(f) for f in result.failures]))
 
 
 def error_text(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0][:300]}" if text else type(err).__name__
+    """One line for a failed part of a study: a cluster cause first (database down, tracking
+    server down, worker died), cut between words (:func:`attnstudy.failure_causes.error_line`)."""
+    from .failure_causes import error_line
+
+    return error_line(err)
 
 
 def study_key(cfg: ExperimentConfig, keys: list[str]) -> str:

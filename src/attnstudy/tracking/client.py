@@ -332,6 +332,12 @@ class Tracker:
         """One line for a server that did not answer an API request (a timeout, a refused or
         dropped connection), naming the cause and what to do; None for any other error."""
         text = str(err)
+        if "too many 500 error responses" in text:  # attnstudy server: its database is down
+            return (
+                f"database down: tracking server {self.uri} answers, but not for its database "
+                "(HTTP 500); start the database (the server needs no restart), then run the "
+                "command again (a study: --resume)"
+            )
         if "ReadTimeout" in text or "ConnectTimeout" in text or "timed out" in text:
             return (
                 f"tracking server {self.uri} did not answer within {self.timeout:g} s "
@@ -713,5 +719,7 @@ def _finite(v: Any) -> bool:
 
 
 def _first_line(err: Exception) -> str:
+    from ..failure_causes import clip
+
     text = str(err).strip().splitlines()
-    return text[0][:300] if text else type(err).__name__
+    return clip(text[0]) if text else type(err).__name__

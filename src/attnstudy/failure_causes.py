@@ -1,0 +1,151 @@
+"""What failed, said first: the causes a study's error line names, and text cut between words.
+
+A study on a cluster fails for reasons outside attnstudy: the tracking server's database stops
+answering, the tracking server itself does, or a Ray worker dies. MLflow's own message puts the
+cause last (``API request to … failed with exception HTTPConnectionPool(…): Max retries exceeded
+… (Caused by NewConnectionError(…))``), and the error line used to be cut at a fixed length exactly
+there (``…NewConnectionErro``). Here each cause is recognised from the text once
+(:data:`CAUSES`), named first, with what to do, and long text is cut at a word boundary with "…".
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RESUME = "attnstudy run … --resume"
+"""The command that continues a study after a failure (the user's own experiment file)."""
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A failure's cause as the user must act on it.
+
+    Attributes:
+        label: what failed, first in the error line ("database down", …).
+        signs: substrings of an error's text that show it (any one).
+        advice: what to do, ending in :data:`RESUME`.
+    """
+
+    label: str
+    signs: tuple[str, ...]
+    advice: str
+
+
+CAUSES: tuple[Cause, ...] = (
+    # first: a database that is down makes the server answer 500, which MLflow's client retries
+    # until "too many 500 error responses", text that would also match a server that is down
+    Cause(
+        "database down",
+        (
+            "database down",
+            "too many 500 error responses",
+            "psycopg.OperationalError",  # the server's 500 answer quotes its driver
+            "psycopg2.OperationalError",
+            "pymysql.err.OperationalError",
+            "MySQLdb.OperationalError",
+            "does not answer: connection",
+            "could not connect to server",
+            "the database system is shutting down",
+            "the database system is starting up",
+            "terminating connection due to administrator command",
+        ),
+        f"start the tracking server's database (the server needs no restart), then {RESUME}",
+    ),
+    Cause(
+        "tracking server down",
+        (
+            "NewConnectionError",
+            "Connection refused",
+            "RemoteDisconnected",
+            "ConnectionResetError",
+            "stopped answering",
+            "ReadTimeout",
+            "ConnectTimeout",
+            "did not answer within",
+        ),
+        f"restart the tracking server (attnstudy server …), then {RESUME}",
+    ),
+    Cause(
+        "worker died",
+        (
+            "the Ray worker running it died",
+            "WorkerCrashedError",
+            "NodeDiedError",
+            "OwnerDiedError",
+            "ActorDiedError",
+            "OutOfMemoryError: Task was killed",
+        ),
+        "see the Ray logs of its node (out of memory? the node stopped?), then " + RESUME,
+    ),
+)
+
+
+def classify(text: str) -> Cause | None:
+    """The first of :data:`CAUSES` whose signs (or its label, as :func:`error_line` writes it
+    first) appear in ``text``, or None."""
+    for cause in CAUSES:
+        if f"{cause.label}: " in text or any(sign in text for sign in cause.signs):
+            return cause
+    return None
+
+
+def clip(text: str, limit: int = 300) -> str:
+    """``text`` cut to at most ``limit`` characters at a word boundary, with "…" when cut.
+
+    A word longer than the whole limit (a URL) is the only thing cut inside a word.
+    """
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space > limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:(") + "…"
+
+
+def error_line(err: BaseException, limit: int = 300) -> str:
+    """One line for an error: its cause first when it is one of :data:`CAUSES`
+    (``tracking server down: MlflowException: …``), else ``Type: first line``; cut between words.
+    """
+    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+    body = f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+    cause = classify(str(err))
+    if cause is not None and not body.startswith(cause.label):
+        body = f"{cause.label}: {body}"
+    return clip(body, limit)
+
+
+def study_failed_line(parts: list[str], limit_each: int = 300) -> str:
+    """The driver's error line for a study whose ``parts`` (``name (phase: error)``) failed: the
+    causes first, with what to do, then the parts, each cut between words.
+
+    Example: ``tracking server down (restart the tracking server (attnstudy server …), then
+    attnstudy run … --resume): 2 part(s) of the study failed: a (training: …); b (…)``.
+    """
+    causes: list[Cause] = []
+    for part in parts:
+        cause = classify(part)
+        if cause is not None and cause not in causes:
+            causes.append(cause)
+    head = "; ".join(f"{c.label} ({c.advice})" for c in causes)
+    listed = "; ".join(clip(p, limit_each) for p in parts)
+    tail = f"{len(parts)} part(s) of the study failed: {listed}"
+    return f"{head}: {tail}" if head else tail
+
+
+def command_line(err: BaseException, limit: int = 600) -> str:
+    """The CLI's one line for an error that ended a command: its first line, cut between words;
+    for one of :data:`CAUSES`, the cause first and its advice last (unless the text gives one)."""
+    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+    line = clip(lines[0], limit) if lines else type(err).__name__
+    cause = classify(str(err))
+    if cause is None:
+        return line
+    if not line.startswith(cause.label):
+        line = f"{cause.label}: {line}"
+    return (
+        line if "--resume" in line or "run the command again" in line else f"{line}; {cause.advice}"
+    )
