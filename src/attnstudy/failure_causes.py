@@ -26,11 +26,13 @@ class Cause:
         label: what failed, first in the error line ("database down", …).
         signs: substrings of an error's text that show it (any one).
         advice: what to do, ending in :data:`RESUME`.
+        named_by: how a line that already names the cause first begins (no label is added).
     """
 
     label: str
     signs: tuple[str, ...]
     advice: str
+    named_by: tuple[str, ...] = ()
 
 
 CAUSES: tuple[Cause, ...] = (
@@ -66,6 +68,7 @@ CAUSES: tuple[Cause, ...] = (
             "did not answer within",
         ),
         f"restart the tracking server (attnstudy server …), then {RESUME}",
+        ("tracking server ",),  # the Tracker's own lines: "tracking server URI stopped answering"
     ),
     Cause(
         "worker died",
@@ -113,7 +116,7 @@ def error_line(err: BaseException, limit: int = 300) -> str:
     lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
     body = f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
     cause = classify(str(err))
-    if cause is not None and not body.startswith(cause.label):
+    if cause is not None and not _names(body, cause):
         body = f"{cause.label}: {body}"
     return clip(body, limit)
 
@@ -144,8 +147,14 @@ def command_line(err: BaseException, limit: int = 600) -> str:
     cause = classify(str(err))
     if cause is None:
         return line
-    if not line.startswith(cause.label):
+    if not _names(line, cause):
         line = f"{cause.label}: {line}"
     return (
         line if "--resume" in line or "run the command again" in line else f"{line}; {cause.advice}"
     )
+
+
+def _names(line: str, cause: Cause) -> bool:
+    """Whether ``line`` already begins by naming ``cause`` (past a ``Type: `` prefix)."""
+    rest = line.split(": ", 1)[1] if line.split(": ", 1)[0].isidentifier() else line
+    return any(t.startswith((cause.label, *cause.named_by)) for t in (line, rest))
