@@ -150,11 +150,13 @@ def run_suite(
         )
 
     rounds = sum(1 for p, names in groups.items() if names or p == cfg.prefix)
+    # each prefix is a pass over the examples: the count is examples × prefixes when there are two
     bar = Progress(
         len(examples) * rounds,
-        f"ablations {label}".strip(),
+        f"ablations {label}".strip()
+        + (f" on {len(examples)} examples × {rounds} prefixes" if rounds > 1 else ""),
         enabled=progress and bool(active),
-        unit="example",
+        unit="example × prefix" if rounds > 1 else "example",
     )
     if info is None:
         from attnstudy import __version__
@@ -194,7 +196,9 @@ def run_suite(
                         captured = {}
                         for name in names:
                             spec, fn, params = active[name]
-                            bar.update(0, note=name if len(units) == 1 else f"{name} {_unit(unit)}")
+                            running = name if len(units) == 1 else f"{name} {_unit(unit)}"
+                            where = f", {prefix} prefix" if rounds > 1 else ""
+                            bar.update(0, note=running + where)  # what runs now
                             t0 = time.perf_counter()
                             if record and name in recorder.capture:
                                 frame, captured[name] = recorder.capture[name](
@@ -220,7 +224,7 @@ def run_suite(
                             recorder.add(batch, captured)
                         sums.setdefault(unit, []).append(example_sums(steps, step_specs))
                         sink.write(steps)
-                    bar.update(len(whole.examples))
+                    bar.update(len(whole.examples), note="")  # between batches nothing runs
         table = sink.close()
     finally:
         sink.discard()

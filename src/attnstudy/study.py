@@ -23,6 +23,7 @@ from .experiment import ExperimentConfig
 from .model_runs import ModelRun, load_model, model_key, open_tracker, train_spec
 from .notices import notice
 from .paths import git_commit
+from .progress import stage
 from .task_data import task_data
 from .tracking import Artifact, Tag, Tracker, store
 from .tracking.schema import Metric as MetricName
@@ -366,19 +367,21 @@ def _run_variants_here(ctx: StudyContext) -> None:
         ctx.done,
         ctx.record,
     )
+    position = {spec.name: f"model {k} of {len(ctx.specs)}" for k, spec in enumerate(ctx.specs, 1)}
     for spec in ctx.specs:
         try:
-            result.models.append(
-                train_spec(
-                    spec,
-                    tracker,
-                    experiment_id=exp_id,
-                    study_id=study_id,
-                    retrain=retrain,
-                    resume=resume,
-                    progress=progress,
+            with stage(position[spec.name]):
+                result.models.append(
+                    train_spec(
+                        spec,
+                        tracker,
+                        experiment_id=exp_id,
+                        study_id=study_id,
+                        retrain=retrain,
+                        resume=resume,
+                        progress=progress,
+                    )
                 )
-            )
         except Exception as err:  # isolated: the run is FAILED with the error; the others go on
             result.failures.append(
                 Failure(spec.name, "training", error_text(err), getattr(err, "failed_run_id", None))
@@ -390,15 +393,16 @@ def _run_variants_here(ctx: StudyContext) -> None:
             continue
         try:
             _, loaded = load_model(f"runs:/{m.run_id}", tracker)
-            result.ablations[m.run_id], _ = ablate_run(
-                m.run_id,
-                loaded,
-                cfg.ablation,
-                tracker,
-                study_id=study_id,
-                progress=progress,
-                thresholds=cfg.report.verdict,
-            )
+            with stage(position.get(m.spec.name, "")):
+                result.ablations[m.run_id], _ = ablate_run(
+                    m.run_id,
+                    loaded,
+                    cfg.ablation,
+                    tracker,
+                    study_id=study_id,
+                    progress=progress,
+                    thresholds=cfg.report.verdict,
+                )
         except Exception as err:
             result.failures.append(
                 Failure(
