@@ -9,8 +9,9 @@ run ids as tasks finish, then computes seed variance and the report from the sto
 
 * **The store is a tracking server.** Workers cannot share an embedded SQLite file: the tracking
   URI must be ``http(s)://``, and the experiment must keep its artifacts behind the server
-  (``mlflow-artifacts:`` proxying, ``mlflow server --artifacts-destination``), so workers reach
-  them only through the server, never through a disk path of some machine.
+  (``mlflow-artifacts:`` proxying, ``mlflow server --artifacts-destination`` a folder or
+  ``s3://``) or on an S3-compatible store every node reaches (an ``s3://`` artifact location),
+  never on a disk path of some machine.
 * **Failures.** Tasks run with ``max_retries=0`` (a retry would create a second run while the
   crashed attempt's run stays RUNNING). A training or ablation that raises fails alone, its run
   FAILED with the error, as in the local executor. A worker that dies (killed, out of memory, its
@@ -29,9 +30,11 @@ run ids as tasks finish, then computes seed variance and the report from the sto
   ``training.num_gpus`` GPUs (default: 1 for an explicit ``cuda``/``cuda:N``, else 0), and
   ``auto`` trains on the GPU the task was given, on the CPU in a task that got none, so CPU-only
   and GPU nodes mix.
-* **Checkpoints** stay on the node that trained: ``--resume`` continues an interrupted training
-  from its checkpoint only if its task lands on that node again (it trains from scratch
-  otherwise, with the same result).
+* **Checkpoints** stay on the node that trained, unless ``$ATTNSTUDY_CHECKPOINT_URI`` names an
+  S3-compatible store (:mod:`attnstudy.checkpoint_store`; the driver's value reaches every
+  task): then each checkpoint is uploaded too, and ``--resume`` continues an interrupted
+  training on whichever node its task lands on. Without it, a task that lands on another node
+  trains from scratch, with the same result.
 
 Without ``--ray-address`` (and without ``$RAY_ADDRESS``) the driver starts a private Ray head on
 this machine's loopback for the run and stops it afterwards (:class:`LocalRayHead`, from
@@ -55,6 +58,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .checkpoint_store import CHECKPOINT_URI_VAR, CheckpointStore
 from .config import ConfigError
 from .ray_head import CLUSTERS_VAR, RAY_EXTRA, ClusterError, LocalRayHead
 from .ray_head import free_port as free_port  # re-exported: importers use it from here
@@ -100,16 +104,19 @@ def require_server_uri(uri: str) -> str:
 
 
 def check_artifact_location(location: str, experiment: str, uri: str) -> None:
-    """Refuse an experiment whose artifacts live on a disk path instead of behind the server.
+    """Refuse an experiment whose artifacts live on a disk path instead of behind the server or
+    on an S3-compatible store that every node reaches.
 
     Raises:
-        ConfigError: the location is not ``mlflow-artifacts:`` (or an http(s) URL of the server).
+        ConfigError: the location is not ``mlflow-artifacts:`` (or an http(s) URL of the server)
+            nor ``s3://``.
     """
-    if not location.startswith(("mlflow-artifacts:", "http://", "https://")):
+    if not location.startswith(("mlflow-artifacts:", "http://", "https://", "s3://")):
         raise ConfigError(
             f"experiment {experiment!r} on {uri} keeps its artifacts at {location}, a path workers "
             "cannot reach; serve artifacts through the server (mlflow server "
-            "--artifacts-destination DIR, as 'attnstudy server' does) and use a new experiment name"
+            "--artifacts-destination DIR or s3://BUCKET, as 'attnstudy server --artifacts' does) "
+            "and use a new experiment name"
         )
 
 
@@ -221,6 +228,7 @@ class RayExecutor:
                 cluster.
         """
         require_server_uri(tracker.uri)
+        CheckpointStore.from_env()  # a malformed $ATTNSTUDY_CHECKPOINT_URI, before any task
         check_artifact_location(
             tracker.artifact_location(experiment_id), cfg.experiment.name, tracker.uri
         )
@@ -295,6 +303,8 @@ class RayExecutor:
             "study_id": ctx.study_id,
             "root": str(project_root()),
             "code": asdict(this_code()),  # each task refuses a node with other code
+            # checkpoints shared through an S3-compatible store, if this driver names one
+            "checkpoint_uri": os.environ.get(CHECKPOINT_URI_VAR, ""),
         }
         ablation = ctx.cfg.ablation.model_dump(mode="json")
         abl_gpu = 1 if requests_gpu(ctx.cfg.ablation.device) else 0
@@ -485,9 +495,9 @@ def placed_here():
 @contextlib.contextmanager
 def _worker(job: dict):
     """A task's surroundings on its worker: its own tracker (runs marked with the task's token),
-    the intra-op threads of its spec, the scheduler's GPU placement, and a project root for the
+    the intra-op threads of its spec, the scheduler's GPU placement, a project root for the
     checkpoints (``$ATTNSTUDY_ROOT`` of the node, else the driver's root if it exists here, else a
-    cache folder)."""
+    cache folder) and the driver's shared checkpoint store (``$ATTNSTUDY_CHECKPOINT_URI``)."""
     import torch
 
     from .config import RunSpec
@@ -503,6 +513,9 @@ def _worker(job: dict):
             root.mkdir(parents=True, exist_ok=True)
         os.environ["ATTNSTUDY_ROOT"] = str(root)
     torch.set_num_threads(spec.training.threads)
+    shared_before = os.environ.get(CHECKPOINT_URI_VAR)
+    if job.get("checkpoint_uri"):  # the driver's store, whatever this node's environment says
+        os.environ[CHECKPOINT_URI_VAR] = job["checkpoint_uri"]
     try:
         tracker = Tracker(job["uri"], job["timeout"], run_tags={Tag.CLUSTER_TASK: job["token"]})
         with placed_here():
@@ -510,6 +523,10 @@ def _worker(job: dict):
     finally:
         if before is None:
             os.environ.pop("ATTNSTUDY_ROOT", None)
+        if shared_before is None:
+            os.environ.pop(CHECKPOINT_URI_VAR, None)
+        else:
+            os.environ[CHECKPOINT_URI_VAR] = shared_before
 
 
 def _other_code(job: dict) -> dict | None:

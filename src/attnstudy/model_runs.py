@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import run_pages
+from .checkpoint_store import CheckpointStore
 from .code_version import this_code
 from .config import RunSpec
 from .data.tasks import get_task
@@ -192,6 +193,10 @@ def train_spec(
                 f"{spec.experiment!r} has no finished run of it (a run is reused only within "
                 "its experiment): this process trains it"
             )
+        shared = CheckpointStore.from_env()  # checkpoints shared by the nodes of a cluster
+        if resume and shared is not None and not (ckpt_dir / "last.pt").is_file():
+            # another node's interrupted training: its last checkpoint from the store
+            shared.download(key, ckpt_dir / "last.pt")
         if resume and (ckpt_dir / "last.pt").is_file():
             read_checkpoint(
                 ckpt_dir / "last.pt"
@@ -212,6 +217,7 @@ def train_spec(
                     resume=resume,
                     progress=progress,
                     hold=hold,
+                    on_checkpoint=None if shared is None else functools.partial(shared.upload, key),
                 )
                 # registered only once the run is FINISHED: a version never points at an
                 # unfinished run
@@ -320,11 +326,13 @@ def _train_run(
     resume: bool,
     progress: bool,
     hold: ExitStack | None = None,
+    on_checkpoint=None,
 ) -> tuple[str, str, dict[str, float]]:
     """Train one model inside its own run (see :func:`train_spec`). Returns (run id, logged model id, metrics).
 
     ``hold``: signals are held from the end of the run's block (its closing FINISHED included)
-    until ``hold`` closes (the caller registers the model meanwhile).
+    until ``hold`` closes (the caller registers the model meanwhile). ``on_checkpoint``: called
+    with each ``last.pt`` written (:func:`attnstudy.training.train`).
     """
     splits, src_vocab, tgt_vocab = data.splits, data.src_vocab, data.tgt_vocab
     device = resolve_device(spec.training.device)  # where this process trains, before any run
@@ -367,6 +375,7 @@ def _train_run(
             progress=progress,
             on_epoch=lambda epoch, m: tracker.log_metrics(run_id, m, step=epoch),
             device=device,
+            on_checkpoint=on_checkpoint,
         )
         final: dict[str, float] = {
             "train/seconds": result.seconds,

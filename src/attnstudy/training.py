@@ -401,6 +401,7 @@ def train(
     resume: bool = False,
     progress: bool = True,
     device: torch.device | None = None,
+    on_checkpoint: Callable[[Path], None] | None = None,
 ) -> TrainResult:
     """Train one model.
 
@@ -415,6 +416,8 @@ def train(
         progress: show progress: one bar per epoch naming the model in a terminal, a plain line
             every few seconds and one per epoch outside it (:class:`attnstudy.progress.Progress`).
         device: where to train (default: ``training.device`` resolved on this machine).
+        on_checkpoint: called with the path of ``last.pt`` each time it is written (a shared
+            store's upload, :mod:`attnstudy.checkpoint_store`).
 
     Returns:
         :class:`TrainResult` holding the best model, on ``device``.
@@ -569,6 +572,8 @@ def train(
         if amp.scaler.is_enabled():
             state["scaler"] = amp.scaler.state_dict()
         _atomic_save(state, ckpt_path)
+        if on_checkpoint is not None:
+            on_checkpoint(ckpt_path)
         bar.write(
             f"{spec.name} epoch {epoch}: train/loss {metrics['train/loss']:.4f} "
             f"dev/{metric} {metrics[f'dev/{metric}']:.4f}"

@@ -1,0 +1,164 @@
+"""Training checkpoints shared through an S3-compatible store, so that an interrupted training
+resumes on whichever node its task lands on.
+
+A training writes ``last.pt`` into its model's checkpoint folder on the node that trains
+(:func:`attnstudy.paths.checkpoint_dir`) after every epoch. With ``$ATTNSTUDY_CHECKPOINT_URI`` set
+to ``s3://BUCKET/PREFIX``, each of those files is also uploaded, to
+``s3://BUCKET/PREFIX/<model key>/last.pt``, and ``--resume`` on a node without the local file
+downloads it first. The setting is an environment variable, not an experiment setting, because
+where checkpoints go belongs to the machines (a laptop, a cluster), not to the experiment, like
+the tracking URI; the Ray driver passes its value to every task.
+
+The store is reached with boto3 (the ``[distributed]`` extra) with bounded waits: connect and read
+timeouts (:data:`CONNECT_TIMEOUT_S`, :data:`READ_TIMEOUT_S`) and at most :data:`MAX_ATTEMPTS`
+tries a call. The endpoint is ``$MLFLOW_S3_ENDPOINT_URL`` when set (the variable MLflow reads for
+the artifacts, so one setting serves both), else boto3's own (``$AWS_ENDPOINT_URL_S3``,
+``$AWS_ENDPOINT_URL``, AWS); credentials and region are boto3's (``$AWS_ACCESS_KEY_ID`` …,
+``~/.aws``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import ConfigError
+
+CHECKPOINT_URI_VAR = "ATTNSTUDY_CHECKPOINT_URI"
+ENDPOINT_VAR = "MLFLOW_S3_ENDPOINT_URL"
+CONNECT_TIMEOUT_S = 10
+READ_TIMEOUT_S = 60
+MAX_ATTEMPTS = 3
+CHECKPOINT_FILE = "last.pt"
+
+_S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])(?:/(?P<prefix>.*))?$")
+BOTO3_EXTRA = "checkpoints on an S3-compatible store need boto3: pip install -e '.[distributed]'"
+
+
+class CheckpointStoreError(RuntimeError):
+    """The checkpoint store cannot be reached or used (the message names the object and what to
+    do); the local checkpoint is kept."""
+
+
+@dataclass(frozen=True)
+class CheckpointStore:
+    """Checkpoints under ``s3://bucket/prefix/<model key>/last.pt``.
+
+    Attributes:
+        bucket: the bucket's name.
+        prefix: the key prefix (no leading or trailing ``/``; may be empty).
+    """
+
+    bucket: str
+    prefix: str = ""
+
+    @classmethod
+    def parse(cls, uri: str) -> CheckpointStore:
+        """A store from ``s3://BUCKET[/PREFIX]``.
+
+        Raises:
+            ConfigError: not such a URI (one line naming :data:`CHECKPOINT_URI_VAR`).
+        """
+        m = _S3_URI.match(uri.strip())
+        if m is None:
+            raise ConfigError(
+                f"{CHECKPOINT_URI_VAR}={uri!r}: give s3://BUCKET/PREFIX of an S3-compatible "
+                "store (the bucket: 3-63 lower-case letters, digits, '.' or '-'), or unset it to "
+                "keep checkpoints on the node that trains"
+            )
+        prefix = (m["prefix"] or "").strip("/")
+        return cls(m["bucket"], prefix)
+
+    @classmethod
+    def from_env(cls) -> CheckpointStore | None:
+        """The store ``$ATTNSTUDY_CHECKPOINT_URI`` names, or None when it is unset or empty.
+
+        Raises:
+            ConfigError: a malformed URI, or boto3 is not installed.
+        """
+        uri = os.environ.get(CHECKPOINT_URI_VAR, "").strip()
+        if not uri:
+            return None
+        store = cls.parse(uri)
+        import importlib.util
+
+        if importlib.util.find_spec("boto3") is None:
+            raise ConfigError(f"{CHECKPOINT_URI_VAR} is set, but {BOTO3_EXTRA}")
+        return store
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+
+    def key_of(self, model_key: str) -> str:
+        """The object key of a model's checkpoint: ``PREFIX/<model key>/last.pt``."""
+        return "/".join(p for p in (self.prefix, model_key, CHECKPOINT_FILE) if p)
+
+    def _client(self):
+        import boto3
+        from botocore.config import Config
+
+        config = Config(
+            connect_timeout=CONNECT_TIMEOUT_S,
+            read_timeout=READ_TIMEOUT_S,
+            retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+        )
+        endpoint = os.environ.get(ENDPOINT_VAR) or None
+        return boto3.client("s3", endpoint_url=endpoint, config=config)
+
+    def _fail(self, what: str, model_key: str, err: Exception) -> CheckpointStoreError:
+        reason = str(err).strip().splitlines()
+        reason = reason[0][:200] if reason else type(err).__name__
+        endpoint = os.environ.get(ENDPOINT_VAR)
+        at = f" at {endpoint}" if endpoint else ""
+        return CheckpointStoreError(
+            f"cannot {what} checkpoint s3://{self.bucket}/{self.key_of(model_key)}{at} "
+            f"({type(err).__name__}: {reason}); check the store, its bucket and credentials "
+            f"(AWS_ACCESS_KEY_ID …, {ENDPOINT_VAR}), or unset {CHECKPOINT_URI_VAR} to keep "
+            "checkpoints on the node that trains"
+        )
+
+    def upload(self, model_key: str, path: Path) -> None:
+        """Upload a model's ``last.pt`` (replacing the one stored before it).
+
+        Raises:
+            CheckpointStoreError: the store failed after :data:`MAX_ATTEMPTS` tries.
+        """
+        try:
+            self._client().upload_file(str(path), self.bucket, self.key_of(model_key))
+        except Exception as err:  # botocore's and S3Transfer's errors, connection errors
+            raise self._fail("upload", model_key, err) from None
+
+    def download(self, model_key: str, dest: Path) -> bool:
+        """Download a model's stored checkpoint to ``dest`` (written whole or not at all).
+
+        Returns:
+            True if the store held one, False if it holds none.
+
+        Raises:
+            CheckpointStoreError: the store failed (anything but a missing object).
+        """
+        from botocore.exceptions import ClientError
+
+        client = self._client()
+        key = self.key_of(model_key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".download-", suffix=".pt")
+        os.close(fd)
+        try:
+            try:
+                client.download_file(self.bucket, key, tmp)
+            except ClientError as err:
+                code = str(err.response.get("Error", {}).get("Code", ""))
+                if code in ("404", "NoSuchKey", "NotFound"):
+                    return False
+                raise self._fail("download", model_key, err) from None
+            except Exception as err:
+                raise self._fail("download", model_key, err) from None
+            os.replace(tmp, dest)
+            return True
+        finally:
+            Path(tmp).unlink(missing_ok=True)
