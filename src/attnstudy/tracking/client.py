@@ -35,6 +35,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from ..paths import artifact_root, default_tracking_uri, store_dir  # noqa: E402
 from ..signals import acknowledge_interrupt, check_interrupt, deferred_signals  # noqa: E402
 from .schema import Metric as MetricName  # noqa: E402
+from .leases import keeper_for  # noqa: E402
 from .schema import RunRecord, Tag  # noqa: E402
 
 logging.getLogger("mlflow").setLevel(logging.WARNING)  # no INFO chatter on the CLI
@@ -238,6 +239,8 @@ class Tracker:
         # no mlflow.set_tracking_uri here: it also sets $MLFLOW_TRACKING_URI for the whole process;
         # the registry is the same store (MLflow's default would follow the process-wide URI)
         self.client = MlflowClient(self.uri, registry_uri=self.uri)
+        # a server's runs carry a lease this process renews while they run (tracking/leases.py)
+        self._leases = keeper_for(self.uri, self.client)
         self._dropped: dict[str, set[str]] = {}
         self._dropped_count: dict[str, int] = {}
 
@@ -417,14 +420,20 @@ class Tracker:
     ) -> str:
         """Create a run (nested under ``parent_run_id``) and return its id."""
         tags = dict(tags or {}) | owner_tags() | self.run_tags
+        if self._leases is not None:
+            tags |= self._leases.start_tags()
         if parent_run_id:
             tags[Tag.PARENT] = parent_run_id
         run = self._call(self.client.create_run, experiment_id, run_name=name, tags=tags)
+        if self._leases is not None:
+            self._leases.keep(run.info.run_id)
         return run.info.run_id
 
     def end_run(self, run_id: str, status: str = "FINISHED") -> None:
         """Mark a run FINISHED, FAILED or KILLED."""
         self._call(self.client.set_terminated, run_id, status=status)
+        if self._leases is not None:
+            self._leases.release(run_id)
 
     @contextmanager
     def active(self, run_id: str):
@@ -476,9 +485,19 @@ class Tracker:
             raise
 
     def reopen_run(self, run_id: str) -> None:
-        """Mark an ended run RUNNING again, owned by this process (a study continued with ``--resume``)."""
-        self.set_tags(run_id, owner_tags())
+        """Mark an ended run RUNNING again, owned by this process (a study continued with
+        ``--resume``), without the error tags of its end (``error.class=OwnerGone`` from the
+        orphan clean-up, ``error.message``, ``failed``): the resume writes its own if it fails."""
+        stale = (Tag.ERROR_CLASS, Tag.ERROR_MESSAGE, Tag.FAILED)
+        for key in set(stale) & set(self.get_run(run_id).tags):
+            self._call(self.client.delete_tag, run_id, key)
+        tags = owner_tags()
+        if self._leases is not None:
+            tags |= self._leases.start_tags()
+        self.set_tags(run_id, tags)
         self._call(self.client.update_run, run_id, status="RUNNING")
+        if self._leases is not None:
+            self._leases.keep(run_id)
 
     def has_artifact(self, run_id: str, path: str) -> bool:
         """Whether the run has the artifact file ``path`` (e.g. ``model/weights.pt``)."""

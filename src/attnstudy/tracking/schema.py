@@ -59,6 +59,7 @@ class Tag:
     OWNER_HOST = "attnstudy.owner.host"
     OWNER_PID = "attnstudy.owner.pid"
     OWNER_START = "attnstudy.owner.start"
+    LEASE_EXPIRES = "attnstudy.lease_expires"  # Unix seconds; renewed while running (leases.py)
     DEVICE = "device"  # where the run's training or analysis ran (cpu, cuda:0, …)
     CLUSTER_TASK = "attnstudy.cluster_task"  # the cluster task that wrote the run (distributed.py)
     # the attnstudy code that wrote the run (attnstudy.code_version): its sources' digest and the

@@ -7,10 +7,12 @@ or artifact path is spelled once. Everything returns plain :class:`RunRecord` ob
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from ..models.io import MODEL_FILES
 from .client import Tracker, owner_alive
+from .leases import lease_expired
 from .schema import Artifact, Kind, RunRecord, Tag
 
 
@@ -125,31 +127,59 @@ def owner_note(run: RunRecord) -> str:
     )
 
 
-def reconcile_orphans(tracker: Tracker, experiment_id: str) -> list[str]:
-    """Mark RUNNING runs whose owner process (on this host) is gone as KILLED.
+def reconcile_orphans(tracker: Tracker, experiment_id: str, now: float | None = None) -> list[str]:
+    """Close as KILLED the RUNNING runs whose owner is gone, whichever node they ran on.
 
-    A SIGKILL, an OOM kill or a full disk can end a process before it closes its runs; the next
-    process that writes the experiment closes them, so no dead run looks unfinished forever.
+    A SIGKILL, an OOM kill, a full disk or a lost cluster node can end a process before it closes
+    its runs; the next process that writes the experiment closes them, so no dead run looks
+    unfinished for ever. A run's owner is gone when
+
+    * its owner process is on this host and no longer runs (the PID check, at once), or
+    * its lease expired (:mod:`attnstudy.tracking.leases`: a run of a tracking server carries a
+      lease its owner renews every quarter of its length), on any host; a run whose owner
+      process still runs on this host is never closed for its lease alone.
+
+    Each closed run gets ``error.class=OwnerGone``, ``error.message`` and a description saying
+    why (a resumed study run drops them again: :meth:`Tracker.reopen_run`).
+
+    Args:
+        now: Unix time to judge leases by (default: the clock; a fake one in tests).
 
     Returns:
         The run ids marked KILLED.
     """
+    import socket
+    from datetime import UTC, datetime
+
+    now = time.time() if now is None else now
     closed = []
     for r in tracker.search_runs(
         [experiment_id], "attributes.status = 'RUNNING'", max_results=1000
     ):
-        if owner_alive(r.tags) is False:
-            pid = r.tags.get(Tag.OWNER_PID)
-            tracker.set_tags(
-                r.run_id,
-                {
-                    Tag.ERROR_CLASS: "OwnerGone",
-                    Tag.ERROR_MESSAGE: f"process {pid} ended without closing the run",
-                    Tag.NOTE: f"Killed: process {pid} ended without closing the run (marked by a later process)",
-                },
+        pid = r.tags.get(Tag.OWNER_PID, "?")
+        host = r.tags.get(Tag.OWNER_HOST) or "an unknown host"
+        alive = owner_alive(r.tags)
+        if alive is False:
+            why = f"process {pid} ended without closing the run"
+        elif alive is None and lease_expired(r.tags, now):
+            when = datetime.fromtimestamp(float(r.tags[Tag.LEASE_EXPIRES]), UTC)
+            here = "" if host != socket.gethostname() else " (this host)"
+            why = (
+                f"its owner, process {pid} on {host}{here}, stopped renewing its lease (expired "
+                f"{when:%Y-%m-%d %H:%M:%S} UTC): the process or its node is gone"
             )
-            tracker.end_run(r.run_id, "KILLED")
-            closed.append(r.run_id)
+        else:
+            continue
+        tracker.set_tags(
+            r.run_id,
+            {
+                Tag.ERROR_CLASS: "OwnerGone",
+                Tag.ERROR_MESSAGE: why,
+                Tag.NOTE: f"Killed: {why} (marked by a later process)",
+            },
+        )
+        tracker.end_run(r.run_id, "KILLED")
+        closed.append(r.run_id)
     return closed
 
 
