@@ -1,6 +1,6 @@
 """What ``attnstudy ablate`` prints: each statistic with its 95 % interval (catalogue labels),
 the verdict, the example browser's path and the ablation run — no unexplained counters
-(issue #39 item 5: it printed ``ablation/permutation/n_identity 72`` and point values only)."""
+(it printed ``ablation/permutation/n_identity 72`` and point values only)."""
 
 from pathlib import Path
 

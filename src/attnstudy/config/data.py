@@ -10,8 +10,11 @@ from pydantic import (
     Field,
     Tag,
     TypeAdapter,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from .base import MAX_EXAMPLES, MAX_LEN_BOUND, MAX_LEN_DEFAULT, SYNTHETIC_TOKEN_BUDGET, _Strict
 
@@ -77,15 +80,41 @@ class G2PData(_DefaultLengths, _TaskData):
     g2p_aligner: Literal["em", "phonetisaurus"] = "em"
 
 
+class TSVSplit(_Strict):
+    """``[data] split = {dev = 0.05, test = 0.1}``: one TSV file (``train_path``) split into
+    train, dev and test by the salted SHA-256 of each example's source, every example of one
+    source in the same split (:func:`attnstudy.data.tsv.split_examples`)."""
+
+    dev: float = Field(gt=0, lt=1, description="share of the examples in dev (at least)")
+    test: float = Field(gt=0, lt=1, description="share of the examples in test (at least)")
+    salt: str = Field("attnstudy-tsv-v1", min_length=1, max_length=200)
+
+    @model_validator(mode="after")
+    def _check(self) -> TSVSplit:
+        if self.dev + self.test >= 1:
+            raise ValueError(
+                f"dev ({self.dev}) + test ({self.test}) leave nothing for train; lower them"
+            )
+        return self
+
+
+SPLIT_HINT = (
+    "data.split = {dev = 0.05, test = 0.1} to split data.train_path into train, dev and test"
+)
+"""How a single TSV file is split, as the refusals name it."""
+
+
 class TSVData(_TaskData):
-    """Your own data: three TSV files (``source<TAB>target[<TAB>links]``), tokenized by
-    characters or spaces; examples longer than ``max_source_len``/``max_target_len`` are filtered
-    and counted (:mod:`attnstudy.data.tsv`)."""
+    """Your own data: three TSV files (``source<TAB>target[<TAB>links]``), or one
+    (``train_path``) that ``split`` splits into train, dev and test; tokenized by characters or
+    spaces; examples longer than ``max_source_len``/``max_target_len`` are filtered and counted
+    (:mod:`attnstudy.data.tsv`)."""
 
     task: Literal["tsv"]
     train_path: str = Field(min_length=1)
-    dev_path: str = Field(min_length=1)
-    test_path: str = Field(min_length=1)
+    split: TSVSplit | None = Field(None, json_schema_extra={"key_neutral": None})
+    dev_path: str | None = Field(None, min_length=1, validate_default=True)
+    test_path: str | None = Field(None, min_length=1, validate_default=True)
     source_tokenization: Literal["chars", "spaces"] = "spaces"
     target_tokenization: Literal["chars", "spaces"] = "spaces"
     alignment_base: Literal[0, 1] = Field(0, json_schema_extra={"key_neutral": 0})
@@ -96,6 +125,29 @@ class TSVData(_TaskData):
     )
     max_source_len: int = Field(MAX_LEN_DEFAULT, ge=1, le=MAX_LEN_BOUND)
     max_target_len: int = Field(MAX_LEN_DEFAULT, ge=1, le=MAX_LEN_BOUND)
+
+    @field_validator("dev_path", "test_path")
+    @classmethod
+    def _one_file_or_three(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """Either ``split`` or both ``dev_path`` and ``test_path``, never both, never neither."""
+        split = info.data.get("split")
+        if value is None and split is None and "train_path" in info.data:
+            raise PydanticCustomError(
+                "tsv_file_missing", f"missing; task 'tsv' needs it, or {SPLIT_HINT}"
+            )
+        if value is not None and split is not None:
+            raise PydanticCustomError(
+                "tsv_split_and_file",
+                "data.split splits data.train_path into train, dev and test: give either "
+                "data.split or data.dev_path and data.test_path, not both",
+            )
+        return value
+
+    def used_fields(self) -> list[str]:
+        """All of its fields but ``split`` when unset, and ``dev_path``/``test_path`` when
+        ``split`` replaces them (so three files keep the params and keys they had)."""
+        unset = {"split"} if self.split is None else {"dev_path", "test_path"}
+        return [n for n in type(self).model_fields if n not in unset]
 
     @model_validator(mode="before")
     @classmethod

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -9,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from attnstudy.config import DataConfig
+from attnstudy.config.data import SPLIT_HINT
 from attnstudy.data.alignment import Alignment
 from attnstudy.data.types import SPLITS, DataError, Example, Splits, tokenize
 from attnstudy.data.vocab import SPECIALS
@@ -319,18 +322,76 @@ def read_tsv(
     return examples
 
 
-def load_tsv(cfg: DataConfig) -> Splits:
-    """The user's own files ``train_path``/``dev_path``/``test_path``; ``n_*`` take a prefix.
+def split_examples(
+    examples: Sequence[Example], *, dev: float, test: float, salt: str
+) -> dict[str, list[Example]]:
+    """Split one file's examples into train, dev and test, deterministically and by source.
+
+    Examples are grouped by their source (its tokens: every example of one source lands in the
+    same split, so no test source was seen in training); groups are ordered by
+    ``sha256(salt + source)`` (ties: the source), as the G2P split orders headwords
+    (:func:`attnstudy.data.g2p.g2p_split_words`). Test takes whole groups until it holds at least
+    ``round(test × N)`` of the N examples, dev then until it holds at least ``round(dev × N)``,
+    train the rest. Each split keeps the file's order, and its ids are ``tsv/<split>/<line>``.
+
+    Args:
+        examples: the file's examples (ids ``tsv/<name>/<line number>``).
+        dev, test: the shares of the examples in dev and test, in (0, 1), summing to less than 1.
+        salt: the hash salt (another salt, another split).
+
+    Returns:
+        ``{"train": [...], "dev": [...], "test": [...]}``.
 
     Raises:
-        DataError: as :func:`read_tsv`, or if a path is not set.
+        DataError: a split would be empty (too few distinct sources for the shares asked).
     """
-    out: dict[str, list[Example]] = {}
-    for split in SPLITS:
-        path = getattr(cfg, f"{split}_path")
-        if not path:
-            raise DataError(f"task 'tsv' needs data.{split}_path")
-        examples = read_tsv(
+    salted = hashlib.sha256(salt.encode())
+
+    def key(ex: Example) -> str:
+        return json.dumps(list(ex.src), ensure_ascii=False)  # unambiguous for any token
+
+    def digest(source: str) -> bytes:
+        h = salted.copy()
+        h.update(source.encode())
+        return h.digest()
+
+    members: dict[str, list[int]] = {}
+    for i, ex in enumerate(examples):
+        members.setdefault(key(ex), []).append(i)
+    order = sorted(members, key=lambda k: (digest(k), k))
+    assigned: dict[str, str] = {}
+    at = 0
+    for name, share in (("test", test), ("dev", dev)):
+        n = 0
+        while at < len(order) and n < round(share * len(examples)):
+            assigned[order[at]] = name
+            n += len(members[order[at]])
+            at += 1
+    out: dict[str, list[Example]] = {name: [] for name in SPLITS}
+    for ex in examples:
+        name = assigned.get(key(ex), "train")
+        line = ex.id.rsplit("/", 1)[-1]
+        out[name].append(replace(ex, id=f"tsv/{name}/{line}"))
+    empty = [name for name in SPLITS if not out[name]]
+    if empty:
+        raise DataError(
+            f"data.split: {len(examples)} example(s) with {len(members)} distinct source(s) leave "
+            f"{' and '.join(empty)} empty (every example of one source goes to one split); use a "
+            "larger file or other shares"
+        )
+    return out
+
+
+def load_tsv(cfg: DataConfig) -> Splits:
+    """The user's own files ``train_path``/``dev_path``/``test_path``, or ``train_path`` split
+    by ``split`` (:func:`split_examples`); ``n_*`` take a prefix of each split.
+
+    Raises:
+        DataError: as :func:`read_tsv` and :func:`split_examples`, or if a path is not set.
+    """
+
+    def read(path: str, split: str) -> list[Example]:
+        return read_tsv(
             path,
             cfg.source_tokenization,
             cfg.target_tokenization,
@@ -340,10 +401,22 @@ def load_tsv(cfg: DataConfig) -> Splits:
             cfg.max_target_len,
             alignment_order=cfg.alignment_order,
         )
+
+    whole = None
+    if cfg.split is not None:
+        s = cfg.split
+        whole = split_examples(read(cfg.train_path, "train"), dev=s.dev, test=s.test, salt=s.salt)
+    out: dict[str, list[Example]] = {}
+    for split in SPLITS:
+        path = cfg.train_path if whole is not None else getattr(cfg, f"{split}_path")
+        if not path:
+            raise DataError(f"task 'tsv' needs data.{split}_path, or {SPLIT_HINT}")
+        examples = whole[split] if whole is not None else read(path, split)
         n = getattr(cfg, f"n_{split}")
         if n is not None and n > len(examples):
             notice(
-                f"{path}: data.n_{split} = {n} but the file has {len(examples)} example(s); "
+                f"{path}: data.n_{split} = {n} but {'its ' + split + ' split' if whole else 'the file'} "
+                f"has {len(examples)} example(s); "
                 f"all {len(examples)} are used (leave data.n_{split} unset for the whole file)"
             )
         out[split] = examples[:n] if n is not None else examples
