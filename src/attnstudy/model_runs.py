@@ -29,7 +29,7 @@ from .signals import Interrupted, deferred_signals
 from .task_data import TaskData, check_data, task_data
 from .tracking import Artifact, Kind, Tag, Tracker, check_server, resolve_timeout, store
 from .tracking import models as packaging
-from .tracking.client import UnfinishedRunError
+from .tracking.client import DeletedError, UnfinishedRunError, deleted_run_message
 from .training import (
     checkpoint_lock,
     early_stopping_metric,
@@ -529,7 +529,8 @@ def load_model(
         force: also load the model of a run that is not FINISHED (RUNNING, KILLED, FAILED).
 
     Raises:
-        ModelNotFoundError, UnfinishedRunError, TrackingError, ModelLoadError.
+        ModelNotFoundError, DeletedError (a deleted run, whatever ``force``), UnfinishedRunError,
+        TrackingError, ModelLoadError.
     """
     if Path(uri).is_dir():
         return "", load_model_dir(uri)
@@ -542,6 +543,8 @@ def load_model(
             run = tracker.get_run(run_id)
         except Exception:  # noqa: BLE001 - the download below names the missing run
             run = None
+        if run is not None and run.lifecycle_stage == "deleted":
+            raise DeletedError(deleted_run_message(uri, run_id, tracker.uri))
         if run is not None and TAG_FOLDER in run.tags:  # a pretrained model's run
             if run.status != "FINISHED" and not force:
                 raise UnfinishedRunError(

@@ -150,12 +150,27 @@ def build_report(
         option="--out" if out_dir else "the report folder",
         store_folders=stores,
     )
-    for fig in context["figures"]:
-        tracker.log_artifact(study_id, out / fig["file"], Artifact.FIGURES_DIR)
-    tracker.log_artifacts(study_id, out, Artifact.REPORT_DIR)
     if results is not None:
         write_files(results_dir, results, option="--results", store_folders=stores)
-    if len(table):
-        tracker.log_table(study_id, table, Artifact.STUDY_SUMMARY)
-        tracker.log_mlflow_table(study_id, table, Artifact.STUDY_SUMMARY_TABLE)
+    _log_report(tracker, study_id, out, context["figures"], table)
     return out / "report.html"
+
+
+def _log_report(tracker, study_id: str, out: Path, figures: list[dict], table) -> None:
+    """Log the written report, its figures and summary table to the study run; a read-only store
+    leaves the report written and says so in one notice (the report is what was asked for)."""
+    from ..notices import notice
+    from ..tracking import StoreReadOnlyError
+
+    try:
+        for fig in figures:
+            tracker.log_artifact(study_id, out / fig["file"], Artifact.FIGURES_DIR)
+        tracker.log_artifacts(study_id, out, Artifact.REPORT_DIR)
+        if len(table):
+            tracker.log_table(study_id, table, Artifact.STUDY_SUMMARY)
+            tracker.log_mlflow_table(study_id, table, Artifact.STUDY_SUMMARY_TABLE)
+    except StoreReadOnlyError as err:
+        notice(
+            f"the report is written to {out} but not logged to the study run {study_id}: the "
+            f"tracking store {err.store} is read-only ({err.reason})"
+        )

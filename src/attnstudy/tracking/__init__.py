@@ -7,8 +7,10 @@
 """
 
 from .client import (
+    DeletedError,
     ModelNotFoundError,
     StoreNotFoundError,
+    StoreReadOnlyError,
     Tracker,
     TrackingError,
     UnfinishedRunError,
@@ -19,10 +21,12 @@ from .schema import Artifact, Kind, RunRecord, Tag
 
 __all__ = [
     "Artifact",
+    "DeletedError",
     "Kind",
     "ModelNotFoundError",
     "RunRecord",
     "StoreNotFoundError",
+    "StoreReadOnlyError",
     "Tag",
     "Tracker",
     "TrackingError",

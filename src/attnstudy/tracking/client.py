@@ -9,6 +9,7 @@ can replace it. Metrics and params are logged in batches.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import math
 import os
@@ -60,6 +61,23 @@ class StoreDamagedError(TrackingError):
     malformed (exit code 2 at the command line); nothing is written to it."""
 
 
+class StoreReadOnlyError(TrackingError):
+    """The store can be read but not written (a read-only mount or copy, no write permission):
+    a verb that writes stops before its first write lands (exit code 1 at the command line).
+
+    Attributes:
+        store: the store's URI as the user gave it. reason: why it cannot be written.
+    """
+
+    def __init__(self, store: str, reason: str):
+        super().__init__(
+            f"the tracking store {store} is read-only ({reason}); this command writes to it: use "
+            "a writable copy (--tracking-uri, MLFLOW_TRACKING_URI or ATTNSTUDY_ROOT) or get "
+            "write access"
+        )
+        self.store, self.reason = store, reason
+
+
 class StoreNotFoundError(LookupError):
     """A verb that reads an existing store found none where it looked (the message says where)."""
 
@@ -70,6 +88,36 @@ class ModelNotFoundError(LookupError):
 
 class UnfinishedRunError(LookupError):
     """The named model run is RUNNING, KILLED or FAILED: its model may be incomplete."""
+
+
+class DeletedError(LookupError):
+    """The named experiment or run is deleted: in the store's trash (its lifecycle stage is
+    ``deleted``), restorable until the store is garbage-collected; nothing is written to it."""
+
+
+def deleted_experiment_message(name: str, experiment_id: str, uri: str, *, reading: bool) -> str:
+    """One line naming a deleted experiment and the ways out: restore it, or use another name
+    (``reading``: a verb that names the experiment with ``--experiment``; else the experiment
+    file's ``experiment.name``)."""
+    other = "name another experiment" if reading else "set another experiment.name"
+    return (
+        f"experiment {name!r} is deleted (in the store's trash); restore it (mlflow experiments "
+        f"restore --experiment-id {experiment_id} with MLFLOW_TRACKING_URI={uri}, or "
+        f"MlflowClient().restore_experiment({experiment_id!r})) or {other}"
+    )
+
+
+def deleted_run_message(
+    what: str, run_id: str, uri: str, again: str = "train the model again"
+) -> str:
+    """One line naming a deleted run (``what``: how the user named it) and the ways out
+    (restore it, or ``again``)."""
+    run = "the run" if run_id in what else f"its run {run_id}"
+    return (
+        f"{what}: {run} is deleted (in the store's trash); restore it (mlflow runs "
+        f"restore --run-id {run_id} with MLFLOW_TRACKING_URI={uri}, or "
+        f"MlflowClient().restore_run({run_id!r})) or {again}"
+    )
 
 
 def _process_start(pid: int) -> str | None:
@@ -221,6 +269,7 @@ class Tracker:
 
         self.run_tags = dict(run_tags or {})
         self.uri = check_tracking_uri(uri or default_tracking_uri())
+        self.display_uri = self.uri  # as the user gave it (a read-only store's differs)
         self.timeout = resolve_timeout(timeout)
         if self.uri.startswith("sqlite:///"):
             db = Path(self.uri[len("sqlite:///") :])
@@ -326,10 +375,18 @@ class Tracker:
             with deferred_signals():
                 return fn(*args, **kwargs)
         except MlflowException as err:
+            if "readonly database" in str(err):  # SQLite refused a write (SQLAlchemy's text)
+                raise StoreReadOnlyError(self.display_uri, "its database is read-only") from None
             raise TrackingError(
                 self._unanswered(err)
                 or f"tracking store {self.uri}: {_disk_message(err, store_dir())}"
             ) from None
+        except OSError as err:  # an artifact written to a read-only folder
+            name = getattr(fn, "__name__", "")
+            if err.errno not in _READ_ONLY_ERRNOS or name.startswith(_READS):
+                raise
+            where = f": {Path(err.filename).parent}" if err.filename else ""  # not the temp name
+            raise StoreReadOnlyError(self.display_uri, f"{err.strerror or err}{where}") from None
 
     def _unanswered(self, err: Exception) -> str | None:
         """One line for a server that did not answer an API request (a timeout, a refused or
@@ -379,8 +436,16 @@ class Tracker:
         With ``create`` (the writing verbs), the experiment is also marked as model training
         (:data:`EXPERIMENT_KIND`), so the MLflow UI opens it in its training views, not the GenAI
         ones; an experiment made by an older version is marked the first time it is written.
+
+        Raises:
+            DeletedError: the experiment is deleted (never written to, never re-created).
+            TrackingError: the store failed.
         """
         exp = self._call(self.client.get_experiment_by_name, name)
+        if exp is not None and exp.lifecycle_stage == "deleted":
+            raise DeletedError(
+                deleted_experiment_message(name, exp.experiment_id, self.uri, reading=not create)
+            )
         if exp is not None:
             if create and exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
                 self._call(
@@ -639,10 +704,16 @@ class Tracker:
         return RunRecord.of(self._call(self.client.get_run, run_id))
 
     def find_run(self, run_id: str) -> RunRecord:
-        """The run, or :class:`ModelNotFoundError` ("no run with id …") if it does not exist."""
-        return RunRecord.of(
+        """The run, or :class:`ModelNotFoundError` ("no run with id …") if it does not exist,
+        :class:`DeletedError` if it is deleted."""
+        run = RunRecord.of(
             self._lookup(self.client.get_run, run_id, what=f"no run with id {run_id!r}")
         )
+        if run.lifecycle_stage == "deleted":
+            raise DeletedError(
+                deleted_run_message(f"runs:/{run_id}", run_id, self.uri, "name another run")
+            )
+        return run
 
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         """``(step, value)`` of every logged value of a metric, by step."""
@@ -685,6 +756,11 @@ class Tracker:
         once both set ``best``: the race is retried, see :meth:`_call_racing`)."""
         self._call_racing(self.client.set_registered_model_alias, name, alias, version)
 
+
+_READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
+"""An artifact write that failed with one of these met a store that cannot be written."""
+_READS = ("get", "search", "list", "download")
+"""Store calls that only read the store (an OSError there is about somewhere else)."""
 
 RACE_RETRIES = 3
 """Retries of a store write after a concurrent writer inserted the same row first."""

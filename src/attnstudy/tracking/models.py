@@ -16,12 +16,14 @@ from ..config import ConfigError, split_runs_uri
 from ..models.io import MODEL_FILES
 from ..signals import deferred_signals
 from .client import (
+    DeletedError,
     ModelNotFoundError,
     Tracker,
     TrackingError,
     UnfinishedRunError,
     _first_line,
     _process_uri,
+    deleted_run_message,
 )
 from .schema import Artifact, RunRecord
 from .store import owner_note
@@ -203,7 +205,9 @@ def download_model_dir(
         (run_id, local directory).
 
     Raises:
-        ModelNotFoundError: missing run/model/version/alias, a path leaving the run, or no model files.
+        ModelNotFoundError: missing run/model/version/alias (a registered model without
+            versions says so), a path leaving the run, or no model files.
+        DeletedError: the run (or the version's run) is deleted, even with ``allow_unfinished``.
         UnfinishedRunError: the run is not FINISHED (unless ``allow_unfinished``).
         TrackingError: the store failed (the message gives the server's answer).
     """
@@ -227,7 +231,8 @@ def resolve_model_uri(
     """(run_id, artifact sub-path holding the model files) for a model URI.
 
     Raises:
-        ModelNotFoundError, UnfinishedRunError, TrackingError: as :meth:`download_model_dir`.
+        ModelNotFoundError, DeletedError, UnfinishedRunError, TrackingError: as
+            :meth:`download_model_dir`.
         ConfigError: a malformed URI (unknown scheme, ``models:/NAME`` without version, a
             ``runs:/`` path that could leave its run: :func:`attnstudy.config.split_runs_uri`).
     """
@@ -243,12 +248,8 @@ def resolve_model_uri(
         rest = uri[len("models:/") :].strip("/")
         if "@" in rest:
             name, alias = rest.split("@", 1)
-            mv = tracker._lookup(
-                tracker.client.get_model_version_by_alias,
-                name,
-                alias,
-                what=f"{uri}: no registered model {name!r} with alias {alias!r}",
-            )
+            lookup = (tracker.client.get_model_version_by_alias, name, alias)
+            missing = f"no alias {alias!r}"
         else:
             name, _, version = rest.partition("/")
             if not name or not version:
@@ -256,24 +257,22 @@ def resolve_model_uri(
                     f"{uri}: give a version, 'latest' or an alias "
                     "(models:/NAME/1, models:/NAME/latest or models:/NAME@ALIAS)"
                 )
-            if version == "latest":
+            lookup = (tracker.client.get_model_version, name, version)
+            missing = f"no version {version!r}"
+        try:
+            if rest.partition("/")[2] == "latest" and "@" not in rest:
                 versions = tracker._lookup(
                     tracker.client.search_model_versions,
                     f"name = '{name}'",
                     what=f"{uri}: no registered model {name!r}",
                 )
                 if not versions:
-                    raise ModelNotFoundError(
-                        f"{uri}: no registered model {name!r} in {tracker.uri}"
-                    )
+                    raise ModelNotFoundError(uri)
                 mv = max(versions, key=lambda v: int(v.version))
             else:
-                mv = tracker._lookup(
-                    tracker.client.get_model_version,
-                    name,
-                    version,
-                    what=f"{uri}: no version {version!r} of registered model {name!r}",
-                )
+                mv = tracker._lookup(*lookup, what=uri)
+        except ModelNotFoundError:
+            raise ModelNotFoundError(_missing_version(tracker, uri, name, missing)) from None
         if not mv.run_id:
             raise ModelNotFoundError(f"{uri}: the model version has no source run")
         run_id, sub = mv.run_id, Artifact.MODEL_DIR
@@ -282,17 +281,42 @@ def resolve_model_uri(
                 tracker.client.get_run, run_id, what=f"{uri}: its run {run_id!r} is gone"
             )
         )
+        if run.lifecycle_stage == "deleted":
+            raise DeletedError(
+                deleted_run_message(f"{uri} (version {mv.version})", run_id, tracker.uri)
+            )
     else:
         raise ConfigError(
             f"unknown model URI {uri!r}; use runs:/<run_id>, models:/<name>/<version> "
             "or models:/<name>@<alias>"
         )
+    if run.lifecycle_stage == "deleted":  # whatever --force says: restore it first
+        raise DeletedError(deleted_run_message(uri, run_id, tracker.uri))
     if run.status != "FINISHED" and not allow_unfinished:
         raise UnfinishedRunError(
             f"{uri}: run {run_id} is {run.status}{owner_note(run)}: its "
             "model may be incomplete; use --force to use it anyway"
         )
     return run_id, sub
+
+
+def _missing_version(tracker: Tracker, uri: str, name: str, missing: str) -> str:
+    """Why ``uri`` names no model version, in one line: there is no registered model ``name``,
+    it exists but has no version left (its versions were deleted), or it has versions but not
+    the one or the alias asked for (``missing``: "no version '3'", "no alias 'best'")."""
+    try:
+        with deferred_signals():
+            tracker.client.get_registered_model(name)
+    except MlflowException:
+        return f"{uri}: no registered model {name!r} in {tracker.uri}"
+    versions = sorted(int(v.version) for v in tracker.model_versions(name))
+    if not versions:
+        return (
+            f"{uri}: registered model {name!r} exists but has no versions (they were deleted); "
+            "train the model again to register a new version"
+        )
+    listed = ", ".join(map(str, versions[-5:]))
+    return f"{uri}: registered model {name!r} has {missing} (its versions: {listed})"
 
 
 # --- owners of running runs --------------------------------------------------------------

@@ -117,6 +117,7 @@ class RunRecord:
         run_id, experiment_id, name: identity.
         status: ``RUNNING``, ``FINISHED``, ``FAILED`` or ``KILLED``.
         tags, params, metrics: the run's latest values.
+        lifecycle_stage: ``active``, or ``deleted`` (in the store's trash, restorable).
     """
 
     run_id: str
@@ -126,6 +127,7 @@ class RunRecord:
     tags: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    lifecycle_stage: str = "active"
 
     @property
     def kind(self) -> str:
@@ -146,4 +148,5 @@ class RunRecord:
             dict(run.data.tags),
             dict(run.data.params),
             dict(run.data.metrics),
+            run.info.lifecycle_stage or "active",
         )
