@@ -444,7 +444,14 @@ def figures(names: Iterable[str] | None = None) -> list[tuple[AblationSpec, Figu
 # ----------------------------------------------------------------------------- discovery
 
 
-_HEADER_IMPORTS = ("attnstudy.analysis.catalogue", "pydantic", "typing", "__future__")
+# attribution_params: the attribution methods' Params, shared by several entries (pydantic only)
+_HEADER_IMPORTS = (
+    "attnstudy.analysis.catalogue",
+    "attnstudy.analysis.attribution_params",
+    "pydantic",
+    "typing",
+    "__future__",
+)
 
 
 def read_spec(path: Path, package: str | None = ABLATIONS_PACKAGE) -> AblationSpec:
@@ -700,6 +707,13 @@ def _prepare(data: dict[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- documentation
 
 
+def _default_text(key: str, field_info: Any) -> str:
+    """A parameter's default as the docs table writes it; a nested table of another entry's
+    :class:`Params` (``attribution_agreement.saliency``) defaults to that entry's defaults."""
+    default = field_info.get_default(call_default_factory=True)
+    return f"`[ablation.{key}]`'s defaults" if isinstance(default, Params) else str(default)
+
+
 def markdown_table() -> str:
     """The table of ablations in docs/design.md and README.md, generated from the catalogue."""
     rows = [
@@ -708,7 +722,10 @@ def markdown_table() -> str:
     ]
     for name in list_ablations():
         s = get_ablation(name)
-        params = ", ".join(f"`{k}` = {f.default}" for k, f in s.params.model_fields.items()) or "–"
+        params = (
+            ", ".join(f"`{k}` = {_default_text(k, f)}" for k, f in s.params.model_fields.items())
+            or "–"
+        )
         names = list(s.stats)
         stats = (
             ", ".join(f"`{k}`" for k in names)

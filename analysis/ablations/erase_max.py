@@ -11,8 +11,8 @@ from attnstudy.models import Seq2Seq, eval_mode
 
 from .._chunks import base_probs, n_valid, require_attention, step_frame
 from ..batch import AblationContext, PreparedBatch
-from ..divergences import tvd
 from ..interventions import erase_max
+from ..step_scores import step_score
 
 SPEC = AblationSpec(
     name="erase_max",
@@ -66,10 +66,14 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
         )
     steps = steps & ~rep.empty.any(1)
     frame["erase_max_tvd"] = (
-        tvd(probs, base).double().masked_fill(~steps, float("nan"))[b_idx, t_idx].cpu().numpy()
+        step_score("tvd", probs, base)
+        .double()
+        .masked_fill(~steps, float("nan"))[b_idx, t_idx]
+        .cpu()
+        .numpy()
     )
     frame["erase_max_flip"] = (
-        (probs.argmax(-1) != base.argmax(-1))
+        step_score("flip", probs, base)
         .double()
         .masked_fill(~steps, float("nan"))[b_idx, t_idx]
         .cpu()

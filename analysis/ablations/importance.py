@@ -34,7 +34,8 @@ from torch import Tensor
 from attnstudy.models import Seq2Seq, eval_mode, gradients_in_eval
 
 from ..batch import AblationContext, PreparedBatch
-from ..divergences import kendall_tau, tvd
+from ..divergences import kendall_tau
+from ..step_scores import step_score
 
 NAME = "importance"
 
@@ -231,7 +232,7 @@ def loo_importance(model: Seq2Seq, batch: PreparedBatch, chunk_rows: int = 4096)
             rb, rj = rows_b[sl], rows_j[sl]
             n_max = int(len_del[sl].max())
             trace = model.trace(src_del[sl, :n_max], len_del[sl], tr.tgt_in[rb], tr.tgt_out[rb])
-            div = tvd(p[rb], torch.softmax(trace.logits, -1))  # (R, T_y)
+            div = step_score("tvd", p[rb], torch.softmax(trace.logits, -1))  # (R, T_y)
             out[rb, :, rj] = div
     _copy_runs(out, tr.src, tr.src_lengths)
     return out.masked_fill(~tr.step_mask[:, :, None], math.nan)
@@ -263,7 +264,9 @@ def loo_loop_reference(model: Seq2Seq, batch: PreparedBatch) -> Tensor:
                     tr.tgt_in[i : i + 1, :steps],
                     tr.tgt_out[i : i + 1, :steps],
                 )
-                out[i, :steps, j] = tvd(p[i, :steps], torch.softmax(trace.logits[0], -1))
+                out[i, :steps, j] = step_score(
+                    "tvd", p[i, :steps], torch.softmax(trace.logits[0], -1)
+                )
     return out
 
 

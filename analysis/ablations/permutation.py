@@ -20,8 +20,8 @@ from attnstudy.models import Seq2Seq, eval_mode
 
 from .._chunks import base_probs, n_valid, require_attention, step_frame, sub_trace, trace_chunks
 from ..batch import AblationContext, PreparedBatch, step_generator
-from ..divergences import tvd
 from ..interventions import permutation_indices, permute
+from ..step_scores import step_score
 
 
 class PermutationParams(Params):
@@ -124,8 +124,12 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
                 model.logits_given_attention(sub, perm.weights, ctx.chunk_rows, steps), -1
             )
             keep = ~perm.identity  # (b, P, T_y)
-            d = tvd(probs, base.unsqueeze(1)).double().masked_fill(~keep, float("nan"))
-            flips = (probs.argmax(-1) != base.argmax(-1).unsqueeze(1)).double()
+            d = (
+                step_score("tvd", probs, base.unsqueeze(1))
+                .double()
+                .masked_fill(~keep, float("nan"))
+            )
+            flips = step_score("flip", probs, base.unsqueeze(1)).double()
             n_keep = keep.sum(1)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices → NaN
@@ -198,8 +202,8 @@ def permutation_loop_reference(
                 new = row.clone()
                 new[:, pos] = row[:, pos][torch.arange(h, device=dev)[:, None], perm]
                 q = probs_of(new)
-                ds.append(float(tvd(q, base)))
-                fs.append(float(q.argmax() != base.argmax()))
+                ds.append(float(step_score("tvd", q, base)))
+                fs.append(float(step_score("flip", q, base)))
             meds.append(float(np.median(ds)) if ds else np.nan)
             flips.append(float(np.mean(fs)) if fs else np.nan)
             n_ids.append(n_id)

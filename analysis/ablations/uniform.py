@@ -10,8 +10,8 @@ from attnstudy.models import Seq2Seq, eval_mode
 
 from .._chunks import base_probs, n_valid, require_attention, step_frame
 from ..batch import AblationContext, PreparedBatch
-from ..divergences import tvd
 from ..interventions import uniform
+from ..step_scores import step_score
 
 SPEC = AblationSpec(
     name="uniform",
@@ -62,8 +62,8 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
         probs = torch.softmax(
             model.logits_given_attention(tr, uniform(~tr.pad_mask, att), ctx.chunk_rows, steps), -1
         )
-    d = tvd(probs, base).double().masked_fill(~steps, float("nan"))
-    f = (probs.argmax(-1) != base.argmax(-1)).double().masked_fill(~steps, float("nan"))
+    d = step_score("tvd", probs, base).double().masked_fill(~steps, float("nan"))
+    f = step_score("flip", probs, base).double().masked_fill(~steps, float("nan"))
     frame["uniform_tvd"] = d[b_idx, t_idx].cpu().numpy()
     frame["uniform_flip"] = f[b_idx, t_idx].cpu().numpy()
     frame["uniform_skipped"] = (nv[b_idx] < 2).cpu().numpy()

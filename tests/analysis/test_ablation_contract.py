@@ -41,6 +41,8 @@ def _cfg(name: str) -> AblationConfig:
                 "permutation": {"n": 6},
                 "erase_until_flip": {"n_random_orders": 2},
                 "adversarial": {"steps": 4},
+                "integrated_gradients": {"n_steps": 8},
+                "attribution_agreement": {"integrated_gradients": {"n_steps": 8}},
             }.items()
             if n == name
         },
@@ -53,6 +55,26 @@ def _model(attention: str, flow: str):
 
 def _runnable(name: str, model) -> bool:
     return all(c in capabilities(model) for c in get_ablation(name).requires)
+
+
+def _assert_close(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    """Equal up to float noise: 1e-5 of each float column's scale (at least 1e-5); a column in
+    nats (integrated gradients' convergence delta, tens of nats on these sharpened models) has
+    float32 noise of its own magnitude × 1e-7 per term."""
+    pd.testing.assert_frame_equal(
+        got.drop(columns=list(_floats(want))),
+        want.drop(columns=list(_floats(want))),
+        check_dtype=False,
+    )
+    for col in _floats(want):
+        scale = max(1.0, float(want[col].abs().max(skipna=True) or 0.0))
+        pd.testing.assert_series_equal(
+            got[col], want[col], atol=1e-5 * scale, rtol=0, check_dtype=False
+        )
+
+
+def _floats(frame: pd.DataFrame) -> list[str]:
+    return [c for c in frame.columns if frame[c].dtype.kind == "f"]
 
 
 def _rows(res, name):
@@ -99,16 +121,14 @@ def test_every_ablation_keeps_the_contract(name, attention, flow):
 
     # batch size and batch-mates change nothing; an example alone also has no padding
     small = run_suite(model, examples, VOCAB, VOCAB, cfg, progress=False, batch_size=2)
-    pd.testing.assert_frame_equal(_rows(small, name), whole, atol=1e-5, rtol=0, check_dtype=False)
+    _assert_close(_rows(small, name), whole)
     alone = pd.concat(
         [_rows(run_suite(model, [ex], VOCAB, VOCAB, cfg, progress=False), name) for ex in examples]
     )
     alone = alone.sort_values(
         list(whole.columns[:1]) + ([] if spec.unit == "example" else ["prefix", "step"])
     )
-    pd.testing.assert_frame_equal(
-        alone.reset_index(drop=True), whole, atol=1e-5, rtol=0, check_dtype=False
-    )
+    _assert_close(alone.reset_index(drop=True), whole)
     assert small.summary.keys() == res.summary.keys()
 
     # the same seed gives the same table, exactly

@@ -55,8 +55,8 @@ class TrainingConfig(_Strict):
     # GPUs one Ray task of this model asks for (Ray's num_gpus; a fraction shares a GPU between
     # tasks, more than one must be whole); None: 1 for an explicit "cuda"/"cuda:N", else 0. With
     # device "auto", a task the scheduler gave a GPU trains on it, a task given none on the CPU, so
-    # CPU-only and GPU nodes mix (a task asking 0 runs on any node). Ignored outside Ray; not part
-    # of the model key (like threads)
+    # CPU-only and GPU nodes mix (a task asking 0 runs on any node). Ignored outside Ray; logged as
+    # a param, not part of the model key (like threads)
     num_gpus: float | None = Field(None, ge=0, le=64)
     # mixed precision for training only (float16 with loss scaling on CUDA, bfloat16 on the CPU);
     # evaluation, the stored weights and every ablation stay float32

@@ -1,0 +1,140 @@
+"""The method × method agreement matrix: Kendall τ-b per decoder step between every pair of
+importance measures — saliency, input × gradient, integrated gradients, occlusion (Captum's
+definitions, :mod:`attnstudy.analysis.attribution`) and leave-one-out by deletion (Jain & Wallace
+2019, :func:`~attnstudy.analysis.ablations.importance.loo_importance`) — each ranked by absolute
+value. Input × gradient with the attention detached (the default) is the importance ablation's
+gradient × input, so its row is the gradient's. How well the witnesses agree with each other is
+the scale against which attention's τ with each of them is read.
+"""
+
+from __future__ import annotations
+
+from attnstudy.analysis.attribution_params import AgreementParams
+from attnstudy.analysis.catalogue import AblationSpec, Figure, Question, Stat
+
+from ..attribution import attribution, gradient_scores, head_mean_attention, tau_table
+from .importance import loo_importance
+
+SPEC = AblationSpec(
+    name="attribution_agreement",
+    run="attnstudy.analysis.ablations.attribution_agreement:run",
+    params=AgreementParams,
+    requires=("gradients",),
+    stats={
+        "tau_saliency_input_x_gradient": Stat(
+            "attribution_agreement_tau_saliency_input_x_gradient",
+            label="τ saliency–input × gradient",
+            unit="Kendall τ-b",
+            question="attribution_agreement",
+        ),
+        "tau_saliency_integrated_gradients": Stat(
+            "attribution_agreement_tau_saliency_integrated_gradients",
+            label="τ saliency–IG",
+            unit="Kendall τ-b",
+            question="attribution_agreement",
+        ),
+        "tau_saliency_occlusion": Stat(
+            "attribution_agreement_tau_saliency_occlusion",
+            label="τ saliency–occlusion",
+            unit="Kendall τ-b",
+            question="attribution_agreement",
+        ),
+        "tau_saliency_loo": Stat(
+            "attribution_agreement_tau_saliency_loo",
+            label="τ saliency–LOO",
+            unit="Kendall τ-b",
+            question="attribution_agreement",
+        ),
+        "tau_input_x_gradient_integrated_gradients": Stat(
+            "attribution_agreement_tau_input_x_gradient_integrated_gradients",
+            label="τ input × gradient–IG",
+            unit="Kendall τ-b",
+            question="attribution_agreement",
+        ),
+        "tau_input_x_gradient_occlusion": Stat(
+            "attribution_agreement_tau_input_x_gradient_occlusion",
+            label="τ input × gradient–occlusion",
+            unit="Kendall τ-b",
+            question="attribution_agreement",
+        ),
+        "tau_input_x_gradient_loo": Stat(
+            "attribution_agreement_tau_input_x_gradient_loo",
+            label="τ input × gradient–LOO",
+            unit="Kendall τ-b",
+            question="attribution_agreement",
+        ),
+        "tau_integrated_gradients_occlusion": Stat(
+            "attribution_agreement_tau_integrated_gradients_occlusion",
+            label="τ IG–occlusion",
+            unit="Kendall τ-b",
+            question="attribution_agreement",
+        ),
+        "tau_integrated_gradients_loo": Stat(
+            "attribution_agreement_tau_integrated_gradients_loo",
+            label="τ IG–LOO",
+            unit="Kendall τ-b",
+            question="attribution_agreement",
+        ),
+        "tau_occlusion_loo": Stat(
+            "attribution_agreement_tau_occlusion_loo",
+            label="τ occlusion–LOO",
+            unit="Kendall τ-b",
+            question="attribution_agreement",
+        ),
+    },
+    questions={
+        "attribution_agreement": Question(
+            "Do the importance measures agree with each other? Kendall τ-b between methods",
+            "Kendall τ-b per step between the rankings of source tokens by two importance "
+            "measures (absolute values): saliency, input × gradient (= the gradient of the "
+            "importance table), integrated gradients, occlusion and leave-one-out. Attention's τ "
+            "with each measure is read against how well the measures agree with each other.",
+            order=31,
+        ),
+    },
+    figure=Figure(
+        "stat_distributions",
+        "Agreement between importance measures",
+        "Kendall τ-b per step between every pair of saliency, input × gradient, integrated "
+        "gradients, occlusion and leave-one-out; a box per model and pair.",
+    ),
+    terms=("Kendall τ-b",),
+    default=False,
+    order=76,
+    description="method × method agreement: Kendall τ between saliency, input × gradient, "
+    "integrated gradients, occlusion and leave-one-out per step",
+    reference="Jain & Wallace 2019, §3; Captum",
+)
+METHODS = ("saliency", "input_x_gradient", "integrated_gradients", "occlusion", "loo")
+"""The compared measures, in the matrix's order."""
+PAIRS = {f"{a}_{b}": (a, b) for i, a in enumerate(METHODS) for b in METHODS[i + 1 :]}
+
+
+def run(model, batch, params, ctx):
+    """Kendall τ-b between every pair of :data:`METHODS` per decoder step.
+
+    Args:
+        params: :class:`~attnstudy.analysis.attribution_params.AgreementParams` (each method's
+            settings). ctx: ``chunk_rows``.
+
+    Returns:
+        One row per real step: ``example_id``, ``step``, ``attribution_agreement_skipped``,
+        ``attribution_agreement_tau_<a>_<b>`` and ``…_p_<a>_<b>`` for each pair,
+        ``attribution_agreement_reason``.
+    """
+    sal, ixg = params.saliency.model_dump(), params.input_x_gradient.model_dump()
+    grads = gradient_scores(model, batch, **sal)  # one backward per step gives both
+    if ixg != sal:
+        grads["input_x_gradient"] = gradient_scores(model, batch, **ixg)["input_x_gradient"]
+    vectors = {
+        **grads,
+        "integrated_gradients": attribution(
+            model, batch, "integrated_gradients", **params.integrated_gradients.model_dump()
+        ).scores,
+        "occlusion": attribution(
+            model, batch, "occlusion", chunk_rows=ctx.chunk_rows, **params.occlusion.model_dump()
+        ).scores,
+        "loo": loo_importance(model, batch, ctx.chunk_rows),
+        "attn": head_mean_attention(batch),
+    }
+    return tau_table(batch, "attribution_agreement", vectors, PAIRS)

@@ -1,0 +1,86 @@
+"""The parameters of the attribution methods (:mod:`attnstudy.analysis.attribution`), one
+definition each, read by their catalogue entries' spec headers without importing torch.
+
+Every ablation module of an attribution method imports its :class:`Params` class from here, and
+``attribution_agreement`` nests them, so ``[ablation.integrated_gradients]`` and
+``[ablation.attribution_agreement.integrated_gradients]`` take the same keys.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from attnstudy.analysis.catalogue import Params
+from pydantic import Field
+
+IG_METHODS = (
+    "gausslegendre",
+    "riemann_trapezoid",
+    "riemann_left",
+    "riemann_right",
+    "riemann_middle",
+)
+"""Captum's integral approximations (``IntegratedGradients.attribute(method=…)``)."""
+
+
+class GradientParams(Params):
+    """A gradient method's settings.
+
+    Attributes:
+        detach_attention: stop the gradient through the cross-attention weights, so it flows only
+            through the encoder–context path (Jain & Wallace 2019, §3; importance.py's choice).
+    """
+
+    detach_attention: bool = True
+
+
+class SaliencyParams(GradientParams):
+    """Saliency (Simonyan et al. 2014): Σ_d |∂ log p_t(ŷ_t) / ∂e_jd|."""
+
+
+class InputXGradientParams(GradientParams):
+    """Input × gradient (Shrikumar et al. 2016): Σ_d e_jd · ∂ log p_t(ŷ_t) / ∂e_jd."""
+
+
+class IntegratedGradientsParams(GradientParams):
+    """Integrated gradients (Sundararajan et al. 2017, eq. 1, Captum's approximation).
+
+    Attributes:
+        n_steps: points of the path integral (Captum's ``n_steps``; ≥ 2).
+        baseline: the baseline embedding of every real source position: ``"zero"`` (the zero
+            vector), ``"unk"`` (the ``<unk>`` token's embedding; a Hugging Face model's unknown
+            token, or its pad token where it has none) or ``"pad"`` (the pad token's embedding).
+        approximation: Captum's integral approximation (its ``method=``).
+    """
+
+    n_steps: int = Field(50, ge=2, le=10_000)
+    baseline: Literal["zero", "unk", "pad"] = "zero"
+    approximation: Literal[
+        "gausslegendre", "riemann_trapezoid", "riemann_left", "riemann_right", "riemann_middle"
+    ] = "gausslegendre"
+
+
+class OcclusionParams(Params):
+    """Occlusion (Zeiler & Fergus 2014) of one source token at a time by a replacement token.
+
+    Attributes:
+        replacement: ``"auto"`` (``<unk>`` for attnstudy's models, the pad token for a Hugging Face
+            model), ``"unk"`` or ``"pad"``.
+        score: the registered step score of the output change
+            (:mod:`attnstudy.analysis.step_scores`); the default ``log_probability_drop``,
+            log p_t(ŷ_t) − log p̃_t(ŷ_t), is Captum's occlusion attribution of that target.
+    """
+
+    replacement: Literal["auto", "unk", "pad"] = "auto"
+    score: str = Field("log_probability_drop", pattern=r"^[a-z_][a-z0-9_]*$")
+
+
+class AgreementParams(Params):
+    """The settings of each method the agreement matrix compares (same keys as their entries)."""
+
+    saliency: SaliencyParams = Field(default_factory=SaliencyParams)
+    input_x_gradient: InputXGradientParams = Field(default_factory=InputXGradientParams)
+    integrated_gradients: IntegratedGradientsParams = Field(
+        default_factory=IntegratedGradientsParams
+    )
+    occlusion: OcclusionParams = Field(default_factory=OcclusionParams)
