@@ -21,3 +21,13 @@ def test_shipped_experiments_use_only_the_per_ablation_tables():
         for section in sections:
             found += [f"{path.name}: ablation.{k}" for k in catalogue._OLD_KEYS if k in section]
     assert not found, f"use [ablation.<name>] tables instead: {found}"
+
+
+def test_the_example_browser_deep_link_is_documented_as_the_page_reads_it():
+    usage = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+    page = (ROOT / "src" / "attnstudy" / "templates" / "examples.html.j2").read_text(
+        encoding="utf-8"
+    )
+    assert "location.hash.match(/ex=([^&]+)/)" in page and "decodeURIComponent(m[1])" in page
+    assert "`#ex=<example id>`" in usage
+    assert "examples/copy_additive_bahdanau.html#ex=copy%2Ftest%2F7" in usage
