@@ -31,3 +31,15 @@ def test_the_example_browser_deep_link_is_documented_as_the_page_reads_it():
     assert "location.hash.match(/ex=([^&]+)/)" in page and "decodeURIComponent(m[1])" in page
     assert "`#ex=<example id>`" in usage
     assert "examples/copy_additive_bahdanau.html#ex=copy%2Ftest%2F7" in usage
+
+
+def test_readme_and_usage_say_ablate_takes_the_model_run():
+    """``ablate runs:/<run_id>`` needs the training run (the ``runs:/…`` after ``trained …:``),
+    not a study or ablation run, which a newcomer could not tell from the README."""
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert (
+        "`runs:/<run_id>` is the *model* run (the `runs:/…` after `trained …:` above, not its ablations run"
+        in readme
+    )
+    usage = " ".join((ROOT / "docs" / "usage.md").read_text(encoding="utf-8").split())
+    assert "`attnstudy ablate runs:/<run_id>` takes the *model* run" in usage
