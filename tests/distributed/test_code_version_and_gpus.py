@@ -1,4 +1,4 @@
-"""One code version per study, and GPUs under Ray (issue 40, items 3 and 5).
+"""One code version per study, and GPUs under Ray.
 
 The code version: a digest of the package's sources (and the git commit), recorded on every run,
 compared by every Ray task with the driver's. GPUs: ``training.num_gpus`` per task, ``device =

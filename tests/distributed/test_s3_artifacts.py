@@ -1,5 +1,5 @@
-"""Artifacts and training checkpoints on an S3-compatible store (issue 40, item 2), on loopback
-against moto's server mode.
+"""Artifacts and training checkpoints on an S3-compatible store, on loopback against moto's
+server mode.
 
 An experiment whose artifact location is ``s3://`` keeps its model in the bucket; with
 ``$ATTNSTUDY_CHECKPOINT_URI`` each checkpoint is uploaded too, and a training interrupted on one
