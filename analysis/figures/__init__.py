@@ -5,7 +5,9 @@ Rules every figure follows (they are what keeps a figure from misleading):
 * one fixed colour per model across every figure (:func:`variant_palette`, passed as ``palette``);
 * n printed per group, and groups with fewer than :data:`MIN_N` values drawn as points (or hollow
   markers), never as a full-size violin or a solid bar that looks as sure as one of 400;
-* empty groups are left out, not drawn as empty space;
+* empty groups are left out, not drawn as empty space; a model with no value at all keeps its
+  place on the axis, marked "n/a" (:func:`not_available`), and the figure records which
+  (``fig.attnstudy_na``) for its caption to count;
 * a model with several layers of cross-attention is drawn per layer (``model · layer l``);
 * an empty or undefined input draws a note, not an empty or broken axis;
 * the models' legend sits under the figure and its title is the figure's reading note (what the
@@ -37,11 +39,13 @@ from .base import (  # noqa: E402
     MAX_ATTENTION_LABELS,
     METRIC_NAMES,
     MIN_N,
+    NA,
     RANKINGS,
     SPACE,
     TAU_COLUMNS,
     TAU_P,
     max_attention_bin,
+    not_available,
     per_layer,
     variant_palette,
     visible_tokens,
@@ -84,6 +88,7 @@ __all__ = [
     "MAX_ATTENTION_LABELS",
     "METRIC_NAMES",
     "MIN_N",
+    "NA",
     "RANKINGS",
     "SPACE",
     "TAU_COLUMNS",
@@ -100,6 +105,7 @@ __all__ = [
     "kendall_tau",
     "learning_curve",
     "max_attention_bin",
+    "not_available",
     "per_example_alignment",
     "per_layer",
     "permutation_by_max_attention",

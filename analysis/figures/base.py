@@ -164,6 +164,36 @@ def per_layer(df: pd.DataFrame, palette: dict | None = None) -> tuple[pd.DataFra
     return df, palette
 
 
+NA = "n/a"
+"""The mark a figure draws where a model has no value (it keeps its place on the axis)."""
+
+
+def not_available(models, present) -> list[str]:
+    """The ``models`` (in order) with no label among ``present``: neither their own name nor one
+    of their layers' (``model · layer l``, :func:`per_layer`)."""
+    present = set(present)
+    return [
+        m for m in models if m not in present and not any(p.startswith(f"{m} · ") for p in present)
+    ]
+
+
+def _mark_na(fig, model: str, labels: list[str]) -> None:
+    """Record on ``fig`` (``fig.attnstudy_na``: model → labels) that it shows ``model`` as n/a for
+    ``labels`` (the statistics or pairs; ``[]``: everything the figure shows), for its caption."""
+    if not hasattr(fig, "attnstudy_na"):
+        fig.attnstudy_na = {}
+    fig.attnstudy_na.setdefault(model, [])
+    fig.attnstudy_na[model] += [x for x in labels if x not in fig.attnstudy_na[model]]
+
+
+def _with_na(order: list[str], missing: list[str], palette: dict) -> list[str]:
+    """``order`` with the ``missing`` models in their palette places (the rest after)."""
+    rank = {v: i for i, v in enumerate(palette)}
+    every = list(dict.fromkeys(order + missing))
+    base = {v: v.split(" · ")[0] for v in every}
+    return sorted(every, key=lambda v: (rank.get(base[v], len(rank)), every.index(v)))
+
+
 def _order(df: pd.DataFrame, palette: dict) -> list[str]:
     present = set(df["variant"])
     return [v for v in palette if v in present] + sorted(present - set(palette))
@@ -216,6 +246,7 @@ def _legend_below(
     title: str = "model",
     note: str = "",
     counts: dict | None = None,
+    na: set[str] | frozenset[str] = frozenset(),
 ) -> None:
     """The models' colours in one legend under the figure (constrained layout makes room).
 
@@ -225,9 +256,12 @@ def _legend_below(
             plot and of the entries (a free-standing note would run over a legend of many rows,
             or off the figure).
         counts: model → decoder steps; each entry then says ``model (n steps)``.
+        na: models of ``order`` the figure has no value for: a hollow entry ``model (n/a)``.
     """
     handles = [
-        Patch(color=palette[v], label=f"{v} ({counts.get(v, 0)} steps)" if counts else v)
+        Patch(facecolor="none", edgecolor=palette[v], hatch="//", label=f"{v} (n/a)")
+        if v in na
+        else Patch(color=palette[v], label=f"{v} ({counts.get(v, 0)} steps)" if counts else v)
         for v in order
     ]
     if not handles and not note:

@@ -4,6 +4,8 @@ the heatmap records of earlier versions (:func:`attention_heatmaps`)."""
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -27,6 +29,41 @@ def _row_labels(rec: dict) -> list[str]:
         else f"{r} ≠ {ref[i] if i < len(ref) else '–'}"
         for i, r in enumerate(rows)
     ]
+
+
+ROW_LABEL_PT = FONT - 2
+"""Type size of an example's row labels and its label (points)."""
+LABEL_CHARS = 24
+"""An example's label is wrapped to lines of at most this many characters."""
+
+
+def _prefix_text(rec: dict) -> str:
+    return (
+        "rows: the model's own prediction (greedy prefix)"
+        if rec.get("prefix") == "greedy"
+        else "rows: the reference (teacher-forced)"
+    )
+
+
+def _example_label(rec: dict, pick: dict, *, with_prefix: bool) -> str:
+    """An example's y-axis label: its id, which pick it is (``best by tau attn loo = 0.25``), and
+    the prefix its rows are when the examples differ in it; wrapped to :data:`LABEL_CHARS`."""
+    which = (
+        f" — {pick['rank']} by {pick['criterion'].replace('_', ' ')} = {pick['value']:.2f}"
+        if pick
+        else ""
+    )
+    lines = textwrap.wrap(f"{rec['id']}{which}", LABEL_CHARS, break_on_hyphens=False)
+    if with_prefix:
+        lines += textwrap.wrap(_prefix_text(rec), LABEL_CHARS)
+    return "\n".join(lines)
+
+
+def _label_height(label: str) -> float:
+    """Inches a vertical label of :data:`ROW_LABEL_PT` type needs along its axis (about 0.6 em
+    a character, its longest line) plus a margin."""
+    longest = max((len(x) for x in label.split("\n")), default=0)
+    return longest * 0.62 * ROW_LABEL_PT / 72 + 0.15
 
 
 def _draw(ax, mat, xt, yt, cmap, vmin=0.0, vmax=1.0, gold=None, cbar_label=None, fig=None):
@@ -104,15 +141,25 @@ def example_heatmaps(
         ]
     if any("gold" in r for r in records):
         cols.append(("reference_attention", "attention on the reference\nwith gold links"))
-    heights = [max(len(r["rows"]), len(r.get("reference_rows", []))) for r in records]
+    steps = [max(len(r["rows"]), len(r.get("reference_rows", []))) for r in records]
     longest = max(len(r["source"]) for r in records)
     # wide enough for every source token's label side by side (about 0.13 in each, vertical)
     width = max(11.0, len(cols) * (0.13 * longest + 0.7))
-    fig = Figure(figsize=(width, 1.0 + sum(0.28 * h + 0.9 for h in heights)), layout="constrained")
+    prefixes = {r.get("prefix") == "greedy" for r in records}
+    ylabels = [
+        _example_label(rec, (shown or [{}] * len(records))[i], with_prefix=len(prefixes) > 1)
+        for i, rec in enumerate(records)
+    ]
+    # each example's panels as tall as its rows' tick labels and its own (vertical) label need,
+    # so a short example's label does not run into the next example's
+    heights = [
+        max(0.28 * h, h * ROW_LABEL_PT * 1.5 / 72, _label_height(label))
+        for h, label in zip(steps, ylabels)
+    ]
+    fig = Figure(figsize=(width, 1.0 + sum(h + 0.9 for h in heights)), layout="constrained")
     axes = fig.subplots(len(records), len(cols), squeeze=False, height_ratios=heights)
     last = None
     for i, rec in enumerate(records):
-        pick = (shown or [{}] * len(records))[i]
         src = visible_tokens(rec["source"])
         for j, (key, label) in enumerate(cols):
             ax = axes[i, j]
@@ -149,17 +196,7 @@ def example_heatmaps(
                 ax.set_title(label, fontsize=FONT - 1)
             if i == len(records) - 1:
                 ax.set_xlabel("source token", fontsize=FONT - 2)
-        prefix = (
-            "rows: the model's own prediction (greedy prefix)"
-            if rec.get("prefix") == "greedy"
-            else "rows: the reference (teacher-forced)"
-        )
-        which = (
-            f" — {pick['rank']} by {pick['criterion'].replace('_', ' ')} = {pick['value']:.2f}"
-            if pick
-            else ""
-        )
-        axes[i, 0].set_ylabel(f"{rec['id']}{which}\n{prefix}", fontsize=FONT - 2)
+        axes[i, 0].set_ylabel(ylabels[i], fontsize=ROW_LABEL_PT)
     if last is not None:
         fig.colorbar(
             last,
@@ -175,6 +212,8 @@ def example_heatmaps(
             Line2D([], [], color="0.2", lw=1.6, label="sure gold link (white box)"),
             Line2D([], [], color="0.2", lw=1.6, ls="--", label="possible gold link (dashed box)"),
         ]
+    if len(prefixes) == 1:  # said once for every example
+        handles.append(Patch(color="none", label=_prefix_text(records[0])))
     handles.append(
         Patch(
             color="none",

@@ -19,15 +19,19 @@ from .base import (
     FONT,
     MAX_ATTENTION_LABELS,
     MIN_N,
+    NA,
     RANKINGS,
     TAU_COLUMNS,
     TAU_P,
     _has,
     _legend_below,
+    _mark_na,
     _note,
     _order,
     _subplots,
+    _with_na,
     max_attention_bin,
+    not_available,
     per_layer,
     variant_palette,
 )
@@ -48,21 +52,45 @@ def _by_max_attention(
         fig, ax = _subplots(figsize=(11, 3))
         _note(ax, f"no {title.lower()} results (no attention, or ablation not run)")
         return fig
+    # every model keeps its place: one with no value at any step is marked n/a, not dropped
+    models = list(palette) if palette else list(dict.fromkeys(steps["variant"]))
+    task_of = (
+        steps.groupby("variant")["task"].agg(lambda t: set(t)).to_dict() if "task" in steps else {}
+    )
     d = steps.dropna(subset=[column, "max_attention"]).copy()
     d, palette = per_layer(d, palette)
     d["bin"] = max_attention_bin(d["max_attention"])
+    missing = not_available(models, d["variant"])
     tasks = sorted(d["task"].unique()) if "task" in d else [""]
+    if not tasks:
+        tasks = sorted({t for m in missing for t in task_of.get(m, ())}) or [""]
     fig, axes = _subplots(
         1, len(tasks), figsize=(11, 4.4), squeeze=False, sharey=True, width_ratios=None
     )
     for ax, task in zip(axes[0], tasks):
         sub = d[d["task"] == task] if task else d
-        bins = [b for b in MAX_ATTENTION_LABELS if (sub["bin"] == b).any()]
-        variants = _order(sub, palette)
+        bins = [b for b in MAX_ATTENTION_LABELS if (sub["bin"] == b).any()] or [NA]
+        gone = [m for m in missing if not task or task in task_of.get(m, {task})]
+        variants = _with_na(_order(sub, palette), gone, palette)
         k = len(variants)
         width = 0.8 / max(k, 1)
         for i, b in enumerate(bins):
             for j, v in enumerate(variants):
+                if v in gone:  # its place in every bin, marked
+                    ax.text(
+                        i - 0.4 + width * (j + 0.5),
+                        0.5,
+                        NA,
+                        ha="center",
+                        va="center",
+                        rotation=90,
+                        fontsize=FONT - 2,
+                        color=palette.get(v, "0.3"),
+                        transform=ax.get_xaxis_transform(),
+                        gid=f"na:{v}",
+                    )
+                    _mark_na(fig, v, [])
+                    continue
                 vals = sub.loc[(sub["bin"] == b) & (sub["variant"] == v), column].to_numpy(float)
                 if len(vals) == 0:
                     continue
@@ -108,11 +136,13 @@ def _by_max_attention(
     _legend_below(
         fig,
         palette,
-        _order(d, palette),
+        _with_na(_order(d, palette), missing, palette),
         note=(
             f"numbers under the axis: decoder steps per group; groups with fewer than {MIN_N} steps are "
             "drawn as points; black line: median; empty bins are left out"
+            + (f"; {NA}: the model has no value at any step" if missing else "")
         ),
+        na=set(missing),
     )
     return fig
 
@@ -166,21 +196,43 @@ def kendall_tau(steps: pd.DataFrame, palette: dict | None = None) -> Figure:
         _note(ax, "no defined Kendall τ (importance not run, or constant attention)")
         ax2.axis("off")
         return fig
+    models = list(palette) if palette else list(dict.fromkeys(steps["variant"]))
     d, palette = per_layer(d, palette)
-    order = _order(d, palette)
+    missing = not_available(models, d["variant"])
+    order = _with_na(_order(d, palette), missing, palette)
     d["pair"] = d["pair"].map(TAU_COLUMNS)
+    pairs = [TAU_COLUMNS[c] for c in cols]
     sns.boxplot(
         data=d,
         x="pair",
         y="tau",
         hue="variant",
         hue_order=order,
-        order=[TAU_COLUMNS[c] for c in cols],
+        order=pairs,
         palette=palette,
         ax=ax,
         fliersize=1,
         legend=False,
     )
+    # a model without a defined τ for a pair keeps its place in the pair's group, marked n/a
+    width = 0.8 / max(len(order), 1)
+    for i, pair in enumerate(pairs):
+        there = set(d.loc[d["pair"] == pair, "variant"])
+        for j, v in enumerate(order):
+            if v in there:
+                continue
+            ax.text(
+                i - 0.4 + width * (j + 0.5),
+                0.0,
+                NA,
+                ha="center",
+                va="center",
+                rotation=90,
+                fontsize=FONT - 2,
+                color=palette.get(v, "0.3"),
+                gid=f"na:{v}",
+            )
+            _mark_na(fig, v, [pair])
     ax.axhline(0, color="0.5", lw=0.8)
     ax.set(
         title="Agreement of importance measures per decoder step",
@@ -221,7 +273,14 @@ def kendall_tau(steps: pd.DataFrame, palette: dict | None = None) -> Figure:
     else:
         ax2.axis("off")
     defined, _ = per_layer(steps[steps[cols].notna().any(axis=1)], palette)
-    _legend_below(fig, palette, order, counts=defined.groupby("variant").size().to_dict())
+    _legend_below(
+        fig,
+        palette,
+        order,
+        counts=defined.groupby("variant").size().to_dict(),
+        na=set(missing),
+        note=f"{NA}: no defined τ for that pair" if getattr(fig, "attnstudy_na", None) else "",
+    )
     return fig
 
 

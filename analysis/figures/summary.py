@@ -16,8 +16,10 @@ from .base import (
     LENGTH_BINS,
     METRIC_NAMES,
     MIN_N,
+    NA,
     _has,
     _legend_below,
+    _mark_na,
     _note,
     _order,
     _subplots,
@@ -76,7 +78,13 @@ def learning_curve(history: list[dict], metric: str, best_epoch: int | None = No
 # ----------------------------------------------------------------------------- summaries
 
 
-def estimates_plot(table: pd.DataFrame, palette: dict | None = None, title: str = "") -> Figure:
+def estimates_plot(
+    table: pd.DataFrame,
+    palette: dict | None = None,
+    title: str = "",
+    *,
+    models: list[str] | None = None,
+) -> Figure:
     """Point estimates with their 95 % intervals, one panel per question.
 
     Up to :data:`FOREST_ABOVE` models, a statistic is one row of its question's panel with one
@@ -92,6 +100,9 @@ def estimates_plot(table: pd.DataFrame, palette: dict | None = None, title: str 
             optionally ``variant`` (one colour per model, :func:`variant_palette`), ``scale``
             (x-axis label of the panel).
         palette: model → colour; title: the figure's title ("" for none).
+        models: every model the figure shows, in order (default: the table's ``variant`` s); a
+            model without a statistic keeps its line there, marked "n/a" (recorded in the
+            figure's ``attnstudy_na``: model → the statistics' labels).
     """
     groups = list(dict.fromkeys(table["group"])) if len(table) else []
     if not groups:
@@ -100,6 +111,8 @@ def estimates_plot(table: pd.DataFrame, palette: dict | None = None, title: str 
         return fig
     sizes = [table[table["group"] == g]["label"].nunique() for g in groups]
     variants = list(dict.fromkeys(table["variant"])) if "variant" in table else [""]
+    if models is not None and "variant" in table:
+        variants = list(dict.fromkeys([*models, *variants]))
     if len(variants) > FOREST_ABOVE:
         return _forest_plot(table, groups, variants, palette or variant_palette(variants), title)
     # each model gets its own line within a statistic's row, tall enough for its label
@@ -113,6 +126,22 @@ def estimates_plot(table: pd.DataFrame, palette: dict | None = None, title: str 
         k = len(variants)
         for j, v in enumerate(variants):
             rows = sub if v == "" else sub[sub["variant"] == v]
+            for label in labels if v else []:  # no value: the model's line says so
+                if (rows["label"] == label).any():
+                    continue
+                y = labels.index(label) + (j - (k - 1) / 2) * (0.7 / max(k, 1))
+                ax.text(
+                    0.005,
+                    y,
+                    NA,
+                    ha="left",
+                    va="center",
+                    fontsize=FONT - 2,
+                    color=palette.get(v, "#333333"),
+                    transform=ax.get_yaxis_transform(),
+                    gid=f"na:{v}",
+                )
+                _mark_na(fig, v, [label])
             for _, r in rows.iterrows():
                 y = labels.index(r["label"]) + (j - (k - 1) / 2) * (0.7 / max(k, 1))
                 colour = palette.get(v, "#333333") if v else "#333333"
@@ -143,6 +172,8 @@ def estimates_plot(table: pd.DataFrame, palette: dict | None = None, title: str 
         lo = np.nanmin([sub["low"].min(), sub["value"].min()])
         hi = np.nanmax([sub["high"].max(), sub["value"].max()])
         pad = max((hi - lo) * 0.08, 0.02)
+        if getattr(fig, "attnstudy_na", None):  # room for the n/a marks left of the values
+            pad += max((hi - lo) * 0.08, 0.05)
         ax.set_xlim(lo - pad, hi + max((hi - lo) * 0.45, 0.2))  # room for the labels
         # no tick beyond the largest value shown: the room on the right holds labels, not a scale
         ticks = [t for t in ax.get_xticks() if lo - pad <= t <= hi + 1e-9]
@@ -150,7 +181,8 @@ def estimates_plot(table: pd.DataFrame, palette: dict | None = None, title: str 
     if title:
         fig.suptitle(title)
     if variants != [""]:
-        _legend_below(fig, palette, variants)
+        _legend_below(fig, palette, variants, na=set(variants) - set(table["variant"]))
+    fig.attnstudy_labels = list(dict.fromkeys(table["label"]))
     return fig
 
 
@@ -165,7 +197,7 @@ def _forest_plot(
     """:func:`estimates_plot` for many models: one panel per statistic, the models on its y axis
     in the table's order (shared by every panel, named on the first panel of each row), the 95 %
     interval as a bar, grouped into one block of up to :data:`FOREST_COLUMNS` panels a row per
-    question. A model without the statistic leaves its line empty. The values are the summary
+    question. A model without the statistic has "n/a" on its line. The values are the summary
     table's; the panels carry no value labels."""
     k = len(variants)
     panel_h = 0.9 + 0.19 * k  # one model a line at 8-point type, plus title and x axis
@@ -194,6 +226,21 @@ def _forest_plot(
                 if np.isfinite(r["low"]) and np.isfinite(r["high"]):
                     ax.plot([r["low"], r["high"]], [y, y], color=colour, lw=2)
                 ax.plot(r["value"], y, "o", color=colour, ms=4)
+            for v in variants:  # no value: the model's line says so
+                if v in set(rows["variant"]):
+                    continue
+                ax.text(
+                    0.01,
+                    y_of[v],
+                    NA,
+                    ha="left",
+                    va="center",
+                    fontsize=FONT - 3,
+                    color=palette.get(v, "#333333"),
+                    transform=ax.get_yaxis_transform(),
+                    gid=f"na:{v}",
+                )
+                _mark_na(fig, v, [label])
             ax.set_title(label, fontsize=FONT - 1)
             ax.set_xlabel(scales[label], fontsize=FONT - 2)
             ax.tick_params(axis="x", labelsize=FONT - 2)
@@ -201,6 +248,7 @@ def _forest_plot(
             ax.set_ylim(k - 0.5, -0.5)
     if title:
         fig.suptitle(title)
+    fig.attnstudy_labels = list(dict.fromkeys(table["label"]))
     return fig
 
 

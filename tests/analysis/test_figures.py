@@ -343,3 +343,122 @@ def test_erasure_intervals_match_seaborns_example_bootstrap():
     for col in ("erase_attn_desc_frac_positions", "erase_random_frac_positions"):
         _, lo, hi = figures.example_bootstrap_ci(s.rename(columns={col: "value"}))
         assert any(a == pytest.approx(lo) and b == pytest.approx(hi) for a, b in drawn), col
+
+
+def _boxes_overlap(a, b) -> bool:
+    return a.x0 < b.x1 - 0.5 and b.x0 < a.x1 - 0.5 and a.y0 < b.y1 - 0.5 and b.y0 < a.y1 - 0.5
+
+
+def test_row_labels_of_short_examples_do_not_overlap():
+    """G2P general-luong's report: three short examples (2–4 decoder steps) drew each example's
+    label ("blond — best by …") taller than its row of panels, into the next one ("stickle").
+    Every row label and every row tick label of the first column keeps its own box."""
+    records, shown = [], []
+    for word, phones, rank in (
+        ("blond", ["B", "L", "AA", "<eos>"], "best"),
+        ("stickle", ["S", "<eos>"], "median"),
+        ("ox", ["AA", "<eos>"], "worst"),
+    ):
+        n = len(word)
+        rec = {"id": word, "rows": phones, "source": list(word), "prefix": "greedy"}
+        rec["reference"] = phones[:-1]
+        rec["attention"] = [[[1 / n] * n for _ in phones]]
+        records.append(rec)
+        shown.append({"rank": rank, "criterion": "tau_attn_loo", "value": 0.25})
+    fig = figures.example_heatmaps(records, "g2p general-luong", shown=shown)
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    first = [ax for ax in fig.axes if ax.get_ylabel() and ax.get_ylabel() != "attention weight"]
+    assert [ax.get_ylabel().split(" ")[0].split("\n")[0] for ax in first] == [
+        "blond",
+        "stickle",
+        "ox",
+    ]
+    labels = [ax.yaxis.label.get_window_extent(renderer) for ax in first]
+    ticks = [
+        t.get_window_extent(renderer) for ax in first for t in ax.get_yticklabels() if t.get_text()
+    ]
+    boxes = labels + ticks
+    assert len(ticks) == 8
+    clashes = [
+        (i, j)
+        for i in range(len(boxes))
+        for j in range(i + 1, len(boxes))
+        if _boxes_overlap(boxes[i], boxes[j])
+    ]
+    assert not clashes
+
+
+def _na_marks(fig) -> dict[str, list[str]]:
+    """model → the x tick labels (or y tick labels) nearest its "n/a" marks, read from the
+    figure's artists."""
+    out: dict[str, list[str]] = {}
+    for ax in fig.axes:
+        for t in ax.texts:
+            if t.get_text() == "n/a" and (t.get_gid() or "").startswith("na:"):
+                out.setdefault(t.get_gid()[3:], []).append(t)
+    return out
+
+
+def test_figures_mark_a_model_without_values_na_instead_of_dropping_it():
+    """uniform's and none's τ groups, and none's permutation, were missing from the figures with
+    nothing saying so: every model keeps its place, marked "n/a", and the legend says which."""
+    none, uniform = "copy none-bahdanau", "copy uniform-bahdanau"
+    s = steps(n=30, variants=("copy additive-bahdanau", uniform, none))
+    for col in ("importance_tau_attn_grad", "importance_tau_attn_loo"):
+        s.loc[s["variant"].isin([none, uniform]), col] = np.nan
+    s.loc[s["variant"] == none, "permutation_median_tvd"] = np.nan
+    for p in figures.TAU_P.values():
+        s[p] = 0.01
+    palette = figures.variant_palette(["copy additive-bahdanau", uniform, none])
+
+    perm = figures.permutation_by_max_attention(s, palette)
+    marks = _na_marks(perm)
+    assert set(marks) == {none}
+    bins = len(perm.axes[0].get_xticks())
+    assert len(marks[none]) == bins  # its place in every bin
+    legend = [t.get_text() for lg in perm.legends for t in lg.get_texts()]
+    assert f"{none} (n/a)" in legend and uniform in legend
+    assert perm.attnstudy_na == {none: []}
+
+    tau = figures.kendall_tau(s, palette)
+    ax = tau.axes[0]
+    pairs = [t.get_text() for t in ax.get_xticklabels()]
+    marks = _na_marks(tau)
+    assert set(marks) == {none, uniform}
+    for model in (none, uniform):  # one mark in each attention pair's group, none for grad–LOO
+        at = sorted(pairs[round(t.get_position()[0])] for t in marks[model])
+        assert at == ["attention vs gradient", "attention vs leave-one-out"]
+    assert tau.attnstudy_na[none] == ["attention vs gradient", "attention vs leave-one-out"]
+    legend = " ".join(t.get_text() for lg in tau.legends for t in lg.get_texts())
+    assert uniform in legend and none in legend
+
+
+def test_the_summary_plot_draws_the_no_attention_models_value_and_marks_the_rest_na():
+    """The summary plot left out the no-attention model's τ gradient–LOO (0.28 in the table)."""
+    none = "g2p none-bahdanau"
+    rows = [
+        {"group": "agrees", "label": "τ attention–LOO", "value": 0.3, "low": 0.2, "high": 0.4},
+        {"group": "agrees", "label": "τ gradient–LOO", "value": 0.5, "low": 0.4, "high": 0.6},
+    ]
+    table = pd.DataFrame(
+        [r | {"n": 50, "variant": "g2p additive-bahdanau", "scale": "τ"} for r in rows]
+        + [
+            {"group": "agrees", "label": "τ gradient–LOO", "value": 0.28, "low": 0.2}
+            | {"high": 0.35, "n": 50, "variant": none, "scale": "τ"}
+        ]
+    )
+    palette = figures.variant_palette(["g2p additive-bahdanau", none])
+    fig = figures.estimates_plot(table, palette, models=["g2p additive-bahdanau", none])
+    ax = fig.axes[0]
+    colour = tuple(palette[none])
+    points = [
+        line.get_xdata()[0]
+        for line in ax.lines
+        if line.get_marker() == "o" and tuple(line.get_color()[:3]) == colour[:3]
+    ]
+    assert points == [0.28]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    (mark,) = _na_marks(fig)[none]
+    assert labels[round(mark.get_position()[1])] == "τ attention–LOO"
+    assert fig.attnstudy_na == {none: ["τ attention–LOO"]}
