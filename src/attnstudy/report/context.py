@@ -11,13 +11,29 @@ import os
 from ..analysis import catalogue, figures
 from ..analysis.catalogue import list_ablations
 from ..analysis.per_example import SHOW_CRITERION, per_example_summary, pick_shown
-from ..findings import LITERATURE, REFERENCES, ModelFacts, VerdictThresholds, overall, verdict
+from ..findings import (
+    LITERATURE,
+    LITERATURE_CONTEXT,
+    REFERENCES,
+    ModelFacts,
+    VerdictThresholds,
+    overall,
+    verdict,
+)
 from ..run_pages import estimates_table, figure_png
 from ..tracking import Artifact
 from .facts import _bootstrap_cfg, layer_facts, model_facts, thresholds_of
 from .prose import STUDY_FIGURES
 from .store import ModelEntry, StudyData
-from .tables import adversary_table, per_instance_adversary, reason, status_lines, summary_tables
+from .tables import (
+    adversary_table,
+    data_label,
+    model_label,
+    per_instance_adversary,
+    reason,
+    status_lines,
+    summary_tables,
+)
 
 DEFAULT_UI_URL = "http://127.0.0.1:5000"
 ML_VIEW = "workflowType=machine_learning"
@@ -67,6 +83,25 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text)[:60].strip("_")
 
 
+def page_names(names: list[str]) -> dict[str, str]:
+    """A file-name stem per model name, distinct for distinct names: :func:`_slug` where it is the
+    only name with that slug, else the slug and the first 8 hex digits of the name's SHA-256
+    (``copy add-1`` and ``copy add_1`` both slug to ``copy_add_1``, and each would open the other
+    model's examples and figures)."""
+    import hashlib
+
+    slugs = {n: _slug(n) for n in dict.fromkeys(names)}
+    taken: dict[str, int] = {}
+    for slug in slugs.values():
+        taken[slug] = taken.get(slug, 0) + 1
+    return {
+        n: slug
+        if taken[slug] == 1
+        else f"{slug}_{hashlib.sha256(n.encode('utf-8')).hexdigest()[:8]}"
+        for n, slug in slugs.items()
+    }
+
+
 def _figures(data: StudyData, facts, *, layers, palette, eps) -> list[dict]:
     steps = data.steps
     analysis = (
@@ -75,10 +110,12 @@ def _figures(data: StudyData, facts, *, layers, palette, eps) -> list[dict]:
         else steps
     )
     out = []
+    pages = page_names([e.variant for e in data.entries])
     all_facts = [f for e in data.entries if (f := facts.get(e.model_run_id))]
     # a model with several layers: its layers and their mean (its own row is one of its layers)
     all_facts = [x for f in all_facts for x in (layers.get(_run_of(data, f)) or [f])]
-    est = estimates_table([f for f in all_facts if f.attention != "none"])
+    # every model, the one without attention too (its τ gradient–LOO is a value; the rest n/a)
+    est = estimates_table(all_facts)
     layer_pal = dict(palette)
     for f in all_facts:
         if f.name not in layer_pal:
@@ -88,7 +125,13 @@ def _figures(data: StudyData, facts, *, layers, palette, eps) -> list[dict]:
                 palette.get(base, (0.3, 0.3, 0.3)), shades.index(f.name), len(shades)
             )
     if len(est):
-        out.append(("summary", figures.estimates_plot(est, layer_pal), STUDY_FIGURES["summary"]))
+        out.append(
+            (
+                "summary",
+                figures.estimates_plot(est, layer_pal, models=[f.name for f in all_facts]),
+                STUDY_FIGURES["summary"],
+            )
+        )
     out.append(
         (
             "accuracy_by_length",
@@ -123,11 +166,11 @@ def _figures(data: StudyData, facts, *, layers, palette, eps) -> list[dict]:
             fig = figures.example_heatmaps(
                 [by_id[s["example_id"]] for s in shown], e.variant, f.eps if f else eps, shown
             )
-            out.append((f"heatmaps_{_slug(e.variant)}", fig, _heatmaps_caption(e)))
+            out.append((f"heatmaps_{pages[e.variant]}", fig, _heatmaps_caption(e)))
         elif e.legacy_heatmaps:
             out.append(
                 (
-                    f"heatmaps_{_slug(e.variant)}",
+                    f"heatmaps_{pages[e.variant]}",
                     figures.attention_heatmaps(
                         [
                             h | {"title": f"{e.variant}: {h.get('title', '')}"}
@@ -160,6 +203,9 @@ def _figures(data: StudyData, facts, *, layers, palette, eps) -> list[dict]:
         )
     result = []
     for key, fig, (title, caption) in out:
+        caption = caption + _na_caption(
+            data, getattr(fig, "attnstudy_na", {}), getattr(fig, "attnstudy_labels", [])
+        )
         png = figure_png(fig)
         result.append(
             {
@@ -174,9 +220,63 @@ def _figures(data: StudyData, facts, *, layers, palette, eps) -> list[dict]:
     return result
 
 
+def _label_keys() -> dict[str, str]:
+    """Figure label → ``ablation/<name>/<stat>``: the statistics' labels (the summary plot) and
+    the τ pairs' (the Kendall τ figure), from the catalogue's columns."""
+    keys = {st.stat.label: st.key for st in catalogue.shown_stats()}
+    by_column = {st.stat.column: st.key for st in catalogue.shown_stats() if st.stat.column}
+    keys |= {label: by_column[c] for c, label in figures.TAU_COLUMNS.items() if c in by_column}
+    return keys
+
+
+def _na_reason(e: ModelEntry | None, key: str | None) -> str:
+    """Why a figure has no value for a model (of the statistic ``key``, if known): the model's
+    table cell's reason (:func:`attnstudy.report.tables.reason`), or no attention."""
+    if e is None:
+        return "no value"
+    if e.attention == "none":
+        return "no attention"
+    return reason(e, key) if key else "no value at any step"
+
+
+def _na_caption(data: StudyData, na: dict[str, list[str]], labels_shown: list[str]) -> str:
+    """The caption's count of the models a figure marks "n/a", with why, grouped:
+    `` n/a (…): 2 of 6 models — a, b (no attention).``; "" for none.
+
+    Args:
+        data: the study (its models' entries give the reasons).
+        na: model (or ``model · layer l``) → the labels it has no value for (``[]``: anything the
+            figure shows), as the figure recorded them (``fig.attnstudy_na``).
+        labels_shown: every label the figure shows (``fig.attnstudy_labels``), if it said: a model
+            missing most of them is "n/a for all but …".
+    """
+    if not na:
+        return ""
+    by_name = {e.variant: e for e in data.entries}
+    keys = _label_keys()
+    groups: dict[str, list[str]] = {}
+    for name, labels in na.items():
+        e = by_name.get(name.split(" · ")[0])
+        whys: dict[str, list[str]] = {}
+        for label in labels or [""]:
+            whys.setdefault(_na_reason(e, keys.get(label)), []).append(label)
+        if len(whys) == 1 and labels and 2 * len(labels) > len(labels_shown) > len(labels):
+            rest = [x for x in labels_shown if x not in labels]  # the shorter list
+            text = f"{next(iter(whys))}: every statistic but " + ", ".join(f"‘{x}’" for x in rest)
+        else:
+            text = "; ".join(
+                why + (": " + ", ".join(f"‘{x}’" for x in shown) if shown != [""] else "")
+                for why, shown in whys.items()
+            )
+        groups.setdefault(text, []).append(name)
+    n = len({e.variant for e in data.entries})
+    parts = "; ".join(f"{', '.join(names)} ({why})" for why, names in groups.items())
+    return f" n/a (marked on the figure, not left out): {len(na)} of {n} models — {parts}."
+
+
 def _heatmaps_caption(e: ModelEntry) -> tuple[str, str]:
     title, caption = STUDY_FIGURES["heatmaps"]
-    return f"{title}: {_slug(e.variant).replace('_', ' ')}", caption
+    return f"{title}: {e.variant}", caption
 
 
 def _run_of(data: StudyData, f: ModelFacts) -> str:
@@ -205,6 +305,7 @@ def report_context(
             findings.append(
                 {
                     "model": e.variant,
+                    "heading": model_label(e, data.experiment),
                     "text": f"Training {reason(e, 'test/x')}: "
                     f"{e.model_error or 'no reason recorded'}.",
                     "layers": [],
@@ -215,6 +316,7 @@ def report_context(
             findings.append(
                 {
                     "model": e.variant,
+                    "heading": model_label(e, data.experiment),
                     "text": f"Ablations {reason(e, 'ablation/x/y')}: "
                     f"{e.ablation_error or 'no reason recorded'}.",
                     "layers": [],
@@ -223,7 +325,12 @@ def report_context(
             continue
         if e.ablation_run_id is None:
             findings.append(
-                {"model": e.variant, "text": "Not ablated in this study.", "layers": []}
+                {
+                    "model": e.variant,
+                    "heading": model_label(e, data.experiment),
+                    "text": "Not ablated in this study.",
+                    "layers": [],
+                }
             )
             continue
         v = verdict(f, t)
@@ -233,6 +340,7 @@ def report_context(
         findings.append(
             {
                 "model": e.variant,
+                "heading": model_label(e, data.experiment),
                 "text": v.text,
                 "layers": [
                     {"name": lf.name, "text": verdict(lf, t).text} for lf in layers[e.model_run_id]
@@ -251,16 +359,19 @@ def report_context(
     one_seed = all(len(s) == 1 for s in by_config.values())
     figs = _figures(data, facts, layers=layers, palette=palette, eps=eps)
     runs = []
+    pages = page_names([e.variant for e in data.entries])
     for e in data.entries:
         f = facts[e.model_run_id]
         runs.append(
             {
                 "model": e.variant,
+                "experiment": data.experiment,
+                "data": data_label(e.model_params),
                 "model_run": e.model_run_id,
                 "model_url": links.run(e.model_run_id),
                 "ablation_run": e.ablation_run_id,
                 "ablation_url": links.run(e.ablation_run_id) if e.ablation_run_id else None,
-                "browser_file": f"examples/{_slug(e.variant)}.html"
+                "browser_file": f"examples/{pages[e.variant]}.html"
                 if e.records or e.steps is not None
                 else None,
                 "browser_url": links.artifact(e.ablation_run_id, Artifact.BROWSER)
@@ -312,5 +423,6 @@ def report_context(
         ),
         "references": REFERENCES,
         "literature": LITERATURE,
+        "literature_context": LITERATURE_CONTEXT,
         "config_text": data.config_text or "(not logged)",
     }

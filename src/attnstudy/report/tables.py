@@ -272,8 +272,110 @@ def reason(e: ModelEntry, key: str) -> str:
     undefined = m.get(f"{key}_n_undefined")
     n_steps = m.get(f"ablation/{name}/n_steps")
     if undefined is not None and n_steps:
+        whys = undefined_reasons(e, key)
+        if whys and sum(whys.values()) == int(undefined):  # only counts that add up are shown
+            if len(whys) == 1:
+                return f"undefined: {next(iter(whys))} ({int(undefined)} of {int(n_steps)} steps)"
+            parts = ", ".join(f"{why} ({k} of {int(n_steps)} steps)" for why, k in whys.items())
+            return f"undefined: {parts}"
         return f"undefined ({int(undefined)} of {int(n_steps)} steps)"
     return "undefined"
+
+
+def undefined_reasons(e: ModelEntry, key: str) -> dict[str, int]:
+    """Why a statistic is undefined at the steps its summary counted, as recorded by its ablation.
+
+    The ablation's per-step table names the reason in a ``<name>_<part>_reason`` column (the
+    importance ablation's ``importance_attn_reason``: "constant attention row", …); the column
+    whose ``<part>`` the statistic's own column names (longest first) is read over the rows the
+    summary metrics were computed on: the analysis prefix, the top analysed layer with all heads
+    jointly (:func:`attnstudy.analysis.suite.run_suite`'s primary unit), rows the ablation did not
+    skip, where the statistic is missing.
+
+    Args:
+        e: the model's entry (its per-step table ``e.steps``).
+        key: ``ablation/<name>/<stat>``.
+
+    Returns:
+        reason → steps, most frequent first; empty when the table or a reason column is missing.
+    """
+    from ..analysis.catalogue import get_ablation
+
+    st = e.steps
+    try:
+        _, name, stat = key.split("/")
+        column = get_ablation(name).stats[stat].column
+        spec = get_ablation(name)
+    except (KeyError, ValueError):
+        return {}
+    if st is None or st.empty or column is None or column not in st.columns:
+        return {}
+    suffix = column.removeprefix(f"{name}_")
+    reasons = sorted(
+        (
+            c
+            for c in st.columns
+            if c.startswith(f"{name}_")
+            and c.endswith("_reason")
+            and c[len(name) + 1 : -len("_reason")] in suffix
+        ),
+        key=len,
+        reverse=True,
+    )
+    if not reasons:
+        return {}
+    rows = _summary_rows(st, e.analysis_prefix)
+    missing = rows[column].isna()
+    if spec.skipped in rows.columns:
+        missing &= ~rows[spec.skipped].astype("boolean").fillna(False).astype(bool)
+    counts = rows.loc[missing, reasons[0]].fillna("reason not recorded").value_counts()
+    return {str(k): int(v) for k, v in counts.items()}
+
+
+def _summary_rows(st: pd.DataFrame, prefix: str) -> pd.DataFrame:
+    """The per-step rows the plain ``ablation/<name>/<stat>`` metrics were computed on: the
+    analysis prefix, all heads jointly, the top analysed single layer (else all layers at once)."""
+    if "prefix" in st.columns:
+        st = st[st["prefix"] == prefix]
+    if "head" in st.columns:
+        st = st[st["head"] == -1]
+    if "layer" in st.columns and (st["layer"] >= 0).any():
+        st = st[st["layer"] == st["layer"].max()]
+    return st
+
+
+def data_label(params: dict[str, str]) -> str:
+    """The data set a model was trained on, from its run's ``data.*`` params, for headings and
+    the runs table: ``CMUdict`` (G2P), ``CLDR dates, locales …``, the TSV training file's last
+    two path parts, or the synthetic task with its vocabulary size and lengths; ``?`` when the
+    run logged no task."""
+    task = params.get("data.task", "?")
+    if task == "tsv":
+        path = params.get("data.train_path", "")
+        return "/".join(path.replace("\\", "/").rstrip("/").split("/")[-2:]) or "tsv"
+    if task == "g2p":
+        return "CMUdict"
+    if task == "dates":
+        locales = [
+            x.strip(" '\"")
+            for x in params.get("data.dates_locales", "").strip("[]()").split(",")
+            if x.strip(" '\"")
+        ]
+        shown = ", ".join(locales[:3]) + (", …" if len(locales) > 3 else "")
+        return f"CLDR dates, locales {shown}" if shown else "CLDR dates"
+    extra = []
+    if "data.vocab_size" in params:
+        extra.append(f"vocabulary {params['data.vocab_size']}")
+    if "data.min_len" in params and "data.max_len" in params:
+        extra.append(f"lengths {params['data.min_len']}–{params['data.max_len']}")
+    return ", ".join([f"synthetic {task}", *extra])
+
+
+def model_label(e: ModelEntry, experiment: str) -> str:
+    """A model named by its experiment and data set beside its variant, for the report's section
+    headings and its runs table: ``g2p additive-bahdanau (experiment quickstart; data:
+    CMUdict)``."""
+    return f"{e.variant} (experiment {experiment}; data: {data_label(e.model_params)})"
 
 
 def _cell(est: Estimate | None, fallback: str, pct: bool = False) -> str:
@@ -337,8 +439,65 @@ def summary_tables(
                         for key, _ in stats
                     ]
                 rows.append(row)
-        tables.append(_table(question.title, question.intro, header, rows) | {"key": q})
+        notes = [] if q == "task" else [n for n in (heads_note(data),) if n]
+        tables.append(
+            _table(question.title, question.intro, header, rows) | {"key": q, "notes": notes}
+        )
     return tables
+
+
+def analysed_heads(e: ModelEntry) -> tuple[int, int, int | None] | None:
+    """(heads per layer, layers, analysed layer or None for all layers at once) of a model whose
+    rows pool several attention heads, else None (one head, no attention, nothing analysed).
+
+    The model's row in a table is its primary unit (:func:`_summary_rows`): one layer with all its
+    heads jointly, or every layer's heads side by side; the layer is read from the per-step table,
+    the head and layer counts from the model run's ``model.heads`` and ``model.layers`` params."""
+    if e.attention == "none":
+        return None
+    try:
+        heads = int(e.model_params.get("model.heads", 1))
+        layers = int(e.model_params.get("model.layers", 1))
+    except ValueError:
+        return None
+    layer = None
+    if e.steps is not None and "layer" in e.steps.columns and len(e.steps):
+        rows = _summary_rows(e.steps, e.analysis_prefix)
+        if len(rows):
+            value = int(rows["layer"].iloc[0])
+            layer = value if value >= 0 else None
+    if heads * (layers if layer is None else 1) < 2:
+        return None
+    return heads, layers, layer
+
+
+def heads_note(data: StudyData) -> str | None:
+    """A table's footnote naming the models whose rows pool several attention heads, and which
+    layer they are read at, or None where every model's row has one head."""
+    groups: dict[str, list[str]] = {}
+    for e in data.entries:
+        shape = analysed_heads(e)
+        if shape is None:
+            continue
+        heads, layers, layer = shape
+        where = (
+            f"layer {layer} of {layers} with its {heads} heads"
+            if layer is not None
+            else f"all {layers} layers at once, {heads * layers} heads"
+        )
+        groups.setdefault(where, []).append(e.variant)
+    if not groups:
+        return None
+    parts = [
+        f"{' and '.join(names) if len(names) < 3 else ', '.join(names)} at {where}"
+        for where, names in groups.items()
+    ]
+    return (
+        "Heads averaged: these rows pool several attention heads: "
+        + "; ".join(parts)
+        + ". Interventions replace every head's row; Kendall τ, the adversary's JSD, AER, gold "
+        "mass and the erasure order read the heads' mean (layer rows: their own layer's heads)."
+    )
 
 
 def _steps(f: ModelFacts, keys: list[str]) -> int | None:
