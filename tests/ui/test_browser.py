@@ -339,3 +339,61 @@ def test_example_browser_inside_mlflow_lists_and_opens_examples(server, tiny_stu
     frame.locator("#detail .maps").scroll_into_view_if_needed()
     page.wait_for_timeout(300)
     _shot(page, "example_browser_in_mlflow_heatmaps")
+
+
+# ----------------------------------------------------------------------------- fits at 1,400 px
+
+
+@pytest.fixture(scope="module")
+def golden_report(tmp_path_factory):
+    """The committed golden study's report (tests/fixtures/golden), built into a fresh folder."""
+    import importlib.util
+
+    golden = ROOT / "tests" / "fixtures" / "golden"
+    spec = importlib.util.spec_from_file_location("golden_build", golden / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    root = tmp_path_factory.mktemp("golden-ui")
+    study = module.load(root)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ATTNSTUDY_ROOT", str(root))
+    mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+    try:
+        from attnstudy import api
+
+        return api.report(study_id=study, out_dir=str(root / "report")).parent
+    finally:
+        mp.undo()
+
+
+_FITS = """sel => {
+  const t = document.querySelector(sel);
+  const box = t.parentElement;
+  const heads = t.querySelectorAll('thead th');
+  return {scroll: box.scrollWidth, client: box.clientWidth, viewport: window.innerWidth,
+          right: heads[heads.length - 1].getBoundingClientRect().right, columns: heads.length};
+}"""
+
+
+def test_report_used_table_fits_a_1400px_window(golden_report, page):
+    """At 1,400 px the "Is attention used?" table scrolled sideways and hid its last columns
+    (1,629 px wide in a 1,140 px column): its cells wrap now, and its last column is on screen."""
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto((golden_report / "report.html").as_uri(), wait_until="load")
+    fit = page.evaluate(_FITS, 'table[data-question="used"]')
+    assert fit["viewport"] == 1400 and fit["columns"] == 10
+    assert fit["scroll"] <= fit["client"], fit
+    assert fit["right"] <= 1400, fit
+    _shot(page, "report_1400")
+
+
+def test_example_browser_score_columns_are_on_screen_at_1400px(golden_report, page):
+    """The example browser's score columns ran off screen (2,735 px of table in 1,350 px)."""
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto((golden_report / "examples" / "copy_transformer_L2H2.html").as_uri())
+    page.wait_for_selector("#examples tbody tr")
+    fit = page.evaluate(_FITS, "#examples")
+    assert fit["columns"] >= 18  # the scores are there
+    assert fit["scroll"] <= fit["client"], fit
+    assert fit["right"] <= 1400, fit
+    _shot(page, "example_browser_1400")
