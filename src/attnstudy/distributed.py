@@ -83,6 +83,13 @@ def check_ray_address(address: str | None) -> None:
     """
     import importlib.util
 
+    if address is not None and address.startswith("ray://"):
+        raise ConfigError(
+            f"--ray-address (or $RAY_ADDRESS) {address!r} is a Ray Client address, which "
+            "attnstudy does not use: its driver joins the cluster itself; give the head's GCS "
+            "address HOST:PORT (the --port of 'ray start --head', e.g. 10.0.0.5:6380) and run "
+            "attnstudy on a machine that reaches every node (docs/cluster.md)"
+        )
     if address is not None and _host_port(address) is None:
         raise ConfigError(f"--ray-address {address!r}: give HOST:PORT of the Ray head")
     if importlib.util.find_spec("ray") is None:
@@ -152,6 +159,8 @@ def _ray(loopback: bool = False):
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
+    if "://" in address:  # ray://, http://: not a GCS address
+        return None
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
     return (host, int(port)) if host and port.isdigit() else None
