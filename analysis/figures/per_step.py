@@ -263,11 +263,28 @@ def kendall_tau(steps: pd.DataFrame, palette: dict | None = None) -> Figure:
             x="pair",
             y="share",
             hue="variant",
-            hue_order=[v for v in order if v in set(sig["variant"])],
+            hue_order=order,
+            order=list(dict.fromkeys(sig["pair"])),
             palette=palette,
             ax=ax2,
             legend=False,
         )
+        width = 0.8 / max(len(order), 1)  # the same n/a places as the left panel
+        for i, pair in enumerate(dict.fromkeys(sig["pair"])):
+            there = set(sig.loc[sig["pair"] == pair, "variant"])
+            for j, v in enumerate(order):
+                if v not in there:
+                    ax2.text(
+                        i - 0.4 + width * (j + 0.5),
+                        0.04,
+                        NA,
+                        ha="center",
+                        va="bottom",
+                        rotation=90,
+                        fontsize=FONT - 3,
+                        color=palette.get(v, "0.3"),
+                        gid=f"na:{v}",
+                    )
         ax2.set(title="steps with p < 0.05", xlabel="", ylabel="share of steps", ylim=(0, 1))
         ax2.tick_params(axis="x", labelsize=FONT - 2)
     else:

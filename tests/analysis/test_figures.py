@@ -427,8 +427,12 @@ def test_figures_mark_a_model_without_values_na_instead_of_dropping_it():
     marks = _na_marks(tau)
     assert set(marks) == {none, uniform}
     for model in (none, uniform):  # one mark in each attention pair's group, none for grad–LOO
-        at = sorted(pairs[round(t.get_position()[0])] for t in marks[model])
+        at = sorted(
+            pairs[round(t.get_position()[0])] for t in marks[model] if t.axes is tau.axes[0]
+        )
         assert at == ["attention vs gradient", "attention vs leave-one-out"]
+        # and in the right panel (share of significant steps): the same two places
+        assert sum(t.axes is tau.axes[1] for t in marks[model]) == 2
     assert tau.attnstudy_na[none] == ["attention vs gradient", "attention vs leave-one-out"]
     legend = " ".join(t.get_text() for lg in tau.legends for t in lg.get_texts())
     assert uniform in legend and none in legend
