@@ -182,6 +182,34 @@ def task_requests(cfg) -> dict[str, tuple[float, float]]:
     return out
 
 
+GIB = 1024**3
+
+
+def task_memory(spec) -> dict[str, int]:
+    """Ray's ``memory`` option (bytes) for a model's tasks: ``training.memory_gib``, or nothing
+    when unset (no memory reserved)."""
+    gib = spec.training.memory_gib
+    return {} if gib is None else {"memory": int(gib * GIB)}
+
+
+def check_memory(cfg, nodes: list[dict]) -> None:
+    """Refuse a study whose ``training.memory_gib`` no alive node has (its task would wait for
+    ever); ``nodes`` as for :func:`check_placeable` (Ray's ``memory`` resource is in bytes).
+
+    Raises:
+        ConfigError: one line naming the model, what it asks and the largest node's memory.
+    """
+    for spec in cfg.runs():
+        need = task_memory(spec).get("memory")
+        if need is not None and not any(n.get("memory", 0) >= need for n in nodes):
+            most = max((n.get("memory", 0) for n in nodes), default=0) / GIB
+            raise ConfigError(
+                f"no node of the Ray cluster can run {spec.name!r}: training.memory_gib = "
+                f"{spec.training.memory_gib:g} GiB, the largest node has {most:.1f} GiB for tasks; "
+                "lower training.memory_gib, or add such a node"
+            )
+
+
 def check_placeable(requests: dict[str, tuple[float, float]], nodes: list[dict]) -> None:
     """Refuse a study with a task that no node of the cluster can run (Ray would keep it pending,
     and the study would wait for ever).
@@ -244,6 +272,7 @@ class RayExecutor:
         self._connect()
         nodes = [n.get("Resources", {}) for n in self._ray.nodes() if n.get("Alive")]
         check_placeable(task_requests(cfg), nodes)
+        check_memory(cfg, nodes)
 
     def _connect(self) -> None:
         ray = sys.modules.get("ray")
@@ -329,14 +358,20 @@ class RayExecutor:
                 "resume": ctx.resume,
                 "token": job.train_token,
             }
+            memory = task_memory(spec)
             job.train_ref = train_fn.options(
                 num_cpus=threads,
                 num_gpus=spec.training.gpus_per_task(),
                 max_retries=0,
                 name=f"train {spec.name}",
+                **memory,
             ).remote(payload)
             job.ablate_ref = ablate_fn.options(
-                num_cpus=threads, num_gpus=abl_gpu, max_retries=0, name=f"ablate {spec.name}"
+                num_cpus=threads,
+                num_gpus=abl_gpu,
+                max_retries=0,
+                name=f"ablate {spec.name}",
+                **memory,
             ).remote(
                 job.train_ref,
                 common
