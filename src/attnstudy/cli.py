@@ -272,6 +272,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the SQLite store to serve: sqlite:///PATH/mlflow.db (default: $MLFLOW_TRACKING_URI, "
         "else <project>/mlruns/mlflow.db)",
     )
+    verbose = (
+        "also show what libraries print themselves: MLflow's 'View run' lines and INFO logs, "
+        "warnings (or ATTNSTUDY_VERBOSE=1)"
+    )
+    p.add_argument("--verbose", action="store_true", help=verbose)
+    for sp in sub.choices.values():  # after the verb too; given once is enough
+        sp.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=verbose)
     return p
 
 
@@ -792,6 +799,7 @@ def _install_notices() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Returns the exit code (0 ok, 1 failed, 2 bad usage)."""
+    from .notices import set_library_output, verbose_from_env
     from .signals import acknowledge_interrupt, quiet_dropped_interrupts, request_interrupt
 
     if threading.current_thread() is threading.main_thread():
@@ -804,6 +812,7 @@ def main(argv: list[str] | None = None) -> int:
     _install_notices()
     try:
         args = build_parser().parse_args(argv)
+        set_library_output(args.verbose or verbose_from_env())  # D23: no library noise by default
         cfg, abl = _validate(args)
     except (UsageError, ConfigError) as err:
         return _error_exit(str(err), EXIT_USAGE)

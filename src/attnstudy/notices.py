@@ -1,12 +1,14 @@
 """One-line notices to the user: hints about doubtful input and counts of what was left out.
 
 They go to the ``attnstudy`` logger at WARNING level; the CLI prints each as
-``attnstudy: note: …`` on stderr, a notebook sees them through :mod:`logging`.
+``attnstudy: note: …`` on stderr, a notebook sees them through :mod:`logging`. What libraries
+print themselves is the CLI's to decide (:func:`set_library_output`, ``--verbose``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 
 logger = logging.getLogger("attnstudy")
 
@@ -14,3 +16,63 @@ logger = logging.getLogger("attnstudy")
 def notice(message: str) -> None:
     """Tell the user something they should know but that does not stop the work (one line)."""
     logger.warning(message.replace("\n", " "))
+
+
+VERBOSE_ENV = "ATTNSTUDY_VERBOSE"
+"""Set to 1 (or given ``--verbose``), the CLI lets libraries' own messages through."""
+
+_policy: str | None = None  # None: a library user's process (nothing changed); "quiet"; "verbose"
+
+
+def verbose_from_env() -> bool:
+    """Whether ``$ATTNSTUDY_VERBOSE`` asks for the libraries' own messages (1, true, yes)."""
+    return os.environ.get(VERBOSE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def set_library_output(verbose: bool) -> None:
+    """The command line's policy for what libraries print themselves (D23).
+
+    Quiet (the default): MLflow's "🏃 View run … at" / "🧪 View experiment at" lines, Python
+    warnings (torch, transformers, pydantic, matplotlib UserWarnings …) and the INFO and WARNING
+    lines of MLflow, alembic and transformers stay out of the output — attnstudy's own lines
+    (results, ``attnstudy: note:``, ``attnstudy: error:``) say what happened. Processes started from
+    this one (a private Ray head's workers, the UI's server) inherit the policy through
+    ``PYTHONWARNINGS``, ``TRANSFORMERS_VERBOSITY`` and ``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT``
+    (each left alone where the user set it). Verbose: the libraries' defaults, the View-run lines
+    included. A Python program that imports attnstudy is left as it is unless it calls this.
+    """
+    global _policy
+    import warnings
+
+    _policy = "verbose" if verbose else "quiet"
+    if verbose:
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "false"
+    else:
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("PYTHONWARNINGS", "ignore")
+        warnings.simplefilter("ignore")
+    library_log_levels()
+
+
+def library_log_levels() -> None:
+    """Set the libraries' loggers for this process's policy; the tracking layer calls it again
+    once MLflow is imported (MLflow sets its own loggers' levels when it is imported).
+
+    A library user's process (no policy set): MLflow's INFO chatter off (WARNING), its store's
+    ERROR tracebacks with SQL off (they reach the user as one ``TrackingError`` line), alembic at
+    WARNING — as the tracking layer always did. Quiet: ERROR for MLflow, alembic and
+    transformers. Verbose: INFO for MLflow and alembic, everything of the store.
+    """
+    levels = {
+        None: {"mlflow": "WARNING", "mlflow.store": "CRITICAL", "alembic": "WARNING"},
+        "quiet": {
+            "mlflow": "ERROR",
+            "mlflow.store": "CRITICAL",
+            "alembic": "ERROR",
+            "transformers": "ERROR",
+        },
+        "verbose": {"mlflow": "INFO", "mlflow.store": "NOTSET", "alembic": "INFO"},
+    }[_policy]
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)

@@ -26,24 +26,22 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
-import logging  # noqa: E402
-
 import mlflow  # noqa: E402
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
+from ..notices import library_log_levels  # noqa: E402
 from ..paths import artifact_root, default_tracking_uri, store_dir  # noqa: E402
 from ..signals import acknowledge_interrupt, check_interrupt, deferred_signals  # noqa: E402
 from .schema import Metric as MetricName  # noqa: E402
 from .leases import keeper_for  # noqa: E402
 from .schema import RunRecord, Tag  # noqa: E402
 
-logging.getLogger("mlflow").setLevel(logging.WARNING)  # no INFO chatter on the CLI
-# store errors reach the user as one TrackingError line; MLflow's own ERROR tracebacks (with SQL) would
-# print hundreds of lines for one full disk
-logging.getLogger("mlflow.store").setLevel(logging.CRITICAL)
-logging.getLogger("alembic").setLevel(logging.WARNING)
+# no INFO chatter; store errors reach the user as one TrackingError line (MLflow's own ERROR
+# tracebacks, with SQL, would print hundreds of lines for one full disk); the CLI's --verbose
+# lets them through (attnstudy.notices)
+library_log_levels()
 
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
