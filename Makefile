@@ -18,9 +18,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # What the tests need beyond the package: the optional extras (phonetisaurus-align, an x86-64 Linux
-# wheel; Ray, psycopg and psutil for the cluster test), Debian's chromium and Debian's postgresql. A
-# test whose prerequisite is still missing is skipped with the reason on a developer's machine and
-# fails under CI=true (tests/prerequisites.py).
+# wheel; Ray, psycopg, psutil and boto3 for the cluster tests), moto's S3 server, Debian's chromium
+# and Debian's postgresql. A test whose prerequisite is still missing is skipped with the reason on
+# a developer's machine and fails under CI=true (tests/prerequisites.py).
 test-deps: setup browser-deps cluster-deps $(VENV)/.test-deps
 
 $(VENV)/.test-deps: pyproject.toml $(STAMP)
