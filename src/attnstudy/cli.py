@@ -728,15 +728,14 @@ def _ui(args) -> int:
         uri = args.tracking_uri or default_tracking_uri()
         if not uri.startswith("sqlite:"):
             raise UsageError(f"the UI serves a local SQLite store; the tracking URI is {uri}")
-        Tracker(uri, create=False)  # an existing store, checked before the server touches it
+        tracker = Tracker(uri, create=False)  # an existing store, checked before the server starts
+        exp_id = ui.experiment_link_id(tracker, args.experiment)
         proc = ui.start_server(uri, artifact_root(), host=args.host, port=args.port)
         base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
+        print(f"MLflow UI: {ui.runs_view_url(base, exp_id)}", flush=True)  # before it answers
+        print(f"press Ctrl-C to stop; {ui.STARTING}", flush=True)
         ui.wait_healthy(base, 90, proc)
-        print(
-            f"MLflow UI: {ui.runs_view_url(base, ui.experiment_id_by_name(base, args.experiment))}",
-            flush=True,
-        )
-        print("press Ctrl-C to stop", flush=True)
+        print(ui.READY, flush=True)
         proc.wait()
         return EXIT_OK if proc.returncode == 0 else EXIT_FAILED
     except KeyboardInterrupt:

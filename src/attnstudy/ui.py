@@ -7,7 +7,6 @@ binds 127.0.0.1 unless told otherwise; the printed URL opens the experiment's tr
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -15,7 +14,6 @@ import subprocess
 import sys
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -171,16 +169,34 @@ def _group_alive(pgid: int) -> bool:
     return any(p.pgid == pgid and p.state != "Z" for p in proc_table().values())
 
 
-def experiment_id_by_name(base_url: str, name: str) -> str | None:
-    """Experiment id through the REST API, or None if there is no such experiment."""
-    q = urllib.parse.urlencode({"experiment_name": name})
+STARTING = "the page answers once MLflow has started (seconds; a minute on a busy machine)"
+"""What ``attnstudy ui`` says with its URL, printed before the server answers."""
+READY = "MLflow UI: ready"
+"""The line ``attnstudy ui`` prints once the server answers."""
+
+
+def experiment_link_id(tracker, name: str) -> str | None:
+    """The id of experiment ``name``, read from the store itself so the URL can be printed before
+    the UI's server answers; None, with a note, when the store has no such experiment or it is
+    deleted (the URL then opens the list of experiments).
+
+    Args:
+        tracker: the store's :class:`attnstudy.tracking.Tracker`.
+    """
+    from .notices import notice
+    from .tracking import DeletedError
+
     try:
-        with urllib.request.urlopen(
-            f"{base_url}/api/2.0/mlflow/experiments/get-by-name?{q}", timeout=5
-        ) as r:
-            return json.load(r)["experiment"]["experiment_id"]
-    except (urllib.error.URLError, OSError, KeyError, ValueError):
+        exp_id = tracker.experiment_id(name, create=False)
+    except DeletedError as err:
+        notice(f"{err}; the UI opens on the list of experiments")
         return None
+    if exp_id is None:
+        notice(
+            f"no experiment {name!r} in the store; the UI opens on the list of experiments "
+            "(--experiment NAME opens one)"
+        )
+    return exp_id
 
 
 def runs_view_url(base_url: str, experiment_id: str | None) -> str:

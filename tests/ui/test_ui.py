@@ -59,18 +59,22 @@ def start_ui(
 def wait_url(
     proc: subprocess.Popen, lines: "queue.Queue[str]", stderr_path: Path, timeout: float = 120
 ) -> str:
-    """The URL from the ``MLflow UI: <url>`` line."""
+    """The URL from the ``MLflow UI: <url>`` line, once the ``MLflow UI: ready`` line says the
+    server answers (the URL is printed before)."""
     deadline = time.monotonic() + timeout
+    url = None
     while time.monotonic() < deadline:
         try:
-            line = lines.get(timeout=0.5)
+            line = lines.get(timeout=0.5).strip()
         except queue.Empty:
             if proc.poll() is not None:
                 pytest.fail(f"attnstudy ui exited ({proc.returncode}): {stderr_path.read_text()}")
             continue
+        if line == ui.READY and url is not None:
+            return url
         if line.startswith("MLflow UI: "):
-            return line.removeprefix("MLflow UI: ").strip()
-    pytest.fail(f"no URL within {timeout:.0f} s: {stderr_path.read_text()}")
+            url = line.removeprefix("MLflow UI: ")
+    pytest.fail(f"no URL, or not ready, within {timeout:.0f} s: {stderr_path.read_text()}")
 
 
 def descendants(pid: int) -> set[int]:
@@ -203,6 +207,59 @@ def test_ui_warns_when_binding_all_interfaces(project, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_ui_prints_its_url_and_how_to_stop_it_before_the_server_answers(
+    project, monkeypatch, capsys
+):
+    """The URL came only once MLflow answered: nothing for up to 45 s on a busy machine."""
+    from attnstudy import cli
+
+    root, exp_id = project
+    port = ui.free_port()
+    printed = []
+
+    class Starting:  # a server that has not answered yet
+        pid = returncode = None
+
+    def wait_healthy(base_url, timeout, proc):
+        printed.append(capsys.readouterr().out)
+        raise KeyboardInterrupt  # the user stops it while it starts
+
+    monkeypatch.setattr(ui, "start_server", lambda *args, **kwargs: Starting())
+    monkeypatch.setattr(ui, "wait_healthy", wait_healthy)
+    monkeypatch.setattr(ui, "stop_server", lambda proc: None)
+    capsys.readouterr()
+    assert cli.main(["ui", "--port", str(port), "--experiment", "uitest"]) == 0
+    assert printed == [
+        f"MLflow UI: http://127.0.0.1:{port}/#/experiments/{exp_id}/{SUFFIX}\n"
+        f"press Ctrl-C to stop; {ui.STARTING}\n"
+    ]
+    assert capsys.readouterr().err == "stopping the MLflow UI\n"
+
+
+def test_ui_names_a_missing_or_deleted_experiment_and_opens_the_list(project, monkeypatch, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from attnstudy import cli
+    from attnstudy.paths import default_tracking_uri
+
+    root, exp_id = project
+    MlflowClient(default_tracking_uri()).delete_experiment(exp_id)
+    monkeypatch.setattr(ui, "start_server", lambda *args, **kwargs: object())
+    monkeypatch.setattr(ui, "wait_healthy", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(ui, "stop_server", lambda proc: None)
+    for name, note in (
+        ("uitest", "experiment 'uitest' is deleted (in the store's trash); restore it"),
+        ("nope", "no experiment 'nope' in the store;"),
+    ):
+        port = ui.free_port()
+        capsys.readouterr()
+        assert cli.main(["ui", "--port", str(port), "--experiment", name]) == 0
+        out = capsys.readouterr()
+        assert out.out.splitlines()[0] == f"MLflow UI: http://127.0.0.1:{port}/#/experiments"
+        assert out.err.startswith(f"attnstudy: note: {note}"), out.err
+        assert "the UI opens on the list of experiments" in out.err.splitlines()[0]
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc")
