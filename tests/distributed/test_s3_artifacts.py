@@ -105,7 +105,7 @@ def test_an_unreachable_store_fails_in_one_line_naming_the_object(monkeypatch, t
     assert "unset ATTNSTUDY_CHECKPOINT_URI" in text
 
 
-def test_arfifacts_on_s3_are_accepted_for_a_cluster():
+def test_artifacts_on_s3_are_accepted_for_a_cluster():
     from attnstudy.distributed import check_artifact_location
 
     check_artifact_location("s3://bucket/mlflow/3", "tiny", "http://h:5000")
