@@ -2,7 +2,8 @@
 
 One worker and job execution off (starts in seconds with ~0.5 GB instead of ~15 s and 2.5 GB);
 binds 127.0.0.1 unless told otherwise; the printed URL opens the experiment's training-runs view
-(MLflow 3 opens in GenAI mode otherwise). Ctrl-C stops the server and its children.
+(MLflow 3 opens in GenAI mode otherwise) with every run shown. Ctrl-C stops the server and its
+children.
 """
 
 from __future__ import annotations
@@ -199,8 +200,20 @@ def experiment_link_id(tracker, name: str) -> str | None:
     return exp_id
 
 
+RUNS_VIEW_QUERY = (
+    "workflowType=machine_learning&orderByKey=tags.%60mlflow.runName%60&orderByAsc=true"
+)
+"""The runs view's settings in its URL: MLflow 3's training views (it opens in GenAI mode
+otherwise), sorted by run name. MLflow's UI nests child runs under their parent (study → model
+→ ablations, one collapsed row per study) only while the runs are sorted by time, and has no URL
+setting to expand them (its shared view state leaves ``runsExpanded`` out); sorted by name, every
+run is a row of its own and each model run sits beside its ablation run (checked on MLflow
+3.17.2's UI)."""
+
+
 def runs_view_url(base_url: str, experiment_id: str | None) -> str:
-    """URL of the experiment's training-runs view (or the experiment list)."""
+    """URL of the experiment's training-runs view, every run shown (:data:`RUNS_VIEW_QUERY`), or
+    of the experiment list."""
     if experiment_id is None:
         return base_url + "/#/experiments"
-    return f"{base_url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    return f"{base_url}/#/experiments/{experiment_id}/runs?{RUNS_VIEW_QUERY}"

@@ -16,7 +16,8 @@ from attnstudy import ui
 from attnstudy.ui_guard import proc_table
 
 ROOT = Path(__file__).parents[2]
-SUFFIX = "runs?workflowType=machine_learning"
+# the training views, sorted by run name: every run a row (MLflow nests them only when sorted by time)
+SUFFIX = "runs?workflowType=machine_learning&orderByKey=tags.%60mlflow.runName%60&orderByAsc=true"
 
 
 def _cli() -> list[str]:
@@ -179,6 +180,54 @@ def test_ui_prints_runs_view_url_serves_and_stops_on_ctrl_c(project, tmp_path):
         print(f"stopped {took:.1f} s after SIGINT", file=sys.stderr)
         stderr = err.read_text()
         assert "stopping the MLflow UI" in stderr and "Traceback" not in stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _browser():
+    """A headless Chromium through Playwright, or None where either is missing."""
+    import shutil
+
+    try:
+        from playwright.sync_api import sync_playwright  # noqa: F401
+    except ImportError:
+        return None
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_browser() is None, reason="needs Playwright and Chromium")
+def test_the_printed_url_shows_nested_runs_as_rows_of_their_own(project, tmp_path):
+    """The runs view opened on one collapsed study row; the model and ablation runs under it
+    needed expanding by hand (MLflow nests child runs while sorted by time)."""
+    from playwright.sync_api import sync_playwright
+
+    from attnstudy.tracking import Tracker
+
+    root, exp_id = project
+    tracker = Tracker()
+    study = tracker.start_run(exp_id, "uitest/study")
+    model = tracker.start_run(exp_id, "copy/additive-bahdanau/seed1", parent_run_id=study)
+    tracker.start_run(exp_id, "copy/additive-bahdanau/seed1/ablations", parent_run_id=model)
+    port = ui.free_port()
+    err = tmp_path / "stderr.txt"
+    proc, lines = start_ui(["--port", str(port), "--experiment", "uitest"], root, err)
+    try:
+        url = wait_url(proc, lines, err)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=_browser(), args=["--no-sandbox"])
+            rows = {}
+            before = url.split("?")[0] + "?workflowType=machine_learning"  # the URL printed before
+            for name, link in (("printed", url), ("by time", before)):
+                page = browser.new_context().new_page()  # the UI keeps its sort in local storage
+                page.goto(link)
+                page.wait_for_selector("text=uitest/study", timeout=90_000)
+                page.wait_for_timeout(2000)  # the rows render after the first one
+                rows[name] = page.inner_text("body").count("copy/additive-bahdanau/seed1")
+            browser.close()
+        assert rows == {"printed": 2, "by time": 0}  # the model run and its ablation run
+        interrupt_and_check_gone(proc, port)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -152,11 +152,11 @@ def build_report(
     )
     if results is not None:
         write_files(results_dir, results, option="--results", store_folders=stores)
-    _log_report(tracker, study_id, out, context["figures"], table)
+    _log_report(tracker, study_id, out, figures=context["figures"], table=table)
     return out / "report.html"
 
 
-def _log_report(tracker, study_id: str, out: Path, figures: list[dict], table) -> None:
+def _log_report(tracker, study_id: str, out: Path, *, figures: list[dict], table) -> None:
     """Log the written report, its figures and summary table to the study run; a read-only store
     leaves the report written and says so in one notice (the report is what was asked for)."""
     from ..notices import notice
