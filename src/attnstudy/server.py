@@ -20,8 +20,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
+from .server_app import mask as mask  # re-exported: the server's callers use it from here
 from .ui_guard import start_guard
 
 DATABASE_SCHEMES = {
@@ -69,18 +69,6 @@ def backend_uri(given: str | None) -> str:
                 "pip install -e '.[distributed]' (psycopg[binary] for PostgreSQL)"
             )
     return uri
-
-
-def mask(uri: str) -> str:
-    """The URI with its password (if any) replaced by ``***``."""
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return "<unparsable URI>"
-    if parts.password is None:
-        return uri
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def artifacts_destination(artifacts: str) -> str:

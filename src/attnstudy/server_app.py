@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+from urllib.parse import urlsplit, urlunsplit
 
 CONNECT_TIMEOUT_S = 5
 """The database driver's connect timeout (libpq's ``connect_timeout``; MySQL drivers' too)."""
@@ -83,6 +84,18 @@ def _cause(err: BaseException) -> str:
     return lines[0] if lines else type(inner).__name__
 
 
+def mask(uri: str) -> str:
+    """The URI with its password (if any) replaced by ``***``."""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return "<unparsable URI>"
+    if parts.password is None:
+        return uri
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def database_error_line(masked_uri: str, cause: str) -> str:
     """The one line ``attnstudy server`` prints when its database does not answer."""
     return (
@@ -98,8 +111,6 @@ def database_error_line(masked_uri: str, cause: str) -> str:
 def health():
     """``GET /health``: 200 ``OK`` when the backend store's database answers, else 503 with one
     line naming it and the cause (one new connection per call, at most :data:`CHECK_BOUND_S` s)."""
-    from .server import mask
-
     uri = os.environ.get("MLFLOW_BACKEND_STORE_URI", "")
     problem = database_problem(uri, timeout=CHECK_BOUND_S) if uri else None
     if problem is None:

@@ -4,12 +4,12 @@ mlflow only where it belongs, and the store's schema named in one place.
 Layers, bottom to top (a module may import its own layer and those below):
 
     base      attnstudy (the package), config, notices, signals, paths, progress, findings,
-              outputs
+              outputs, failure_causes
     core      data.*, models.*, hf_folder, metrics, devices, training, inference
     analysis  analysis.*  (the catalogue, the ablations, the suite, figures)
     tracking  tracking.*  (client, schema, store, models)
-    app       experiment, api, cli, report, serving, ui, ui_guard, server, distributed, ray_head,
-              pretrained, adversaries, results
+    app       experiment, api, cli, report, serving, ui, ui_guard, server, server_app, distributed,
+              ray_head, pretrained, adversaries, results
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ LAYERS = [
             "attnstudy.progress",
             "attnstudy.findings",
             "attnstudy.outputs",
+            "attnstudy.failure_causes",
         ],
     ),
     (
@@ -72,6 +73,7 @@ LAYERS = [
             "attnstudy.ui",
             "attnstudy.ui_guard",
             "attnstudy.server",
+            "attnstudy.server_app",
             "attnstudy.distributed",
             "attnstudy.ray_head",
             "attnstudy.checkpoint_store",
@@ -86,7 +88,13 @@ LAYERS = [
         ],
     ),
 ]
-MLFLOW_ALLOWED = ["attnstudy.tracking", "attnstudy.tracking.*", "attnstudy.serving"]
+# serving wraps MLflow's model server, server_app MLflow's tracking server app
+MLFLOW_ALLOWED = [
+    "attnstudy.tracking",
+    "attnstudy.tracking.*",
+    "attnstudy.serving",
+    "attnstudy.server_app",
+]
 
 
 def modules() -> dict[str, Path]:
