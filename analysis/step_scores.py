@@ -85,16 +85,20 @@ def register_step_score(
             returns (...), one number per step.
         unit: what its numbers measure. description: one line (default: ``fn``'s docstring's
             first line).
-        overwrite: replace a score of that name.
+        overwrite: replace a user-registered score of that name.
 
     Returns:
         The :class:`StepScore`.
 
     Raises:
-        ValueError: the name is not a lower-case identifier, or taken (without ``overwrite``).
+        ValueError: the name is not a lower-case identifier, is built in (the ablations' stored
+            numbers are named after the built-in scores: a replaced ``tvd`` would store another
+            number under that name), or is taken (without ``overwrite``).
     """
     if not name.isidentifier() or not name.islower():
         raise ValueError(f"step score name {name!r} must be a lower-case identifier")
+    if name in globals().get("BUILT_IN", ()):
+        raise ValueError(f"step score {name!r} is built in; register yours under another name")
     if name in _REGISTRY and not overwrite:
         raise ValueError(f"a step score named {name!r} is already registered; pass overwrite=True")
     doc = (fn.__doc__ or "").strip().splitlines()

@@ -28,9 +28,10 @@ from . import common
 
 BENCHMARKS = ["permutation", "adversarial", "loo", "flops", "scaling", "training", "tracking"]
 """Script names (``benchmarks/bench_<name>.py``), in the order they are listed and run."""
-OPT_IN = ["long"]
+OPT_IN = ["long", "attribution"]
 """Benchmarks run only when named in ``--only`` (``long``: the battery on one example of up to
-1,000 tokens, about 15 minutes on its own)."""
+1,000 tokens, about 15 minutes on its own; ``attribution``: integrated gradients against gradient ×
+input, and the attribution methods on one example of 1,000 tokens)."""
 ALONE = {"flops"}
 """Benchmarks that run alone after the parallel lanes: a FLOP rate against ``torch.mm`` is only
 judged on an idle machine (``bench_flops --idle-load``)."""

@@ -283,6 +283,8 @@ def test_a_registered_step_score_is_usable_by_occlusion_and_can_be_removed():
     assert "top_prob_drop" not in step_scores.list_step_scores()
     with pytest.raises(ValueError, match="built in"):
         step_scores.unregister_step_score("tvd")
+    with pytest.raises(ValueError, match="'tvd' is built in; register yours under another name"):
+        step_scores.register_step_score("tvd", top_prob_drop, overwrite=True)
     with pytest.raises(ValueError, match="lower-case identifier"):
         step_scores.register_step_score("Top", top_prob_drop)
 
@@ -307,3 +309,21 @@ def test_ablations_compute_their_output_change_through_the_registry(monkeypatch)
         equal_nan=True,
     )
     assert before["uniform_tvd"].notna().sum() > 5
+
+
+@pytest.mark.slow
+def test_the_attribution_benchmark_runs_in_smoke_mode(tmp_path):
+    """benchmarks/bench_attribution.py (integrated gradients vs gradient × input, one long example
+    in a child process) runs and appends its tables; no timing is asserted."""
+    pytest.importorskip("benchmarks.bench_attribution")
+    from benchmarks import bench_attribution
+
+    before = torch.get_num_threads()
+    try:
+        out = bench_attribution.main(["--smoke", "--results", str(tmp_path / "RESULTS.md")])
+    finally:
+        torch.set_num_threads(before)
+    assert out["ratio"] > 0 and len(out["long"]) == 3
+    text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
+    assert "integrated gradients (4 points) / one gradient × input pass" in text
+    assert "peak RSS at L = 12" in text
