@@ -34,6 +34,7 @@ from .data import DEFAULT_TASK as DEFAULT_TASK
 from .data import DataConfig as DataConfig
 from .data import DatesData as DatesData
 from .data import G2PData as G2PData
+from .data import NTData as NTData
 from .data import SyntheticData as SyntheticData
 from .data import TSVData as TSVData
 from .data import _DefaultLengths as _DefaultLengths

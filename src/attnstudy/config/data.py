@@ -197,9 +197,36 @@ class DatesData(_DefaultLengths, _TaskData):
     dates_n_heldout: int | None = Field(None, ge=1, le=MAX_EXAMPLES)
 
 
+class NTData(_DefaultLengths, _TaskData):
+    """The Greek New Testament (SBLGNT) and the Berean Standard Bible with Biblica's manual word
+    alignments (:mod:`attnstudy.data.nt`; the ``bible-alignments`` package, ``make test-deps``):
+    one example per verse, ``direction`` Greek → English or back, subwords from the
+    ``tokenizers`` library trained on the training split (``nt_tokenization``, ``nt_vocab_size``
+    per language), split by chapter with ``split_salt``; ``n_train``/``n_dev``/``n_test`` take a
+    prefix of each split's chapter order."""
+
+    task: Literal["nt-greek-english"]
+    direction: Literal["grc-en", "en-grc"] = "grc-en"
+    nt_tokenization: Literal["bpe", "words"] = "bpe"
+    nt_vocab_size: int = Field(8000, ge=100, le=1_000_000)
+    split_salt: str = Field("attnstudy-nt-v1", min_length=1, max_length=200)
+    nt_test_fraction: float = Field(0.10, gt=0, lt=1)
+    nt_dev_fraction: float = Field(0.05, gt=0, lt=1)
+    nt_min_test_verses: int = Field(300, ge=0, le=MAX_EXAMPLES)
+
+    @model_validator(mode="after")
+    def _check(self) -> NTData:
+        if self.nt_test_fraction + self.nt_dev_fraction >= 1:
+            raise ValueError(
+                f"nt_test_fraction ({self.nt_test_fraction}) + nt_dev_fraction "
+                f"({self.nt_dev_fraction}) leave nothing for train; lower them"
+            )
+        return self
+
+
 DATA_CONFIGS: dict[str, type[_TaskData]] = {
     task: c
-    for c in (SyntheticData, G2PData, TSVData, DatesData)
+    for c in (SyntheticData, G2PData, TSVData, DatesData, NTData)
     for task in get_args(c.model_fields["task"].annotation)
 }
 """How each task's data is configured: task name → its section's class (the configuration part of

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnstudy.config import DataConfig
-from attnstudy.data import dates, g2p, synthetic, tsv
+from attnstudy.data import dates, g2p, nt, synthetic, tsv
 from attnstudy.data.types import SPLITS, DataError, Splits
 
 
@@ -65,6 +65,9 @@ class TaskSpec:
             metrics are logged apart), or None when the task has none.
         normalize: applied to raw input text before it is tokenized (G2P lower-cases words).
         metrics: the test metrics it logs, as the report shows them (:class:`TaskMetric`).
+        gold_sure_only: its gold alignments have sure links only (no possible-only links), so
+            AER = 1 − F1 of the predicted links against the gold (Och & Ney 2003, eq. 7 with
+            S = P; docs/nt-greek-english.md).
     """
 
     name: str
@@ -74,6 +77,7 @@ class TaskSpec:
     heldout: Callable[[str], bool] | None = None
     normalize: Callable[[str], str] = field(default=lambda text: text)
     metrics: tuple[TaskMetric, ...] = METRICS
+    gold_sure_only: bool = False
 
 
 def _synthetic_tokenization(cfg: DataConfig) -> tuple[str, str]:
@@ -102,6 +106,13 @@ TASKS: dict[str, TaskSpec] = {
         lambda cfg: ("chars", "chars"),
         heldout=dates.is_heldout,
         metrics=(*METRICS, HELD_IN, HELD_OUT),
+    ),
+    nt.TASK: TaskSpec(
+        nt.TASK,
+        nt.load_nt,
+        lambda cfg: ("spaces", "spaces"),  # subword tokens joined by spaces
+        early_stopping_metric="per",
+        gold_sure_only=nt.GOLD_SURE_ONLY,
     ),
 }
 """Registry: task name → :class:`TaskSpec`."""

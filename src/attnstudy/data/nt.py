@@ -1,0 +1,564 @@
+"""The Greek New Testament (SBLGNT) and the Berean Standard Bible with Biblica's manual word
+alignments, as a translation task with human gold links (``nt-greek-english``).
+
+The data come from the ``bible-alignments`` package (0.4.2, read from its files; installed with
+``make test-deps``): ``sources/SBLGNT.tsv`` (the Greek words, id ``nBBCCCVVVWWW``),
+``eng/targets/BSB/nt_BSB.tsv`` (the English tokens, each with the Greek verse it translates,
+``skip_space_after`` and ``exclude`` for punctuation) and ``eng/alignments/BSB/SBLGNT-BSB-manual.json``
+(Scripture Burrito 0.3 records, each a set of Greek words linked to a set of English words; every
+Greek × English pair of a record is one sure link). Licences: SBLGNT CC BY 4.0, BSB public domain,
+the alignments CC BY 4.0 (:data:`ATTRIBUTION`; docs/nt-greek-english.md).
+
+One example per Greek verse. A record whose words lie in two verses joins them: the verses it
+touches become one example (``40001001+40001002``), counted as merged; a verse with no record
+(after merging) or with no Greek or no English words is dropped and counted. A record whose
+``process`` is not ``manual`` is refused. The split is by chapter, by the salted SHA-256 of the
+chapter (:func:`split_chapters`). English punctuation (``exclude``) stays in the English text but
+is no word of the alignments: its tokens map to word −1, so the alignment statistics ignore it.
+The gold has only sure links (S = P), so AER = 1 − F1 (:data:`GOLD_SURE_ONLY`).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, files, version
+from pathlib import Path
+
+from attnstudy.config import DataConfig
+from attnstudy.data.alignment import Alignment
+from attnstudy.data.subwords import SubwordTokenizer, train_tokenizer
+from attnstudy.data.types import SPLITS, DataError, Example, Splits
+from attnstudy.notices import notice
+
+TASK = "nt-greek-english"
+PACKAGE = "bible-alignments"
+PACKAGE_VERSION = "0.4.2"
+INSTALL = f"run: make test-deps (or: pip install --no-deps {PACKAGE}=={PACKAGE_VERSION})"
+"""What to do when the package is missing, of another version or its files do not parse."""
+PACKAGE_FILES = {
+    "source": "data/sources/SBLGNT.tsv",
+    "target": "data/eng/targets/BSB/nt_BSB.tsv",
+    "alignment": "data/eng/alignments/BSB/SBLGNT-BSB-manual.json",
+}
+GOLD_SURE_ONLY = True
+"""Every gold link is sure (no possible-only links): AER = 1 − F1 of the predicted links against
+the gold (Och & Ney 2003, eq. 7 with S = P)."""
+ATTRIBUTION = (
+    "Greek: SBL Greek New Testament (SBLGNT), copyright 2010 by the Society of Biblical "
+    "Literature and Logos Bible Software, CC BY 4.0 (https://sblgnt.com/). English: the Berean "
+    "Standard Bible (BSB), public domain (https://www.bereanbible.com/). Word alignments: "
+    "SBLGNT-BSB-manual by Biblica, CC BY 4.0. All three as packaged by bible-alignments 0.4.2 "
+    "(BiblioNexus)."
+)
+SOURCE_COLUMNS = ("id", "text")
+TARGET_COLUMNS = ("id", "source_verse", "text", "skip_space_after", "exclude")
+
+
+@dataclass(frozen=True)
+class NTFiles:
+    """The three data files (the package's, or a fixture's)."""
+
+    source: Path
+    target: Path
+    alignment: Path
+
+
+@dataclass(frozen=True)
+class Verse:
+    """One example before tokenization: a Greek verse (or verses merged by a crossing record).
+
+    Attributes:
+        id: the verse id ``BBCCCVVV`` (book 40 = Matthew … 66 = Revelation), merged ones joined
+            with ``+``.
+        chapter: ``BBCCC`` of its first verse (the split's unit).
+        greek: the Greek words.
+        english: the English tokens, punctuation included.
+        exclude: per English token, whether it is punctuation (no word of the alignments).
+        skip_space_after: per English token, whether no space follows it in the text.
+        links: sure links ``(Greek word index, English token index)``.
+    """
+
+    id: str
+    chapter: str
+    greek: tuple[str, ...]
+    english: tuple[str, ...]
+    exclude: tuple[bool, ...]
+    skip_space_after: tuple[bool, ...]
+    links: frozenset[tuple[int, int]]
+
+    @property
+    def english_text(self) -> str:
+        """The English as text (:func:`detokenize_english` with the data's own spacing)."""
+        return detokenize_english(self.english, self.skip_space_after)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """The parsed files: the examples in canon order, and what was counted on the way.
+
+    ``stats`` keys: ``greek_verses``, ``greek_tokens``, ``english_tokens``,
+    ``english_punctuation``, ``records``, ``links``, ``crossing_records``, ``merged_examples``,
+    ``merged_verses``, ``verses_without_record`` (Greek verses no record's id names),
+    ``verses_without_linked_word`` (Greek verses none of whose words is in a record),
+    ``dropped_verses`` (Greek verses in no example), ``dropped_english_tokens``, ``examples``,
+    ``chapters``, ``examples_across_chapters``.
+    """
+
+    verses: tuple[Verse, ...]
+    stats: dict[str, int]
+
+
+def package_files() -> NTFiles:
+    """The files of the installed ``bible-alignments`` package (found by
+    :func:`importlib.metadata.files`).
+
+    Raises:
+        DataError: the package missing, of another version than :data:`PACKAGE_VERSION`, or
+            without one of the files (the message says what to install).
+    """
+    try:
+        found = version(PACKAGE)
+    except PackageNotFoundError:
+        raise DataError(f"task {TASK!r} needs the {PACKAGE!r} package; {INSTALL}") from None
+    if found != PACKAGE_VERSION:
+        raise DataError(
+            f"task {TASK!r} reads {PACKAGE} {PACKAGE_VERSION}, but {found} is installed; {INSTALL}"
+        )
+    located = {str(f).replace("\\", "/"): f for f in files(PACKAGE) or ()}
+    paths = {}
+    for role, rel in PACKAGE_FILES.items():
+        f = located.get(rel)
+        path = Path(f.locate()) if f is not None else None
+        if path is None or not path.is_file():
+            raise DataError(f"{PACKAGE} {found} has no file {rel}; reinstall it: {INSTALL}")
+        paths[role] = path
+    return NTFiles(**paths)
+
+
+def _bad(path: Path, problem: str) -> DataError:
+    return DataError(f"{path}: {problem}; the data cannot be read: {INSTALL}")
+
+
+def _read_tsv(path: Path, columns: Sequence[str]) -> list[dict[str, str]]:
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            rows = list(csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise _bad(path, f"unreadable ({err})") from None
+    if not rows or any(c not in rows[0] for c in columns):
+        raise _bad(path, f"not a TSV file with the columns {', '.join(columns)}")
+    return rows
+
+
+def _verse_of(token_id: str, path: Path, greek: bool) -> str:
+    digits = token_id[1:] if greek else token_id
+    if len(digits) != 11 or not digits.isdigit() or (greek and not token_id.startswith("n")):
+        raise _bad(path, f"token id {token_id!r} is not {'n' if greek else ''}BBCCCVVVWWW")
+    return digits[:8]
+
+
+def _read_records(path: Path) -> list[dict]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        records = doc["records"]
+        if not isinstance(records, list):
+            raise TypeError("records is not a list")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+        raise _bad(path, f"not Scripture Burrito alignment JSON ({err})") from None
+    return records
+
+
+@functools.lru_cache(maxsize=2)
+def read_corpus(nt_files: NTFiles) -> Corpus:
+    """Parse the three files into examples (cached in-process).
+
+    Raises:
+        DataError: a file that does not parse (the message names it and says what to install),
+            a record naming a token the files do not have, or a record whose ``meta.process`` is
+            not ``manual`` (only human alignments are gold here).
+    """
+    src_rows = _read_tsv(nt_files.source, SOURCE_COLUMNS)
+    tgt_rows = _read_tsv(nt_files.target, TARGET_COLUMNS)
+    records = _read_records(nt_files.alignment)
+    greek: dict[str, tuple[str, str]] = {}  # token id → (verse, text)
+    for r in src_rows:
+        greek[r["id"]] = (_verse_of(r["id"], nt_files.source, True), r["text"])
+    english: dict[str, tuple[str, dict[str, str]]] = {}  # token id → (Greek verse, row)
+    for r in tgt_rows:
+        _verse_of(r["id"], nt_files.target, False)
+        sv = r["source_verse"]
+        if len(sv) != 8 or not sv.isdigit():
+            raise _bad(nt_files.target, f"token {r['id']}: source_verse {sv!r} is not BBCCCVVV")
+        english[r["id"]] = (sv, r)
+    for role, store in (("Greek", greek), ("English", english)):
+        bad = next((tid for tid, (_, v) in store.items() if not _text(v).strip()), None)
+        if bad is not None:
+            raise _bad(
+                nt_files.source if role == "Greek" else nt_files.target, f"token {bad} is empty"
+            )
+    # union-find over verse ids: a record joins the verses of all its words
+    parent: dict[str, str] = {}
+
+    def find(v: str) -> str:
+        parent.setdefault(v, v)
+        while parent[v] != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    for verse, _ in greek.values():
+        find(verse)
+    for verse, _ in english.values():
+        find(verse)
+    crossing = 0
+    started: set[str] = set()  # verses of a record's id (BBCCCVVV.NNN)
+    named: set[str] = set()  # Greek verses a record names a word of
+    parsed = []
+    for k, rec in enumerate(records):
+        try:
+            process = rec["meta"]["process"]
+            src_ids, tgt_ids = list(rec["source"]), list(rec["target"])
+        except (KeyError, TypeError):
+            raise _bad(
+                nt_files.alignment, f"record {k} has no meta.process, source or target"
+            ) from None
+        if process != "manual":
+            raise DataError(
+                f"{nt_files.alignment}: record {rec['meta'].get('id', k)} has process {process!r}; "
+                f"only 'manual' (human) alignments are gold for task {TASK!r}: give the manual "
+                f"alignment file of {PACKAGE} {PACKAGE_VERSION} ({INSTALL})"
+            )
+        missing = next((t for t in src_ids if t not in greek), None) or next(
+            (t for t in tgt_ids if t not in english), None
+        )
+        if missing is not None:
+            raise _bad(
+                nt_files.alignment,
+                f"record {rec['meta'].get('id', k)} names token {missing!r}, which the word files lack",
+            )
+        verses = {greek[t][0] for t in src_ids} | {english[t][0] for t in tgt_ids}
+        if len(verses) > 1:
+            crossing += 1
+        started.add(str(rec["meta"].get("id", ""))[:8])
+        named.update(greek[t][0] for t in src_ids)
+        first = find(min(verses)) if verses else None
+        for v in verses:
+            root = find(v)
+            if root != first:
+                parent[root] = first
+        parsed.append((src_ids, tgt_ids))
+    groups: dict[str, dict] = {}
+    for tid, (verse, text) in sorted(greek.items()):
+        groups.setdefault(find(verse), {"verses": set(), "g": [], "e": [], "recs": 0})
+        g = groups[find(verse)]
+        g["verses"].add(verse)
+        g["g"].append((tid, text))
+    for tid, (verse, row) in sorted(english.items()):
+        g = groups.setdefault(find(verse), {"verses": set(), "g": [], "e": [], "recs": 0})
+        g["e"].append((tid, row))
+    for src_ids, tgt_ids in parsed:
+        key = (
+            find(greek[src_ids[0]][0] if src_ids else english[tgt_ids[0]][0])
+            if (src_ids or tgt_ids)
+            else None
+        )
+        if key is not None:
+            groups[key]["recs"] += 1
+    out, dropped_verses, dropped_english = [], 0, 0
+    merged_examples = merged_verses = across = 0
+    index: dict[str, tuple[int, int]] = {}  # token id → (example, position)
+    for key in sorted(groups, key=lambda k: min(groups[k]["verses"] or {k})):
+        g = groups[key]
+        if not g["g"] or not g["e"] or not g["recs"]:
+            dropped_verses += len(g["verses"])
+            dropped_english += len(g["e"])
+            continue
+        verses = sorted(g["verses"])
+        if len(verses) > 1:
+            merged_examples += 1
+            merged_verses += len(verses)
+        if len({v[:5] for v in verses}) > 1:
+            across += 1
+        n = len(out)
+        for pos, (tid, _) in enumerate(g["g"]):
+            index[tid] = (n, pos)
+        for pos, (tid, _) in enumerate(g["e"]):
+            index[tid] = (n, pos)
+        out.append(
+            {
+                "id": "+".join(verses),
+                "chapter": verses[0][:5],
+                "greek": tuple(t for _, t in g["g"]),
+                "english": tuple(r["text"] for _, r in g["e"]),
+                "exclude": tuple(r["exclude"] == "y" for _, r in g["e"]),
+                "skip": tuple(r["skip_space_after"] == "y" for _, r in g["e"]),
+                "links": set(),
+            }
+        )
+    n_links = 0
+    for src_ids, tgt_ids in parsed:
+        for s in src_ids:
+            for t in tgt_ids:
+                n_links += 1
+                (es, i), (et, j) = index[s], index[t]
+                assert es == et, "a record's words lie in one example by construction"
+                out[es]["links"].add((i, j))
+    verses_out = tuple(
+        Verse(
+            d["id"],
+            d["chapter"],
+            d["greek"],
+            d["english"],
+            d["exclude"],
+            d["skip"],
+            frozenset(d["links"]),
+        )
+        for d in out
+    )
+    greek_verses = {v for v, _ in greek.values()}
+    stats = {
+        "greek_verses": len(greek_verses),
+        "greek_tokens": len(greek),
+        "english_tokens": len(english),
+        "english_punctuation": sum(r["exclude"] == "y" for _, r in english.values()),
+        "records": len(records),
+        "links": n_links,
+        "crossing_records": crossing,
+        "merged_examples": merged_examples,
+        "merged_verses": merged_verses,
+        "verses_without_record": len(greek_verses - started),
+        "verses_without_linked_word": len(greek_verses - named),
+        "dropped_verses": dropped_verses,
+        "dropped_english_tokens": dropped_english,
+        "examples": len(verses_out),
+        "chapters": len({v.chapter for v in verses_out}),
+        "examples_across_chapters": across,
+    }
+    return Corpus(verses_out, stats)
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else value["text"]
+
+
+@functools.lru_cache(maxsize=8)
+def split_chapters(
+    chapters: tuple[tuple[str, int], ...],
+    salt: str,
+    test_fraction: float,
+    dev_fraction: float,
+    min_test_verses: int,
+) -> dict[str, tuple[str, ...]]:
+    """Split chapters by the salted SHA-256 of their id: test first, then dev, train the rest.
+
+    Chapters are ordered by ``sha256(salt + chapter)``; test takes chapters in that order until it
+    holds at least ``ceil(test_fraction × n_chapters)`` chapters and ``min_test_verses``
+    examples, dev the next ``round(dev_fraction × n_chapters)`` (at least one), train the rest.
+
+    Args:
+        chapters: ``(chapter id, number of examples)`` pairs.
+
+    Returns:
+        split → chapter ids in hash order.
+    """
+    order = sorted(chapters, key=lambda c: (hashlib.sha256((salt + c[0]).encode()).digest(), c[0]))
+    want = math.ceil(test_fraction * len(order))
+    n_test = verses = 0
+    while n_test < len(order) and (n_test < want or verses < min_test_verses):
+        verses += order[n_test][1]
+        n_test += 1
+    n_dev = max(1, round(dev_fraction * len(order)))
+    ids = [c for c, _ in order]
+    return {
+        "test": tuple(ids[:n_test]),
+        "dev": tuple(ids[n_test : n_test + n_dev]),
+        "train": tuple(ids[n_test + n_dev :]),
+    }
+
+
+def split_verses(corpus: Corpus, cfg: DataConfig) -> dict[str, list[Verse]]:
+    """The examples of each split, chapters in hash order, verses in canon order inside a
+    chapter; ``n_train``/``n_dev``/``n_test`` take a prefix (whole chapters stay apart from the
+    other splits whatever the prefix)."""
+    per_chapter: dict[str, list[Verse]] = {}
+    for v in corpus.verses:
+        per_chapter.setdefault(v.chapter, []).append(v)
+    parts = split_chapters(
+        tuple((c, len(vs)) for c, vs in per_chapter.items()),
+        cfg.split_salt,
+        cfg.nt_test_fraction,
+        cfg.nt_dev_fraction,
+        cfg.nt_min_test_verses,
+    )
+    out = {}
+    for split in SPLITS:
+        chosen = [v for c in parts[split] for v in per_chapter[c]]
+        n = getattr(cfg, f"n_{split}")
+        out[split] = chosen[:n] if n is not None else chosen
+    return out
+
+
+def _word_maps(
+    words: Sequence[int], exclude: Sequence[bool]
+) -> tuple[tuple[int, ...], dict[int, int]]:
+    """Token → alignment word map: excluded (punctuation) words become −1, the others are
+    numbered 0, 1, … in order; also the old index → new index of the kept words."""
+    renumber, k = {}, 0
+    for i, ex in enumerate(exclude):
+        if not ex:
+            renumber[i] = k
+            k += 1
+    return tuple(renumber.get(w, -1) if w >= 0 else -1 for w in words), renumber
+
+
+def verse_example(
+    verse: Verse,
+    split: str,
+    greek_tok: SubwordTokenizer,
+    english_tok: SubwordTokenizer,
+    direction: str,
+) -> Example:
+    """One :class:`~attnstudy.data.types.Example` of a verse: subword tokens, their word maps
+    (English punctuation → −1) and the word-level sure links.
+
+    Args:
+        direction: ``"grc-en"`` (Greek source) or ``"en-grc"``.
+    """
+    g_tokens, g_words = greek_tok.encode(verse.greek)
+    e_tokens, e_words = english_tok.encode(verse.english)
+    e_map, renumber = _word_maps(e_words, verse.exclude)
+    if direction == "grc-en":
+        links = {(i, renumber[j]) for i, j in verse.links}
+        src, src_words, tgt, tgt_words = g_tokens, g_words, e_tokens, e_map
+    else:
+        links = {(renumber[j], i) for i, j in verse.links}
+        src, src_words, tgt, tgt_words = e_tokens, e_map, g_tokens, g_words
+    return Example(
+        id=f"nt/{split}/{verse.id}",
+        src=src,
+        tgt=tgt,
+        alignment=Alignment.from_links(links),
+        src_words=src_words,
+        tgt_words=tgt_words,
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizers(
+    train_ids: tuple[str, ...], nt_files: NTFiles, kind: str, vocab_size: int
+) -> tuple[SubwordTokenizer, SubwordTokenizer]:
+    by_id = {v.id: v for v in read_corpus(nt_files).verses}
+    train = [by_id[i] for i in train_ids]
+    return (
+        train_tokenizer((v.greek for v in train), kind, vocab_size),
+        train_tokenizer((v.english for v in train), kind, vocab_size),
+    )
+
+
+def tokenizers(nt_files: NTFiles, cfg: DataConfig) -> tuple[SubwordTokenizer, SubwordTokenizer]:
+    """The Greek and the English tokenizer of the task's training examples (after ``n_train``),
+    as :func:`build_splits` uses them (cached in-process)."""
+    train = split_verses(read_corpus(nt_files), cfg)["train"]
+    return _tokenizers(tuple(v.id for v in train), nt_files, cfg.nt_tokenization, cfg.nt_vocab_size)
+
+
+def build_splits(nt_files: NTFiles, cfg: DataConfig) -> Splits:
+    """The task's splits from the files ``nt_files`` (the package's or a fixture's).
+
+    Greek and English tokenizers are trained on the training examples (after ``n_train``) only.
+
+    Raises:
+        DataError: as :func:`read_corpus`.
+    """
+    corpus = read_corpus(nt_files)
+    parts = split_verses(corpus, cfg)
+    greek_tok, english_tok = tokenizers(nt_files, cfg)
+    return Splits(
+        **{
+            split: [
+                verse_example(v, split, greek_tok, english_tok, cfg.direction) for v in parts[split]
+            ]
+            for split in SPLITS
+        }
+    )
+
+
+def load_nt(cfg: DataConfig) -> Splits:
+    """Task ``nt-greek-english`` from the installed ``bible-alignments`` package (see the module
+    docstring); a notice counts the merged and dropped verses.
+
+    Raises:
+        DataError: the package missing or of another version, or files that do not parse (one
+            line with what to install); a record that is not ``manual``.
+    """
+    nt_files = package_files()
+    splits = build_splits(nt_files, cfg)
+    s = read_corpus(nt_files).stats
+    _notice_counts(s)
+    return splits
+
+
+@functools.lru_cache(maxsize=2)
+def _notice_counts_once(items: tuple[tuple[str, int], ...]) -> None:
+    s = dict(items)
+    notice(
+        f"task {TASK!r}: {s['examples']:,} examples from {s['greek_verses']:,} Greek verses; "
+        f"{s['crossing_records']} records cross a verse boundary and merge {s['merged_verses']} "
+        f"verses into {s['merged_examples']} examples; {s['dropped_verses']} verses without a "
+        "record are dropped"
+    )
+
+
+def _notice_counts(stats: dict[str, int]) -> None:
+    _notice_counts_once(tuple(sorted(stats.items())))
+
+
+def detokenize_english(words: Sequence[str], skip_space_after: Sequence[bool] | None = None) -> str:
+    """English tokens as text, for BLEU and chrF (sacrebleu).
+
+    With ``skip_space_after`` (the BSB's own flags, one per token) no space follows a flagged
+    token. Without (a model's output), the BSB's spacing conventions: no space before
+    ``, . ? ! : ; ” ’ ) ... —`` and after ``“ ‘ ( —``, one space elsewhere.
+    """
+    if skip_space_after is None:
+        skip_space_after = [
+            w in _NO_SPACE_AFTER or (k + 1 < len(words) and words[k + 1] in _NO_SPACE_BEFORE)
+            for k, w in enumerate(words)
+        ]
+    parts = []
+    for k, w in enumerate(words):
+        parts.append(w)
+        if k + 1 < len(words) and not skip_space_after[k]:
+            parts.append(" ")
+    return "".join(parts)
+
+
+_NO_SPACE_BEFORE = frozenset({",", ".", "?", "!", ":", ";", "”", "’", ")", "...", "—"})
+_NO_SPACE_AFTER = frozenset({"“", "‘", "(", "—"})
+
+
+def corpus_table(nt_files: NTFiles, cfg: DataConfig) -> dict[str, int]:
+    """The counts of the data card: the corpus (:attr:`Corpus.stats`), per split its chapters,
+    examples, source and target tokens (words and subwords) and links."""
+    corpus = read_corpus(nt_files)
+    out = dict(corpus.stats)
+    parts = split_verses(corpus, cfg)
+    splits = build_splits(nt_files, cfg)
+    for split in SPLITS:
+        vs = parts[split]
+        exs = getattr(splits, split)
+        out[f"{split}_chapters"] = len({v.chapter for v in vs})
+        out[f"{split}_examples"] = len(vs)
+        out[f"{split}_greek_words"] = sum(len(v.greek) for v in vs)
+        out[f"{split}_english_tokens"] = sum(len(v.english) for v in vs)
+        out[f"{split}_links"] = sum(len(v.links) for v in vs)
+        out[f"{split}_source_subwords"] = sum(len(e.src) for e in exs)
+        out[f"{split}_target_subwords"] = sum(len(e.tgt) for e in exs)
+    return out
