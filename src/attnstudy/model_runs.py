@@ -544,7 +544,12 @@ def load_model(
         except Exception:  # noqa: BLE001 - the download below names the missing run
             run = None
         if run is not None and run.lifecycle_stage == "deleted":
-            raise DeletedError(deleted_run_message(uri, run_id, tracker.uri))
+            again = (
+                "ablate hf:FOLDER again to record the model anew"
+                if TAG_FOLDER in run.tags
+                else "train the model again"
+            )
+            raise DeletedError(deleted_run_message(uri, run_id, tracker.uri, again))
         if run is not None and TAG_FOLDER in run.tags:  # a pretrained model's run
             if run.status != "FINISHED" and not force:
                 raise UnfinishedRunError(

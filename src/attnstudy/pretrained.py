@@ -137,10 +137,11 @@ def load_recorded(tracker: Tracker, run_id: str):
     Raises:
         DataError: the run is not such a model run (a model trained by attnstudy names its own
             data), or the recorded folder is gone or its config, tokenizer or weights changed.
+        ModelNotFoundError, DeletedError: there is no such run, or it is deleted.
     """
     from attnstudy.models.hf import HFError, folder_digests, load_pretrained
 
-    run = tracker.get_run(run_id)
+    run = tracker.find_run(run_id, again="ablate hf:FOLDER again to record the model anew")
     folder = run.tags.get(TAG_FOLDER)
     if folder is None:
         raise DataError(

@@ -148,3 +148,32 @@ def test_a_missing_version_or_alias_lists_the_versions_there_are(store_copy, tin
             f"attnstudy: error: models:/{name}{ref}: registered model '{name}' has {missing} "
             f"(its versions: {listed})"
         ]
+
+
+def test_a_deleted_pretrained_model_run_is_refused(fresh_root, tmp_path, capsys):
+    """``ablate runs:/<pretrained model run> --tsv`` and ``predict`` read a deleted run's folder."""
+    pytest.importorskip("transformers")
+    from mlflow.tracking import MlflowClient
+
+    from attnstudy.models.hf_tiny import build_tiny
+
+    folder = build_tiny(tmp_path / "tiny-marian", steps=2)
+    tsv = tmp_path / "copy.tsv"
+    tsv.write_text("cat dog\tcat dog\nsnow rain\tsnow rain\n", encoding="utf-8")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    common = ["--ablations", "uniform", "--n-examples", "1", "--quiet", "--tracking-uri", uri]
+    code, out, err = main(capsys, "ablate", f"hf:{folder}", "--tsv", str(tsv), *common)
+    assert code == 0, err
+    model_run = out.split("model run: runs:/")[1].split()[0]
+    MlflowClient(uri).delete_run(model_run)
+    restore = (
+        f"runs:/{model_run}: the run is deleted (in the store's trash); restore it (mlflow runs "
+        f"restore --run-id {model_run} with MLFLOW_TRACKING_URI={uri}, or "
+        f"MlflowClient().restore_run('{model_run}')) or "
+    )
+    code, out, err = main(capsys, "ablate", f"runs:/{model_run}", "--tsv", str(tsv), *common)
+    assert code == cli.EXIT_USAGE and out == ""
+    assert err == [f"attnstudy: error: {restore}ablate hf:FOLDER again to record the model anew"]
+    code, out, err = main(capsys, "predict", f"runs:/{model_run}", "cat", "--tracking-uri", uri)
+    assert code == cli.EXIT_USAGE and out == ""
+    assert err == [f"attnstudy: error: {restore}ablate hf:FOLDER again to record the model anew"]

@@ -34,8 +34,8 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from ..notices import library_log_levels  # noqa: E402
 from ..paths import artifact_root, default_tracking_uri, store_dir  # noqa: E402
 from ..signals import acknowledge_interrupt, check_interrupt, deferred_signals  # noqa: E402
-from .schema import Metric as MetricName  # noqa: E402
 from .leases import keeper_for  # noqa: E402
+from .schema import Metric as MetricName  # noqa: E402
 from .schema import RunRecord, Tag  # noqa: E402
 
 # no INFO chatter; store errors reach the user as one TrackingError line (MLflow's own ERROR
@@ -701,16 +701,14 @@ class Tracker:
         """A run by id (a store error if it does not exist: use :meth:`find_run` for a user's id)."""
         return RunRecord.of(self._call(self.client.get_run, run_id))
 
-    def find_run(self, run_id: str) -> RunRecord:
+    def find_run(self, run_id: str, again: str = "name another run") -> RunRecord:
         """The run, or :class:`ModelNotFoundError` ("no run with id …") if it does not exist,
-        :class:`DeletedError` if it is deleted."""
+        :class:`DeletedError` if it is deleted (its message ends with the way out ``again``)."""
         run = RunRecord.of(
             self._lookup(self.client.get_run, run_id, what=f"no run with id {run_id!r}")
         )
         if run.lifecycle_stage == "deleted":
-            raise DeletedError(
-                deleted_run_message(f"runs:/{run_id}", run_id, self.uri, "name another run")
-            )
+            raise DeletedError(deleted_run_message(f"runs:/{run_id}", run_id, self.uri, again))
         return run
 
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
