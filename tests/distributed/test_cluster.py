@@ -331,7 +331,7 @@ def test_a_dead_worker_fails_its_variant_alone(cluster, tmp_path):
     assert killed, res.stderr[-3000:]
     assert res.returncode == 1, res.stderr[-3000:]
     last = res.stderr.strip().splitlines()[-1]
-    # the cause first, with what to do (issue #40: "worker died", then --resume)
+    # the cause first, with what to do ("worker died", then --resume)
     assert last.startswith("attnstudy: error: worker died (see the Ray logs of its node"), last
     assert "--resume): 1 part(s) of the study failed: " in last, last
     assert "copy/additive-bahdanau/seed1 (training: the Ray worker running it died" in last

@@ -1,5 +1,4 @@
-"""The driver's error line names the cause first and what to do, never cut mid-word (issue #40
-item 6).
+"""The driver's error line names the cause first and what to do, never cut mid-word.
 
 Stopping the tracking server or its PostgreSQL mid-study ended the driver with a line cut at about
 350 characters exactly where MLflow's text gives the cause (``…NewConnectionErro``,

@@ -1,4 +1,4 @@
-"""Orphans on other nodes (issue #40 item 4), on two Ray nodes of one machine.
+"""Orphans on other nodes, on two Ray nodes of one machine.
 
 ``ray.cluster_utils.Cluster`` starts a head (node A) and a second node (node B) on loopback; an
 actor on each starts a run against ``attnstudy server`` (the runs' leases are renewed by the

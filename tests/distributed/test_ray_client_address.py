@@ -1,4 +1,4 @@
-"""``ray://`` client addresses (issue #40 item 1): refused in one line saying to give the GCS
+"""``ray://`` client addresses: refused in one line saying to give the GCS
 address instead; they were taken for HOST:PORT and failed with "no Ray head answers"."""
 
 from __future__ import annotations

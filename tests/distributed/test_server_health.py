@@ -1,4 +1,4 @@
-"""``attnstudy server`` and its database (NEW-8 of the 2026-12-06 review, issue #40 item 6).
+"""``attnstudy server`` and its database (NEW-8 of the 2026-12-06 review).
 
 * Against a database that does not answer, ``attnstudy server`` retried for minutes, printing
   MLflow's and SQLAlchemy's tracebacks: it now stops in one ``attnstudy: error:`` line naming the

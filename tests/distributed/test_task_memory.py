@@ -1,4 +1,4 @@
-"""Memory per Ray task as a setting (issue #40 item 1): ``training.memory_gib`` becomes each of a
+"""Memory per Ray task as a setting: ``training.memory_gib`` becomes each of a
 model's tasks' Ray ``memory`` request (workers measured up to 0.8 GiB), and a study whose request
 no node holds is refused before anything runs (Ray would keep the task pending for ever)."""
 

@@ -1,4 +1,4 @@
-"""Run leases (issue #40 item 4): a run's owner is a lease in the store, not only a local PID.
+"""Run leases: a run's owner is a lease in the store, not only a local PID.
 
 The orphan clean-up closed only runs whose owner process was on the same host; a run left by a
 worker on another node stayed RUNNING for ever. And a resumed study kept the clean-up's
