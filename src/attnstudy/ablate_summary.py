@@ -46,7 +46,7 @@ def summary_lines(
         report its title and one line per measured statistic (label, ``value [low, high]``,
         unit, which direction answers yes, the decoder steps or examples it was computed on);
         the verdict (each question's answer, then its sentences); the skipped ablations; the
-        example browser's location; the ablation run and its model run.
+        example browser's location; last, ``ablation run: runs:/<id>``.
     """
     run = tracker.get_run(run_id)
     metrics, params, tags = run.metrics, run.params, run.tags
@@ -77,11 +77,7 @@ def summary_lines(
     lines.append(
         f"example browser: {_artifact(tracker, run.experiment_id, run_id, Artifact.BROWSER)}"
     )
-    model_run = tags.get(Tag.SOURCE_RUN_ID)
-    lines.append(
-        f"ablation run: runs:/{run_id}"
-        + (f" (of the model run runs:/{model_run})" if model_run else "")
-    )
+    lines.append(f"ablation run: runs:/{run_id}")  # last, alone: scripts read it
     return lines
 
 
