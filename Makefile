@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXPERIMENT ?= experiments/quickstart.toml
 
-.PHONY: setup test-deps browser-deps cluster-deps run hf-example test test-fast bench docs ui lint clean
+.PHONY: setup test-deps browser-deps cluster-deps nt-deps run hf-example test test-fast bench docs ui lint clean
 
 setup: $(STAMP)
 
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 # wheel; Ray, psycopg, psutil and boto3 for the cluster tests), moto's S3 server, Debian's chromium
 # and Debian's postgresql. A test whose prerequisite is still missing is skipped with the reason on
 # a developer's machine and fails under CI=true (tests/prerequisites.py).
-test-deps: setup browser-deps cluster-deps $(VENV)/.test-deps
+test-deps: setup browser-deps cluster-deps nt-deps $(VENV)/.test-deps
 
 $(VENV)/.test-deps: pyproject.toml $(STAMP)
 	@$(PY) -m pip install -q -e '.[dev,hf]'
@@ -32,6 +32,18 @@ $(VENV)/.test-deps: pyproject.toml $(STAMP)
 	@# moto's server mode: an S3-compatible store on loopback for the shared-artifact tests
 	@$(PY) -m pip install -q 'moto[server]==5.2.6' || echo "warning: could not install" \
 	    "moto[server]: the S3 artifact tests will be skipped" >&2
+	@touch $@
+
+# Task nt-greek-english (docs/nt-greek-english.md): the bible-alignments data package without the
+# dependencies it declares (django, jupyterlab; attnstudy reads its data files only), and the [nt]
+# extra: eflomal, the reference aligner (compiled at install: needs a C compiler), and sacrebleu.
+nt-deps: setup $(VENV)/.nt-deps
+
+$(VENV)/.nt-deps: pyproject.toml $(STAMP)
+	@$(PY) -m pip install -q --no-deps bible-alignments==0.4.2 || echo "warning: could not install" \
+	    "bible-alignments 0.4.2: the nt-greek-english end-to-end test will be skipped" >&2
+	@$(PY) -m pip install -q -e '.[nt]' || echo "warning: could not install the [nt] extra (eflomal" \
+	    "compiles at install and needs a C compiler): the eflomal tests will be skipped" >&2
 	@touch $@
 
 # Debian's chromium for the browser tests (tests/ui/test_browser.py drives it with Playwright). Needs root

@@ -12,6 +12,9 @@ Words, not subwords: Greek words and English tokens with punctuation, as the fil
 to English punctuation (``exclude``, never aligned in the gold) are removed and the English words
 renumbered as the task numbers them, so eflomal and attention are scored against the same gold.
 
+eflomal samples (MCMC) and ``eflomal-align`` takes no seed: its links, and the scores, change a
+little from run to run (docs/nt-greek-english.md gives three runs).
+
 ``python -m attnstudy.data.eflomal [--out table.csv]`` prints the table (and writes it).
 """
 
