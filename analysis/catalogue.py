@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from attnstudy.config import Device, _Strict
 
@@ -51,6 +58,44 @@ class Params(_Strict):
 
 class NoParams(Params):
     """An ablation without parameters of its own."""
+
+
+class OutputChangeParams(Params):
+    """The settings of an ablation that reports an output change (permutation, uniform,
+    erase_max).
+
+    Attributes:
+        scores: registered step scores (:mod:`attnstudy.analysis.step_scores`) reported per step
+            beside the ablation's own TVD and flip, as column ``<ablation>_<score>`` and metric
+            ``ablation/<ablation>/<score>`` (permutation: the median over a step's permutations,
+            ``permutation_median_<score>``, as its TVD). Empty by default, and then left out of
+            the resolved settings: the keys and logged parameters of a battery without it do not
+            change.
+    """
+
+    scores: tuple[str, ...] = Field((), max_length=32)
+
+    @field_validator("scores")
+    @classmethod
+    def _known_scores(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        import sys
+
+        if len(set(value)) != len(value):
+            raise ValueError("a step score is named twice")
+        if any(name in ("tvd", "flip") for name in value):
+            raise ValueError("tvd and flip are reported already; name other step scores")
+        registry = sys.modules.get("attnstudy.analysis.step_scores")  # not imported: checked
+        if registry is not None:  # when the ablation runs (validation never imports torch)
+            for name in value:
+                registry.get_step_score(name)
+        return value
+
+    @model_serializer(mode="wrap")
+    def _omit_no_scores(self, handler):
+        data = handler(self)
+        if not self.scores:
+            data.pop("scores", None)
+        return data
 
 
 @dataclass(frozen=True)
@@ -470,7 +515,7 @@ def read_spec(path: Path, package: str | None = ABLATIONS_PACKAGE) -> AblationSp
         if isinstance(node, ast.ImportFrom) and (node.module or "") in _HEADER_IMPORTS:
             header.append(node)
         elif isinstance(node, ast.ClassDef) and any(
-            isinstance(b, ast.Name) and b.id in ("Params", "NoParams") for b in node.bases
+            isinstance(b, ast.Name) and b.id.endswith("Params") for b in node.bases
         ):
             header.append(node)
         elif isinstance(node, ast.Assign) and any(

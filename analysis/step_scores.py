@@ -31,9 +31,11 @@ Example (a registered score, then used by the occlusion ablation)::
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -229,3 +231,51 @@ def markdown_table() -> str:
     rows = ["| step score | unit | what it computes |", "|---|---|---|"]
     rows += [f"| `{s.name}` | {s.unit} | {s.description} |" for s in _REGISTRY.values()]
     return "\n".join(rows)
+
+
+def score_columns(
+    ablation: str, names, probs: Tensor, reference: Tensor, target: Tensor, *, keep: Tensor
+) -> dict[str, Tensor]:
+    """The extra step scores an ablation reports (its ``scores`` setting), one column each.
+
+    Args:
+        ablation: the column prefix (``"uniform"``, ``"erase_max"``, ``"permutation_median"``).
+        names: registered step scores. probs: (B, T_y, V) modified outputs, or (B, P, T_y, V).
+        reference: (B, T_y, V) unmodified outputs. target: long (B, T_y), the emitted tokens.
+        keep: bool (B, T_y), or (B, P, T_y): the values to keep (the rest NaN).
+
+    Returns:
+        ``<ablation>_<score>`` → float64 (B, T_y); with P replacements, the median over those
+        kept (NaN where none is).
+
+    Raises:
+        UnknownStepScoreError: a name is not registered.
+    """
+    out = {}
+    many = probs.dim() == 4
+    for name in names:
+        fn = get_step_score(name).fn
+        if many:
+            v = fn(probs, reference.unsqueeze(1), target.unsqueeze(1)).double()
+            v = v.masked_fill(~keep, float("nan")).cpu().numpy()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices → NaN
+                v = torch.from_numpy(np.nanmedian(v, axis=1)).to(probs.device)  # as its TVD
+        else:
+            v = fn(probs, reference, target).double().masked_fill(~keep, float("nan"))
+        out[f"{ablation}_{name}"] = v
+    return out
+
+
+def score_stats(ablation: str, columns, *, middle: str = "") -> dict:
+    """The statistics of an ablation's extra step-score columns found among ``columns``:
+    ``{<middle><score>: Stat("<ablation>_<middle><score>")}``, the mean over steps (logged, not a
+    report column). For :attr:`~attnstudy.analysis.catalogue.AblationSpec.more_stats`."""
+    from .catalogue import Stat
+
+    names = set(columns)
+    return {
+        f"{middle}{name}": Stat(f"{ablation}_{middle}{name}", unit=score.unit or "–")
+        for name, score in _REGISTRY.items()
+        if name not in ("tvd", "flip") and f"{ablation}_{middle}{name}" in names
+    }

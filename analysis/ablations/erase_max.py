@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Stat
+from attnstudy.analysis.catalogue import AblationSpec, OutputChangeParams, Stat
 
 from attnstudy.models import Seq2Seq, eval_mode
 
 from .._chunks import base_probs, n_valid, require_attention, step_frame
 from ..batch import AblationContext, PreparedBatch
 from ..interventions import erase_max
-from ..step_scores import step_score
+from ..step_scores import score_columns, score_stats, step_score
 
 SPEC = AblationSpec(
     name="erase_max",
     run="attnstudy.analysis.ablations.erase_max:run",
+    params=OutputChangeParams,
+    more_stats="attnstudy.analysis.ablations.erase_max:more_stats",
     stats={
         "flip_rate": Stat(
             "erase_max_flip", label="erase-max flip rate", question="used", direction="higher"
@@ -80,4 +82,13 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
         .numpy()
     )
     frame["erase_max_skipped"] = (nv[b_idx] < 2).cpu().numpy()
+    for col, v in score_columns(
+        "erase_max", params.scores, probs, base, tr.tgt_out, keep=steps
+    ).items():
+        frame[col] = v[b_idx, t_idx].cpu().numpy()
     return frame
+
+
+def more_stats(columns) -> dict:
+    """The statistics of the step scores named in ``[ablation.erase_max] scores``."""
+    return score_stats("erase_max", columns)

@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Figure, Params, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Figure, OutputChangeParams, Stat
 from pydantic import Field
 
 from attnstudy.models import Seq2Seq, eval_mode
@@ -21,10 +21,10 @@ from attnstudy.models import Seq2Seq, eval_mode
 from .._chunks import base_probs, n_valid, require_attention, step_frame, sub_trace, trace_chunks
 from ..batch import AblationContext, PreparedBatch, step_generator
 from ..interventions import permutation_indices, permute
-from ..step_scores import step_score
+from ..step_scores import score_columns, score_stats, step_score
 
 
-class PermutationParams(Params):
+class PermutationParams(OutputChangeParams):
     """``[ablation.permutation]``."""
 
     n: int = Field(100, ge=1, le=100_000, description="permutations per step (P; J&W use 100)")
@@ -34,6 +34,7 @@ SPEC = AblationSpec(
     name="permutation",
     run="attnstudy.analysis.ablations.permutation:run",
     params=PermutationParams,
+    more_stats="attnstudy.analysis.ablations.permutation:more_stats",
     stats={
         "flip_rate": Stat(
             "permutation_flip_rate",
@@ -107,6 +108,7 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
     med = torch.full(tr.step_mask.shape, float("nan"), dtype=torch.float64, device=dev)
     flip = med.clone()
     n_id = torch.zeros(tr.step_mask.shape, dtype=torch.long, device=dev)
+    extra = {f"permutation_median_{s}": med.clone() for s in params.scores}
     with eval_mode(model), torch.no_grad():
         for chunk in trace_chunks(tr, p_count):
             rows, window = chunk.rows, slice(chunk.start, chunk.stop)
@@ -139,9 +141,15 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
             med[rows, window] = torch.where(steps, m, med[rows, window])
             flip[rows, window] = torch.where(steps, f, flip[rows, window])
             n_id[rows, window] = torch.where(steps, (~keep).sum(1), n_id[rows, window])
+            for col, v in score_columns(
+                "permutation_median", params.scores, probs, base, sub.tgt_out, keep=keep
+            ).items():
+                extra[col][rows, window] = torch.where(steps, v, extra[col][rows, window])
     frame["permutation_median_tvd"] = med[b_idx, t_idx].cpu().numpy()
     frame["permutation_flip_rate"] = flip[b_idx, t_idx].cpu().numpy()
     frame["permutation_n_identity"] = n_id[b_idx, t_idx].cpu().numpy()
+    for col, v in extra.items():
+        frame[col] = v[b_idx, t_idx].cpu().numpy()
     frame["permutation_skipped"] = (nv[b_idx] < 2).cpu().numpy()
     return frame
 
@@ -212,3 +220,9 @@ def permutation_loop_reference(
     frame["permutation_n_identity"] = np.asarray(n_ids, dtype=np.int64)
     frame["permutation_skipped"] = np.asarray(skipped, dtype=bool)
     return frame
+
+
+def more_stats(columns) -> dict:
+    """The statistics of the step scores named in ``[ablation.permutation] scores`` (each the
+    median over a step's permutations, as its TVD)."""
+    return score_stats("permutation", columns, middle="median_")

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Stat
+from attnstudy.analysis.catalogue import AblationSpec, OutputChangeParams, Stat
 
 from attnstudy.models import Seq2Seq, eval_mode
 
 from .._chunks import base_probs, n_valid, require_attention, step_frame
 from ..batch import AblationContext, PreparedBatch
 from ..interventions import uniform
-from ..step_scores import step_score
+from ..step_scores import score_columns, score_stats, step_score
 
 SPEC = AblationSpec(
     name="uniform",
     run="attnstudy.analysis.ablations.uniform:run",
+    params=OutputChangeParams,
+    more_stats="attnstudy.analysis.ablations.uniform:more_stats",
     stats={
         "flip_rate": Stat(
             "uniform_flip", label="uniform flip rate", question="used", direction="higher"
@@ -67,4 +69,13 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
     frame["uniform_tvd"] = d[b_idx, t_idx].cpu().numpy()
     frame["uniform_flip"] = f[b_idx, t_idx].cpu().numpy()
     frame["uniform_skipped"] = (nv[b_idx] < 2).cpu().numpy()
+    for col, v in score_columns(
+        "uniform", params.scores, probs, base, tr.tgt_out, keep=steps
+    ).items():
+        frame[col] = v[b_idx, t_idx].cpu().numpy()
     return frame
+
+
+def more_stats(columns) -> dict:
+    """The statistics of the step scores named in ``[ablation.uniform] scores``."""
+    return score_stats("uniform", columns)

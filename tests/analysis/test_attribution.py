@@ -327,3 +327,44 @@ def test_the_attribution_benchmark_runs_in_smoke_mode(tmp_path):
     text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
     assert "integrated gradients (4 points) / one gradient × input pass" in text
     assert "peak RSS at L = 12" in text
+
+
+def test_ablations_report_registered_step_scores_named_in_their_settings():
+    """``[ablation.<name>] scores``: permutation (median over permutations), uniform and erase_max
+    report any registered score beside their TVD; a score equal to TVD gives their TVD exactly,
+    and the default settings (no scores) resolve as before, so no key changes."""
+    from analysis_testkit import VOCAB, sharpen
+    from attnstudy.analysis.catalogue import AblationConfig
+    from attnstudy.analysis.suite import run_suite
+
+    assert AblationConfig().resolved()["uniform"] == {}
+    assert AblationConfig().resolved()["permutation"] == {"n": 100}
+    assert not any("scores" in k for k in AblationConfig().flat())
+    tvd = step_scores.get_step_score("tvd").fn
+    step_scores.register_step_score("tvd_again", lambda p, q, t: tvd(p, q, t), unit="TVD")
+    try:
+        cfg = AblationConfig(
+            ablations=["permutation", "uniform", "erase_max"],
+            seed=2,
+            bootstrap_resamples=20,
+            permutation={"n": 6, "scores": ["tvd_again", "entropy"]},
+            uniform={"scores": ["tvd_again"]},
+            erase_max={"scores": ["tvd_again"]},
+        )
+        res = run_suite(
+            sharpen(tiny_model(), 3.0), make_examples(7), VOCAB, VOCAB, cfg, progress=False
+        )
+    finally:
+        step_scores.unregister_step_score("tvd_again")
+    t = res.table
+    for mine, theirs in (
+        ("permutation_median_tvd_again", "permutation_median_tvd"),
+        ("uniform_tvd_again", "uniform_tvd"),
+        ("erase_max_tvd_again", "erase_max_tvd"),
+    ):
+        assert t[theirs].notna().sum() >= 8
+        assert t[mine].equals(t[theirs]), mine
+    assert res.summary["ablation/uniform/tvd_again"] == res.summary["ablation/uniform/tvd"]
+    assert res.summary["ablation/permutation/median_entropy"] > 0
+    with pytest.raises(ValueError, match="tvd and flip are reported already"):
+        AblationConfig(uniform={"scores": ["flip"]})
