@@ -219,3 +219,20 @@ def test_package_missing_or_another_version(monkeypatch):
     monkeypatch.setattr(nt, "version", lambda name: "0.4.1")
     with pytest.raises(DataError, match="reads bible-alignments 0.4.2, but 0.4.1 is installed"):
         nt.package_files()
+
+
+def test_a_record_naming_a_missing_word_is_refused(tmp_path):
+    files = _copy(tmp_path)
+    doc = json.loads(files.alignment.read_text("utf-8"))
+    doc["records"][0]["source"] = ["n40001001099"]
+    files.alignment.write_text(json.dumps(doc), "utf-8")
+    with pytest.raises(DataError, match="names token 'n40001001099', which the word files lack"):
+        nt.read_corpus(files)
+
+
+def test_corpus_table_counts_each_split():
+    table = nt.corpus_table(FILES, cfg())
+    assert (table["train_examples"], table["dev_examples"], table["test_examples"]) == (8, 3, 1)
+    assert table["test_links"] == 51 and table["test_greek_words"] == 30
+    assert sum(table[f"{s}_links"] for s in ("train", "dev", "test")) == 277
+    assert table["dev_target_subwords"] >= table["dev_english_tokens"]

@@ -197,12 +197,12 @@ def read_corpus(nt_files: NTFiles) -> Corpus:
         if len(sv) != 8 or not sv.isdigit():
             raise _bad(nt_files.target, f"token {r['id']}: source_verse {sv!r} is not BBCCCVVV")
         english[r["id"]] = (sv, r)
-    for role, store in (("Greek", greek), ("English", english)):
-        bad = next((tid for tid, (_, v) in store.items() if not _text(v).strip()), None)
-        if bad is not None:
-            raise _bad(
-                nt_files.source if role == "Greek" else nt_files.target, f"token {bad} is empty"
-            )
+    empty = next((t for t, (_, text) in greek.items() if not text.strip()), None)
+    if empty is not None:
+        raise _bad(nt_files.source, f"token {empty} is empty")
+    empty = next((t for t, (_, row) in english.items() if not row["text"].strip()), None)
+    if empty is not None:
+        raise _bad(nt_files.target, f"token {empty} is empty")
     # union-find over verse ids: a record joins the verses of all its words
     parent: dict[str, str] = {}
 
@@ -263,14 +263,9 @@ def read_corpus(nt_files: NTFiles) -> Corpus:
     for tid, (verse, row) in sorted(english.items()):
         g = groups.setdefault(find(verse), {"verses": set(), "g": [], "e": [], "recs": 0})
         g["e"].append((tid, row))
-    for src_ids, tgt_ids in parsed:
-        key = (
-            find(greek[src_ids[0]][0] if src_ids else english[tgt_ids[0]][0])
-            if (src_ids or tgt_ids)
-            else None
-        )
-        if key is not None:
-            groups[key]["recs"] += 1
+    for src_ids, tgt_ids in parsed:  # the records with links (a Greek and an English side)
+        if src_ids and tgt_ids:
+            groups[find(greek[src_ids[0]][0])]["recs"] += 1
     out, dropped_verses, dropped_english = [], 0, 0
     merged_examples = merged_verses = across = 0
     index: dict[str, tuple[int, int]] = {}  # token id → (example, position)
@@ -342,10 +337,6 @@ def read_corpus(nt_files: NTFiles) -> Corpus:
         "examples_across_chapters": across,
     }
     return Corpus(verses_out, stats)
-
-
-def _text(value) -> str:
-    return value if isinstance(value, str) else value["text"]
 
 
 @functools.lru_cache(maxsize=8)
