@@ -8,6 +8,7 @@ children.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -198,6 +200,19 @@ def experiment_link_id(tracker, name: str) -> str | None:
             "(--experiment NAME opens one)"
         )
     return exp_id
+
+
+def experiment_id_by_name(base_url: str, name: str) -> str | None:
+    """Experiment id through a running server's REST API, or None if there is no such
+    experiment (``attnstudy ui`` reads it from the store, before its server answers)."""
+    q = urllib.parse.urlencode({"experiment_name": name})
+    try:
+        with urllib.request.urlopen(
+            f"{base_url}/api/2.0/mlflow/experiments/get-by-name?{q}", timeout=5
+        ) as r:
+            return json.load(r)["experiment"]["experiment_id"]
+    except (urllib.error.URLError, OSError, KeyError, ValueError):
+        return None
 
 
 RUNS_VIEW_QUERY = (

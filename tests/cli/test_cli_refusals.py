@@ -263,7 +263,7 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
             "predict: no such model",
             ["predict", "models:/nope/1", "abc"],
             2,
-            "no version '1' of registered model",
+            "models:/nope/1: no registered model 'nope'",
         ),
         ("predict: model without version", ["predict", "models:/nope", "abc"], 2, "give a version"),
         (

@@ -69,7 +69,7 @@ def test_unknown_uris_fail_with_one_clear_message(tiny_models):
 
     with pytest.raises(ModelNotFoundError, match="no run with id 'deadbeef'"):
         api.load_model("runs:/deadbeef")
-    with pytest.raises(ModelNotFoundError, match="no version '3' of registered model 'nope'"):
+    with pytest.raises(ModelNotFoundError, match="models:/nope/3: no registered model 'nope' in"):
         api.load_model("models:/nope/3")
     name = api.registered_name(tiny_models[0].spec)
     rid, _ = api.load_model(f"models:/{name}/latest")
