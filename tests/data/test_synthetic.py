@@ -92,7 +92,16 @@ def test_ids_and_default_sizes():
 
 
 def test_registry_and_unknown_task():
-    assert set(TASKS) == {"copy", "reverse", "sort", "bigram_flip", "g2p", "tsv", "dates"}
+    assert set(TASKS) == {
+        "copy",
+        "reverse",
+        "sort",
+        "bigram_flip",
+        "g2p",
+        "tsv",
+        "dates",
+        "nt-greek-english",
+    }
     bad = SyntheticData.model_construct(**(SyntheticData().model_dump() | {"task": "nope"}))
     with pytest.raises(DataError, match="unknown task 'nope'"):
         load_task(bad)
