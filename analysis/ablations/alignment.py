@@ -6,6 +6,8 @@
 * AER (Och & Ney 2003, "A Systematic Comparison of Various Statistical Alignment Models",
   Computational Linguistics 29(1), eq. 7): AER = 1 − (|A∩S| + |A∩P|) / (|A| + |S|) with sure
   links S ⊆ possible links P; the corpus value uses sums of the four counts over all sentences.
+  Where the gold has sure links only (S = P: ``Alignment.sure_only``, and a task's
+  ``TaskSpec.gold_sure_only``, e.g. ``nt-greek-english``), AER = 1 − 2|A∩S| / (|A| + |S|) = 1 − F1.
 * Standard AER (``aer``) counts every predicted link, also those of target tokens that have no
   gold link (a weekday, an unaligned word): Och & Ney's A is the whole predicted alignment, so
   the number is comparable with the alignment literature. ``aer_linked`` leaves out the target
@@ -19,6 +21,11 @@
   2019, "What Does BERT Look At?", §4.1; the convention Zenkel et al. 2019 and Garg et al. 2019
   use for alignment from subword attention) — and every statistic is taken per target word, on
   the row of the word's first subword (``alignment_word``; the other subwords' rows count nothing).
+* Shifted AER (``aer_shift``): the hard link of target token t taken from the attention row of
+  step t + 1, the step whose decoder input is the token emitted at t (Chen et al. 2020,
+  "Accurate Word Alignment Induction from Neural Machine Translation", §3: attention often
+  aligns the word just fed to the decoder better than the word it predicts). Every target token
+  has a next step (the last token's is the ``<eos>`` step); the same counts and sums as ``aer``.
 """
 
 from __future__ import annotations
@@ -67,6 +74,15 @@ SPEC = AblationSpec(
             question="aligns",
             direction="lower",
         ),
+        "aer_shift": Stat(
+            num="alignment_aer_shift_num",
+            den="alignment_aer_shift_den",
+            complement=True,
+            label="AER, next step",
+            unit="0–1, lower is better",
+            question="aligns",
+            direction="lower",
+        ),
         "gold_mass": Stat(
             "alignment_gold_mass",
             label="gold mass",
@@ -99,7 +115,8 @@ SPEC = AblationSpec(
             "alignment error rate, 1 − (|A∩S| + |A∩P|) / (|A| + |S|) (Och & Ney 2003, eq. 7), with "
             "A the predicted links (one argmax link per reference target token), S ⊆ P the sure "
             "and possible gold links, summed over the corpus; 0 = perfect. 'Linked targets' leaves "
-            "out target tokens without any gold link.",
+            "out target tokens without any gold link. 'Next step' takes target token t's link from "
+            "the attention of step t + 1, whose decoder input is token t (Chen et al. 2020).",
         ),
         (
             "sure / possible links",
@@ -112,9 +129,9 @@ SPEC = AblationSpec(
         ),
     ),
     order=80,
-    description="the attention argmax as a hard alignment: AER (standard, and over linked target tokens), "
-    "attention mass on gold links",
-    reference="Och & Ney 2003 (AER); fairseq extract_hard_alignment",
+    description="the attention argmax as a hard alignment: AER (standard, over linked target tokens, "
+    "and from the next step's attention), attention mass on gold links",
+    reference="Och & Ney 2003 (AER); fairseq extract_hard_alignment; Chen et al. 2020 (next step)",
 )
 
 
@@ -206,7 +223,8 @@ def aer(
         possible: possible gold links P (S is added: S ⊆ P).
 
     Returns:
-        AER in [0, 1]; NaN when A and S are both empty (undefined).
+        AER in [0, 1]; NaN when A and S are both empty (undefined). With ``possible`` equal to
+        ``sure`` (gold with sure links only) it is 1 − F1 of A against S.
     """
     a, s = set(hyp_links), set(sure)
     p = set(possible) | s

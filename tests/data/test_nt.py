@@ -11,7 +11,7 @@ from pathlib import Path
 import pydantic
 import pytest
 import torch
-from attnstudy.analysis.ablations.alignment import word_attention
+from attnstudy.analysis.ablations.alignment import aer, word_attention
 
 from attnstudy.config import data_config
 from attnstudy.data import nt
@@ -236,3 +236,14 @@ def test_corpus_table_counts_each_split():
     assert table["test_links"] == 51 and table["test_greek_words"] == 30
     assert sum(table[f"{s}_links"] for s in ("train", "dev", "test")) == 277
     assert table["dev_target_subwords"] >= table["dev_english_tokens"]
+
+
+def test_gold_is_sure_only_so_aer_is_one_minus_f1():
+    splits = nt.build_splits(FILES, cfg())
+    assert all(e.alignment.sure_only for e in splits.train + splits.dev + splits.test)
+    gold = nt.build_splits(FILES, cfg()).dev[0].alignment.sure
+    hyp = set(list(gold)[:5]) | {(99, 0), (98, 1)}
+    hit = len(hyp & gold)
+    precision, recall = hit / len(hyp), hit / len(gold)
+    f1 = 2 * precision * recall / (precision + recall)
+    assert aer(hyp, gold, gold) == pytest.approx(1 - f1)

@@ -30,6 +30,11 @@ class Alignment:
         if not self.sure <= self.possible:
             object.__setattr__(self, "possible", self.possible | self.sure)
 
+    @property
+    def sure_only(self) -> bool:
+        """Whether every link is sure (no possible-only links): AER is then 1 − F1."""
+        return self.possible == self.sure
+
     @classmethod
     def from_links(cls, links: set[tuple[int, int]] | frozenset[tuple[int, int]]) -> Alignment:
         """An alignment whose links are all sure."""
