@@ -49,6 +49,9 @@ from ..batch import AblationContext, PreparedBatch
 from ..errors import NoAttentionError
 
 COUNTS = ("n_hyp", "n_hyp_sure", "n_hyp_possible", "n_sure")
+SHIFT_COUNTS = ("shift_n_hyp", "shift_n_hyp_sure", "shift_n_hyp_possible")
+"""The hypothesis counts of ``aer_shift`` (the link from step t + 1's attention); its sure count is
+``n_sure``, the token's own."""
 
 SPEC = AblationSpec(
     name="alignment",
@@ -248,7 +251,10 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
         ``alignment_gold_mass`` (head-mean attention mass on the token's possible links,
         P ⊇ S) and ``alignment_argmax_on_gold`` (1.0 if the hard link is a possible link; 0.0
         also on a tie), both NaN for a token without gold link and at ``<eos>``;
-        ``alignment_skipped`` (the example has no gold alignment: every value NaN). Multi-head
+        ``alignment_skipped`` (the example has no gold alignment: every value NaN);
+        ``alignment_shift_n_hyp`` / ``_n_hyp_sure`` / ``_n_hyp_possible``, the counts of the
+        link taken from the next step's head-mean row (``aer_shift``; no link where step t + 1
+        is not a real step). Multi-head
         models add ``alignment_head<h>_n_hyp`` / ``_n_hyp_sure`` / ``_n_hyp_possible`` per head.
         With subword tokens (``Example.tgt_words``), every value is the target *word*'s, from
         :func:`word_attention`, on the row of its first subword (the others count 0, their
@@ -269,17 +275,22 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
     # per-token bookkeeping on host copies (one transfer, not one per step on a GPU)
     att = att.cpu()
     mean = att.mean(1)
+    # row t of the shifted attention is step t + 1's: the step fed the token emitted at t
+    shifted = torch.cat([att[:, :, 1:], torch.zeros_like(att[:, :, :1])], 2)
+    shift_mean = shifted.mean(1)
+    next_real = torch.cat([tr.step_mask[:, 1:], torch.zeros_like(tr.step_mask[:, :1])], 1).cpu()
     valid = (~tr.pad_mask).cpu()
     lengths, tgt_out = tr.src_lengths.tolist(), tr.tgt_out.tolist()
     cols: dict[str, list[float]] = {"alignment_linked": []}
     cols.update({f"alignment_{c}": [] for c in COUNTS})
+    cols.update({f"alignment_{c}": [] for c in SHIFT_COUNTS})
     cols.update({"alignment_gold_mass": [], "alignment_argmax_on_gold": []})
     head_cols = [f"alignment_head{k}_{c}" for k in range(h) for c in COUNTS[:3]] if h > 1 else []
     cols.update({c: [] for c in head_cols})
     skipped = []
     subword = any(ex.tgt_words for ex in batch.examples)
     word_col: list[int] = []
-    words: dict[int, tuple[Tensor, Tensor, dict[int, int]]] = {}  # per example, when subwords
+    words: dict[int, tuple[Tensor, Tensor, dict[int, int], Tensor]] = {}  # per example, subwords
     for b, t in zip(b_idx.tolist(), t_idx.tolist()):
         ex = batch.examples[b]
         gold = ex.alignment
@@ -291,7 +302,8 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
                 first = {}
                 for j, w in enumerate(ex.tgt_words):
                     first.setdefault(w, j)
-                words[b] = (heads_w.mean(0), heads_w, first)
+                shift_w = word_attention(shift_mean[b], ex.src_words, ex.tgt_words)  # (J, I)
+                words[b] = (heads_w.mean(0), heads_w, first, shift_w)
             unit = ex.tgt_words[t] if t < len(ex.tgt_words) else -1
         word_col.append(unit)
         if gold is None:
@@ -313,9 +325,13 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
             row_mean, row_heads = words[b][0][unit], words[b][1][:, unit]
             row_valid = torch.ones(row_mean.numel(), dtype=torch.bool, device=row_mean.device)
             n_x = row_mean.numel()
+            # the word's next step: the one after its last subword
+            last = max(j for j, w in enumerate(ex.tgt_words) if w == unit)
+            row_shift = words[b][3][unit] if bool(next_real[b, last]) else None
         else:
             row_mean, row_heads, row_valid = mean[b, t], att[b, :, t], valid[b]
             n_x = int(lengths[b])
+            row_shift = shift_mean[b, t] if bool(next_real[b, t]) else None
         sure_t = {i for i, j in gold.sure if j == unit and i < n_x}
         poss_t = {i for i, j in gold.possible | gold.sure if j == unit and i < n_x}
         link = _argmax_link(row_mean, row_valid)
@@ -324,6 +340,10 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
         cols["alignment_n_hyp_sure"].append(float(link in sure_t))
         cols["alignment_n_hyp_possible"].append(float(link in poss_t))
         cols["alignment_n_sure"].append(float(len(sure_t)))
+        shift = None if row_shift is None else _argmax_link(row_shift, row_valid)
+        cols["alignment_shift_n_hyp"].append(float(shift is not None))
+        cols["alignment_shift_n_hyp_sure"].append(float(shift in sure_t))
+        cols["alignment_shift_n_hyp_possible"].append(float(shift in poss_t))
         cols["alignment_gold_mass"].append(
             float(row_mean[sorted(poss_t)].double().sum()) if poss_t else np.nan
         )
@@ -353,7 +373,8 @@ def _heads(columns) -> list[int]:
 def derive(rows: pd.DataFrame) -> pd.DataFrame:
     """The numerator and denominator columns of the corpus AER (Och & Ney 2003, eq. 7):
     1 − (|A∩S| + |A∩P|) / (|A| + |S|) from summed counts, standard (every predicted link) and over
-    linked target tokens only, for the head mean and per head."""
+    linked target tokens only, for the head mean and per head; and ``aer_shift``'s, from the next
+    step's links (every predicted link, head mean)."""
     if "alignment_n_sure" not in rows.columns:
         return rows
     ok = rows["alignment_n_sure"].notna()
@@ -371,6 +392,13 @@ def derive(rows: pd.DataFrame) -> pd.DataFrame:
         for stat, keep in ((f"aer{label}", ok), (f"aer_linked{label}", linked)):
             cols[f"alignment_{stat}_num"] = num.where(keep, 0.0)
             cols[f"alignment_{stat}_den"] = den.where(keep, 0.0)
+    if "alignment_shift_n_hyp" in rows.columns:  # tables stored before aer_shift have none
+        num = rows["alignment_shift_n_hyp_sure"].astype(float) + rows[
+            "alignment_shift_n_hyp_possible"
+        ].astype(float)
+        den = rows["alignment_shift_n_hyp"].astype(float) + rows["alignment_n_sure"].astype(float)
+        cols["alignment_aer_shift_num"] = num.where(ok, 0.0)
+        cols["alignment_aer_shift_den"] = den.where(ok, 0.0)
     return rows.assign(**cols)
 
 
