@@ -29,7 +29,12 @@ from .signals import Interrupted, deferred_signals
 from .task_data import TaskData, check_data, task_data
 from .tracking import Artifact, Kind, Tag, Tracker, check_server, resolve_timeout, store
 from .tracking import models as packaging
-from .tracking.client import DeletedError, UnfinishedRunError, deleted_run_message
+from .tracking.client import (
+    DeletedError,
+    ServerUnansweredError,
+    UnfinishedRunError,
+    deleted_run_message,
+)
 from .training import (
     checkpoint_lock,
     early_stopping_metric,
@@ -541,6 +546,8 @@ def load_model(
         run_id = uri.removeprefix("runs:/").strip("/")
         try:
             run = tracker.get_run(run_id)
+        except ServerUnansweredError:
+            raise  # asking again (the download below) would wait the whole timeout again
         except Exception:  # noqa: BLE001 - the download below names the missing run
             run = None
         if run is not None and run.lifecycle_stage == "deleted":

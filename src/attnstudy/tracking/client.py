@@ -54,6 +54,11 @@ class TrackingError(RuntimeError):
     """The tracking store cannot be reached or used; the message names the URI."""
 
 
+class ServerUnansweredError(TrackingError):
+    """A tracking server did not answer an API request (timed out, refused or dropped the
+    connection): asking it again would only wait again."""
+
+
 class StoreDamagedError(TrackingError):
     """The store's database is lost, truncated or not a database: what the user named is
     malformed (exit code 2 at the command line); nothing is written to it."""
@@ -375,9 +380,10 @@ class Tracker:
         except MlflowException as err:
             if "readonly database" in str(err):  # SQLite refused a write (SQLAlchemy's text)
                 raise StoreReadOnlyError(self.display_uri, "its database is read-only") from None
+            if (unanswered := self._unanswered(err)) is not None:
+                raise ServerUnansweredError(unanswered) from None
             raise TrackingError(
-                self._unanswered(err)
-                or f"tracking store {self.uri}: {_disk_message(err, store_dir())}"
+                f"tracking store {self.uri}: {_disk_message(err, store_dir())}"
             ) from None
         except OSError as err:  # an artifact written to a read-only folder
             name = getattr(fn, "__name__", "")
@@ -730,7 +736,7 @@ class Tracker:
             ):
                 raise ModelNotFoundError(f"{what} in {self.uri}") from None
             if (unanswered := self._unanswered(err)) is not None:
-                raise TrackingError(unanswered) from None
+                raise ServerUnansweredError(unanswered) from None
             code = re.search(r"\b([45]\d\d)\b", str(err))
             answer = f"it answered HTTP {code.group(1)}" if code else _first_line(err)
             raise TrackingError(
