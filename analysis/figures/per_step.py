@@ -404,6 +404,12 @@ class FigureInput:
     reference: bool = False
 
 
+def _faithfulness_aopc(steps: pd.DataFrame, palette: dict) -> Figure:
+    from .faithfulness import faithfulness_aopc
+
+    return faithfulness_aopc(steps, palette)
+
+
 def _generic(d: FigureInput, title: str) -> Figure:
     rows = d.steps
     if d.reference and "prefix" in rows:
@@ -420,6 +426,7 @@ FIGURE_KINDS: dict[str, Callable[[FigureInput, str], Figure]] = {
     "erasure": lambda d, _: erasure_fractions(d.analysis, d.palette),
     "alignment_vs_ablation": lambda d, _: alignment_vs_ablation(d.steps, d.palette),
     "stat_distributions": _generic,
+    "faithfulness": lambda d, _: _faithfulness_aopc(d.analysis, d.palette),
 }
 """How each kind of ablation figure (:class:`attnstudy.analysis.catalogue.Figure`) is drawn:
 ``draw(FigureInput, title) -> Figure``. ``stat_distributions`` is the generic kind, drawn from

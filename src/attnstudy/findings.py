@@ -16,6 +16,10 @@ report and configurable (``[report.verdict]`` of the experiment file, or ``attns
   measures agree with each other; unclear while that baseline is itself weak);
 * **aligns?** — is the attention argmax a word alignment? AER and attention mass on gold links.
 
+Where the opt-in ``faithfulness`` ablation ran, one more sentence names the ranking whose deletion
+lowers p(y_t) most (comprehensiveness AOPC, DeYoung et al. 2020) with its interval, and whether
+that interval is clear of the runner-up's (:func:`_faithful`; the rankings are those measured).
+
 Only these published reference points are quoted with numbers (others qualitatively):
 Jain & Wallace 2019 (NAACL), Moradi et al. 2019, Vashishth et al. 2019 (see :data:`LITERATURE`),
 in :data:`LITERATURE_CONTEXT` only. Moradi et al.'s shares are of output words by word class, not
@@ -277,6 +281,7 @@ def verdict(f: ModelFacts, t: VerdictThresholds | None = None) -> Verdict:
     _unique(f, t, v)
     _agrees(f, t, v)
     _aligns(f, t, v)
+    _faithful(f, v)
     return v
 
 
@@ -424,6 +429,40 @@ def _aligns(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
             f"not coincide with word alignment and can be shifted: {LITERATURE['kk']})."
         )
     v.sentences.append(s)
+
+
+FAITHFULNESS_KEY = "ablation/faithfulness/comprehensiveness_"
+"""The comprehensiveness statistics' key prefix; the ranking follows it (``…_attention``); the
+``…_top1_<ranking>`` statistics (k = 1) are not AOPCs and are left out."""
+
+
+def _faithful(f: ModelFacts, v: Verdict) -> None:
+    """Which ranking is most faithful: the highest comprehensiveness AOPC among the rankings
+    measured, "clearly" when its interval lies above the runner-up's; nothing when not measured."""
+    comp = {
+        key.removeprefix(FAITHFULNESS_KEY).replace("_", " "): e
+        for key, e in f.stats.items()
+        if key.startswith(FAITHFULNESS_KEY)
+        and not key.removeprefix(FAITHFULNESS_KEY).startswith("top1_")
+        and math.isfinite(e.value)
+    }
+    if len(comp) < 2:
+        return
+    ranked = sorted(comp.items(), key=lambda kv: -kv[1].value)
+    (best, e), (second, e2) = ranked[0], ranked[1]
+    what = (
+        f"deleting the source tokens {best} ranks first lowers p(y_t) by {e.fmt()} "
+        f"(comprehensiveness AOPC), against {e2.fmt()} for {second}"
+    )
+    random = comp.get("random")
+    if random is not None and best != "random" and second != "random":
+        what += f" and {random.fmt()} for random orders"
+    if e.has_ci and e2.has_ci and e.low > e2.high:
+        v.sentences.append(f"The most faithful ranking is {best}: {what}.")
+    else:
+        v.sentences.append(
+            f"No ranking is clearly the most faithful: {what}, and the intervals overlap."
+        )
 
 
 def overall(
