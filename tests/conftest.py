@@ -32,6 +32,28 @@ def _signal_handlers():
         signal.signal(s, handler)
 
 
+_LIBRARY_OUTPUT_VARIABLES = (
+    "PYTHONWARNINGS",
+    "TRANSFORMERS_VERBOSITY",
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT",
+    "ATTNSTUDY_VERBOSE",
+)
+
+
+@pytest.fixture(autouse=True)
+def _library_output_variables():
+    """Every test starts with the session's library-output variables: ``cli.main`` sets them for
+    its child processes (notices.set_library_output) and keeps them, so a later test's subprocess
+    inherited the earlier test's ``--verbose`` choice."""
+    saved = {name: os.environ.get(name) for name in _LIBRARY_OUTPUT_VARIABLES}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture(scope="session")
 def store_root(tmp_path_factory):
     """A fresh project root with its own mlruns/ (SQLite store), used by every tracking test."""
