@@ -1,0 +1,59 @@
+"""The faithfulness ablation reaches the report through the catalogue alone: its table (one
+column per default ranking and statistic, with intervals), its figure, its definition and the
+verdict's sentence on the most faithful ranking."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from attnstudy.analysis import catalogue
+
+ROOT = Path(__file__).parents[2]
+INTERVAL = r"-?\d[\d.e-]* \[-?\d[\d.e-]*, -?\d[\d.e-]*\]"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("root")
+    (root / "mlruns").mkdir()
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ATTNSTUDY_ROOT", str(root))
+    mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+    try:
+        from attnstudy import api
+        from attnstudy.experiment import load_experiment
+
+        cfg = load_experiment(
+            ROOT / "experiments" / "tiny.toml",
+            ['ablation.ablations=["permutation", "faithfulness"]', "experiment.name='faithful'"],
+        )
+        result = api.run(cfg, progress=False)
+        yield result.report.parent
+    finally:
+        mp.undo()
+
+
+def test_the_table_figure_definition_and_verdict_reach_the_report(report):
+    md = (report / "report.md").read_text(encoding="utf-8")
+    question = catalogue.get_ablation("faithfulness").questions["faithful"]
+    assert f"### {question.title}" in md or question.title in md
+    block = md.split(question.title, 1)[1].split("\n### ", 1)[0]
+    header = next(x for x in block.splitlines() if x.startswith("| model"))
+    rows = [x for x in block.splitlines() if x.startswith("| ") and not x.startswith("| model")]
+    labels = [s.stat.label for s in catalogue.shown_stats(["faithfulness"])]
+    assert len(labels) == 8 and all(f"| {label} |" in header for label in labels)
+    attention_row = next(r for r in rows if "additive" in r)
+    cells = [c.strip() for c in attention_row.strip().strip("|").split("|")][3:]
+    assert all(re.fullmatch(INTERVAL, c) for c in cells), cells
+    none_row = next(r for r in rows if "none" in r)  # attention undefined; the others measured
+    none_cells = [c.strip() for c in none_row.strip().strip("|").split("|")][3:]
+    assert sum(bool(re.fullmatch(INTERVAL, c)) for c in none_cells) == 6, none_cells
+    spec, fig = next((s, f) for s, f in catalogue.figures(["faithfulness"]))
+    assert f"![{fig.title}](figures/{spec.name}.png)" in md
+    assert (report / "figures" / f"{spec.name}.png").stat().st_size > 10_000
+    assert "- **comprehensiveness / sufficiency**:" in md
+    assert "most faithful" in md
