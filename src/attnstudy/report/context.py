@@ -22,6 +22,7 @@ from ..findings import (
 )
 from ..run_pages import estimates_table, figure_png
 from ..tracking import Artifact
+from ..ui import runs_view_url
 from .facts import _bootstrap_cfg, layer_facts, model_facts, thresholds_of
 from .prose import STUDY_FIGURES
 from .store import ModelEntry, StudyData
@@ -72,7 +73,8 @@ class Links:
         return f"{self.base}/#/experiments/{self.exp}/runs/{run_id}/artifacts/{path}?{ML_VIEW}"
 
     def runs(self) -> str:
-        return f"{self.base}/#/experiments/{self.exp}/runs?{ML_VIEW}"
+        """The training-runs view with every run a row of its own, as ``attnstudy ui`` opens it."""
+        return runs_view_url(self.base, self.exp)
 
     def version(self, ref: str) -> str:
         name, _, version = ref.rpartition("/")
