@@ -151,23 +151,78 @@ def permute(
     b, h, t_y, t_x = weights.shape
     cpu = torch.device("cpu")
     steps = torch.ones(b, t_y, dtype=torch.bool, device=cpu) if steps is None else steps.to(cpu)
-    valid_cpu = valid.to(cpu)
-    index = torch.arange(t_x, device=cpu).expand(b, n, h, t_y, t_x).clone()  # (B, P, H, T_y, T_x)
-    identity = torch.ones(b, n, t_y, dtype=torch.bool, device=cpu)
     gen_fn = generators if callable(generators) else (lambda _b, _t: generators)
-    for bi, ti in steps.nonzero().tolist():
-        pos = valid_cpu[bi].nonzero()[:, 0]
-        nv = pos.numel()
-        if nv < 2:
-            continue
-        perm = permutation_indices(gen_fn(bi, ti), n, h, nv, device=cpu)  # (P, H, nv)
-        index[bi, :, :, ti][..., pos] = pos[perm]  # view of (P, H, T_x), valid columns
-        identity[bi, :, ti] = (perm == torch.arange(nv, device=cpu)).all(-1).all(-1)
-    out = weights.unsqueeze(1).expand(b, n, h, t_y, t_x).gather(-1, index.to(weights.device))
+    out = weights.unsqueeze(1).expand(b, n, h, t_y, t_x).clone()
+    identity = torch.ones(b, n, t_y, dtype=torch.bool, device=cpu)
+    for bs, ts, index, ident in _permuted_steps(valid.to(cpu), steps, n, h, gen_fn):
+        identity[bs, :, ts] = ident
+        bs, ts, index = bs.to(out.device), ts.to(out.device), index.to(out.device)
+        picked = weights[bs, :, ts]  # (S_k, H, T_x)
+        out[bs, :, :, ts] = picked.unsqueeze(1).expand(index.shape).gather(-1, index)
     identity = identity.to(weights.device)
     if rows:
         return Permuted(out[:, :, :, 0], identity[:, :, 0])
     return Permuted(out, identity)
+
+
+def _permuted_steps(valid: Tensor, steps: Tensor, n: int, heads: int, gen_fn: GeneratorFn):
+    """The permuted steps of :func:`permute`, one group per valid length k, on the CPU.
+
+    Yields ``(b, t, index, identity)``: long (S_k,) example rows and steps, the gather index
+    long (S_k, P, H, T_x) of their new rows (new position i takes old position ``index[..., i]``;
+    padding positions map to themselves) and ``identity`` bool (S_k, P).
+
+    Exactly the permutations of :func:`permutation_indices` called step by step in (b, t) order
+    (the generator calls are the same and in the same order; steps with fewer than 2 valid
+    positions draw nothing), but argsorted and scattered for all steps of one valid length at
+    once: a batched argsort sorts every row on its own, so the orders, ties included, are those
+    of the per-step calls (``tests/analysis/test_permutation_fast_path.py`` holds :func:`permute`
+    equal to the per-step loop :func:`_permutation_index_loop`).
+    """
+    t_x = valid.size(1)
+    nv = valid.sum(-1)  # (B,)
+    todo = steps.nonzero()  # (S, 2), (b, t) order: the order of the generator calls
+    todo = todo[nv[todo[:, 0]] >= 2]
+    if todo.numel() == 0:
+        return
+    # per example, its valid positions (ascending) then its padding positions (ascending)
+    slots = torch.argsort((~valid).to(torch.int8), dim=-1, stable=True)  # (B, T_x)
+    step_nv = nv[todo[:, 0]]
+    draws = []
+    for (bi, ti), k in zip(todo.tolist(), step_nv.tolist()):
+        g = gen_fn(bi, ti)
+        draws.append(torch.rand(n, heads, k, generator=g, device=g.device).to("cpu"))
+    for k in step_nv.unique().tolist():
+        which = (step_nv == k).nonzero()[:, 0]
+        perm = torch.stack([draws[i] for i in which.tolist()]).argsort(-1)  # (S_k, P, H, k)
+        bs, ts = todo[which, 0], todo[which, 1]
+        order = torch.cat(
+            [perm, torch.arange(k, t_x).expand(*perm.shape[:-1], t_x - k)], -1
+        )  # (S_k, P, H, T_x): a permutation of the slots that fixes the padding slots
+        slot = slots[bs][:, None, None, :].expand(order.shape)
+        # new position slot[i] takes the weight of old position slot[order[i]]
+        index = torch.empty_like(order).scatter_(-1, slot, slot.gather(-1, order))
+        yield bs, ts, index, (perm == torch.arange(k)).all(-1).all(-1)
+
+
+def _permutation_index_loop(
+    valid: Tensor, steps: Tensor, n: int, heads: int, gen_fn: GeneratorFn
+) -> tuple[Tensor, Tensor]:
+    """Plain per-step reference of :func:`_permutation_index` (one :func:`permutation_indices`
+    call and one assignment per step), the test oracle of the batched version."""
+    b, t_x = valid.shape
+    t_y = steps.size(1)
+    index = torch.arange(t_x).expand(b, n, heads, t_y, t_x).clone()
+    identity = torch.ones(b, n, t_y, dtype=torch.bool)
+    for bi, ti in steps.nonzero().tolist():
+        pos = valid[bi].nonzero()[:, 0]
+        nv = pos.numel()
+        if nv < 2:
+            continue
+        perm = permutation_indices(gen_fn(bi, ti), n, heads, nv, device="cpu")  # (P, H, nv)
+        index[bi, :, :, ti][..., pos] = pos[perm]  # view of (P, H, T_x), valid columns
+        identity[bi, :, ti] = (perm == torch.arange(nv)).all(-1).all(-1)
+    return index, identity
 
 
 def uniform(valid: Tensor, like: Tensor | None = None) -> Tensor:

@@ -111,7 +111,7 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
     extra = {f"permutation_median_{s}": med.clone() for s in params.scores}
     with eval_mode(model), torch.no_grad():
         for chunk in trace_chunks(tr, p_count):
-            rows, window = chunk.rows, slice(chunk.start, chunk.stop)
+            rows = chunk.rows
             sub = sub_trace(tr, rows, chunk.start, chunk.stop)
             steps = sub.step_mask & (nv[rows] >= 2)[:, None]
             if not bool(steps.any()):
@@ -122,29 +122,31 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
 
             perm = permute(sub.attention, ~sub.pad_mask, p_count, gen, steps)
             base = base_probs(model, sub, ctx.chunk_rows)  # (b, T_y, V)
-            probs = torch.softmax(
-                model.logits_given_attention(sub, perm.weights, ctx.chunk_rows, steps), -1
-            )
-            keep = ~perm.identity  # (b, P, T_y)
-            d = (
-                step_score("tvd", probs, base.unsqueeze(1))
-                .double()
-                .masked_fill(~keep, float("nan"))
-            )
-            flips = step_score("flip", probs, base.unsqueeze(1)).double()
+            logits = model.logits_given_attention(sub, perm.weights, ctx.chunk_rows, steps)
+            # only the permuted steps from here on (the padding steps' rows are zeros): S rows
+            sb, st = steps.nonzero(as_tuple=True)
+            probs = torch.softmax(logits[sb, :, st], -1)  # (S, P, V)
+            ref = base[sb, st]  # (S, V)
+            keep = ~perm.identity[sb, :, st]  # (S, P)
+            d = step_score("tvd", probs, ref.unsqueeze(1)).double().masked_fill(~keep, float("nan"))
+            flips = step_score("flip", probs, ref.unsqueeze(1)).double()
             n_keep = keep.sum(1)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices → NaN
                 m = torch.from_numpy(np.nanmedian(d.cpu().numpy(), axis=1)).to(dev)
             f = (flips * keep).sum(1) / n_keep.clamp(min=1)
             f = f.masked_fill(n_keep == 0, float("nan"))
-            med[rows, window] = torch.where(steps, m, med[rows, window])
-            flip[rows, window] = torch.where(steps, f, flip[rows, window])
-            n_id[rows, window] = torch.where(steps, (~keep).sum(1), n_id[rows, window])
-            for col, v in score_columns(
-                "permutation_median", params.scores, probs, base, sub.tgt_out, keep=keep
+            at = (rows[sb], st + chunk.start)
+            med[at], flip[at], n_id[at] = m, f, (~keep).sum(1)
+            for col, v in score_columns(  # a T_y axis of 1 for its (B, P, T_y, V) form
+                "permutation_median",
+                params.scores,
+                probs.unsqueeze(2),
+                ref.unsqueeze(1),
+                sub.tgt_out[sb, st].unsqueeze(1),
+                keep=keep.unsqueeze(2),
             ).items():
-                extra[col][rows, window] = torch.where(steps, v, extra[col][rows, window])
+                extra[col][at] = v[:, 0]
     frame["permutation_median_tvd"] = med[b_idx, t_idx].cpu().numpy()
     frame["permutation_flip_rate"] = flip[b_idx, t_idx].cpu().numpy()
     frame["permutation_n_identity"] = n_id[b_idx, t_idx].cpu().numpy()
