@@ -164,12 +164,16 @@ def to_foil(model, batch: PreparedBatch, base: Tensor, foil: Tensor, ok: Tensor,
 
     Returns:
         ``contrastive_<uniform|erase_max|permutation>_<flip|to_foil>`` → (B, T_y) float64 (0/1;
-        permutation: shares of the n), NaN outside ``ok``.
+        permutation: shares of the n that are not the identity), NaN outside ``ok``; to the foil = the argmax becomes the
+        foil and was not the foil before (so it is also a flip).
     """
     tr = batch.trace
     att = tr.attention
     valid = ~tr.pad_mask
     base_arg = base.argmax(-1)
+    # "to the foil" is a move: where the unmodified argmax is the foil already (y_t not the
+    # argmax: a reference prefix, a forced <eos>), staying there is no move to it
+    moved = base_arg != foil
     cols = {}
     with eval_mode(model), torch.no_grad():
         for name, weights in (
@@ -178,18 +182,25 @@ def to_foil(model, batch: PreparedBatch, base: Tensor, foil: Tensor, ok: Tensor,
         ):
             arg = model.logits_given_attention(tr, weights, ctx.chunk_rows, ok).argmax(-1)
             cols[f"contrastive_{name}_flip"] = (arg != base_arg).double().masked_fill(~ok, math.nan)
-            cols[f"contrastive_{name}_to_foil"] = (arg == foil).double().masked_fill(~ok, math.nan)
+            cols[f"contrastive_{name}_to_foil"] = (
+                ((arg == foil) & moved).double().masked_fill(~ok, math.nan)
+            )
         ids = batch.example_ids
         perm = permute(
             att, valid, n, lambda b, t: step_generator(ctx.seed, ids[b], t, "permutation"), ok
         )
         arg = model.logits_given_attention(tr, perm.weights, ctx.chunk_rows, ok).argmax(-1)
-        cols["contrastive_permutation_flip"] = (
-            (arg != base_arg[:, None]).double().mean(1).masked_fill(~ok, math.nan)
-        )
-        cols["contrastive_permutation_to_foil"] = (
-            (arg == foil[:, None]).double().mean(1).masked_fill(~ok, math.nan)
-        )
+        # shares of the permutations that are not the identity, as the permutation ablation's
+        # flip rate (NaN where every permutation was the identity)
+        real = (~perm.identity).double()  # (B, P, T_y)
+        n_real = real.sum(1)
+        undefined = ~ok | (n_real == 0)
+        for col, hit in (
+            ("flip", arg != base_arg[:, None]),
+            ("to_foil", (arg == foil[:, None]) & moved[:, None]),
+        ):
+            share = (hit.double() * real).sum(1) / n_real.clamp(min=1)
+            cols[f"contrastive_permutation_{col}"] = share.masked_fill(undefined, math.nan)
     return cols
 
 
