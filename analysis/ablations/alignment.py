@@ -278,8 +278,12 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
     # row t of the shifted attention is step t + 1's: the step fed the token emitted at t
     shifted = torch.cat([att[:, :, 1:], torch.zeros_like(att[:, :, :1])], 2)
     shift_mean = shifted.mean(1)
-    next_real = torch.cat([tr.step_mask[:, 1:], torch.zeros_like(tr.step_mask[:, :1])], 1).cpu()
+    next_real = torch.cat([tr.step_mask[:, 1:], torch.zeros_like(tr.step_mask[:, :1])], 1).tolist()
     valid = (~tr.pad_mask).cpu()
+    # its unique argmax per row, -1 on a tie, computed once (a per-row call doubled the run time)
+    masked = shift_mean.masked_fill(~valid[:, None, :], float("-inf"))
+    is_max = masked == masked.max(-1, keepdim=True).values
+    shift_link = torch.where(is_max.sum(-1) == 1, is_max.int().argmax(-1), -1).tolist()
     lengths, tgt_out = tr.src_lengths.tolist(), tr.tgt_out.tolist()
     cols: dict[str, list[float]] = {"alignment_linked": []}
     cols.update({f"alignment_{c}": [] for c in COUNTS})
@@ -327,11 +331,11 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
             n_x = row_mean.numel()
             # the word's next step: the one after its last subword
             last = max(j for j, w in enumerate(ex.tgt_words) if w == unit)
-            row_shift = words[b][3][unit] if bool(next_real[b, last]) else None
+            row_shift = words[b][3][unit] if next_real[b][last] else None
         else:
             row_mean, row_heads, row_valid = mean[b, t], att[b, :, t], valid[b]
             n_x = int(lengths[b])
-            row_shift = shift_mean[b, t] if bool(next_real[b, t]) else None
+            row_shift = None
         sure_t = {i for i, j in gold.sure if j == unit and i < n_x}
         poss_t = {i for i, j in gold.possible | gold.sure if j == unit and i < n_x}
         link = _argmax_link(row_mean, row_valid)
@@ -340,7 +344,10 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
         cols["alignment_n_hyp_sure"].append(float(link in sure_t))
         cols["alignment_n_hyp_possible"].append(float(link in poss_t))
         cols["alignment_n_sure"].append(float(len(sure_t)))
-        shift = None if row_shift is None else _argmax_link(row_shift, row_valid)
+        if ex.tgt_words:
+            shift = None if row_shift is None else _argmax_link(row_shift, row_valid)
+        else:
+            shift = shift_link[b][t] if next_real[b][t] and shift_link[b][t] >= 0 else None
         cols["alignment_shift_n_hyp"].append(float(shift is not None))
         cols["alignment_shift_n_hyp_sure"].append(float(shift in sure_t))
         cols["alignment_shift_n_hyp_possible"].append(float(shift in poss_t))

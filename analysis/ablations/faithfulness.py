@@ -154,8 +154,9 @@ SPEC = AblationSpec(
     order=76,
     description="comprehensiveness and sufficiency (AOPC) per decoder step of attention, "
     "attribution and random rankings; removal by deletion (shorter sources are off-distribution "
-    "too); cost per decoder step: 12 traces of the prefix per ranking and per random order (k = 1 "
-    "and the 5 fractions, deleted and kept alone), plus each attribution method's own",
+    "too); cost per decoder step: at most 12 traces of the prefix per ranking and per random order "
+    "(k = 1 and the 5 fractions' k, deleted and kept alone; a repeated k once), plus each "
+    "attribution method's own",
     reference="DeYoung et al. 2020 (ERASER), §4",
 )
 
@@ -270,6 +271,12 @@ def drops(
             indexing="ij",
         )
     )
+    # a k that an earlier column of the same example has already (short sources: several
+    # fractions give k = 1) is traced once and copied
+    same = ks[:, :, None] == ks[:, None, :]  # (B, K, K)
+    first = (same & torch.ones(k, k, dtype=torch.bool, device=dev).tril()).int().argmax(-1)
+    fresh = (first == torch.arange(k, device=dev))[bb[s_i], k_i]
+    m_i, o_i, s_i, k_i = m_i[fresh], o_i[fresh], s_i[fresh], k_i[fresh]
     rb, rt = bb[s_i], tt[s_i]
     kk = ks[rb, k_i]
     # sources of one length are traced together, unpadded: the numbers then do not depend on
@@ -295,7 +302,8 @@ def drops(
                 src, lengths = _kept_sources(tr.src[cb], keep)
                 p_t = _emitted_probs(model, tr, cb, src[:, :length], lengths, len(rows))
                 out[cm, co, cb, ct, k_i[rows]] = base[cb, ct] - p_t[torch.arange(len(rows)), ct]
-    return out
+    # duplicates take their first column's values
+    return out.gather(-1, first[None, None, :, None, :].expand_as(out))
 
 
 def _emitted_probs(model, tr, rows: Tensor, src: Tensor, lengths: Tensor, per_chunk: int) -> Tensor:
