@@ -23,6 +23,12 @@ forward). Both use the thread count of the ``torch.mm`` measurement. Targets: �
 (permutation), ≥ 30 % (adversarial). A ``torch.profiler`` breakdown (self CPU time per operator)
 says where the rest goes; "µs per row" compares kernels whatever their FLOP count.
 
+Roofline (issue #44, ``benchmarks/roofline.py``, formula in docs/benchmarks.md): per kernel also
+the compulsory bytes and transcendental calls, the machine's three peaks measured in the same
+run (``torch.mm``, a 256 MiB copy, ``torch.tanh``/``torch.exp``), the bound
+max(F/peak_F, M/peak_M, T/peak_T) and the fraction of it achieved; the traffic per operator
+(dispatch-counted) beside it; and the whole permutation ablation's time over its kernel's.
+
 Wants an idle machine: the fractions are judged only when the 1-minute load average stayed at
 or below ``--idle-load`` (default: threads + 0.3) for the whole run, and flagged otherwise.
 
@@ -41,7 +47,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from attnstudy.models import eval_mode
 
-from . import common
+from . import common, roofline
 
 TARGET_PERM = 0.50
 TARGET_ADV = 0.30
@@ -170,9 +176,16 @@ def run(args) -> dict:
     repeats = args.repeats or (2 if args.smoke else 3)
     prefix = "reference" if args.smoke else "greedy"
     threads = torch.get_num_threads()
-    peak = common.mm_rate(mm_n, threads, repeats=2 if args.smoke else 3)
+    peaks, peak_rates = roofline.measure_peaks(
+        mm_n=mm_n,
+        copy_mib=16 if args.smoke else 256,
+        trans_n=2**20 if args.smoke else 2**24,
+        threads=threads,
+        repeats=2 if args.smoke else 3,
+    )
+    peak = peaks.flops
     cfg = common.ablation_cfg(n_permutations=p_count, seed=0)
-    rows, sections, notes, out = [], [], [], {}
+    rows, roof, sections, notes, out = [], [], [], [], {}
     for flow in common.kernels(args):
         bm = common.get_model(args, flow)
         notes.append(f"model {flow}: {bm.origin}")
@@ -214,6 +227,8 @@ def run(args) -> dict:
         res = common.interleaved(
             {"perm": perm_kernel, "perm_e2e": perm_end_to_end, "adv": adv_kernel}, repeats
         )
+        inputs = {"perm": (calls, model), "perm_e2e": (perm_batches, model)}
+        inputs["adv"] = (adv_batches, model)
         for name, label, fl, nrows in (
             ("perm", "permutation kernel", p_flops, p_rows),
             ("perm_e2e", "permutation, whole ablation", p_flops, p_rows),
@@ -233,6 +248,31 @@ def run(args) -> dict:
                 }
             )
             out[(flow, name)] = rate / peak
+            fn = {"perm": perm_kernel, "perm_e2e": perm_end_to_end, "adv": adv_kernel}[name]
+            ops, result = roofline.count_ops(fn)
+            nbytes = roofline.compulsory_bytes(*inputs[name], result)
+            trans = ops.total_transcendentals
+            b = roofline.bound(fl, nbytes, trans, peaks)
+            roof.append(
+                {
+                    "flow": flow,
+                    "kernel": label,
+                    "rows": nrows,
+                    "GFLOP": fl / 1e9,
+                    "MB": nbytes / 1e6,
+                    "transcendentals (M)": trans / 1e6,
+                    "bound": b.limit,
+                    "bound s": b.seconds,
+                    "best s": res[name].best,
+                    "fraction of bound": b.seconds / res[name].best,
+                }
+            )
+            sections.append(
+                (f"{flow}: {label}, traffic per operator (dispatch-counted)", ops.table())
+            )
+        ratio = res["perm_e2e"].best / res["perm"].best
+        notes.append(f"{flow}: whole permutation ablation / kernel = {ratio:.2f} (target ≤ 1.3)")
+        out[(flow, "e2e_ratio")] = ratio
         t_perm, mm_share_p = profile_top(perm_kernel)
         t_adv, mm_share_a = profile_top(adv_kernel)
         sections.append(
@@ -248,9 +288,19 @@ def run(args) -> dict:
             )
         )
     sections.insert(0, ("", common.table(rows)))
+    sections.insert(
+        1,
+        (
+            "Roofline: bound = max(FLOPs / peak FLOP/s, bytes / peak bytes/s, transcendentals / "
+            "peak transcendentals/s); fraction = bound / best time",
+            common.table(roof),
+        ),
+    )
     idle = common.LOAD.idle(args.idle_load)
     for flow in common.kernels(args):
         fp, fa = out[(flow, "perm")], out[(flow, "adv")]
+        if (flow, "e2e_ratio") not in out:
+            continue
         judge = common.verdict if idle else (lambda *_: "not judged: the machine was not idle")
         notes.append(
             f"{flow}: permutation kernel {100 * fp:.1f} % of mm (target ≥ 50 %, "
@@ -272,7 +322,7 @@ def run(args) -> dict:
         args,
         {
             "mm size": mm_n,
-            "mm GFLOP/s": peak / 1e9,
+            **peak_rates,
             "threads": threads,
             "permutation words": n_words,
             "P": p_count,
@@ -285,7 +335,15 @@ def run(args) -> dict:
         sections,
         notes,
     )
-    return {"rows": rows, "fractions": out, "mm_rate": peak, "idle": idle}
+    return {
+        "rows": rows,
+        "roofline": roof,
+        "peaks": peaks,
+        "fractions": {k: v for k, v in out.items() if k[1] != "e2e_ratio"},
+        "e2e_ratios": {k[0]: v for k, v in out.items() if k[1] == "e2e_ratio"},
+        "mm_rate": peak,
+        "idle": idle,
+    }
 
 
 def main(argv=None) -> dict:

@@ -71,6 +71,36 @@ def test_flops_fractions_are_finite(results):
     text = results.read_text()
     assert "top operators" in text and "µs per row" in text
     assert "load average (1 min) peaked at" in text
+    # the roofline table (issue #44): fraction = bound / best time from its own columns
+    assert "Roofline: bound = max(" in text and "traffic per operator" in text
+    cols = ["flow", "kernel", "rows", "GFLOP", "MB", "transcendentals (M)", "bound", "bound s"]
+    cols += ["best s", "fraction of bound"]
+    assert len(out["roofline"]) == 3 * len(out["e2e_ratios"]) == 9
+    for row in out["roofline"]:
+        assert list(row) == cols
+        assert row["bound"] in {"FLOPs", "bytes", "transcendentals"}
+        assert row["MB"] > 0 and row["GFLOP"] > 0
+        assert row["fraction of bound"] == pytest.approx(row["bound s"] / row["best s"], rel=1e-12)
+        peak = {"FLOPs": out["peaks"].flops, "bytes": out["peaks"].bytes}
+        peak["transcendentals"] = out["peaks"].transcendentals
+        need = {"FLOPs": 1e9 * row["GFLOP"], "bytes": 1e6 * row["MB"]}
+        need["transcendentals"] = 1e6 * row["transcendentals (M)"]
+        assert row["bound s"] == pytest.approx(max(need[k] / peak[k] for k in peak), rel=1e-9)
+    # every flow's bahdanau-like recurrent kernel calls tanh/sigmoid; the ablation adds softmax
+    by = {(r["flow"], r["kernel"]): r for r in out["roofline"]}
+    assert by[("bahdanau", "permutation kernel")]["transcendentals (M)"] > 0
+    assert all(
+        by[(f, "permutation, whole ablation")]["transcendentals (M)"] > 0 for f in out["e2e_ratios"]
+    )
+
+
+def test_run_all_only_flops_writes_the_roofline(results):
+    from benchmarks import run_all
+
+    assert run_all.main(["--smoke", "--only", "flops", "--results", str(results)]) == 0
+    text = results.read_text()
+    assert "Roofline: bound = max(" in text and "fraction of bound" in text
+    assert "whole permutation ablation / kernel" in text
 
 
 def test_flop_fractions_are_not_judged_on_a_busy_machine(results):
