@@ -65,7 +65,7 @@ class FaithfulnessParams(Params):
     )
     SHOWN: ClassVar[tuple[str, ...]] = ("attention", "input_x_gradient", "leave_one_out", "random")
     """The rankings with columns in the report's table (the default); the others are logged
-    statistics (``more_stats``), drawn in the figure and read by the verdict."""
+    statistics (``more_stats``) drawn in the figure; the verdict compares the shown ones."""
     rankings: tuple[str, ...] = Field(SHOWN, min_length=1)
     n_random: int = Field(3, ge=1, le=100)
     fractions: tuple[float, ...] = Field((0.01, 0.05, 0.1, 0.2, 0.5), min_length=1, max_length=20)
@@ -361,7 +361,8 @@ def reference_drops(model, batch: PreparedBatch, order: Tensor, k: int, mode: st
 
 def more_stats(columns) -> dict[str, Stat]:
     """The statistics of the rankings outside :attr:`FaithfulnessParams.SHOWN` that ran (logged
-    with intervals, drawn in the figure, read by the verdict; not columns of the report)."""
+    with intervals and drawn in the figure; not columns of the report, not read by the verdict,
+    which reads the catalogue's declared statistics)."""
     out = {}
     for r in FaithfulnessParams.RANKINGS:
         if r in FaithfulnessParams.SHOWN:
