@@ -133,7 +133,7 @@ def permute(
     Returns:
         :class:`Permuted` with weights (B, P, H, T_y, T_x) — (B, P, H, T_x) for row input — and
         ``identity`` (B, P, T_y) — (B, P) for row input, on the device of ``weights`` (the
-        permutation indices are built on the CPU, where they are drawn, and moved once).
+        permutation indices are built on the CPU, where they are drawn, and moved once per group of steps of one valid length).
 
     Raises:
         ValueError: for a bad shape or mask, or ``n < 1``.
