@@ -68,6 +68,36 @@ def test_max_abs_diff_pairs_examples_and_flags_shape_mismatch():
     assert max_abs_diff([torch.zeros(2, 3)], [torch.zeros(3, 2)]) != max_abs_diff(a, a)  # NaN
 
 
+def test_agreement_tolerance_scales_with_the_largest_score_above_one():
+    from benchmarks.bench_inseq import verdicts
+
+    def row(diff, scale):
+        return {
+            "batching": "both 32",
+            "method": "saliency",
+            "inseq / attnstudy": 6.0,
+            "max abs diff": diff,
+            "largest abs score": scale,
+            "relative diff": diff / scale,
+        }
+
+    small, large, off = verdicts([row(2.4e-7, 9.3e-4), row(2.7e-5, 25.6), row(3e-4, 25.6)])
+    assert "(agree" in small and "(agree" in large and "(DIFFER" in off
+    assert "6.0× inseq (target ≥ 5×, met)" in small
+
+
+def test_without_inseq_the_comparison_is_refused_in_one_line(monkeypatch):
+    import sys
+
+    from benchmarks.bench_inseq import load_inseq
+
+    monkeypatch.setitem(sys.modules, "inseq", None)  # import inseq raises ImportError
+    with pytest.raises(SystemExit) as err:
+        load_inseq("unused", ["saliency"], [0])
+    assert str(err.value).startswith("attnstudy: error: inseq cannot be imported here")
+    assert "benchmarks/inseq_env.sh" in str(err.value) and "\n" not in str(err.value)
+
+
 @pytest.mark.slow
 def test_attnstudy_half_runs_without_inseq(tmp_path):
     from prerequisites import require
