@@ -23,7 +23,7 @@ forward). Both use the thread count of the ``torch.mm`` measurement. Targets: �
 (permutation), ≥ 30 % (adversarial). A ``torch.profiler`` breakdown (self CPU time per operator)
 says where the rest goes; "µs per row" compares kernels whatever their FLOP count.
 
-Roofline (issue #44, ``benchmarks/roofline.py``, formula in docs/benchmarks.md): per kernel also
+Roofline (``benchmarks/roofline.py``, formula in docs/benchmarks.md): per kernel also
 the compulsory bytes and transcendental calls, the machine's three peaks measured in the same
 run (``torch.mm``, a 256 MiB copy, ``torch.tanh``/``torch.exp``), the bound
 max(F/peak_F, M/peak_M, T/peak_T) and the fraction of it achieved; the traffic per operator

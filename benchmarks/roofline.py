@@ -1,4 +1,4 @@
-"""Roofline arithmetic for ``bench_flops`` (issue #44): the machine's three peaks, a kernel's
+"""Roofline arithmetic for ``bench_flops``: the machine's three peaks, a kernel's
 compulsory bytes and transcendental calls, its bound and the fraction of that bound achieved.
 
 A kernel doing F FLOPs, moving at least M bytes (each input read once, each output written once)

@@ -1,4 +1,4 @@
-"""The batched permutation drawing of :func:`permute` against its per-step loop (issue #44): the
+"""The batched permutation drawing of :func:`permute` against its per-step loop: the
 same generator calls in the same order, so the same permutations, bit for bit."""
 
 from __future__ import annotations

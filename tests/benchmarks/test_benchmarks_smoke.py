@@ -71,7 +71,7 @@ def test_flops_fractions_are_finite(results):
     text = results.read_text()
     assert "top operators" in text and "µs per row" in text
     assert "load average (1 min) peaked at" in text
-    # the roofline table (issue #44): fraction = bound / best time from its own columns
+    # the roofline table: fraction = bound / best time from its own columns
     assert "Roofline: bound = max(" in text and "traffic per operator" in text
     cols = ["flow", "kernel", "rows", "GFLOP", "MB", "transcendentals (M)", "bound", "bound s"]
     cols += ["best s", "fraction of bound"]

@@ -1,4 +1,4 @@
-"""The roofline arithmetic of ``bench_flops`` (issue #44): known answers, no timing."""
+"""The roofline arithmetic of ``bench_flops``: known answers, no timing."""
 
 from __future__ import annotations
 
