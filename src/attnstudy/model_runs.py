@@ -29,12 +29,7 @@ from .signals import Interrupted, deferred_signals
 from .task_data import TaskData, check_data, task_data
 from .tracking import Artifact, Kind, Tag, Tracker, check_server, resolve_timeout, store
 from .tracking import models as packaging
-from .tracking.client import (
-    DeletedError,
-    ServerUnansweredError,
-    UnfinishedRunError,
-    deleted_run_message,
-)
+from .tracking.client import ServerUnansweredError, UnfinishedRunError, deleted_run_error
 from .training import (
     checkpoint_lock,
     early_stopping_metric,
@@ -534,8 +529,8 @@ def load_model(
         force: also load the model of a run that is not FINISHED (RUNNING, KILLED, FAILED).
 
     Raises:
-        ModelNotFoundError, DeletedError (a deleted run, whatever ``force``), UnfinishedRunError,
-        TrackingError, ModelLoadError.
+        ModelNotFoundError, DeletedError (a deleted run or experiment, whatever ``force``),
+        UnfinishedRunError, TrackingError, ModelLoadError.
     """
     if Path(uri).is_dir():
         return "", load_model_dir(uri)
@@ -550,13 +545,14 @@ def load_model(
             raise  # asking again (the download below) would wait the whole timeout again
         except Exception:  # noqa: BLE001 - the download below names the missing run
             run = None
-        if run is not None and run.lifecycle_stage == "deleted":
+        if run is not None:
             again = (
                 "ablate hf:FOLDER again to record the model anew"
                 if TAG_FOLDER in run.tags
                 else "train the model again"
             )
-            raise DeletedError(deleted_run_message(uri, run_id, tracker.uri, again))
+            if deleted := deleted_run_error(tracker, uri, run, again):
+                raise deleted
         if run is not None and TAG_FOLDER in run.tags:  # a pretrained model's run
             if run.status != "FINISHED" and not force:
                 raise UnfinishedRunError(

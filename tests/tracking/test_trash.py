@@ -177,3 +177,37 @@ def test_a_deleted_pretrained_model_run_is_refused(fresh_root, tmp_path, capsys)
     code, out, err = main(capsys, "predict", f"runs:/{model_run}", "cat", "--tracking-uri", uri)
     assert code == cli.EXIT_USAGE and out == ""
     assert err == [f"attnstudy: error: {restore}ablate hf:FOLDER again to record the model anew"]
+
+
+def test_a_deleted_experiment_reached_through_a_run_is_named(store_copy, tiny_models, capsys):
+    """Deleting experiment ``tiny`` deletes its runs too: ``ablate``/``predict`` of a model in it
+    named the run, not the experiment; once the run alone was restored, ablate printed MLflow's
+    "The experiment 1 must be in the 'active' state" (exit 1)."""
+    root, client = store_copy
+    exp = client.get_experiment_by_name("tiny")
+    name = f"tiny-copy-{tiny_models[0].spec.label}"
+    mv = client.get_model_version_by_alias(name, "seed1")
+    client.delete_experiment(exp.experiment_id)
+    before = count_runs(root)
+    uri = f"sqlite:///{root / 'mlruns' / 'mlflow.db'}"
+    deleted = (
+        f"the run's experiment 'tiny' is deleted (in the store's trash); restore it (mlflow "
+        f"experiments restore --experiment-id {exp.experiment_id} with MLFLOW_TRACKING_URI={uri}, "
+        f"or MlflowClient().restore_experiment('{exp.experiment_id}')) or name another model"
+    )
+    ablate = ["ablate", f"runs:/{mv.run_id}", "--n-examples", "1", "--ablations", "uniform"]
+    cases = (
+        (ablate, f"runs:/{mv.run_id}"),
+        (
+            ["predict", f"models:/{name}/{mv.version}", "abc"],
+            f"models:/{name}/{mv.version} (version {mv.version})",
+        ),
+    )
+    for restored in (False, True):
+        if restored:  # the run alone restored: its experiment is still deleted
+            client.restore_run(mv.run_id)
+        for argv, named in cases:
+            code, out, err = main(capsys, *argv)
+            assert code == cli.EXIT_USAGE and out == "", (argv, err)
+            assert err == [f"attnstudy: error: {named}: {deleted}"], argv
+    assert count_runs(root) == before

@@ -98,11 +98,13 @@ class DeletedError(LookupError):
     ``deleted``), restorable until the store is garbage-collected; nothing is written to it."""
 
 
-def deleted_experiment_message(name: str, experiment_id: str, uri: str, *, reading: bool) -> str:
+def deleted_experiment_message(
+    name: str, experiment_id: str, uri: str, *, reading: bool, other: str | None = None
+) -> str:
     """One line naming a deleted experiment and the ways out: restore it, or use another name
     (``reading``: a verb that names the experiment with ``--experiment``; else the experiment
-    file's ``experiment.name``)."""
-    other = "name another experiment" if reading else "set another experiment.name"
+    file's ``experiment.name``; ``other``: another way out instead of these)."""
+    other = other or ("name another experiment" if reading else "set another experiment.name")
     return (
         f"experiment {name!r} is deleted (in the store's trash); restore it (mlflow experiments "
         f"restore --experiment-id {experiment_id} with MLFLOW_TRACKING_URI={uri}, or "
@@ -121,6 +123,31 @@ def deleted_run_message(
         f"restore --run-id {run_id} with MLFLOW_TRACKING_URI={uri}, or "
         f"MlflowClient().restore_run({run_id!r})) or {again}"
     )
+
+
+def deleted_run_error(
+    tracker: Tracker, what: str, run, again: str = "train the model again"
+) -> DeletedError | None:
+    """Why the run ``what`` names cannot be used because something is in MLflow's trash, or None:
+    its experiment is deleted (named first: deleting an experiment deletes its runs too, and
+    restoring only the run leaves the experiment deleted, which MLflow refuses to write to), or
+    the run itself is deleted (:func:`deleted_run_message`).
+
+    Args:
+        run: the run's :class:`RunRecord` (``experiment_id``, ``lifecycle_stage``).
+    """
+    try:
+        exp = tracker.client.get_experiment(run.experiment_id)
+    except MlflowException:
+        exp = None  # a missing experiment: the run's own check (or the store) says what is wrong
+    if exp is not None and exp.lifecycle_stage == "deleted":
+        message = deleted_experiment_message(
+            exp.name, exp.experiment_id, tracker.uri, reading=True, other="name another model"
+        )
+        return DeletedError(f"{what}: the run's {message}")
+    if run.lifecycle_stage == "deleted":
+        return DeletedError(deleted_run_message(what, run.run_id, tracker.uri, again))
+    return None
 
 
 def _process_start(pid: int) -> str | None:

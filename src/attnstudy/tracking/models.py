@@ -16,14 +16,13 @@ from ..config import ConfigError, split_runs_uri
 from ..models.io import MODEL_FILES
 from ..signals import deferred_signals
 from .client import (
-    DeletedError,
     ModelNotFoundError,
     Tracker,
     TrackingError,
     UnfinishedRunError,
     _first_line,
     _process_uri,
-    deleted_run_message,
+    deleted_run_error,
 )
 from .schema import Artifact, RunRecord
 from .store import owner_note
@@ -207,7 +206,7 @@ def download_model_dir(
     Raises:
         ModelNotFoundError: missing run/model/version/alias (a registered model without
             versions says so), a path leaving the run, or no model files.
-        DeletedError: the run (or the version's run) is deleted, even with ``allow_unfinished``.
+        DeletedError: the run (or the version's run) or its experiment is deleted, even with ``allow_unfinished``.
         UnfinishedRunError: the run is not FINISHED (unless ``allow_unfinished``).
         TrackingError: the store failed (the message gives the server's answer).
     """
@@ -281,17 +280,15 @@ def resolve_model_uri(
                 tracker.client.get_run, run_id, what=f"{uri}: its run {run_id!r} is gone"
             )
         )
-        if run.lifecycle_stage == "deleted":
-            raise DeletedError(
-                deleted_run_message(f"{uri} (version {mv.version})", run_id, tracker.uri)
-            )
+        if deleted := deleted_run_error(tracker, f"{uri} (version {mv.version})", run):
+            raise deleted
     else:
         raise ConfigError(
             f"unknown model URI {uri!r}; use runs:/<run_id>, models:/<name>/<version> "
             "or models:/<name>@<alias>"
         )
-    if run.lifecycle_stage == "deleted":  # whatever --force says: restore it first
-        raise DeletedError(deleted_run_message(uri, run_id, tracker.uri))
+    if deleted := deleted_run_error(tracker, uri, run):  # whatever --force says: restore it
+        raise deleted
     if run.status != "FINISHED" and not allow_unfinished:
         raise UnfinishedRunError(
             f"{uri}: run {run_id} is {run.status}{owner_note(run)}: its "
