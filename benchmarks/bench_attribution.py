@@ -75,7 +75,10 @@ def _child(params: dict) -> dict:
         ),
         "occlusion": lambda: attr.occlusion(model, batch),
     }
+    only = params.get("only")  # a subset of the methods (by name prefix), e.g. ["occlusion"]
     for name, fn in methods.items():
+        if only and not any(name.startswith(o) for o in only):
+            continue
         t0 = time.perf_counter()
         fn()
         out["runs"].append(
