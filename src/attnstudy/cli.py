@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from . import server_app  # standard library only: the database check's bound
 from .analysis.catalogue import AblationConfig, list_ablations
-from .config import ConfigError, check_tracking_uri, describe_error, split_runs_uri
+from .config import ConfigError, check_model_uri, check_tracking_uri, describe_error
 from .experiment import ExperimentConfig, load_experiment
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -381,25 +381,8 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
                     f"{uri}: a pretrained model needs its examples: add --tsv FILE or "
                     "--data EXPERIMENT.toml"
                 )
-        elif not (
-            uri.startswith(("runs:/", "models:/"))
-            or (args.command == "predict" and Path(uri).is_dir())
-        ):
-            raise UsageError(
-                f"unknown model URI {uri!r}; use runs:/<run_id>, models:/<name>/<version>, "
-                "models:/<name>@<alias>"
-                + (" or a model folder" if args.command == "predict" else "")
-            )
-        rest = uri[len("models:/") :].strip("/") if uri.startswith("models:/") else None
-        if rest is not None and "@" not in rest and not rest.partition("/")[2]:
-            raise UsageError(
-                f"{uri}: give a version, 'latest' or an alias "
-                "(models:/NAME/1, models:/NAME/latest or models:/NAME@ALIAS)"
-            )
-        if uri.startswith("runs:/") and not uri[len("runs:/") :].strip("/"):
-            raise UsageError(f"{uri}: give a run id (runs:/<run_id>)")
-        if uri.startswith("runs:/"):
-            split_runs_uri(uri)  # a path that could leave the run, however encoded: exit 2
+        else:
+            check_model_uri(uri, args.command)  # ConfigError: exit 2
         if args.command == "predict":
             if args.input_file is not None:
                 args.inputs = [*args.inputs, *_read_inputs(args.input_file)]

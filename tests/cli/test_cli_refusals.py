@@ -301,7 +301,7 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
         ("ablate: negative seed", ["ablate", f"runs:/{model_run}", "--seed", "-1"], 2, "--seed"),
         ("ablate: no such run", ["ablate", "runs:/0123456789abcdef"], 2, "no run with id"),
         ("ablate: run without a model", ["ablate", f"runs:/{study_run}"], 2, "has no model file"),
-        ("ablate: a folder", ["ablate", str(no_model_dir)], 2, "unknown model URI"),
+        ("ablate: a folder", ["ablate", str(no_model_dir)], 2, "a model folder has none"),
         # --tsv is for pretrained models: on a trained model's run it crashed in the HF loader
         # ("expected str, bytes or os.PathLike object, not NoneType", exit 1)
         (

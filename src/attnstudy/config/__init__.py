@@ -78,5 +78,7 @@ from .run import shorten_params as shorten_params
 from .uris import RUN_ID_PATTERN as RUN_ID_PATTERN
 from .uris import RUN_PATH_PART as RUN_PATH_PART
 from .uris import URI_DECODE_ROUNDS as URI_DECODE_ROUNDS
+from .uris import check_model_uri as check_model_uri
 from .uris import check_tracking_uri as check_tracking_uri
+from .uris import looks_like_path as looks_like_path
 from .uris import split_runs_uri as split_runs_uri

@@ -3,8 +3,10 @@ they cannot be read with certainty."""
 
 from __future__ import annotations
 
+import os
 import re
 import urllib.parse
+from pathlib import Path
 
 from .base import ConfigError
 
@@ -85,3 +87,60 @@ def split_runs_uri(uri: str) -> tuple[str, str]:
             "characters (it would leave the run); use runs:/<run_id>[/model]"
         )
     return run_id, "/".join(parts)
+
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+"""The start of a URI with a scheme (``runs:``, ``models:``, ``hf:``, ``s3:``…)."""
+
+
+def looks_like_path(uri: str) -> bool:
+    """Whether ``uri`` is written as a file path: it starts with ``./``, ``../``, ``/`` or ``~``,
+    or holds the path separator and no scheme."""
+    return uri.startswith(("./", "../", "/", "~")) or (os.sep in uri and not _SCHEME.match(uri))
+
+
+def check_model_uri(uri: str, verb: str) -> None:
+    """Refuse a model URI of ``predict`` or ``ablate`` (``verb``) that cannot be read with
+    certainty, before anything is opened: ``runs:/<run_id>[/path]`` (:func:`split_runs_uri`),
+    ``models:/<name>/<version|latest>``, ``models:/<name>@<alias>``, or (``predict`` only) a
+    folder holding the model files. ``ablate`` refuses a model folder: it logs its ablation run
+    under the model's run (its experiment, its tags), which a folder does not have. ``hf:FOLDER``
+    is checked by the caller.
+
+    Raises:
+        ConfigError: one line: an empty run id, a run path that could leave the run, a
+            ``models:/`` URI without version or alias, a path that is no folder, a folder given
+            to ``ablate``, or an unknown scheme.
+    """
+    if uri.startswith("runs:/"):
+        if not uri[len("runs:/") :].strip("/"):
+            raise ConfigError(f"{uri}: give a run id (runs:/<run_id>)")
+        split_runs_uri(uri)  # a path that could leave the run, however encoded
+        return
+    if uri.startswith("models:/"):
+        rest = uri[len("models:/") :].strip("/")
+        if "@" not in rest and not rest.partition("/")[2]:
+            raise ConfigError(
+                f"{uri}: give a version, 'latest' or an alias "
+                "(models:/NAME/1, models:/NAME/latest or models:/NAME@ALIAS)"
+            )
+        return
+    folder = Path(uri)
+    if folder.is_dir() and verb == "predict":
+        return
+    if folder.is_dir() or (verb == "ablate" and looks_like_path(uri)):
+        raise ConfigError(
+            f"{uri}: ablate logs its ablation run under the model's run, and a model folder has "
+            "none: ablate the run the model came from (runs:/<run_id> or models:/<name>/<version>)"
+            f"; a Hugging Face save_pretrained folder is ablated as hf:{uri}"
+        )
+    if looks_like_path(uri) or folder.exists():
+        what = "is not a folder" if folder.exists() else "no such folder"
+        raise ConfigError(
+            f"{what}: {uri!r}; give the folder holding the model files (weights, config, "
+            "vocabularies), runs:/<run_id> or models:/<name>/<version>"
+        )
+    raise ConfigError(
+        f"unknown model URI {uri!r}; use runs:/<run_id>, models:/<name>/<version>, "
+        "models:/<name>@<alias>" + (" or a model folder" if verb == "predict" else "")
+    )
