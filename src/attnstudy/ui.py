@@ -215,9 +215,10 @@ def experiment_id_by_name(base_url: str, name: str) -> str | None:
         return None
 
 
-RUNS_VIEW_QUERY = (
-    "workflowType=machine_learning&orderByKey=tags.%60mlflow.runName%60&orderByAsc=true"
-)
+TRAINING_VIEW_QUERY = "workflowType=machine_learning"
+"""MLflow 3's training views (every page of its UI opens in GenAI mode without it)."""
+
+RUNS_VIEW_QUERY = f"{TRAINING_VIEW_QUERY}&orderByKey=tags.%60mlflow.runName%60&orderByAsc=true"
 """The runs view's settings in its URL: MLflow 3's training views (it opens in GenAI mode
 otherwise), sorted by run name. MLflow's UI nests child runs under their parent (study → model
 → ablations, one collapsed row per study) only while the runs are sorted by time, and has no URL
@@ -228,7 +229,7 @@ run is a row of its own and each model run sits beside its ablation run (checked
 
 def runs_view_url(base_url: str, experiment_id: str | None) -> str:
     """URL of the experiment's training-runs view, every run shown (:data:`RUNS_VIEW_QUERY`), or
-    of the experiment list."""
+    of the experiment list (in the training views too: :data:`TRAINING_VIEW_QUERY`)."""
     if experiment_id is None:
-        return base_url + "/#/experiments"
+        return f"{base_url}/#/experiments?{TRAINING_VIEW_QUERY}"
     return f"{base_url}/#/experiments/{experiment_id}/runs?{RUNS_VIEW_QUERY}"

@@ -306,9 +306,29 @@ def test_ui_names_a_missing_or_deleted_experiment_and_opens_the_list(project, mo
         capsys.readouterr()
         assert cli.main(["ui", "--port", str(port), "--experiment", name]) == 0
         out = capsys.readouterr()
-        assert out.out.splitlines()[0] == f"MLflow UI: http://127.0.0.1:{port}/#/experiments"
+        assert out.out.splitlines()[0] == (
+            f"MLflow UI: http://127.0.0.1:{port}/#/experiments?workflowType=machine_learning"
+        )
         assert out.err.startswith(f"attnstudy: note: {note}"), out.err
         assert "the UI opens on the list of experiments" in out.err.splitlines()[0]
+
+
+def test_ui_without_experiment_opens_the_list_in_the_training_views(project, monkeypatch, capsys):
+    """``attnstudy ui`` (no ``--experiment``, no experiment 'quickstart') printed
+    ``…/#/experiments`` without ``?workflowType=machine_learning``: MLflow opened in GenAI mode."""
+    from attnstudy import cli
+
+    monkeypatch.setattr(ui, "start_server", lambda *args, **kwargs: object())
+    monkeypatch.setattr(ui, "wait_healthy", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(ui, "stop_server", lambda proc: None)
+    port = ui.free_port()
+    capsys.readouterr()
+    assert cli.main(["ui", "--port", str(port)]) == 0
+    out = capsys.readouterr()
+    assert out.out.splitlines()[0] == (
+        f"MLflow UI: http://127.0.0.1:{port}/#/experiments?workflowType=machine_learning"
+    )
+    assert out.err.startswith("attnstudy: note: no experiment 'quickstart' in the store;")
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc")
