@@ -211,3 +211,26 @@ def test_a_deleted_experiment_reached_through_a_run_is_named(store_copy, tiny_mo
             assert code == cli.EXIT_USAGE and out == "", (argv, err)
             assert err == [f"attnstudy: error: {named}: {deleted}"], argv
     assert count_runs(root) == before
+
+
+def test_a_missing_registered_model_lists_the_models_there_are(store_copy, capsys):
+    """``predict models:/nosuch/1`` said "no registered model 'nosuch'" with no way out."""
+    root, client = store_copy
+    names = sorted(m.name for m in client.search_registered_models())
+    assert len(names) >= 2
+    uri = f"sqlite:///{root / 'mlruns' / 'mlflow.db'}"
+    shown = ", ".join(names[:5]) + (", … (attnstudy ui lists them all)" if len(names) > 5 else "")
+    for ref in ("models:/nosuch/1", "models:/nosuch/latest", "models:/nosuch@best"):
+        code, out, err = main(capsys, "predict", ref, "abc")
+        assert code == cli.EXIT_USAGE and out == ""
+        assert err == [
+            f"attnstudy: error: {ref}: no registered model 'nosuch' in {uri}; the registered "
+            f"models are: {shown}"
+        ]
+    for name in names:
+        client.delete_registered_model(name)
+    code, _, err = main(capsys, "predict", "models:/nosuch/1", "abc")
+    assert err == [
+        f"attnstudy: error: models:/nosuch/1: no registered model 'nosuch' in {uri}; the store has "
+        "no registered model (attnstudy train registers each model it trains)"
+    ]

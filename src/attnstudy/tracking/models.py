@@ -305,7 +305,9 @@ def _missing_version(tracker: Tracker, uri: str, name: str, missing: str) -> str
         with deferred_signals():
             tracker.client.get_registered_model(name)
     except MlflowException:
-        return f"{uri}: no registered model {name!r} in {tracker.uri}"
+        return (
+            f"{uri}: no registered model {name!r} in {tracker.uri}; {_registered_models(tracker)}"
+        )
     versions = sorted(int(v.version) for v in tracker.model_versions(name))
     if not versions:
         return (
@@ -314,6 +316,27 @@ def _missing_version(tracker: Tracker, uri: str, name: str, missing: str) -> str
         )
     listed = ", ".join(map(str, versions[-5:]))
     return f"{uri}: registered model {name!r} has {missing} (its versions: {listed})"
+
+
+LISTED_MODELS = 5
+"""Registered models named when a ``models:/`` URI names none of them."""
+
+
+def _registered_models(tracker: Tracker) -> str:
+    """The way out of a missing registered model: the first :data:`LISTED_MODELS` names there
+    are, alphabetically (and where to see them all), or that the store has none."""
+    try:
+        with deferred_signals():
+            found = tracker.client.search_registered_models(
+                max_results=LISTED_MODELS + 1, order_by=["name ASC"]
+            )
+    except MlflowException:
+        return "attnstudy ui lists the registered models"
+    names = [m.name for m in found]
+    if not names:
+        return "the store has no registered model (attnstudy train registers each model it trains)"
+    more = ", … (attnstudy ui lists them all)" if len(names) > LISTED_MODELS else ""
+    return f"the registered models are: {', '.join(names[:LISTED_MODELS])}{more}"
 
 
 # --- owners of running runs --------------------------------------------------------------
