@@ -38,6 +38,7 @@ from .config import (
     _task,
     apply_overrides,
     check_tracking_uri,
+    examples_hint,
     register_config_model,
     validate_data_config,
     validate_model_config,
@@ -266,7 +267,7 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     """
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"experiment file not found: {p} (see experiments/ for examples)")
+        raise ConfigError(f"experiment file not found: {p} ({examples_hint()})")
     try:
         raw = tomllib.loads(p.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
@@ -277,8 +278,7 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
         raise ConfigError(f"cannot read {p}: {err.strerror}") from None
     if not raw and not overrides:  # all defaults: a 10-epoch copy study nobody asked for
         raise ConfigError(
-            f'{p}: the file holds no settings; give at least [data] task = "…" (see '
-            "experiments/ for examples)"
+            f'{p}: the file holds no settings; give at least [data] task = "…" ({examples_hint()})'
         )
     raw = resolve_data_paths(raw, p.resolve().parent, source=str(p))
     # --set values are the user's own typing: their relative paths are relative to the working directory

@@ -49,6 +49,7 @@ from .errors import _describe as _describe
 from .errors import _fields_at as _fields_at
 from .errors import apply_overrides as apply_overrides
 from .errors import describe_error as describe_error
+from .errors import examples_hint as examples_hint
 from .errors import parse_override as parse_override
 from .errors import register_config_model as register_config_model
 from .models import ARCHITECTURES as ARCHITECTURES

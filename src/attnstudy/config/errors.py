@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import tomllib
+from pathlib import Path
 from typing import Any
 
 from pydantic import (
@@ -70,8 +71,24 @@ def _describe(err: ValidationError, prefix: str = "") -> str:
     if e["type"] in ("literal_error", "enum"):
         return f"{loc}: unknown value {given!r}; {msg[0].lower() + msg[1:]}"
     return f"{loc}: {msg}" + (
-        f" (got {given!r})" if not isinstance(given, dict) and given is not None else ""
+        f" (got {_as_typed(given)})" if not isinstance(given, dict) and given is not None else ""
     )
+
+
+def examples_hint() -> str:
+    """Where the example experiment files are, as a path that works from the working directory:
+    ``experiments/`` where it is there, else the source checkout's folder, else the README."""
+    if Path("experiments").is_dir():
+        return "see experiments/ for examples"
+    shipped = Path(__file__).resolve().parents[3] / "experiments"  # src/attnstudy/config/…
+    if shipped.is_dir():
+        return f"see {shipped} for examples"
+    return "see the experiments/ folder of the attnstudy repository and its README.md for examples"
+
+
+def _as_typed(value: Any) -> str:
+    """A value as the user typed it in TOML or ``--set`` (``true``, not Python's ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 describe_error = _describe
