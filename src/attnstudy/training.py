@@ -16,6 +16,7 @@ import collections
 import fcntl
 import math
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -581,6 +582,13 @@ def train(
         if on_epoch is not None:
             on_epoch(epoch, metrics)
         stopped_early = bad_epochs >= spec.training.patience
+    if stopped_early and len(history) < spec.training.epochs and progress:
+        print(
+            f"{spec.name}: stopped early after epoch {len(history)} of {spec.training.epochs}: "
+            f"dev/{metric} did not improve for {spec.training.patience} epochs",
+            file=sys.stderr,
+            flush=True,
+        )
     averaged, averaged_epochs = None, ()
     if n_average > 1 and len(recent) > 1:
         model.load_state_dict(average_states([w for _, w in recent]))

@@ -196,3 +196,24 @@ def test_checkpoint_averaging_keeps_the_average_only_where_it_beats_the_best_epo
             assert torch.equal(got[k], v), k
     if forced:
         assert result.averaged is not None and result.averaged["dev/per"] == -1.0
+
+
+def test_early_stopping_says_when_and_why_it_stopped(spec, tmp_path, capsys):
+    """Training that ran out of patience stopped after epoch 3 of 8 without a word."""
+    still = spec.model_copy(  # a learning rate too small to change exact_match: no improvement
+        update={
+            "training": spec.training.model_copy(
+                update={"epochs": 8, "patience": 2, "lr": 1e-12, "early_stopping": "exact_match"}
+            )
+        }
+    )
+    splits, sv, tv = load_data(still)
+    result = train(still, splits, sv, tv, tmp_path, progress=True)
+    assert result.stopped_early and len(result.history) == 3
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1] == (
+        f"{still.name}: stopped early after epoch 3 of 8: dev/exact_match did not improve for "
+        "2 epochs"
+    )
+    train(still, splits, sv, tv, tmp_path / "quiet", progress=False)  # --quiet: nothing
+    assert capsys.readouterr().err == ""
