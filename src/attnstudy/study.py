@@ -17,7 +17,7 @@ from . import adversaries, run_pages
 from .ablation_runs import ablate_run, ablation_key
 from .adversaries import run_trained_adversaries
 from .analysis.catalogue import AblationConfig
-from .config import RunSpec
+from .config import ConfigError, RunSpec
 from .devices import resolve_device
 from .experiment import ExperimentConfig
 from .model_runs import ModelRun, load_model, model_key, open_tracker, train_spec
@@ -218,6 +218,10 @@ def run_study(
         StudyFailedError: some variants failed (its ``result`` holds what was done).
     """
     adversaries.check_selection(cfg, cfg.runs())
+    try:  # registered step scores are known only once torch is imported: checked before training
+        cfg.ablation.check_step_scores()
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     tracker = open_tracker(cfg, devices_here=executor is None)
     if report:  # a report folder that would be refused at the end is refused before the study
         from attnstudy.outputs import REPORT_KIND, check_replace, store_folders_of

@@ -250,6 +250,12 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
             2,
             "trained_adversary.seeds: no model of seed 7",
         ),
+        (  # refused before training (it failed each model's ablation after training it)
+            "run: unknown step score",
+            ["run", t, "--set", 'ablation.permutation.scores=["nope"]'],
+            2,
+            "ablation.permutation.scores: unknown step score 'nope'",
+        ),
         (
             "run: empty ablation list",
             ["run", t, "--set", "ablation.ablations=[]"],
