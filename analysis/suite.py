@@ -449,8 +449,12 @@ def example_sums(rows: pd.DataFrame, specs: Sequence[AblationSpec]) -> pd.DataFr
                 cols[f"{name}|{stat}|den"] = v.notna().astype(float)
             else:
                 mark = "~" if st.complement else ""
+                den = r[st.den].astype(float).fillna(0.0)
+                # a row whose denominator is 0 (AER at <eos>) adds nothing to the ratio: the
+                # statistic is not computed on it (attnstudy.findings.steps_computed_on)
+                cols[f"{name}|{stat}_n_undefined"] = ((den <= 0) & ~skipped).astype(float)
                 cols[f"{name}|{stat}|num{mark}"] = r[st.num].astype(float).fillna(0.0)
-                cols[f"{name}|{stat}|den"] = r[st.den].astype(float).fillna(0.0)
+                cols[f"{name}|{stat}|den"] = den
     frame = pd.DataFrame(cols, index=rows.index)
     frame["example_id"] = rows["example_id"].to_numpy()
     return frame.groupby("example_id", sort=False).sum()

@@ -69,7 +69,9 @@ def summary_lines(
             lines.append(titles[question].title if question in titles else question)
         est = facts.stats[s.key]
         what = "; ".join(x for x in (s.stat.unit, DIRECTION[s.stat.direction]) if x)
-        lines.append(f"  {s.stat.label:<{width}}  {est.fmt()}  ({what}; {_counted(s, metrics)})")
+        lines.append(
+            f"  {s.stat.label:<{width}}  {est.fmt()}  ({what}; {_counted(s, facts.stat_steps, metrics)})"
+        )
     v = verdict(facts, thresholds)
     lines.append("verdict: " + ", ".join(f"{q} {a}" for q, a in v.answers.items()))
     lines += [f"  {sentence}" for sentence in v.sentences]
@@ -97,11 +99,13 @@ def print_summary(
     return 0
 
 
-def _counted(shown: catalogue.ShownStat, metrics: dict[str, float]) -> str:
-    """What a statistic was computed on: ``198 decoder steps`` or ``20 examples``."""
-    steps = metrics.get(f"ablation/{shown.ablation}/n_steps")
-    if steps:
-        return f"{int(steps)} decoder steps"
+def _counted(
+    shown: catalogue.ShownStat, stat_steps: dict[str, int], metrics: dict[str, float]
+) -> str:
+    """What a statistic was computed on: ``198 decoder steps`` (its steps with a value,
+    :func:`attnstudy.findings.steps_computed_on`) or ``20 examples``."""
+    if shown.key in stat_steps:
+        return f"{stat_steps[shown.key]} decoder steps"
     examples = metrics.get(f"ablation/{shown.ablation}/n_examples") or metrics.get(
         "ablation/n_examples"
     )

@@ -179,6 +179,29 @@ def estimate(metrics: dict, key: str, n: int | None = None) -> Estimate | None:
     )
 
 
+def steps_computed_on(metrics: dict, key: str) -> int | None:
+    """The decoder steps the statistic ``key`` (``ablation/<name>/<stat>``) was computed on.
+
+    ``ablation/<name>/n_steps`` (the steps analysed) less ``ablation/<name>/n_skipped`` (steps the
+    ablation could not analyse, e.g. one-token sources for the permutation) less
+    ``<key>_n_undefined`` (steps where the statistic has no value, e.g. <eos> for gold mass),
+    each as the suite logged it (:func:`attnstudy.analysis.suite.summary_from_sums`); counters
+    not logged count 0 (a ratio of sums, AER, logs no undefined count).
+
+    Returns:
+        The count (≥ 0), or None where ``n_steps`` was not logged (per-example ablations).
+    """
+    n = metrics.get(f"{key.rsplit('/', 1)[0]}/n_steps")
+    if not n or not math.isfinite(float(n)):
+        return None
+    less = 0.0
+    for counter in (f"{key.rsplit('/', 1)[0]}/n_skipped", f"{key}_n_undefined"):
+        v = metrics.get(counter)
+        if v is not None and math.isfinite(float(v)):
+            less += float(v)
+    return max(int(round(float(n) - less)), 0)
+
+
 @dataclass
 class ModelFacts:
     """What the verdict of one model (one layer, or the layer mean) is built from.
@@ -191,6 +214,9 @@ class ModelFacts:
         steps_of: each ablation's analysed decoder steps (``ablation/<name>/n_steps``): the
             alignment counts the reference prefix's steps, the interventions the analysis
             prefix's.
+        stat_steps: ``ablation/<name>/<stat>`` → the decoder steps that statistic was computed on
+            (:func:`steps_computed_on`: analysed, not skipped, not undefined); what ``attnstudy
+            ablate``, the report's steps columns and the verdict's "n = …" print.
         eps: ε_eval of the adversarial search (TVD); n_permutations: P.
         shift: (offset, gold mass at the offset, gold mass in place) when attention sits off the
             gold links (see :func:`attnstudy.report.shifted_alignment`), else None.
@@ -207,6 +233,7 @@ class ModelFacts:
     shift: tuple[int, Estimate, Estimate] | None = None
     task_metrics: dict[str, Estimate] = field(default_factory=dict)
     steps_of: dict[str, int] = field(default_factory=dict)
+    stat_steps: dict[str, int] = field(default_factory=dict)
 
     def get(self, name: str, stat: str) -> Estimate | None:
         return self.stats.get(f"ablation/{name}/{stat}")
@@ -252,6 +279,26 @@ def _hi(e: Estimate) -> float:
     return e.high if e.has_ci else e.value
 
 
+def layer_name(index: int, layers: int | None = None) -> str:
+    """A layer as a person reads it, 1-based (``index`` is the stored 0-based one): ``2``, or
+    with ``layers`` ``2 of 2 (the last)``."""
+    if layers is None:
+        return str(index + 1)
+    return f"{index + 1} of {layers}" + (" (the last)" if index + 1 == layers > 1 else "")
+
+
+def _pct_against(x: float, threshold: float) -> str:
+    """``x`` as a percentage with as many decimals as it takes to show its side of ``threshold``
+    (0.0237 against 0.02: ``2.4 %``; 0.0999 against 0.1: ``9.99 %``, not ``10.0 %``)."""
+    for digits in range(0, 7):
+        shown = round(100 * x, digits)
+        if (shown < 100 * threshold) == (x < threshold) and (shown == 100 * threshold) == (
+            x == threshold
+        ):
+            break
+    return f"{100 * x:.{digits}f} %"
+
+
 def verdict(f: ModelFacts, t: VerdictThresholds | None = None) -> Verdict:
     """The generated verdict of one model from its measured numbers (see the module docstring).
 
@@ -264,11 +311,8 @@ def verdict(f: ModelFacts, t: VerdictThresholds | None = None) -> Verdict:
     """
     t = t or VerdictThresholds()
     v = Verdict(f.name)
-    n = (
-        f" (n = {f.n_examples} examples, {f.n_steps} decoder steps)"
-        if f.n_examples and f.n_steps
-        else ""
-    )
+    steps = f.stat_steps.get("ablation/permutation/flip_rate")  # the "used" sentence's statistic
+    n = f" (n = {f.n_examples} examples, {steps} decoder steps)" if f.n_examples and steps else ""
     if f.attention == "none":
         em = f.task_metrics.get("test/exact_match")
         v.sentences.append(
@@ -316,9 +360,13 @@ def _used(f: ModelFacts, t: VerdictThresholds, v: Verdict, n: str) -> None:
             s += " (The uniform baseline: its weights are fixed by construction, so nothing can depend on them.)"
     else:
         v.used = "unclear"
+        # the rules read the interval's bounds, not the rounded value beside them
         s = (
-            f"Attention is used weakly, if at all{n}: {what}{extra_text}, between the thresholds "
-            f"{t.unused_flip:g} and {t.used_flip:g}."
+            f"Attention is used weakly, if at all{n}: {what}{extra_text}; neither rule decides: "
+            f"the upper bound {_pct_against(_hi(perm), t.unused_flip)} is not below the "
+            f"{_pct_against(t.unused_flip, t.unused_flip)} threshold for 'not used', the lower "
+            f"bound {_pct_against(_lo(perm), t.used_flip)} is below the "
+            f"{_pct_against(t.used_flip, t.used_flip)} threshold for 'used'."
         )
     if uni is not None:
         keep = Estimate(1 - uni.value, 1 - uni.high, 1 - uni.low, uni.n)
@@ -374,12 +422,20 @@ def _agrees(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
             else ("strongly" if e.value >= t.tau_strong else "moderately")
         )
 
+    def relation(name: str, e: Estimate) -> str:
+        # the sign is read from the interval: below 0 is the opposite order, not weak agreement
+        if _hi(e) < 0:
+            return f"disagrees with {name} at τ = {e.fmt(2)} (ranks positions in opposite order)"
+        if _lo(e) <= 0:
+            return f"shows no evidence of agreement with {name} at τ = {e.fmt(2)} (contains 0)"
+        return f"agrees with {name} at τ = {e.fmt(2)} ({strength(e)})"
+
     parts = [
-        f"with {name} at τ = {e.fmt(2)} ({strength(e)})"
+        relation(name, e)
         for name, e in (("gradient × input", ag), ("leave-one-out", al))
         if e is not None
     ]
-    s = "Attention agrees " + " and ".join(parts)
+    s = "Attention " + " and ".join(parts)
     if gl is not None:
         below = [e for e in (ag, al) if e is not None and _hi(e) < _lo(gl)]
         s += f", against τ = {gl.fmt(2)} between gradient and leave-one-out themselves"
@@ -669,6 +725,7 @@ def facts_from_metrics(
             for k, v in metrics.items()
             if k.startswith("ablation/") and k.count("/") == 2 and k.endswith("/n_steps") and v
         },
+        stat_steps={k: c for k in stats if (c := steps_computed_on(metrics, k)) is not None},
         eps=num("ablation.adversarial.eps_eval", float),
         n_permutations=num("ablation.permutation.n", int),
         task_metrics={

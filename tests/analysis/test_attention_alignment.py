@@ -85,6 +85,8 @@ def test_run_alignment_by_hand():
     assert summary["ablation/alignment/argmax_on_gold"] == pytest.approx(0.5)
     assert summary["ablation/alignment/n_skipped"] == 3
     assert summary["ablation/alignment/gold_mass_n_undefined"] == 1  # the <eos> step
+    # AER's sums get nothing from <eos> (|A| + |S| = 0): it is not computed on that step either
+    assert summary["ablation/alignment/aer_n_undefined"] == 1
     assert summary["ablation/alignment/aer_linked"] == pytest.approx(
         1 / 3
     )  # every token has gold links

@@ -28,8 +28,18 @@ def test_ablate_prints_intervals_verdict_browser_and_run(tiny_models, capsys):
         assert est.has_ci and est.low <= est.value <= est.high
         line = next(line for line in lines if line.strip().startswith(s.stat.label + " "))
         assert f" {est.fmt()}  ({s.stat.unit}" in line, line
-        n_steps = int(run.metrics[f"ablation/{s.ablation}/n_steps"])
-        assert line.endswith(f"; {n_steps} decoder steps)"), line
+        # the steps it was computed on: analysed, not skipped, with a value (it printed every
+        # analysed step: 99 for gold mass where 20 <eos> steps have none)
+        m = run.metrics
+        n = m[f"ablation/{s.ablation}/n_steps"] - m[f"ablation/{s.ablation}/n_skipped"]
+        n -= m.get(f"{s.key}_n_undefined", 0)
+        assert line.endswith(f"; {int(n)} decoder steps)"), line
+        if s.key == "ablation/alignment/gold_mass":
+            assert n < m["ablation/alignment/n_steps"]  # the <eos> steps are left out
+    flips = int(run.metrics["ablation/permutation/n_steps"])
+    flips -= int(run.metrics["ablation/permutation/n_skipped"])
+    flips -= int(run.metrics.get("ablation/permutation/flip_rate_n_undefined", 0))
+    assert f"(n = 4 examples, {flips} decoder steps)" in out  # the verdict's, the same count
     assert "Is attention used? Intervening on it" in lines
     assert "Does it align with gold links?" in lines
 

@@ -11,7 +11,9 @@ from attnstudy.findings import (
     VerdictThresholds,
     across_seeds,
     facts_from_metrics,
+    layer_name,
     overall,
+    steps_computed_on,
     verdict,
 )
 
@@ -125,7 +127,10 @@ def test_thresholds_are_configurable_and_change_the_answer():
     strict = VerdictThresholds(used_flip=0.95, unused_flip=0.5)
     v = verdict(f, strict)
     assert v.used == "unclear"
-    assert "between the thresholds 0.5 and 0.95" in v.sentences[0]
+    assert (
+        "neither rule decides: the upper bound 93 % is not below the 50 % threshold for "
+        "'not used', the lower bound 86 % is below the 95 % threshold for 'used'."
+    ) in v.sentences[0]
     assert verdict(f, VerdictThresholds(align_aer=0.1)).aligns == "partly"
     with pytest.raises(ValueError):
         VerdictThresholds(used_flip=1.5)
@@ -347,29 +352,29 @@ def test_constructed_store_report_says_the_expected_thing(constructed_report):
     assert "No attention: this model is the bottleneck baseline" in none
     # the two-layer model: a verdict per layer and for the layer mean
     layered = findings[findings.index("### copy transformer-L2H1") :]
-    assert "layer 0" in layered and "layer 1" in layered and "layer mean" in layered
+    assert "layer 1" in layered and "layer 2" in layered and "layer mean" in layered
     per_layer = {
         name: layered[layered.index(name) : layered.index(name) + 400]
-        for name in ("layer 0", "layer 1", "layer mean")
+        for name in ("layer 1", "layer 2", "layer mean")
     }
-    assert "Attention is not used" in per_layer["layer 0"]
-    assert "0 % [0, 0] change" in per_layer["layer 0"]
-    assert "Attention is used" in per_layer["layer 1"]
-    assert "90 % [90, 90] change" in per_layer["layer 1"]
+    assert "Attention is not used" in per_layer["layer 1"]
+    assert "0 % [0, 0] change" in per_layer["layer 1"]
+    assert "Attention is used" in per_layer["layer 2"]
+    assert "90 % [90, 90] change" in per_layer["layer 2"]
     assert "45 % [45, 45] change" in per_layer["layer mean"]
     # the layer's own global permutation, where the suite measured it per layer
-    layer1 = layered[layered.index("layer 1") : layered.index("layer mean")]
+    layer1 = layered[layered.index("layer 2") : layered.index("layer mean")]
     assert (
         "lowers exact match from 0.6 [0.5, 0.7] to 0.1 [0.05, 0.15] (drop 0.5 [0.4, 0.6])" in layer1
     )
-    assert "free-running" not in layered[layered.index("layer 0") : layered.index("layer 1")]
+    assert "free-running" not in layered[layered.index("layer 1") : layered.index("layer 2")]
     # the table: the layer's own global permutation; the layer mean has none, and says why
     rows = {
         line.split(" | ")[0].strip("| "): line
         for line in md.splitlines()
         if line.startswith("| copy transformer-L2H1")
     }
-    assert "0.5 [0.4, 0.6]" in rows["copy transformer-L2H1 · layer 1"]
+    assert "0.5 [0.4, 0.6]" in rows["copy transformer-L2H1 · layer 2"]
     assert "per layer only" in rows["copy transformer-L2H1 · layer mean"]
     overall = findings.split("\n\n")[1]
     # additive-bahdanau has two seeds, the other two configurations with attention one each
@@ -385,4 +390,67 @@ def test_constructed_store_report_says_the_expected_thing(constructed_report):
     # the HTML says the same, from the same data
     assert "fixed by construction" in html and html.count("68 % of function words") == 1
     assert html.count('class="verdict"') == 5  # one per model
-    assert html.count('class="verdict layer"') == 3  # layer 0, layer 1, layer mean
+    assert html.count('class="verdict layer"') == 3  # layer 1, layer 2, layer mean
+
+
+def test_steps_counted_are_those_each_statistic_was_computed_on():
+    """An own-data model with one-token sources: 20 steps analysed, 8 skipped by every
+    intervention; the verdict and ModelFacts.stat_steps said 20 where the statistics rest on 12
+    (gold mass: 99 reference steps, 20 of them <eos> where it is undefined)."""
+    m = metrics(
+        permutation__flip_rate=(0.5, 0.4, 0.6),
+        alignment__gold_mass=(0.8, 0.75, 0.85),
+        alignment__aer=(0.2, 0.1, 0.3),
+    )
+    m |= {"ablation/permutation/n_steps": 20.0, "ablation/permutation/n_skipped": 8.0}
+    m |= {"ablation/alignment/n_steps": 99.0, "ablation/alignment/n_skipped": 0.0}
+    m |= {"ablation/alignment/gold_mass_n_undefined": 20.0}
+    f = facts_from_metrics("m", "additive", m, stat_keys=KEYS, params=PARAMS)
+    assert steps_computed_on(m, "ablation/permutation/flip_rate") == 12
+    assert f.stat_steps == {
+        "ablation/permutation/flip_rate": 12,
+        "ablation/alignment/gold_mass": 79,
+        "ablation/alignment/aer": 99,
+    }
+    assert "(n = 50 examples, 12 decoder steps)" in verdict(f).sentences[0]
+
+
+@pytest.mark.parametrize(
+    ("tau", "said"),
+    [
+        (
+            (-0.29, -0.44, -0.15),
+            "disagrees with gradient × input at τ = -0.29 [-0.44, -0.15] "
+            "(ranks positions in opposite order)",
+        ),
+        (
+            (0.06, -0.03, 0.2),
+            "shows no evidence of agreement with gradient × input at "
+            "τ = 0.06 [-0.03, 0.2] (contains 0)",
+        ),
+        ((0.1, 0.02, 0.18), "agrees with gradient × input at τ = 0.1 [0.02, 0.18] (weakly)"),
+    ],
+)
+def test_a_negative_tau_is_disagreement_not_weak_agreement(tau, said):
+    m = metrics(importance__tau_attn_grad=tau)
+    v = verdict(facts_from_metrics("m", "additive", m, stat_keys=KEYS, params=PARAMS))
+    agrees = next(s for s in v.sentences if "gradient × input" in s)
+    assert agrees.startswith("Attention " + said), agrees
+
+
+def test_an_unclear_use_names_the_bound_the_rule_read_at_its_precision():
+    """1 % [0, 2] "between the thresholds 0.02 and 0.1": the rule read the upper bound 0.0237."""
+    m = metrics(permutation__flip_rate=(0.012, 0.0, 0.0237))
+    v = verdict(facts_from_metrics("m", "additive", m, stat_keys=KEYS, params=PARAMS))
+    assert v.used == "unclear"
+    assert "1 % [0, 2] change the predicted token" in v.sentences[0]
+    assert (
+        "neither rule decides: the upper bound 2.4 % is not below the 2 % threshold for "
+        "'not used', the lower bound 0 % is below the 10 % threshold for 'used'."
+    ) in v.sentences[0]
+    assert "between the thresholds" not in v.text
+
+
+def test_layers_are_named_1_based():
+    assert layer_name(1, 2) == "2 of 2 (the last)"
+    assert layer_name(0, 2) == "1 of 2" and layer_name(0) == "1"

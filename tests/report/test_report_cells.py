@@ -141,7 +141,7 @@ def test_multi_head_rows_say_their_heads_are_averaged(report):
     section = md.split("### Does it agree with other importance measures?")[1].split("\n### ")[0]
     notes = [x for x in section.splitlines() if x.startswith("Heads averaged")]
     assert len(notes) == 1
-    assert "copy transformer-L2H2 at layer 1 of 2 with its 2 heads" in notes[0]
+    assert "copy transformer-L2H2 at layer 2 of 2 (the last) with its 2 heads" in notes[0]
     assert "read the heads' mean" in notes[0]
     for one_head in ("copy add-1", "copy uniform-bahdanau"):
         assert one_head not in notes[0]

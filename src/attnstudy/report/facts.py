@@ -13,7 +13,7 @@ from ..analysis import catalogue
 from ..analysis.catalogue import AblationConfig
 from ..analysis.per_example import gold_mass_by_offset
 from ..data.tasks import task_metrics
-from ..findings import Estimate, ModelFacts, VerdictThresholds, facts_from_metrics
+from ..findings import Estimate, ModelFacts, VerdictThresholds, facts_from_metrics, layer_name
 from .store import ModelEntry, StudyData
 
 
@@ -86,7 +86,12 @@ def layer_facts(e: ModelEntry, base: ModelFacts) -> list[ModelFacts]:
     out = []
     per = layer_summaries(e.steps, names, cfg, e.analysis_prefix)
     for key, metrics in per.items():
-        label = f"{e.variant} · layer {key}" if key != "mean" else f"{e.variant} · layer mean"
+        # the label is read by people (1-based); the metric keys keep the stored 0-based index
+        label = (
+            f"{e.variant} · layer {layer_name(key)}"
+            if key != "mean"
+            else f"{e.variant} · layer mean"
+        )
         if key != "mean":
             # per-example ablations (the global permutation) are not in the per-step table: the
             # suite logged each layer's as ablation/layer<k>/<name>/<stat>

@@ -16,7 +16,7 @@ from ..adversaries import STATS as ADVERSARY_STATS
 from ..analysis import catalogue
 from ..analysis.catalogue import list_ablations
 from ..data.tasks import task_metrics
-from ..findings import Estimate, ModelFacts
+from ..findings import Estimate, ModelFacts, layer_name
 from ..run_pages import variant_name
 from ..tracking import Tag, Tracker
 from .facts import _bootstrap_cfg
@@ -440,6 +440,8 @@ def summary_tables(
                     ]
                 rows.append(row)
         notes = [] if q == "task" else [n for n in (heads_note(data),) if n]
+        if q != "task" and any(" to " in row[2] for row in rows):
+            notes.append(STEPS_RANGE_NOTE)
         tables.append(
             _table(question.title, question.intro, header, rows) | {"key": q, "notes": notes}
         )
@@ -481,7 +483,7 @@ def heads_note(data: StudyData) -> str | None:
             continue
         heads, layers, layer = shape
         where = (
-            f"layer {layer} of {layers} with its {heads} heads"
+            f"layer {layer_name(layer, layers)} with its {heads} heads"
             if layer is not None
             else f"all {layers} layers at once, {heads * layers} heads"
         )
@@ -500,14 +502,22 @@ def heads_note(data: StudyData) -> str | None:
     )
 
 
-def _steps(f: ModelFacts, keys: list[str]) -> int | None:
-    """The decoder steps a question's statistics were computed on: those of the first of its
-    ablations that counted them (the alignment's reference-prefix steps for "aligns", not the
-    analysis prefix's), else the model's."""
-    for name in dict.fromkeys(k.split("/")[1] for k in keys):
-        if name in f.steps_of:
-            return f.steps_of[name]
-    return f.n_steps
+STEPS_RANGE_NOTE = (
+    "Steps: the decoder steps each statistic has a value at (not skipped, not undefined); "
+    "“a to b” where the row's statistics rest on different steps (gold mass has none at <eos>)."
+)
+"""The note under a table whose steps column shows a range (:func:`_steps`)."""
+
+
+def _steps(f: ModelFacts, keys: list[str]) -> str | None:
+    """The decoder steps a question's statistics were computed on (their steps with a value,
+    :attr:`ModelFacts.stat_steps`, as ``attnstudy ablate`` prints them): one count, or
+    ``low to high`` where the row's statistics rest on different steps (gold mass leaves out <eos>,
+    AER does not); None where none of them was counted."""
+    counts = sorted({f.stat_steps[k] for k in keys if k in f.stat_steps})
+    if not counts:
+        return None
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
 
 
 def status_lines(data: StudyData) -> list[dict]:
