@@ -667,24 +667,6 @@ class AblationConfig(_Strict):
         given = (self.model_extra or {}).get(name)
         return given if isinstance(given, spec.params) else spec.params()
 
-    def check_step_scores(self) -> None:
-        """Check every selected ablation's ``scores`` against the step-score registry (importing
-        it, and so torch: call it before a study trains, not while validating a file).
-
-        Raises:
-            ValueError: one line naming the ablation's table and the unknown score, with the
-                registered names (a study would otherwise train every model first and then fail
-                in each ablation).
-        """
-        from attnstudy.analysis.step_scores import UnknownStepScoreError, get_step_score
-
-        for name in self.ablations:
-            for score in getattr(self.params_for(name), "scores", ()):
-                try:
-                    get_step_score(score)
-                except UnknownStepScoreError as err:
-                    raise ValueError(f"ablation.{name}.scores: {err}") from None
-
     def resolved(self) -> dict[str, Any]:
         """Every setting that determines the results, defaults filled in: the general fields and the
         parameters of each selected ablation (for logging and the ablation key)."""

@@ -185,6 +185,25 @@ class Executor(Protocol):
         """Release what :meth:`prepare` acquired (always called)."""
 
 
+def _check_step_scores(ablation: AblationConfig) -> None:
+    """Check every selected ablation's ``scores`` against the step-score registry before a study
+    trains (the config's own check runs only once the registry, and so torch, is imported; a study
+    trained every model, then failed each one's ablation).
+
+    Raises:
+        ConfigError: one line naming the ablation's table and the unknown score, with the
+            registered names.
+    """
+    from .analysis.step_scores import UnknownStepScoreError, get_step_score
+
+    for name in ablation.ablations:
+        for score in getattr(ablation.params_for(name), "scores", ()):
+            try:
+                get_step_score(score)
+            except UnknownStepScoreError as err:
+                raise ConfigError(f"ablation.{name}.scores: {err}") from None
+
+
 def run_study(
     cfg: ExperimentConfig,
     *,
@@ -218,10 +237,7 @@ def run_study(
         StudyFailedError: some variants failed (its ``result`` holds what was done).
     """
     adversaries.check_selection(cfg, cfg.runs())
-    try:  # registered step scores are known only once torch is imported: checked before training
-        cfg.ablation.check_step_scores()
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
+    _check_step_scores(cfg.ablation)
     tracker = open_tracker(cfg, devices_here=executor is None)
     if report:  # a report folder that would be refused at the end is refused before the study
         from attnstudy.outputs import REPORT_KIND, check_replace, store_folders_of
