@@ -22,7 +22,7 @@ from ..findings import (
 )
 from ..run_pages import estimates_table, figure_png
 from ..tracking import Artifact
-from ..ui import runs_view_url
+from ..ui import TRAINING_VIEW_QUERY, runs_view_url
 from .facts import _bootstrap_cfg, layer_facts, model_facts, thresholds_of
 from .prose import STUDY_FIGURES
 from .store import ModelEntry, StudyData
@@ -37,7 +37,7 @@ from .tables import (
 )
 
 DEFAULT_UI_URL = "http://127.0.0.1:5000"
-ML_VIEW = "workflowType=machine_learning"
+ML_VIEW = TRAINING_VIEW_QUERY  # MLflow 3's training views (it opens in GenAI mode otherwise)
 
 
 def ui_base_url(ui_url: str | None = None, tracking_uri: str | None = None) -> str:
