@@ -194,15 +194,16 @@ def _permuted_steps(valid: Tensor, steps: Tensor, n: int, heads: int, gen_fn: Ge
         draws.append(torch.rand(n, heads, k, generator=g, device=g.device).to("cpu"))
     for k in step_nv.unique().tolist():
         which = (step_nv == k).nonzero()[:, 0]
-        perm = torch.stack([draws[i] for i in which.tolist()]).argsort(-1)  # (S_k, P, H, k)
+        # (S_k, P, H, k), sorted on the CPU where it was drawn, then on the model's device
+        perm = torch.stack([draws[i] for i in which.tolist()]).argsort(-1).to(valid.device)
         bs, ts = todo[which, 0], todo[which, 1]
         order = torch.cat(
-            [perm, torch.arange(k, t_x).expand(*perm.shape[:-1], t_x - k)], -1
+            [perm, torch.arange(k, t_x, device=perm.device).expand(*perm.shape[:-1], t_x - k)], -1
         )  # (S_k, P, H, T_x): a permutation of the slots that fixes the padding slots
         slot = slots[bs][:, None, None, :].expand(order.shape)
         # new position slot[i] takes the weight of old position slot[order[i]]
         index = torch.empty_like(order).scatter_(-1, slot, slot.gather(-1, order))
-        yield bs, ts, index, (perm == torch.arange(k)).all(-1).all(-1)
+        yield bs, ts, index, (perm == torch.arange(k, device=perm.device)).all(-1).all(-1)
 
 
 def _permutation_index_loop(
@@ -212,8 +213,8 @@ def _permutation_index_loop(
     call and one assignment per step), the test oracle of the batched version."""
     b, t_x = valid.shape
     t_y = steps.size(1)
-    index = torch.arange(t_x).expand(b, n, heads, t_y, t_x).clone()
-    identity = torch.ones(b, n, t_y, dtype=torch.bool)
+    index = torch.arange(t_x, device=valid.device).expand(b, n, heads, t_y, t_x).clone()
+    identity = torch.ones(b, n, t_y, dtype=torch.bool, device=valid.device)
     for bi, ti in steps.nonzero().tolist():
         pos = valid[bi].nonzero()[:, 0]
         nv = pos.numel()
@@ -221,7 +222,7 @@ def _permutation_index_loop(
             continue
         perm = permutation_indices(gen_fn(bi, ti), n, heads, nv, device="cpu")  # (P, H, nv)
         index[bi, :, :, ti][..., pos] = pos[perm]  # view of (P, H, T_x), valid columns
-        identity[bi, :, ti] = (perm == torch.arange(nv)).all(-1).all(-1)
+        identity[bi, :, ti] = (perm == torch.arange(nv, device=perm.device)).all(-1).all(-1)
     return index, identity
 
 

@@ -215,13 +215,16 @@ def random_orders(tr, n_random: int, seed: int, example_ids) -> list[Tensor]:
         ``n_random`` long (B, T_y, T_x) orders.
     """
     b, t_y, t_x = tr.tgt_in.size(0), tr.tgt_in.size(1), tr.src.size(1)
-    keys = torch.zeros(n_random, b, t_y, t_x, dtype=torch.float64)
+    # drawn on the CPU (the step generators are CPU generators), moved to the model's device below
+    keys = torch.zeros(n_random, b, t_y, t_x, dtype=torch.float64, device="cpu")
     lengths = tr.src_lengths.tolist()
     for i in range(b):
         n = int(lengths[i])
         for t in range(int(tr.step_mask[i].sum())):
             g = step_generator(seed, example_ids[i], t, SPEC.name)
-            keys[:, i, t, :n] = torch.rand(n_random, n, generator=g, dtype=torch.float64)
+            keys[:, i, t, :n] = torch.rand(
+                n_random, n, generator=g, dtype=torch.float64, device=g.device
+            )
     return [order_of(k.to(tr.src.device), tr.pad_mask) for k in keys]
 
 
@@ -301,7 +304,9 @@ def drops(
                 keep = torch.where(cm[:, None] == 0, ~top, top) & ~tr.pad_mask[cb]
                 src, lengths = _kept_sources(tr.src[cb], keep)
                 p_t = _emitted_probs(model, tr, cb, src[:, :length], lengths, len(rows))
-                out[cm, co, cb, ct, k_i[rows]] = base[cb, ct] - p_t[torch.arange(len(rows)), ct]
+                out[cm, co, cb, ct, k_i[rows]] = (
+                    base[cb, ct] - p_t[torch.arange(len(rows), device=p_t.device), ct]
+                )
     # duplicates take their first column's values
     return out.gather(-1, first[None, None, :, None, :].expand_as(out))
 
@@ -333,7 +338,7 @@ def reference_drops(model, batch: PreparedBatch, order: Tensor, k: int, mode: st
     """
     tr = batch.trace
     b, t_y = tr.tgt_in.shape
-    out = torch.full((b, t_y), math.nan, dtype=torch.float64)
+    out = torch.full((b, t_y), math.nan, dtype=torch.float64, device=tr.src.device)
     with eval_mode(model), torch.no_grad():
         for i in range(b):
             n = int(tr.src_lengths[i])
@@ -401,7 +406,9 @@ def run(model, batch: PreparedBatch, params: FaithfulnessParams, ctx: AblationCo
     named = {r: d[:, i] for i, r in enumerate(names)}
     if n_rand:
         named["random"] = d[:, len(names) :].mean(1)
-    nan = torch.full((2, *tr.step_mask.shape, ks.size(1)), math.nan, dtype=torch.float64)
+    nan = torch.full(
+        (2, *tr.step_mask.shape, ks.size(1)), math.nan, dtype=torch.float64, device=d.device
+    )
     for r in dict.fromkeys([*params.rankings, *FaithfulnessParams.SHOWN]):
         # a ranking not run (not selected, or the model lacks it) is undefined at every step
         comp, suff = named.get(r, nan.to(tr.src.device))  # (B, T_y, K) each

@@ -359,6 +359,8 @@ def fields_without(spec):
         "attention_value_dim",
         "label_smoothing",
         "device",  # not part of any key
+        "num_gpus",  # not part of any key (Ray's request per task)
+        "memory_gib",  # not part of any key (Ray's request per task)
         "amp",  # key-neutral while off
         "warmup_steps",  # key-neutral at its default (used by scheduling = "inverse_sqrt")
         "average_last",  # key-neutral at 1 (no checkpoint averaging)
