@@ -207,7 +207,7 @@ def test_a_study_evaluates_ablates_and_reports_a_pretrained_variant(tmp_path, ro
     html = Path(out.report).read_text(encoding="utf-8")
     assert "tsv hf-tiny-marian" in html and "tsv additive-bahdanau" in html
     # per layer, as for a Transformer: both decoder layers and their mean
-    for layer in ("layer 0", "layer 1", "layer mean"):
+    for layer in ("layer 1", "layer 2", "layer mean"):  # 1-based, as people read them
         assert f"tsv hf-tiny-marian · {layer}" in html
     steps = pd.read_parquet(client.download_artifacts(abl.info.run_id, "ablations/steps.parquet"))
     assert sorted(steps["layer"].dropna().unique().tolist()) == [0, 1]
