@@ -186,6 +186,18 @@ def _mark_na(fig, model: str, labels: list[str]) -> None:
     fig.attnstudy_na[model] += [x for x in labels if x not in fig.attnstudy_na[model]]
 
 
+def _na_text(ax, x: float, y: float, model: str, palette: dict, *, fallback: str = "0.3", **style):
+    """Draw ``model``'s n/a mark at ``(x, y)`` in its palette colour (``fallback`` when it has
+    none); its ``gid`` ``na:<model>`` is how captions' tests find it. ``style``: Matplotlib text
+    settings (alignment, rotation, size, transform)."""
+    return ax.text(x, y, NA, color=palette.get(model, fallback), gid=f"na:{model}", **style)
+
+
+def _group_x(group: int, member: int, width: float) -> float:
+    """x of member ``member`` of group ``group`` in seaborn's dodged layout (groups 0.8 wide)."""
+    return group - 0.4 + width * (member + 0.5)
+
+
 def _with_na(order: list[str], missing: list[str], palette: dict) -> list[str]:
     """``order`` with the ``missing`` models in their palette places (the rest after)."""
     rank = {v: i for i, v in enumerate(palette)}

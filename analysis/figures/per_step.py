@@ -23,9 +23,11 @@ from .base import (
     RANKINGS,
     TAU_COLUMNS,
     TAU_P,
+    _group_x,
     _has,
     _legend_below,
     _mark_na,
+    _na_text,
     _note,
     _order,
     _subplots,
@@ -77,24 +79,24 @@ def _by_max_attention(
         for i, b in enumerate(bins):
             for j, v in enumerate(variants):
                 if v in gone:  # its place in every bin, marked
-                    ax.text(
-                        i - 0.4 + width * (j + 0.5),
+                    _na_text(
+                        ax,
+                        _group_x(i, j, width),
                         0.5,
-                        NA,
+                        v,
+                        palette,
                         ha="center",
                         va="center",
                         rotation=90,
                         fontsize=FONT - 2,
-                        color=palette.get(v, "0.3"),
                         transform=ax.get_xaxis_transform(),
-                        gid=f"na:{v}",
                     )
                     _mark_na(fig, v, [])
                     continue
                 vals = sub.loc[(sub["bin"] == b) & (sub["variant"] == v), column].to_numpy(float)
                 if len(vals) == 0:
                     continue
-                x = i - 0.4 + width * (j + 0.5)
+                x = _group_x(i, j, width)
                 colour = palette[v]
                 if len(vals) >= MIN_N and np.ptp(vals) > 0:
                     parts = ax.violinplot(
@@ -221,16 +223,16 @@ def kendall_tau(steps: pd.DataFrame, palette: dict | None = None) -> Figure:
         for j, v in enumerate(order):
             if v in there:
                 continue
-            ax.text(
-                i - 0.4 + width * (j + 0.5),
+            _na_text(
+                ax,
+                _group_x(i, j, width),
                 0.0,
-                NA,
+                v,
+                palette,
                 ha="center",
                 va="center",
                 rotation=90,
                 fontsize=FONT - 2,
-                color=palette.get(v, "0.3"),
-                gid=f"na:{v}",
             )
             _mark_na(fig, v, [pair])
     ax.axhline(0, color="0.5", lw=0.8)
@@ -274,16 +276,16 @@ def kendall_tau(steps: pd.DataFrame, palette: dict | None = None) -> Figure:
             there = set(sig.loc[sig["pair"] == pair, "variant"])
             for j, v in enumerate(order):
                 if v not in there:
-                    ax2.text(
-                        i - 0.4 + width * (j + 0.5),
+                    _na_text(
+                        ax2,
+                        _group_x(i, j, width),
                         0.04,
-                        NA,
+                        v,
+                        palette,
                         ha="center",
                         va="bottom",
                         rotation=90,
                         fontsize=FONT - 3,
-                        color=palette.get(v, "0.3"),
-                        gid=f"na:{v}",
                     )
         ax2.set(title="steps with p < 0.05", xlabel="", ylabel="share of steps", ylim=(0, 1))
         ax2.tick_params(axis="x", labelsize=FONT - 2)

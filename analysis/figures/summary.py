@@ -16,10 +16,10 @@ from .base import (
     LENGTH_BINS,
     METRIC_NAMES,
     MIN_N,
-    NA,
     _has,
     _legend_below,
     _mark_na,
+    _na_text,
     _note,
     _order,
     _subplots,
@@ -130,16 +130,17 @@ def estimates_plot(
                 if (rows["label"] == label).any():
                     continue
                 y = labels.index(label) + (j - (k - 1) / 2) * (0.7 / max(k, 1))
-                ax.text(
+                _na_text(
+                    ax,
                     0.005,
                     y,
-                    NA,
+                    v,
+                    palette,
+                    fallback="#333333",
                     ha="left",
                     va="center",
                     fontsize=FONT - 2,
-                    color=palette.get(v, "#333333"),
                     transform=ax.get_yaxis_transform(),
-                    gid=f"na:{v}",
                 )
                 _mark_na(fig, v, [label])
             for _, r in rows.iterrows():
@@ -229,16 +230,17 @@ def _forest_plot(
             for v in variants:  # no value: the model's line says so
                 if v in set(rows["variant"]):
                     continue
-                ax.text(
+                _na_text(
+                    ax,
                     0.01,
                     y_of[v],
-                    NA,
+                    v,
+                    palette,
+                    fallback="#333333",
                     ha="left",
                     va="center",
                     fontsize=FONT - 3,
-                    color=palette.get(v, "#333333"),
                     transform=ax.get_yaxis_transform(),
-                    gid=f"na:{v}",
                 )
                 _mark_na(fig, v, [label])
             ax.set_title(label, fontsize=FONT - 1)
