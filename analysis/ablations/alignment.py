@@ -86,6 +86,22 @@ SPEC = AblationSpec(
             question="aligns",
             direction="lower",
         ),
+        "precision": Stat(
+            num="alignment_precision_num",
+            den="alignment_precision_den",
+            label="precision",
+            unit="share of predicted links (0–1)",
+            question="aligns",
+            direction="higher",
+        ),
+        "recall": Stat(
+            num="alignment_recall_num",
+            den="alignment_recall_den",
+            label="recall",
+            unit="share of sure gold links (0–1)",
+            question="aligns",
+            direction="higher",
+        ),
         "gold_mass": Stat(
             "alignment_gold_mass",
             label="gold mass",
@@ -119,7 +135,13 @@ SPEC = AblationSpec(
             "A the predicted links (one argmax link per reference target token), S ⊆ P the sure "
             "and possible gold links, summed over the corpus; 0 = perfect. 'Linked targets' leaves "
             "out target tokens without any gold link. 'Next step' takes target token t's link from "
-            "the attention of step t + 1, whose decoder input is token t (Chen et al. 2020).",
+            "the attention of step t + 1, whose decoder input is token t (Chen et al. 2020). With "
+            "sure links only (S = P, as in human alignments without a possible class) AER = 1 − F1.",
+        ),
+        (
+            "precision / recall",
+            "of the predicted links A against the gold (Och & Ney 2003, §5): precision = |A∩P| / "
+            "|A|, recall = |A∩S| / |S|, corpus sums over every predicted link.",
         ),
         (
             "sure / possible links",
@@ -380,8 +402,9 @@ def _heads(columns) -> list[int]:
 def derive(rows: pd.DataFrame) -> pd.DataFrame:
     """The numerator and denominator columns of the corpus AER (Och & Ney 2003, eq. 7):
     1 − (|A∩S| + |A∩P|) / (|A| + |S|) from summed counts, standard (every predicted link) and over
-    linked target tokens only, for the head mean and per head; and ``aer_shift``'s, from the next
-    step's links (every predicted link, head mean)."""
+    linked target tokens only, for the head mean and per head; ``aer_shift``'s, from the next
+    step's links (every predicted link, head mean); precision |A∩P| / |A| and recall |A∩S| / |S|
+    (Och & Ney 2003, §5; head mean, every predicted link)."""
     if "alignment_n_sure" not in rows.columns:
         return rows
     ok = rows["alignment_n_sure"].notna()
@@ -399,6 +422,11 @@ def derive(rows: pd.DataFrame) -> pd.DataFrame:
         for stat, keep in ((f"aer{label}", ok), (f"aer_linked{label}", linked)):
             cols[f"alignment_{stat}_num"] = num.where(keep, 0.0)
             cols[f"alignment_{stat}_den"] = den.where(keep, 0.0)
+    hyp = rows["alignment_n_hyp"].astype(float).where(ok, 0.0)
+    cols["alignment_precision_num"] = rows["alignment_n_hyp_possible"].astype(float).where(ok, 0.0)
+    cols["alignment_precision_den"] = hyp
+    cols["alignment_recall_num"] = rows["alignment_n_hyp_sure"].astype(float).where(ok, 0.0)
+    cols["alignment_recall_den"] = rows["alignment_n_sure"].astype(float).where(ok, 0.0)
     if "alignment_shift_n_hyp" in rows.columns:  # tables stored before aer_shift have none
         num = rows["alignment_shift_n_hyp_sure"].astype(float) + rows[
             "alignment_shift_n_hyp_possible"
