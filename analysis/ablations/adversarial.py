@@ -49,7 +49,7 @@ from attnstudy.models import Seq2Seq, eval_mode, gradients_in_eval
 
 from .._chunks import ELEMENT_BUDGET, rows_given_attention
 from ..batch import AblationContext, PreparedBatch, step_generator
-from ..divergences import jsd, tvd
+from ..divergences import LN2, _smallest_positive, jsd, tvd
 
 NAME = "adversarial"
 
@@ -194,7 +194,7 @@ def _initial_logits(
     return out.to(tr.src.device)
 
 
-def _row_objective(
+def _row_objective_reference(
     logits_of,
     batch: PreparedBatch,
     theta: Tensor,
@@ -202,7 +202,9 @@ def _row_objective(
     t_idx: Tensor,
     acfg: AdversarialParams,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Per-row adversarial loss for the rows (b_idx, t_idx).
+    """Per-row adversarial loss for the rows (b_idx, t_idx): the plain form, each term as written
+    in the module docstring through :func:`~attnstudy.analysis.divergences.jsd` (the reference
+    of :func:`_row_objective`).
 
     Args:
         logits_of: :func:`~attnstudy.analysis._chunks.rows_given_attention`: candidates (N, K, H, T_x)
@@ -225,6 +227,85 @@ def _row_objective(
     return loss, div, out_tvd, cand
 
 
+def _log_clamped(x: Tensor) -> Tensor:
+    """log(max(x, smallest positive float)): 0 · log 0 terms become 0 · finite = 0."""
+    return x.clamp_min(_smallest_positive(x.dtype)).log()
+
+
+def _jsd_fused(p: Tensor, q: Tensor, p_log_p: Tensor, q_log_q: Tensor) -> Tensor:
+    """JSD(p, q) along the last axis from precomputed Σ p log p and Σ q log q (shape (...)).
+
+    The same quantity as :func:`attnstudy.analysis.divergences.jsd` (Lin 1991): with
+    m = (p + q)/2, JSD = ½ [Σ p log p + Σ q log q − Σ (p + q) log(p + q) + ln 2 · Σ (p + q)],
+    so a pair costs one ``log`` (of p + q) instead of four, and a candidate's own entropy term
+    is computed once for all the pairs it takes part in. Equal to ``jsd`` up to float rounding
+    (``tests/analysis/test_adversarial.py`` holds the two objectives together); clamped to
+    [0, ln 2] as ``jsd``.
+    """
+    s = p + q
+    mixed = (s * (_log_clamped(s) - LN2)).sum(-1)
+    return (0.5 * (p_log_p + q_log_q - mixed)).clamp(min=0.0, max=LN2)
+
+
+def _row_objective(
+    logits_of,
+    batch: PreparedBatch,
+    theta: Tensor,
+    b_idx: Tensor,
+    t_idx: Tensor,
+    acfg: AdversarialParams,
+    fixed: _Fixed | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-row adversarial loss for the rows (b_idx, t_idx), the fused form of
+    :func:`_row_objective_reference` (the same loss up to float rounding).
+
+    What does not depend on θ (p, α and α's Σ α log α) is computed once per search
+    (:class:`_Fixed`); every JSD is :func:`_jsd_fused`: one ``log`` of the candidates' head means
+    per iteration and one per pair, the K × K pairwise term over the pairs k < k' only (JSD is
+    symmetric and JSD(α̃_k, α̃_k) = 0: mean over K × K = 2 Σ_{k<k'} / K²).
+
+    Args / Returns: as :func:`_row_objective_reference`; ``fixed`` from :func:`_fixed_terms`
+    (computed here when None).
+    """
+    fixed = _fixed_terms(batch, b_idx, t_idx) if fixed is None else fixed
+    cand = torch.softmax(theta, dim=-1)  # (N, K, H, T_x), exactly 0 at padding
+    p_new = torch.softmax(logits_of(cand), -1)  # (N, K, V)
+    cand_mean = cand.mean(2)  # (N, K, T_x)
+    c_log_c = (cand_mean * _log_clamped(cand_mean)).sum(-1)  # (N, K)
+    div = _jsd_fused(cand_mean, fixed.alpha, c_log_c, fixed.alpha_log_alpha)  # (N, K)
+    out_tvd = tvd(p_new, fixed.p_orig)  # (N, K)
+    k = cand_mean.size(1)
+    loss = (-div + acfg.lam * torch.relu(out_tvd - acfg.eps_opt)).sum(-1)
+    if k > 1:
+        i, j = torch.triu_indices(k, k, 1, device=theta.device)
+        cross = _jsd_fused(cand_mean[:, i], cand_mean[:, j], c_log_c[:, i], c_log_c[:, j])
+        loss = loss - cross.sum(-1) * (2.0 / (k * k))
+    return loss, div, out_tvd, cand
+
+
+@dataclass
+class _Fixed:
+    """The parts of the objective that do not depend on θ, for the rows of one search.
+
+    Attributes:
+        p_orig: (N, 1, V) the model's output distribution p at each row.
+        alpha: (N, 1, T_x) the head mean of the model's attention α.
+        alpha_log_alpha: (N, 1) Σ α log α (0 · log 0 := 0).
+    """
+
+    p_orig: Tensor
+    alpha: Tensor
+    alpha_log_alpha: Tensor
+
+
+def _fixed_terms(batch: PreparedBatch, b_idx: Tensor, t_idx: Tensor) -> _Fixed:
+    """:class:`_Fixed` of the rows (b_idx, t_idx) (long (N,) each)."""
+    tr = batch.trace
+    p_orig = torch.softmax(tr.logits[b_idx, t_idx], -1).unsqueeze(1)
+    alpha = tr.attention[b_idx, :, t_idx].mean(1).unsqueeze(1)
+    return _Fixed(p_orig, alpha, (alpha * _log_clamped(alpha)).sum(-1))
+
+
 def _optimise(
     model: Seq2Seq,
     batch: PreparedBatch,
@@ -233,8 +314,13 @@ def _optimise(
     params: AdversarialParams,
     ctx: AblationContext,
     steps: int | None = None,
+    plain: bool = False,
 ) -> AdversarialResult:
-    """Run the batched search over the rows (b_idx, t_idx) (model already in eval, no param grads)."""
+    """Run the batched search over the rows (b_idx, t_idx) (model already in eval, no param grads).
+
+    ``plain``: the objective's plain form :func:`_row_objective_reference` (the loop reference)
+    instead of the fused :func:`_row_objective`.
+    """
     acfg = params
     n_iter = acfg.steps if steps is None else steps
     theta = _initial_logits(batch, b_idx, t_idx, acfg, ctx.seed, batch.trace.attention.size(1))
@@ -244,14 +330,22 @@ def _optimise(
     theta.requires_grad_(True)
     optim = torch.optim.Adam([theta], lr=acfg.lr, amsgrad=True)
     logits_of = rows_given_attention(model, batch.trace, b_idx, t_idx, ctx.chunk_rows)
+    if plain:
+        objective = _row_objective_reference
+    else:
+        fixed = _fixed_terms(batch, b_idx, t_idx)
+
+        def objective(*args):
+            return _row_objective(*args, fixed=fixed)
+
     with gradients_in_eval():
         for _ in range(n_iter):
-            loss, *_ = _row_objective(logits_of, batch, theta, b_idx, t_idx, acfg)
+            loss, *_ = objective(logits_of, batch, theta, b_idx, t_idx, acfg)
             optim.zero_grad(set_to_none=True)
             loss.sum().backward()
             optim.step()
     with torch.no_grad():
-        loss, div, out_tvd, cand = _row_objective(logits_of, batch, theta, b_idx, t_idx, acfg)
+        loss, div, out_tvd, cand = objective(logits_of, batch, theta, b_idx, t_idx, acfg)
     kept = out_tvd <= acfg.eps_eval
     score = div.masked_fill(~kept, float("-inf"))
     best = torch.where(kept.any(-1), score.argmax(-1), torch.full_like(b_idx, -1))
@@ -387,6 +481,7 @@ def adversarial_loop_reference(
                         params,
                         ctx,
                         steps,
+                        plain=True,
                     )
                 )
     finally:

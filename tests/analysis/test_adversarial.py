@@ -292,3 +292,34 @@ def test_batch_of_one_token_sources_is_all_skipped(data):
     df = call("adversarial", model, batch, cfg_with(steps=3))
     assert len(df) == 2 and df.adversarial_skipped.all() and df.adversarial_found.isna().all()
     assert df.adversarial_max_jsd.isna().all()
+
+
+@pytest.mark.parametrize("k", [1, 5])
+def test_fused_objective_equals_the_plain_one(data, k):
+    """The fused objective (one log per pair, the pairs k < k' only, fixed terms once) is the
+    plain objective of the module docstring, value and gradient, to float64 rounding."""
+    from attnstudy.analysis._chunks import rows_given_attention
+    from attnstudy.analysis.ablations.adversarial import (
+        _initial_logits,
+        _row_objective,
+        _row_objective_reference,
+        _searched_rows,
+    )
+
+    cfg = cfg_with(k=k)
+    acfg = cfg.params_for("adversarial")
+    model = make_model(data, "multihead", "luong", heads=2, dtype=torch.float64)
+    batch = batch_of(model, data)
+    b_idx, t_idx = _searched_rows(batch)
+    theta = _initial_logits(batch, b_idx, t_idx, acfg, 3, 2)
+    theta = theta.masked_fill(batch.trace.pad_mask[b_idx][:, None, None, :], float("-inf"))
+    logits_of = rows_given_attention(model, batch.trace, b_idx, t_idx)
+    out = {}
+    for name, fn in (("fused", _row_objective), ("plain", _row_objective_reference)):
+        th = theta.clone().requires_grad_(True)
+        loss, div, out_tvd, _ = fn(logits_of, batch, th, b_idx, t_idx, acfg)
+        (grad,) = torch.autograd.grad(loss.sum(), th)
+        out[name] = (loss.detach(), div.detach(), out_tvd.detach(), grad)
+    for fused, plain in zip(out["fused"], out["plain"]):
+        torch.testing.assert_close(fused, plain, atol=1e-10, rtol=1e-10)
+    assert float(out["plain"][1].max()) > 0.05  # real divergences were compared

@@ -81,6 +81,25 @@ def test_row_form_equals_the_scatter_form(attention, flow, head, monkeypatch):
     assert fast.abs().max() > 0.05
 
 
+@pytest.mark.parametrize("cell,layers", [("gru", 2), ("lstm", 1), ("lstm", 2)])
+def test_bahdanau_folded_row_form_equals_the_scatter_form(cell, layers, monkeypatch):
+    """The Bahdanau row form (context folded into the first layer's input weights and the
+    readout, the cells written out) against the scatter form through ``nn.GRU``/``nn.LSTM``."""
+    model = tiny("multihead", "bahdanau", cell, layers=layers)
+    tr = model.trace(SRC, SRC_LEN, TGT_IN, TGT_OUT)
+    b_idx, t_idx = tr.step_mask.nonzero(as_tuple=True)
+    weights = _random_rows(tr, p=3, seed=2).permute(0, 3, 1, 2, 4)[b_idx, t_idx]
+    weights.requires_grad_(True)
+    fast = rows_given_attention(model, tr, b_idx, t_idx)(weights)
+    (grad_fast,) = torch.autograd.grad(fast.square().sum(), weights)
+    monkeypatch.setattr(seq2seq, "ROW_VALUES_BUDGET", 0)
+    slow = rows_given_attention(model, tr, b_idx, t_idx)(weights)
+    (grad_slow,) = torch.autograd.grad(slow.square().sum(), weights)
+    assert (fast - slow).abs().max() <= 1e-6
+    assert (grad_fast - grad_slow).abs().max() <= 1e-5
+    assert fast.abs().max() > 0.05
+
+
 def test_row_form_applies_only_where_it_is_exact_and_small():
     model = tiny("multihead", "luong")
     tr = model.trace(SRC, SRC_LEN, TGT_IN, TGT_OUT)

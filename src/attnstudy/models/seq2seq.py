@@ -364,12 +364,93 @@ class Seq2Seq(Decoding, nn.Module):
             return logits
         g_rows = g.index_select(0, b_idx)  # (N, H·T_x, context)
         prefix = trace.prefix[b_idx, t_idx]  # (N, ·)
+        gates = (4 if dec.cell == "lstm" else 3) * dec.hidden
+        small = b_idx.numel() * h_tx * (gates + dec.hidden) <= ROW_VALUES_BUDGET
+        if not (self.training and dec.dropout.p > 0) and small:
+            return self._bahdanau_rows(g_rows, prefix)
 
         def logits(weights: Tensor) -> Tensor:
             n, k, h, t_x = weights.shape
             context = torch.bmm(weights.reshape(n, k, h * t_x), g_rows).flatten(0, 1)
             out = dec.output_given_context(prefix.repeat_interleave(k, 0), context)
             return out.view(n, k, dec.output.out_features)
+
+        return logits
+
+    def _bahdanau_rows(self, g_rows: Tensor, prefix: Tensor) -> Callable[[Tensor], Tensor]:
+        """:meth:`rows_given_attention` of the Bahdanau flow with the context folded into the
+        first RNN layer's input weights and the readout (eval mode).
+
+        The step is s = RNN([e; c], s_{t−1}), h = tanh(W_r [s; c; e] + b_r), logits = W_o h
+        (Bahdanau et al. 2015, appendix A), with c = Σ_hj α_hj g_hj linear in α. Per row, what
+        does not depend on α is computed once — the recurrent terms W_hh s_{t−1} + b_hh of every
+        layer, the embedding's terms W_ie e + b_ih and W_re e + b_r — and W_ic c = α (g W_icᵀ),
+        W_rc c = α (g W_rcᵀ) are one batched product with the rows' projected values each. The
+        cells are PyTorch's GRU/LSTM equations (``torch.nn.GRU``, ``torch.nn.LSTM``) written
+        out; the same function as :meth:`Decoder.output_given_context` up to float rounding
+        (``tests/models/test_local_rows.py``).
+
+        Args:
+            g_rows: (N, H·T_x, context) the rows' value contributions (:meth:`value_contributions`).
+            prefix: (N, ·) the rows' prefix states (:attr:`StepOutput.prefix`).
+
+        Returns:
+            ``logits(weights (N, K, H, T_x)) -> (N, K, V)``, differentiable in ``weights``.
+        """
+        dec, rnn = self.decoder, self.decoder.rnn
+        n, hid, ctx_size = prefix.size(0), dec.hidden, self.attention.context_size
+        emb_size = dec.embedding.embedding_dim
+        states = prefix[:, : dec.layers * dec.state_size].view(n, dec.layers, dec.state_size)
+        emb = prefix[:, dec.layers * dec.state_size :]
+        lstm = dec.cell == "lstm"
+
+        def bias(name: str, layer: int) -> Tensor | None:
+            return getattr(rnn, f"{name}_l{layer}", None)
+
+        def affine(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+            return x @ w.T if b is None else torch.addmm(b, x, w.T)
+
+        w_ie, w_ic = rnn.weight_ih_l0.split([emb_size, ctx_size], 1)  # input [e; c]
+        w_rs, w_rc, w_re = dec.readout.weight.split([hid, ctx_size, emb_size], 1)
+        gates = w_ic.size(0)
+        # both products with the context in one: [W_ic c; W_rc c] = α (g [W_ic; W_rc]ᵀ)
+        fixed = torch.cat(
+            [affine(emb, w_ie, bias("bias_ih", 0)), affine(emb, w_re, dec.readout.bias)], -1
+        ).unsqueeze(1)  # (N, 1, gates + hidden)
+        projected = g_rows @ torch.cat([w_ic, w_rc]).T  # (N, H·T_x, gates + hidden)
+        recurrent, cells, hs = [], [], []
+        for layer in range(dec.layers):
+            h = states[:, layer, :hid]
+            hs.append(h.unsqueeze(1))
+            cells.append(states[:, layer, hid:].unsqueeze(1) if lstm else None)
+            w_hh = getattr(rnn, f"weight_hh_l{layer}")
+            recurrent.append(affine(h, w_hh, bias("bias_hh", layer)).unsqueeze(1))  # (N, 1, G)
+
+        def logits(weights: Tensor) -> Tensor:
+            rows = weights.flatten(2)  # (N, K, H·T_x)
+            first, read = torch.baddbmm(fixed, rows, projected).split([gates, hid], -1)
+            x = None
+            for layer in range(dec.layers):
+                if layer == 0:
+                    gi = first  # (N, K, gates)
+                else:
+                    w_ih = getattr(rnn, f"weight_ih_l{layer}")
+                    b_ih = bias("bias_ih", layer)
+                    gi = x @ w_ih.T if b_ih is None else torch.add(x @ w_ih.T, b_ih)
+                gh = recurrent[layer]
+                if lstm:
+                    i, f, g, o = (gi + gh).chunk(4, -1)
+                    c = torch.sigmoid(f) * cells[layer] + torch.sigmoid(i) * torch.tanh(g)
+                    x = torch.sigmoid(o) * torch.tanh(c)
+                else:
+                    i_r, i_z, i_n = gi.chunk(3, -1)
+                    h_r, h_z, h_n = gh.chunk(3, -1)
+                    r = torch.sigmoid(i_r + h_r)
+                    z = torch.sigmoid(i_z + h_z)
+                    cand = torch.tanh(i_n + r * h_n)
+                    x = cand + z * (hs[layer] - cand)  # (1 − z) n + z h
+            pre = torch.addmm(read.flatten(0, 1), x.flatten(0, 1), w_rs.T).view_as(read)
+            return dec.output(torch.tanh(pre))
 
         return logits
 
