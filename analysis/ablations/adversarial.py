@@ -64,6 +64,16 @@ class AdversarialParams(Params):
     eps_opt: float = Field(0.01, ge=0, le=1, description="TVD hinge ε during the search")
     eps_eval: float = Field(0.05, ge=0, le=1, description="TVD threshold ε for keeping a candidate")
     init_sd: float = Field(3.0, ge=0, le=100, description="σ of the initial logit noise")
+    stop_tol: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="per-row early stopping (0: off): a row stops when its loss improved by "
+        "≤ stop_tol × max(1, |loss|) over the last stop_every iterations",
+    )
+    stop_every: int = Field(
+        20, ge=1, le=1_000_000, description="iterations between two early-stopping checks"
+    )
 
 
 SPEC = AblationSpec(
@@ -320,32 +330,70 @@ def _optimise(
 
     ``plain``: the objective's plain form :func:`_row_objective_reference` (the loop reference)
     instead of the fused :func:`_row_objective`.
+
+    Early stopping (``params.stop_tol`` > 0): every ``stop_every`` iterations, a row whose loss
+    (at the parameters before that iteration's update) improved by at most
+    ``stop_tol × max(1, |loss|)`` since the previous check keeps its θ after that update and
+    leaves the search; the others go on with their own Adam moments (sliced, unchanged). A row's result
+    then depends only on its own trajectory, as without early stopping.
     """
     acfg = params
     n_iter = acfg.steps if steps is None else steps
-    theta = _initial_logits(batch, b_idx, t_idx, acfg, ctx.seed, batch.trace.attention.size(1))
+    theta_all = _initial_logits(batch, b_idx, t_idx, acfg, ctx.seed, batch.trace.attention.size(1))
     # masked once: at −inf the softmax is exactly 0, its gradient exactly 0, and Adam leaves
     # θ = −inf there (a zero moment moves nothing)
-    theta = theta.masked_fill(batch.trace.pad_mask[b_idx][:, None, None, :], float("-inf"))
-    theta.requires_grad_(True)
+    theta_all = theta_all.masked_fill(batch.trace.pad_mask[b_idx][:, None, None, :], float("-inf"))
+    theta = theta_all.clone().requires_grad_(True)
     optim = torch.optim.Adam([theta], lr=acfg.lr, amsgrad=True)
-    logits_of = rows_given_attention(model, batch.trace, b_idx, t_idx, ctx.chunk_rows)
-    if plain:
-        objective = _row_objective_reference
-    else:
-        fixed = _fixed_terms(batch, b_idx, t_idx)
 
-        def objective(*args):
-            return _row_objective(*args, fixed=fixed)
+    def prepared(rows: Tensor):
+        logits_of = rows_given_attention(
+            model, batch.trace, b_idx[rows], t_idx[rows], ctx.chunk_rows
+        )
+        if plain:
+            return lambda th: _row_objective_reference(
+                logits_of, batch, th, b_idx[rows], t_idx[rows], acfg
+            )
+        fixed = _fixed_terms(batch, b_idx[rows], t_idx[rows])
+        return lambda th: _row_objective(
+            logits_of, batch, th, b_idx[rows], t_idx[rows], acfg, fixed=fixed
+        )
 
+    active = torch.arange(len(b_idx), device=b_idx.device)
+    objective = whole = prepared(active)
+    previous = None
     with gradients_in_eval():
-        for _ in range(n_iter):
-            loss, *_ = objective(logits_of, batch, theta, b_idx, t_idx, acfg)
+        for it in range(n_iter):
+            loss, *_ = objective(theta)
             optim.zero_grad(set_to_none=True)
             loss.sum().backward()
             optim.step()
+            if acfg.stop_tol <= 0 or it % acfg.stop_every:
+                continue
+            now = loss.detach()
+            if previous is None:
+                previous = now
+                continue
+            done = previous - now <= acfg.stop_tol * now.abs().clamp(min=1.0)
+            previous = now
+            if not bool(done.any()):
+                continue
+            # the rows that stopped keep their θ (after this iteration's update); the others
+            # go on with their slice of θ and of Adam's moments
+            theta_all[active[done]] = theta.detach()[done]
+            keep = ~done
+            active, previous = active[keep], now[keep]
+            if active.numel() == 0:
+                break
+            state = optim.state.pop(theta)
+            theta = theta.detach()[keep].requires_grad_(True)
+            optim.param_groups[0]["params"] = [theta]
+            optim.state[theta] = {k: v[keep] if v.dim() else v for k, v in state.items()}
+            objective = prepared(active)
+    if active.numel():
+        theta_all[active] = theta.detach()
     with torch.no_grad():
-        loss, div, out_tvd, cand = objective(logits_of, batch, theta, b_idx, t_idx, acfg)
+        loss, div, out_tvd, cand = whole(theta_all)
     kept = out_tvd <= acfg.eps_eval
     score = div.masked_fill(~kept, float("-inf"))
     best = torch.where(kept.any(-1), score.argmax(-1), torch.full_like(b_idx, -1))
