@@ -21,6 +21,18 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_worker():
+    """Studies run their models one after another in the test process (``$ATTNSTUDY_WORKERS``,
+    the default of ``experiment.workers``): many tests patch functions that a worker process of
+    the local executor would not see; tests/study/test_local_workers.py sets its own."""
+    before = os.environ.get("ATTNSTUDY_WORKERS")
+    os.environ.setdefault("ATTNSTUDY_WORKERS", "1")
+    yield
+    if before is None:
+        os.environ.pop("ATTNSTUDY_WORKERS", None)
+
+
 @pytest.fixture(autouse=True)
 def _signal_handlers():
     """Every test starts with the SIGINT/SIGTERM handlers the session had: ``cli.main`` installs

@@ -413,23 +413,7 @@ class RayExecutor:
 
     @staticmethod
     def _settle_best_aliases(ctx, jobs: list[_Job]) -> None:
-        """Set each registered model's ``best`` alias once more, serially, from all its versions.
-
-        Every worker sets ``best`` when its seed is registered, from the versions it sees then;
-        two seeds registered at once can leave the alias on the one whose worker wrote last
-        having seen fewer versions (a wrong answer, not an error). Models reused from the store
-        got no new version and are left alone.
-        """
-        from . import api, run_pages
-        from .training import early_stopping_metric
-
-        trained = {
-            api.registered_name(j.spec): j.spec
-            for j in jobs
-            if j.model is not None and not j.model.reused
-        }
-        for name, spec in trained.items():
-            run_pages.set_best_alias(ctx.tracker, name, early_stopping_metric(spec))
+        settle_best_aliases(ctx, jobs)
 
     def _collect(self, ctx, job: _Job, phase: str, ref) -> None:
         """Turn one finished task into a model, an ablation run or a failure."""
@@ -514,6 +498,26 @@ class _Job:
     collected: set[str] = field(default_factory=set)
 
 
+def settle_best_aliases(ctx, jobs: list[_Job]) -> None:
+    """Set each registered model's ``best`` alias once more, serially, from all its versions.
+
+    Every worker sets ``best`` when its seed is registered, from the versions it sees then;
+    two seeds registered at once can leave the alias on the one whose worker wrote last
+    having seen fewer versions (a wrong answer, not an error). Models reused from the store
+    got no new version and are left alone.
+    """
+    from . import api, run_pages
+    from .training import early_stopping_metric
+
+    trained = {
+        api.registered_name(j.spec): j.spec
+        for j in jobs
+        if j.model is not None and not j.model.reused
+    }
+    for name, spec in trained.items():
+        run_pages.set_best_alias(ctx.tracker, name, early_stopping_metric(spec))
+
+
 def _first_line(err: BaseException) -> str:
     from .failure_causes import clip
 
@@ -562,7 +566,8 @@ def _worker(job: dict):
         os.environ[CHECKPOINT_URI_VAR] = job["checkpoint_uri"]
     try:
         tracker = Tracker(job["uri"], job["timeout"], run_tags={Tag.CLUSTER_TASK: job["token"]})
-        with placed_here():
+        # a local worker process (attnstudy.local_workers) resolves devices as the driver would
+        with placed_here() if job.get("scheduled", True) else contextlib.nullcontext():
             yield spec, tracker
     finally:
         if before is None:

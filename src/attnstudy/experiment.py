@@ -75,6 +75,10 @@ class ExperimentMeta(_Strict):
     tracking_uri: str | None = None
     # seconds to wait for a tracking server; None: $ATTNSTUDY_TRACKING_TIMEOUT, else 10
     tracking_timeout: float | None = Field(None, gt=0, le=3600)
+    # worker processes of the local executor (models trained and ablated side by side); None:
+    # the cores divided by training.threads, capped by the models; 1: one after another in this
+    # process (attnstudy.local_workers)
+    workers: int | None = Field(None, ge=1, le=256)
 
     @field_validator("name")
     @classmethod

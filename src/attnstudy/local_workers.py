@@ -1,0 +1,303 @@
+"""The local executor on several worker processes: a study's independent models trained and
+ablated side by side on this machine (``experiment.workers``; ``--set experiment.workers=N``).
+
+* **Task units.** The same two tasks as on a Ray cluster (:func:`attnstudy.distributed.train_task`
+  and :func:`~attnstudy.distributed.ablate_task`), run in a pool of ``spawn``-started worker
+  processes: every training is submitted at once, a model's ablation as soon as its training has
+  come back. Each task sets its spec's intra-op threads (``training.threads``, 1 by default) as
+  the one-process study does, so every stored table and metric is bit-identical to the
+  one-process run (tests/study/test_local_workers.py compares them).
+* **The driver** (this process) keeps the study run, the seed variance, the trained adversaries
+  and the report, collects the run ids in spec order, and shows one progress bar of tasks (the
+  workers show none: bars of several processes would interleave).
+* **Failures.** A task that raises fails alone, its run FAILED with the error, as in the
+  one-process study. A worker process that dies (killed, out of memory) breaks the pool: every
+  task not yet back fails with that reason and the runs they left RUNNING (each carries its task's
+  token, ``attnstudy.cluster_task``) are ended FAILED; the other models' finished runs are kept
+  (``--resume`` reuses them).
+* **Ctrl-C / SIGTERM** reach the driver only (the workers run in their own process group); it
+  passes an interrupt to every busy worker, whose run ends KILLED as in the one-process study, ends
+  KILLED what a worker could not close within :data:`STOP_WAIT` seconds, and the study run ends
+  KILLED.
+* **Reuse and ``--resume``** as in the one-process study: a finished run of the same model key is
+  reused, a finished ablation of a resumed study is kept; two models of the same key wait for each
+  other (:func:`attnstudy.training.checkpoint_lock`).
+
+One worker (``experiment.workers = 1``) is the one-process study itself
+(:func:`attnstudy.study._run_variants_here`), with no pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import uuid
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import asdict
+
+from .distributed import _Job, ablate_task, settle_best_aliases, train_task
+from .experiment import ExperimentConfig
+
+STOP_WAIT = 20.0
+"""Seconds an interrupted study waits for its busy workers to close their runs KILLED."""
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+WORKERS_VAR = "ATTNSTUDY_WORKERS"
+"""The default of ``experiment.workers`` where a study's config leaves it unset (the test suite
+sets 1: its tests patch functions that worker processes would not see)."""
+
+
+def local_workers(cfg: ExperimentConfig) -> int:
+    """How many worker processes the local executor runs: ``experiment.workers``, else
+    ``$ATTNSTUDY_WORKERS``, else this machine's cores divided by the largest ``training.threads``
+    of the study; capped by the number of models (variants × seeds), at least 1.
+
+    Raises:
+        ConfigError: a ``$ATTNSTUDY_WORKERS`` that is not a count in 1..256; an invalid variant
+            (from :meth:`ExperimentConfig.runs`).
+    """
+    from .config import ConfigError
+
+    specs = cfg.runs()
+    n = cfg.experiment.workers
+    env = os.environ.get(WORKERS_VAR, "").strip()
+    if n is None and env:
+        if not env.isdigit() or not 1 <= int(env) <= 256:
+            raise ConfigError(
+                f"{WORKERS_VAR}={env!r} is not a count of worker processes in 1..256; set it to "
+                "1 for one model after another, or unset it for one per core"
+            )
+        n = int(env)
+    if n is None:
+        n = available_cores() // max(spec.training.threads for spec in specs)
+    return max(1, min(n, len(specs)))
+
+
+def local_executor(cfg: ExperimentConfig) -> LocalPoolExecutor | None:
+    """The local executor for ``cfg``: a :class:`LocalPoolExecutor` with :func:`local_workers`
+    processes, or None (the one-process study) when that is 1."""
+    n = local_workers(cfg)
+    return LocalPoolExecutor(n) if n > 1 else None
+
+
+def _init_worker(policy: str | None) -> None:
+    """A worker process's start: its own process group (a terminal's Ctrl-C reaches the driver,
+    which passes it on), interrupts ignored between tasks, the driver's library-output policy."""
+    os.setpgrp()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if policy is not None:
+        from .notices import set_library_output
+
+        set_library_output(policy == "verbose")
+
+
+def _run_task(phase: str, *args) -> dict:
+    """One task in a worker: :func:`train_task` or :func:`ablate_task`, interruptible (SIGINT or
+    SIGTERM from the driver raise KeyboardInterrupt inside it, as in the CLI)."""
+    from .signals import request_interrupt
+
+    fn = train_task if phase == "training" else ablate_task
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, request_interrupt)
+    try:
+        return fn(*args)
+    except KeyboardInterrupt:
+        return {"ok": False, "error": "interrupted", "interrupted": True, "failed_run_id": None}
+    finally:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+
+
+class LocalPoolExecutor:
+    """Trains and ablates a study's models in ``workers`` local processes (module docstring).
+
+    Args:
+        workers: worker processes (≥ 2; one worker is the one-process study).
+    """
+
+    def __init__(self, workers: int):
+        self.workers = workers
+
+    def prepare(self, cfg, tracker, experiment_id: str) -> None:
+        """Nothing to check: the devices were resolved on this machine before the store opened."""
+
+    def close(self) -> None:
+        """Nothing to release: the pool lives only inside :meth:`run_variants`."""
+
+    def run_variants(self, ctx) -> None:
+        """Train every model and ablate it as soon as it is trained, ``workers`` at a time,
+        recording into ``ctx.result`` (see :meth:`attnstudy.study.Executor.run_variants`)."""
+        import multiprocessing
+
+        from . import notices
+        from .code_version import this_code
+        from .paths import project_root
+        from .progress import Progress
+
+        common = {
+            "uri": ctx.tracker.uri,
+            "timeout": ctx.tracker.timeout,
+            "experiment_id": ctx.experiment_id,
+            "study_id": ctx.study_id,
+            "root": str(project_root()),
+            "code": asdict(this_code()),
+            "checkpoint_uri": "",
+            "scheduled": False,  # devices resolve as in this process (no scheduler's GPU)
+        }
+        ablation = ctx.cfg.ablation.model_dump(mode="json")
+        verdict = ctx.cfg.report.verdict.model_dump(mode="json")
+        jobs: list[_Job] = []
+        payloads: dict[int, tuple[dict, dict]] = {}  # job index → (training, ablation) task
+        for i, spec in enumerate(ctx.specs):
+            tag = f"{ctx.study_id}/{i}/%s/{uuid.uuid4().hex[:8]}"
+            job = _Job(i, spec, tag % "train", ablate_token=tag % "ablate")
+            train = common | {
+                "spec": spec.model_dump_json(),
+                "data_digest": _digest(spec),
+                "retrain": ctx.retrain,
+                "resume": ctx.resume,
+                "token": job.train_token,
+            }
+            ablate = common | {
+                "spec": spec.model_dump_json(),
+                "ablation": ablation,
+                "verdict": verdict,
+                "done": ctx.done,
+                "token": job.ablate_token,
+            }
+            payloads[i] = (train, ablate)
+            jobs.append(job)
+        pool = ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(notices._policy,),
+        )
+        bar = Progress(2 * len(jobs), "local tasks", enabled=ctx.progress, unit="task")
+        running: dict[Future, tuple[_Job, str]] = {}
+        try:
+            for job in jobs:
+                running[pool.submit(_run_task, "training", payloads[job.index][0])] = (
+                    job,
+                    "training",
+                )
+            while running:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    job, phase = running.pop(fut)
+                    out = self._collect(ctx, job, phase, fut)
+                    bar.update(1, note=f"{phase} {job.spec.name}")
+                    if phase == "ablation":
+                        continue
+                    if job.model is None:
+                        bar.update(1)  # no ablation for a failed training
+                    elif job.model.run_id in ctx.done:  # a resumed study's finished ablation
+                        job.ablation = ctx.done[job.model.run_id]
+                        bar.update(1)
+                    else:
+                        try:
+                            nxt = pool.submit(_run_task, "ablation", out, payloads[job.index][1])
+                        except BrokenProcessPool as err:
+                            self._fail(ctx, job, "ablation", err)
+                            bar.update(1)
+                        else:
+                            running[nxt] = (job, "ablation")
+                self._record(ctx, jobs)
+        except KeyboardInterrupt:
+            self._stop(ctx, pool, jobs, running)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            bar.close()
+        settle_best_aliases(ctx, jobs)
+
+    def _collect(self, ctx, job: _Job, phase: str, fut: Future) -> dict:
+        """Turn one finished task into a model, an ablation run or a failure; returns its outcome."""
+        from .model_runs import ModelRun
+        from .study import Failure
+
+        try:
+            out = fut.result()
+        except BrokenProcessPool as err:
+            self._fail(ctx, job, phase, err)
+            return {"ok": False}
+        if out.get("interrupted"):
+            raise KeyboardInterrupt
+        if not out.get("ok"):
+            job.failure = Failure(job.spec.name, phase, out["error"], out.get("failed_run_id"))
+        elif phase == "training":
+            job.model = ModelRun(
+                out["run_id"], job.spec, out["reused"], out["metrics"], out["key"], out["reason"]
+            )
+        else:
+            job.ablation = out["run_id"]
+        return out
+
+    @staticmethod
+    def _fail(ctx, job: _Job, phase: str, err: BaseException) -> None:
+        """A task lost with its worker process: its runs left RUNNING end FAILED, with the reason."""
+        from .study import Failure
+        from .tracking import store
+
+        reason = f"the worker process running it died ({err or type(err).__name__})"
+        token = job.train_token if phase == "training" else job.ablate_token
+        closed = store.fail_task_runs(ctx.tracker, ctx.experiment_id, token, reason)
+        job.failure = Failure(job.spec.name, phase, reason, closed[0] if closed else None)
+
+    @staticmethod
+    def _record(ctx, jobs: list[_Job]) -> None:
+        """Write what has come in to ``ctx.result`` (models in spec order) and to the study run."""
+        result = ctx.result
+        result.models[:] = [j.model for j in jobs if j.model is not None]
+        result.ablations.clear()
+        result.ablations.update({j.model.run_id: j.ablation for j in jobs if j.ablation})
+        failures = [f for f in result.failures if f.phase not in ("training", "ablation")]
+        result.failures[:] = failures + [j.failure for j in jobs if j.failure is not None]
+        ctx.record()
+
+    @staticmethod
+    def _stop(ctx, pool: ProcessPoolExecutor, jobs: list[_Job], running: dict) -> None:
+        """Ctrl-C or SIGTERM in the driver: interrupt every worker (its run ends KILLED), wait up
+        to :data:`STOP_WAIT` seconds, then end KILLED what a worker could not close."""
+        from .tracking import store
+
+        for fut in running:
+            fut.cancel()  # the ones still queued
+        for proc in list(getattr(pool, "_processes", {}).values()):  # the busy ones
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, signal.SIGINT)
+        deadline = time.monotonic() + STOP_WAIT
+        with contextlib.suppress(Exception):
+            wait(running, timeout=max(0.1, deadline - time.monotonic()))
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            if proc.is_alive():  # it did not stop in time: its runs are ended below
+                proc.kill()
+        for job in jobs:
+            for token in (job.train_token, job.ablate_token):
+                with contextlib.suppress(Exception):
+                    store.fail_task_runs(
+                        ctx.tracker,
+                        ctx.experiment_id,
+                        token,
+                        "the study was interrupted",
+                        status="KILLED",
+                    )
+
+
+def _digest(spec) -> str:
+    """The data digest of ``spec`` as this process loaded it (each task checks that it loads the same)."""
+    from .task_data import task_data
+
+    return task_data(spec).digest

@@ -1,0 +1,125 @@
+"""The local executor with several worker processes (attnstudy.local_workers): the same store as
+the one-process study, and the number of workers it picks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+ROOT = Path(__file__).parents[2]
+TIMES = ("seconds", "per_second")  # wall-clock and CPU times: the only values that may differ
+RUN_IDS = ("run_id", "run id")
+
+
+def _tiny(workers: int | None, seeds=(1, 2)):
+    from attnstudy.experiment import load_experiment
+
+    cfg = load_experiment(ROOT / "experiments" / "tiny.toml")
+    meta = cfg.experiment.model_copy(update={"workers": workers, "seeds": list(seeds)})
+    return cfg.model_copy(update={"experiment": meta})
+
+
+def _stored(root: Path) -> dict[str, dict]:
+    """Every run of the store under ``root`` by its name: its metric histories (times left
+    out), params, and every table (Parquet), JSON, text and weights file it stored (run-id
+    columns left out)."""
+    from attnstudy.tracking import Tracker
+
+    tracker = Tracker(f"sqlite:///{root / 'mlruns' / 'mlflow.db'}", create=False)
+    exp_id = tracker.experiment_id("tiny")
+    out: dict[str, dict] = {}
+    for run in tracker.search_runs([exp_id], "", max_results=1000):
+        full = tracker.client.get_run(run.run_id)
+        metrics = {
+            k: [(m.step, m.value) for m in tracker.client.get_metric_history(run.run_id, k)]
+            for k in full.data.metrics
+            if not any(t in k for t in TIMES)
+        }
+        files: dict[str, object] = {}
+        base = Path(full.info.artifact_uri.removeprefix("file://"))
+        for path in sorted(base.rglob("*")) if base.is_dir() else []:
+            rel = str(path.relative_to(base))
+            if path.suffix == ".parquet":
+                table = pd.read_parquet(path)
+                drop = [c for c in table.columns if any(t in str(c) for t in TIMES + RUN_IDS)]
+                files[rel] = table.drop(columns=drop)
+            elif path.suffix == ".pt":
+                files[rel] = torch.load(path, map_location="cpu", weights_only=True)
+            elif path.suffix in (".json", ".pharaoh", ".ids", ".src-tgt"):
+                files[rel] = path.read_text(encoding="utf-8")
+        out[full.info.run_name] = {"metrics": metrics, "params": full.data.params, "files": files}
+    return out
+
+
+def _assert_same(a: object, b: object, where: str) -> None:
+    if isinstance(a, pd.DataFrame):
+        pd.testing.assert_frame_equal(a, b, check_exact=True, obj=where)
+    elif isinstance(a, dict) and a and all(isinstance(v, torch.Tensor) for v in a.values()):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            assert torch.equal(a[k], b[k]), f"{where}: {k}"
+    else:
+        assert a == b, where
+
+
+@pytest.mark.slow
+def test_two_workers_store_the_same_tables_and_metrics_as_one(tmp_path, monkeypatch):
+    """The tiny experiment with two seeds (4 models, their ablations, the seed variance) run with
+    one worker (in the test process) and with two worker processes, into two stores: every
+    metric (every step), param, table, JSON and weights file is the same, bit for bit, apart
+    from times and run ids."""
+    from attnstudy import api
+
+    stores = {}
+    for workers in (1, 2):
+        root = tmp_path / f"workers{workers}"
+        (root / "mlruns").mkdir(parents=True)
+        monkeypatch.setenv("ATTNSTUDY_ROOT", str(root))
+        result = api.run(_tiny(workers), progress=False, report=False)
+        assert not result.failures and len(result.ablations) == 4
+        stores[workers] = _stored(root)
+    one, two = stores[1], stores[2]
+    assert sorted(one) == sorted(two) and len(one) == 9  # 4 models, 4 ablations, the study
+    for name in one:
+        assert one[name]["metrics"] == two[name]["metrics"], name
+        assert one[name]["params"] == two[name]["params"], name
+        assert one[name]["files"].keys() == two[name]["files"].keys(), name
+        for rel, value in one[name]["files"].items():
+            other = two[name]["files"][rel]
+            if rel == "experiment.json":  # the study's config: its experiment.workers differ
+                value, other = json.loads(value), json.loads(other)
+                assert (value["experiment"].pop("workers"), other["experiment"].pop("workers")) == (
+                    1,
+                    2,
+                )
+            _assert_same(value, other, f"{name} {rel}")
+    n_tables = sum(
+        isinstance(v, pd.DataFrame) for run in one.values() for v in run["files"].values()
+    )
+    assert n_tables >= 12  # predictions, steps, examples of every model (and the seed variance)
+
+
+def test_workers_default_to_the_cores_capped_by_the_models(monkeypatch):
+    """``experiment.workers`` wins, then ``$ATTNSTUDY_WORKERS``, then the cores divided by the
+    threads per model; always capped by the models and at least 1."""
+    from attnstudy import local_workers as lw
+    from attnstudy.config import ConfigError
+
+    monkeypatch.setattr(lw, "available_cores", lambda: 16)
+    monkeypatch.delenv(lw.WORKERS_VAR, raising=False)
+    assert lw.local_workers(_tiny(None)) == 4  # 2 variants × 2 seeds
+    assert lw.local_workers(_tiny(None, seeds=(1,))) == 2
+    assert lw.local_workers(_tiny(3)) == 3
+    assert lw.local_executor(_tiny(1)) is None  # one worker: the one-process study
+    monkeypatch.setattr(lw, "available_cores", lambda: 3)
+    assert lw.local_workers(_tiny(None)) == 3
+    monkeypatch.setenv(lw.WORKERS_VAR, "1")
+    assert lw.local_workers(_tiny(None)) == 1
+    assert lw.local_workers(_tiny(2)) == 2  # the config over the environment
+    monkeypatch.setenv(lw.WORKERS_VAR, "two")
+    with pytest.raises(ConfigError, match="ATTNSTUDY_WORKERS='two' is not a count"):
+        lw.local_workers(_tiny(None))
