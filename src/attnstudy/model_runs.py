@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import tempfile
+import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ from .training import (
     train,
     training_wait,
 )
+from .translation import check_installed, translation_scores
 
 
 @dataclass
@@ -336,6 +338,7 @@ def _train_run(
     """
     splits, src_vocab, tgt_vocab = data.splits, data.src_vocab, data.tgt_vocab
     device = resolve_device(spec.training.device)  # where this process trains, before any run
+    check_installed(spec.data)  # sacrebleu for a translation task, before any run or training
     tags = run_tags(spec, study_id=study_id, kind=Kind.MODEL, key=key, digest=data.digest)
     tags |= {Tag.DEVICE: str(device)}
     run_id = tracker.start_run(experiment_id, spec.name, tags, study_id)
@@ -365,6 +368,7 @@ def _train_run(
             },
         )
         tracker.log_text(run_id, spec.model_dump_json(indent=2), Artifact.CONFIG)
+        cpu_start = time.process_time()
         result = train(
             spec,
             splits,
@@ -379,11 +383,14 @@ def _train_run(
         )
         final: dict[str, float] = {
             "train/seconds": result.seconds,
+            # CPU seconds of this process's threads while training (data loading excluded)
+            "train/cpu_seconds": time.process_time() - cpu_start,
             "train/best_epoch": result.best_epoch,
             "train/epochs": len(result.history),
         }
         test_metrics, hyps = evaluate_split(result.model, splits.test, src_vocab, tgt_vocab, spec)
         final.update({f"test/{k}": v for k, v in test_metrics.items()})
+        final.update(translation_scores(spec.data, splits.test, hyps, "test"))  # BLEU, chrF
         final.update(heldout_metrics(hyps, splits.test, get_task(spec.data.task).heldout))
         # the best epoch's dev metrics were computed during training: no second decode of dev;
         # where the average of the last epochs beat it, the model is that average
@@ -394,7 +401,7 @@ def _train_run(
         if spec.training.average_last > 1:
             final["train/averaged_epochs"] = float(len(result.averaged_epochs))
         if spec.training.beam_size > 1:
-            beam_metrics, _ = evaluate_split(
+            beam_metrics, beam_hyps = evaluate_split(
                 result.model,
                 splits.test,
                 src_vocab,
@@ -403,6 +410,7 @@ def _train_run(
                 beam_size=spec.training.beam_size,
             )
             final.update({f"test_beam/{k}": v for k, v in beam_metrics.items()})
+            final.update(translation_scores(spec.data, splits.test, beam_hyps, "test_beam"))
         preds = pd.DataFrame(per_example(hyps, splits.test))
         preds.insert(0, "example_id", [ex.id for ex in splits.test])
         preds.insert(1, "src_len", [len(ex.src) for ex in splits.test])

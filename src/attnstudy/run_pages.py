@@ -23,6 +23,7 @@ import pandas as pd
 from .analysis import catalogue, figures
 from .analysis.per_example import per_example_summary, pick_shown
 from .config import RunSpec
+from .data.tasks import TASKS, TRANSLATION_METRICS
 from .data.types import Example
 from .findings import VerdictThresholds, facts_from_metrics, verdict
 from .signals import deferred_signals
@@ -202,6 +203,23 @@ def describe_model_run(spec: RunSpec, metrics: dict[str, float], n: dict[str, in
         "attention alignments in Pharaoh format: `alignments/`. The ablations of this model are "
         "its child run (`…/ablations`), with the example browser `ablations/browser.html`.",
     ]
+    task = TASKS.get(spec.data.task)
+    translation = [m for m in task.metrics if m in TRANSLATION_METRICS] if task else []
+    if any(m.key in metrics for m in translation):
+        lines += [
+            "",
+            "Translation ("
+            + ", ".join(
+                f"{m.label} {metrics[m.key]:.1f} "
+                f"[{metrics.get(m.key + '_ci_low', math.nan):.1f}, "
+                f"{metrics.get(m.key + '_ci_high', math.nan):.1f}]"
+                for m in translation
+                if m.key in metrics
+            )
+            + "; sacrebleu 2.6.0, 95 % percentile bootstrap over test examples).",
+        ]
+    if task is not None and task.data_card:
+        lines += ["", task.data_card]
     return "\n".join(lines)
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from attnstudy.config import DataConfig
 from attnstudy.data.alignment import Alignment
-from attnstudy.data.subwords import SubwordTokenizer, train_tokenizer
+from attnstudy.data.subwords import SubwordTokenizer, merge_subwords, train_tokenizer
 from attnstudy.data.types import SPLITS, DataError, Example, Splits
 from attnstudy.notices import notice
 
@@ -56,6 +56,14 @@ ATTRIBUTION = (
     "SBLGNT-BSB-manual by Biblica, CC BY 4.0. All three as packaged by bible-alignments 0.4.2 "
     "(BiblioNexus)."
 )
+DATA_CARD = (
+    "**Data card.** Sources and licences: Greek, the SBL Greek New Testament (SBLGNT), CC BY "
+    "4.0; English, the Berean Standard Bible (BSB), public domain; word alignments, "
+    "SBLGNT-BSB-manual by Biblica, CC BY 4.0 (every record `manual`); read from the "
+    f"`{PACKAGE}` {PACKAGE_VERSION} package's data files. Attribution: {ATTRIBUTION} "
+    "(docs/nt-greek-english.md)."
+)
+"""The data card of every model run of the task (its description; :attr:`TaskSpec.data_card`)."""
 SOURCE_COLUMNS = ("id", "text")
 TARGET_COLUMNS = ("id", "source_verse", "text", "skip_space_after", "exclude")
 
@@ -529,6 +537,43 @@ def detokenize_english(words: Sequence[str], skip_space_after: Sequence[bool] | 
         if k + 1 < len(words) and not skip_space_after[k]:
             parts.append(" ")
     return "".join(parts)
+
+
+def translation_texts(
+    cfg: DataConfig, examples: Sequence[Example], hypotheses: Sequence[Sequence[str]]
+) -> tuple[list[str], list[str]]:
+    """Hypothesis and reference texts for BLEU and chrF (:mod:`attnstudy.translation`).
+
+    A hypothesis's subwords are joined into words (:func:`~attnstudy.data.subwords.
+    merge_subwords`; ``words`` tokenization: the tokens are the words), English detokenised with
+    the BSB's spacing conventions (:func:`detokenize_english` without flags), Greek joined by
+    spaces. A reference is the example's verse(s) from the data files: English with the BSB's
+    own ``skip_space_after`` flags (:attr:`Verse.english_text`, punctuation kept), Greek words
+    joined by spaces.
+
+    Args:
+        cfg: the data section (``direction``, ``nt_tokenization``).
+        examples: examples of this task (id ``nt/<split>/<verse id>``).
+        hypotheses: decoded target tokens, one sequence per example.
+
+    Raises:
+        DataError: an example id that names no verse of the data files, or the files as
+            :func:`package_files` / :func:`read_corpus`.
+    """
+    by_id = {v.id: v for v in read_corpus(package_files()).verses}
+    hyps, refs = [], []
+    for ex, tokens in zip(examples, hypotheses, strict=True):
+        verse = by_id.get(ex.id.split("/", 2)[-1])
+        if verse is None:
+            raise DataError(f"example {ex.id!r} names no verse of the {PACKAGE} data files")
+        words = list(tokens) if cfg.nt_tokenization == "words" else merge_subwords(tokens)
+        if cfg.direction == "grc-en":
+            hyps.append(detokenize_english(words))
+            refs.append(verse.english_text)
+        else:
+            hyps.append(" ".join(words))
+            refs.append(" ".join(verse.greek))
+    return hyps, refs
 
 
 _NO_SPACE_BEFORE = frozenset({",", ".", "?", "!", ":", ";", "”", "’", ")", "...", "—"})

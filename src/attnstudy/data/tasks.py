@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnstudy.config import DataConfig
 from attnstudy.data import dates, g2p, nt, synthetic, tsv
-from attnstudy.data.types import SPLITS, DataError, Splits
+from attnstudy.data.types import SPLITS, DataError, Example, Splits
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,22 @@ HELD_OUT = TaskMetric(
 )
 METRICS = (EXACT_MATCH, TOKEN_ERROR_RATE)
 """What every task logs (:mod:`attnstudy.metrics`)."""
+_SACREBLEU = "sacrebleu 2.6.0 on detokenised text, 0–100"
+TRANSLATION_METRICS = (
+    TaskMetric("test/bleu", "BLEU, greedy", _SACREBLEU, "higher"),
+    TaskMetric("test/chrf", "chrF, greedy", _SACREBLEU, "higher"),
+    TaskMetric("test_beam/bleu", "BLEU, beam", _SACREBLEU, "higher"),
+    TaskMetric("test_beam/chrf", "chrF, beam", _SACREBLEU, "higher"),
+)
+"""BLEU and chrF of greedy and beam decoding (:mod:`attnstudy.translation`), for a task whose
+entry sets ``translation_texts`` and lists them among its ``metrics``; logged with ``_ci_low`` /
+``_ci_high`` (95 % percentile bootstrap over test examples). The beam rows exist where the run
+decodes with ``training.beam_size`` > 1."""
+
+TranslationTexts = Callable[
+    [DataConfig, Sequence[Example], Sequence[Sequence[str]]], tuple[list[str], list[str]]
+]
+"""``(data config, examples, decoded tokens) -> (hypothesis texts, reference texts)``."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,11 @@ class TaskSpec:
         gold_sure_only: its gold alignments have sure links only (no possible-only links), so
             AER = 1 − F1 of the predicted links against the gold (Och & Ney 2003, eq. 7 with
             S = P; docs/nt-greek-english.md).
+        translation_texts: for a translation task, how decoded tokens and examples become the
+            detokenised hypothesis and reference texts BLEU and chrF score
+            (:data:`TRANSLATION_METRICS`); None: not translation, no BLEU or chrF.
+        data_card: sources, licences and attribution of the data, written into every model
+            run's description; None when the data needs none (generated data).
     """
 
     name: str
@@ -78,6 +99,8 @@ class TaskSpec:
     normalize: Callable[[str], str] = field(default=lambda text: text)
     metrics: tuple[TaskMetric, ...] = METRICS
     gold_sure_only: bool = False
+    translation_texts: TranslationTexts | None = None
+    data_card: str | None = None
 
 
 def _synthetic_tokenization(cfg: DataConfig) -> tuple[str, str]:
@@ -112,7 +135,10 @@ TASKS: dict[str, TaskSpec] = {
         nt.load_nt,
         lambda cfg: ("spaces", "spaces"),  # subword tokens joined by spaces
         early_stopping_metric="per",
+        metrics=(*METRICS, *TRANSLATION_METRICS),
         gold_sure_only=nt.GOLD_SURE_ONLY,
+        translation_texts=nt.translation_texts,
+        data_card=nt.DATA_CARD,
     ),
 }
 """Registry: task name → :class:`TaskSpec`."""

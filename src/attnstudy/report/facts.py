@@ -13,7 +13,14 @@ from ..analysis import catalogue
 from ..analysis.catalogue import AblationConfig
 from ..analysis.per_example import gold_mass_by_offset
 from ..data.tasks import task_metrics
-from ..findings import Estimate, ModelFacts, VerdictThresholds, facts_from_metrics, layer_name
+from ..findings import (
+    Estimate,
+    ModelFacts,
+    VerdictThresholds,
+    estimate,
+    facts_from_metrics,
+    layer_name,
+)
 from .store import ModelEntry, StudyData
 
 
@@ -33,7 +40,9 @@ def _bootstrap_cfg(e: ModelEntry) -> SimpleNamespace:
 def task_estimates(e: ModelEntry) -> dict[str, Estimate]:
     """Test metrics with 95 % percentile bootstrap intervals over the test examples (the model
     run's predictions): exact match (mean of ``correct``) and PER (Σ edit distance / Σ reference
-    length). A point value is shown with an interval only if it reproduces the logged metric."""
+    length). A point value is shown with an interval only if it reproduces the logged metric.
+    The task's other metrics logged with ``_ci_low`` / ``_ci_high`` (BLEU and chrF,
+    :mod:`attnstudy.translation`) are shown with the logged interval."""
     from ..analysis.suite import ratio_ci
 
     m = e.model_metrics
@@ -61,6 +70,9 @@ def task_estimates(e: ModelEntry) -> dict[str, Estimate]:
             r = ratio_ci(p["edit_distance"].astype(float).to_numpy(), lengths, cfg)
             if r and abs(r[0] - m["test/per"]) < 1e-9:
                 out["test/per"] = Estimate(r[0], r[1], r[2], len(lengths))
+    for tm in task_metrics([e.task]):  # logged with their intervals (BLEU, chrF)
+        if tm.key not in out and f"{tm.key}_ci_low" in m:
+            out[tm.key] = estimate(m, tm.key, int(m.get("test/n", 0)) or None)
     return out
 
 

@@ -15,8 +15,8 @@ import pandas as pd
 from ..adversaries import STATS as ADVERSARY_STATS
 from ..analysis import catalogue
 from ..analysis.catalogue import list_ablations
-from ..data.tasks import task_metrics
-from ..findings import Estimate, ModelFacts, layer_name
+from ..data.tasks import TASKS, TRANSLATION_METRICS, task_metrics
+from ..findings import Estimate, ModelFacts, estimate, layer_name
 from ..run_pages import variant_name
 from ..tracking import Tag, Tracker
 from .facts import _bootstrap_cfg
@@ -68,18 +68,29 @@ def model_rows(data: StudyData) -> list[dict[str, str]]:
             metrics=e.model_metrics,
             params=e.model_params,
             run_id=e.model_run_id,
+            task=e.task,
         )
         for e in data.entries
     ]
 
 
 def training_row(
-    variant: str, seed: str, status: str, *, metrics: dict, params: dict, run_id: str
+    variant: str,
+    seed: str,
+    status: str,
+    *,
+    metrics: dict,
+    params: dict,
+    run_id: str,
+    task: str | None = None,
 ) -> dict[str, str]:
     """One training as a row: ``model``, ``seed``, ``status``, ``epochs`` trained, ``best
     epoch``, training ``minutes``, best dev and test WER and PER in % (test with ``beam``), the
     ``config`` (every used model and training field but the device) and the ``run`` id; a metric
-    the run did not log (an interrupted training has no test numbers) is empty."""
+    the run did not log (an interrupted training has no test numbers) is empty. For a translation
+    ``task`` (its registry entry lists :data:`~attnstudy.data.tasks.TRANSLATION_METRICS`) also
+    ``CPU minutes``, ``best dev loss`` and BLEU and chrF, greedy and beam, each
+    ``value [low, high]`` (95 % bootstrap interval)."""
     m, p = metrics, params
     config = "; ".join(
         f"{k}={v}"
@@ -100,9 +111,26 @@ def training_row(
         "test WER %": _pct(m, "test/wer"),
         "test PER %": _pct(m, "test/per"),
         "beam": p.get("training.beam_size", ""),
+        **_translation_cells(m, task),
         "config": config,
         "run": run_id,
     }
+
+
+def _translation_cells(m: dict, task: str | None) -> dict[str, str]:
+    spec = TASKS.get(task or "")
+    shown = [t for t in spec.metrics if t in TRANSLATION_METRICS] if spec else []
+    if not shown:
+        return {}
+    cpu, loss = m.get("train/cpu_seconds"), m.get("best_dev/loss")
+    cells = {
+        "CPU minutes": f"{cpu / 60:.1f}" if cpu is not None else "",
+        "best dev loss": f"{loss:.3f}" if loss is not None else "",
+    }
+    for t in shown:
+        est = estimate(m, t.key)
+        cells[t.label] = "" if est is None else f"{est.value:.1f} [{est.low:.1f}, {est.high:.1f}]"
+    return cells
 
 
 def experiment_training_rows(tracker: Tracker, experiment: str) -> list[dict[str, str]]:
@@ -131,6 +159,7 @@ def experiment_training_rows(tracker: Tracker, experiment: str) -> list[dict[str
                 metrics=metrics,
                 params=r.params,
                 run_id=r.run_id,
+                task=r.tags.get(Tag.TASK),
             )
         )
     return rows
