@@ -28,10 +28,13 @@ from . import common
 
 BENCHMARKS = ["permutation", "adversarial", "loo", "flops", "scaling", "training", "tracking"]
 """Script names (``benchmarks/bench_<name>.py``), in the order they are listed and run."""
-OPT_IN = ["long", "attribution"]
+OPT_IN = ["long", "attribution", "study"]
 """Benchmarks run only when named in ``--only`` (``long``: the battery on one example of up to
 1,000 tokens, about 15 minutes on its own; ``attribution``: integrated gradients against gradient ×
-input, and the attribution methods on one example of 1,000 tokens)."""
+input, and the attribution methods on one example of 1,000 tokens; ``study``: the quickstart study
+with one worker and with two, and where its time goes, about 8 minutes on an idle 2-core machine)."""
+NO_MODELS = {"study"}
+"""Benchmarks that train their own models (run_all prepares no shared benchmark models for them)."""
 ALONE = {"flops"}
 """Benchmarks that run alone after the parallel lanes: a FLOP rate against ``torch.mm`` is only
 judged on an idle machine (``bench_flops --idle-load``)."""
@@ -71,7 +74,7 @@ def main(argv=None) -> int:
             [str(root / "src"), str(root), *filter(None, [os.environ.get("PYTHONPATH")])]
         ),
     )
-    if not args.smoke and not args.model_uri:
+    if not args.smoke and not args.model_uri and set(names) - NO_MODELS:
         print(
             "preparing the benchmark models (trained once, cached in benchmarks/.cache/) …",
             flush=True,

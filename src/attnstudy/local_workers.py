@@ -105,9 +105,22 @@ def _init_worker(policy: str | None) -> None:
 
 def _run_task(phase: str, *args) -> dict:
     """One task in a worker: :func:`train_task` or :func:`ablate_task`, interruptible (SIGINT or
-    SIGTERM from the driver raise KeyboardInterrupt inside it, as in the CLI)."""
+    SIGTERM from the driver raise KeyboardInterrupt inside it, as in the CLI); refused, before
+    any run starts, when the package's sources changed since the driver started (the worker
+    would train other code than the study records)."""
+    from .code_version import CodeVersion, this_code
     from .signals import request_interrupt
 
+    job = args[-1]
+    driver, here = CodeVersion(**job["code"]), this_code()
+    if driver.digest != here.digest:  # the sources were edited after the study started
+        return {
+            "ok": False,
+            "error": f"the attnstudy sources changed after the study started ({driver.describe()} "
+            f"then, {here.describe()} in the worker process): a worker would run other code than "
+            "the study records; run the study again (--resume) once the edits are done",
+            "failed_run_id": None,
+        }
     fn = train_task if phase == "training" else ablate_task
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, request_interrupt)
