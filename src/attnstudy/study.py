@@ -13,7 +13,7 @@ from typing import Protocol
 
 import pandas as pd
 
-from . import adversaries, run_pages
+from . import adversaries, reference_alignment, run_pages
 from .ablation_runs import ablate_run, ablation_key
 from .adversaries import run_trained_adversaries
 from .analysis.catalogue import AblationConfig
@@ -240,6 +240,7 @@ def run_study(
     """
     adversaries.check_selection(cfg, cfg.runs())
     _check_step_scores(cfg.ablation)
+    reference_alignment.check_study(cfg)  # its aligner installed, before anything trains
     here = executor is None  # the work runs on this machine: its devices are checked first
     if here:
         from .local_workers import local_executor
@@ -367,6 +368,10 @@ def _run_study(ctx: StudyContext) -> None:
             run_trained_adversaries(cfg, result.models, tracker, study_id, progress=ctx.progress)
         except Exception as err:
             result.failures.append(Failure("trained adversary", "analysis", error_text(err)))
+    try:  # the reference aligner's row (eflomal), once per data settings
+        reference_alignment.ensure_references(cfg, tracker, ctx.experiment_id, study_id)
+    except Exception as err:
+        result.failures.append(Failure("reference aligner", "analysis", error_text(err)))
     n_ok = len(specs) - len(
         {f.name for f in result.failures if f.phase in ("training", "ablation")}
     )

@@ -79,6 +79,7 @@ LAYERS = [
             "attnstudy.checkpoint_store",
             "attnstudy.pretrained",
             "attnstudy.adversaries",
+            "attnstudy.reference_alignment",
             "attnstudy.results",
             "attnstudy.task_data",
             "attnstudy.model_runs",

@@ -125,3 +125,22 @@ def test_eflomal_on_the_fixture():
     assert counts["test_verses"] == 1 and counts["gold_links"] == 51  # Luke 7:18–19
     assert all(0 <= e.value <= 1 for e in scores.values())
     assert math.isnan(scores["aer"].low)  # one verse: no interval
+
+
+def test_only_the_battery_s_test_verses_are_scored():
+    """``n_scored``: eflomal learns on every test verse's text but is scored on the first
+    ``n_scored`` test verses only, the examples a battery with ``ablation.n_examples`` analyses."""
+    require(
+        shutil.which("eflomal-align") is not None
+        or (Path(sys.executable).parent / "eflomal-align").is_file(),
+        "eflomal-align is not installed (make test-deps installs eflomal==2.0.0)",
+    )
+    cfg = data_config(task=nt.TASK, nt_min_test_verses=0, nt_test_fraction=0.3)
+    test = nt.split_verses(nt.read_corpus(FILES), cfg)["test"]
+    assert len(test) == 4
+    _, counts = eflomal.nt_reference(FILES, cfg, timeout_s=120, resamples=20, n_scored=2)
+    assert counts["train_verses"] == len(nt.split_verses(nt.read_corpus(FILES), cfg)["train"])
+    assert counts["test_verses"] == 2
+    assert counts["gold_links"] == sum(len(v.links) for v in test[:2])
+    examples = nt.build_splits(FILES, cfg).test
+    assert [e.id for e in examples[:2]] == [f"nt/test/{v.id}" for v in test[:2]]

@@ -266,6 +266,7 @@ def nt_reference(
     resamples: int = 1000,
     seed: int = 0,
     options: Sequence[str] = (),
+    n_scored: int | None = None,
 ) -> tuple[dict[str, Estimate], dict[str, int]]:
     """eflomal on task ``nt-greek-english``: trained on the training verses plus the test verses'
     text, symmetrised (grow-diag-final-and), scored on the test verses against the gold.
@@ -275,10 +276,13 @@ def nt_reference(
         cfg: the task's data section (default: its defaults; its split and ``n_*`` apply).
         timeout_s, options: as :func:`align`.
         resamples, seed: of the bootstrap.
+        n_scored: score only the first ``n_scored`` test verses (the examples a battery with
+            ``ablation.n_examples`` analyses: the test examples in split order); eflomal still
+            learns on every test verse's text. None: every test verse.
 
     Returns:
-        (the scores of :func:`score`, counts: ``train_verses``, ``test_verses``, ``gold_links``,
-        ``eflomal_links``).
+        (the scores of :func:`score`, counts: ``train_verses``, ``test_verses`` (those scored),
+        ``gold_links``, ``eflomal_links``).
 
     Raises:
         DataError: the data (as :func:`attnstudy.data.nt.load_nt`).
@@ -293,6 +297,8 @@ def nt_reference(
     train, test = parts["train"], parts["test"]
     pairs, renumber = nt_pairs([*train, *test])
     links = align(pairs, timeout_s=timeout_s, options=options)[len(train) :]
+    if n_scored is not None:
+        test = test[:n_scored]
     hyps, golds = [], []
     for v, d, ren in zip(test, links, renumber[len(train) :]):
         hyps.append({(i, ren[j]) for i, j in d.symmetrised if j in ren})

@@ -12,10 +12,11 @@ import pandas as pd
 
 from ..outputs import REPORT_KIND, check_files, replace_folder, store_folders_of, write_files
 from ..paths import project_root
+from ..reference_alignment import flip_split_rows, side_by_side_rows
 from ..templating import render
 from ..tracking import Artifact
 from .context import report_context, ui_base_url
-from .facts import model_facts, thresholds_of
+from .facts import layer_facts, model_facts, thresholds_of
 from .store import load_study
 from .tables import (
     adversary_rows,
@@ -80,8 +81,11 @@ def build_report(
         results_dir: also write the summary tables there as ``<experiment>.csv`` (the
             statistics), ``<experiment>-models.csv`` (:func:`model_rows`: the trainings),
             ``<experiment>-seed-variance.csv`` (:func:`seed_variance_rows`) and
-            ``<experiment>-adversaries.csv`` (:func:`attnstudy.results.write_results`), each row
-            naming the study run.
+            ``<experiment>-adversaries.csv``, ``<experiment>-alignment.csv`` (attention's alignment
+            beside the reference aligner's and the attribution argmaxes) and
+            ``<experiment>-alignment-flips.csv`` (flip rates where attention aligns and where it
+            does not: :mod:`attnstudy.reference_alignment`)
+            (:func:`attnstudy.results.write_results`), each row naming the study run.
 
     Returns:
         Path of ``report.html``.
@@ -91,6 +95,10 @@ def build_report(
     data = load_study(tracker, study_id)
     ui = ui_base_url(ui_url, tracker.uri)
     context = report_context(data, ui, thresholds_of(data, verdict_overrides))
+    facts = {
+        e.model_run_id: model_facts(e, thresholds_of(data, verdict_overrides)) for e in data.entries
+    }
+    layers = {e.model_run_id: layer_facts(e, facts[e.model_run_id]) for e in data.entries}
     table = summary_frame(context)
 
     def build(tmp: Path) -> None:
@@ -140,6 +148,8 @@ def build_report(
                 "-models": [r | study for r in model_rows(data)],
                 "-seed-variance": [r | study for r in seed_variance_rows(data)],
                 "-timing": [r | study for r in timing_rows(data)],
+                "-alignment": [r | study for r in side_by_side_rows(data, facts, layers)],
+                "-alignment-flips": [r | study for r in flip_split_rows(data)],
             },
         )
         check_files(results_dir, results, option="--results", store_folders=stores)

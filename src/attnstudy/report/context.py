@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import os
 
+from .. import reference_alignment
 from ..analysis import catalogue, figures
 from ..analysis.catalogue import list_ablations
 from ..analysis.per_example import SHOW_CRITERION, per_example_summary, pick_shown
@@ -401,8 +402,18 @@ def report_context(
         if verdicts
         else "No model of this study was ablated.",
         "findings": findings,
-        "tables": summary_tables(data, facts, layers),
-        "extra_tables": [t for t in (adversary_table(data),) if t is not None],
+        "tables": reference_alignment.with_sure_only_note(
+            data, summary_tables(data, facts, layers)
+        ),
+        "extra_tables": [
+            t
+            for t in (
+                adversary_table(data),
+                reference_alignment.side_by_side_table(data, facts, layers),
+                reference_alignment.flip_split_table(data),
+            )
+            if t is not None
+        ],
         "figures": figs,
         "runs": runs,
         "settings": {

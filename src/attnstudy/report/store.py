@@ -73,6 +73,8 @@ class StudyData:
     notes: list[str] = field(default_factory=list)
     experiment_json: dict = field(default_factory=dict)
     adversaries: pd.DataFrame = field(default_factory=pd.DataFrame)
+    references: list[dict] = field(default_factory=list)
+    """The reference aligners' scores (:mod:`attnstudy.reference_alignment`), one dict each."""
 
     @property
     def predictions(self) -> pd.DataFrame:
@@ -181,6 +183,11 @@ def load_study(tracker: Tracker, study_id: str) -> StudyData:
         notes=notes,
         experiment_json=exp_json,
         adversaries=adversaries,
+        references=[
+            ref | {"run_id": i}
+            for i in study.ids(Tag.REFERENCE_RUN_IDS)
+            if (ref := _try_json(tracker, i, Artifact.REFERENCE_ALIGNMENT))
+        ],
     )
 
 

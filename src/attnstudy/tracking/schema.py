@@ -21,6 +21,7 @@ class Kind(StrEnum):
     MODEL = "model"
     ABLATION = "ablation"
     ADVERSARY = "adversary"  # a model-consistent adversary (attnstudy.adversaries)
+    REFERENCE_ALIGNMENT = "reference_alignment"  # a task's reference aligner (eflomal) scored
 
 
 class Tag:
@@ -49,6 +50,8 @@ class Tag:
     ABLATION_RUN_IDS = "ablation_run_ids"
     ADVERSARY_RUN_IDS = "adversary_run_ids"  # a study's trained adversaries
     ADVERSARY_KEY = "adversary_key"  # what decides an adversary run's reuse
+    REFERENCE_RUN_IDS = "reference_alignment_run_ids"  # a study's reference aligner runs
+    REFERENCE_KEY = "reference_alignment_key"  # data settings, examples scored, aligner version
     LAMBDA = "lambda"  # an adversary's λ
     FAILED_RUN_IDS = "failed_run_ids"
     FAILED = "failed"
@@ -95,6 +98,7 @@ class Artifact:
     STUDY_SUMMARY_TABLE = "summary.json"  # mlflow.log_table: the UI's table view
     SEED_VARIANCE = "seed_variance/steps.parquet"
     ADVERSARY_STEPS = "adversary/steps.parquet"  # a trained adversary against its base, per step
+    REFERENCE_ALIGNMENT = "reference_alignment.json"  # a reference aligner's scores and counts
     EXPERIMENT_TOML = "experiment.toml"
     EXPERIMENT_JSON = "experiment.json"
     REPORT_DIR = "report"
