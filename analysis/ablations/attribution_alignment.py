@@ -19,14 +19,12 @@ Alignment Interpretation for NMT") read attribution argmaxes as alignments this 
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 import pandas as pd
 import torch
 from attnstudy.analysis.attribution_params import AgreementParams
 from attnstudy.analysis.catalogue import AblationSpec, Figure, Question, Stat
-from pydantic import Field
+from pydantic import Field, field_validator
 from torch import Tensor
 
 from attnstudy.data.vocab import EOS_ID
@@ -44,13 +42,22 @@ class AttributionAlignmentParams(AgreementParams):
             argmax is always scored beside them when the model has attention.
     """
 
-    methods: tuple[
-        Literal["saliency", "input_x_gradient", "integrated_gradients", "occlusion"], ...
-    ] = Field(
+    methods: tuple[str, ...] = Field(
         ("saliency", "input_x_gradient", "integrated_gradients", "occlusion"),
         min_length=1,
         max_length=4,
     )
+
+    @field_validator("methods")
+    @classmethod
+    def _known_methods(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        known = ("saliency", "input_x_gradient", "integrated_gradients", "occlusion")
+        unknown = [m for m in value if m not in known]
+        if unknown or len(set(value)) != len(value):
+            raise ValueError(
+                f"methods must be distinct names of {', '.join(known)}; got {list(value)}"
+            )
+        return value
 
 
 SPEC = AblationSpec(
