@@ -260,11 +260,16 @@ class LocalPoolExecutor:
 
     @staticmethod
     def _fail(ctx, job: _Job, phase: str, err: BaseException) -> None:
-        """A task lost with its worker process: its runs left RUNNING end FAILED, with the reason."""
+        """A task lost when a worker process died (the pool then stops every worker and every task
+        not yet back, queued ones included, is lost): its runs left RUNNING end FAILED, with the
+        reason; a run it had already FINISHED stays FINISHED (``--resume`` reuses it)."""
         from .study import Failure
         from .tracking import store
 
-        reason = f"the worker process running it died ({err or type(err).__name__})"
+        reason = (
+            f"a worker process of the study died ({err or type(err).__name__}); this task's "
+            "result did not come back"
+        )
         token = job.train_token if phase == "training" else job.ablate_token
         closed = store.fail_task_runs(ctx.tracker, ctx.experiment_id, token, reason)
         job.failure = Failure(job.spec.name, phase, reason, closed[0] if closed else None)

@@ -123,3 +123,54 @@ def test_workers_default_to_the_cores_capped_by_the_models(monkeypatch):
     monkeypatch.setenv(lw.WORKERS_VAR, "two")
     with pytest.raises(ConfigError, match="ATTNSTUDY_WORKERS='two' is not a count"):
         lw.local_workers(_tiny(None))
+
+
+def test_a_dead_worker_fails_its_model_and_ends_its_runs_failed(fresh_root):
+    """A worker process that dies (killed, out of memory) breaks the pool: its task's future
+    raises BrokenProcessPool. The model fails with that reason, and the run the task left
+    RUNNING (found by the task's token) ends FAILED with it; another task's run is left alone."""
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+    from types import SimpleNamespace
+
+    from attnstudy.distributed import _Job
+    from attnstudy.local_workers import LocalPoolExecutor
+    from attnstudy.tracking import Tag, Tracker
+
+    tracker = Tracker()
+    exp_id = tracker.experiment_id("tiny")
+    spec = _tiny(2).runs()[0]
+    job = _Job(0, spec, "study/0/train/aaaa", ablate_token="study/0/ablate/aaaa")
+    left = Tracker(run_tags={Tag.CLUSTER_TASK: job.train_token}).start_run(exp_id, spec.name)
+    other = Tracker(run_tags={Tag.CLUSTER_TASK: "study/1/train/bbbb"}).start_run(exp_id, "other")
+    fut: Future = Future()
+    fut.set_exception(BrokenProcessPool("A process in the process pool was terminated abruptly"))
+    ctx = SimpleNamespace(tracker=tracker, experiment_id=exp_id)
+    out = LocalPoolExecutor(2)._collect(ctx, job, "training", fut)
+    assert out == {"ok": False} and job.model is None
+    assert (job.failure.name, job.failure.phase, job.failure.run_id) == (
+        spec.name,
+        "training",
+        left,
+    )
+    assert job.failure.error.startswith("a worker process of the study died (A process in the")
+    run = tracker.get_run(left)
+    assert (run.status, run.tags[Tag.ERROR_CLASS]) == ("FAILED", "WorkerDied")
+    assert tracker.get_run(other).status == "RUNNING"
+
+
+def test_a_worker_refuses_sources_changed_since_the_study_started():
+    """A worker started after the package's sources were edited would train other code than the
+    study records: its task is refused in one line, before any run starts."""
+    from dataclasses import asdict
+
+    from attnstudy.code_version import this_code
+    from attnstudy.local_workers import _run_task
+
+    driver = asdict(this_code()) | {"digest": "0" * 64}
+    out = _run_task("training", {"code": driver, "spec": "{}"})
+    assert out["ok"] is False and out["failed_run_id"] is None
+    assert out["error"].startswith(
+        "the attnstudy sources changed after the study started (code 000000000000"
+    )
+    assert "run the study again (--resume) once the edits are done" in out["error"]
