@@ -187,6 +187,8 @@ def _permuted_steps(valid: Tensor, steps: Tensor, n: int, heads: int, gen_fn: Ge
         return
     # per example, its valid positions (ascending) then its padding positions (ascending)
     slots = torch.argsort((~valid).to(torch.int8), dim=-1, stable=True)  # (B, T_x)
+    # right-padded sources (every trace's): the slots are the positions, no scatter needed
+    in_place = bool((valid == (torch.arange(t_x, device=valid.device) < nv[:, None])).all())
     step_nv = nv[todo[:, 0]]
     draws = []
     for (bi, ti), k in zip(todo.tolist(), step_nv.tolist()):
@@ -200,9 +202,12 @@ def _permuted_steps(valid: Tensor, steps: Tensor, n: int, heads: int, gen_fn: Ge
         order = torch.cat(
             [perm, torch.arange(k, t_x, device=perm.device).expand(*perm.shape[:-1], t_x - k)], -1
         )  # (S_k, P, H, T_x): a permutation of the slots that fixes the padding slots
-        slot = slots[bs][:, None, None, :].expand(order.shape)
-        # new position slot[i] takes the weight of old position slot[order[i]]
-        index = torch.empty_like(order).scatter_(-1, slot, slot.gather(-1, order))
+        if in_place:
+            index = order
+        else:
+            slot = slots[bs][:, None, None, :].expand(order.shape)
+            # new position slot[i] takes the weight of old position slot[order[i]]
+            index = torch.empty_like(order).scatter_(-1, slot, slot.gather(-1, order))
         yield bs, ts, index, (perm == torch.arange(k, device=perm.device)).all(-1).all(-1)
 
 

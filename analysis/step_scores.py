@@ -206,8 +206,10 @@ def _jsd(probs: Tensor, reference: Tensor, target: Tensor) -> Tensor:
 
 
 def _flip(probs: Tensor, reference: Tensor, target: Tensor) -> Tensor:
-    """1 where argmax p differs from argmax p_ref, else 0 (in ``probs``' dtype)."""
-    return (probs.argmax(-1) != reference.argmax(-1)).to(probs.dtype)
+    """1 where argmax p differs from argmax p_ref, else 0 (in ``probs``' dtype). Ties: the first
+    maximal position (``max(-1).indices``, the same index as ``argmax`` on the CPU, about twice
+    as fast there)."""
+    return (probs.max(-1).indices != reference.max(-1).indices).to(probs.dtype)
 
 
 for _name, _fn, _unit in (

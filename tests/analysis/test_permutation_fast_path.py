@@ -45,6 +45,24 @@ def test_batched_permute_equals_the_per_step_loop(seed, n):
     assert not fast.identity[3][:, steps[3]].all()  # a real permutation happened
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_right_padded_sources_equal_the_per_step_loop(seed):
+    """Valid positions a prefix of every row (every trace's sources): the path without the slot
+    scatter gives the loop's permutations too."""
+    weights, _, steps = _case(seed)
+    lengths = torch.tensor([0, 1, 2, 7, 5, 3])
+    valid = torch.arange(7) < lengths[:, None]
+    weights = weights.masked_fill(~valid[:, None, None], 0.0)
+
+    def gen(b, t):
+        return step_generator(seed, f"e{b}", t, "permutation")
+
+    fast = permute(weights, valid, 20, gen, steps)
+    slow_w, slow_id = _loop_permute(weights, valid, 20, gen, steps)
+    assert torch.equal(fast.weights, slow_w) and torch.equal(fast.identity, slow_id)
+    assert not fast.identity[3][:, steps[3]].all()
+
+
 def test_one_shared_generator_is_drawn_in_the_same_step_order():
     weights, valid, steps = _case(5)
     fast = permute(weights, valid, 4, torch.Generator().manual_seed(9), steps)
