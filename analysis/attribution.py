@@ -23,8 +23,11 @@ Methods (:data:`METHODS`):
   one-token window: the same number on every embedding element, so the token's score is that
   number, not E times it).
 
-Batching: the gradient methods take one backward per step for the whole batch (and, for
-integrated gradients, for every path point of a pass: B × k rows, k points per pass); occlusion
+Batching: the gradient methods make every (example, real step) — for integrated gradients every
+(path point, example, real step) — a row of its own, traced over the prefix up to its step only
+(the decoders are causal), and take one forward and one backward per chunk of rows
+(:func:`_row_gradients`; :func:`_step_gradients`, one backward per step, is its plain reference);
+occlusion
 traces every (example, position) replacement as one no-grad batch, all steps at once.
 :func:`captum_reference` computes each method with Captum on one example and one step.
 """
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -51,9 +55,16 @@ from .step_scores import get_step_score
 METHODS = ("saliency", "input_x_gradient", "integrated_gradients", "occlusion")
 """The attribution methods of :func:`attribute`."""
 
-CELLS_PER_PASS = 262_144
-"""Integrated gradients' automatic path points per pass: k = CELLS_PER_PASS // (B · T_y · T_x)
-(at least 1, at most n_steps), which bounds the graph kept for the per-step backwards."""
+CELLS_PER_PASS = 65_536
+"""The gradient methods' chunk bound: rows × prefix length × T_x per forward and backward (at
+least one row), which bounds the graph kept (:func:`_row_gradients`)."""
+
+STEP_CELLS = 1_048_576
+"""The batched backward's bound: steps × rows × T_y × T_x differentiated together."""
+
+PADDING_SLACK = 1.3
+"""How much padding a group of rows of the gradient methods may carry: its padded size (rows ×
+longest source × most steps) at most this times the sum of its rows' own sizes."""
 
 
 @dataclass
@@ -107,7 +118,8 @@ def token_id(model: Any, which: str) -> int:
 def _step_gradients(
     model, tr, embedded: Tensor, detach_attention: bool, *, reps: int = 1
 ) -> Iterator[tuple[int, Tensor]]:
-    """(t, ∂ Σ_rows log p_t(ŷ_t) / ∂e) for every step t, one backward each.
+    """(t, ∂ Σ_rows log p_t(ŷ_t) / ∂e) for every step t, one backward each: the plain per-step
+    reference of :func:`_row_gradients` (tests hold them equal).
 
     ``embedded``: (reps · B, T_x, E), the batch repeated ``reps`` times (row r·B + b is example
     b). Yields gradients (reps · B, T_x, E); call inside ``eval_mode`` and ``gradients_in_eval``.
@@ -130,6 +142,100 @@ def _step_gradients(
         yield t, g
 
 
+def _groups(lengths: list[int], steps: list[int], cells: int) -> Iterator[tuple[int, int]]:
+    """[start, stop) runs of rows sorted by (source length, steps): a run grows while its padded
+    size (rows × longest source × most steps) stays within :data:`PADDING_SLACK` times the rows'
+    own sizes and within ``cells``."""
+    start = 0
+    while start < len(lengths):
+        stop, own = start + 1, lengths[start] * steps[start]
+        longest, most = lengths[start], steps[start]
+        while stop < len(lengths):
+            n_x, n_y = max(longest, lengths[stop]), max(most, steps[stop])
+            padded = (stop + 1 - start) * n_x * n_y
+            grown = own + lengths[stop] * steps[stop]
+            if padded > PADDING_SLACK * grown or padded > cells:
+                break
+            stop, own, longest, most = stop + 1, grown, n_x, n_y
+        yield start, stop
+        start = stop
+
+
+def _row_gradients(
+    model, tr, embedded: Tensor, detach_attention: bool, *, cells: int = CELLS_PER_PASS
+) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+    """∂ log p_t(ŷ_t) / ∂e of every row and step, from one forward per group of rows and one
+    batched backward per chunk of steps.
+
+    The rows are sorted by source length and grouped (:func:`_groups`), so that a group is traced
+    cut to its own longest source and prefix (little padding); each group's steps are
+    differentiated together by a batched backward (``torch.autograd.grad(is_grads_batched=True)``,
+    a vmap over one-hot grad_outputs: step t's cotangent is 1 at (every row, t)), in chunks of at
+    most ``cells`` (steps × rows × T_y × T_x), which bounds the memory of the batched gradients.
+    Where an operation has no batching rule the steps fall back to one backward each. The rows of
+    a batch are independent, so the sum over a group's rows of log p_t differentiates to each
+    row's own gradient. :func:`_step_gradients` is its plain reference.
+
+    Args:
+        embedded: (N, T_x, E), N = reps · B: the batch's embeddings (or path points) repeated,
+            row n being example n mod B.
+        cells: the bound of a group's trace (rows × T_y × T_x) and of a chunk of steps.
+
+    Yields:
+        (n (R,), t (k,), gradients (k, R, m, E)) — rows, steps and their gradients, m the group's
+        longest source; steps beyond a row's own are padding steps (the callers mask them); call
+        inside ``eval_mode`` and ``gradients_in_eval``.
+    """
+    b = tr.src.size(0)
+    reps = embedded.size(0) // b
+    n_steps = tr.step_mask.sum(1).repeat(reps)
+    lengths = tr.src_lengths.repeat(reps)
+    order = torch.argsort(lengths * (tr.tgt_in.size(1) + 1) + n_steps, stable=True)
+    for start, stop in _groups(lengths[order].tolist(), n_steps[order].tolist(), cells):
+        n = order[start:stop]
+        ex = n % b
+        m, t_y = int(lengths[n].max()), int(n_steps[n].max())
+        leaf = embedded[n, :m].detach().requires_grad_(True)
+        trace = model.trace(
+            tr.src[ex, :m],
+            tr.src_lengths[ex],
+            tr.tgt_in[ex, :t_y],
+            tr.tgt_out[ex, :t_y],
+            embedded=leaf,
+            detach_attention=detach_attention,
+        )
+        logp = torch.log_softmax(trace.logits, -1).gather(-1, tr.tgt_out[ex, :t_y, None])[..., 0]
+        k = max(1, STEP_CELLS // (n.numel() * t_y * m))
+        for t0 in range(0, t_y, k):
+            t = torch.arange(t0, min(t_y, t0 + k), device=n.device)
+            last = t0 + k >= t_y
+            yield n, t, _batched_grad(logp, leaf, t, retain_graph=not last)
+
+
+def _batched_grad(logp: Tensor, leaf: Tensor, t: Tensor, *, retain_graph: bool) -> Tensor:
+    """(k, R, …) gradients of Σ_rows logp[:, t_i] for each of the k steps ``t`` (vmapped; one
+    backward per step where vmap cannot batch an operation)."""
+    one_hot = torch.zeros(t.numel(), *logp.shape, dtype=logp.dtype, device=logp.device)
+    one_hot[torch.arange(t.numel(), device=t.device), :, t] = 1.0
+    if t.numel() == 1:
+        return torch.autograd.grad(logp, leaf, one_hot[0], retain_graph=retain_graph)[0][None]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # vmap's per-operation performance notes
+            (g,) = torch.autograd.grad(
+                logp, leaf, one_hot, retain_graph=retain_graph, is_grads_batched=True
+            )
+        return g
+    except RuntimeError:  # an operation without a batching rule: one backward per step
+        last = one_hot.size(0) - 1
+        return torch.stack(
+            [
+                torch.autograd.grad(logp, leaf, o, retain_graph=retain_graph or i < last)[0]
+                for i, o in enumerate(one_hot)
+            ]
+        )
+
+
 def gradient_scores(model, batch, *, detach_attention: bool = True) -> dict[str, Tensor]:
     """Saliency and input × gradient of every step from one backward per step.
 
@@ -148,9 +254,10 @@ def gradient_scores(model, batch, *, detach_attention: bool = True) -> dict[str,
     ixg = torch.zeros_like(sal)
     with eval_mode(model), gradients_in_eval():
         e = model.embed(tr.src).detach()
-        for t, g in _step_gradients(model, tr, e, detach_attention):
-            sal[:, t] = g.abs().sum(-1)
-            ixg[:, t] = (g * e).sum(-1)
+        for n, t, g in _row_gradients(model, tr, e, detach_attention):
+            m, cell = g.size(2), (n[None, :], t[:, None])
+            sal[:, :, :m][cell] = g.abs().sum(-1)
+            ixg[:, :, :m][cell] = (g * e[n, :m]).sum(-1)
     return {"saliency": _mask(tr, sal), "input_x_gradient": _mask(tr, ixg)}
 
 
@@ -170,20 +277,20 @@ def integrated_gradients(
     baseline: str = "zero",
     approximation: str = "gausslegendre",
     detach_attention: bool = True,
-    points_per_pass: int | None = None,
+    cells: int = CELLS_PER_PASS,
 ) -> Attribution:
     """Integrated gradients of every step (Sundararajan et al. 2017, eq. 1), batched.
 
     IG_tj = Σ_d (e_jd − b_jd) Σ_k w_k ∂f_t/∂e_jd(b + α_k (e − b)), with Captum's α_k and w_k for
-    ``approximation`` (``captum.attr._utils.approximation_methods``). Each pass traces the batch at k
-    path points as one batch (B · k rows) and takes one backward per step.
+    ``approximation`` (``captum.attr._utils.approximation_methods``). Every (path point, example,
+    real step) is a row of :func:`_row_gradients`: one forward and one backward per chunk of rows.
 
     Args:
         model, batch: as :func:`gradient_scores`.
         n_steps: path points (≥ 2). baseline: ``"zero"``, ``"unk"`` or ``"pad"`` (the token's
             embedding at every real position; padding keeps its own).
         approximation: Captum's ``method``. detach_attention: as :func:`gradient_scores`.
-        points_per_pass: path points per pass (None: ``CELLS_PER_PASS // (B · T_y · T_x)``).
+        cells: the chunk bound (:data:`CELLS_PER_PASS`).
 
     Returns:
         :class:`Attribution` with the convergence delta per step.
@@ -201,7 +308,6 @@ def integrated_gradients(
     dtype, dev = tr.logits.dtype, tr.src.device
     weights = torch.tensor(step_sizes(n_steps), dtype=torch.float64, device=dev)
     alphas = torch.tensor(alphas_of(n_steps), dtype=dtype, device=dev)
-    k = points_per_pass or max(1, min(n_steps, CELLS_PER_PASS // max(1, b * t_y * t_x)))
     # the path sum accumulated in float64: its terms are large where the delta is small
     out = torch.zeros(b, t_y, t_x, dtype=torch.float64, device=dev)
     with eval_mode(model), gradients_in_eval():
@@ -209,12 +315,13 @@ def integrated_gradients(
         base = _baseline(model, tr, baseline, e)
         step = e - base  # the path's direction, in the model's dtype
         diff = step.double()
-        for start in range(0, n_steps, k):
-            a, w = alphas[start : start + k], weights[start : start + k]
-            points = (base[None] + a[:, None, None, None] * step[None]).flatten(0, 1)
-            for t, g in _step_gradients(model, tr, points, detach_attention, reps=a.numel()):
-                g = (g.view(a.numel(), b, t_x, -1).double() * w[:, None, None, None]).sum(0)
-                out[:, t] += (g * diff).sum(-1)
+        points = (base[None] + alphas[:, None, None, None] * step[None]).flatten(0, 1)
+        for n, t, g in _row_gradients(model, tr, points, detach_attention, cells=cells):
+            ex, m = n % b, g.size(2)
+            # Σ_d (e − b)_d w_k ∂f_t/∂e_d at the row's α_k, summed into its (example, step)
+            term = (g.double() * diff[ex, :m]).sum(-1) * weights[n // b][None, :, None]
+            cell = (ex[None, :].expand(t.numel(), -1), t[:, None].expand(-1, ex.numel()))
+            out[:, :, :m].index_put_(cell, term, accumulate=True)
         with torch.no_grad():
             f_x = _target_logp(model.trace(tr.src, tr.src_lengths, tr.tgt_in, tr.tgt_out), tr)
             f_b = _target_logp(
@@ -294,6 +401,40 @@ def attribution(model, batch, method: str, chunk_rows: int = 4096, **params) -> 
     if method == "occlusion":
         return occlusion(model, batch, chunk_rows=chunk_rows, **params)
     raise ValueError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)}")
+
+
+def cached_attribution(model, batch, method: str, ctx: Any, params: dict) -> Attribution:
+    """:func:`attribution`, computed once per (model, batch, method, settings) within a run.
+
+    The run's cache is ``ctx.cache`` (:class:`~attnstudy.analysis.batch.AblationContext`, one per
+    suite run; a context without one computes every time). An entry is used only for the same
+    model object and the same trace tensors (``src``, ``tgt_in``: every analysis unit of a batch
+    shares them, and the scores do not depend on the unit); one entry per (method, settings) is
+    kept, the latest batch's. Saliency and input × gradient with the same settings come from one
+    :func:`gradient_scores` pass and are stored together.
+
+    Args:
+        model, batch, method: as :func:`attribution`. ctx: the run context (``chunk_rows``,
+            ``cache``). params: the method's settings (a dict).
+
+    Raises:
+        ValueError: as :func:`attribution`.
+    """
+    cache = getattr(ctx, "cache", None)
+    tr = _trace_of(batch)
+    settings = tuple(sorted(params.items()))
+    if cache is not None:
+        hit = cache.get((method, settings))
+        if hit is not None and hit[0] is model and hit[1] is tr.src and hit[2] is tr.tgt_in:
+            return hit[3]
+    if method in ("saliency", "input_x_gradient") and set(params) <= {"detach_attention"}:
+        found = {m: Attribution(v) for m, v in gradient_scores(model, batch, **params).items()}
+    else:
+        found = {method: attribution(model, batch, method, chunk_rows=ctx.chunk_rows, **params)}
+    if cache is not None:
+        for m, result in found.items():
+            cache[(m, settings)] = (model, tr.src, tr.tgt_in, result)
+    return found[method]
 
 
 def attribute(model, batch, method: str = "input_x_gradient", **params) -> Tensor:
@@ -482,7 +623,7 @@ def run_method(method: str, model, batch, params, ctx) -> pd.DataFrame:
         ``integrated_gradients_delta`` (the convergence delta, nats) and its absolute value
         ``integrated_gradients_abs_delta``.
     """
-    found = attribution(model, batch, method, chunk_rows=ctx.chunk_rows, **params.model_dump())
+    found = cached_attribution(model, batch, method, ctx, params.model_dump())
     frame = tau_table(
         batch,
         method,

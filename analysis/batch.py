@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -33,10 +33,13 @@ class AblationContext:
     Attributes:
         seed: the ablation seed (random draws come from :func:`step_generator`).
         chunk_rows: rows per output-layer call in local interventions (sized for the cache).
+        cache: the run's attribution cache
+            (:func:`~attnstudy.analysis.attribution.cached_attribution`), empty at the start.
     """
 
     seed: int = 0
     chunk_rows: int = 4096
+    cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, cfg) -> AblationContext:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from attnstudy.analysis.attribution_params import AgreementParams
 from attnstudy.analysis.catalogue import AblationSpec, Figure, Question, Stat
 
-from ..attribution import attribution, gradient_scores, head_mean_attention, tau_table
+from ..attribution import cached_attribution, head_mean_attention, tau_table
 from .importance import loo_importance
 
 SPEC = AblationSpec(
@@ -115,25 +115,21 @@ def run(model, batch, params, ctx):
 
     Args:
         params: :class:`~attnstudy.analysis.attribution_params.AgreementParams` (each method's
-            settings). ctx: ``chunk_rows``.
+            settings). ctx: ``chunk_rows`` and the run's cache
+            (:func:`~attnstudy.analysis.attribution.cached_attribution`).
 
     Returns:
         One row per real step: ``example_id``, ``step``, ``attribution_agreement_skipped``,
         ``attribution_agreement_tau_<a>_<b>`` and ``…_p_<a>_<b>`` for each pair,
         ``attribution_agreement_reason``.
     """
-    sal, ixg = params.saliency.model_dump(), params.input_x_gradient.model_dump()
-    grads = gradient_scores(model, batch, **sal)  # one backward per step gives both
-    if ixg != sal:
-        grads["input_x_gradient"] = gradient_scores(model, batch, **ixg)["input_x_gradient"]
     vectors = {
-        **grads,
-        "integrated_gradients": attribution(
-            model, batch, "integrated_gradients", **params.integrated_gradients.model_dump()
-        ).scores,
-        "occlusion": attribution(
-            model, batch, "occlusion", chunk_rows=ctx.chunk_rows, **params.occlusion.model_dump()
-        ).scores,
+        method: cached_attribution(
+            model, batch, method, ctx, getattr(params, method).model_dump()
+        ).scores
+        for method in METHODS[:-1]
+    }  # computed once per batch and settings within the run (shared with the methods' entries)
+    vectors |= {
         "loo": loo_importance(model, batch, ctx.chunk_rows),
         "attn": head_mean_attention(batch),
     }

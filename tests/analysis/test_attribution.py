@@ -216,6 +216,120 @@ def test_completeness_of_integrated_gradients_on_a_recurrent_model():
     assert detached.delta[mask].abs().max() > 10 * full.delta[mask].abs().max()
 
 
+def _per_step_reference(model, batch, detach_attention):
+    """Saliency and input × gradient from the plain loop: one backward per step, whole batch."""
+    from attnstudy.models import eval_mode, gradients_in_eval
+
+    tr = batch.trace
+    sal = torch.full(tr.src.shape[:1] + tr.tgt_in.shape[1:] + tr.src.shape[1:], math.nan)
+    ixg = sal.clone()
+    with eval_mode(model), gradients_in_eval():
+        e = model.embed(tr.src).detach()
+        for t, g in attr._step_gradients(model, tr, e, detach_attention):
+            sal[:, t], ixg[:, t] = g.abs().sum(-1), (g * e).sum(-1)
+    return attr._mask(tr, sal), attr._mask(tr, ixg)
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: "-".join(f))
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        (attr.CELLS_PER_PASS, attr.STEP_CELLS, attr.PADDING_SLACK),
+        (1, 1, 1.0),  # a group per row, one step per backward (the plain-grad branch)
+        (10**6, 40, 10.0),  # one group, steps in batched chunks of a few
+    ],
+    ids=["defaults", "row-by-row", "one-group-chunked-steps"],
+)
+@pytest.mark.parametrize("detach", [True, False], ids=["detached", "attention-kept"])
+def test_grouped_batched_gradients_equal_the_per_step_reference(
+    family, bounds, detach, monkeypatch
+):
+    """The fast path (rows grouped by length, cut to their own source and prefix, all steps from
+    one vmapped backward) gives the per-step loop's numbers on every real cell."""
+    cells, step_cells, slack = bounds
+    monkeypatch.setattr(attr, "CELLS_PER_PASS", cells)
+    monkeypatch.setattr(attr, "STEP_CELLS", step_cells)
+    monkeypatch.setattr(attr, "PADDING_SLACK", slack)
+    model = tiny_model(*family)
+    batch = one_batch(model, make_examples(7), "greedy")
+    assert len(set(batch.trace.src_lengths.tolist())) > 1  # groups of different lengths
+    fast = attr.gradient_scores(model, batch, detach_attention=detach)
+    ref_sal, ref_ixg = _per_step_reference(model, batch, detach)
+    torch.testing.assert_close(fast["saliency"], ref_sal, atol=1e-6, rtol=1e-5, equal_nan=True)
+    torch.testing.assert_close(
+        fast["input_x_gradient"], ref_ixg, atol=1e-6, rtol=1e-5, equal_nan=True
+    )
+
+
+def test_batched_gradients_fall_back_to_one_backward_per_step_without_vmap(monkeypatch):
+    """Where vmap cannot batch an operation (a RuntimeError from is_grads_batched), the steps are
+    differentiated one at a time, with the same numbers."""
+    model = tiny_model("additive", "bahdanau")
+    batch = one_batch(model, make_examples(7), "greedy")
+    expected = attr.gradient_scores(model, batch)
+    grad, batched = torch.autograd.grad, []
+
+    def no_vmap(*args, **kw):
+        if kw.get("is_grads_batched"):
+            batched.append(1)
+            raise RuntimeError("Batching rule not implemented for aten::some_op")
+        return grad(*args, **kw)
+
+    monkeypatch.setattr(torch.autograd, "grad", no_vmap)
+    found = attr.gradient_scores(model, batch)
+    assert batched  # the batched backward was tried
+    for method in ("saliency", "input_x_gradient"):
+        torch.testing.assert_close(found[method], expected[method], equal_nan=True)
+
+
+def test_integrated_gradients_are_the_same_whatever_the_grouping(monkeypatch):
+    """Integrated gradients (rows: path point × example) equal their row-by-row form."""
+    model = tiny_model("multihead", "transformer")
+    batch = one_batch(model, make_examples(7), "greedy")
+    grouped = attr.integrated_gradients(model, batch, n_steps=6, baseline="unk")
+    monkeypatch.setattr(attr, "STEP_CELLS", 1)
+    monkeypatch.setattr(attr, "PADDING_SLACK", 1.0)
+    single = attr.integrated_gradients(model, batch, n_steps=6, baseline="unk", cells=1)
+    torch.testing.assert_close(grouped.scores, single.scores, atol=1e-6, rtol=1e-5, equal_nan=True)
+    torch.testing.assert_close(grouped.delta, single.delta, atol=1e-6, rtol=1e-5, equal_nan=True)
+
+
+def test_the_agreement_matrix_reuses_the_methods_scores_within_a_run(monkeypatch):
+    """Within a run (one context), each (batch, method, settings) is computed once: the method
+    entries and attribution_agreement share it; a new batch or another model is computed anew."""
+    from attnstudy.analysis.ablations import attribution_agreement
+    from attnstudy.analysis.attribution_params import AgreementParams
+    from attnstudy.analysis.batch import AblationContext
+
+    model = tiny_model("additive", "bahdanau")
+    batch = one_batch(model, make_examples(5), "greedy")
+    params = AgreementParams.model_validate({"integrated_gradients": {"n_steps": 4}})
+    plain = attribution_agreement.run(model, batch, params, AblationContext())
+    calls = {"gradient_scores": 0, "integrated_gradients": 0, "occlusion": 0}
+    for name in calls:
+        real = getattr(attr, name)
+
+        def counted(*a, _real=real, _name=name, **kw):
+            calls[_name] += 1
+            return _real(*a, **kw)
+
+        monkeypatch.setattr(attr, name, counted)
+    ctx = AblationContext()
+    for method in ("saliency", "input_x_gradient", "integrated_gradients", "occlusion"):
+        attr.run_method(method, model, batch, getattr(params, method), ctx)
+    assert calls == {"gradient_scores": 1, "integrated_gradients": 1, "occlusion": 1}
+    cached = attribution_agreement.run(model, batch, params, ctx)
+    assert calls == {"gradient_scores": 1, "integrated_gradients": 1, "occlusion": 1}
+    pd_testing = pytest.importorskip("pandas.testing")
+    pd_testing.assert_frame_equal(cached, plain)
+    # another batch (new trace tensors), then another model: computed again
+    attribution_agreement.run(model, one_batch(model, make_examples(5), "greedy"), params, ctx)
+    assert calls == {"gradient_scores": 2, "integrated_gradients": 2, "occlusion": 2}
+    other = tiny_model("additive", "bahdanau")
+    attr.run_method("saliency", other, batch, params.saliency, ctx)
+    assert calls["gradient_scores"] == 3
+
+
 def test_an_unknown_method_or_setting_is_refused():
     model = tiny_model()
     batch = one_batch(model, make_examples(3))
