@@ -9,6 +9,14 @@
 Same seed → the same per-row objective values (the batched loss is a sum of independent rows,
 Adam is element-wise); the largest difference is reported. Target: loop / batched ≥ 5×.
 
+Early stopping and the fused objective, with the result-quality check (every family, the default
+500 Adam iterations): the search with the plain objective (the module docstring's terms through
+``divergences.jsd``, as before the fused form), with the fused objective, and with the fused
+objective and per-row early stopping (``stop_tol`` = :data:`STOP_TOL`); per variant its time, the
+found rate and the mean max JSD with their 95 % intervals (the report's estimator,
+``suite.step_mean_ci``, resampling examples). Target: ≥ 2× faster than the plain search with the
+found rate and max JSD inside the plain search's intervals.
+
 Run: ``PYTHONPATH=src:. python -m benchmarks.bench_adversarial [--smoke]``.
 """
 
@@ -16,6 +24,7 @@ from __future__ import annotations
 
 from functools import partial
 
+import pandas as pd
 import torch
 from attnstudy.analysis.ablations.adversarial import adversarial_loop_reference, search_adversarial
 from attnstudy.analysis.batch import AblationContext
@@ -23,6 +32,9 @@ from attnstudy.analysis.batch import AblationContext
 from . import common
 
 TARGET = 5.0
+STOP_TOL = 1e-4
+"""The early-stopping tolerance timed (``[ablation.adversarial] stop_tol``)."""
+TARGET_FAST = 2.0
 
 
 def _each(fn, model, batches, cfg, iters):
@@ -96,6 +108,8 @@ def run(args) -> dict:
         notes.append(
             "smoke mode: random weights and tiny sizes; the ratios say nothing about the target"
         )
+    quality = _early_stopping(args, cfg, n_words, prefix)
+    notes += quality["notes"]
     common.report(
         "Adversarial search: batched vs per-step loop",
         args,
@@ -107,10 +121,100 @@ def run(args) -> dict:
             "seed": cfg.seed,
             "timing": f"best of {repeats} interleaved (loop: 1 run)",
         },
-        [("", common.table(rows))],
+        [
+            ("", common.table(rows)),
+            (
+                f"Fused objective and early stopping (stop_tol = {STOP_TOL:g}), "
+                f"{quality['iters']} Adam iterations: time and result quality",
+                common.table(quality["rows"]),
+            ),
+        ],
         notes,
     )
-    return {"rows": rows, "checks": checks}
+    return {"rows": rows, "checks": checks, "quality": quality["rows"]}
+
+
+def _early_stopping(args, cfg, n_words: int, prefix: str) -> dict:
+    """Plain objective, fused objective, fused + early stopping, per family (module docstring)."""
+    from attnstudy.analysis.ablations.adversarial import (
+        _optimise,
+        _requires_grad_off,
+        _restore_requires_grad,
+        _searched_rows,
+        adversarial_table,
+    )
+    from attnstudy.analysis.suite import step_mean_ci
+
+    from attnstudy.models import eval_mode
+
+    iters = 6 if args.smoke else 500
+    every = 2 if args.smoke else 20
+    ctx = AblationContext.of(cfg)
+
+    def search(model, batch, plain: bool, stop_tol: float):
+        params = cfg.params_for("adversarial").model_copy(
+            update={"steps": iters, "stop_tol": stop_tol, "stop_every": every}
+        )
+        b_idx, t_idx = _searched_rows(batch)
+        flags = _requires_grad_off(model)
+        try:
+            with eval_mode(model):
+                part = _optimise(model, batch, b_idx, t_idx, params, ctx, plain=plain)
+        finally:
+            _restore_requires_grad(model, flags)
+        return adversarial_table(batch, part)
+
+    rows, notes = [], []
+    for flow in common.kernels(args):
+        bm = common.get_model(args, flow)
+        batches = common.prepared(bm, n_words, prefix, batch_size=32)
+        variants = {
+            "plain objective": (True, 0.0),
+            "fused objective": (False, 0.0),
+            "fused + early stopping": (False, STOP_TOL),
+        }
+        res = common.interleaved(
+            {
+                name: partial(
+                    lambda plain, tol, m=bm.model, bs=batches: pd.concat(
+                        [search(m, b, plain, tol) for b in bs], ignore_index=True
+                    ),
+                    plain,
+                    tol,
+                )
+                for name, (plain, tol) in variants.items()
+            },
+            1,
+        )
+        base = res["plain objective"]
+        est = {}
+        for name, timing in res.items():
+            table = timing.result[~timing.result["adversarial_skipped"]].copy()
+            table["found"] = table["adversarial_found"].astype(float)
+            found = step_mean_ci(table, "found", cfg)
+            jsd = step_mean_ci(
+                table.dropna(subset=["adversarial_max_jsd"]), "adversarial_max_jsd", cfg
+            )
+            est[name] = (found, jsd)
+            rows.append(
+                {
+                    "flow": flow,
+                    "search": name,
+                    "s": timing.best,
+                    "speed-up": base.best / timing.best,
+                    "found rate": f"{found[0]:.3f} [{found[1]:.3f}, {found[2]:.3f}]",
+                    "max JSD": f"{jsd[0]:.4f} [{jsd[1]:.4f}, {jsd[2]:.4f}]",
+                }
+            )
+        (f0, j0), (f1, j1) = est["plain objective"], est["fused + early stopping"]
+        inside = f0[1] <= f1[0] <= f0[2] and j0[1] <= j1[0] <= j0[2]
+        speed = base.best / res["fused + early stopping"].best
+        notes.append(
+            f"{flow}: fused + early stopping {speed:.2f}× the plain search (target ≥ "
+            f"{TARGET_FAST:g}×, {common.verdict(speed, TARGET_FAST)}); found rate and max JSD "
+            f"{'inside' if inside else 'OUTSIDE'} the plain search's 95 % intervals"
+        )
+    return {"rows": rows, "notes": notes, "iters": iters}
 
 
 def main(argv=None) -> dict:

@@ -26,7 +26,16 @@ import time
 
 from . import common
 
-BENCHMARKS = ["permutation", "adversarial", "loo", "flops", "scaling", "training", "tracking"]
+BENCHMARKS = [
+    "permutation",
+    "adversarial",
+    "loo",
+    "flops",
+    "steps",
+    "scaling",
+    "training",
+    "tracking",
+]
 """Script names (``benchmarks/bench_<name>.py``), in the order they are listed and run."""
 OPT_IN = ["long", "attribution", "study"]
 """Benchmarks run only when named in ``--only`` (``long``: the battery on one example of up to

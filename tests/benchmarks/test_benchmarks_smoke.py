@@ -168,6 +168,23 @@ def test_long_example_battery(results):
     assert "µs per replacement" in results.read_text()
 
 
+def test_time_per_decoder_step_as_the_source_grows(results):
+    from benchmarks import bench_steps
+
+    out = bench_steps.main(smoke(results))
+    assert [r["L"] for r in out["per_step"]] == [4, 8]
+    # the reference prefix fixes the steps: L tokens and <eos> per example, two examples
+    assert [r["steps"] for r in out["per_step"]] == [10, 18]
+    for r in out["ratios"]:
+        for key in ("LOO ratio", "erase ratio", "gradient ratio"):
+            assert r[key] > 0
+        assert r["LOO ratio"] == r["LOO s"] / r["one forward, all deletions s"]
+    from attnstudy.analysis.catalogue import list_ablations
+
+    assert set(list_ablations(default_only=True)) <= set(out["slopes"])
+    assert "Time per decoder step" in results.read_text()
+
+
 def test_training_throughput(results):
     from benchmarks import bench_training
 
