@@ -84,13 +84,16 @@ def faithfulness_aopc(steps: pd.DataFrame, palette: dict | None = None) -> Figur
             legend=False,
             ax=ax,
         )
+        names = [labels[r] for r in rankings]
         for container, v in zip(ax.containers, hue):
             sub = d[d["variant"] == v].set_index("ranking")
-            for bar, r in zip(container, [labels[r] for r in rankings]):
-                if r not in sub.index:
-                    continue
+            for bar in container:
+                # a bar's ranking is the category at its centre (seaborn draws none for a ranking
+                # the model lacks, so the container's bars are not one per ranking)
                 y = bar.get_y() + bar.get_height() / 2
-                ax.plot([sub.at[r, "low"], sub.at[r, "high"]], [y, y], color="0.25", lw=1.4)
+                r = names[int(round(y))]
+                if r in sub.index:
+                    ax.plot([sub.at[r, "low"], sub.at[r, "high"]], [y, y], color="0.25", lw=1.4)
         ax.axvline(0, color="0.5", lw=0.8)
         ax.set(title=title, xlabel="drop of p(y_t)", ylabel="ranking" if ax is axes[0] else "")
     _legend_below(
