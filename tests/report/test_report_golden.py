@@ -100,10 +100,35 @@ def test_each_tables_steps_are_those_its_statistics_were_computed_on(golden_repo
             want = str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
             row = re.search(rf"^\| {re.escape(e.variant)} \| (\d+) \| ([^|]+) \|", table, re.M)
             assert row.group(2).strip() == want, (e.variant, keys)
-    # gold mass: 55 reference steps less 8 <eos>; AER: this store predates its undefined count
-    assert "| copy additive-bahdanau | 8 | 47 to 55 |" in aligns  # 110 greedy steps, then 55
+    # AER and gold mass alike: 55 reference steps less the 8 <eos> steps (110 greedy steps, then
+    # 55 counting <eos>, before)
+    assert "| copy additive-bahdanau | 8 | 47 |" in aligns
     assert "| copy additive-bahdanau | 8 | 110 |" in used
 
 
 def _study_id() -> str:
     return (GOLDEN / "store" / "STUDY").read_text(encoding="utf-8").strip()
+
+
+def test_the_golden_store_is_made_by_the_battery_of_today():
+    """The committed store is the battery's current output, not an older one's: every statistic
+    it logged has its count of undefined steps (the report's steps column subtracts it; a store
+    made before ratio statistics logged theirs counted AER at <eos> and printed "47 to 55"), and
+    every model with attention logged ``aer_shift`` (a store made before it printed "undefined").
+    Rebuild a stale store with ``python tests/fixtures/golden/build.py``."""
+    import sqlite3
+
+    from attnstudy.analysis.catalogue import stat_keys
+
+    with sqlite3.connect(GOLDEN / "store" / "mlflow.db") as db:
+        rows = db.execute("select run_uuid, key from latest_metrics where key like 'ablation/%'")
+        logged: dict[str, set[str]] = {}
+        for run, key in rows:
+            logged.setdefault(run, set()).add(key)
+    stats = set(stat_keys())
+    aligned = [keys for keys in logged.values() if "ablation/alignment/n_steps" in keys]
+    assert len(aligned) == 4  # the two additive and the two Transformer models
+    for keys in logged.values():
+        assert not sorted(k for k in keys & stats if f"{k}_n_undefined" not in keys)
+    for keys in aligned:
+        assert "ablation/alignment/aer_shift" in keys
