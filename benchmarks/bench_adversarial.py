@@ -12,7 +12,7 @@ Adam is element-wise); the largest difference is reported. Target: loop / batche
 Early stopping and the fused objective, with the result-quality check (every family, the default
 500 Adam iterations): the search with the plain objective (the module docstring's terms through
 ``divergences.jsd``, as before the fused form), with the fused objective, and with the fused
-objective and per-row early stopping (``stop_tol`` = :data:`STOP_TOL`); per variant its time, the
+objective and per-row early stopping (``EarlyStop(tol=STOP_TOL)``); per variant its time, the
 found rate and the mean max JSD with their 95 % intervals (the report's estimator,
 ``suite.step_mean_ci``, resampling examples). Target: ≥ 2× faster than the plain search with the
 found rate and max JSD inside the plain search's intervals.
@@ -33,7 +33,7 @@ from . import common
 
 TARGET = 5.0
 STOP_TOL = 1e-4
-"""The early-stopping tolerance timed (``[ablation.adversarial] stop_tol``)."""
+"""The early-stopping tolerance timed (``adversarial.EarlyStop.tol``)."""
 TARGET_FAST = 2.0
 
 
@@ -137,6 +137,7 @@ def run(args) -> dict:
 def _early_stopping(args, cfg, n_words: int, prefix: str) -> dict:
     """Plain objective, fused objective, fused + early stopping, per family (module docstring)."""
     from attnstudy.analysis.ablations.adversarial import (
+        EarlyStop,
         _optimise,
         _requires_grad_off,
         _restore_requires_grad,
@@ -152,14 +153,15 @@ def _early_stopping(args, cfg, n_words: int, prefix: str) -> dict:
     ctx = AblationContext.of(cfg)
 
     def search(model, batch, plain: bool, stop_tol: float):
-        params = cfg.params_for("adversarial").model_copy(
-            update={"steps": iters, "stop_tol": stop_tol, "stop_every": every}
-        )
+        params = cfg.params_for("adversarial").model_copy(update={"steps": iters})
+        stop = EarlyStop(tol=stop_tol, every=every) if stop_tol > 0 else None
         b_idx, t_idx = _searched_rows(batch)
         flags = _requires_grad_off(model)
         try:
             with eval_mode(model):
-                part = _optimise(model, batch, b_idx, t_idx, params, ctx, plain=plain)
+                part = _optimise(
+                    model, batch, b_idx, t_idx, params, ctx, plain=plain, early_stop=stop
+                )
         finally:
             _restore_requires_grad(model, flags)
         return adversarial_table(batch, part)

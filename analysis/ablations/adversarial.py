@@ -64,16 +64,6 @@ class AdversarialParams(Params):
     eps_opt: float = Field(0.01, ge=0, le=1, description="TVD hinge ε during the search")
     eps_eval: float = Field(0.05, ge=0, le=1, description="TVD threshold ε for keeping a candidate")
     init_sd: float = Field(3.0, ge=0, le=100, description="σ of the initial logit noise")
-    stop_tol: float = Field(
-        0.0,
-        ge=0,
-        le=1,
-        description="per-row early stopping (0: off): a row stops when its loss improved by "
-        "≤ stop_tol × max(1, |loss|) over the last stop_every iterations",
-    )
-    stop_every: int = Field(
-        20, ge=1, le=1_000_000, description="iterations between two early-stopping checks"
-    )
 
 
 SPEC = AblationSpec(
@@ -119,6 +109,20 @@ SPEC = AblationSpec(
     "(TVD); max JSD, share found",
     reference="Jain & Wallace 2019, §4.2 (AdversaryMulti)",
 )
+
+
+@dataclass(frozen=True)
+class EarlyStop:
+    """Per-row early stopping of the search (off unless passed; not an experiment setting, so
+    the ablation's key and results are those of the plain search).
+
+    Every ``every`` iterations, a row whose loss (at the parameters before that iteration's
+    update) improved by at most ``tol × max(1, |loss|)`` since the previous check keeps its θ
+    after that update and leaves the search.
+    """
+
+    tol: float = 1e-4
+    every: int = 20
 
 
 @dataclass
@@ -325,16 +329,16 @@ def _optimise(
     ctx: AblationContext,
     steps: int | None = None,
     plain: bool = False,
+    early_stop: EarlyStop | None = None,
 ) -> AdversarialResult:
     """Run the batched search over the rows (b_idx, t_idx) (model already in eval, no param grads).
 
     ``plain``: the objective's plain form :func:`_row_objective_reference` (the loop reference)
     instead of the fused :func:`_row_objective`.
 
-    Early stopping (``params.stop_tol`` > 0): every ``stop_every`` iterations, a row whose loss
-    (at the parameters before that iteration's update) improved by at most
-    ``stop_tol × max(1, |loss|)`` since the previous check keeps its θ after that update and
-    leaves the search; the others go on with their own Adam moments (sliced, unchanged). A row's result
+    ``early_stop`` (:class:`EarlyStop`): every ``every`` iterations, a row whose loss (at the
+    parameters before that iteration's update) improved by at most ``tol × max(1, |loss|)``
+    since the previous check keeps its θ after that update and leaves the search; the others go on with their own Adam moments (sliced, unchanged). A row's result
     then depends only on its own trajectory, as without early stopping.
     """
     acfg = params
@@ -368,13 +372,13 @@ def _optimise(
             optim.zero_grad(set_to_none=True)
             loss.sum().backward()
             optim.step()
-            if acfg.stop_tol <= 0 or it % acfg.stop_every:
+            if early_stop is None or it % early_stop.every:
                 continue
             now = loss.detach()
             if previous is None:
                 previous = now
                 continue
-            done = previous - now <= acfg.stop_tol * now.abs().clamp(min=1.0)
+            done = previous - now <= early_stop.tol * now.abs().clamp(min=1.0)
             previous = now
             if not bool(done.any()):
                 continue
@@ -426,6 +430,8 @@ def search_adversarial(
     ctx: AblationContext,
     steps: int | None = None,
     budget: int | None = None,
+    *,
+    early_stop: EarlyStop | None = None,
 ) -> AdversarialResult:
     """Batched ``AdversaryMulti`` search over every searchable step of a batch (J&W 2019, §4.2).
 
@@ -440,6 +446,8 @@ def search_adversarial(
             :data:`~attnstudy.analysis._chunks.ELEMENT_BUDGET`): the rows are searched in
             chunks of N' rows, so a long example's memory stays bounded; a row's result does not
             depend on its chunk.
+        early_stop: per-row early stopping (:class:`EarlyStop`); None (the default): every row
+            runs all the iterations.
 
     Returns:
         :class:`AdversarialResult` over the N real steps with ≥ 2 valid source positions.
@@ -457,10 +465,19 @@ def search_adversarial(
     try:
         with eval_mode(model):
             if len(b_idx) <= size:
-                return _optimise(model, batch, b_idx, t_idx, params, ctx, steps)
+                return _optimise(
+                    model, batch, b_idx, t_idx, params, ctx, steps, early_stop=early_stop
+                )
             parts = [
                 _optimise(
-                    model, batch, b_idx[s : s + size], t_idx[s : s + size], params, ctx, steps
+                    model,
+                    batch,
+                    b_idx[s : s + size],
+                    t_idx[s : s + size],
+                    params,
+                    ctx,
+                    steps,
+                    early_stop=early_stop,
                 )
                 for s in range(0, len(b_idx), size)
             ]
@@ -504,6 +521,8 @@ def adversarial_loop_reference(
     params: AdversarialParams,
     ctx: AblationContext,
     steps: int | None = None,
+    *,
+    early_stop: EarlyStop | None = None,
 ) -> AdversarialResult:
     """Plain-loop reference of :func:`search_adversarial`: one step (K candidates) at a time.
 
@@ -530,6 +549,7 @@ def adversarial_loop_reference(
                         ctx,
                         steps,
                         plain=True,
+                        early_stop=early_stop,
                     )
                 )
     finally:

@@ -326,27 +326,31 @@ def test_fused_objective_equals_the_plain_one(data, k):
 
 
 def test_early_stopping_keeps_each_rows_theta_from_the_iteration_it_stopped(data):
-    """stop_tol = 1 stops every row at the second check (an improvement ≤ max(1, |loss|)):
-    the result is the plain search run for stop_every + 1 iterations; stop_tol = 0 changes
-    nothing; a row that goes on follows its own trajectory (its result is that of a search
-    where it alone was searched)."""
+    """tol = 1 stops every row at the second check (an improvement ≤ max(1, |loss|)): the
+    result is the search run for every + 1 iterations; a row that goes on follows its own
+    trajectory (its result is that of a search where it alone was searched)."""
+    from attnstudy.analysis.ablations.adversarial import EarlyStop
+
     model = make_model(data, "multihead", "luong", heads=2, dtype=torch.float64)
     batch = batch_of(model, data)
     ctx = AblationContext.of(cfg_with())
 
-    def search(**adv):
-        return search_adversarial(model, batch, cfg_with(**adv).params_for("adversarial"), ctx)
+    def search(steps, early_stop=None):
+        params = cfg_with(steps=steps).params_for("adversarial")
+        return search_adversarial(model, batch, params, ctx, early_stop=early_stop)
 
-    stopped = search(steps=40, stop_tol=1.0, stop_every=5)
-    short = search(steps=6)
-    assert torch.equal(stopped.candidates, short.candidates)
-    assert torch.equal(search(steps=12, stop_tol=0.0).candidates, search(steps=12).candidates)
+    stopped = search(40, EarlyStop(tol=1.0, every=5))
+    assert torch.equal(stopped.candidates, search(6).candidates)
     # a tolerance some rows meet and others do not: every row equals its own one-row search
-    some = search(steps=30, stop_tol=1e-2, stop_every=3)
+    some = search(30, EarlyStop(tol=1e-2, every=3))
     loop = adversarial_loop_reference(
-        model, batch, cfg_with(steps=30, stop_tol=1e-2, stop_every=3).params_for("adversarial"), ctx
+        model,
+        batch,
+        cfg_with(steps=30).params_for("adversarial"),
+        ctx,
+        early_stop=EarlyStop(tol=1e-2, every=3),
     )
     torch.testing.assert_close(some.candidates, loop.candidates, atol=1e-8, rtol=0)
-    full = search(steps=30)
+    full = search(30)
     changed = (some.candidates - full.candidates).abs().amax((1, 2, 3)) > 1e-12
     assert 0 < int(changed.sum()) < len(changed)  # some rows stopped early, some did not
