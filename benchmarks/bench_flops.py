@@ -14,7 +14,10 @@ FLOPs are counted analytically from the layer sizes (2·m·n·k per matrix produ
 * adversarial backward (gradients w.r.t. the candidate weights only, parameters frozen): the
   input-gradient product of every layer on the path from the context to the loss — output,
   readout or combine, the cell's input weights (not W_hh: the prefix state needs no gradient) and
-  the context (dα = dc · Vᵀ).
+  the context (dα = dc · Vᵀ);
+* the Bahdanau adversarial search's row form folds the context into the first RNN layer's input
+  weights and the readout (:func:`search_layer_flops`): per row and direction, 2 · (gates +
+  hidden) per head and valid position, the readout's state half and the output.
 
 Kernels timed: the permutation kernel is the ``logits_given_attention`` calls of
 ``attnstudy.analysis.ablations.permutation.run`` on precomputed permutations (P = 100); the adversarial kernel is
@@ -124,8 +127,27 @@ def perm_work(bm, batches, cfg) -> tuple[list, float, int]:
     return calls, flops, rows
 
 
+def search_layer_flops(model) -> dict[str, float]:
+    """Per-row FLOPs of the adversarial search's row form: :func:`layer_flops`, except for the
+    Bahdanau flow, whose row form (``Seq2Seq._bahdanau_rows``) folds the context into the first
+    RNN layer's input weights and the readout and computes the recurrent and embedding terms once
+    per row: a row costs one product of its attention row with the projected values (2 ·
+    (gates + hidden) per head and valid position: ``context``), the readout's state half
+    (2 · hidden²), the upper layers' input weights and the output (2·|W_o|), forward and
+    backward alike (gradients w.r.t. the candidate weights only)."""
+    lf = layer_flops(model)
+    if getattr(model, "decoder_layers", None) is not None or model.decoder.flow != "bahdanau":
+        return lf
+    dec = model.decoder
+    gates = dec.rnn.weight_ih_l0.size(0)
+    upper = sum(getattr(dec.rnn, f"weight_ih_l{layer}").numel() for layer in range(1, dec.layers))
+    per_row = 2.0 * dec.output.weight.numel() + 2.0 * dec.hidden * dec.hidden + 2.0 * upper
+    context = 2.0 * (gates + dec.hidden) * model.attention.heads
+    return {"forward": per_row, "backward": per_row, "context": context}
+
+
 def adv_flops(bm, batches, iters: int, k: int) -> tuple[float, int]:
-    lf = layer_flops(bm.model)
+    lf = search_layer_flops(bm.model)
     flops, rows = 0.0, 0
     for batch in batches:
         b_idx, _ = _searched_rows(batch)
