@@ -703,7 +703,7 @@ def _ui(args) -> int:
         )
     proc = None
     try:  # Ctrl-C at any point (imports and store creation included) stops cleanly, the server too
-        from .paths import artifact_root, default_tracking_uri
+        from .paths import default_tracking_uri
         from .tracking import Tracker
 
         if ui.port_in_use("127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host, args.port):
@@ -713,7 +713,7 @@ def _ui(args) -> int:
             raise UsageError(f"the UI serves a local SQLite store; the tracking URI is {uri}")
         tracker = Tracker(uri, create=False)  # an existing store, checked before the server starts
         exp_id = ui.experiment_link_id(tracker, args.experiment)
-        proc = ui.start_server(uri, artifact_root(), host=args.host, port=args.port)
+        proc = ui.start_server(uri, tracker.artifact_root, host=args.host, port=args.port)
         base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
         print(f"MLflow UI: {ui.runs_view_url(base, exp_id)}", flush=True)  # before it answers
         print(f"press Ctrl-C to stop; {ui.STARTING}", flush=True)

@@ -83,3 +83,4 @@ from .uris import check_model_uri as check_model_uri
 from .uris import check_tracking_uri as check_tracking_uri
 from .uris import looks_like_path as looks_like_path
 from .uris import split_runs_uri as split_runs_uri
+from .uris import sqlite_database as sqlite_database

@@ -10,16 +10,83 @@ from pathlib import Path
 
 from .base import ConfigError
 
+SQLITE_PREFIX = "sqlite:///"
+"""The one SQLite tracking URI form read: ``sqlite:///relative/mlflow.db`` (relative to the working
+directory) or ``sqlite:////absolute/mlflow.db``."""
 
-def check_tracking_uri(uri: str) -> str:
-    """The URI if it names a store that persists.
+
+def sqlite_database(uri: str) -> Path | None:
+    """The database file of a SQLite tracking URI as SQLAlchemy, MLflow and SQLite all read it,
+    made absolute against the working directory (as SQLAlchemy's pysqlite dialect does); None for
+    a URI of another scheme.
+
+    Only the plain form ``sqlite:///PATH`` is read, and only where the three readers agree on
+    ``PATH``: SQLAlchemy percent-decodes it and passes ``?…`` options to SQLite, while MLflow
+    creates the folders of the undecoded text before ``?`` (``mlflow.store.db.utils.
+    _make_parent_dirs_if_sqlite``), and ``file:…`` is a SQLite URI filename only with
+    ``uri=true`` (else a file named ``file:…`` under the working directory). A URI where they
+    could disagree is refused, so nothing is ever created in the working directory that the user
+    did not name.
 
     Raises:
-        ValueError: for an in-memory SQLite store (``sqlite://``, ``sqlite:///:memory:``), whose runs
-            vanish when the process ends, or a ``file:`` store (MLflow 3 refuses it without an opt-in).
+        ConfigError: one line: another SQLite dialect or driver (``sqlite+pysqlite://``), a host,
+            ``?`` options, ``%`` escapes, a ``file:`` filename, a path starting with ``~`` (not
+            expanded: it would be a folder named ``~``), or no path (in-memory).
     """
     bare = uri.strip()
-    if bare in ("sqlite://", "sqlite:///", "sqlite:///:memory:") or bare.endswith(":memory:"):
+    if not bare.lower().startswith("sqlite"):
+        return None
+    fix = "use sqlite:///PATH/mlflow.db (a relative or /absolute path, nothing else)"
+    scheme = bare.partition(":")[0]
+    if scheme != "sqlite":
+        raise ConfigError(f"tracking URI {uri!r}: the {scheme!r} scheme is not read; {fix}")
+    path = bare[len(SQLITE_PREFIX) :] if bare.startswith(SQLITE_PREFIX) else None
+    if bare == "sqlite://" or path in ("", ":memory:"):
+        raise ConfigError(
+            f"tracking URI {uri!r} is an in-memory store: nothing would persist; "
+            "use sqlite:///PATH/mlflow.db or an http(s):// server"
+        )
+    if path is None:
+        raise ConfigError(
+            f"tracking URI {uri!r} names no local database file (a SQLite URI has three slashes "
+            f"and no host); {fix}"
+        )
+    problem = next(
+        (
+            why
+            for bad, why in (
+                ("?" in path, "has '?' options, which SQLite would read and MLflow would not"),
+                ("%" in path, "has '%' escapes, which SQLAlchemy decodes and MLflow does not"),
+                (
+                    path.startswith("file:"),
+                    "is a SQLite 'file:' URI filename, which would be read as a folder named "
+                    "'file:' in the working directory",
+                ),
+                (
+                    path.startswith("~"),
+                    "starts with '~', which is not expanded (it would be a folder named '~' in "
+                    "the working directory)",
+                ),
+            )
+            if bad
+        ),
+        None,
+    )
+    if problem:
+        raise ConfigError(f"tracking URI {uri!r}: its path {path!r} {problem}; {fix}")
+    return Path(os.path.abspath(path))
+
+
+def check_tracking_uri(uri: str) -> str:
+    """The URI if it names a store that persists and can be read with certainty.
+
+    Raises:
+        ConfigError: for an in-memory SQLite store (``sqlite://``, ``sqlite:///:memory:``), whose
+            runs vanish when the process ends, a ``file:`` store (MLflow 3 refuses it without an
+            opt-in), or a SQLite URI :func:`sqlite_database` refuses.
+    """
+    bare = uri.strip()
+    if bare.endswith(":memory:"):
         raise ConfigError(
             f"tracking URI {uri!r} is an in-memory store: nothing would persist; "
             "use sqlite:///PATH/mlflow.db or an http(s):// server"
@@ -29,6 +96,7 @@ def check_tracking_uri(uri: str) -> str:
             f"tracking URI {uri!r} is a file store, which MLflow 3 does not open by default; "
             "use sqlite:///PATH/mlflow.db or an http(s):// server"
         )
+    sqlite_database(bare)
     return uri
 
 

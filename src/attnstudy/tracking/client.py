@@ -32,7 +32,7 @@ from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from ..notices import library_log_levels  # noqa: E402
-from ..paths import artifact_root, default_tracking_uri, store_dir  # noqa: E402
+from ..paths import artifact_root, default_tracking_uri  # noqa: E402
 from ..signals import acknowledge_interrupt, check_interrupt, deferred_signals  # noqa: E402
 from .leases import keeper_for  # noqa: E402
 from .schema import Metric as MetricName  # noqa: E402
@@ -270,6 +270,21 @@ def _body_line(err) -> str:
     return text.splitlines()[0][:400] if text else ""
 
 
+def read_only_sqlite_uri(db: Path) -> str:
+    """The SQLAlchemy URI that opens the SQLite database ``db`` (an absolute path) in SQLite's
+    read-only mode (``file:…?mode=ro`` with ``uri=true``).
+
+    The scheme names the driver (``sqlite+pysqlite``): MLflow creates the folders of a
+    ``sqlite:///`` URI's path before it connects and would take ``file:/…`` for a relative path
+    (a tree named ``file:`` in the working directory). The path is escaped for SQLite's URI
+    (``?``, ``#``, ``%``, spaces) and again for SQLAlchemy, which decodes the database part once.
+    """
+    import urllib.parse
+
+    for_sqlite = urllib.parse.quote(str(db), safe="/")
+    return f"sqlite+pysqlite:///file:{urllib.parse.quote(for_sqlite, safe='/')}?mode=ro&uri=true"
+
+
 class Tracker:
     """A thin layer over :class:`mlflow.tracking.MlflowClient`.
 
@@ -295,14 +310,18 @@ class Tracker:
         create: bool = True,
         run_tags: dict[str, str] | None = None,
     ):
-        from ..config import check_tracking_uri
+        from ..config import check_tracking_uri, sqlite_database
 
         self.run_tags = dict(run_tags or {})
         self.uri = check_tracking_uri(uri or default_tracking_uri())
-        self.display_uri = self.uri  # as the user gave it (a read-only store's differs)
+        self.display_uri = self.uri  # as the user gave it
+        self.client_uri = self.uri  # what MLflow opens (a read-only store's differs)
         self.timeout = resolve_timeout(timeout)
-        if self.uri.startswith("sqlite:///"):
-            db = Path(self.uri[len("sqlite:///") :])
+        db = sqlite_database(self.uri)
+        # where new experiments keep their artifacts: beside a SQLite database (never the working
+        # directory's project when the database is elsewhere); the project's for other databases
+        self.artifact_root = artifact_root() if db is None else db.parent / "artifacts"
+        if db is not None:
             if not create and not db.is_file():
                 raise StoreNotFoundError(
                     f"no tracking store at {self.uri}; point to one with --tracking-uri, MLFLOW_TRACKING_URI "
@@ -317,7 +336,7 @@ class Tracker:
             os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
         # no mlflow.set_tracking_uri here: it also sets $MLFLOW_TRACKING_URI for the whole process;
         # the registry is the same store (MLflow's default would follow the process-wide URI)
-        self.client = MlflowClient(self.uri, registry_uri=self.uri)
+        self.client = MlflowClient(self.client_uri, registry_uri=self.client_uri)
         # a server's runs carry a lease this process renews while they run (tracking/leases.py)
         self._leases = keeper_for(self.uri, self.client)
         self._dropped: dict[str, set[str]] = {}
@@ -346,7 +365,7 @@ class Tracker:
             )
         if not create:
             if not os.access(db, os.W_OK) or not os.access(root, os.W_OK):
-                self.uri = f"sqlite:///file:{db}?mode=ro&uri=true"  # SQLite's read-only mode
+                self.client_uri = read_only_sqlite_uri(db)
             self._check_open(db)
             return
         try:
@@ -386,7 +405,7 @@ class Tracker:
 
         try:
             with deferred_signals():
-                MlflowClient(self.uri).search_experiments(max_results=1)
+                MlflowClient(self.client_uri).search_experiments(max_results=1)
         except DatabaseError as err:  # SQLite's "file is not a database" is not an MlflowException
             raise StoreDamagedError(
                 f"the tracking database {db} cannot be read ({err.orig}); point --tracking-uri "
@@ -410,7 +429,7 @@ class Tracker:
             if (unanswered := self._unanswered(err)) is not None:
                 raise ServerUnansweredError(unanswered) from None
             raise TrackingError(
-                f"tracking store {self.uri}: {_disk_message(err, store_dir())}"
+                f"tracking store {self.uri}: {_disk_message(err, self.artifact_root.parent)}"
             ) from None
         except OSError as err:  # an artifact written to a read-only folder
             name = getattr(fn, "__name__", "")
@@ -490,7 +509,7 @@ class Tracker:
             return None
         location = None
         if not self.uri.startswith(("http://", "https://")):
-            location = (artifact_root() / name).as_uri()
+            location = (self.artifact_root / name).as_uri()
         try:
             return self.client.create_experiment(
                 name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
