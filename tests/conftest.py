@@ -33,6 +33,50 @@ def _one_worker():
         os.environ.pop("ATTNSTUDY_WORKERS", None)
 
 
+_DECLARED_OUTPUTS = frozenset({".pytest_cache", "test-output"})
+"""What the suite may create in the repository root: pytest's cache and the browser tests'
+screenshots (tests/ui/test_browser.py, git-ignored)."""
+
+
+def _store_entries(mlruns: Path) -> set[str]:
+    """What attnstudy or MLflow would create in a working directory's ``mlruns/``: files (a
+    database, its lock), the artifact, checkpoint and trash folders, MLflow's default experiment
+    folders (numbers). Other folders are stores of people working in the tree
+    (``mlruns/<name>/``), left out."""
+    if not mlruns.is_dir():
+        return set()
+    return {
+        f"mlruns/{p.name}"
+        for p in mlruns.iterdir()
+        if not p.is_dir() or p.name in ("artifacts", "checkpoints", ".trash") or p.name.isdigit()
+    }
+
+
+def _entries(folder: Path) -> set[str]:
+    names = {p.name for p in folder.iterdir()} - _DECLARED_OUTPUTS
+    return names | _store_entries(folder / "mlruns")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_written_into_the_working_directory():
+    """Fails the run if the suite created anything in the repository root or the working
+    directory (a ``file:`` tree, ``mlruns/mlflow.db``, ``mlruns/artifacts``…): every test writes
+    under its temporary folders. Checked in each test process at its end;
+    tests/tracking/test_store_location.py holds the product code to the same."""
+    folders = {ROOT.resolve(), Path.cwd().resolve()}
+    before = {folder: _entries(folder) for folder in folders}
+    yield
+    created = sorted(
+        f"{folder / name}" for folder in folders for name in _entries(folder) - before[folder]
+    )
+    if created:
+        pytest.fail(
+            "the test run wrote into the repository root or the working directory: "
+            + ", ".join(created),
+            pytrace=False,
+        )
+
+
 @pytest.fixture(autouse=True)
 def _signal_handlers():
     """Every test starts with the SIGINT/SIGTERM handlers the session had: ``cli.main`` installs
