@@ -95,10 +95,10 @@ lint: setup
 	$(VENV)/bin/ruff check src analysis tests benchmarks
 
 # the ablation tables of docs/design.md and README.md, generated from the catalogue, and the
-# result tables of docs/findings.md and docs/benchmarks.md, from experiments/results/*.csv
+# result tables of docs/findings.md, docs/benchmarks.md and docs/nt-greek-english.md, from experiments/results/*.csv
 docs: setup
 	$(PY) -m attnstudy.analysis.catalogue docs/design.md README.md
-	$(PY) -m attnstudy.results docs/findings.md docs/benchmarks.md experiments/results
+	$(PY) -m attnstudy.results docs/findings.md docs/benchmarks.md docs/nt-greek-english.md experiments/results
 
 clean:
 	rm -rf $(VENV) reports

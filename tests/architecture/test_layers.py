@@ -51,6 +51,7 @@ LAYERS = [
             "attnstudy.models.*",
             "attnstudy.hf_folder",
             "attnstudy.metrics",
+            "attnstudy.translation",
             "attnstudy.devices",
             "attnstudy.training",
             "attnstudy.inference",
