@@ -114,7 +114,9 @@ def run(
 ) -> StudyResult:
     """``attnstudy run``, the main job: a study run that trains what is missing, ablates every
     model and reports (:func:`attnstudy.study.run_study`, which says what is checked first and
-    how failures and ``resume`` behave).
+    how failures and ``resume`` behave). Without an ``executor``, ``experiment.workers`` models
+    run side by side in worker processes of this machine (:mod:`attnstudy.local_workers`; one
+    worker: in this process).
 
     Returns:
         :class:`StudyResult`.
@@ -123,6 +125,10 @@ def run(
         DataError, TrackingError, DeviceError, OutputError: before anything is written.
         StudyFailedError: some variants failed (its ``result`` holds what was done).
     """
+    if executor is None:
+        from .local_workers import local_executor
+
+        executor = local_executor(cfg)  # None: one worker, in this process
     return run_study(
         cfg,
         retrain=retrain,

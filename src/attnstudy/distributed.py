@@ -326,11 +326,11 @@ class RayExecutor:
     def run_variants(self, ctx) -> None:
         """Submit every training and its chained ablation, then collect them as they finish (see
         :meth:`attnstudy.api.Executor.run_variants`)."""
-        from . import api
         from .code_version import this_code
         from .devices import requests_gpu
         from .paths import project_root
         from .progress import Progress
+        from .task_data import task_data
 
         ray = self._ray
         train_fn, ablate_fn = ray.remote(train_task), ray.remote(ablate_task)
@@ -353,7 +353,7 @@ class RayExecutor:
             job.ablate_token = f"{ctx.study_id}/{i}/ablate/{uuid.uuid4().hex[:8]}"
             payload = common | {
                 "spec": spec.model_dump_json(),
-                "data_digest": api.task_data(spec).digest,
+                "data_digest": task_data(spec).digest,
                 "retrain": ctx.retrain,
                 "resume": ctx.resume,
                 "token": job.train_token,
@@ -417,7 +417,8 @@ class RayExecutor:
 
     def _collect(self, ctx, job: _Job, phase: str, ref) -> None:
         """Turn one finished task into a model, an ablation run or a failure."""
-        from . import api
+        from .model_runs import ModelRun
+        from .study import Failure
         from .tracking import store
 
         ray = self._ray
@@ -430,17 +431,17 @@ class RayExecutor:
             reason = f"the Ray worker running it died ({_first_line(err)})"
             token = job.train_token if phase == "training" else job.ablate_token
             closed = store.fail_task_runs(ctx.tracker, ctx.experiment_id, token, reason)
-            job.failure = api.Failure(job.spec.name, phase, reason, closed[0] if closed else None)
+            job.failure = Failure(job.spec.name, phase, reason, closed[0] if closed else None)
             job.train_failed = job.train_failed or phase == "training"
             return
         if out.get("skipped"):
             return
         if not out["ok"]:
-            job.failure = api.Failure(job.spec.name, phase, out["error"], out.get("failed_run_id"))
+            job.failure = Failure(job.spec.name, phase, out["error"], out.get("failed_run_id"))
             job.train_failed = job.train_failed or phase == "training"
             return
         if phase == "training":
-            job.model = api.ModelRun(
+            job.model = ModelRun(
                 out["run_id"], job.spec, out["reused"], out["metrics"], out["key"], out["reason"]
             )
         else:
@@ -506,13 +507,12 @@ def settle_best_aliases(ctx, jobs: list[_Job]) -> None:
     having seen fewer versions (a wrong answer, not an error). Models reused from the store
     got no new version and are left alone.
     """
-    from . import api, run_pages
+    from . import run_pages
+    from .model_runs import registered_name
     from .training import early_stopping_metric
 
     trained = {
-        api.registered_name(j.spec): j.spec
-        for j in jobs
-        if j.model is not None and not j.model.reused
+        registered_name(j.spec): j.spec for j in jobs if j.model is not None and not j.model.reused
     }
     for name, spec in trained.items():
         run_pages.set_best_alias(ctx.tracker, name, early_stopping_metric(spec))
@@ -592,26 +592,28 @@ def _other_code(job: dict) -> dict | None:
 
 
 def train_task(job: dict) -> dict:
-    """One training on a Ray worker (:func:`attnstudy.api.train_spec`, progress off).
+    """One training on a Ray worker (:func:`attnstudy.model_runs.train_spec`, progress off).
 
     Returns:
         ``{"ok": True, run_id, reused, metrics, key, reason}``, or ``{"ok": False, error,
         failed_run_id}`` when the training failed (its run is then FAILED with the error).
     """
-    from . import api
+    from . import model_runs
     from .data.types import DataError
+    from .study import error_text
+    from .task_data import task_data
 
     if (refused := _other_code(job)) is not None:
         return refused
     with _worker(job) as (spec, tracker):
         try:
-            digest = api.task_data(spec).digest
+            digest = task_data(spec).digest
             if digest != job["data_digest"]:
                 raise DataError(
                     f"{spec.name}: the data on this node (digest {digest[:12]}) differ from the "
                     f"driver's ({job['data_digest'][:12]}); give every node the same data files"
                 )
-            m = api.train_spec(
+            m = model_runs.train_spec(
                 spec,
                 tracker,
                 experiment_id=job["experiment_id"],
@@ -623,7 +625,7 @@ def train_task(job: dict) -> dict:
         except Exception as err:
             return {
                 "ok": False,
-                "error": api._error_text(err),
+                "error": error_text(err),
                 "failed_run_id": getattr(err, "failed_run_id", None),
             }
         return {
@@ -637,16 +639,17 @@ def train_task(job: dict) -> dict:
 
 
 def ablate_task(trained: dict, job: dict) -> dict:
-    """The ablations of one trained model on a Ray worker (:func:`attnstudy.api.ablate_run`),
+    """The ablations of one trained model on a Ray worker (:func:`attnstudy.ablation_runs.ablate_run`),
     started as soon as its training task returned.
 
     Returns:
         ``{"ok": True, run_id}``; ``{"skipped": True}`` when its training failed; ``{"ok": False,
         error, failed_run_id}`` when the ablations failed.
     """
-    from . import api
+    from . import ablation_runs, model_runs
     from .analysis.catalogue import AblationConfig
     from .findings import VerdictThresholds
+    from .study import error_text
 
     if not trained.get("ok"):
         return {"skipped": True}
@@ -659,8 +662,8 @@ def ablate_task(trained: dict, job: dict) -> dict:
         try:
             cfg = AblationConfig.model_validate(job["ablation"])
             thresholds = VerdictThresholds.model_validate(job["verdict"])
-            _, loaded = api.load_model(f"runs:/{model_run_id}", tracker)
-            run_id, _ = api.ablate_run(
+            _, loaded = model_runs.load_model(f"runs:/{model_run_id}", tracker)
+            run_id, _ = ablation_runs.ablate_run(
                 model_run_id,
                 loaded,
                 cfg,
@@ -672,7 +675,7 @@ def ablate_task(trained: dict, job: dict) -> dict:
         except Exception as err:
             return {
                 "ok": False,
-                "error": api._error_text(err),
+                "error": error_text(err),
                 "failed_run_id": getattr(err, "failed_run_id", None),
             }
         return {"ok": True, "run_id": run_id}

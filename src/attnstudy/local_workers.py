@@ -140,6 +140,9 @@ class LocalPoolExecutor:
         workers: worker processes (≥ 2; one worker is the one-process study).
     """
 
+    on_this_machine = True
+    """The work runs here: :func:`attnstudy.study.run_study` checks the devices before the store."""
+
     def __init__(self, workers: int):
         self.workers = workers
 

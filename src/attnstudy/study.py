@@ -225,11 +225,11 @@ def run_study(
     interrupted training resumes from its checkpoint.
 
     Args:
-        executor: where the trainings and ablations run; None: on this machine (the devices are
-            then checked here first), ``experiment.workers`` models side by side
-            (:mod:`attnstudy.local_workers`; one worker: in this process, one after another).
-            Seed variance, the trained adversaries and the report are computed here from the
-            store either way.
+        executor: where the trainings and ablations run; None: in this process, one after
+            another (:func:`attnstudy.api.run` passes the local executor's worker processes,
+            :mod:`attnstudy.local_workers`, for ``experiment.workers`` > 1); the devices are
+            checked here first for both. Seed variance, the trained adversaries and the report
+            are computed here from the store either way.
 
     Returns:
         :class:`StudyResult`.
@@ -241,11 +241,8 @@ def run_study(
     adversaries.check_selection(cfg, cfg.runs())
     _check_step_scores(cfg.ablation)
     reference_alignment.check_study(cfg)  # its aligner installed, before anything trains
-    here = executor is None  # the work runs on this machine: its devices are checked first
-    if here:
-        from .local_workers import local_executor
-
-        executor = local_executor(cfg)  # None: one worker, in this process
+    # the work runs on this machine (in this process or its worker processes): devices first
+    here = executor is None or getattr(executor, "on_this_machine", False)
     tracker = open_tracker(cfg, devices_here=here)
     if report:  # a report folder that would be refused at the end is refused before the study
         from attnstudy.outputs import REPORT_KIND, check_replace, store_folders_of

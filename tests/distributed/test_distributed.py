@@ -286,7 +286,7 @@ def test_a_ray_ablation_task_uses_the_experiments_verdict_thresholds(monkeypatch
     executor with the experiment's [report.verdict]."""
     import contextlib
 
-    from attnstudy import api, distributed
+    from attnstudy import ablation_runs, distributed, model_runs
     from attnstudy.findings import VerdictThresholds
 
     seen = {}
@@ -300,8 +300,8 @@ def test_a_ray_ablation_task_uses_the_experiments_verdict_thresholds(monkeypatch
         return "ablation-run", None
 
     monkeypatch.setattr(distributed, "_worker", worker)
-    monkeypatch.setattr(api, "load_model", lambda uri, tracker: ("m", "loaded"))
-    monkeypatch.setattr(api, "ablate_run", ablate_run)
+    monkeypatch.setattr(model_runs, "load_model", lambda uri, tracker: ("m", "loaded"))
+    monkeypatch.setattr(ablation_runs, "ablate_run", ablate_run)
     from dataclasses import asdict
 
     from attnstudy.code_version import this_code
