@@ -28,7 +28,7 @@ def copy_model(tmp_path_factory):
                 "vocab_size": 20,
                 "min_len": 10,
                 "max_len": 30,
-                "n_train": 6000,
+                "n_train": 3000,
                 "n_dev": 100,
                 "n_test": 60,
             },
@@ -41,7 +41,9 @@ def copy_model(tmp_path_factory):
                 "flow": "luong",
                 "dropout": 0.0,
             },
-            "training": {"epochs": 10, "batch_size": 64, "lr": 0.002, "patience": 10},
+            # 3,000 × 6 epochs (was 6,000 × 10, 70 s of CPU): dev exact match 0.89, AER 0.007,
+            # gold mass 0.98, flip rate 0.90 at seed 1 — each well inside its bound below
+            "training": {"epochs": 6, "batch_size": 64, "lr": 0.002, "patience": 10},
         }
     )
     spec = cfg.runs()[0]
