@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 from attnstudy.analysis.attribution_params import AgreementParams
-from attnstudy.analysis.catalogue import AblationSpec, Figure, Question, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Question, Stat
 from pydantic import Field, field_validator
 from torch import Tensor
 
@@ -96,12 +96,7 @@ SPEC = AblationSpec(
             order=41,
         ),
     },
-    figure=Figure(
-        "stat_distributions",
-        "Attribution argmax as an alignment",
-        "AER, precision and recall of each attribution method's argmax against the gold links, "
-        "per model; attention's argmax beside them.",
-    ),
+    figure=None,  # ratios of corpus sums, no per-step distribution: the table shows them
     definitions=(
         (
             "attribution argmax",

@@ -145,3 +145,13 @@ def test_refuses_another_prefix():
     batch = next(prepare_batches(model, make_examples(3), VOCAB, VOCAB, "greedy", 3))
     with pytest.raises(ValueError, match="reference prefix"):
         call("attribution_alignment", model, batch)
+
+
+def test_no_empty_figure():
+    """Its statistics are corpus ratios with no per-step value: the generic per-step figure
+    would be empty ('no defined values'), so the entry has none; the report's table shows it."""
+    from attnstudy.analysis.catalogue import get_ablation
+
+    spec = get_ablation("attribution_alignment")
+    assert spec.figure is None
+    assert all(st.column is None for st in spec.stats.values())
