@@ -208,15 +208,15 @@ def describe_model_run(spec: RunSpec, metrics: dict[str, float], n: dict[str, in
     if any(m.key in metrics for m in translation):
         lines += [
             "",
-            "Translation ("
-            + ", ".join(
+            "Translation: "
+            + "; ".join(
                 f"{m.label} {metrics[m.key]:.1f} "
                 f"[{metrics.get(m.key + '_ci_low', math.nan):.1f}, "
                 f"{metrics.get(m.key + '_ci_high', math.nan):.1f}]"
                 for m in translation
                 if m.key in metrics
             )
-            + "; sacrebleu 2.6.0, 95 % percentile bootstrap over test examples).",
+            + " (sacrebleu 2.6.0, 95 % percentile bootstrap over test examples).",
         ]
     if task is not None and task.data_card:
         lines += ["", task.data_card]
