@@ -52,11 +52,12 @@ def run(args) -> dict:
     repeats = args.repeats or (2 if args.smoke else 3)
     prefix = "reference" if args.smoke else "greedy"
     cfg = common.ablation_cfg(seed=0)
-    rows, origins, checks = [], {}, {}
+    rows, origins, checks, ready = [], {}, {}, {}
     for flow in common.FLOWS:
         bm = common.get_model(args, flow)
         origins[flow] = bm.origin
         batches = common.prepared(bm, n_words, prefix, batch_size=32)
+        ready[flow] = (bm, batches)
         res = common.interleaved(
             {
                 "batched": partial(_each, search_adversarial, bm.model, batches, cfg, iters),
@@ -108,7 +109,7 @@ def run(args) -> dict:
         notes.append(
             "smoke mode: random weights and tiny sizes; the ratios say nothing about the target"
         )
-    quality = _early_stopping(args, cfg, n_words, prefix)
+    quality = _early_stopping(args, cfg, n_words, prefix, ready)
     notes += quality["notes"]
     common.report(
         "Adversarial search: batched vs per-step loop",
@@ -134,8 +135,9 @@ def run(args) -> dict:
     return {"rows": rows, "checks": checks, "quality": quality["rows"]}
 
 
-def _early_stopping(args, cfg, n_words: int, prefix: str) -> dict:
-    """Plain objective, fused objective, fused + early stopping, per family (module docstring)."""
+def _early_stopping(args, cfg, n_words: int, prefix: str, ready: dict | None = None) -> dict:
+    """Plain objective, fused objective, fused + early stopping, per family (module docstring);
+    ``ready``: flow → (model, batches) already built (the smoke run checks those families only)."""
     from attnstudy.analysis.ablations.adversarial import (
         EarlyStop,
         _optimise,
@@ -167,9 +169,13 @@ def _early_stopping(args, cfg, n_words: int, prefix: str) -> dict:
         return adversarial_table(batch, part)
 
     rows, notes = [], []
-    for flow in common.kernels(args):
-        bm = common.get_model(args, flow)
-        batches = common.prepared(bm, n_words, prefix, batch_size=32)
+    ready = ready or {}
+    for flow in list(ready) if args.smoke and ready else common.kernels(args):
+        if flow in ready:
+            bm, batches = ready[flow]
+        else:
+            bm = common.get_model(args, flow)
+            batches = common.prepared(bm, n_words, prefix, batch_size=32)
         variants = {
             "plain objective": (True, 0.0),
             "fused objective": (False, 0.0),
