@@ -292,7 +292,12 @@ class LocalPoolExecutor:
     def _stop(ctx, pool: ProcessPoolExecutor, jobs: list[_Job], running: dict) -> None:
         """Ctrl-C or SIGTERM in the driver: interrupt every worker (its run ends KILLED), wait up
         to :data:`STOP_WAIT` seconds, then end KILLED what a worker could not close."""
+        from .signals import acknowledge_interrupt
         from .tracking import store
+
+        # handled here: else every store call below raises it again and nothing is closed (the
+        # study run still ends KILLED: the interrupt is raised again after this)
+        acknowledge_interrupt()
 
         for fut in running:
             fut.cancel()  # the ones still queued

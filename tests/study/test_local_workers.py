@@ -174,3 +174,47 @@ def test_a_worker_refuses_sources_changed_since_the_study_started():
         "the attnstudy sources changed after the study started (code 000000000000"
     )
     assert "run the study again (--resume) once the edits are done" in out["error"]
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_workers_and_ends_their_runs_killed(fresh_root):
+    """SIGTERM (as Ctrl-C) to ``attnstudy run`` with two workers while they train: exit 1 with
+    the one interrupted line and no traceback, no run left RUNNING, the study and the trainings
+    that were running KILLED (``--resume`` continues them)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from attnstudy.tracking import Tracker
+
+    env = dict(os.environ, ATTNSTUDY_ROOT=str(fresh_root))
+    env.pop("ATTNSTUDY_WORKERS", None)
+    cmd = [sys.executable, "-c", "from attnstudy.cli import entry; entry()", "run"]
+    cmd += [str(ROOT / "experiments" / "tiny.toml"), "--quiet", "--no-report"]
+    cmd += ["--set", "experiment.workers=2", "--set", "experiment.seeds=[1,2]"]
+    cmd += ["--set", "training.epochs=500", "--set", "training.patience=500"]
+    proc = subprocess.Popen(
+        cmd, cwd=fresh_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    checkpoints = fresh_root / "mlruns" / "checkpoints"
+    deadline = time.monotonic() + 1800  # a guard against a hang, not a timing
+    while len(list(checkpoints.glob("*/last.pt"))) < 2:  # both workers are training
+        if proc.poll() is not None:
+            pytest.fail(f"the study ended before two trainings ran: {proc.stderr.read()}")
+        if time.monotonic() > deadline:
+            proc.kill()  # its workers leave with it (the pool's pipe closes)
+            pytest.fail("no two trainings within 30 minutes")
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("attnstudy: error: interrupted; ")
+    tracker = Tracker(create=False)
+    runs = tracker.search_runs([tracker.experiment_id("tiny")], "", max_results=100)
+    status = {r.tags["mlflow.runName"]: r.status for r in runs}
+    assert "RUNNING" not in status.values(), status
+    assert status["tiny/study"] == "KILLED"
+    assert list(status.values()).count("KILLED") >= 3, status  # the study and both trainings
