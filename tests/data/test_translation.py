@@ -133,3 +133,23 @@ def test_without_sacrebleu_a_translation_task_is_refused_before_training(monkeyp
         translation.check_installed(data_config(task=nt.TASK))
     assert isinstance(translation.TranslationMetricError("x"), DataError)  # one line, exit 2
     translation.check_installed(data_config(task="copy"))  # not translation: nothing needed
+
+
+def test_the_report_shows_the_logged_intervals_for_a_translation_task_only():
+    """The report's task table reads BLEU/chrF with their logged intervals (task_estimates),
+    and the table of trainings has their columns for a translation task only."""
+    from attnstudy.report.facts import task_estimates
+    from attnstudy.report.store import ModelEntry
+    from attnstudy.report.tables import training_row
+
+    m = {"test/n": 805.0, "test/chrf": 19.5, "test/chrf_ci_low": 19.1, "test/chrf_ci_high": 20.0}
+    m |= {"test/bleu": 3.77, "test/bleu_ci_low": 3.35, "test/bleu_ci_high": 4.21}
+    entry = ModelEntry("t", nt.TASK, "multihead", "–", "1", "r", "FINISHED", "t", model_metrics=m)
+    est = task_estimates(entry)
+    assert est["test/chrf"].fmt(3) == "19.5 [19.1, 20]" and est["test/chrf"].n == 805
+    assert est["test/bleu"].fmt(3) == "3.77 [3.35, 4.21]"
+    assert "test_beam/chrf" not in est  # not logged: no cell
+    row = training_row("t", "1", "FINISHED", metrics=m, params={}, run_id="r", task=nt.TASK)
+    assert row["chrF, greedy"] == "19.5 [19.1, 20.0]" and row["chrF, beam"] == ""
+    other = training_row("t", "1", "FINISHED", metrics=m, params={}, run_id="r", task="copy")
+    assert "chrF, greedy" not in other and "CPU minutes" not in other
