@@ -204,20 +204,25 @@ def _row_gradients(
             embedded=leaf,
             detach_attention=detach_attention,
         )
-        logp = torch.log_softmax(trace.logits, -1).gather(-1, tr.tgt_out[ex, :t_y, None])[..., 0]
+        # a recurrent trace keeps each step's logits: a chunk's backward then visits its steps'
+        # prefixes only, not the whole stacked output (Trace.step_logits)
+        per_step = getattr(trace, "step_logits", None)
         k = max(1, STEP_CELLS // (n.numel() * t_y * m))
         for t0 in range(0, t_y, k):
-            t = torch.arange(t0, min(t_y, t0 + k), device=n.device)
-            last = t0 + k >= t_y
-            yield n, t, _batched_grad(logp, leaf, t, retain_graph=not last)
+            t1 = min(t_y, t0 + k)
+            logits = torch.stack(per_step[t0:t1], 1) if per_step else trace.logits[:, t0:t1]
+            logp = torch.log_softmax(logits, -1).gather(-1, tr.tgt_out[ex, t0:t1, None])[..., 0]
+            t = torch.arange(t0, t1, device=n.device)
+            yield n, t, _batched_grad(logp, leaf, retain_graph=t1 < t_y)
 
 
-def _batched_grad(logp: Tensor, leaf: Tensor, t: Tensor, *, retain_graph: bool) -> Tensor:
-    """(k, R, …) gradients of Σ_rows logp[:, t_i] for each of the k steps ``t`` (vmapped; one
-    backward per step where vmap cannot batch an operation)."""
-    one_hot = torch.zeros(t.numel(), *logp.shape, dtype=logp.dtype, device=logp.device)
-    one_hot[torch.arange(t.numel(), device=t.device), :, t] = 1.0
-    if t.numel() == 1:
+def _batched_grad(logp: Tensor, leaf: Tensor, *, retain_graph: bool) -> Tensor:
+    """(k, R, …) gradients of Σ_rows logp[:, i] for each of the k columns of ``logp`` (R, k)
+    (vmapped; one backward per column where vmap cannot batch an operation)."""
+    k = logp.size(1)
+    one_hot = torch.zeros(k, *logp.shape, dtype=logp.dtype, device=logp.device)
+    one_hot[torch.arange(k), :, torch.arange(k)] = 1.0
+    if k == 1:
         return torch.autograd.grad(logp, leaf, one_hot[0], retain_graph=retain_graph)[0][None]
     try:
         with warnings.catch_warnings():
