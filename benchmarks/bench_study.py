@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FULL = (ROOT / "experiments" / "quickstart.toml", [])
 SMOKE = (ROOT / "experiments" / "tiny.toml", ["experiment.seeds=[1,2]"])
 TARGET = 0.7
-"""Issue #44, item 3: the study's wall time with every core ≤ 0.7 × one core's (idle machine)."""
+"""The study's wall time with every core ≤ 0.7 × one core's (idle machine)."""
 
 
 MODEL_COLUMNS = (
@@ -204,7 +204,7 @@ def main(argv=None) -> dict:
         {"workers": n} | row for n in counts for row in sorted(models[n], key=lambda r: r["model"])
     ]
     notes = [
-        f"target (issue #44, item 3, idle machine): wall with every core ≤ {TARGET} × one core's; "
+        f"target (idle machine): wall with every core ≤ {TARGET} × one core's; "
         + (
             f"here {summary[-1][f'wall / {base} worker(s)']:.2f}× "
             f"({common.verdict(summary[-1][f'wall / {base} worker(s)'], TARGET, False)}"
