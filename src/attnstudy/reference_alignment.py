@@ -189,6 +189,8 @@ def side_by_side_rows(data, facts: dict, layers: dict) -> list[dict[str, str]]:
         facts, layers: model run id → :class:`attnstudy.findings.ModelFacts` (the model's primary
             unit) and → its per-layer facts with the layer mean (the report's).
     """
+    from .report.tables import reason  # why a cell has no number: failed, not run, skipped …
+
     rows = []
     for ref in data.references:
         s = ref["scores"]
@@ -216,10 +218,7 @@ def side_by_side_rows(data, facts: dict, layers: dict) -> list[dict[str, str]]:
             rows.append(
                 base
                 | {"aligner": "attention argmax", "examples": n}
-                | {
-                    label: _cell(ff, key, e.skipped.get("alignment", "n/a"))
-                    for label, key in ATTENTION_KEYS.items()
-                }
+                | {label: _cell(ff, key, reason(e, key)) for label, key in ATTENTION_KEYS.items()}
             )
             if "attribution_alignment" not in e.ablations_run or layer:
                 continue  # attribution does not depend on the analysed layer: its rows once

@@ -86,7 +86,8 @@ def test_one_failing_variant_does_not_stop_the_study(fresh_root, monkeypatch, ca
     ]
     # trained: its test accuracy is a number; its ablations failed: every ablation cell says so
     assert "| 0" in rows[0] or "| 1" in rows[0]
-    assert len(rows) == 6 and all("| failed |" in row for row in rows[1:])
+    # the models table, five ablation tables and the alignment side-by-side table
+    assert len(rows) == 7 and all("| failed |" in row for row in rows[1:])
 
 
 def test_an_interrupted_study_resumes(fresh_root, monkeypatch):
