@@ -221,7 +221,8 @@ def _batched_grad(logp: Tensor, leaf: Tensor, *, retain_graph: bool) -> Tensor:
     (vmapped; one backward per column where vmap cannot batch an operation)."""
     k = logp.size(1)
     one_hot = torch.zeros(k, *logp.shape, dtype=logp.dtype, device=logp.device)
-    one_hot[torch.arange(k), :, torch.arange(k)] = 1.0
+    steps = torch.arange(k, device=logp.device)
+    one_hot[steps, :, steps] = 1.0
     if k == 1:
         return torch.autograd.grad(logp, leaf, one_hot[0], retain_graph=retain_graph)[0][None]
     try:

@@ -160,7 +160,7 @@ def argmax_counts(batch, scores: Tensor) -> dict[str, np.ndarray]:
             continue
         if ex.tgt_words:
             row = words[b][0][unit]
-            row_valid = torch.ones(row.numel(), dtype=torch.bool)
+            row_valid = torch.ones(row.numel(), dtype=torch.bool, device=row.device)
             n_x = row.numel()
         else:
             row, row_valid, n_x = scores[b, t], valid[b], int(lengths[b])
