@@ -214,7 +214,7 @@ def side_by_side_rows(data, facts: dict, layers: dict) -> list[dict[str, str]]:
         ]
         for ff, layer in units:
             base = {"model": e.variant, "layer": layer or "analysed"}
-            n = str(ff.n_examples) if ff.n_examples else "–"
+            n = str(ff.n_examples) if ff.n_examples else reason(e, ATTENTION_KEYS["AER"])
             rows.append(
                 base
                 | {"aligner": "attention argmax", "examples": n}
@@ -318,7 +318,7 @@ def flip_split_rows(data) -> list[dict[str, str]]:
     layer), the flip rates of :data:`FLIPS` on the steps whose attention argmax is on a gold link
     and on those where it is not (target words with a gold link only; a subword target's word
     is counted on its first subword's step), from the per-step table; a model whose battery ran
-    on another prefix than the reference gets one row saying so."""
+    on another prefix than the reference has no rows (the table's intro says so)."""
     from .analysis.catalogue import AblationConfig
 
     rows = []
@@ -329,18 +329,7 @@ def flip_split_rows(data) -> list[dict[str, str]]:
         if "alignment_argmax_on_gold" not in st.columns:
             continue
         if e.analysis_prefix != "reference":
-            rows.append(
-                {
-                    "model": e.variant,
-                    "layer": "–",
-                    "attention argmax": f"n/a: the battery ran on the {e.analysis_prefix} prefix; "
-                    "the split needs the reference prefix (alignment's steps)",
-                    "steps": "–",
-                    "examples": "–",
-                    **dict.fromkeys(FLIPS, "–"),
-                }
-            )
-            continue
+            continue  # the split needs alignment's steps: the reference prefix (the intro says so)
         p = e.ablation_params
         cfg = AblationConfig(
             bootstrap_resamples=int(p.get("ablation.bootstrap_resamples", 1000)),
@@ -369,7 +358,9 @@ def flip_split_table(data) -> dict | None:
         "intro": "The decoder steps of reference target words with a gold link, split by whether "
         "attention's argmax is on a gold link; on each part the share of steps whose predicted "
         "token flips under a random permutation of the attention row (mean over permutations), "
-        "uniform attention and the erasure of its maximum; 95 % intervals over examples.",
+        "uniform attention and the erasure of its maximum; 95 % intervals over examples. Only "
+        "models whose battery ran on the reference prefix (teacher forcing) have rows: the split "
+        "needs the steps of the reference target words.",
         "header": header,
         "rows": [[r[h] for h in header] for r in rows],
         "key": "alignment_flips",

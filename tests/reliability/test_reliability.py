@@ -148,7 +148,7 @@ def tracker(root: Path):
 
 
 def metric_histories(
-    root: Path, run_id: str, exclude: tuple[str, ...] = ("train/seconds",)
+    root: Path, run_id: str, exclude: tuple[str, ...] = ("train/seconds", "train/cpu_seconds")
 ) -> dict:
     """metric key → [(step, value), …] sorted by step."""
     t = tracker(root)

@@ -72,6 +72,7 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
     assert sorted(p.name for p in out.iterdir()) == [
         ".attnstudy-output",  # the marker listing what attnstudy wrote (attnstudy.outputs)
         "tiny-adversaries.csv",
+        "tiny-alignment.csv",  # attention's alignment (and a reference aligner's) side by side
         "tiny-models.csv",
         "tiny-timing.csv",
         "tiny.csv",
