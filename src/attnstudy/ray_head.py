@@ -46,6 +46,26 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct TCP ports free on ``host`` right now (all bound at once, then released:
+    one :func:`free_port` after another may hand out the same port twice)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(n):
+            s = stack.enter_context(
+                socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            )
+            s.bind((host, 0))
+            ports.append(s.getsockname()[1])
+        return ports
+
+
+PORT_CLASH = "same port is not used by multiple components"
+"""What Ray's head says when one of its ports was taken between choosing it and binding it (another
+process on the machine bound it meanwhile): the head is started again on new ports."""
+START_ATTEMPTS = 3
+
+
 @dataclass
 class LocalRayHead:
     """A Ray head on this machine's loopback, owned by whoever started it.
@@ -90,31 +110,45 @@ class LocalRayHead:
         return self.driver_env() | {"RAY_enable_metrics_collection": "0"}
 
     def start(self, timeout: float = 120.0) -> str:
-        """Start the head; returns its address ``127.0.0.1:PORT``.
+        """Start the head; returns its address ``127.0.0.1:PORT``. A head that exits because one of
+        its ports was taken meanwhile (:data:`PORT_CLASH`) is started again on new ports, at most
+        :data:`START_ATTEMPTS` times in all.
 
         Raises:
-            ClusterError: Ray is not installed, or the head did not start within ``timeout`` s.
+            ClusterError: Ray is not installed, or the head exited, or did not start within
+                ``timeout`` s.
         """
         import importlib.util
 
         if importlib.util.find_spec("ray") is None:  # not imported here: see RayExecutor._connect
             raise ClusterError(RAY_EXTRA)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                return self._start_once(timeout)
+            except ClusterError as err:
+                if PORT_CLASH not in str(err) or attempt == START_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> str:
         self.token = secrets.token_hex(24)
         self.temp_dir = Path(
             tempfile.mkdtemp(prefix="attn-ray-", dir="/tmp")
         )  # short: socket paths
         self.log_path = self.temp_dir / "head.log"
-        port = free_port()
-        ports = {
-            "--port": port,
-            "--node-manager-port": free_port(),
-            "--object-manager-port": free_port(),
-            "--dashboard-agent-listen-port": free_port(),
-            "--dashboard-agent-grpc-port": free_port(),
-            "--runtime-env-agent-port": free_port(),
-            "--metrics-export-port": free_port(),
-        }
-        workers = sorted({free_port() for _ in range(4 * self.num_cpus + 8)})
+        names = (
+            "--port",
+            "--node-manager-port",
+            "--object-manager-port",
+            "--dashboard-agent-listen-port",
+            "--dashboard-agent-grpc-port",
+            "--runtime-env-agent-port",
+            "--metrics-export-port",
+        )
+        chosen = free_ports(len(names) + 4 * self.num_cpus + 8)  # all distinct
+        ports = dict(zip(names, chosen))
+        port = ports["--port"]
+        workers = sorted(chosen[len(names) :])
         cmd = [
             sys.executable,
             "-m",
