@@ -403,7 +403,7 @@ class RayExecutor:
                     if phase not in job.collected:
                         self._collect(ctx, job, phase, ref)
                         bar.update(1, note=f"{phase} {job.spec.name}")
-                self._record(ctx, jobs)
+                record_jobs(ctx, jobs)
         except KeyboardInterrupt:
             self._cancel(ctx, jobs, pending)
             raise
@@ -417,10 +417,6 @@ class RayExecutor:
 
     def _collect(self, ctx, job: _Job, phase: str, ref) -> None:
         """Turn one finished task into a model, an ablation run or a failure."""
-        from .model_runs import ModelRun
-        from .study import Failure
-        from .tracking import store
-
         ray = self._ray
         job.collected.add(phase)
         try:
@@ -428,35 +424,10 @@ class RayExecutor:
         except ray.exceptions.RayError as err:  # the worker died or the task never ran
             if phase == "ablation" and job.train_failed:
                 return  # not run because its training failed: recorded there
-            reason = f"the Ray worker running it died ({_first_line(err)})"
-            token = job.train_token if phase == "training" else job.ablate_token
-            closed = store.fail_task_runs(ctx.tracker, ctx.experiment_id, token, reason)
-            job.failure = Failure(job.spec.name, phase, reason, closed[0] if closed else None)
-            job.train_failed = job.train_failed or phase == "training"
+            job.lose(ctx, phase, f"the Ray worker running it died ({_first_line(err)})")
             return
-        if out.get("skipped"):
-            return
-        if not out["ok"]:
-            job.failure = Failure(job.spec.name, phase, out["error"], out.get("failed_run_id"))
-            job.train_failed = job.train_failed or phase == "training"
-            return
-        if phase == "training":
-            job.model = ModelRun(
-                out["run_id"], job.spec, out["reused"], out["metrics"], out["key"], out["reason"]
-            )
-        else:
-            job.ablation = out["run_id"]
-
-    @staticmethod
-    def _record(ctx, jobs: list[_Job]) -> None:
-        """Write what has come in to ``ctx.result`` (models in spec order) and to the study run."""
-        result = ctx.result
-        result.models[:] = [j.model for j in jobs if j.model is not None]
-        result.ablations.clear()
-        result.ablations.update({j.model.run_id: j.ablation for j in jobs if j.ablation})
-        failures = [f for f in result.failures if f.phase not in ("training", "ablation")]
-        result.failures[:] = failures + [j.failure for j in jobs if j.failure is not None]
-        ctx.record()
+        if not out.get("skipped"):
+            job.take(phase, out)
 
     def _cancel(self, ctx, jobs: list[_Job], pending: list) -> None:
         """Ctrl-C in the driver: cancel the tasks still running (their runs end KILLED), then close
@@ -497,6 +468,44 @@ class _Job:
     failure: Any = None
     train_failed: bool = False
     collected: set[str] = field(default_factory=set)
+
+    def take(self, phase: str, out: dict) -> None:
+        """A task's outcome (:func:`train_task` / :func:`ablate_task`): its model or ablation run,
+        or its failure (a failed training marks the job so its ablation is not awaited)."""
+        from .model_runs import ModelRun
+        from .study import Failure
+
+        if not out.get("ok"):
+            self.failure = Failure(self.spec.name, phase, out["error"], out.get("failed_run_id"))
+            self.train_failed = self.train_failed or phase == "training"
+        elif phase == "training":
+            self.model = ModelRun(
+                out["run_id"], self.spec, out["reused"], out["metrics"], out["key"], out["reason"]
+            )
+        else:
+            self.ablation = out["run_id"]
+
+    def lose(self, ctx, phase: str, reason: str) -> None:
+        """A task whose result never came back (its worker died): the runs it left RUNNING end
+        FAILED with ``reason`` (a FINISHED one stays FINISHED) and the job records the failure."""
+        from .study import Failure
+        from .tracking import store
+
+        token = self.train_token if phase == "training" else self.ablate_token
+        closed = store.fail_task_runs(ctx.tracker, ctx.experiment_id, token, reason)
+        self.failure = Failure(self.spec.name, phase, reason, closed[0] if closed else None)
+        self.train_failed = self.train_failed or phase == "training"
+
+
+def record_jobs(ctx, jobs: list[_Job]) -> None:
+    """Write what has come in to ``ctx.result`` (models in spec order) and to the study run."""
+    result = ctx.result
+    result.models[:] = [j.model for j in jobs if j.model is not None]
+    result.ablations.clear()
+    result.ablations.update({j.model.run_id: j.ablation for j in jobs if j.ablation})
+    failures = [f for f in result.failures if f.phase not in ("training", "ablation")]
+    result.failures[:] = failures + [j.failure for j in jobs if j.failure is not None]
+    ctx.record()
 
 
 def settle_best_aliases(ctx, jobs: list[_Job]) -> None:

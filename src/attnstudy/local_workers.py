@@ -38,7 +38,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict
 
-from .distributed import _Job, ablate_task, settle_best_aliases, train_task
+from .distributed import _Job, ablate_task, record_jobs, settle_best_aliases, train_task
 from .experiment import ExperimentConfig
 
 STOP_WAIT = 20.0
@@ -230,7 +230,7 @@ class LocalPoolExecutor:
                             bar.update(1)
                         else:
                             running[nxt] = (job, "ablation")
-                self._record(ctx, jobs)
+                record_jobs(ctx, jobs)
         except KeyboardInterrupt:
             self._stop(ctx, pool, jobs, running)
             raise
@@ -241,9 +241,6 @@ class LocalPoolExecutor:
 
     def _collect(self, ctx, job: _Job, phase: str, fut: Future) -> dict:
         """Turn one finished task into a model, an ablation run or a failure; returns its outcome."""
-        from .model_runs import ModelRun
-        from .study import Failure
-
         try:
             out = fut.result()
         except BrokenProcessPool as err:
@@ -251,14 +248,7 @@ class LocalPoolExecutor:
             return {"ok": False}
         if out.get("interrupted"):
             raise KeyboardInterrupt
-        if not out.get("ok"):
-            job.failure = Failure(job.spec.name, phase, out["error"], out.get("failed_run_id"))
-        elif phase == "training":
-            job.model = ModelRun(
-                out["run_id"], job.spec, out["reused"], out["metrics"], out["key"], out["reason"]
-            )
-        else:
-            job.ablation = out["run_id"]
+        job.take(phase, out)
         return out
 
     @staticmethod
@@ -266,27 +256,12 @@ class LocalPoolExecutor:
         """A task lost when a worker process died (the pool then stops every worker and every task
         not yet back, queued ones included, is lost): its runs left RUNNING end FAILED, with the
         reason; a run it had already FINISHED stays FINISHED (``--resume`` reuses it)."""
-        from .study import Failure
-        from .tracking import store
-
-        reason = (
+        job.lose(
+            ctx,
+            phase,
             f"a worker process of the study died ({err or type(err).__name__}); this task's "
-            "result did not come back"
+            "result did not come back",
         )
-        token = job.train_token if phase == "training" else job.ablate_token
-        closed = store.fail_task_runs(ctx.tracker, ctx.experiment_id, token, reason)
-        job.failure = Failure(job.spec.name, phase, reason, closed[0] if closed else None)
-
-    @staticmethod
-    def _record(ctx, jobs: list[_Job]) -> None:
-        """Write what has come in to ``ctx.result`` (models in spec order) and to the study run."""
-        result = ctx.result
-        result.models[:] = [j.model for j in jobs if j.model is not None]
-        result.ablations.clear()
-        result.ablations.update({j.model.run_id: j.ablation for j in jobs if j.ablation})
-        failures = [f for f in result.failures if f.phase not in ("training", "ablation")]
-        result.failures[:] = failures + [j.failure for j in jobs if j.failure is not None]
-        ctx.record()
 
     @staticmethod
     def _stop(ctx, pool: ProcessPoolExecutor, jobs: list[_Job], running: dict) -> None:
