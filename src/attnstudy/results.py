@@ -24,12 +24,15 @@ from pathlib import Path
 from .outputs import write_files
 
 MARKER = re.compile(
-    r"<!-- results:(?P<file>[A-Za-z0-9_.\-]+\.csv)(?:\[(?P<columns>[^\]]*)\])?:begin -->\n"
+    r"<!-- results:(?P<file>(?:[A-Za-z0-9_\-][A-Za-z0-9_.\-]*/)?[A-Za-z0-9_.\-]+\.csv)"
+    r"(?:\[(?P<columns>[^\]]*)\])?:begin -->\n"
     r"(?P<body>.*?)<!-- results:(?P=file):end -->",
     re.S,
 )
-"""A generated block: its CSV file name (in the results folder), the columns shown (comma-separated
-as in a CSV row: a column whose name holds a comma is quoted, ``"AER, linked targets"``), its body."""
+"""A generated block: its CSV file name (in the results folder, or in one sub-folder of it, which
+holds the tables of a second study of the same experiment: ``<folder>/<experiment>-alignment.csv``;
+no ``..``), the columns shown (comma-separated as in a CSV row: a column whose name holds a comma
+is quoted, ``"AER, linked targets"``), its body."""
 
 INTERVAL = re.compile(
     r"-?\d+(?:\.\d+)?(?:e-?\d+)? \[-?\d+(?:\.\d+)?(?:e-?\d+)?, -?\d+(?:\.\d+)?(?:e-?\d+)?\]"

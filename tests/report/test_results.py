@@ -57,6 +57,20 @@ def test_write_and_render_a_block(tmp_path):
         results.render_blocks(text.replace("exp-x.csv", "exp-y.csv"), tmp_path)
 
 
+def test_a_block_reads_a_second_study_from_one_sub_folder(tmp_path):
+    """A second study of one experiment writes its tables (same names) into a sub-folder; a block
+    names it as ``<folder>/<file>.csv``; a path that climbs out (``..``) is no block."""
+    results.write_results(tmp_path / "layers", "exp", {"-x": [{"model": "m", "AER": "0.7"}]})
+    text = "<!-- results:layers/exp-x.csv[AER]:begin -->\n<!-- results:layers/exp-x.csv:end -->"
+    assert results.render_blocks(text, tmp_path).splitlines()[1:4] == [
+        "| AER |",
+        "|---|",
+        "| 0.7 |",
+    ]
+    climbing = text.replace("layers/", "../")
+    assert results.render_blocks(climbing, tmp_path) == climbing
+
+
 def test_interval_pattern():
     found = results.INTERVAL.findall("p 0.586 [0.573, 0.598], JSD 5.18e-06 [2.37e-06, 8.23e-06]")
     assert found == ["0.586 [0.573, 0.598]", "5.18e-06 [2.37e-06, 8.23e-06]"]
@@ -85,7 +99,7 @@ def _section(text: str, title: str) -> str:
 def _cells() -> set[str]:
     return {
         cell
-        for csv in RESULTS.glob("*.csv")
+        for csv in [*RESULTS.glob("*.csv"), *RESULTS.glob("*/*.csv")]
         for row in results.read_rows(csv)
         for cell in row.values()
     }
