@@ -110,8 +110,9 @@ def rows_given_attention(
     """Local intervention at N scattered (example, step) rows, prepared once, applied many times.
 
     The model's own ``rows_given_attention(trace, b_idx, t_idx)`` when it has one that applies
-    (the recurrent family: no scatter per call); else the scatter form over the contract's
-    ``logits_given_attention``, computing those steps only.
+    (the recurrent family, and the Transformer with one layer analysed: no scatter per call);
+    else the scatter form over the contract's ``logits_given_attention``, computing those steps
+    only.
 
     Args:
         model: a model with the ``local`` capability.

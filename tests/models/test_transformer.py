@@ -397,3 +397,53 @@ def test_feed_forward_rows_is_the_feed_forward_sublayer(layer_norm):
     x.requires_grad_(True)
     out = layer.feed_forward_rows(x)
     assert out.requires_grad and torch.equal(out, layer.feed_forward(x))
+
+
+def _rows_by_scatter(m, tr, b_idx, t_idx, weights):
+    """The rows' logits through ``logits_given_attention(plain=True)``: each row's K candidates
+    scattered into a (B, K, H, T_y, T_x) replacement, every other row left at the traced one."""
+    n, k = weights.shape[:2]
+    full = tr.attention.unsqueeze(1).expand(-1, k, -1, -1, -1).clone()
+    full = full.permute(0, 3, 1, 2, 4).index_put((b_idx, t_idx), weights).permute(0, 2, 3, 1, 4)
+    out = m.logits_given_attention(tr, full, plain=True)  # (B, K, T_y, V)
+    return out.permute(0, 2, 1, 3)[b_idx, t_idx]
+
+
+@pytest.mark.parametrize("layer_norm", ["pre", "post"])
+@pytest.mark.parametrize("layer", [0, 2])
+@pytest.mark.parametrize("window", [False, True])
+def test_row_form_equals_the_plain_scatter_form(layer_norm, layer, window):
+    """``rows_given_attention`` (the adversarial search's row form: W^O folded into each row's
+    values, the layers above through the row's own self-attention) against the plain form of
+    ``logits_given_attention`` at the same rows, logits and gradients w.r.t. the rows; a window
+    of steps (offset 1) checks the positions of the layers above."""
+    m = model_of(layer_norm)
+    src, lengths, tgt = batch()
+    tr = m.trace(src, lengths, tgt).with_layer(layer)
+    if window:
+        tr = tr.select(torch.arange(3), 1, 4)
+    b_idx, t_idx = tr.step_mask.nonzero(as_tuple=True)
+    weights = random_rows(tr, 3, seed=5).permute(0, 3, 1, 2, 4)[b_idx, t_idx]  # (N, K, H, T_x)
+    weights.requires_grad_(True)
+    fast = m.rows_given_attention(tr, b_idx, t_idx)(weights)
+    (grad_fast,) = torch.autograd.grad(fast.square().sum(), weights)
+    slow = _rows_by_scatter(m, tr, b_idx, t_idx, weights)
+    (grad_slow,) = torch.autograd.grad(slow.square().sum(), weights)
+    assert fast.shape == (len(b_idx), 3, V_TGT)
+    # float32 reassociation on logits of size ~10, as the folded form's test
+    assert torch.allclose(fast, slow, rtol=1e-5, atol=1e-5)
+    assert (grad_fast - grad_slow).abs().max() <= 1e-4 * grad_slow.abs().max()
+    # the replacement mattered: the rows' outputs moved from the traced ones
+    assert (fast[:, 0] - tr.logits[b_idx, t_idx]).abs().max() > 1e-2
+
+
+def test_row_form_applies_to_one_layer_and_all_heads_only():
+    m = model_of()
+    src, lengths, tgt = batch()
+    tr = m.trace(src, lengths, tgt)
+    b_idx, t_idx = tr.step_mask.nonzero(as_tuple=True)
+    assert m.rows_given_attention(tr, b_idx, t_idx) is not None
+    assert m.rows_given_attention(tr.with_head(1), b_idx, t_idx) is None
+    assert m.rows_given_attention(tr.with_layer(ALL), b_idx, t_idx) is None
+    with pytest.raises(ValueError, match="'none' model"):
+        model_of(attention="none").rows_given_attention(tr, b_idx, t_idx)

@@ -23,13 +23,9 @@ from .attention import Memory
 from .decoder import Decoder, DecoderState
 from .decoding import BOS_ID, EOS_ID, PAD_ID, Decoding
 from .encoder import RecurrentEncoder
-from .trace import ALL, Decoded, Trace, eval_mode, folded_rows
+from .trace import ALL, ROW_VALUES_BUDGET, Decoded, Trace, eval_mode, folded_rows
 
 __all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "Decoded", "RecurrentTrace", "Seq2Seq", "eval_mode"]
-
-
-ROW_VALUES_BUDGET = 16 * 2**20
-"""Most floats (64 MiB in float32) :meth:`Seq2Seq.rows_given_attention` copies per row."""
 
 
 @dataclass(kw_only=True)

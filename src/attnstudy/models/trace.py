@@ -29,6 +29,10 @@ ALL = "all"
 """Selector value: all layers at once (``layer``) or all heads jointly (``head``); integer
 selectors are indices, negative ones counting from the top. Tables write it as −1."""
 
+ROW_VALUES_BUDGET = 16 * 2**20
+"""Most floats (64 MiB in float32) a model's ``rows_given_attention`` copies per row (its rows'
+projected values); past it the row form is not prepared and the caller scatters instead."""
+
 
 @dataclass(kw_only=True)
 class Trace:

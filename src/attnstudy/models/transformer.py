@@ -33,13 +33,14 @@ The analysis contract:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from .decoding import PAD_ID, Decoding
-from .trace import ALL, Trace, folded_rows
+from .trace import ALL, ROW_VALUES_BUDGET, Trace, folded_rows
 
 __all__ = ["Transformer", "TransformerMemory", "TransformerTrace", "sinusoidal_positions"]
 
@@ -679,6 +680,71 @@ class Transformer(Decoding, nn.Module):
         return folded_rows(
             weights, mask, projected, base, finish, self.output.out_features, chunk_rows
         )
+
+    def rows_given_attention(
+        self, trace: TransformerTrace, b_idx: Tensor, t_idx: Tensor
+    ) -> Callable[[Tensor], Tensor] | None:
+        """Local intervention at N chosen (example, step) rows, prepared once and applied many
+        times (the adversarial search re-evaluates the same rows every Adam iteration).
+
+        The same function as :meth:`logits_given_attention` on those rows (its folded form
+        :meth:`_one_layer_given_attention`: W^O folded into the values, Vaswani et al. 2017,
+        eq. 1–2), with what every call shares computed once — each row's projected values
+        W^O_h v_hj (N, H·T_x, d) and its residual stream entering the sublayer plus b^O — and no
+        scatter into a (B, K, H, T_y, T_x) replacement per call: a call is one batched product
+        α_rows @ (W^O_h v_hj), then post-LN's norm where the model has it, the feed-forward, the
+        layers above the analysed one (the row's self-attention over the traced prefix and the
+        model's own cross-attention) and the output.
+
+        Args:
+            trace: from :meth:`trace`.
+            b_idx, t_idx: long (N,), batch row and decoder step of each row (real steps).
+
+        Returns:
+            ``logits(weights (N, K, H, T_x)) -> (N, K, V)`` (differentiable in ``weights``), or
+            None where this form does not apply — all layers at once, one head of several
+            analysed, dropout active, or per-row copies of the projected values (N × H·T_x × d
+            floats) past :data:`ROW_VALUES_BUDGET` — and the caller scatters into
+            :meth:`logits_given_attention` instead
+            (:func:`attnstudy.analysis._chunks.rows_given_attention`).
+
+        Raises:
+            ValueError: for the ``none`` model.
+        """
+        if not self.has_attention:
+            raise ValueError("the 'none' model has no attention to replace")
+        layers = list(range(self.layers)) if trace.layer == ALL else [trace.layer]
+        if len(layers) != 1 or trace.head != ALL or (self.training and self.sub_dropout > 0):
+            return None
+        first = layers[0]
+        layer = self.decoder_layers[first]
+        att = layer.cross_attn
+        values = trace.memory.values[:, first]  # (B, H, T_x, d_h)
+        h, t_x = values.size(1), values.size(2)
+        d = att.out_proj.out_features
+        if b_idx.numel() * h * t_x * d > ROW_VALUES_BUDGET:
+            return None
+        w_o = att.out_proj.weight.view(d, h, att.d_h).permute(1, 2, 0)  # (H, d_h, d)
+        projected = torch.einsum("bhxk,hkd->bhxd", values, w_o).reshape(-1, h * t_x, d)
+        projected = projected.index_select(0, b_idx)  # (N, H·T_x, d): W^O_h v_hj per row
+        base = (trace.mids[b_idx, t_idx, first] + att.out_proj.bias).unsqueeze(1)  # (N, 1, d)
+
+        def logits(weights: Tensor) -> Tensor:
+            n, k = weights.shape[:2]
+            x = torch.baddbmm(base, weights.reshape(n, k, h * t_x), projected).flatten(0, 1)
+            if not layer.sub.pre:
+                x = layer.sub.norms[1](x)
+            x = layer.feed_forward(x)
+            if first + 1 < self.layers:
+                bi, ti = b_idx.repeat_interleave(k), t_idx.repeat_interleave(k) + trace.offset
+                for m in range(first + 1, self.layers):
+                    upper = self.decoder_layers[m]
+                    x = self._row_self_attention(upper, m, x, trace, bi, ti)
+                    x = self._row_cross_attention(upper, m, x, trace.memory, bi)
+                    x = upper.feed_forward(x)
+            return self._logits(x).view(n, k, self.output.out_features)
+
+        return logits
 
     def _row_self_attention(
         self, layer: DecoderLayer, m: int, x: Tensor, trace: TransformerTrace, bi, t_abs
