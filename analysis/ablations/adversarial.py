@@ -320,6 +320,120 @@ def _fixed_terms(batch: PreparedBatch, b_idx: Tensor, t_idx: Tensor) -> _Fixed:
     return _Fixed(p_orig, alpha, (alpha * _log_clamped(alpha)).sum(-1))
 
 
+def _softmax_rows(theta: Tensor) -> Tensor:
+    """softmax(θ) along the last axis written out, exp(θ − max θ) / Σ exp(θ − max θ) (−inf gives
+    exactly 0). The same function as ``torch.softmax`` up to float rounding; on the CPU about 4×
+    faster for the search's short rows (T_x ≈ 10 positions: ``torch.softmax`` vectorises along
+    the row)."""
+    e = (theta - theta.amax(-1, keepdim=True)).exp_()
+    return e.div_(e.sum(-1, keepdim=True))
+
+
+def _objective_and_grad(
+    logits_of, theta: Tensor, fixed: _Fixed, acfg: AdversarialParams
+) -> tuple[Tensor, Tensor]:
+    """The per-row loss of :func:`_row_objective` and its gradient w.r.t. θ, autograd only
+    through the model (``logits_of``); every other term's derivative written out.
+
+    With c_k the head mean of α̃_k = softmax(θ_k), s = c + q and JSD(c, q) = ½ [Σ c log c +
+    Σ q log q − Σ s log s + ln 2 · Σ s] (Lin 1991), ∂JSD/∂c_j = ½ (log c_j − log s_j + ln 2); the
+    pairwise term contributes that derivative to both candidates of each pair k < k', weighted
+    −2/K²; the clamp to [0, ln 2] passes the gradient only inside it (as ``clamp``'s backward).
+    The hinge λ · ReLU(TVD(p̃, p) − ε) has ∂/∂p̃ = λ/2 · sign(p̃ − p) where TVD > ε, taken through
+    the output softmax (∂/∂z = p̃ ⊙ (g − Σ p̃ g)) and then through the model by one
+    ``autograd.grad``; the candidates' gradient (the JSD part spread over the H heads of the mean)
+    goes through the softmax over positions the same way. Logs are clamped as in
+    :func:`_log_clamped`, so padding positions (α̃ = 0) get finite terms times 0.
+
+    Args:
+        logits_of: candidates (N, K, H, T_x) → logits (N, K, V), differentiable.
+        theta: (N, K, H, T_x) candidate logits, −inf at padding. fixed: :func:`_fixed_terms`.
+
+    Returns:
+        loss (N,) and ∂ Σ loss / ∂θ (N, K, H, T_x) (0 at padding). Equal to :func:`_row_objective`
+        and its autograd gradient up to float rounding (``tests/analysis/test_adversarial.py``).
+    """
+    with torch.no_grad():
+        cand = _softmax_rows(theta)  # (N, K, H, T_x)
+        heads, k = cand.size(2), cand.size(1)
+        c = cand.mean(2)  # (N, K, T_x)
+        log_c = _log_clamped(c)
+        c_log_c = (c * log_c).sum(-1)  # (N, K)
+        s = c + fixed.alpha
+        log_s = _log_clamped(s)
+        raw = 0.5 * (c_log_c + fixed.alpha_log_alpha - (s * (log_s - LN2)).sum(-1))
+        div = raw.clamp(min=0.0, max=LN2)
+        inside = ((raw >= 0) & (raw <= LN2)).to(c.dtype).unsqueeze(-1)
+        grad_c = (log_c - log_s + LN2).mul_(inside * -0.5)  # ∂(−JSD(c_k, α)) / ∂c_k
+        cross_sum = None
+        if k > 1:
+            i, j = torch.triu_indices(k, k, 1, device=theta.device)
+            sp = c[:, i] + c[:, j]  # (N, pairs, T_x)
+            log_sp = _log_clamped(sp)
+            raw_p = 0.5 * (c_log_c[:, i] + c_log_c[:, j] - (sp * (log_sp - LN2)).sum(-1))
+            cross_sum = raw_p.clamp(min=0.0, max=LN2).sum(-1)
+            w = ((raw_p >= 0) & (raw_p <= LN2)).to(c.dtype).unsqueeze(-1) * (-1.0 / (k * k))
+            grad_c.index_add_(1, i, (log_c[:, i] - log_sp + LN2).mul_(w))
+            grad_c.index_add_(1, j, (log_c[:, j] - log_sp + LN2).mul_(w))
+    cand.requires_grad_(True)
+    with torch.enable_grad():
+        logits = logits_of(cand)  # (N, K, V)
+    with torch.no_grad():
+        p_new = torch.softmax(logits.detach(), -1)
+        diff = p_new - fixed.p_orig
+        over = 0.5 * diff.abs().sum(-1) - acfg.eps_opt  # TVD − ε, (N, K)
+        loss = (-div + acfg.lam * torch.relu(over)).sum(-1)
+        if cross_sum is not None:
+            loss = loss - cross_sum * (2.0 / (k * k))
+        g_p = diff.sign_().mul_(((over > 0).to(diff.dtype) * (0.5 * acfg.lam)).unsqueeze(-1))
+        g_logits = p_new * (g_p - (p_new * g_p).sum(-1, keepdim=True))
+    (grad,) = torch.autograd.grad(logits, cand, g_logits)
+    with torch.no_grad():
+        grad.add_(grad_c.div_(heads).unsqueeze(2))
+        cand = cand.detach()
+        grad = cand * (grad - (cand * grad).sum(-1, keepdim=True))
+    return loss, grad
+
+
+class _AmsGrad:
+    """Adam with the AMSGrad maximum (Kingma & Ba 2015, alg. 1; Reddi et al. 2018), the update of
+    ``torch.optim.Adam(amsgrad=True)`` (its single-tensor form, no weight decay) written out on one
+    tensor updated in place, without the optimiser's per-step bookkeeping: the same operations in
+    the same order, so the same θ bit for bit (``tests/analysis/test_adversarial.py``).
+
+    Args:
+        param: the tensor updated in place (not a leaf needing grad: gradients are passed in).
+        lr, betas, eps: as ``torch.optim.Adam``.
+    """
+
+    def __init__(self, param: Tensor, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.param, self.lr, self.betas, self.eps = param, lr, betas, eps
+        self.exp_avg = torch.zeros_like(param)
+        self.exp_avg_sq = torch.zeros_like(param)
+        self.max_exp_avg_sq = torch.zeros_like(param)
+        self.steps = 0
+
+    def step(self, grad: Tensor) -> None:
+        """One update of ``param`` from its gradient ``grad`` (same shape)."""
+        beta1, beta2 = self.betas
+        self.steps += 1
+        self.exp_avg.lerp_(grad, 1 - beta1)
+        self.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        step = float(self.steps)
+        step_size = self.lr / (1 - beta1**step)
+        bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+        torch.maximum(self.max_exp_avg_sq, self.exp_avg_sq, out=self.max_exp_avg_sq)
+        denom = (self.max_exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(self.eps)
+        self.param.addcdiv_(self.exp_avg, denom, value=-step_size)
+
+    def keep(self, rows: Tensor) -> None:
+        """Go on with the rows ``rows`` (bool (N,)) of ``param`` and of the moments only."""
+        self.param = self.param[rows]
+        self.exp_avg = self.exp_avg[rows]
+        self.exp_avg_sq = self.exp_avg_sq[rows]
+        self.max_exp_avg_sq = self.max_exp_avg_sq[rows]
+
+
 def _optimise(
     model: Seq2Seq,
     batch: PreparedBatch,
@@ -333,12 +447,16 @@ def _optimise(
 ) -> AdversarialResult:
     """Run the batched search over the rows (b_idx, t_idx) (model already in eval, no param grads).
 
-    ``plain``: the objective's plain form :func:`_row_objective_reference` (the loop reference)
-    instead of the fused :func:`_row_objective`.
+    ``plain``: the reference — the objective's plain form :func:`_row_objective_reference`
+    under autograd, stepped by ``torch.optim.Adam`` — instead of the fast path: the fused
+    objective's loss and gradient from :func:`_objective_and_grad` (autograd through the model
+    only), stepped by :class:`_AmsGrad` (the same update). The final evaluation is the fused
+    :func:`_row_objective` (the plain one for ``plain``).
 
     ``early_stop`` (:class:`EarlyStop`): every ``every`` iterations, a row whose loss (at the
     parameters before that iteration's update) improved by at most ``tol × max(1, |loss|)``
-    since the previous check keeps its θ after that update and leaves the search; the others go on with their own Adam moments (sliced, unchanged). A row's result
+    since the previous check keeps its θ after that update and leaves the search; the others go
+    on with their own Adam moments (sliced, unchanged). A row's result
     then depends only on its own trajectory, as without early stopping.
     """
     acfg = params
@@ -347,31 +465,49 @@ def _optimise(
     # masked once: at −inf the softmax is exactly 0, its gradient exactly 0, and Adam leaves
     # θ = −inf there (a zero moment moves nothing)
     theta_all = theta_all.masked_fill(batch.trace.pad_mask[b_idx][:, None, None, :], float("-inf"))
-    theta = theta_all.clone().requires_grad_(True)
-    optim = torch.optim.Adam([theta], lr=acfg.lr, amsgrad=True)
+    theta = theta_all.clone()
+    if plain:  # the reference: autograd through the whole objective, torch's Adam
+        theta.requires_grad_(True)
+        optim = torch.optim.Adam([theta], lr=acfg.lr, amsgrad=True)
+    else:
+        adam = _AmsGrad(theta, acfg.lr)
 
     def prepared(rows: Tensor):
+        """(value, step) of the rows ``rows``: the per-row objective (its value, the final
+        evaluation) and what one iteration calls (the plain objective under autograd, or the
+        loss and gradient of :func:`_objective_and_grad`)."""
         logits_of = rows_given_attention(
             model, batch.trace, b_idx[rows], t_idx[rows], ctx.chunk_rows
         )
         if plain:
-            return lambda th: _row_objective_reference(
-                logits_of, batch, th, b_idx[rows], t_idx[rows], acfg
-            )
+
+            def reference(th: Tensor):
+                return _row_objective_reference(
+                    logits_of, batch, th, b_idx[rows], t_idx[rows], acfg
+                )
+
+            return reference, reference
         fixed = _fixed_terms(batch, b_idx[rows], t_idx[rows])
-        return lambda th: _row_objective(
-            logits_of, batch, th, b_idx[rows], t_idx[rows], acfg, fixed=fixed
+        return (
+            lambda th: _row_objective(
+                logits_of, batch, th, b_idx[rows], t_idx[rows], acfg, fixed=fixed
+            ),
+            lambda th: _objective_and_grad(logits_of, th, fixed, acfg),
         )
 
     active = torch.arange(len(b_idx), device=b_idx.device)
-    objective = whole = prepared(active)
+    whole, step = prepared(active)
     previous = None
     with gradients_in_eval():
         for it in range(n_iter):
-            loss, *_ = objective(theta)
-            optim.zero_grad(set_to_none=True)
-            loss.sum().backward()
-            optim.step()
+            if plain:
+                loss, *_ = step(theta)
+                optim.zero_grad(set_to_none=True)
+                loss.sum().backward()
+                optim.step()
+            else:
+                loss, grad = step(theta)
+                adam.step(grad)
             if early_stop is None or it % early_stop.every:
                 continue
             now = loss.detach()
@@ -389,11 +525,15 @@ def _optimise(
             active, previous = active[keep], now[keep]
             if active.numel() == 0:
                 break
-            state = optim.state.pop(theta)
-            theta = theta.detach()[keep].requires_grad_(True)
-            optim.param_groups[0]["params"] = [theta]
-            optim.state[theta] = {k: v[keep] if v.dim() else v for k, v in state.items()}
-            objective = prepared(active)
+            if plain:
+                state = optim.state.pop(theta)
+                theta = theta.detach()[keep].requires_grad_(True)
+                optim.param_groups[0]["params"] = [theta]
+                optim.state[theta] = {k: v[keep] if v.dim() else v for k, v in state.items()}
+            else:
+                adam.keep(keep)
+                theta = adam.param
+            _, step = prepared(active)
     if active.numel():
         theta_all[active] = theta.detach()
     with torch.no_grad():

@@ -354,3 +354,58 @@ def test_early_stopping_keeps_each_rows_theta_from_the_iteration_it_stopped(data
     full = search(30)
     changed = (some.candidates - full.candidates).abs().amax((1, 2, 3)) > 1e-12
     assert 0 < int(changed.sum()) < len(changed)  # some rows stopped early, some did not
+
+
+@pytest.mark.parametrize("k", [1, 5])
+def test_analytic_gradient_equals_autograd_of_the_plain_objective(data, k):
+    """The fast path's loss and gradient (every derivative but the model's written out) are the
+    plain objective's value and autograd gradient, to float64 rounding, for both flows."""
+    from attnstudy.analysis._chunks import rows_given_attention
+    from attnstudy.analysis.ablations.adversarial import (
+        _fixed_terms,
+        _initial_logits,
+        _objective_and_grad,
+        _row_objective_reference,
+        _searched_rows,
+    )
+
+    acfg = cfg_with(k=k, eps_opt=0.001).params_for("adversarial")
+    for flow, heads in (("luong", 2), ("bahdanau", 1)):
+        model = make_model(data, "multihead", flow, heads=heads, dtype=torch.float64)
+        batch = batch_of(model, data)
+        b_idx, t_idx = _searched_rows(batch)
+        theta = _initial_logits(batch, b_idx, t_idx, acfg, 3, heads)
+        theta = theta.masked_fill(batch.trace.pad_mask[b_idx][:, None, None, :], float("-inf"))
+        logits_of = rows_given_attention(model, batch.trace, b_idx, t_idx)
+        th = theta.clone().requires_grad_(True)
+        loss, _, out_tvd, _ = _row_objective_reference(logits_of, batch, th, b_idx, t_idx, acfg)
+        (grad,) = torch.autograd.grad(loss.sum(), th)
+        fixed = _fixed_terms(batch, b_idx, t_idx)
+        fast_loss, fast_grad = _objective_and_grad(logits_of, theta, fixed, acfg)
+        torch.testing.assert_close(fast_loss, loss.detach(), atol=1e-10, rtol=1e-10)
+        torch.testing.assert_close(fast_grad, grad, atol=1e-10, rtol=1e-10)
+        valid = ~batch.trace.pad_mask[b_idx][:, None, None, :].expand_as(grad)
+        assert (fast_grad[~valid] == 0).all()
+        # both parts of the objective were exercised: the hinge is active somewhere, and the
+        # gradient is not that of the JSD terms alone
+        assert bool((out_tvd > acfg.eps_opt).any()) and float(grad[valid].abs().max()) > 1e-3
+
+
+def test_written_out_amsgrad_is_torch_adam_bit_for_bit():
+    """:class:`_AmsGrad` makes the updates of ``torch.optim.Adam(amsgrad=True)`` exactly, with
+    −inf entries (padding) left at −inf."""
+    from attnstudy.analysis.ablations.adversarial import _AmsGrad
+
+    g = torch.Generator().manual_seed(0)
+    start = torch.randn(6, 5, 7, generator=g)
+    start[:, :, 5:] = float("-inf")
+    grads = [torch.randn(6, 5, 7, generator=g) * (~start.isinf()) for _ in range(30)]
+    ref = start.clone().requires_grad_(True)
+    optim = torch.optim.Adam([ref], lr=0.01, amsgrad=True)
+    mine = _AmsGrad(start.clone(), 0.01)
+    for grad in grads:
+        ref.grad = grad.clone()
+        optim.step()
+        mine.step(grad)
+    assert torch.equal(mine.param, ref.detach())
+    assert mine.param[:, :, 5:].isneginf().all() and not torch.equal(mine.param, start)
