@@ -1,6 +1,11 @@
 """Per-example matrices for heatmaps and the example browser: attention (every layer, every head),
 the best adversarial attention, gradient × input and leave-one-out importance on the analysis
-prefix, and the attention over the reference with its gold links.
+prefix, and the attention over the reference with its gold links. An example of subword tokens
+(``Example.src_words`` / ``tgt_words``: the ``nt-greek-english`` task, a pretrained model's
+tokenizer) also gets the attention maps over *words* (:func:`word_view`, :func:`reference_word_view`):
+a source word's subword attention summed, a target word's subword rows averaged
+(:func:`attnstudy.analysis.ablations.alignment.word_attention`, the alignment metric's rule), with
+the gold links between words.
 
 They are recorded *while the suite runs* (:class:`Recorder`, passed to
 :func:`attnstudy.analysis.suite.run_suite`): the suite's own batches, and the adversarial search
@@ -17,8 +22,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from attnstudy.data.subwords import WORD_START, merge_subwords, subword_word_index
 from attnstudy.data.types import Example
-from attnstudy.data.vocab import Vocab
+from attnstudy.data.vocab import BOS, EOS, PAD, Vocab
 from attnstudy.models import ALL
 
 from .batch import AblationContext, PreparedBatch, prepare_batches, table_index
@@ -80,6 +86,102 @@ def gold_cells(ex) -> list[list]:
     )
 
 
+NOT_WORDS = (PAD, BOS, EOS)
+"""Tokens of a decoded sequence that belong to no word (``<unk>`` is part of the word it is in)."""
+
+
+def output_word_index(tokens: Sequence[str]) -> list[int]:
+    """The word of every token of a decoded sequence that has no word map (a model's own output,
+    or text shown whole), −1 for :data:`NOT_WORDS`: grouped as
+    :func:`attnstudy.data.subwords.merge_subwords` groups them where the tokens mark word starts
+    with :data:`~attnstudy.data.subwords.WORD_START` (BPE of the ``nt-greek-english`` task, a
+    SentencePiece tokenizer), one word per token where none does (words as tokens)."""
+    kept = [t for t in tokens if t not in NOT_WORDS]
+    marked = any(t.startswith(WORD_START) for t in kept)
+    index = iter(subword_word_index(kept) if marked else range(len(kept)))
+    return [-1 if t in NOT_WORDS else next(index) for t in tokens]
+
+
+def word_labels(tokens: Sequence[str], words: Sequence[int]) -> list[str]:
+    """The text of each word 0, 1, … of ``tokens`` (word index per token, −1: none): its tokens
+    joined by :func:`attnstudy.data.subwords.merge_subwords` (``["▁ἀρ", "χῇ"]`` → ``ἀρχῇ``)."""
+    groups: dict[int, list[str]] = {}
+    for t, w in zip(tokens, words):
+        if w >= 0:
+            groups.setdefault(w, []).append(t)
+    return ["".join(merge_subwords(groups[w])) for w in sorted(groups)]
+
+
+def word_text(tokens: Sequence[str]) -> str:
+    """A decoded token sequence as words separated by spaces (:func:`output_word_index`)."""
+    return " ".join(word_labels(tokens, output_word_index(tokens)))
+
+
+def word_view(ex: Example, rows: Sequence[str], attention: torch.Tensor, prefix: str) -> dict:
+    """The analysed prefix's attention over words, for an example of subword tokens.
+
+    Args:
+        ex: the example (``src_words`` / ``tgt_words`` set).
+        rows: the T analysed prefix tokens (``<eos>`` last).
+        attention: (L, H, T, T_x) cross-attention of every layer and head on those rows.
+        prefix: ``"reference"`` (rows are ``ex.tgt``: grouped by ``ex.tgt_words``, the alignment
+            metric's words, punctuation of no word) or ``"greedy"`` (the model's own output:
+            grouped by :func:`output_word_index`).
+
+    Returns:
+        ``source`` (I source word labels), ``rows`` (J output word labels), ``row_words`` (the
+        word of each of the T rows, −1: none), ``attention`` (L × J × I head mean) and, with
+        H > 1, ``heads`` (L × H × J × I): :func:`~attnstudy.analysis.ablations.alignment.
+        word_attention` (summed over a source word's subwords, averaged over an output word's
+        rows), rounded to :data:`DIGITS` decimals.
+    """
+    from .ablations.alignment import word_attention
+
+    row_words = list(ex.tgt_words) if prefix == "reference" else output_word_index(rows)
+    row_words += [-1] * (len(rows) - len(row_words))  # the <eos> row of the reference prefix
+    words = word_attention(attention, ex.src_words, row_words)  # (L, H, J, I)
+    view = {
+        "source": word_labels(ex.src, ex.src_words),
+        "rows": word_labels(rows, row_words),
+        "row_words": row_words,
+        "attention": [_matrix(layer.mean(0).numpy()) for layer in words],
+    }
+    if words.size(1) > 1:
+        view["heads"] = [[_matrix(h.numpy()) for h in layer] for layer in words]
+    return view
+
+
+def reference_word_view(ex: Example, attention: torch.Tensor) -> dict:
+    """The attention over the reference between words, with the gold word links, for an example
+    of subword tokens: what the alignment ablation scores (its ``word_attention`` of the head
+    mean, one row per target word, punctuation of no word left out).
+
+    Args:
+        ex: the example (``src_words`` / ``tgt_words`` and ``alignment`` set; its links are
+            between words).
+        attention: (H, T, T_x) attention of the analysed layer over the reference prefix (rows
+            past ``len(ex.tgt)``, the ``<eos>`` step, are ignored), aggregated per head and then
+            averaged, as the ablation does.
+
+    Returns:
+        ``source`` (I source word labels), ``rows`` (J target word labels), ``attention``
+        (J × I), ``gold`` (``[source word, target word, sure]``, sorted) and ``links`` (``[source
+        word, target word]``: the argmax of each row, the ablation's hard links; none on a tie).
+    """
+    from .ablations.alignment import hard_alignment, word_attention
+
+    words = word_attention(attention, ex.src_words, ex.tgt_words).mean(0)  # (J, I)
+    valid = torch.ones(words.size(1), dtype=torch.bool)
+    gold = ex.alignment
+    return {
+        "source": word_labels(ex.src, ex.src_words),
+        "rows": word_labels(ex.tgt, ex.tgt_words),
+        "attention": _matrix(words.numpy()),
+        "gold": sorted([s, t, (s, t) in gold.sure] for s, t in gold.possible | gold.sure),
+        "links": sorted([s, t] for s, t in hard_alignment(words, valid)),
+    }
+
+
 class Recorder:
     """Collects :func:`example_records`-style records from the suite's batches.
 
@@ -113,13 +215,16 @@ class Recorder:
             if batch.prefix == "reference" and ex.alignment is not None:
                 n = int(tr.src_lengths[i])
                 steps = tr.step_mask[i].nonzero()[:, 0]
+                att = tr.attention[i][:, steps, :n]  # (H, T, n)
                 self._reference[ex.id] = {
                     "reference_rows": [
                         batch.tgt_vocab.itos[j] for j in tr.tgt_out[i, steps].tolist()
                     ],
-                    "reference_attention": _matrix(tr.attention[i][:, steps, :n].mean(0).numpy()),
+                    "reference_attention": _matrix(att.mean(0).numpy()),
                     "gold": gold_cells(ex),
                 }
+                if ex.tgt_words:
+                    self._reference[ex.id]["reference_words"] = reference_word_view(ex, att)
 
     def result(self) -> list[dict]:
         """The records, in the order the examples were analysed."""
@@ -155,8 +260,9 @@ def example_records(
         absent if not run), ``adversarial_jsd`` (T,), ``gradient`` and ``loo`` (T × T_x,
         |gradient × input| in nats and leave-one-out TVD; absent if not run), and with gold
         links ``reference_rows``/``reference_attention`` (T_ref, T_ref × T_x, analysed layer) and
-        ``gold`` (``[source, target, sure]``). Values rounded to :data:`DIGITS` decimals; an empty
-        list for a model without attention.
+        ``gold`` (``[source, target, sure]``). An example of subword tokens adds ``words``
+        (:func:`word_view`) and, with gold links, ``reference_words`` (:func:`reference_word_view`).
+        Values rounded to :data:`DIGITS` decimals; an empty list for a model without attention.
     """
     if not getattr(model, "has_attention", False):
         return []
@@ -205,6 +311,8 @@ def _record(batch: PreparedBatch, i: int, ex: Example, adv, imp) -> dict:
     }
     if layers.size(1) > 1:
         rec["heads"] = [[_matrix(h.numpy()) for h in layer] for layer in layers]
+    if ex.tgt_words:
+        rec["words"] = word_view(ex, rec["rows"], layers, batch.prefix)
     if adv is not None:
         row_of = {t: r for r, t in enumerate(steps.tolist())}
         rows: list = [None] * len(steps)

@@ -5,6 +5,13 @@ input, leave-one-out, the attention over the reference with its gold links — a
 numbers. Heatmaps are drawn in the page (SVG) from JSON embedded in it: no external asset, no
 network, so it works from disk and inside MLflow's sandboxed artifact frame, and 200 examples
 stay a few hundred kilobytes.
+
+Examples of subword tokens (``nt-greek-english``, a pretrained model's tokenizer) open on
+*words*: the list gives the texts as words, the attention maps are between source and output
+words (:func:`attnstudy.analysis.heatmaps.word_view`; on the reference with the gold word links,
+:func:`~attnstudy.analysis.heatmaps.reference_word_view`, what the alignment ablation scores), and
+the alignment numbers are per target word; a switch shows the subword tokens the model reads and
+writes (and the maps that exist per subword step only: adversarial attention, gradient, LOO).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import math
 
 import pandas as pd
 
+from .analysis.heatmaps import word_text
 from .analysis.per_example import LABELS, analysis_rows, per_example_summary
 from .templating import render
 
@@ -72,6 +80,18 @@ def _unit_rows(rows: pd.DataFrame, rec: dict) -> pd.DataFrame:
     return rows
 
 
+def _word_values(ref_rows: pd.DataFrame, n_words: int) -> dict[str, list]:
+    """Per target word, the alignment numbers of the reference prefix: the ablation writes a
+    word's values on the row of its first subword (``alignment_word``), the others NaN."""
+    first = ref_rows[ref_rows["alignment_word"] >= 0].drop_duplicates("alignment_word")
+    at = first.set_index("alignment_word")
+    return {
+        label: [_num(at[c].get(w)) for w in range(n_words)]
+        for c, label in REFERENCE_COLUMNS.items()
+        if c in at.columns
+    }
+
+
 def browser_data(
     records: list[dict],
     steps: pd.DataFrame | None,
@@ -92,7 +112,10 @@ def browser_data(
 
     Returns:
         ``{"meta", "columns", "examples", "records"}``: the list (one row per example and
-        layer), its column labels, and per example id its matrices and per-step numbers.
+        layer), its column labels, and per example id its matrices and per-step numbers
+        (``step_values``; ``reference_values`` per reference token and, for subword tokens,
+        ``reference_word_values`` per target word). For subword tokens the list's source,
+        reference and prediction are words (:func:`attnstudy.analysis.heatmaps.word_text`).
     """
     meta = {
         "title": "",
@@ -121,6 +144,10 @@ def browser_data(
             toks = [t for t in rec.get("rows", []) if t != "<eos>"]
             hyp = " ".join(toks) if rec.get("prefix") == "greedy" else None
             ok = toks == rec.get("reference") if hyp is not None else None
+        # subword tokens: the texts as words (the subword view shows the tokens)
+        text = word_text if "words" in rec else " ".join
+        if "words" in rec and isinstance(hyp, str):
+            hyp = word_text(hyp.split(" ")) if hyp else hyp
         sub = summary[summary["example_id"] == eid] if len(summary) else pd.DataFrame()
         for _, s in sub.iterrows() if len(sub) else [(None, pd.Series(dtype=float))]:
             rows.append(
@@ -128,8 +155,8 @@ def browser_data(
                     "id": eid,
                     "layer": int(s["layer"]) if "layer" in s and pd.notna(s.get("layer")) else 0,
                     "head": int(s["head"]) if "head" in s and pd.notna(s.get("head")) else -1,
-                    "source": " ".join(rec.get("source", [])),
-                    "reference": " ".join(rec.get("reference", [])),
+                    "source": text(rec.get("source", [])),
+                    "reference": text(rec.get("reference", [])),
                     "prediction": hyp,
                     "correct": ok,
                     **{c: _num(s.get(c)) for c in cols},
@@ -159,6 +186,8 @@ def browser_data(
             d["reference_values"] = {
                 label: [_num(v) for v in r[c]] for c, label in REFERENCE_COLUMNS.items() if c in r
             }
+            if "reference_words" in rec and "alignment_word" in r:
+                d["reference_word_values"] = _word_values(r, len(rec["reference_words"]["rows"]))
         detail[eid] = d
     return {
         "meta": meta,

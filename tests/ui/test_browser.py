@@ -393,3 +393,85 @@ def test_example_browser_score_columns_are_on_screen_at_1400px(golden_report, pa
     assert fit["scroll"] <= fit["client"], fit
     assert fit["right"] <= 1400, fit
     _shot(page, "example_browser_1400")
+
+
+# ----------------------------------------------------------------------------- words, gold links
+
+
+def test_example_browser_shows_greek_and_english_words_with_gold_links(page, tmp_path):
+    """An nt-greek-english example (John 1:2 of the committed fixture) opens on words: Greek
+    words × English words with the verse's 7 gold links as boxes, the ablation's argmax links as
+    dots, a table per English word; "subword tokens" shows the BPE grid with every subword cell
+    of each linked word pair boxed."""
+    import torch
+    from attnstudy.analysis.catalogue import AblationConfig
+    from attnstudy.analysis.heatmaps import Recorder, gold_cells
+    from attnstudy.analysis.suite import run_suite
+
+    from attnstudy.browser import browser_data, browser_html
+    from attnstudy.config import TransformerConfig, data_config
+    from attnstudy.data import nt
+    from attnstudy.data.vocab import Vocab
+    from attnstudy.models import build_model
+
+    fixture = ROOT / "tests" / "fixtures" / "nt"
+    files = nt.NTFiles(
+        fixture / "SBLGNT.tsv", fixture / "nt_BSB.tsv", fixture / "SBLGNT-BSB-manual.json"
+    )
+    splits = nt.build_splits(
+        files, data_config(task=nt.TASK, nt_min_test_verses=0, nt_vocab_size=120)
+    )
+    sv, tv = (Vocab.build(getattr(e, side) for e in splits.train) for side in ("src", "tgt"))
+    torch.manual_seed(0)
+    mcfg = TransformerConfig(architecture="transformer", layers=2, heads=2, d_model=8, d_ff=16)
+    model = build_model(mcfg, len(sv), len(tv)).eval()
+    cfg = AblationConfig(bootstrap_resamples=20, seed=3, ablations=["alignment", "permutation"])
+    rec = Recorder(cfg.prefix)
+    res = run_suite(model, splits.dev, sv, tv, cfg, progress=False, batch_size=4, recorder=rec)
+    data = browser_data(rec.result(), res.table, meta={"title": "nt fixture", "prefix": "greedy"})
+    path = tmp_path / "browser.html"
+    path.write_text(browser_html(data), encoding="utf-8")
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(path.as_uri() + "#ex=" + "nt%2Fdev%2F43001002")
+    page.wait_for_selector("#detail svg")
+    grid = page.locator('svg[data-map="attention on the reference, gold word links"]')
+    labels = grid.locator("text").all_text_contents()
+    english = ["He", "was", "with", "God", "in", "the", "beginning"]
+    assert labels[:7] == english  # row labels first: the '.' is no word
+    assert labels[7:] == ["οὗτος", "<unk>ν", "ἐν", "ἀρχ<unk>", "πρὸς", "τὸν", "θεόν"]
+    boxes = grid.locator("rect.gold")
+    assert boxes.count() == 7
+    # each box sits on its link's cell: the cell's hover title names the two words
+    cells = page.evaluate(
+        """() => Array.from(document.querySelectorAll(
+             'svg[data-map="attention on the reference, gold word links"] rect.gold')).map(g => {
+             const x = +g.getAttribute('x') - 0.5, y = +g.getAttribute('y') - 0.5;
+             const c = Array.from(g.parentNode.querySelectorAll('rect:not(.gold)')).find(
+               r => +r.getAttribute('x') === x && +r.getAttribute('y') === y);
+             return c.querySelector('title').textContent.split(':')[0]; })"""
+    )
+    assert sorted(cells) == sorted(
+        [
+            "He ← οὗτος",
+            "was ← <unk>ν",
+            "in ← ἐν",
+            "the ← ἀρχ<unk>",
+            "beginning ← ἀρχ<unk>",
+            "with ← πρὸς",
+            "God ← θεόν",
+        ]
+    )
+    links = data["records"]["nt/dev/43001002"]["reference_words"]["links"]
+    assert grid.locator("circle.link").count() == len(links) > 0
+    assert page.locator("#reference-words tbody tr").count() == 7
+    grid.scroll_into_view_if_needed()
+    _shot(page, "example_browser_nt_words", full_page=True)
+    page.select_option("#view", "tokens")
+    sub = page.locator('svg[data-map="attention on the reference, gold links"]')
+    ex = next(e for e in splits.dev if e.id == "nt/dev/43001002")
+    assert sub.locator("rect.gold").count() == len(gold_cells(ex)) == 67
+    assert page.locator("#reference-steps tbody tr").count() == len(ex.tgt) + 1  # <eos>
+    _shot(page, "example_browser_nt_subwords", full_page=True)
+    assert not errors, errors

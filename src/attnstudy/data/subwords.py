@@ -111,16 +111,28 @@ def train_tokenizer(words: Iterable[Sequence[str]], kind: str, vocab_size: int) 
     return SubwordTokenizer(kind, vocab_size, tok)
 
 
+def subword_word_index(tokens: Sequence[str]) -> list[int]:
+    """The word of every token of a subword sequence, numbered 0, 1, …: a token starting with
+    :data:`WORD_START` starts a word, any other joins the word before it (or starts one, at the
+    beginning). The grouping :func:`merge_subwords` joins.
+
+    Example: ``["▁ἐν", "▁ἀρ", "χῇ"]`` → ``[0, 1, 1]``.
+    """
+    out: list[int] = []
+    for t in tokens:
+        out.append(out[-1] + 1 if out and t.startswith(WORD_START) else max(out, default=0))
+    return out
+
+
 def merge_subwords(tokens: Sequence[str]) -> list[str]:
-    """Words of a subword sequence: a token starting with :data:`WORD_START` starts a word (the
-    mark dropped), any other joins the word before it (or starts one, at the beginning).
+    """Words of a subword sequence: its tokens grouped by :func:`subword_word_index`, joined, the
+    :data:`WORD_START` marks dropped.
 
     Example: ``["▁ἐν", "▁ἀρ", "χῇ"]`` → ``["ἐν", "ἀρχῇ"]``.
     """
     out: list[str] = []
-    for t in tokens:
-        if t.startswith(WORD_START) or not out:
-            out.append(t.removeprefix(WORD_START))
-        else:
-            out[-1] += t
+    for t, w in zip(tokens, subword_word_index(tokens)):
+        if w == len(out):
+            out.append("")
+        out[w] += t.removeprefix(WORD_START) if t.startswith(WORD_START) else t
     return out
