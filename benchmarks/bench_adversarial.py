@@ -9,20 +9,33 @@
 Same seed → the same per-row objective values (the batched loss is a sum of independent rows,
 Adam is element-wise); the largest difference is reported. Target: loop / batched ≥ 5×.
 
-Early stopping and the fused objective, with the result-quality check (every family, the default
-500 Adam iterations): the search with the plain objective (the module docstring's terms through
-``divergences.jsd``, as before the fused form), with the fused objective, and with the fused
-objective and per-row early stopping (``EarlyStop(tol=STOP_TOL)``); per variant its time, the
-found rate and the mean max JSD with their 95 % intervals (the report's estimator,
-``suite.step_mean_ci``, resampling examples). Target: ≥ 2× faster than the plain search with the
-found rate and max JSD inside the plain search's intervals.
+The fast path and early stopping, with the result-quality check (every family, the default 500
+Adam iterations): the search with the plain objective (the module docstring's terms through
+``divergences.jsd`` under autograd, ``torch.optim.Adam``: the loop reference), the default fast
+path (fused loss, written-out gradient and AMSGrad), and the fast path with per-row early
+stopping (``EarlyStop(tol=STOP_TOL)``); per variant its time, the found rate and the mean max JSD
+with their 95 % intervals (the report's estimator, ``suite.step_mean_ci``, resampling examples).
+Target: ≥ 2× faster than the plain search with the found rate and max JSD inside the plain
+search's intervals.
 
-Run: ``PYTHONPATH=src:. python -m benchmarks.bench_adversarial [--smoke]``.
+``--before COMMIT``: the same section also times, interleaved in the same process, the plain and
+the default search of ``analysis/ablations/adversarial.py`` as it was at an earlier commit (read
+with ``git show``, loaded beside the current module; it must have ``_optimise(…, plain,
+early_stop)``, from commit 64ad73d on), on the same models and batches — with the Transformer's
+row form switched off where that commit's ``transformer.py`` had none — and the speed-ups are
+then taken against that commit's plain search.
+
+Run: ``PYTHONPATH=src:. python -m benchmarks.bench_adversarial [--smoke] [--before COMMIT]``.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
+import tempfile
 from functools import partial
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -44,6 +57,39 @@ def _each(fn, model, batches, cfg, iters):
 
 def _cat(results, name):
     return torch.cat([getattr(r, name) for r in results])
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _before(commit: str):
+    """(module, row form) of an earlier commit: its ``analysis/ablations/adversarial.py`` loaded
+    as ``attnstudy.analysis.ablations._adversarial_before`` (its relative imports resolve to the
+    current package), and whether its Transformer had ``rows_given_attention``.
+
+    Raises:
+        SystemExit: the commit or the file is not in this repository.
+    """
+
+    def show(path: str) -> str:
+        out = subprocess.run(
+            ["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True, text=True
+        )
+        if out.returncode:
+            raise SystemExit(f"--before {commit}: git show {path} failed ({out.stderr.strip()})")
+        return out.stdout
+
+    source = show("analysis/ablations/adversarial.py")
+    row_form = "def rows_given_attention" in show("src/attnstudy/models/transformer.py")
+    name = "attnstudy.analysis.ablations._adversarial_before"
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location(name, f.name)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    Path(f.name).unlink()
+    return module, row_form
 
 
 def run(args) -> dict:
@@ -120,12 +166,13 @@ def run(args) -> dict:
             "Adam iterations": iters,
             "prefix": prefix,
             "seed": cfg.seed,
-            "timing": f"best of {repeats} interleaved (loop: 1 run)",
+            "timing": f"best of {repeats} interleaved (loop: 1 run); fast path and early "
+            f"stopping: best of {args.repeats or 1} interleaved",
         },
         [
             ("", common.table(rows)),
             (
-                f"Fused objective and early stopping (stop_tol = {STOP_TOL:g}), "
+                f"Fast path and early stopping (stop_tol = {STOP_TOL:g}), "
                 f"{quality['iters']} Adam iterations: time and result quality",
                 common.table(quality["rows"]),
             ),
@@ -136,16 +183,10 @@ def run(args) -> dict:
 
 
 def _early_stopping(args, cfg, n_words: int, prefix: str, ready: dict | None = None) -> dict:
-    """Plain objective, fused objective, fused + early stopping, per family (module docstring);
-    ``ready``: flow → (model, batches) already built (the smoke run checks those families only)."""
-    from attnstudy.analysis.ablations.adversarial import (
-        EarlyStop,
-        _optimise,
-        _requires_grad_off,
-        _restore_requires_grad,
-        _searched_rows,
-        adversarial_table,
-    )
+    """Plain objective, fast path, fast path + early stopping, per family (module docstring),
+    and with ``--before`` that commit's plain and default search; ``ready``: flow → (model,
+    batches) already built (the smoke run checks those families only)."""
+    from attnstudy.analysis.ablations import adversarial
     from attnstudy.analysis.suite import step_mean_ci
 
     from attnstudy.models import eval_mode
@@ -153,21 +194,42 @@ def _early_stopping(args, cfg, n_words: int, prefix: str, ready: dict | None = N
     iters = 6 if args.smoke else 500
     every = 2 if args.smoke else 20
     ctx = AblationContext.of(cfg)
+    before, row_form = _before(args.before) if getattr(args, "before", None) else (None, True)
 
-    def search(model, batch, plain: bool, stop_tol: float):
+    def search(module, model, batch, plain: bool, stop_tol: float):
         params = cfg.params_for("adversarial").model_copy(update={"steps": iters})
-        stop = EarlyStop(tol=stop_tol, every=every) if stop_tol > 0 else None
-        b_idx, t_idx = _searched_rows(batch)
-        flags = _requires_grad_off(model)
+        stop = module.EarlyStop(tol=stop_tol, every=every) if stop_tol > 0 else None
+        b_idx, t_idx = module._searched_rows(batch)
+        flags = module._requires_grad_off(model)
         try:
             with eval_mode(model):
-                part = _optimise(
+                part = module._optimise(
                     model, batch, b_idx, t_idx, params, ctx, plain=plain, early_stop=stop
                 )
         finally:
-            _restore_requires_grad(model, flags)
-        return adversarial_table(batch, part)
+            module._restore_requires_grad(model, flags)
+        return adversarial.adversarial_table(batch, part)
 
+    def timed(module, model, batches, plain, tol, scatter=False):
+        if scatter:  # the earlier commit's Transformer had no row form: its scatter form
+            model.rows_given_attention = lambda *a: None
+        try:
+            return pd.concat(
+                [search(module, model, b, plain, tol) for b in batches], ignore_index=True
+            )
+        finally:
+            model.__dict__.pop("rows_given_attention", None)
+
+    variants = {}
+    if before is not None:
+        variants[f"{args.before}: plain objective"] = (before, True, 0.0)
+        variants[f"{args.before}: default search"] = (before, False, 0.0)
+    variants |= {
+        "plain objective": (adversarial, True, 0.0),
+        "fast path": (adversarial, False, 0.0),
+        "fast path + early stopping": (adversarial, False, STOP_TOL),
+    }
+    base_name = next(iter(variants))
     rows, notes = [], []
     ready = ready or {}
     for flow in list(ready) if args.smoke and ready else common.kernels(args):
@@ -176,25 +238,17 @@ def _early_stopping(args, cfg, n_words: int, prefix: str, ready: dict | None = N
         else:
             bm = common.get_model(args, flow)
             batches = common.prepared(bm, n_words, prefix, batch_size=32)
-        variants = {
-            "plain objective": (True, 0.0),
-            "fused objective": (False, 0.0),
-            "fused + early stopping": (False, STOP_TOL),
-        }
+        scatter = flow == "transformer" and not row_form
         res = common.interleaved(
             {
                 name: partial(
-                    lambda plain, tol, m=bm.model, bs=batches: pd.concat(
-                        [search(m, b, plain, tol) for b in bs], ignore_index=True
-                    ),
-                    plain,
-                    tol,
+                    timed, module, bm.model, batches, plain, tol, module is before and scatter
                 )
-                for name, (plain, tol) in variants.items()
+                for name, (module, plain, tol) in variants.items()
             },
-            1,
+            args.repeats or 1,
         )
-        base = res["plain objective"]
+        base = res[base_name]
         est = {}
         for name, timing in res.items():
             table = timing.result[~timing.result["adversarial_skipped"]].copy()
@@ -214,19 +268,27 @@ def _early_stopping(args, cfg, n_words: int, prefix: str, ready: dict | None = N
                     "max JSD": f"{jsd[0]:.4f} [{jsd[1]:.4f}, {jsd[2]:.4f}]",
                 }
             )
-        (f0, j0), (f1, j1) = est["plain objective"], est["fused + early stopping"]
-        inside = f0[1] <= f1[0] <= f0[2] and j0[1] <= j1[0] <= j0[2]
-        speed = base.best / res["fused + early stopping"].best
-        notes.append(
-            f"{flow}: fused + early stopping {speed:.2f}× the plain search (target ≥ "
-            f"{TARGET_FAST:g}×, {common.verdict(speed, TARGET_FAST)}); found rate and max JSD "
-            f"{'inside' if inside else 'OUTSIDE'} the plain search's 95 % intervals"
-        )
+        for name in ("fast path", "fast path + early stopping"):
+            (f0, j0), (f1, j1) = est[base_name], est[name]
+            inside = f0[1] <= f1[0] <= f0[2] and j0[1] <= j1[0] <= j0[2]
+            speed = base.best / res[name].best
+            notes.append(
+                f"{flow}: {name} {speed:.2f}× the {base_name} search (target ≥ "
+                f"{TARGET_FAST:g}×, {common.verdict(speed, TARGET_FAST)}); found rate and max "
+                f"JSD {'inside' if inside else 'OUTSIDE'} its 95 % intervals"
+            )
     return {"rows": rows, "notes": notes, "iters": iters}
 
 
 def main(argv=None) -> dict:
-    args = common.parser(__doc__.splitlines()[0]).parse_args(argv)
+    p = common.parser(__doc__.splitlines()[0])
+    p.add_argument(
+        "--before",
+        default=None,
+        metavar="COMMIT",
+        help="also time that commit's plain and default search, interleaved (module docstring)",
+    )
+    args = p.parse_args(argv)
     common.setup(args)
     return run(args)
 
