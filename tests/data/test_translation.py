@@ -153,3 +153,29 @@ def test_the_report_shows_the_logged_intervals_for_a_translation_task_only():
     assert row["chrF, greedy"] == "19.5 [19.1, 20.0]" and row["chrF, beam"] == ""
     other = training_row("t", "1", "FINISHED", metrics=m, params={}, run_id="r", task="copy")
     assert "chrF, greedy" not in other and "CPU minutes" not in other
+
+
+def test_the_task_registry_decides_the_columns_of_the_table_of_trainings():
+    """A translation task's table of trainings (and task table) carries its token error rate and
+    BLEU/chrF, not WER or exact match (1 and 0 for nearly every verse: the published models had
+    dev and test WER 100.00); every other task keeps its columns, in their order."""
+    from attnstudy.data.tasks import task_metrics
+    from attnstudy.report.tables import training_row
+
+    m = {"train/epochs": 3.0, "train/best_epoch": 3.0, "train/seconds": 1416.0}
+    m |= {"best_dev/wer": 1.0, "best_dev/per": 0.8918, "test/wer": 1.0, "test/per": 0.8841}
+    m |= {"test/chrf": 14.7, "test/chrf_ci_low": 14.3, "test/chrf_ci_high": 15.0}
+    row = training_row("t", "1", "FINISHED", metrics=m, params={}, run_id="r", task=nt.TASK)
+    assert (row["dev PER %"], row["test PER %"]) == ("89.18", "88.41")
+    assert not [k for k in row if "WER" in k or "exact" in k]
+    assert row["chrF, greedy"] == "14.7 [14.3, 15.0]" and row["minutes"] == "23.6"
+    assert [t.key for t in task_metrics([nt.TASK])] == ["test/per"] + [
+        t.key for t in TRANSLATION_METRICS
+    ]
+    head = ["model", "seed", "status", "epochs", "best epoch", "minutes"]
+    rates = ["dev WER %", "dev PER %", "test WER %", "test PER %"]
+    tail = ["beam", "config", "run"]
+    for task in ("copy", "g2p", "dates", "tsv", None, "a task of another version"):
+        other = training_row("t", "1", "FINISHED", metrics=m, params={}, run_id="r", task=task)
+        assert list(other) == head + rates + tail, task
+        assert (other["dev WER %"], other["test PER %"]) == ("100.00", "88.41")

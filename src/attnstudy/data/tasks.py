@@ -29,17 +29,27 @@ class TaskMetric:
         label: its column header in the report and in result tables.
         unit: what its numbers measure.
         direction: ``"higher"`` or ``"lower"``: which values are better.
+        error_rate: the error rate logged beside it on dev and test (``wer``: 1 − exact match,
+            ``per``: the token error rate), which the table of trainings shows as ``dev WER %``
+            and ``test WER %`` (:func:`attnstudy.report.tables.training_row`); None: none.
     """
 
     key: str
     label: str
     unit: str
     direction: str
+    error_rate: str | None = None
 
 
-EXACT_MATCH = TaskMetric("test/exact_match", "exact match", "share of examples (0–1)", "higher")
+EXACT_MATCH = TaskMetric(
+    "test/exact_match", "exact match", "share of examples (0–1)", "higher", error_rate="wer"
+)
 TOKEN_ERROR_RATE = TaskMetric(
-    "test/per", "token error rate (PER for G2P)", "errors per reference token", "lower"
+    "test/per",
+    "token error rate (PER for G2P)",
+    "errors per reference token",
+    "lower",
+    error_rate="per",
 )
 HELD_IN = TaskMetric(
     "test_heldin/exact_match", "exact match, held-in", "share of examples (0–1)", "higher"
@@ -48,7 +58,8 @@ HELD_OUT = TaskMetric(
     "test_heldout/exact_match", "exact match, held-out", "share of examples (0–1)", "higher"
 )
 METRICS = (EXACT_MATCH, TOKEN_ERROR_RATE)
-"""What every task logs (:mod:`attnstudy.metrics`)."""
+"""What every task logs (:mod:`attnstudy.metrics`), and what the report shows of a task that
+names no other metrics."""
 _SACREBLEU = "sacrebleu 2.6.0 on detokenised text, 0–100"
 TRANSLATION_METRICS = (
     TaskMetric("test/bleu", "BLEU, greedy", _SACREBLEU, "higher"),
@@ -80,7 +91,10 @@ class TaskSpec:
         heldout: example id → whether it belongs to the held-out part of the test split (its
             metrics are logged apart), or None when the task has none.
         normalize: applied to raw input text before it is tokenized (G2P lower-cases words).
-        metrics: the test metrics it logs, as the report shows them (:class:`TaskMetric`).
+        metrics: the test metrics the report shows for it (:class:`TaskMetric`): the columns
+            of its task table and of its table of trainings (every task logs :data:`METRICS`;
+            a translation task leaves out exact match and its complement WER, 100 % for
+            nearly every verse).
         gold_sure_only: its gold alignments have sure links only (no possible-only links), so
             AER = 1 − F1 of the predicted links against the gold (Och & Ney 2003, eq. 7 with
             S = P; docs/nt-greek-english.md).
@@ -135,7 +149,7 @@ TASKS: dict[str, TaskSpec] = {
         nt.load_nt,
         lambda cfg: ("spaces", "spaces"),  # subword tokens joined by spaces
         early_stopping_metric="per",
-        metrics=(*METRICS, *TRANSLATION_METRICS),
+        metrics=(TOKEN_ERROR_RATE, *TRANSLATION_METRICS),
         gold_sure_only=nt.GOLD_SURE_ONLY,
         translation_texts=nt.translation_texts,
         data_card=nt.DATA_CARD,

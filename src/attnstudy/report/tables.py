@@ -15,7 +15,7 @@ import pandas as pd
 from ..adversaries import STATS as ADVERSARY_STATS
 from ..analysis import catalogue
 from ..analysis.catalogue import list_ablations
-from ..data.tasks import TASKS, TRANSLATION_METRICS, task_metrics
+from ..data.tasks import METRICS, TASKS, TRANSLATION_METRICS, task_metrics
 from ..findings import Estimate, ModelFacts, estimate, layer_name
 from ..run_pages import variant_name
 from ..tracking import Tag, Tracker
@@ -85,19 +85,23 @@ def training_row(
     task: str | None = None,
 ) -> dict[str, str]:
     """One training as a row: ``model``, ``seed``, ``status``, ``epochs`` trained, ``best
-    epoch``, training ``minutes``, best dev and test WER and PER in % (test with ``beam``), the
-    ``config`` (every used model and training field but the device) and the ``run`` id; a metric
-    the run did not log (an interrupted training has no test numbers) is empty. For a translation
-    ``task`` (its registry entry lists :data:`~attnstudy.data.tasks.TRANSLATION_METRICS`) also
-    ``CPU minutes``, ``best dev loss`` and BLEU and chrF, greedy and beam, each
-    ``value [low, high]`` (95 % bootstrap interval)."""
+    epoch``, training ``minutes``, the best dev and the test error rates in % of the task's
+    metrics (``TaskMetric.error_rate``: ``dev WER %``, ``dev PER %``, ``test WER %``, ``test PER
+    %`` for a task of :data:`~attnstudy.data.tasks.METRICS` or an unknown ``task``; the PER
+    alone for a translation task), ``beam``, the ``config`` (every used model and training field
+    but the device) and the ``run`` id; a metric the run did not log (an interrupted training has
+    no test numbers) is empty. For a translation ``task`` (its registry entry lists
+    :data:`~attnstudy.data.tasks.TRANSLATION_METRICS`) also ``CPU minutes``, ``best dev loss``
+    and BLEU and chrF, greedy and beam, each ``value [low, high]`` (95 % bootstrap interval)."""
     m, p = metrics, params
     config = "; ".join(
         f"{k}={v}"
         for k, v in sorted(p.items())
         if k.startswith(("model.", "training.")) and k != "training.device"
     )
-    best_dev = "best_dev/wer" if "best_dev/wer" in m else "dev/wer"
+    best = "best_dev" if "best_dev/wer" in m else "dev"
+    spec = TASKS.get(task or "")
+    rates = [t.error_rate for t in (spec.metrics if spec else METRICS) if t.error_rate]
     seconds = m.get("train/seconds")
     return {
         "model": variant,
@@ -106,10 +110,8 @@ def training_row(
         "epochs": str(int(m["train/epochs"])) if "train/epochs" in m else "",
         "best epoch": str(int(m["train/best_epoch"])) if "train/best_epoch" in m else "",
         "minutes": f"{seconds / 60:.1f}" if seconds is not None else "",
-        "dev WER %": _pct(m, best_dev),
-        "dev PER %": _pct(m, best_dev.replace("wer", "per")),
-        "test WER %": _pct(m, "test/wer"),
-        "test PER %": _pct(m, "test/per"),
+        **{f"dev {r.upper()} %": _pct(m, f"{best}/{r}") for r in rates},
+        **{f"test {r.upper()} %": _pct(m, f"test/{r}") for r in rates},
         "beam": p.get("training.beam_size", ""),
         **_translation_cells(m, task),
         "config": config,
