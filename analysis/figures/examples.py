@@ -112,6 +112,8 @@ def example_heatmaps(
     marked as such; a step whose prediction differs from the reference token says ``pred ≠ ref``);
     spaces show as ``␣``; attention and adversarial share the 0–1 scale; gradient and leave-one-out
     are scaled per row (each step's largest value = 1), since their units differ (nats, TVD).
+    For subword tokens (records with ``reference_words``) the last panel is the grid the alignment
+    ablation scores, source words × target words, with the gold links between words.
 
     Args:
         records: from :func:`attnstudy.analysis.heatmaps.example_records`.
@@ -140,7 +142,15 @@ def example_heatmaps(
             ("loo", "leave-one-out TVD\n(row max = 1)"),
         ]
     if any("gold" in r for r in records):
-        cols.append(("reference_attention", "attention on the reference\nwith gold links"))
+        words = all("reference_words" in r for r in records if "gold" in r)
+        cols.append(
+            (
+                "reference_attention",
+                "attention on the reference\nbetween words, gold links"
+                if words
+                else "attention on the reference\nwith gold links",
+            )
+        )
     steps = [max(len(r["rows"]), len(r.get("reference_rows", []))) for r in records]
     longest = max(len(r["source"]) for r in records)
     # wide enough for every source token's label side by side (about 0.13 in each, vertical)
@@ -177,6 +187,18 @@ def example_heatmaps(
                     arr = arr / np.nanmax(np.where(np.isfinite(arr), arr, np.nan), 1, keepdims=True)
                 mat = arr.tolist()
                 im = _draw(ax, mat, src, _row_labels(rec) if j == 0 else [], IMPORTANCE_CMAP)
+            elif key == "reference_attention" and "reference_words" in rec:
+                # subword tokens: the word grid the alignment ablation scores, gold word links
+                words = rec["reference_words"]
+                im = _draw(
+                    ax,
+                    words["attention"],
+                    visible_tokens(words["source"]),
+                    visible_tokens(words["rows"]),
+                    HEATMAP_CMAP,
+                    gold=words["gold"],
+                )
+                last = im
             elif key == "reference_attention":
                 im = _draw(
                     ax,
@@ -195,7 +217,8 @@ def example_heatmaps(
             if i == 0:
                 ax.set_title(label, fontsize=FONT - 1)
             if i == len(records) - 1:
-                ax.set_xlabel("source token", fontsize=FONT - 2)
+                words = key == "reference_attention" and "reference_words" in rec
+                ax.set_xlabel("source word" if words else "source token", fontsize=FONT - 2)
         axes[i, 0].set_ylabel(ylabels[i], fontsize=ROW_LABEL_PT)
     if last is not None:
         fig.colorbar(

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from analysis_testkit import sharpen
+from attnstudy.analysis import figures
 from attnstudy.analysis.batch import prepare_batches
 from attnstudy.analysis.catalogue import AblationConfig
 from attnstudy.analysis.heatmaps import Recorder, output_word_index, word_labels, word_text
@@ -150,3 +151,15 @@ def test_output_words_of_marked_and_word_level_tokens():
     assert subword_word_index(tokens) == [0, 0, 0, 0, 1, 1, 1]
     assert word_labels(tokens, subword_word_index(tokens)) == merge_subwords(tokens)
     assert word_text(["▁be", "g", "inning", "▁.", "<eos>"]) == "beginning ."
+
+
+def test_report_figure_draws_the_gold_links_between_words(nt_run):
+    *_, records = nt_run
+    rec = next(r for r in records if r["id"] == JOHN_1_2)
+    fig = figures.example_heatmaps([rec], "nt")
+    ax = fig.axes[len(fig.axes) - 2]  # the last panel (the colour bar is the last axes)
+    assert "between words" in ax.get_title()
+    assert [t.get_text() for t in ax.get_yticklabels()] == ENGLISH
+    assert [t.get_text() for t in ax.get_xticklabels()] == GREEK
+    boxes = sorted((round(b.get_x() + 0.5), round(b.get_y() + 0.5)) for b in ax.patches)
+    assert boxes == sorted((s, t) for s, t, _ in GOLD)
