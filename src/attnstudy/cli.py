@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import re
 import signal
@@ -746,37 +745,11 @@ def _error_exit(message: str, code: int) -> int:
     return code
 
 
-class _NoteFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return f"attnstudy: note: {record.getMessage()}"
-
-
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is when a notice is emitted, not the stream it was when
-    the handler was made (a second ``main`` in one process, under a swapped stderr, wrote to a
-    closed stream: "--- Logging error ---")."""
-
-    def __init__(self) -> None:
-        super().__init__(sys.stderr)
-
-    @property
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        pass
-
-
 def _install_notices() -> None:
-    """Print the ``attnstudy`` logger's notices as one ``attnstudy: note: …`` line each on stderr."""
-    logger = logging.getLogger("attnstudy")
-    if not any(getattr(h, "_attnstudy", False) for h in logger.handlers):
-        handler = _StderrHandler()
-        handler.setFormatter(_NoteFormatter())
-        handler._attnstudy = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
-        logger.propagate = False
+    """Print the ``attnstudy`` logger's notices as ``attnstudy: note: …`` lines on stderr."""
+    from .notices import install_note_lines
+
+    install_note_lines()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -91,16 +91,22 @@ def local_executor(cfg: ExperimentConfig) -> LocalPoolExecutor | None:
     return LocalPoolExecutor(n) if n > 1 else None
 
 
-def _init_worker(policy: str | None) -> None:
+def _init_worker(policy: str | None, said: tuple[str, ...] = ()) -> None:
     """A worker process's start: its own process group (a terminal's Ctrl-C reaches the driver,
-    which passes it on), interrupts ignored between tasks, the driver's library-output policy."""
+    which passes it on), interrupts ignored between tasks, the driver's library-output policy and,
+    under the command line, its ``attnstudy: note:`` lines without the notices the driver already
+    gave (``said``: each worker loads the same data again)."""
+    from .notices import skip_said
+
     os.setpgrp()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    skip_said(list(said))
     if policy is not None:
-        from .notices import set_library_output
+        from .notices import install_note_lines, set_library_output
 
         set_library_output(policy == "verbose")
+        install_note_lines()
 
 
 def _run_task(phase: str, *args) -> dict:
@@ -199,7 +205,7 @@ class LocalPoolExecutor:
             max_workers=self.workers,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_init_worker,
-            initargs=(notices._policy,),
+            initargs=(notices._policy, tuple(notices.said())),
         )
         bar = Progress(2 * len(jobs), "local tasks", enabled=ctx.progress, unit="task")
         running: dict[Future, tuple[_Job, str]] = {}

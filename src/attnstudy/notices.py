@@ -9,13 +9,69 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 logger = logging.getLogger("attnstudy")
 
+_said: list[str] = []  # this process's notices, in order (what a worker process need not repeat)
+_said_elsewhere: frozenset[str] = frozenset()  # what the process that started this one said
+
 
 def notice(message: str) -> None:
-    """Tell the user something they should know but that does not stop the work (one line)."""
-    logger.warning(message.replace("\n", " "))
+    """Tell the user something they should know but that does not stop the work (one line).
+
+    A worker process of a study (:mod:`attnstudy.local_workers`) does not repeat a notice its
+    driver already printed (the driver loads the same data first: one line, not one per process).
+    """
+    line = message.replace("\n", " ")
+    if line in _said_elsewhere:
+        return
+    _said.append(line)
+    logger.warning(line)
+
+
+def said() -> list[str]:
+    """The notices this process has given so far (for :func:`skip_said`)."""
+    return list(_said)
+
+
+def skip_said(lines: list[str]) -> None:
+    """A worker process's start: do not repeat ``lines``, notices its driver already gave."""
+    global _said_elsewhere
+    _said_elsewhere = frozenset(lines)
+
+
+class _NoteFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"attnstudy: note: {record.getMessage()}"
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a notice is emitted, not the stream it was when
+    the handler was made (a second ``main`` in one process, under a swapped stderr, wrote to a
+    closed stream: "--- Logging error ---")."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+def install_note_lines() -> None:
+    """Print the ``attnstudy`` logger's notices as one ``attnstudy: note: …`` line each on stderr
+    (the command line, and the worker processes it starts); idempotent."""
+    if not any(getattr(h, "_attnstudy", False) for h in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(_NoteFormatter())
+        handler._attnstudy = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False
 
 
 VERBOSE_ENV = "ATTNSTUDY_VERBOSE"

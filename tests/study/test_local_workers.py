@@ -218,3 +218,36 @@ def test_sigterm_stops_the_workers_and_ends_their_runs_killed(fresh_root):
     assert "RUNNING" not in status.values(), status
     assert status["tiny/study"] == "KILLED"
     assert list(status.values()).count("KILLED") >= 3, status  # the study and both trainings
+
+
+def test_a_worker_does_not_repeat_the_notices_its_driver_gave():
+    """Each worker loads the study's data again: a notice the driver already printed (the
+    Greek–English task's counts were printed three times by a two-worker study) is not repeated,
+    a new one is given."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from attnstudy import notices
+    from attnstudy.local_workers import _init_worker
+
+    with ProcessPoolExecutor(
+        max_workers=1,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(None, ("task 't': 5 verses dropped",)),
+    ) as pool:
+        pool.submit(notices.notice, "task 't': 5 verses dropped").result(timeout=120)
+        pool.submit(notices.notice, "a worker's own note").result(timeout=120)
+        assert pool.submit(notices.said).result(timeout=120) == ["a worker's own note"]
+
+
+def test_notices_are_recorded_in_order_and_skipped_only_when_said_elsewhere(caplog, monkeypatch):
+    from attnstudy import notices
+
+    monkeypatch.setattr(notices, "_said", [])
+    monkeypatch.setattr(notices, "_said_elsewhere", frozenset({"old"}))
+    with caplog.at_level("WARNING", logger="attnstudy"):
+        for line in ("old", "new", "new\nline"):
+            notices.notice(line)
+    assert notices.said() == ["new", "new line"]
+    assert [r.getMessage() for r in caplog.records if r.name == "attnstudy"] == ["new", "new line"]
