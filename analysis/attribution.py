@@ -9,7 +9,7 @@ methods detach the cross-attention weights by default (``detach_attention``, as
 the gradient then flows only through the encoder–context path. A token's score is the sum over the
 embedding dimension of the per-element attribution (signed); rankings use its absolute value.
 
-Methods (:data:`METHODS`):
+Methods (:data:`METHODS`, named and labelled in :mod:`attnstudy.analysis.attribution_params`):
 
 * ``saliency`` — Σ_d |∂f_t/∂e_jd| (Captum ``Saliency``, ``abs=True``), ≥ 0;
 * ``input_x_gradient`` — Σ_d e_jd ∂f_t/∂e_jd (Captum ``InputXGradient``); its absolute value is
@@ -49,11 +49,9 @@ from torch import Tensor
 from attnstudy.data.vocab import PAD_ID, UNK_ID
 from attnstudy.models import eval_mode, gradients_in_eval
 
+from .attribution_params import METHODS  # the registry of the methods' names and labels
 from .divergences import kendall_tau
 from .step_scores import get_step_score
-
-METHODS = ("saliency", "input_x_gradient", "integrated_gradients", "occlusion")
-"""The attribution methods of :func:`attribute`."""
 
 CELLS_PER_PASS = 65_536
 """The gradient methods' chunk bound: rows × prefix length × T_x per forward and backward (at

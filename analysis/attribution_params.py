@@ -1,5 +1,6 @@
-"""The parameters of the attribution methods (:mod:`attnstudy.analysis.attribution`), one
-definition each, read by their catalogue entries' spec headers without importing torch.
+"""The attribution methods' names and labels (:data:`METHOD_LABELS`, the one registry of them)
+and their parameters (:mod:`attnstudy.analysis.attribution`), one definition each, read by the
+catalogue entries' spec headers without importing torch.
 
 Every ablation module of an attribution method imports its :class:`Params` class from here, and
 ``attribution_agreement`` nests them, so ``[ablation.integrated_gradients]`` and
@@ -12,6 +13,28 @@ from typing import Literal
 
 from attnstudy.analysis.catalogue import Params
 from pydantic import Field
+
+METHOD_LABELS: dict[str, str] = {
+    "saliency": "saliency",
+    "input_x_gradient": "input × gradient",
+    "integrated_gradients": "integrated gradients",
+    "occlusion": "occlusion",
+}
+"""The attribution methods of :func:`attnstudy.analysis.attribution.attribute`: name (in configs,
+metric keys and columns) → label (in the report's tables, figures and verdicts, and in result
+tables). Every list of the methods and every label of one is read from here."""
+METHODS = tuple(METHOD_LABELS)
+"""The attribution methods' names, in the registry's order."""
+GRADIENT_METHODS = ("saliency", "input_x_gradient", "integrated_gradients")
+"""The methods computed from input gradients (a model needs the ``gradients`` capability)."""
+IMPORTANCE_LABELS: dict[str, str] = {
+    "attention": "attention",
+    **METHOD_LABELS,
+    "leave_one_out": "leave-one-out",
+}
+"""Every importance measure a source-token ranking can be read from: the head-mean attention
+row, the attribution methods and leave-one-out by deletion (Jain & Wallace 2019, §3;
+:func:`attnstudy.analysis.ablations.importance.loo_importance`): name → label."""
 
 IG_METHODS = (
     "gausslegendre",

@@ -22,7 +22,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.attribution_params import AgreementParams
+from attnstudy.analysis.attribution_params import (
+    IMPORTANCE_LABELS,
+    METHODS,
+    AgreementParams,
+)
 from attnstudy.analysis.catalogue import AblationSpec, Question, Stat
 from pydantic import Field, field_validator
 from torch import Tensor
@@ -42,20 +46,15 @@ class AttributionAlignmentParams(AgreementParams):
             argmax is always scored beside them when the model has attention.
     """
 
-    methods: tuple[str, ...] = Field(
-        ("saliency", "input_x_gradient", "integrated_gradients", "occlusion"),
-        min_length=1,
-        max_length=4,
-    )
+    methods: tuple[str, ...] = Field(METHODS, min_length=1, max_length=len(METHODS))
 
     @field_validator("methods")
     @classmethod
     def _known_methods(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        known = ("saliency", "input_x_gradient", "integrated_gradients", "occlusion")
-        unknown = [m for m in value if m not in known]
+        unknown = [m for m in value if m not in METHODS]
         if unknown or len(set(value)) != len(value):
             raise ValueError(
-                f"methods must be distinct names of {', '.join(known)}; got {list(value)}"
+                f"methods must be distinct names of {', '.join(METHODS)}; got {list(value)}"
             )
         return value
 
@@ -76,13 +75,8 @@ SPEC = AblationSpec(
             question="attribution_alignment",
             direction="lower" if stat == "aer" else "higher",
         )
-        for m, method in (
-            ("attention", "attention"),
-            ("saliency", "saliency"),
-            ("input_x_gradient", "input × gradient"),
-            ("integrated_gradients", "IG"),
-            ("occlusion", "occlusion"),
-        )
+        for m, method in IMPORTANCE_LABELS.items()
+        if m != "leave_one_out"  # a TVD per position, not an argmax read as a link
         for stat, label in (("aer", "AER"), ("precision", "precision"), ("recall", "recall"))
     },
     derive="attnstudy.analysis.ablations.attribution_alignment:derive",
@@ -112,8 +106,6 @@ SPEC = AblationSpec(
     reference="Och & Ney 2003 (AER); Ding et al. 2019; Moradi et al. 2019",
 )
 
-METHODS = ("saliency", "input_x_gradient", "integrated_gradients", "occlusion")
-"""The attribution methods that can be read as alignments."""
 COUNTS = ("n_hyp", "n_hyp_sure", "n_hyp_possible")
 
 

@@ -27,6 +27,7 @@ import json
 import math
 from typing import Any
 
+from .analysis.attribution_params import METHOD_LABELS
 from .data.reference_aligners import ReferenceAligner, reference_aligner
 from .data.tasks import get_task
 from .data.types import DataError
@@ -42,13 +43,6 @@ ATTENTION_KEYS = {
     "recall": "ablation/alignment/recall",
 }
 """The side-by-side table's columns and attention's metrics behind them."""
-METHOD_LABELS = {
-    "saliency": "saliency argmax",
-    "input_x_gradient": "input × gradient argmax",
-    "integrated_gradients": "integrated gradients argmax",
-    "occlusion": "occlusion argmax",
-}
-"""The attribution methods read as alignments (``attribution_alignment``), as rows."""
 FLIPS = {
     "permutation flip rate": "permutation_flip_rate",
     "uniform flip rate": "uniform_flip",
@@ -222,7 +216,7 @@ def side_by_side_rows(data, facts: dict, layers: dict) -> list[dict[str, str]]:
             )
             if "attribution_alignment" not in e.ablations_run or layer:
                 continue  # attribution does not depend on the analysed layer: its rows once
-            for m, name in METHOD_LABELS.items():
+            for m, method in METHOD_LABELS.items():  # the methods read as alignments
                 keys = {
                     "AER": f"ablation/attribution_alignment/aer_{m}",
                     "precision": f"ablation/attribution_alignment/precision_{m}",
@@ -232,7 +226,7 @@ def side_by_side_rows(data, facts: dict, layers: dict) -> list[dict[str, str]]:
                     continue
                 rows.append(
                     base
-                    | {"aligner": name, "examples": n}
+                    | {"aligner": f"{method} argmax", "examples": n}
                     | {
                         label: _cell(ff, keys[label], "n/a") if label in keys else "attention only"
                         for label in ATTENTION_KEYS
