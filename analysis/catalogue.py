@@ -184,6 +184,12 @@ class Stat:
             or of its spec's :attr:`AblationSpec.questions`); None: logged and read by the
             verdict, but not a column of the report.
         order: its column's position in the question's table (default: its spec's ``order``).
+        optional: a statistic the ablation's settings select (a faithfulness ranking): a column
+            of the report only where some model of the study logged it (its value or its count
+            of undefined steps), not a column of reasons where the study left it out.
+        former_labels: labels it had in result tables written by earlier versions (``report
+            --results``); reading such a table (:func:`attnstudy.results.read_rows`) renames
+            them to ``label``, so a committed table need not be rebuilt when a label changes.
     """
 
     column: str | None = None
@@ -195,6 +201,8 @@ class Stat:
     direction: Direction = ""
     question: str | None = None
     order: int | None = None
+    optional: bool = False
+    former_labels: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.column is None) == (self.num is None or self.den is None):
@@ -460,6 +468,17 @@ def stat_keys(names: Iterable[str] | None = None) -> list[str]:
     """Every statistic's metric key (``ablation/<name>/<stat>``) of the ablations ``names``
     (default: all), shown in the report or not: what the verdict reads."""
     return [f"ablation/{n}/{k}" for n in _names(names) for k in get_ablation(n).stats]
+
+
+def stat_labels(names: Iterable[str] | None = None) -> dict[str, str]:
+    """Every labelled statistic's metric key (``ablation/<name>/<stat>``) of the ablations
+    ``names`` (default: all) → its label (what the verdict names a statistic by)."""
+    return {
+        f"ablation/{n}/{k}": st.label
+        for n in _names(names)
+        for k, st in get_ablation(n).stats.items()
+        if st.label
+    }
 
 
 def definitions(names: Iterable[str] | None = None) -> list[tuple[str, str]]:

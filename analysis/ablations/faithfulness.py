@@ -18,9 +18,13 @@ never saw in that place is fed in. Its caveat: shorter sources are off the train
 too (a model trained on lengths 10–30 sees a source of 5), so part of a large drop can be the
 length, not the tokens; the random orders delete as many tokens and measure that part.
 
-Rankings: ``attention`` (head-mean row α_t), the attribution methods of
-:mod:`attnstudy.analysis.attribution` (by absolute value), ``leave_one_out`` (the importance
-ablation's deletion TVD) and ``random`` (``n_random`` seeded orders per step, their mean).
+Rankings (:attr:`FaithfulnessParams.RANKINGS`, named and labelled by the importance measures'
+registry :data:`attnstudy.analysis.attribution_params.IMPORTANCE_LABELS`): ``attention`` (head-mean
+row α_t), the attribution methods of :mod:`attnstudy.analysis.attribution` (by absolute value),
+``leave_one_out`` (the importance ablation's deletion TVD) and ``random`` (``n_random`` seeded
+orders per step, their mean). Every ranking has its statistics in the catalogue; a study has
+columns for the rankings it configured (``rankings``), and a model that lacks one (the ``none``
+baseline's attention) has them NaN with the reason in ``faithfulness_<ranking>_reason``.
 Batched: every (step, ranking, k, removal) source of a batch is traced at once, in chunks;
 :func:`reference_drops` traces one step's one source at a time.
 """
@@ -32,6 +36,7 @@ from typing import ClassVar
 
 import numpy as np
 import torch
+from attnstudy.analysis.attribution_params import GRADIENT_METHODS, IMPORTANCE_LABELS
 from attnstudy.analysis.catalogue import AblationSpec, Figure, Params, Question, Stat
 from pydantic import Field, field_validator
 from torch import Tensor
@@ -47,26 +52,20 @@ class FaithfulnessParams(Params):
     """Settings of ``[ablation.faithfulness]``.
 
     Attributes:
-        rankings: which rankings are tested (of :attr:`RANKINGS`); one not available for a model
-            (attention of the ``none`` model, a gradient method without the ``gradients``
-            capability) is left out for it.
+        rankings: which rankings are tested (of :attr:`RANKINGS`; each attribution method runs
+            with its default settings); one not available for a model (attention of the
+            ``none`` model, a gradient method without the ``gradients`` capability) is undefined
+            for it, with the reason.
         n_random: seeded random orders per step (the ``random`` ranking is their mean).
         fractions: the k of the AOPC as shares of the source length (k = ⌈f · n⌉, 1 ≤ k ≤ n − 1).
     """
 
-    RANKINGS: ClassVar[tuple[str, ...]] = (
-        "attention",
-        "input_x_gradient",
-        "leave_one_out",
-        "saliency",
-        "integrated_gradients",
-        "occlusion",
-        "random",
+    RANKINGS: ClassVar[dict[str, str]] = {**IMPORTANCE_LABELS, "random": "random"}
+    """Every ranking: name → label (the report's columns, the figure, the verdict); the
+    importance measures of the registry, then random orders."""
+    rankings: tuple[str, ...] = Field(
+        ("attention", "input_x_gradient", "leave_one_out", "random"), min_length=1
     )
-    SHOWN: ClassVar[tuple[str, ...]] = ("attention", "input_x_gradient", "leave_one_out", "random")
-    """The rankings with columns in the report's table (the default); the others are logged
-    statistics (``more_stats``) drawn in the figure; the verdict compares the shown ones."""
-    rankings: tuple[str, ...] = Field(SHOWN, min_length=1)
     n_random: int = Field(3, ge=1, le=100)
     fractions: tuple[float, ...] = Field((0.01, 0.05, 0.1, 0.2, 0.5), min_length=1, max_length=20)
 
@@ -93,31 +92,24 @@ SPEC = AblationSpec(
     run="attnstudy.analysis.ablations.faithfulness:run",
     params=FaithfulnessParams,
     requires=(),  # attention and gradient rankings are left out where the model lacks them
-    more_stats="attnstudy.analysis.ablations.faithfulness:more_stats",
     stats={
         **{
-            f"comprehensiveness_{r}": Stat(
-                f"faithfulness_comprehensiveness_{r}",
-                label=f"comprehensiveness, {r.replace('_', ' ')}",
+            f"{mode}_{r}": Stat(
+                f"faithfulness_{mode}_{r}",
+                label=f"{mode}, {label}",
                 unit="AOPC, drop of p(y_t)",
                 question="faithful",
-                direction="higher",
+                direction=direction,
+                optional=True,  # a column where the study's rankings include it
+                # result tables written before the labels came from the registry
+                former_labels=(f"{mode}, {r.replace('_', ' ')}",),
             )
-            for r in FaithfulnessParams.SHOWN
-        },
-        **{
-            f"sufficiency_{r}": Stat(
-                f"faithfulness_sufficiency_{r}",
-                label=f"sufficiency, {r.replace('_', ' ')}",
-                unit="AOPC, drop of p(y_t)",
-                question="faithful",
-                direction="lower",
-            )
-            for r in FaithfulnessParams.SHOWN
+            for mode, direction in (("comprehensiveness", "higher"), ("sufficiency", "lower"))
+            for r, label in FaithfulnessParams.RANKINGS.items()
         },
         **{
             f"comprehensiveness_top1_{r}": Stat(f"faithfulness_comprehensiveness_top1_{r}")
-            for r in FaithfulnessParams.SHOWN
+            for r in FaithfulnessParams.RANKINGS
         },
     },
     questions={
@@ -162,12 +154,25 @@ SPEC = AblationSpec(
 
 PAD_ID = 0
 MODES = ("comprehensiveness", "sufficiency")
-_GRADIENT_RANKINGS = ("input_x_gradient", "saliency", "integrated_gradients")
 
 
 def k_values(n: int, fractions) -> list[int]:
     """The k of each fraction for a source of n tokens: ⌈f · n⌉ within [1, n − 1] (n ≥ 2)."""
     return [min(max(1, math.ceil(f * n - 1e-9)), n - 1) for f in fractions]
+
+
+def unavailable(model, batch: PreparedBatch, params: FaithfulnessParams) -> dict[str, str]:
+    """The configured rankings this model lacks, with the reason: ``attention`` without traced
+    attention ("no attention"), a gradient method without the ``gradients`` capability ("no
+    input gradients")."""
+    caps = capabilities(model)
+    out = {}
+    for r in params.rankings:
+        if r == "attention" and batch.trace.attention is None:
+            out[r] = "no attention"
+        elif r in GRADIENT_METHODS and "gradients" not in caps:
+            out[r] = "no input gradients"
+    return out
 
 
 def ranking_scores(
@@ -179,17 +184,17 @@ def ranking_scores(
     from .importance import loo_importance
 
     tr = batch.trace
-    caps = capabilities(model)
+    lacking = unavailable(model, batch, params)
     out: dict[str, Tensor] = {}
     for r in params.rankings:
-        if r == "attention" and tr.attention is not None:
+        if r in lacking or r == "random":
+            continue
+        if r == "attention":
             out[r] = tr.attention.mean(1)
-        elif r in _GRADIENT_RANKINGS and "gradients" in caps:
-            out[r] = attribute(model, batch, r).abs()
-        elif r == "occlusion":
-            out[r] = attribute(model, batch, r, chunk_rows=ctx.chunk_rows).abs()
         elif r == "leave_one_out":
             out[r] = loo_importance(model, batch, ctx.chunk_rows)
+        else:  # an attribution method
+            out[r] = attribute(model, batch, r, chunk_rows=ctx.chunk_rows).abs()
     return out
 
 
@@ -364,29 +369,16 @@ def reference_drops(model, batch: PreparedBatch, order: Tensor, k: int, mode: st
     return out
 
 
-def more_stats(columns) -> dict[str, Stat]:
-    """The statistics of the rankings outside :attr:`FaithfulnessParams.SHOWN` that ran (logged
-    with intervals and drawn in the figure; not columns of the report, not read by the verdict,
-    which reads the catalogue's declared statistics)."""
-    out = {}
-    for r in FaithfulnessParams.RANKINGS:
-        if r in FaithfulnessParams.SHOWN:
-            continue
-        for stat in ("comprehensiveness", "sufficiency", "comprehensiveness_top1"):
-            if f"faithfulness_{stat}_{r}" in columns:
-                out[f"{stat}_{r}"] = Stat(f"faithfulness_{stat}_{r}")
-    return out
-
-
 def run(model, batch: PreparedBatch, params: FaithfulnessParams, ctx: AblationContext):
     """Comprehensiveness and sufficiency (AOPC) per decoder step for each ranking.
 
     Returns:
         One row per real step: ``example_id``, ``step``, ``faithfulness_skipped`` (fewer than
-        two source tokens), and per ranking r the model has ``faithfulness_comprehensiveness_<r>``,
+        two source tokens), and per configured ranking r ``faithfulness_comprehensiveness_<r>``,
         ``faithfulness_sufficiency_<r>`` (AOPC over ``fractions``) and
         ``faithfulness_comprehensiveness_top1_<r>`` (k = 1), probabilities' drops (NaN when
-        skipped).
+        skipped); a ranking the model lacks (:func:`unavailable`) is NaN at every step and
+        ``faithfulness_<r>_reason`` says why.
     """
     tr = batch.trace
     frame, b_idx, t_idx = step_frame(batch)
@@ -402,24 +394,39 @@ def run(model, batch: PreparedBatch, params: FaithfulnessParams, ctx: AblationCo
         dtype=torch.long,
         device=tr.src.device,
     )
-    d = drops(model, batch, torch.stack(orders), ks, ctx.chunk_rows)  # (2, O, B, T_y, K)
+    if orders:
+        d = drops(model, batch, torch.stack(orders), ks, ctx.chunk_rows)  # (2, O, B, T_y, K)
+    else:  # every configured ranking is one the model lacks
+        d = torch.empty(2, 0, *tr.step_mask.shape, ks.size(1), dtype=torch.float64)
     named = {r: d[:, i] for i, r in enumerate(names)}
     if n_rand:
         named["random"] = d[:, len(names) :].mean(1)
     nan = torch.full(
-        (2, *tr.step_mask.shape, ks.size(1)), math.nan, dtype=torch.float64, device=d.device
+        (2, *tr.step_mask.shape, ks.size(1)), math.nan, dtype=torch.float64, device=tr.src.device
     )
-    for r in dict.fromkeys([*params.rankings, *FaithfulnessParams.SHOWN]):
-        # a ranking not run (not selected, or the model lacks it) is undefined at every step
-        comp, suff = named.get(r, nan.to(tr.src.device))  # (B, T_y, K) each
+    lacking = unavailable(model, batch, params)
+    for r in params.rankings:
+        # a ranking the model lacks is undefined at every step
+        comp, suff = named.get(r, nan)  # (B, T_y, K) each
         for col, v in (
             (f"faithfulness_comprehensiveness_{r}", comp[..., 1:].mean(-1)),
             (f"faithfulness_sufficiency_{r}", suff[..., 1:].mean(-1)),
             (f"faithfulness_comprehensiveness_top1_{r}", comp[..., 0]),
         ):
             frame[col] = v[b_idx, t_idx].cpu().numpy()
+    for r, why in lacking.items():
+        frame[f"faithfulness_{r}_reason"] = why
     frame["faithfulness_skipped"] = np.asarray([lengths[i] < 2 for i in b_idx.tolist()], bool)
     return frame
 
 
-__all__ = ["drops", "k_values", "order_of", "random_orders", "reference_drops", "run"]
+__all__ = [
+    "drops",
+    "k_values",
+    "order_of",
+    "random_orders",
+    "ranking_scores",
+    "reference_drops",
+    "run",
+    "unavailable",
+]

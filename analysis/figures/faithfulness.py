@@ -1,5 +1,6 @@
 """The faithfulness figure (catalogue figure kind ``"faithfulness"``): comprehensiveness and
-sufficiency AOPC per ranking and model, with 95 % bootstrap intervals over examples."""
+sufficiency AOPC per ranking and model, with 95 % bootstrap intervals over examples; a model that
+lacks a ranking (the ``none`` baseline's attention) has "n/a" and the reason in its bar's place."""
 
 from __future__ import annotations
 
@@ -29,14 +30,34 @@ MODES = (
 )
 
 
+def ranking_labels() -> dict[str, str]:
+    """Every ranking of the ``faithfulness`` entry: name → label, in the catalogue's order
+    (:attr:`attnstudy.analysis.ablations.faithfulness.FaithfulnessParams.RANKINGS`)."""
+    from ..catalogue import get_ablation
+
+    return dict(get_ablation("faithfulness").params.RANKINGS)
+
+
 def rankings_in(steps: pd.DataFrame) -> list[str]:
-    """The rankings with a comprehensiveness column among ``steps``' columns, in column order."""
-    head = f"{PREFIX}comprehensiveness_"
-    return [
-        c.removeprefix(head)
-        for c in steps.columns
-        if c.startswith(head) and not c.startswith(f"{head}top1_") and steps[c].notna().any()
-    ]
+    """The rankings the study ran (a comprehensiveness column among ``steps``' columns, with a
+    value or a reason of some model), in the catalogue's order."""
+
+    def ran(r: str) -> bool:
+        col = f"{PREFIX}comprehensiveness_{r}"
+        return col in steps.columns and (
+            steps[col].notna().any() or f"{PREFIX}{r}_reason" in steps.columns
+        )
+
+    return [r for r in ranking_labels() if ran(r)]
+
+
+def why_missing(rows: pd.DataFrame, ranking: str) -> str:
+    """Why a model has no value of a ranking: its reason column's (``faithfulness_<ranking>_
+    reason``: "no attention", "no input gradients"), else "undefined at every step"."""
+    col = f"{PREFIX}{ranking}_reason"
+    if col in rows.columns and rows[col].notna().any():
+        return str(rows[col].dropna().iloc[0])
+    return "undefined at every step"
 
 
 def faithfulness_aopc(steps: pd.DataFrame, palette: dict | None = None) -> Figure:
@@ -56,7 +77,7 @@ def faithfulness_aopc(steps: pd.DataFrame, palette: dict | None = None) -> Figur
     cols = [f"{PREFIX}{m}_{r}" for m, _ in MODES for r in rankings]
     base, palette = per_layer(steps[steps[cols].notna().any(axis=1)], palette)
     order = _order(base, palette)
-    labels = {r: r.replace("_", " ") for r in rankings}
+    labels = {r: ranking_labels()[r] for r in rankings}
     for ax, (mode, title) in zip(axes, MODES):
         rows = []
         for r in rankings:
@@ -94,6 +115,7 @@ def faithfulness_aopc(steps: pd.DataFrame, palette: dict | None = None) -> Figur
                 r = names[int(round(y))]
                 if r in sub.index:
                     ax.plot([sub.at[r, "low"], sub.at[r, "high"]], [y, y], color="0.25", lw=1.4)
+        _mark_missing(ax, base, mode, rankings, hue)
         ax.axvline(0, color="0.5", lw=0.8)
         ax.set(title=title, xlabel="drop of p(y_t)", ylabel="ranking" if ax is axes[0] else "")
     _legend_below(
@@ -105,3 +127,28 @@ def faithfulness_aopc(steps: pd.DataFrame, palette: dict | None = None) -> Figur
         counts=base.groupby("variant").size().to_dict(),
     )
     return fig
+
+
+def _mark_missing(ax, base: pd.DataFrame, mode: str, rankings: list[str], hue: list[str]) -> None:
+    """``n/a`` and the reason where a model of ``hue`` has no value of a ranking, in the slot its
+    bar would take (seaborn dodges the hue levels over 0.8 of a category), written from x = 0
+    towards the wider side of the axis."""
+    width = 0.8 / max(len(hue), 1)
+    low, high = ax.get_xlim()
+    right = high >= -low
+    for i, r in enumerate(rankings):
+        col = f"{PREFIX}{mode}_{r}"
+        for j, v in enumerate(hue):
+            rows = base[base["variant"] == v]
+            if col in rows.columns and rows[col].notna().any():
+                continue
+            text = f"n/a for {v}: {why_missing(rows, r)}"
+            ax.text(
+                0,
+                i - 0.4 + (j + 0.5) * width,
+                f"  {text}" if right else f"{text}  ",
+                ha="left" if right else "right",
+                va="center",
+                fontsize=8,
+                color="0.3",
+            )

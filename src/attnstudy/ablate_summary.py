@@ -52,7 +52,12 @@ def summary_lines(
     metrics, params, tags = run.metrics, run.params, run.tags
     name = variant_name(tags)
     facts = facts_from_metrics(
-        name, tags.get(Tag.ATTENTION, ""), metrics, stat_keys=catalogue.stat_keys(), params=params
+        name,
+        tags.get(Tag.ATTENTION, ""),
+        metrics,
+        stat_keys=catalogue.stat_keys(),
+        labels=catalogue.stat_labels(),
+        params=params,
     )
     prefix = params.get("ablation.prefix", "greedy")
     lines = [

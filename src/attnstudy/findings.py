@@ -221,6 +221,9 @@ class ModelFacts:
         shift: (offset, gold mass at the offset, gold mass in place) when attention sits off the
             gold links (see :func:`attnstudy.report.shifted_alignment`), else None.
         task_metrics: ``test/exact_match`` … → :class:`Estimate`.
+        labels: ``ablation/<name>/<stat>`` → the statistic's label in the report (the
+            catalogue's :attr:`~attnstudy.analysis.catalogue.Stat.label`), for the sentences that
+            name a statistic; a key without one is named by its statistic.
     """
 
     name: str
@@ -234,6 +237,7 @@ class ModelFacts:
     task_metrics: dict[str, Estimate] = field(default_factory=dict)
     steps_of: dict[str, int] = field(default_factory=dict)
     stat_steps: dict[str, int] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
 
     def get(self, name: str, stat: str) -> Estimate | None:
         return self.stats.get(f"ablation/{name}/{stat}")
@@ -490,13 +494,16 @@ def _aligns(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
 FAITHFULNESS_KEY = "ablation/faithfulness/comprehensiveness_"
 """The comprehensiveness statistics' key prefix; the ranking follows it (``…_attention``); the
 ``…_top1_<ranking>`` statistics (k = 1) are not AOPCs and are left out."""
+FAITHFULNESS_LABEL = "comprehensiveness, "
+"""The comprehensiveness statistics' label prefix; the ranking's label follows it."""
 
 
 def _faithful(f: ModelFacts, v: Verdict) -> None:
     """Which ranking is most faithful: the highest comprehensiveness AOPC among the rankings
-    measured, "clearly" when its interval lies above the runner-up's; nothing when not measured."""
+    measured, "clearly" when its interval lies above the runner-up's; nothing when not measured.
+    Each ranking is named by its label (:attr:`ModelFacts.labels`)."""
     comp = {
-        key.removeprefix(FAITHFULNESS_KEY).replace("_", " "): e
+        f.labels.get(key, key.removeprefix(FAITHFULNESS_KEY)).removeprefix(FAITHFULNESS_LABEL): e
         for key, e in f.stats.items()
         if key.startswith(FAITHFULNESS_KEY)
         and not key.removeprefix(FAITHFULNESS_KEY).startswith("top1_")
@@ -686,6 +693,7 @@ def facts_from_metrics(
     params: dict | None = None,
     task_metrics: dict | None = None,
     task_keys: list[str] = (),
+    labels: dict[str, str] | None = None,
 ) -> ModelFacts:
     """:class:`ModelFacts` from an ablation run's metrics and params (and the model run's).
 
@@ -698,6 +706,8 @@ def facts_from_metrics(
         params: the ablation run's params.
         task_metrics: the model run's metrics; task_keys: the task metrics to read from them
             (the task registry's, :func:`attnstudy.data.tasks.task_metrics`).
+        labels: metric key → the statistic's label (:func:`attnstudy.analysis.catalogue.
+            stat_labels`), kept as :attr:`ModelFacts.labels`.
     """
     params = params or {}
     stats = {k: e for k in stat_keys if (e := estimate(metrics, k)) is not None}
@@ -731,4 +741,5 @@ def facts_from_metrics(
         task_metrics={
             k: e for k in task_keys if (e := estimate(task_metrics or {}, k)) is not None
         },
+        labels=dict(labels or {}),
     )

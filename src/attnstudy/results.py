@@ -79,10 +79,28 @@ def write_results(
     )
 
 
+def former_labels() -> dict[str, str]:
+    """Column names of result tables written by earlier versions → the catalogue's label now
+    (:attr:`attnstudy.analysis.catalogue.Stat.former_labels`)."""
+    from .analysis.catalogue import shown_stats
+
+    return {
+        old: s.stat.label
+        for s in shown_stats()
+        for old in s.stat.former_labels
+        if old != s.stat.label
+    }
+
+
 def read_rows(path: str | Path) -> list[dict[str, str]]:
-    """A results CSV as a list of rows (cell text as written)."""
+    """A results CSV as a list of rows (cell text as written), a column written under a former
+    label of a statistic (:func:`former_labels`) named by its label now."""
     with open(path, encoding="utf-8", newline="") as f:
-        return list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    renamed = former_labels()
+    if rows and renamed.keys() & rows[0].keys():
+        rows = [{renamed.get(k, k): v for k, v in r.items()} for r in rows]
+    return rows
 
 
 def markdown(rows: list[dict[str, str]]) -> str:

@@ -505,7 +505,12 @@ def log_ablation_pages(
     tracker.log_table(run_id, steps.round(4), Artifact.STEPS_CSV)
     tracker.log_table(run_id, summary_frame(summary), Artifact.SUMMARY_CSV)
     facts = facts_from_metrics(
-        name, attention, summary, stat_keys=catalogue.stat_keys(), params=params
+        name,
+        attention,
+        summary,
+        stat_keys=catalogue.stat_keys(),
+        labels=catalogue.stat_labels(),
+        params=params,
     )
     predictions = _predictions(tracker, model_run_id)
     meta = {

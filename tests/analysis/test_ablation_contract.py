@@ -43,6 +43,8 @@ def _cfg(name: str) -> AblationConfig:
                 "adversarial": {"steps": 4},
                 "integrated_gradients": {"n_steps": 8},
                 "attribution_agreement": {"integrated_gradients": {"n_steps": 8}},
+                # every ranking, so that every declared statistic is produced
+                "faithfulness": {"rankings": list(get_ablation("faithfulness").params.RANKINGS)},
             }.items()
             if n == name
         },

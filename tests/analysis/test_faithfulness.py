@@ -83,10 +83,12 @@ def test_a_model_that_ignores_the_source_has_zero_comprehensiveness_for_every_ra
     # attention is not available for this model (undefined at every step); the others are 0
     attention = [c for c in out.columns if c.endswith("_attention")]
     assert len(attention) == 3 and out[attention].isna().all().all()
+    assert (out["faithfulness_attention_reason"] == "no attention").all()
     measured = [
         c
         for c in out.columns
-        if c.startswith("faithfulness_") and c not in ("faithfulness_skipped", *attention)
+        if c.startswith("faithfulness_")
+        and c not in ("faithfulness_skipped", "faithfulness_attention_reason", *attention)
     ]
     assert len(measured) == 9  # input × gradient, leave-one-out, random: AOPC ×2 and k = 1
     np.testing.assert_allclose(real[measured].to_numpy(), 0.0, atol=1e-6)
@@ -174,12 +176,14 @@ def test_the_figure_draws_each_ranking_with_intervals():
     fig = FIGURE_KINDS["faithfulness"](FigureInput(out, out, {"copy additive": (0, 0, 1)}), "")
     comp, suff = fig.axes[:2]
     labels = [t.get_text() for t in comp.get_yticklabels()]
-    assert labels == ["attention", "input x gradient", "leave one out", "random"]
+    assert labels == ["attention", "input × gradient", "leave-one-out", "random"]
     assert len(comp.patches) == 4 and len(suff.patches) == 4
     assert len(comp.lines) >= 4  # an interval per bar (and the zero line)
 
 
 def test_the_verdict_names_the_most_faithful_ranking_with_its_interval():
+    from attnstudy.analysis.catalogue import stat_labels
+
     from attnstudy.findings import Estimate, ModelFacts, verdict
 
     def facts(attention_low: float) -> ModelFacts:
@@ -187,6 +191,7 @@ def test_the_verdict_names_the_most_faithful_ranking_with_its_interval():
         return ModelFacts(
             "copy additive",
             "additive",
+            labels=stat_labels(["faithfulness"]),  # each ranking named by its label
             stats={
                 f"{key}attention": Estimate(0.4, attention_low, 0.5),
                 f"{key}leave_one_out": Estimate(0.2, 0.1, 0.3),
@@ -199,7 +204,7 @@ def test_the_verdict_names_the_most_faithful_ranking_with_its_interval():
     assert (
         "The most faithful ranking is attention: deleting the source tokens attention ranks "
         "first lowers p(y_t) by 0.4 [0.35, 0.5] (comprehensiveness AOPC), against 0.2 [0.1, 0.3] "
-        "for leave one out and 0.1 [0.05, 0.15] for random orders." in text
+        "for leave-one-out and 0.1 [0.05, 0.15] for random orders." in text
     )
     assert "No ranking is clearly the most faithful" in verdict(facts(0.25)).text
     assert "faithful" not in verdict(ModelFacts("m", "additive")).text  # not measured: silent

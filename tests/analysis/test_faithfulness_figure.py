@@ -6,6 +6,7 @@ from __future__ import annotations
 import matplotlib
 import numpy as np
 import pandas as pd
+import pytest
 
 matplotlib.use("Agg")
 
@@ -48,3 +49,43 @@ def test_each_interval_sits_on_its_own_bar_when_a_model_lacks_a_ranking():
             (bar,) = [b for b in bars if b.get_y() <= y <= b.get_y() + b.get_height()]
             assert low <= bar.get_width() <= high, (bar.get_width(), low, high)
             assert high - low < 0.02
+
+
+def test_a_model_without_a_ranking_is_marked_n_a_with_the_reason_in_its_slot():
+    """The ``none`` baseline has no attention ranking: its slot in the attention row says so,
+    with the reason the ablation recorded, in both panels (no silent gap); the rankings are
+    labelled by the registry."""
+    from attnstudy.analysis.figures.faithfulness import faithfulness_aopc
+
+    steps = _steps()
+    steps.loc[steps["variant"] == "no-attention", "faithfulness_attention_reason"] = "no attention"
+    fig = faithfulness_aopc(steps)
+    for ax in fig.axes[:2]:
+        assert [t.get_text() for t in ax.get_yticklabels()] == [
+            "attention",
+            "input × gradient",
+            "leave-one-out",
+            "random",
+        ]
+        (mark,) = [t for t in ax.texts if "n/a" in t.get_text()]
+        assert mark.get_text().strip() == "n/a for no-attention: no attention"
+        # the second hue slot of the first category: 0 − 0.4 + 1.5 × 0.4 = 0.2, where the
+        # no-attention model's bars sit in the other rows
+        assert mark.get_position()[1] == pytest.approx(0.2)
+        (other,) = [
+            b
+            for c in ax.containers
+            for b in c
+            if np.isfinite(b.get_width())
+            and 0.5 < b.get_y() + b.get_height() / 2 < 1.5
+            and b.get_width() > 0.42  # input × gradient of the no-attention model (0.45)
+        ]
+        assert other.get_y() + other.get_height() / 2 == pytest.approx(1.2)
+
+
+def test_without_a_recorded_reason_the_mark_says_undefined():
+    from attnstudy.analysis.figures.faithfulness import faithfulness_aopc
+
+    fig = faithfulness_aopc(_steps())
+    texts = [t.get_text().strip() for t in fig.axes[0].texts if "n/a" in t.get_text()]
+    assert texts == ["n/a for no-attention: undefined at every step"]

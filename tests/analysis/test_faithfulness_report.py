@@ -1,6 +1,7 @@
 """The faithfulness ablation reaches the report through the catalogue alone: its table (one
-column per default ranking and statistic, with intervals), its figure, its definition and the
-verdict's sentence on the most faithful ranking."""
+column per configured ranking and statistic, labelled by the registry, with intervals; none for
+the rankings the study left out), its figure, its definition and the verdict's sentence on the
+most faithful ranking."""
 
 from __future__ import annotations
 
@@ -44,14 +45,28 @@ def test_the_table_figure_definition_and_verdict_reach_the_report(report):
     block = md.split(question.title, 1)[1].split("\n### ", 1)[0]
     header = next(x for x in block.splitlines() if x.startswith("| model"))
     rows = [x for x in block.splitlines() if x.startswith("| ") and not x.startswith("| model")]
-    labels = [s.stat.label for s in catalogue.shown_stats(["faithfulness"])]
-    assert len(labels) == 8 and all(f"| {label} |" in header for label in labels)
+    configured = catalogue.get_ablation("faithfulness").params().rankings  # the default four
+    labels = [
+        s.stat.label
+        for s in catalogue.shown_stats(["faithfulness"])
+        if s.name.split("_", 1)[1] in configured
+    ]
+    assert labels == [
+        f"{mode}, {ranking}"
+        for mode in ("comprehensiveness", "sufficiency")
+        for ranking in ("attention", "input × gradient", "leave-one-out", "random")
+    ]
+    # exactly the configured rankings' columns: saliency, IG and occlusion were not run
+    assert [c.strip() for c in header.strip().strip("|").split("|")][3:] == labels
+    summary = (report / "summary.csv").read_text(encoding="utf-8").splitlines()[0]
+    assert all(f'"{label}"' in summary for label in labels) and "saliency" not in summary
     attention_row = next(r for r in rows if "additive" in r)
     cells = [c.strip() for c in attention_row.strip().strip("|").split("|")][3:]
     assert all(re.fullmatch(INTERVAL, c) for c in cells), cells
     none_row = next(r for r in rows if "none" in r)  # attention undefined; the others measured
     none_cells = [c.strip() for c in none_row.strip().strip("|").split("|")][3:]
     assert sum(bool(re.fullmatch(INTERVAL, c)) for c in none_cells) == 6, none_cells
+    assert [none_cells[i] for i in (0, 4)] == ["no attention"] * 2
     spec, fig = next((s, f) for s, f in catalogue.figures(["faithfulness"]))
     assert f"![{fig.title}](figures/{spec.name}.png)" in md
     assert (report / "figures" / f"{spec.name}.png").stat().st_size > 10_000

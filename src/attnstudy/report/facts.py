@@ -150,6 +150,7 @@ def facts_from(name: str, e: ModelEntry, metrics: dict) -> ModelFacts:
         e.attention,
         metrics,
         stat_keys=catalogue.stat_keys(),
+        labels=catalogue.stat_labels(),
         params=e.ablation_params,
         task_metrics=e.model_metrics,
         task_keys=[m.key for m in task_metrics([e.task])],

@@ -419,12 +419,35 @@ def _table(title: str, intro: str, header: list[str], rows: list[list[str]]) -> 
     return {"title": title, "intro": intro, "header": header, "rows": rows}
 
 
+def measured_somewhere(data: StudyData, st: catalogue.ShownStat) -> bool:
+    """Whether a statistic is a column of the study's tables: always, unless it is
+    :attr:`~attnstudy.analysis.catalogue.Stat.optional`; an optional one where some model
+    logged it (its value, or its count of undefined steps: its per-step column existed) or where
+    no model's run of the ablation finished (the cells then say why: failed, not run). An optional
+    statistic is left out only where every finished run lacks it: one the study's settings did
+    not select (a faithfulness ranking left out of ``rankings``), not one that is undefined."""
+    if not st.stat.optional:
+        return True
+    finished = [
+        e
+        for e in data.entries
+        if e.ablation_status == "FINISHED"
+        and st.ablation in e.ablations_run
+        and st.ablation not in e.skipped
+    ]
+    return not finished or any(
+        st.key in e.ablation_metrics or f"{st.key}_n_undefined" in e.ablation_metrics
+        for e in finished
+    )
+
+
 def summary_tables(
     data: StudyData, facts: dict[str, ModelFacts], layers: dict[str, list[ModelFacts]]
 ) -> list[dict]:
     """The report's tables: one per question of the catalogue (:func:`attnstudy.analysis.catalogue.
     questions`), a row per model (and per layer and the layer mean for a multi-layer model), a
-    column per statistic the catalogue shows for it (the task registry's metrics for ``task``),
+    column per statistic the catalogue shows for it (the task registry's metrics for ``task``;
+    an optional statistic only where the study measured it, :func:`measured_somewhere`),
     every number ``value [low, high]``, a reason where there is none."""
     ran = [n for n in list_ablations() if any(n in e.ablations_run for e in data.entries)]
     columns: dict[str, list[tuple[str, str]]] = {}
@@ -432,7 +455,8 @@ def summary_tables(
         if any(m.key in e.model_metrics for e in data.entries):
             columns.setdefault("task", []).append((m.key, m.label))
     for st in catalogue.shown_stats(ran):
-        columns.setdefault(st.stat.question, []).append((st.key, st.stat.label))
+        if measured_somewhere(data, st):
+            columns.setdefault(st.stat.question, []).append((st.key, st.stat.label))
     tables = []
     for q, question in catalogue.questions(ran).items():
         stats = columns.get(q)
