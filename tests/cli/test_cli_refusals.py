@@ -1,5 +1,12 @@
 """Bad input, everywhere: every CLI verb answers with one clear line, exit 2 (usage) or 1 (failure),
-no traceback, and the tracking store is left exactly as it was."""
+no traceback, and the tracking store is left exactly as it was.
+
+The cases run ``cli.main`` in the test process (tests/cli_in_process.py), except those of
+:data:`REAL_PROCESS` and the tests of environment variables and servers, which start
+``python -m attnstudy.cli``: a process that gets as far as torch and MLflow costs ~3.5 s CPU of
+imports, and the exit code, the one line and the store are what a case tests, not the process
+boundary.
+"""
 
 import os
 import sqlite3
@@ -8,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_cli
 
 ROOT = Path(__file__).parents[2]
 TINY = ROOT / "experiments" / "tiny.toml"
@@ -40,7 +48,8 @@ def store_snapshot(root: Path) -> dict:
 
 
 def cli(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ATTNSTUDY_ROOT=str(root), ATTNSTUDY_TRACKING_TIMEOUT="3")
+    """``python -m attnstudy.cli ARGS`` with ``root`` as its project root."""
+    env = dict(os.environ, **_ENV, ATTNSTUDY_ROOT=str(root))
     env.pop("MLFLOW_TRACKING_URI", None)
     return subprocess.run(
         [sys.executable, "-m", "attnstudy.cli", *args],
@@ -50,6 +59,16 @@ def cli(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedPro
         env=env,
         timeout=timeout,
     )
+
+
+_ENV = {"ATTNSTUDY_TRACKING_TIMEOUT": "3"}
+"""What every case's process has in its environment, beside its ``ATTNSTUDY_ROOT``."""
+
+
+def cli_here(capfd, root: Path, *args: str) -> subprocess.CompletedProcess:
+    """:func:`cli` run in this process (tests/cli_in_process.py)."""
+    env = {**_ENV, "ATTNSTUDY_ROOT": str(root), "MLFLOW_TRACKING_URI": None}
+    return run_cli(capfd, list(args), cwd=root if root.is_dir() else ROOT, env=env)
 
 
 def tsv(tmp: Path, name: str, content: bytes | str) -> Path:
@@ -373,12 +392,19 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
     ]
 
 
+REAL_PROCESS = frozenset(
+    {"no verb", "predict: no such run", "train: unreachable server", "run: unreachable server"}
+)
+"""Cases run as a real ``python -m attnstudy.cli`` process: a refusal by the argument parser, one
+after the store was opened, a failure (exit 1) of each kind of verb — what a process adds (its
+imports' output, ``entry``'s exit status) stays tested. The others run in the test process."""
+
 PARTS = 4
 """The cases run in this many parts (each a test: parallel workers share them out)."""
 
 
 @pytest.mark.parametrize("part", range(PARTS))
-def test_every_verb_rejects_bad_input_cleanly(part, tiny_models, store_root, tmp_path):
+def test_every_verb_rejects_bad_input_cleanly(part, tiny_models, store_root, tmp_path, capfd):
     from attnstudy.tracking import Tracker
 
     model_run = tiny_models[0].run_id
@@ -387,7 +413,7 @@ def test_every_verb_rejects_bad_input_cleanly(part, tiny_models, store_root, tmp
     tracker.end_run(study_run)
     try:
         failures, counts = _run_cases(
-            _cases(tmp_path, model_run, study_run)[part::PARTS], store_root
+            _cases(tmp_path, model_run, study_run)[part::PARTS], store_root, capfd
         )
     finally:  # the empty study must not become the latest study of the shared store's 'tiny'
         tracker.client.delete_run(study_run)
@@ -395,13 +421,17 @@ def test_every_verb_rejects_bad_input_cleanly(part, tiny_models, store_root, tmp
     assert not failures, "\n".join(failures)
 
 
-def _run_cases(cases, store_root) -> tuple[list[str], dict[str, int]]:
-    """Run each bad-input case; its failures (one line each) and the cases per verb."""
+def _run_cases(cases, store_root, capfd) -> tuple[list[str], dict[str, int]]:
+    """Run each bad-input case (in a process of its own if it is in :data:`REAL_PROCESS`); its
+    failures (one line each) and the cases per verb."""
     counts: dict[str, int] = {}
     failures = []
     for name, argv, code, needle in cases:
         before = store_snapshot(store_root)
-        out = cli(store_root, *argv)
+        if name in REAL_PROCESS:
+            out = cli(store_root, *argv)
+        else:
+            out = cli_here(capfd, store_root, *argv)
         after = store_snapshot(store_root)
         lines = out.stderr.strip().splitlines()
         ok = (
@@ -430,11 +460,11 @@ def _run_cases(cases, store_root) -> tuple[list[str], dict[str, int]]:
         ["predict", "runs:/0123456789abcdef", "abc"],
     ],
 )
-def test_verbs_that_read_a_store_never_create_one(tmp_path, argv):
+def test_verbs_that_read_a_store_never_create_one(tmp_path, argv, capfd):
     """``report`` and ``ablate`` run from another folder used to create an empty store there."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    out = cli(elsewhere, *argv)
+    out = cli_here(capfd, elsewhere, *argv)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1, out.stderr
     assert f"no tracking store at sqlite:///{elsewhere / 'mlruns' / 'mlflow.db'}" in lines[0]
@@ -467,10 +497,10 @@ def test_bad_environment_variables_are_named(tiny_models, store_root):
     assert out.returncode == 2 and "ATTNSTUDY_TRACKING_TIMEOUT='soon'" in out.stderr
 
 
-def test_store_that_cannot_be_written_fails_cleanly(tmp_path):
+def test_store_that_cannot_be_written_fails_cleanly(tmp_path, capfd):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    out = cli(blocker / "root", "train", str(TINY), timeout=120)
+    out = cli_here(capfd, blocker / "root", "train", str(TINY))
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot write the tracking store" in lines[0]
@@ -497,8 +527,8 @@ def test_server_that_cannot_start_exits_1(tmp_path):
     assert lines[-1].startswith("attnstudy: error:") and "Traceback" not in out.stderr
 
 
-def test_unknown_characters_at_prediction_are_counted_not_fatal(tiny_models, store_root):
-    out = cli(store_root, "predict", f"runs:/{tiny_models[0].run_id}", "ab", "a#%")
+def test_unknown_characters_at_prediction_are_counted_not_fatal(tiny_models, store_root, capfd):
+    out = cli_here(capfd, store_root, "predict", f"runs:/{tiny_models[0].run_id}", "ab", "a#%")
     assert out.returncode == 0, out.stderr
     assert "2 unknown token(s) mapped to <unk>" in out.stdout
 
@@ -523,3 +553,5 @@ def test_every_verb_has_both_exit_codes_tested(tmp_path):
     codes["ui"].add(1)  # test_ui_that_cannot_start_exits_1
     codes["server"].add(1)  # test_server_that_cannot_start_exits_1
     assert all(codes[v] >= {1, 2} for v in verbs), codes
+    assert REAL_PROCESS <= {n for n, _, _, _ in cases}, "REAL_PROCESS names no such case"
+    assert {c for n, _, c, _ in cases if n in REAL_PROCESS} == {1, 2}
