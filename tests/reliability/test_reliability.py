@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_cli
 
 ROOT = Path(__file__).parents[2]
 TINY = ROOT / "experiments" / "tiny.toml"
@@ -98,6 +99,17 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> subprocess.Completed
 
 def cli(root: Path, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
     return finish(start(root, *args, **env), timeout)
+
+
+def cli_here(capfd, root: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """:func:`cli` run in the test process (tests/cli_in_process.py), with the same environment
+    and working directory: for a call whose process boundary is not what its test tests (a
+    process that gets as far as torch and MLflow costs ~3.5 s CPU of imports)."""
+    root.mkdir(parents=True, exist_ok=True)
+    full = _env(root, **env)
+    changes: dict[str, str | None] = {k: v for k, v in full.items() if os.environ.get(k) != v}
+    changes |= {k: None for k in os.environ if k not in full}
+    return run_cli(capfd, list(args), cwd=root, env=changes)
 
 
 def ok(res: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

@@ -2,7 +2,9 @@
 and folders, a consistent store after interrupts and crashes, NaN never laundered into a metric.
 
 Each test names the defect it closes (D1 … D24 of the attack on the product) and asserts the right
-behaviour; CLI calls are real processes with their own store (helpers from test_reliability).
+behaviour; CLI calls are real processes with their own store (helpers from test_reliability), or
+``cli_here`` in the test process where a call's process is not what is tested (a refusal that
+follows a killed process's leftovers, say).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +27,8 @@ from test_reliability import (
     LONG,
     TINY,
     cli,
+    cli_here,
+    finish,
     ok,
     one_error_line,
     run_ids,
@@ -36,7 +41,7 @@ pytestmark = pytest.mark.slow
 
 FAST = [
     "--set",
-    "training.epochs=300",
+    "training.epochs=40",
     "--set",
     "training.patience=1000",
     "--set",
@@ -97,12 +102,13 @@ def test_planted_g2p_alignment_cache_runs_no_code_and_is_rebuilt(tmp_path, monke
     ]
 
 
-def test_paths_stay_where_they_belong(tiny_models, store_root, tmp_path):
+def test_paths_stay_where_they_belong(tiny_models, store_root, tmp_path, capfd):
     """D8, D19: a store tag chose the report folder; `runs:/M/../../N` loaded another run's model."""
     from attnstudy.report import report_dir
 
     m, n = tiny_models[0].run_id, tiny_models[1].run_id
-    res = cli(
+    res = cli_here(
+        capfd,
         store_root,
         "ablate",
         f"runs:/{m}/../../{n}/artifacts/model",
@@ -113,7 +119,7 @@ def test_paths_stay_where_they_belong(tiny_models, store_root, tmp_path):
         "--quiet",
     )
     assert res.returncode == 2 and "must not hold '..'" in one_error_line(res)
-    res = cli(store_root, "predict", f"runs:/{m}//model", "abc")
+    res = cli_here(capfd, store_root, "predict", f"runs:/{m}//model", "abc")
     assert res.returncode == 2
     os.environ["ATTNSTUDY_ROOT"] = str(store_root)
     root = (store_root / "reports").resolve()
@@ -173,7 +179,8 @@ def test_interrupt_during_registration_leaves_a_consistent_store(tmp_path, delay
     """D5: a READY version pointed at a KILLED run, an empty registered model was left behind, or the
     process locked itself out of its own store."""
     root = tmp_path / "r"
-    proc = start(root, "train", str(TINY), *LONG, "--quiet")
+    # one epoch: the interrupt is aimed at the registration, whatever the training's length
+    proc = start(root, "train", str(TINY), *LONG, "--set", "training.epochs=1", "--quiet")
     db = root / "mlruns" / "mlflow.db"
     deadline = time.monotonic() + 240
     while proc.poll() is None and time.monotonic() < deadline:
@@ -223,7 +230,7 @@ def test_double_sigterm_still_ends_the_run(tmp_path):
     assert [r["status"] for r in runs_table(root)] == ["KILLED"]
 
 
-def test_runs_of_a_killed_process_are_reconciled_and_refused(tmp_path):
+def test_runs_of_a_killed_process_are_reconciled_and_refused(tmp_path, capfd):
     """D6, D24: SIGKILL left runs RUNNING forever; `predict`/`ablate` used them without a word."""
     root = tmp_path / "r"
     proc = start(root, "train", str(TINY), *LONG, "--quiet")
@@ -237,61 +244,93 @@ def test_runs_of_a_killed_process_are_reconciled_and_refused(tmp_path):
     proc.wait()
     (run,) = runs_table(root)
     assert run["status"] == "RUNNING"
-    res = cli(root, "predict", f"runs:/{run['id']}", "abc")
+    res = cli_here(capfd, root, "predict", f"runs:/{run['id']}", "abc")
     assert (
         res.returncode == 2
         and "is RUNNING (its process" in one_error_line(res)
         and "--force" in res.stderr
     )
-    ok(
-        cli(
-            root,
-            "train",
-            str(TINY),
-            "--set",
-            ADDITIVE_ONLY,
-            "--set",
-            "training.epochs=1",
-            "--quiet",
-        )
-    )
+    args = ["train", str(TINY), "--set", ADDITIVE_ONLY, "--set", "training.epochs=1", "--quiet"]
+    ok(cli_here(capfd, root, *args))
     assert {r["id"]: r["status"] for r in runs_table(root)}[run["id"]] == "KILLED"
     killed = tracker(root).get_run(run["id"])
     assert killed.tags["error.class"] == "OwnerGone"
-    res = cli(root, "ablate", f"runs:/{run['id']}", "--ablations", "uniform", "--n-examples", "1")
+    ablate = ["ablate", f"runs:/{run['id']}", "--ablations", "uniform", "--n-examples", "1"]
+    res = cli_here(capfd, root, *ablate)
     assert res.returncode == 2 and "is KILLED" in one_error_line(res)
+
+
+def _holds_model(proc: subprocess.Popen, root: Path) -> bool:
+    """Whether ``proc`` holds a model's checkpoint lock (its PID written in the lock file)."""
+    return any(
+        p.read_text().startswith(f"{proc.pid}\n")
+        for p in (root / "mlruns" / "checkpoints").glob("*/.lock")
+    )
+
+
+def _pause_between_transactions(proc: subprocess.Popen, db: Path, timeout: float = 60) -> None:
+    """SIGSTOP ``proc`` at a moment it holds no lock on the SQLite store ``db`` (stopped inside a
+    transaction, it would lock every other process out of the store)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        os.kill(proc.pid, signal.SIGSTOP)
+        con = sqlite3.connect(db, timeout=0, isolation_level=None)
+        try:
+            con.execute("begin exclusive")  # fails while another connection holds any lock
+            con.execute("rollback")
+            return
+        except sqlite3.OperationalError:
+            os.kill(proc.pid, signal.SIGCONT)
+            assert time.monotonic() < deadline, f"{db} stayed locked by PID {proc.pid}"
+            time.sleep(0.005)
+        finally:
+            con.close()
 
 
 def test_two_trainings_of_one_model_do_not_crash_each_other(tmp_path):
     """D2: two trainings with the same model key (also from two experiments) shared one temporary
-    checkpoint file and one crashed."""
+    checkpoint file and one crashed. The second now waits for the first, then trains the model for
+    its own experiment. The first is held (SIGSTOP) once it holds the model, so the second always
+    starts during it, whatever the machine's load (it had 300 epochs, and the luck of timing)."""
     root = tmp_path / "r"
-    ok(
-        cli(
-            root,
-            "train",
-            str(TINY),
-            "--set",
-            ADDITIVE_ONLY,
-            "--set",
-            "training.epochs=1",
-            "--quiet",
-        )
-    )  # store
     a = start(root, "train", str(TINY), *FAST, "--set", 'experiment.name="alpha"', "--quiet")
-    time.sleep(1.0)
-    b = cli(
-        root, "train", str(TINY), *FAST, "--set", 'experiment.name="beta"', "--quiet", timeout=600
-    )
-    a_out, a_err = a.communicate(timeout=600)
-    assert a.returncode == 0, a_err[-2000:]
-    if b.returncode != 0:  # it ran into the first training: refused before any run was created
-        assert "is already being trained by PID" in one_error_line(b)
-        assert not [r for r in runs_table(root) if r["status"] == "FAILED"]
+    b = None
+    b_err: list[str] = []
+    try:
+        deadline = time.monotonic() + 240
+        while not _holds_model(a, root):
+            assert a.poll() is None and time.monotonic() < deadline, a.stderr.read()[-2000:]
+            time.sleep(0.01)
+        _pause_between_transactions(a, root / "mlruns" / "mlflow.db")
+        assert _holds_model(a, root) and a.poll() is None
+        b = start(root, "train", str(TINY), *FAST, "--set", 'experiment.name="beta"', "--quiet")
+        reader = threading.Thread(target=lambda: b_err.extend(b.stderr), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 240
+        while not any(f"waiting for PID {a.pid}" in line for line in b_err):
+            assert b.poll() is None and time.monotonic() < deadline, b_err
+            time.sleep(0.1)
+    except BaseException:
+        for proc in (a, b):
+            if proc is not None:
+                proc.kill()
+        raise
+    finally:
+        if a.poll() is None:
+            os.kill(a.pid, signal.SIGCONT)
+    a_res = finish(a)
+    assert a_res.returncode == 0, a_res.stderr[-2000:]
+    b.wait(timeout=300)
+    reader.join(timeout=60)
+    err = "".join(b_err)
+    assert b.returncode == 0 and "Traceback" not in err, err[-2000:]
+    assert f"attnstudy: note: waiting for PID {a.pid}" in err and "this process trains it" in err
+    runs = runs_table(root)
+    assert [(r["status"], r["kind"]) for r in runs] == [("FINISHED", "model")] * 2, runs
     assert not list((root / "mlruns" / "checkpoints").rglob("*.tmp"))
 
 
-def test_corrupt_checkpoint_is_named_before_any_run_is_created(tmp_path):
+def test_corrupt_checkpoint_is_named_before_any_run_is_created(tmp_path, capfd):
     """D13: a truncated checkpoint gave "[Errno 22]" (or torch's advice to load it unsafely) and a
     FAILED run per attempt."""
     root = tmp_path / "r"
@@ -308,40 +347,31 @@ def test_corrupt_checkpoint_is_named_before_any_run_is_created(tmp_path):
     before = len(runs_table(root))
     for damage in (lambda b: b[: len(b) // 3], lambda b: b"", lambda b: os.urandom(len(b))):
         ckpt.write_bytes(damage(ckpt.read_bytes()) if ckpt.stat().st_size else os.urandom(5000))
-        res = cli(root, "train", str(TINY), *LONG, "--resume", "--quiet")
+        res = cli_here(capfd, root, "train", str(TINY), *LONG, "--resume", "--quiet")
         line = one_error_line(res)
         assert res.returncode == 1 and f"checkpoint {ckpt} is unreadable" in line
         assert "delete it or train without --resume" in line and "weights_only" not in line
         assert len(runs_table(root)) == before
 
 
-def test_empty_database_beside_artifacts_is_refused(tiny_models, tmp_path):
+def test_empty_database_beside_artifacts_is_refused(tiny_models, store_root, tmp_path, capfd):
     """D15: a 0-byte mlflow.db beside existing artifacts was silently a new store."""
+    import shutil
+
     root = tmp_path / "r"
-    ok(
-        cli(
-            root,
-            "train",
-            str(TINY),
-            "--set",
-            ADDITIVE_ONLY,
-            "--set",
-            "training.epochs=1",
-            "--quiet",
-        )
-    )
-    db = root / "mlruns" / "mlflow.db"
+    shutil.copytree(store_root / "mlruns" / "artifacts", root / "mlruns" / "artifacts")
+    db = root / "mlruns" / "mlflow.db"  # what was left of the store whose models those are
     db.write_bytes(b"")
     # a damaged store is something named that is malformed: exit 2, as docs/usage.md says (it was 1)
     for argv in (["train", str(TINY), "--quiet"], ["report", "--experiment", "tiny"]):
-        res = cli(root, *argv)
+        res = cli_here(capfd, root, *argv)
         assert res.returncode == 2 and "is empty (0 bytes) but" in one_error_line(res)
     assert db.stat().st_size == 0
     # not a database at all: SQLAlchemy's own error escaped as "(sqlite3.DatabaseError) file is
     # not a database", exit 1, naming neither the file nor what to do
     db.write_bytes(b"garbage\n")
     for argv in (["train", str(TINY), "--quiet"], ["report", "--experiment", "tiny"]):
-        res = cli(root, *argv)
+        res = cli_here(capfd, root, *argv)
         assert res.returncode == 2 and one_error_line(res) == (
             f"attnstudy: error: the tracking database {db} cannot be read (file is not a "
             "database); point --tracking-uri at the store's mlflow.db, or restore it from a backup"
@@ -349,14 +379,14 @@ def test_empty_database_beside_artifacts_is_refused(tiny_models, tmp_path):
     assert db.read_bytes() == b"garbage\n"
 
 
-def test_deleted_model_files_are_not_reused(tmp_path):
+def test_deleted_model_files_are_not_reused(tmp_path, capfd):
     """D18: `train` printed "reused" for a finished run whose model files were deleted."""
     root = tmp_path / "r"
     args = ["train", str(TINY), "--set", ADDITIVE_ONLY, "--set", "training.epochs=1", "--quiet"]
-    first = run_ids(ok(cli(root, *args)).stdout)[0]
+    first = run_ids(ok(cli_here(capfd, root, *args)).stdout)[0]
     (weights,) = (root / "mlruns" / "artifacts").glob(f"*/{first}/artifacts/model/weights.pt")
     weights.unlink()
-    res = ok(cli(root, *args))
+    res = ok(cli_here(capfd, root, *args))
     assert res.stdout.startswith("trained ") and run_ids(res.stdout)[0] != first
 
 
@@ -421,26 +451,14 @@ def test_full_disk_is_one_line_and_never_bricks_the_store(tmp_path):
 # ----------------------------------------------------------------------------- NaN never laundered
 
 
-def test_nan_weights_are_refused_not_reported_as_attention_does_not_matter(tmp_path):
+def test_nan_weights_are_refused_not_reported_as_attention_does_not_matter(tmp_path, capfd):
     """D7: NaN weights gave flip rate 0.0 and AER 1.0 ("attention does not matter"), `predict` an empty
     output with exit 0."""
     import torch
 
     root = tmp_path / "nan"
-    m = run_ids(
-        ok(
-            cli(
-                root,
-                "train",
-                str(TINY),
-                "--set",
-                ADDITIVE_ONLY,
-                "--set",
-                "training.epochs=1",
-                "--quiet",
-            )
-        ).stdout
-    )[0]
+    args = ["train", str(TINY), "--set", ADDITIVE_ONLY, "--set", "training.epochs=1", "--quiet"]
+    m = run_ids(ok(cli_here(capfd, root, *args)).stdout)[0]
     (weights,) = (root / "mlruns" / "artifacts").glob(f"*/{m}/artifacts/model/weights.pt")
     state = torch.load(weights, weights_only=True)
     state["decoder.attention.v.weight"].fill_(float("nan"))
@@ -449,7 +467,7 @@ def test_nan_weights_are_refused_not_reported_as_attention_does_not_matter(tmp_p
         ["predict", f"runs:/{m}", "abcd", "--attention"],
         ["ablate", f"runs:/{m}", "--n-examples", "2"],
     ):
-        res = cli(root, *argv)
+        res = cli_here(capfd, root, *argv)
         assert res.returncode == 2 and "hold NaN or inf values" in one_error_line(res), res.stderr[
             -1500:
         ]
@@ -480,9 +498,10 @@ def test_diverging_training_fails_and_nonfinite_metrics_are_counted(tmp_path, mo
     assert got.metrics["n_nonfinite_dropped"] == 2 and got.tags["nonfinite_metrics"] == "a,c"
 
 
-def test_predict_escapes_control_characters(tiny_models, store_root):
+def test_predict_escapes_control_characters(tiny_models, store_root, capfd):
     """D23: ANSI escapes reached the terminal and tabs/newlines broke the TSV output."""
-    res = ok(cli(store_root, "predict", f"runs:/{tiny_models[0].run_id}", "ab\x1b[31mc\td"))
+    argv = ["predict", f"runs:/{tiny_models[0].run_id}", "ab\x1b[31mc\td"]
+    res = ok(cli_here(capfd, store_root, *argv))
     line = res.stdout.splitlines()[0]
     assert "\x1b" not in res.stdout and line.startswith("ab\\x1b[31mc\\td\t")
 
