@@ -1,5 +1,8 @@
 """``predict`` with many inputs: --input FILE and - (stdin), one model load, outputs that do not
-depend on batch-mates."""
+depend on batch-mates.
+
+The command runs in the test process (tests/cli_in_process.py) except where it reads stdin, a
+``python -m attnstudy.cli`` process (~3.5 s CPU of imports once it loads a model)."""
 
 import json
 import os
@@ -8,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from cli_in_process import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -23,6 +27,12 @@ def _cli(root, *args, stdin=None):
         env=env,
         timeout=180,
     )
+
+
+def _cli_here(capfd, root, *args):
+    """:func:`_cli` in this process."""
+    env = {"ATTNSTUDY_ROOT": str(root), "MLFLOW_TRACKING_URI": None}
+    return run_cli(capfd, ["predict", *args], cwd=os.getcwd(), env=env)
 
 
 def test_batched_prediction_equals_one_input_at_a_time(tiny_models):
@@ -44,13 +54,13 @@ def test_batched_prediction_equals_one_input_at_a_time(tiny_models):
             assert np.allclose(a["attention"], b["attention"], atol=1e-4)
 
 
-def test_input_file_and_stdin_give_one_line_per_input(tiny_models, store_root, tmp_path):
+def test_input_file_and_stdin_give_one_line_per_input(tiny_models, store_root, tmp_path, capfd):
     uri = f"runs:/{tiny_models[0].run_id}"
     words = ["abc", "cab", "bbad"]
     f = tmp_path / "inputs.txt"
     f.write_text("\n".join(words) + "\n", encoding="utf-8")
-    by_args = _cli(store_root, uri, *words, "--json")
-    by_file = _cli(store_root, uri, "--input", str(f), "--json")
+    by_args = _cli_here(capfd, store_root, uri, *words, "--json")
+    by_file = _cli_here(capfd, store_root, uri, "--input", str(f), "--json")
     by_stdin = _cli(store_root, uri, "--input", "-", "--json", stdin="abc\r\ncab\nbbad")
     for out in (by_args, by_file, by_stdin):
         assert out.returncode == 0, out.stderr
@@ -67,17 +77,19 @@ def test_input_file_and_stdin_give_one_line_per_input(tiny_models, store_root, t
         (b"", "inputs.txt: no inputs"),
     ],
 )
-def test_bad_input_file_is_one_line_exit_2(tiny_models, store_root, tmp_path, content, needle):
+def test_bad_input_file_is_one_line_exit_2(
+    tiny_models, store_root, tmp_path, content, needle, capfd
+):
     f = tmp_path / "inputs.txt"
     f.write_bytes(content)
-    out = _cli(store_root, f"runs:/{tiny_models[0].run_id}", "--input", str(f))
+    out = _cli_here(capfd, store_root, f"runs:/{tiny_models[0].run_id}", "--input", str(f))
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1 and needle in lines[0], out.stderr
 
 
-def test_missing_input_file_and_no_inputs(tiny_models, store_root, tmp_path):
+def test_missing_input_file_and_no_inputs(tiny_models, store_root, tmp_path, capfd):
     uri = f"runs:/{tiny_models[0].run_id}"
-    out = _cli(store_root, uri, "--input", str(tmp_path / "nope.txt"))
+    out = _cli_here(capfd, store_root, uri, "--input", str(tmp_path / "nope.txt"))
     assert out.returncode == 2 and "nope.txt: file not found" in out.stderr
-    out = _cli(store_root, uri)
+    out = _cli_here(capfd, store_root, uri)
     assert out.returncode == 2 and "give inputs as arguments or with --input" in out.stderr
