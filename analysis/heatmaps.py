@@ -171,7 +171,7 @@ def reference_word_view(ex: Example, attention: torch.Tensor) -> dict:
     from .ablations.alignment import hard_alignment, word_attention
 
     words = word_attention(attention, ex.src_words, ex.tgt_words).mean(0)  # (J, I)
-    valid = torch.ones(words.size(1), dtype=torch.bool)
+    valid = torch.ones(words.size(1), dtype=torch.bool, device=words.device)
     gold = ex.alignment
     return {
         "source": word_labels(ex.src, ex.src_words),

@@ -397,7 +397,9 @@ def run(model, batch: PreparedBatch, params: FaithfulnessParams, ctx: AblationCo
     if orders:
         d = drops(model, batch, torch.stack(orders), ks, ctx.chunk_rows)  # (2, O, B, T_y, K)
     else:  # every configured ranking is one the model lacks
-        d = torch.empty(2, 0, *tr.step_mask.shape, ks.size(1), dtype=torch.float64)
+        d = torch.empty(
+            2, 0, *tr.step_mask.shape, ks.size(1), dtype=torch.float64, device=tr.src.device
+        )
     named = {r: d[:, i] for i, r in enumerate(names)}
     if n_rand:
         named["random"] = d[:, len(names) :].mean(1)
