@@ -50,7 +50,8 @@ def test_train_a_tiny_model_and_run_eflomal_on_a_few_chapters(tmp_path):
         "model.decoder_hidden=32",
         "model.attention_dim=16",
     ]
-    spec = load_experiment(EXPERIMENT, overrides).runs()[0]  # additive/bahdanau
+    runs = load_experiment(EXPERIMENT, overrides).runs()
+    (spec,) = [s for s in runs if getattr(s.model, "attention", None) == "additive"]
     splits, sv, tv = load_data(spec)
     assert (len(splits.train), len(splits.dev), len(splits.test)) == (150, 20, 30)
     assert all(e.id.startswith("nt/test/") and e.tgt_words for e in splits.test)
