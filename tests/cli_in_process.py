@@ -68,7 +68,7 @@ def process_state_restored():
     """Put back, on exit, the process-wide state ``cli.main`` changes (see the module docstring)."""
     import torch
 
-    from attnstudy import notices
+    from attnstudy import notices, signals
 
     env = dict(os.environ)
     cwd = os.getcwd()
@@ -82,6 +82,7 @@ def process_state_restored():
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     unraisable = sys.unraisablehook
     said = _module_state(notices)
+    held = _module_state(signals)  # an interrupt request, a deferred-signals block left open
     uris = {
         (mod, attr): getattr(sys.modules[mod], attr)
         for mod, attr in _MLFLOW_URIS
@@ -106,6 +107,7 @@ def process_state_restored():
             signal.signal(s, handler)
         sys.unraisablehook = unraisable
         _restore_module_state(notices, said)
+        _restore_module_state(signals, held)
         for (mod, attr), value in uris.items():
             setattr(sys.modules[mod], attr, value)
 
