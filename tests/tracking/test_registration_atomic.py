@@ -41,6 +41,28 @@ def cfg():
     return load_experiment(TINY, ["training.epochs=1", ADDITIVE_ONLY])
 
 
+@pytest.fixture(autouse=True)
+def sigint_as_in_a_terminal():
+    """Each test starts as a terminal's foreground process would: SIGINT at Python's default
+    handler (it raises KeyboardInterrupt) and no deferred-signals block open, whatever a test
+    before it on the same pytest worker left behind (CI once saw these tests' SIGINT held: 'DID
+    NOT RAISE KeyboardInterrupt'); both put back afterwards."""
+    from attnstudy import signals
+
+    saved = signal.getsignal(signal.SIGINT)
+    state = (signals._requested, signals._depth, dict(signals._saved), list(signals._pending))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signals._requested, signals._depth = False, 0
+    signals._saved.clear()
+    signals._pending.clear()
+    yield
+    signal.signal(signal.SIGINT, saved)
+    signals._requested, signals._depth = state[0], state[1]
+    signals._saved.clear()
+    signals._saved.update(state[2])
+    signals._pending[:] = state[3]
+
+
 @pytest.fixture
 def handlers():
     """Put SIGINT/SIGTERM handlers, the unraisable hook and the notice handler back after a test
