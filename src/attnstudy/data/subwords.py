@@ -120,7 +120,10 @@ def subword_word_index(tokens: Sequence[str]) -> list[int]:
     """
     out: list[int] = []
     for t in tokens:
-        out.append(out[-1] + 1 if out and t.startswith(WORD_START) else max(out, default=0))
+        if not out:
+            out.append(0)
+        else:  # the numbers never fall: the word before is the last one
+            out.append(out[-1] + 1 if t.startswith(WORD_START) else out[-1])
     return out
 
 
