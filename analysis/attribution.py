@@ -49,7 +49,10 @@ from torch import Tensor
 from attnstudy.data.vocab import PAD_ID, UNK_ID
 from attnstudy.models import eval_mode, gradients_in_eval
 
-from .attribution_params import METHODS  # the registry of the methods' names and labels
+from .attribution_params import (  # the registry of the methods' names and labels
+    METHODS,
+    ONE_BACKWARD_METHODS,
+)
 from .divergences import kendall_tau
 from .step_scores import get_step_score
 
@@ -395,7 +398,7 @@ def attribution(model, batch, method: str, chunk_rows: int = 4096, **params) -> 
     Raises:
         ValueError: an unknown method (the message lists :data:`METHODS`) or setting.
     """
-    if method in ("saliency", "input_x_gradient"):
+    if method in ONE_BACKWARD_METHODS:
         unknown = set(params) - {"detach_attention"}
         if unknown:
             raise ValueError(f"{method} takes detach_attention only, got {sorted(unknown)}")
@@ -431,7 +434,7 @@ def cached_attribution(model, batch, method: str, ctx: Any, params: dict) -> Att
         hit = cache.get((method, settings))
         if hit is not None and hit[0] is model and hit[1] is tr.src and hit[2] is tr.tgt_in:
             return hit[3]
-    if method in ("saliency", "input_x_gradient") and set(params) <= {"detach_attention"}:
+    if method in ONE_BACKWARD_METHODS and set(params) <= {"detach_attention"}:
         found = {m: Attribution(v) for m, v in gradient_scores(model, batch, **params).items()}
     else:
         found = {method: attribution(model, batch, method, chunk_rows=ctx.chunk_rows, **params)}

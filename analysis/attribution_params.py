@@ -27,6 +27,9 @@ METHODS = tuple(METHOD_LABELS)
 """The attribution methods' names, in the registry's order."""
 GRADIENT_METHODS = ("saliency", "input_x_gradient", "integrated_gradients")
 """The methods computed from input gradients (a model needs the ``gradients`` capability)."""
+ONE_BACKWARD_METHODS = ("saliency", "input_x_gradient")
+"""The methods read off one backward per decoder step together (``attribution.gradient_scores``):
+asked for with the same settings, both come from one pass."""
 IMPORTANCE_LABELS: dict[str, str] = {
     "attention": "attention",
     **METHOD_LABELS,
@@ -35,6 +38,27 @@ IMPORTANCE_LABELS: dict[str, str] = {
 """Every importance measure a source-token ranking can be read from: the head-mean attention
 row, the attribution methods and leave-one-out by deletion (Jain & Wallace 2019, §3;
 :func:`attnstudy.analysis.ablations.importance.loo_importance`): name → label."""
+
+AGREEMENT_MEASURES: dict[str, str] = {
+    **{method: METHOD_LABELS[method] for method in METHODS},
+    "loo": IMPORTANCE_LABELS["leave_one_out"],
+}
+"""The measures the method × method agreement matrix compares (``attribution_agreement``), in its
+order: name in its metric keys (leave-one-out is ``loo`` there, as in stored runs) → label."""
+AGREEMENT_PAIRS: dict[str, tuple[str, str]] = {
+    f"{a}_{b}": (a, b)
+    for i, a in enumerate(AGREEMENT_MEASURES)
+    for b in list(AGREEMENT_MEASURES)[i + 1 :]
+}
+"""Every pair of :data:`AGREEMENT_MEASURES` once: ``"<a>_<b>"`` (its metric keys' infix) → (a, b)."""
+_AGREEMENT_SHORT_LABELS = {"integrated_gradients": "IG", "loo": "LOO"}
+AGREEMENT_FORMER_LABELS: dict[str, str] = {
+    pair: "τ {}–{}".format(*(_AGREEMENT_SHORT_LABELS.get(m, AGREEMENT_MEASURES[m]) for m in (a, b)))
+    for pair, (a, b) in AGREEMENT_PAIRS.items()
+    if {a, b} & set(_AGREEMENT_SHORT_LABELS)
+}
+"""The labels the agreement matrix's result tables used before they came from this registry
+("IG", "LOO"), per pair: read back through ``Stat.former_labels``."""
 
 IG_METHODS = (
     "gausslegendre",

@@ -9,7 +9,12 @@ the scale against which attention's τ with each of them is read.
 
 from __future__ import annotations
 
-from attnstudy.analysis.attribution_params import AgreementParams
+from attnstudy.analysis.attribution_params import (
+    AGREEMENT_FORMER_LABELS,
+    AGREEMENT_MEASURES,
+    AGREEMENT_PAIRS,
+    AgreementParams,
+)
 from attnstudy.analysis.catalogue import AblationSpec, Figure, Question, Stat
 
 from ..attribution import cached_attribution, head_mean_attention, tau_table
@@ -21,66 +26,15 @@ SPEC = AblationSpec(
     params=AgreementParams,
     requires=("gradients",),
     stats={
-        "tau_saliency_input_x_gradient": Stat(
-            "attribution_agreement_tau_saliency_input_x_gradient",
-            label="τ saliency–input × gradient",
+        f"tau_{pair}": Stat(
+            f"attribution_agreement_tau_{pair}",
+            label=f"τ {AGREEMENT_MEASURES[a]}–{AGREEMENT_MEASURES[b]}",
             unit="Kendall τ-b",
             question="attribution_agreement",
-        ),
-        "tau_saliency_integrated_gradients": Stat(
-            "attribution_agreement_tau_saliency_integrated_gradients",
-            label="τ saliency–IG",
-            unit="Kendall τ-b",
-            question="attribution_agreement",
-        ),
-        "tau_saliency_occlusion": Stat(
-            "attribution_agreement_tau_saliency_occlusion",
-            label="τ saliency–occlusion",
-            unit="Kendall τ-b",
-            question="attribution_agreement",
-        ),
-        "tau_saliency_loo": Stat(
-            "attribution_agreement_tau_saliency_loo",
-            label="τ saliency–LOO",
-            unit="Kendall τ-b",
-            question="attribution_agreement",
-        ),
-        "tau_input_x_gradient_integrated_gradients": Stat(
-            "attribution_agreement_tau_input_x_gradient_integrated_gradients",
-            label="τ input × gradient–IG",
-            unit="Kendall τ-b",
-            question="attribution_agreement",
-        ),
-        "tau_input_x_gradient_occlusion": Stat(
-            "attribution_agreement_tau_input_x_gradient_occlusion",
-            label="τ input × gradient–occlusion",
-            unit="Kendall τ-b",
-            question="attribution_agreement",
-        ),
-        "tau_input_x_gradient_loo": Stat(
-            "attribution_agreement_tau_input_x_gradient_loo",
-            label="τ input × gradient–LOO",
-            unit="Kendall τ-b",
-            question="attribution_agreement",
-        ),
-        "tau_integrated_gradients_occlusion": Stat(
-            "attribution_agreement_tau_integrated_gradients_occlusion",
-            label="τ IG–occlusion",
-            unit="Kendall τ-b",
-            question="attribution_agreement",
-        ),
-        "tau_integrated_gradients_loo": Stat(
-            "attribution_agreement_tau_integrated_gradients_loo",
-            label="τ IG–LOO",
-            unit="Kendall τ-b",
-            question="attribution_agreement",
-        ),
-        "tau_occlusion_loo": Stat(
-            "attribution_agreement_tau_occlusion_loo",
-            label="τ occlusion–LOO",
-            unit="Kendall τ-b",
-            question="attribution_agreement",
-        ),
+            # result tables written before the labels came from the registry
+            former_labels=tuple(v for k, v in AGREEMENT_FORMER_LABELS.items() if k == pair),
+        )
+        for pair, (a, b) in AGREEMENT_PAIRS.items()
     },
     questions={
         "attribution_agreement": Question(
@@ -105,9 +59,9 @@ SPEC = AblationSpec(
     "integrated gradients, occlusion and leave-one-out per step",
     reference="Jain & Wallace 2019, §3; Captum",
 )
-METHODS = ("saliency", "input_x_gradient", "integrated_gradients", "occlusion", "loo")
-"""The compared measures, in the matrix's order."""
-PAIRS = {f"{a}_{b}": (a, b) for i, a in enumerate(METHODS) for b in METHODS[i + 1 :]}
+METHODS = tuple(AGREEMENT_MEASURES)
+"""The compared measures, in the matrix's order (the registry's :data:`AGREEMENT_MEASURES`)."""
+PAIRS = AGREEMENT_PAIRS
 
 
 def run(model, batch, params, ctx):

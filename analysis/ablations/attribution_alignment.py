@@ -34,7 +34,7 @@ from torch import Tensor
 from attnstudy.data.vocab import EOS_ID
 
 from .._chunks import step_frame
-from ..attribution import attribution, gradient_scores, head_mean_attention
+from ..attribution import cached_attribution, head_mean_attention
 from .alignment import _argmax_link, word_attention
 
 
@@ -194,17 +194,9 @@ def run(model, batch, params: AttributionAlignmentParams, ctx) -> pd.DataFrame:
     att = head_mean_attention(batch)
     if att is not None:
         matrices["attention"] = att
-    grads: dict[str, tuple[dict, dict[str, Tensor]]] = {}
-    for m in params.methods:
-        settings = getattr(params, m).model_dump()
-        if m in ("saliency", "input_x_gradient"):
-            key = repr(sorted(settings.items()))  # one backward per step gives both
-            if key not in grads:
-                grads[key] = (settings, gradient_scores(model, batch, **settings))
-            matrices[m] = grads[key][1][m].abs()
-        else:
-            found = attribution(model, batch, m, chunk_rows=ctx.chunk_rows, **settings)
-            matrices[m] = found.scores.abs()
+    for m in params.methods:  # saliency and input × gradient share one backward (the run's cache)
+        found = cached_attribution(model, batch, m, ctx, getattr(params, m).model_dump())
+        matrices[m] = found.scores.abs()
     n_sure = None
     for m, scores in matrices.items():
         counts = argmax_counts(batch, scores)

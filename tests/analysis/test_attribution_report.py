@@ -64,7 +64,8 @@ def test_each_method_and_agreement_statistic_is_a_report_column_with_an_interval
     md = (report / "report.md").read_text(encoding="utf-8")
     html = (report / "report.html").read_text(encoding="utf-8")
     labels = _labels()
-    assert "τ attention–integrated gradients" in labels and "τ IG–LOO" in labels
+    assert "τ attention–integrated gradients" in labels
+    assert "τ integrated gradients–leave-one-out" in labels  # the registry's labels
     assert len(labels) == 4 + 10  # τ against attention per method, the 10 pairs of 5 measures
     for label in labels:
         cells = _row_cells(md, label)

@@ -52,6 +52,10 @@ def test_a_former_label_is_read_as_the_label_now(tmp_path):
     old = "comprehensiveness, input x gradient"
     assert results.former_labels()[old] == "comprehensiveness, input × gradient"
     assert results.former_labels()["sufficiency, leave one out"] == "sufficiency, leave-one-out"
+    # the agreement matrix's short labels, before its labels came from the registry
+    assert results.former_labels()["τ IG–LOO"] == "τ integrated gradients–leave-one-out"
+    assert results.former_labels()["τ saliency–IG"] == "τ saliency–integrated gradients"
+    assert "τ saliency–occlusion" not in results.former_labels()  # unchanged: no former label
     path = tmp_path / "exp-faithfulness.csv"
     path.write_text(f'model,"{old}"\ncopy additive,"0.5 [0.4, 0.6]"\n', encoding="utf-8")
     assert results.read_rows(path) == [
