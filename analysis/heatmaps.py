@@ -31,8 +31,8 @@ from .batch import AblationContext, PreparedBatch, prepare_batches, table_index
 from .catalogue import AblationConfig
 
 DIGITS = 3
-"""Decimals kept in the JSON (attention weights to 0.001; a browser page of 200 examples stays
-well under a megabyte or two)."""
+"""Decimals kept in the records (attention weights to 0.001); the example browser carries them
+exactly, as integers in thousandths (:func:`attnstudy.browser.encode_map`)."""
 MAX_RECORDS = 1000
 """Examples recorded at most (the browser of a larger analysis lists the first ones)."""
 

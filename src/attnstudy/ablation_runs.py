@@ -110,6 +110,7 @@ def ablate_run(
                 per_example=result.examples,
                 records=recorder.result(),
                 thresholds=thresholds,
+                task=spec.data.task,
             )
         if result.skipped:
             tracker.log_text(run_id, json.dumps(result.skipped, indent=2), Artifact.SKIPPED)

@@ -479,6 +479,7 @@ def log_ablation_pages(
     per_example: pd.DataFrame | None,
     records: list[dict],
     thresholds: VerdictThresholds | None = None,
+    task: str | None = None,
 ) -> dict[str, str]:
     """Everything an ablation run shows besides its metrics (see the module docstring).
 
@@ -492,6 +493,8 @@ def log_ablation_pages(
         per_example: the suite's per-example table.
         records: :class:`attnstudy.analysis.heatmaps.Recorder` records.
         thresholds: the verdict's thresholds.
+        task: the model's ``data.task``: the example browser's outcome column
+            (:func:`attnstudy.browser.outcome_of`).
 
     Returns:
         The verdict tags set on the run (``verdict.used`` …).
@@ -523,7 +526,9 @@ def log_ablation_pages(
         "n_examples": len(examples),
     }
     page = browser_html(
-        browser_data(records, steps, examples=per_example, predictions=predictions, meta=meta)
+        browser_data(
+            records, steps, examples=per_example, predictions=predictions, meta=meta, task=task
+        )
     )
     tracker.log_text(run_id, page, Artifact.BROWSER)
     est = estimates_table([facts])

@@ -475,3 +475,100 @@ def test_example_browser_shows_greek_and_english_words_with_gold_links(page, tmp
     assert page.locator("#reference-steps tbody tr").count() == len(ex.tgt) + 1  # <eos>
     _shot(page, "example_browser_nt_subwords", full_page=True)
     assert not errors, errors
+
+
+def test_example_browser_on_translation_decodes_maps_numbers_layers_from_1_and_shows_the_error_rate(
+    page, tmp_path
+):
+    """The page decodes its encoded maps (``decodeMap``/``decodeRecord``) to exactly the recorded
+    values (and to what the plain ``browser.decode_record`` gives), numbers layers from 1 in the
+    list and the layer switch, and for a translation task shows the token error rate instead of
+    "correct?" (no "only incorrect" filter); a row clicked opens its example."""
+    import torch
+    from attnstudy.analysis.catalogue import AblationConfig
+    from attnstudy.analysis.heatmaps import Recorder
+    from attnstudy.analysis.suite import run_suite
+
+    from attnstudy.browser import browser_data, browser_html, decode_record
+    from attnstudy.config import TransformerConfig, data_config
+    from attnstudy.data import nt
+    from attnstudy.data.tasks import TOKEN_ERROR_RATE
+    from attnstudy.data.vocab import Vocab
+    from attnstudy.models import build_model
+
+    fixture = ROOT / "tests" / "fixtures" / "nt"
+    files = nt.NTFiles(
+        fixture / "SBLGNT.tsv", fixture / "nt_BSB.tsv", fixture / "SBLGNT-BSB-manual.json"
+    )
+    splits = nt.build_splits(
+        files, data_config(task=nt.TASK, nt_min_test_verses=0, nt_vocab_size=120)
+    )
+    sv, tv = (Vocab.build(getattr(e, side) for e in splits.train) for side in ("src", "tgt"))
+    torch.manual_seed(0)
+    mcfg = TransformerConfig(architecture="transformer", layers=2, heads=2, d_model=8, d_ff=16)
+    model = build_model(mcfg, len(sv), len(tv)).eval()
+    cfg = AblationConfig(
+        bootstrap_resamples=20, seed=3, ablations=["alignment", "permutation"], layers="each"
+    )
+    rec = Recorder(cfg.prefix)
+    res = run_suite(model, splits.dev, sv, tv, cfg, progress=False, batch_size=4, recorder=rec)
+    records = rec.result()
+    data = browser_data(records, res.table, meta={"title": "nt layers"}, task=nt.TASK)
+    path = tmp_path / "browser.html"
+    path.write_text(browser_html(data), encoding="utf-8")
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    page.wait_for_selector("#examples tbody tr")
+    # every record decoded in the page: the recorded numbers, heads analysed jointly left out
+    decoded = page.evaluate("ids => ids.map(id => decodeRecord(id))", [r["id"] for r in records])
+    for original, got in zip(records, decoded):
+        want = decode_record(data["records"][original["id"]])
+        for key in ("attention", "reference_attention", "words", "reference_words"):
+            assert got[key] == want[key], key
+        assert got["attention"] == original["attention"]
+        assert got["reference_attention"] == original["reference_attention"]
+        assert got["words"]["attention"] == original["words"]["attention"]
+        assert got["reference_words"]["attention"] == original["reference_words"]["attention"]
+        assert "heads" not in got and "heads" in original  # the heads' mean only
+    # the list: layers 1 and 2 (stored 0 and 1), the error rate, no "correct?"
+    heads = page.locator("#examples thead th").all_text_contents()
+    assert TOKEN_ERROR_RATE.label in heads and "correct?" not in heads, heads
+    assert page.locator("#wrong").count() == 0
+    layer_col = heads.index("layer")
+    shown = page.evaluate(
+        "c => Array.from(document.querySelectorAll('#examples tbody tr')).map("
+        "tr => tr.children[c].innerText)",
+        layer_col,
+    )
+    assert sorted(set(shown)) == ["1", "2"]
+    assert sorted({row["layer"] for row in data["examples"]}) == [0, 1]
+    # the error rate as computed (a column flagged like the layer's once showed value + 1)
+    rate_col = heads.index(TOKEN_ERROR_RATE.label)
+    cells = page.evaluate(
+        "c => Array.from(document.querySelectorAll('#examples tbody tr')).map("
+        "tr => [tr.dataset.id, tr.children[c].innerText])",
+        rate_col,
+    )
+    rates = {row["id"]: row["token_error_rate"] for row in data["examples"]}
+    assert all(rates.values())
+    for eid, text in cells:
+        assert text == page.evaluate("v => fmt(v)", rates[eid]), (eid, text, rates[eid])
+    # a row clicked opens its example on its unit's layer (the last, stored 1), named 2
+    page.locator("#examples tbody tr").first.click()
+    page.wait_for_selector("#detail svg")
+    assert page.locator("#layer option").all_text_contents() == ["layer 1", "layer 2"]
+    assert page.input_value("#layer") == "1"
+    titles = page.locator("#detail .map h3").all_text_contents()
+    assert titles[0] == "attention between words (layer 2) (head mean)", titles
+    # a hover shows the recorded weight: the first cell of the subword map of layer 1
+    page.select_option("#view", "tokens")
+    page.select_option("#layer", "0")
+    first_id = page.locator("#examples tbody tr").first.get_attribute("data-id")
+    first = next(r for r in records if r["id"] == first_id)
+    cell = page.locator('svg[data-map="attention (layer 1) (head mean)"] rect title').first
+    weight = first["attention"][0][0][0]  # 3 decimals, shown to 3 significant digits
+    assert cell.text_content().endswith(": " + page.evaluate("v => fmt(v, 3)", weight))
+    assert page.evaluate("v => fmt(v, 3)", 0.047) == "0.047"
+    _shot(page, "example_browser_nt_layers", full_page=True)
+    assert not errors, errors

@@ -125,6 +125,7 @@ def build_report(
                         examples=e.examples,
                         predictions=e.predictions,
                         meta=meta,
+                        task=e.task,
                     )
                 )
                 (tmp / run["browser_file"]).write_text(page, encoding="utf-8")
