@@ -141,9 +141,16 @@ def _shade(colour, k: int, n: int) -> tuple:
     return colorsys.hls_to_rgb(h, min(0.85, l_ * 0.5 + light * 0.5), s)
 
 
+def layer_label(variant: str, layer: int) -> str:
+    """A model's layer as a legend names it, counted from 1 as the report's tables count layers
+    (``layer`` is the stored 0-based index; −1, all layers at once: ``all layers``)."""
+    return f"{variant} · " + ("all layers" if layer < 0 else f"layer {int(layer) + 1}")
+
+
 def per_layer(df: pd.DataFrame, palette: dict | None = None) -> tuple[pd.DataFrame, dict]:
-    """Models with several layers get one label per layer (``model · layer l``) and one shade of
-    the model's colour per layer; single-layer models keep their name and colour."""
+    """Models with several layers get one label per layer (:func:`layer_label`: ``model · layer
+    l``, l from 1) and one shade of the model's colour per layer; single-layer models keep their
+    name and colour."""
     palette = dict(palette or variant_palette(df["variant"] if "variant" in df else []))
     if df.empty or "layer" not in df.columns or "variant" not in df.columns:
         return df, palette
@@ -155,11 +162,11 @@ def per_layer(df: pd.DataFrame, palette: dict | None = None) -> tuple[pd.DataFra
     for v in multi:
         layers = sorted(df.loc[df["variant"] == v, "layer"].unique())
         for k, layer in enumerate(layers):
-            label = f"{v} · layer {layer}"
+            label = layer_label(v, layer)
             palette[label] = _shade(palette.get(v, (0.3, 0.3, 0.3)), k, len(layers))
         mask = df["variant"] == v
         df.loc[mask, "variant"] = df.loc[mask].apply(
-            lambda r: f"{r['variant']} · layer {r['layer']}", axis=1
+            lambda r: layer_label(r["variant"], r["layer"]), axis=1
         )
     return df, palette
 

@@ -96,3 +96,17 @@ def test_any_two_of_thirteen_models_differ_by_at_least_15():
     labs = [srgb_to_lab(c) for c in palette.values()]
     worst = min(ciede2000(a, b) for a, b in itertools.combinations(labs, 2))
     assert worst >= 15, worst
+
+
+def test_layers_in_legends_are_counted_from_1_as_in_the_report():
+    """The figures named a Transformer's layers 0, 1 (the stored index) where the report's
+    tables and the example browser say layer 1, 2."""
+    import pandas as pd
+    from attnstudy.analysis.figures.base import per_layer
+
+    df = pd.DataFrame(
+        {"variant": ["t", "t", "t", "a"], "layer": [0, 1, 1, 0], "value": [1.0, 2.0, 3.0, 4.0]}
+    )
+    out, palette = per_layer(df)
+    assert out["variant"].tolist() == ["t · layer 1", "t · layer 2", "t · layer 2", "a"]
+    assert {"t · layer 1", "t · layer 2", "a"} <= set(palette)
