@@ -121,7 +121,9 @@ def rows_given_attention(
 
     Returns:
         ``logits(weights)``: replacement rows (N, K, H', T_x) of the analysed unit → logits
-        (N, K, V), differentiable in ``weights``.
+        (N, K, V), differentiable in ``weights``; the recurrent family's row forms also have
+        ``with_vjp(weights) -> (logits, vjp)``, the gradient written out
+        (:class:`attnstudy.models.seq2seq.RowLogits`).
     """
     fast = getattr(model, "rows_given_attention", None)
     prepared = fast(trace, b_idx, t_idx) if fast is not None else None

@@ -35,6 +35,7 @@ affordable: one optimiser per step was ~10× slower on a 4-example batch).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -329,24 +330,45 @@ def _softmax_rows(theta: Tensor) -> Tensor:
     return e.div_(e.sum(-1, keepdim=True))
 
 
+@functools.lru_cache(maxsize=16)
+def _pair_weights(k: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """W (K+1, K+1) (cached: never modified): the loss's JSD terms as Σ_ab W_ab JSD(d_a, d_b) over d = [α̃_1 … α̃_K; α]
+    (head means): W_kα = W_αk = −½ (so −JSD(α̃_k, α) once per candidate), W_kk' = −1/K² (the
+    mean over the K × K candidate pairs, diagonal included), W_αα = 0."""
+    w = torch.full((k + 1, k + 1), -1.0 / (k * k), dtype=dtype, device=device)
+    w[:k, k] = w[k, :k] = -0.5
+    w[k, k] = 0.0
+    return w
+
+
+_softmax_backward = torch.ops.aten._softmax_backward_data
+"""_softmax_backward(g, y, dim, dtype) = y ⊙ (g − Σ y g): the gradient through y = softmax(a)
+from its output, one kernel."""
+
+
 def _objective_and_grad(
     logits_of, theta: Tensor, fixed: _Fixed, acfg: AdversarialParams
 ) -> tuple[Tensor, Tensor]:
-    """The per-row loss of :func:`_row_objective` and its gradient w.r.t. θ, autograd only
-    through the model (``logits_of``); every other term's derivative written out.
+    """The per-row loss of :func:`_row_objective` and its gradient w.r.t. θ, every derivative
+    written out; autograd only through a model whose row form has no written-out
+    vector–Jacobian product (``logits_of.with_vjp``, :class:`attnstudy.models.seq2seq.RowLogits`:
+    the recurrent family has one; the Transformer's row form and the scatter form do not).
 
-    With c_k the head mean of α̃_k = softmax(θ_k), s = c + q and JSD(c, q) = ½ [Σ c log c +
-    Σ q log q − Σ s log s + ln 2 · Σ s] (Lin 1991), ∂JSD/∂c_j = ½ (log c_j − log s_j + ln 2); the
-    pairwise term contributes that derivative to both candidates of each pair k < k', weighted
-    −2/K²; the clamp to [0, ln 2] passes the gradient only inside it (as ``clamp``'s backward).
-    The hinge λ · ReLU(TVD(p̃, p) − ε) has ∂/∂p̃ = λ/2 · sign(p̃ − p) where TVD > ε, taken through
-    the output softmax (∂/∂z = p̃ ⊙ (g − Σ p̃ g)) and then through the model by one
-    ``autograd.grad``; the candidates' gradient (the JSD part spread over the H heads of the mean)
-    goes through the softmax over positions the same way. Logs are clamped as in
+    The JSD terms as one (K+1) × (K+1) matrix: with d = [c_1 … c_K; α] (c_k the head mean of
+    α̃_k = softmax(θ_k)), s_ab = d_a + d_b and JSD(d_a, d_b) = ½ [Σ d_a log d_a + Σ d_b log d_b −
+    Σ s_ab log s_ab + ln 2 · Σ s_ab] (Lin 1991), the loss's JSD part is Σ_ab W_ab JSD(d_a, d_b)
+    (:func:`_pair_weights`), and since ∂JSD(p, q)/∂p_j = ½ (log p_j − log s_j + ln 2) and W is
+    symmetric, ∂/∂c_k = Σ_b W_kb (log c_k − log s_kb + ln 2); the clamp to [0, ln 2] passes the
+    gradient only inside it (as ``clamp``'s backward). The diagonal JSD(c_k, c_k) is 0 up to
+    rounding, its derivative too. The hinge λ · ReLU(TVD(p̃, p) − ε) has ∂/∂p̃ = λ/2 · sign(p̃ −
+    p) where TVD > ε, taken through the output softmax (∂/∂z = p̃ ⊙ (g − Σ p̃ g)) and then
+    through the model; the candidates' gradient (the JSD part spread over the H heads of the
+    mean) goes through the softmax over positions the same way. Logs are clamped as in
     :func:`_log_clamped`, so padding positions (α̃ = 0) get finite terms times 0.
 
     Args:
-        logits_of: candidates (N, K, H, T_x) → logits (N, K, V), differentiable.
+        logits_of: candidates (N, K, H, T_x) → logits (N, K, V), differentiable (or with
+            ``with_vjp``).
         theta: (N, K, H, T_x) candidate logits, −inf at padding. fixed: :func:`_fixed_terms`.
 
     Returns:
@@ -356,42 +378,41 @@ def _objective_and_grad(
     with torch.no_grad():
         cand = _softmax_rows(theta)  # (N, K, H, T_x)
         heads, k = cand.size(2), cand.size(1)
-        c = cand.mean(2)  # (N, K, T_x)
-        log_c = _log_clamped(c)
-        c_log_c = (c * log_c).sum(-1)  # (N, K)
-        s = c + fixed.alpha
+        c = cand[:, :, 0] if heads == 1 else cand.mean(2)  # (N, K, T_x)
+        d = torch.cat([c, fixed.alpha], 1)  # (N, K + 1, T_x)
+        log_d = _log_clamped(d)
+        d_log_d = (d * log_d).sum(-1)  # (N, K + 1)
+        s = d.unsqueeze(2) + d.unsqueeze(1)  # (N, K + 1, K + 1, T_x)
         log_s = _log_clamped(s)
-        raw = 0.5 * (c_log_c + fixed.alpha_log_alpha - (s * (log_s - LN2)).sum(-1))
-        div = raw.clamp(min=0.0, max=LN2)
-        inside = ((raw >= 0) & (raw <= LN2)).to(c.dtype).unsqueeze(-1)
-        grad_c = (log_c - log_s + LN2).mul_(inside * -0.5)  # ∂(−JSD(c_k, α)) / ∂c_k
-        cross_sum = None
-        if k > 1:
-            i, j = torch.triu_indices(k, k, 1, device=theta.device)
-            sp = c[:, i] + c[:, j]  # (N, pairs, T_x)
-            log_sp = _log_clamped(sp)
-            raw_p = 0.5 * (c_log_c[:, i] + c_log_c[:, j] - (sp * (log_sp - LN2)).sum(-1))
-            cross_sum = raw_p.clamp(min=0.0, max=LN2).sum(-1)
-            w = ((raw_p >= 0) & (raw_p <= LN2)).to(c.dtype).unsqueeze(-1) * (-1.0 / (k * k))
-            grad_c.index_add_(1, i, (log_c[:, i] - log_sp + LN2).mul_(w))
-            grad_c.index_add_(1, j, (log_c[:, j] - log_sp + LN2).mul_(w))
-    cand.requires_grad_(True)
-    with torch.enable_grad():
-        logits = logits_of(cand)  # (N, K, V)
+        raw = (d_log_d.unsqueeze(2) + d_log_d.unsqueeze(1)).sub_((s * (log_s - LN2)).sum(-1))
+        raw.mul_(0.5)  # JSD(d_a, d_b), (N, K + 1, K + 1)
+        pair_w = _pair_weights(k, c.dtype, c.device)
+        loss = (raw.clamp(min=0.0, max=LN2) * pair_w).sum((1, 2))
+        w = ((raw >= 0) & (raw <= LN2)).to(c.dtype).mul_(pair_w)
+        # ∂/∂c_k = Σ_b W_kb (log c_k − log s_kb + ln 2), (N, K, T_x)
+        grad_c = (log_d[:, :k].unsqueeze(2) - log_s[:, :k]).add_(LN2).mul_(w[:, :k, :, None])
+        grad_c = grad_c.sum(2)
+    with_vjp = getattr(logits_of, "with_vjp", None)
+    if with_vjp is not None:  # the model's backward written out (the recurrent row forms)
+        logits, vjp = with_vjp(cand)  # (N, K, V)
+    else:
+        cand.requires_grad_(True)
+        with torch.enable_grad():
+            logits = logits_of(cand)  # (N, K, V)
     with torch.no_grad():
         p_new = torch.softmax(logits.detach(), -1)
         diff = p_new - fixed.p_orig
-        over = 0.5 * diff.abs().sum(-1) - acfg.eps_opt  # TVD − ε, (N, K)
-        loss = (-div + acfg.lam * torch.relu(over)).sum(-1)
-        if cross_sum is not None:
-            loss = loss - cross_sum * (2.0 / (k * k))
+        over = diff.abs().sum(-1).mul_(0.5).sub_(acfg.eps_opt)  # TVD − ε, (N, K)
+        loss.add_(torch.relu(over).sum(-1), alpha=acfg.lam)
         g_p = diff.sign_().mul_(((over > 0).to(diff.dtype) * (0.5 * acfg.lam)).unsqueeze(-1))
-        g_logits = p_new * (g_p - (p_new * g_p).sum(-1, keepdim=True))
-    (grad,) = torch.autograd.grad(logits, cand, g_logits)
+        g_logits = _softmax_backward(g_p, p_new, -1, p_new.dtype)
+    if with_vjp is not None:
+        grad = vjp(g_logits)
+    else:
+        (grad,) = torch.autograd.grad(logits, cand, g_logits)
     with torch.no_grad():
-        grad.add_(grad_c.div_(heads).unsqueeze(2))
-        cand = cand.detach()
-        grad = cand * (grad - (cand * grad).sum(-1, keepdim=True))
+        grad.add_((grad_c if heads == 1 else grad_c.div_(heads)).unsqueeze(2))
+        grad = _softmax_backward(grad, cand.detach(), -1, cand.dtype)
     return loss, grad
 
 

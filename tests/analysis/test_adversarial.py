@@ -34,7 +34,15 @@ def data():
 
 
 def make_model(
-    data, attention="additive", flow="bahdanau", heads=1, seed=0, blind=False, dtype=torch.float32
+    data,
+    attention="additive",
+    flow="bahdanau",
+    heads=1,
+    seed=0,
+    blind=False,
+    dtype=torch.float32,
+    cell="gru",
+    layers=1,
 ):
     """Tiny model (dims 3–6), weights scaled ×3 so outputs depend visibly on attention.
 
@@ -51,6 +59,8 @@ def make_model(
         attention_dim=4,
         heads=heads,
         dropout=0.0,
+        cell=cell,
+        layers=layers,
     )
     model = build_model(cfg, len(sv), len(tv))
     with torch.no_grad():
@@ -356,10 +366,27 @@ def test_early_stopping_keeps_each_rows_theta_from_the_iteration_it_stopped(data
     assert 0 < int(changed.sum()) < len(changed)  # some rows stopped early, some did not
 
 
+GRADIENT_CASES = [
+    # (attention, flow, heads, cell, layers, scatter): the recurrent row forms (their written-out
+    # vector–Jacobian product) for every cell, and the scatter form (autograd through the model)
+    ("multihead", "luong", 2, "gru", 1, False),
+    ("multihead", "luong", 2, "lstm", 2, False),
+    ("multihead", "bahdanau", 1, "gru", 1, False),
+    ("additive", "bahdanau", 1, "gru", 2, False),
+    ("additive", "bahdanau", 1, "lstm", 1, False),
+    ("multihead", "bahdanau", 2, "lstm", 2, False),
+    ("additive", "bahdanau", 1, "gru", 1, True),
+]
+
+
 @pytest.mark.parametrize("k", [1, 5])
-def test_analytic_gradient_equals_autograd_of_the_plain_objective(data, k):
-    """The fast path's loss and gradient (every derivative but the model's written out) are the
-    plain objective's value and autograd gradient, to float64 rounding, for both flows."""
+@pytest.mark.parametrize("attention,flow,heads,cell,layers,scatter", GRADIENT_CASES)
+def test_analytic_gradient_equals_autograd_of_the_plain_objective(
+    data, k, attention, flow, heads, cell, layers, scatter, monkeypatch
+):
+    """The fast path's loss and gradient (every derivative written out, the model's too where
+    its row form has ``with_vjp``; else autograd through the model) are the plain objective's
+    value and autograd gradient, to float64 rounding."""
     from attnstudy.analysis._chunks import rows_given_attention
     from attnstudy.analysis.ablations.adversarial import (
         _fixed_terms,
@@ -369,26 +396,57 @@ def test_analytic_gradient_equals_autograd_of_the_plain_objective(data, k):
         _searched_rows,
     )
 
+    import attnstudy.models.seq2seq as seq2seq
+
+    if scatter:  # past the row form's budget: the scatter form, no written-out backward
+        monkeypatch.setattr(seq2seq, "ROW_VALUES_BUDGET", 0)
     acfg = cfg_with(k=k, eps_opt=0.001).params_for("adversarial")
-    for flow, heads in (("luong", 2), ("bahdanau", 1)):
-        model = make_model(data, "multihead", flow, heads=heads, dtype=torch.float64)
-        batch = batch_of(model, data)
-        b_idx, t_idx = _searched_rows(batch)
-        theta = _initial_logits(batch, b_idx, t_idx, acfg, 3, heads)
-        theta = theta.masked_fill(batch.trace.pad_mask[b_idx][:, None, None, :], float("-inf"))
-        logits_of = rows_given_attention(model, batch.trace, b_idx, t_idx)
-        th = theta.clone().requires_grad_(True)
-        loss, _, out_tvd, _ = _row_objective_reference(logits_of, batch, th, b_idx, t_idx, acfg)
-        (grad,) = torch.autograd.grad(loss.sum(), th)
-        fixed = _fixed_terms(batch, b_idx, t_idx)
-        fast_loss, fast_grad = _objective_and_grad(logits_of, theta, fixed, acfg)
-        torch.testing.assert_close(fast_loss, loss.detach(), atol=1e-10, rtol=1e-10)
-        torch.testing.assert_close(fast_grad, grad, atol=1e-10, rtol=1e-10)
-        valid = ~batch.trace.pad_mask[b_idx][:, None, None, :].expand_as(grad)
-        assert (fast_grad[~valid] == 0).all()
-        # both parts of the objective were exercised: the hinge is active somewhere, and the
-        # gradient is not that of the JSD terms alone
-        assert bool((out_tvd > acfg.eps_opt).any()) and float(grad[valid].abs().max()) > 1e-3
+    model = make_model(
+        data, attention, flow, heads=heads, dtype=torch.float64, cell=cell, layers=layers
+    )
+    batch = batch_of(model, data)
+    b_idx, t_idx = _searched_rows(batch)
+    theta = _initial_logits(batch, b_idx, t_idx, acfg, 3, heads)
+    theta = theta.masked_fill(batch.trace.pad_mask[b_idx][:, None, None, :], float("-inf"))
+    logits_of = rows_given_attention(model, batch.trace, b_idx, t_idx)
+    assert hasattr(logits_of, "with_vjp") == (not scatter)
+    th = theta.clone().requires_grad_(True)
+    loss, _, out_tvd, _ = _row_objective_reference(logits_of, batch, th, b_idx, t_idx, acfg)
+    (grad,) = torch.autograd.grad(loss.sum(), th)
+    fixed = _fixed_terms(batch, b_idx, t_idx)
+    fast_loss, fast_grad = _objective_and_grad(logits_of, theta, fixed, acfg)
+    torch.testing.assert_close(fast_loss, loss.detach(), atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(fast_grad, grad, atol=1e-10, rtol=1e-10)
+    valid = ~batch.trace.pad_mask[b_idx][:, None, None, :].expand_as(grad)
+    assert (fast_grad[~valid] == 0).all()
+    # both parts of the objective were exercised: the hinge is active somewhere, and the
+    # gradient is not that of the JSD terms alone
+    assert bool((out_tvd > acfg.eps_opt).any()) and float(grad[valid].abs().max()) > 1e-3
+
+
+@pytest.mark.parametrize("cell,layers", [("gru", 1), ("gru", 2), ("lstm", 1)])
+def test_bahdanau_search_with_the_written_out_backward_equals_the_plain_search(data, cell, layers):
+    """The default search (fused objective, the GRU/LSTM row form's written-out backward,
+    AMSGrad written out) finds what the plain search (plain objective under autograd,
+    ``torch.optim.Adam``, one step at a time) finds: the same candidates, found steps and
+    max JSD on a small seeded model."""
+    cfg = cfg_with(steps=30)
+    model = make_model(data, dtype=torch.float64, cell=cell, layers=layers, seed=1)
+    batch = batch_of(model, data)
+    params, ctx = cfg.params_for("adversarial"), AblationContext.of(cfg)
+    fast = search_adversarial(model, batch, params, ctx)
+    plain = adversarial_loop_reference(model, batch, params, ctx)
+    torch.testing.assert_close(fast.candidates, plain.candidates, atol=1e-9, rtol=0)
+    torch.testing.assert_close(fast.jsd, plain.jsd, atol=1e-9, rtol=0)
+    torch.testing.assert_close(fast.tvd, plain.tvd, atol=1e-9, rtol=0)
+    fast_t, plain_t = adversarial_table(batch, fast), adversarial_table(batch, plain)
+    pd.testing.assert_series_equal(fast_t.adversarial_found, plain_t.adversarial_found)
+    np.testing.assert_allclose(
+        fast_t.adversarial_max_jsd, plain_t.adversarial_max_jsd, atol=1e-9, rtol=0
+    )
+    searched = fast_t[~fast_t.adversarial_skipped]
+    # a real comparison: something was found, and the candidates moved far from α
+    assert searched.adversarial_found.any() and searched.adversarial_max_jsd.max() > 0.05
 
 
 def test_written_out_amsgrad_is_torch_adam_bit_for_bit():

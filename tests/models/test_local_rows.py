@@ -119,3 +119,39 @@ def test_the_plain_form_is_the_reference_of_the_folded_one(attention):
         folded = model.logits_given_attention(tr, weights)
         plain = model.logits_given_attention(tr, weights, plain=True)
     assert (folded - plain).abs().max() <= 1e-6 and plain.abs().max() > 0.05
+
+
+VJP_CASES = [
+    (attention, flow, cell, layers)
+    for attention, flow in itertools.product(["additive", "multihead"], ["bahdanau", "luong"])
+    for cell, layers in [("gru", 1), ("gru", 2), ("lstm", 1), ("lstm", 2)]
+]
+
+
+@pytest.mark.parametrize("attention,flow,cell,layers", VJP_CASES)
+def test_written_out_vjp_equals_autograd_through_the_scatter_form(
+    attention, flow, cell, layers, monkeypatch
+):
+    """The row forms' vector–Jacobian product (the chain rule written out through the output
+    layers and, for Bahdanau, the GRU/LSTM cells) is autograd's gradient through ``nn.GRU`` /
+    ``nn.LSTM`` and the plain output layers (the scatter form), to float64 rounding."""
+    model = tiny(attention, flow, cell, layers=layers).double()
+    tr = model.trace(SRC, SRC_LEN, TGT_IN, TGT_OUT)
+    b_idx, t_idx = tr.step_mask.nonzero(as_tuple=True)
+    weights = _random_rows(tr, p=3, seed=4).double().permute(0, 3, 1, 2, 4)[b_idx, t_idx]
+    g = torch.randn(len(b_idx), 3, model.decoder.output.out_features, dtype=torch.float64)
+    form = rows_given_attention(model, tr, b_idx, t_idx)
+    logits, vjp = form.with_vjp(weights)
+    grad = vjp(g)
+    monkeypatch.setattr(seq2seq, "ROW_VALUES_BUDGET", 0)  # past the budget: the scatter form
+    w = weights.clone().requires_grad_(True)
+    slow = rows_given_attention(model, tr, b_idx, t_idx)(w)
+    (grad_slow,) = torch.autograd.grad((g * slow).sum(), w)
+    assert not logits.requires_grad and grad.shape == weights.shape
+    torch.testing.assert_close(logits, slow.detach(), atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(grad, grad_slow, atol=1e-12, rtol=1e-12)
+    assert grad.abs().max() > 0.01  # a real gradient was compared (not zeros)
+    # and the differentiable call of the same form gives the same gradient under autograd
+    w = weights.clone().requires_grad_(True)
+    (grad_call,) = torch.autograd.grad((g * form(w)).sum(), w)
+    torch.testing.assert_close(grad, grad_call, atol=1e-12, rtol=1e-12)

@@ -25,6 +25,9 @@ from .decoding import BOS_ID, EOS_ID, PAD_ID, Decoding
 from .encoder import RecurrentEncoder
 from .trace import ALL, ROW_VALUES_BUDGET, Decoded, Trace, eval_mode, folded_rows
 
+_sigmoid_backward = torch.ops.aten.sigmoid_backward
+_tanh_backward = torch.ops.aten.tanh_backward
+
 __all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "Decoded", "RecurrentTrace", "Seq2Seq", "eval_mode"]
 
 
@@ -65,6 +68,40 @@ class _RecurrentState:
     def index_select(self, index: Tensor) -> _RecurrentState:
         memory = None if self.memory is None else self.memory.index_select(index)
         return _RecurrentState(self.decoder.index_select(index), memory)
+
+
+class RowLogits:
+    """Logits of N prepared (example, step) rows as a function of their attention rows, with the
+    vector–Jacobian product written out (what the adversarial search differentiates every Adam
+    iteration).
+
+    ``forward(weights (N, K, H, T_x)) -> (logits (N, K, V), saved)`` is one computation used both
+    ways: called (``row_logits(weights)``) under autograd as any differentiable function, or by
+    :meth:`with_vjp` without a graph, its intermediate values ``saved`` kept for
+    ``backward(g (N, K, V), saved) -> ∂⟨g, logits⟩/∂weights (N, K, H·T_x)``, the chain rule
+    written out (no autograd).
+    """
+
+    def __init__(self, forward, backward):
+        self._forward, self._backward = forward, backward
+
+    def __call__(self, weights: Tensor) -> Tensor:
+        """Logits (N, K, V) of replacement rows ``weights`` (N, K, H, T_x), differentiable."""
+        return self._forward(weights)[0]
+
+    def with_vjp(self, weights: Tensor) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+        """Logits (N, K, V) of ``weights`` (N, K, H, T_x), computed without autograd, and their
+        vector–Jacobian product: ``vjp(g (N, K, V)) -> Σ_v g_v ∂logits_v/∂weights``, shaped as
+        ``weights``. Equal to autograd's gradient of ``(g · row_logits(weights)).sum()`` up to
+        float rounding (``tests/models/test_local_rows.py``)."""
+        with torch.no_grad():
+            logits, saved = self._forward(weights)
+
+        def vjp(g: Tensor) -> Tensor:
+            with torch.no_grad():
+                return self._backward(g, saved).view(weights.shape)
+
+        return logits, vjp
 
 
 class Seq2Seq(Decoding, nn.Module):
@@ -329,7 +366,10 @@ class Seq2Seq(Decoding, nn.Module):
             b_idx, t_idx: long (N,), batch row and decoder step of each row (real steps).
 
         Returns:
-            ``logits(weights (N, K, H, T_x)) -> (N, K, V)`` (differentiable in ``weights``), or
+            ``logits(weights (N, K, H, T_x)) -> (N, K, V)`` (differentiable in ``weights``) — in
+            eval mode a :class:`RowLogits`, whose ``with_vjp`` also gives the gradient with the
+            chain rule written out (the Luong flow's output layers; the Bahdanau flow's GRU/LSTM
+            cells, readout and output layer: :meth:`_bahdanau_rows`) — or
             None where this form does not apply — one head of several analysed, or per-row
             copies of the values (N × H·T_x × size floats) past :data:`ROW_VALUES_BUDGET` (a long
             example) — and the caller scatters into :meth:`logits_given_attention` instead
@@ -352,18 +392,24 @@ class Seq2Seq(Decoding, nn.Module):
             projected = (g @ w_ctx.T).index_select(0, b_idx)  # (N, H·T_x, hidden)
             state = torch.addmm(dec.combine.bias, trace.prefix[b_idx, t_idx], w_state.T)
 
-            def logits(weights: Tensor) -> Tensor:
+            def forward(weights: Tensor) -> tuple[Tensor, Tensor]:
                 n, k, h, t_x = weights.shape
                 pre = torch.baddbmm(state.unsqueeze(1), weights.reshape(n, k, h * t_x), projected)
-                return dec.output(torch.tanh(pre))
+                h_tilde = pre.tanh_()  # (N, K, hidden); baddbmm's backward keeps no output
+                return dec.output(h_tilde), h_tilde
 
-            return logits
-        g_rows = g.index_select(0, b_idx)  # (N, H·T_x, context)
+            def backward(g: Tensor, h_tilde: Tensor) -> Tensor:
+                # logits = W_o h̃ + b, h̃ = tanh(pre), pre = s_term + α (W_ctx g)
+                g_pre = _tanh_backward(g @ dec.output.weight, h_tilde)
+                return torch.bmm(g_pre, projected.mT)  # (N, K, H·T_x)
+
+            return RowLogits(forward, backward)
         prefix = trace.prefix[b_idx, t_idx]  # (N, ·)
         gates = (4 if dec.cell == "lstm" else 3) * dec.hidden
         small = b_idx.numel() * h_tx * (gates + dec.hidden) <= ROW_VALUES_BUDGET
         if not (self.training and dec.dropout.p > 0) and small:
-            return self._bahdanau_rows(g_rows, prefix)
+            return self._bahdanau_rows(g, b_idx, prefix)
+        g_rows = g.index_select(0, b_idx)  # (N, H·T_x, context)
 
         def logits(weights: Tensor) -> Tensor:
             n, k, h, t_x = weights.shape
@@ -373,25 +419,41 @@ class Seq2Seq(Decoding, nn.Module):
 
         return logits
 
-    def _bahdanau_rows(self, g_rows: Tensor, prefix: Tensor) -> Callable[[Tensor], Tensor]:
+    def _bahdanau_rows(self, g: Tensor, b_idx: Tensor, prefix: Tensor) -> RowLogits:
         """:meth:`rows_given_attention` of the Bahdanau flow with the context folded into the
         first RNN layer's input weights and the readout (eval mode).
 
         The step is s = RNN([e; c], s_{t−1}), h = tanh(W_r [s; c; e] + b_r), logits = W_o h
         (Bahdanau et al. 2015, appendix A), with c = Σ_hj α_hj g_hj linear in α. Per row, what
         does not depend on α is computed once — the recurrent terms W_hh s_{t−1} + b_hh of every
-        layer, the embedding's terms W_ie e + b_ih and W_re e + b_r — and W_ic c = α (g W_icᵀ),
-        W_rc c = α (g W_rcᵀ) are one batched product with the rows' projected values each. The
-        cells are PyTorch's GRU/LSTM equations (``torch.nn.GRU``, ``torch.nn.LSTM``) written
-        out; the same function as :meth:`Decoder.output_given_context` up to float rounding
+        layer (added to the first layer's input terms wherever the cell adds them: every gate
+        but the GRU's candidate, where r multiplies them), the embedding's terms W_ie e + b_ih
+        and W_re e + b_r — and W_ic c = α (g W_icᵀ), W_rc c = α (g W_rcᵀ) are batched products
+        with the rows' projected values, one per gate (r, z, n; LSTM i, f, g, o) and one for the
+        readout, each ``hidden`` columns wide. The cells are PyTorch's GRU/LSTM
+        equations (``torch.nn.GRU``, ``torch.nn.LSTM``) written out; the same function as
+        :meth:`Decoder.output_given_context` up to float rounding
         (``tests/models/test_local_rows.py``).
 
+        The vector–Jacobian product (:meth:`RowLogits.with_vjp`) is the chain rule written out
+        backwards through the same equations, from g = ∂/∂logits: ∂/∂h = gᵀ W_o, ∂/∂pre =
+        ∂/∂h ⊙ (1 − h²) (h = tanh(pre), pre = W_rs s + [W_rc c + W_re e + b_r]), ∂/∂s = ∂/∂pre W_rs;
+        through each layer's cell from the top: GRU (r = σ(a_r), z = σ(a_z), n = tanh(a_n + r ⊙
+        (W_hn s_{t−1} + b_hn)), s = n + z ⊙ (s_{t−1} − n)): ∂/∂a_n = ∂/∂s ⊙ (1 − z) ⊙ (1 − n²),
+        ∂/∂a_r = ∂/∂a_n ⊙ (W_hn s_{t−1} + b_hn) ⊙ r (1 − r), ∂/∂a_z = ∂/∂s ⊙ (s_{t−1} − n) ⊙ z (1 −
+        z); LSTM (c = f ⊙ c_{t−1} + i ⊙ g, s = o ⊙ tanh c): ∂/∂c = ∂/∂s ⊙ o (1 − tanh² c), then
+        i, f, g, o through σ' and tanh'; a layer above the first passes ∂/∂a W_ih to the layer
+        below. Last, ∂/∂α = Σ_gates ∂/∂a_gate (g W_gateᵀ)ᵀ + ∂/∂pre (g W_rcᵀ)ᵀ, the batched
+        products with the rows' projected values again.
+
         Args:
-            g_rows: (N, H·T_x, context) the rows' value contributions (:meth:`value_contributions`).
+            g: (B, H·T_x, context) the value contributions (:meth:`value_contributions`).
+            b_idx: long (N,), each row's example.
             prefix: (N, ·) the rows' prefix states (:attr:`StepOutput.prefix`).
 
         Returns:
-            ``logits(weights (N, K, H, T_x)) -> (N, K, V)``, differentiable in ``weights``.
+            :class:`RowLogits`: ``logits(weights (N, K, H, T_x)) -> (N, K, V)``, differentiable in
+            ``weights``, and its ``with_vjp``.
         """
         dec, rnn = self.decoder, self.decoder.rnn
         n, hid, ctx_size = prefix.size(0), dec.hidden, self.attention.context_size
@@ -408,47 +470,93 @@ class Seq2Seq(Decoding, nn.Module):
 
         w_ie, w_ic = rnn.weight_ih_l0.split([emb_size, ctx_size], 1)  # input [e; c]
         w_rs, w_rc, w_re = dec.readout.weight.split([hid, ctx_size, emb_size], 1)
-        gates = w_ic.size(0)
-        # both products with the context in one: [W_ic c; W_rc c] = α (g [W_ic; W_rc]ᵀ)
-        fixed = torch.cat(
-            [affine(emb, w_ie, bias("bias_ih", 0)), affine(emb, w_re, dec.readout.bias)], -1
-        ).unsqueeze(1)  # (N, 1, gates + hidden)
-        projected = g_rows @ torch.cat([w_ic, w_rc]).T  # (N, H·T_x, gates + hidden)
-        recurrent, cells, hs = [], [], []
+        w_ih = [getattr(rnn, f"weight_ih_l{layer}") for layer in range(dec.layers)]
+        recurrent, cells, hs = [], [], []  # per layer; recurrent: W_hh s + b_hh, one per gate
         for layer in range(dec.layers):
             h = states[:, layer, :hid]
             hs.append(h.unsqueeze(1))
             cells.append(states[:, layer, hid:].unsqueeze(1) if lstm else None)
             w_hh = getattr(rnn, f"weight_hh_l{layer}")
-            recurrent.append(affine(h, w_hh, bias("bias_hh", layer)).unsqueeze(1))  # (N, 1, G)
+            full = affine(h, w_hh, bias("bias_hh", layer)).unsqueeze(1)  # (N, 1, gates·hidden)
+            recurrent.append([q.contiguous() for q in full.split(hid, -1)])
+        # the first layer's gates and the readout, one block each: the α-independent part of
+        # the pre-activation (N, 1, hidden) and the projected values (N, H·T_x, hidden)
+        first = affine(emb, w_ie, bias("bias_ih", 0)).unsqueeze(1).split(hid, -1)
+        fixed = [
+            q.contiguous() if not lstm and gate == 2 else q + recurrent[0][gate]  # GRU's n: r ⊙ ·
+            for gate, q in enumerate(first)
+        ]
+        fixed.append(affine(emb, w_re, dec.readout.bias).unsqueeze(1))  # W_re e + b_r
+        # W_ic c and W_rc c as α (g Wᵀ), one batched product per gate and for the readout: each
+        # result is its gate's own contiguous tensor, and on the CPU a product `hidden` columns
+        # wide took less time per column than one over all of them (quickstart sizes)
+        projected = [(g @ w.T).index_select(0, b_idx) for w in (*w_ic.split(hid), w_rc)]
 
-        def logits(weights: Tensor) -> Tensor:
+        def cell(a: list[Tensor], layer: int) -> tuple[Tensor, tuple]:
+            """One layer's cell from its gates' pre-activations (fresh tensors, overwritten)."""
+            if lstm:
+                i, f, g_, o = a[0].sigmoid_(), a[1].sigmoid_(), a[2].tanh_(), a[3].sigmoid_()
+                tanh_c = torch.addcmul(f * cells[layer], i, g_).tanh_()
+                return o * tanh_c, (i, f, g_, o, tanh_c)
+            r, z = a[0].sigmoid_(), a[1].sigmoid_()
+            cand = torch.addcmul(a[2], r, recurrent[layer][2]).tanh_()
+            step = hs[layer] - cand
+            return torch.addcmul(cand, z, step), (r, z, cand, step)  # (1 − z) n + z h
+
+        def forward(weights: Tensor) -> tuple[Tensor, tuple]:
             rows = weights.flatten(2)  # (N, K, H·T_x)
-            first, read = torch.baddbmm(fixed, rows, projected).split([gates, hid], -1)
-            x = None
+            # in place only on fresh results whose op keeps no output for autograd
+            pre = [torch.baddbmm(f, rows, p) for f, p in zip(fixed, projected)]
+            x, saved = None, []
             for layer in range(dec.layers):
-                if layer == 0:
-                    gi = first  # (N, K, gates)
-                else:
-                    w_ih = getattr(rnn, f"weight_ih_l{layer}")
+                if layer:
                     b_ih = bias("bias_ih", layer)
-                    gi = x @ w_ih.T if b_ih is None else torch.add(x @ w_ih.T, b_ih)
-                gh = recurrent[layer]
-                if lstm:
-                    i, f, g, o = (gi + gh).chunk(4, -1)
-                    c = torch.sigmoid(f) * cells[layer] + torch.sigmoid(i) * torch.tanh(g)
-                    x = torch.sigmoid(o) * torch.tanh(c)
+                    gi = x @ w_ih[layer].T if b_ih is None else torch.add(x @ w_ih[layer].T, b_ih)
+                    gi = gi.split(hid, -1)
+                    a = [
+                        q if not lstm and gate == 2 else q + recurrent[layer][gate]
+                        for gate, q in enumerate(gi)
+                    ]
                 else:
-                    i_r, i_z, i_n = gi.chunk(3, -1)
-                    h_r, h_z, h_n = gh.chunk(3, -1)
-                    r = torch.sigmoid(i_r + h_r)
-                    z = torch.sigmoid(i_z + h_z)
-                    cand = torch.tanh(i_n + r * h_n)
-                    x = cand + z * (hs[layer] - cand)  # (1 − z) n + z h
-            pre = torch.addmm(read.flatten(0, 1), x.flatten(0, 1), w_rs.T).view_as(read)
-            return dec.output(torch.tanh(pre))
+                    a = pre[:-1]
+                x, kept = cell(a, layer)
+                saved.append(kept)
+            read = pre[-1]
+            top = torch.addmm(read.flatten(0, 1), x.flatten(0, 1), w_rs.T).view_as(read).tanh_()
+            return dec.output(top), (saved, top)
 
-        return logits
+        def backward(g_logits: Tensor, saved: tuple) -> Tensor:
+            # _tanh_backward(g, y) = g (1 − y²) and _sigmoid_backward(g, y) = g y (1 − y): the
+            # derivatives of y = tanh(a) and y = σ(a) from their outputs, one kernel each
+            per_layer, top = saved
+            g_pre = _tanh_backward(g_logits @ dec.output.weight, top)  # (N, K, hidden)
+            g_x = g_pre @ w_rs
+            for layer in reversed(range(dec.layers)):
+                if lstm:
+                    i, f, g_, o, tanh_c = per_layer[layer]
+                    g_c = _tanh_backward(g_x * o, tanh_c)
+                    g_a = [
+                        _sigmoid_backward(g_c * g_, i),
+                        _sigmoid_backward(g_c * cells[layer], f),
+                        _tanh_backward(g_c * i, g_),
+                        _sigmoid_backward(g_x * tanh_c, o),
+                    ]
+                else:
+                    r, z, cand, step = per_layer[layer]
+                    g_an = _tanh_backward(torch.addcmul(g_x, g_x, z, value=-1), cand)
+                    g_a = [
+                        _sigmoid_backward(g_an * recurrent[layer][2], r),
+                        _sigmoid_backward(g_x * step, z),
+                        g_an,
+                    ]
+                if layer:
+                    g_x = torch.cat(g_a, -1) @ w_ih[layer]
+            out = torch.bmm(g_pre, projected[-1].mT)  # (N, K, H·T_x)
+            for g_gate, p in zip(g_a, projected):
+                out.baddbmm_(g_gate, p.mT)
+            return out
+
+        return RowLogits(forward, backward)
 
     # --- 3. decoding and global intervention (Decoding.decode / greedy / beam_search) -------
     def begin(self, src: Tensor, src_lengths: Tensor) -> _RecurrentState:
