@@ -225,11 +225,14 @@ def derive(rows: pd.DataFrame) -> pd.DataFrame:
             continue
         hyp = rows[f"{pre}n_hyp"].astype(float)
         hs, hp = rows[f"{pre}n_hyp_sure"].astype(float), rows[f"{pre}n_hyp_possible"].astype(float)
+        # a step this method has no links for (a model without attention: NaN counts) adds
+        # nothing to either sum, so the statistic is undefined there, never 0
+        counted = ok & hyp.notna()
         for stat, num, den in (
             ("aer", hs + hp, hyp + n_sure),
             ("precision", hp, hyp),
             ("recall", hs, n_sure),
         ):
-            cols[f"{pre}{stat}_num"] = num.where(ok, 0.0)
-            cols[f"{pre}{stat}_den"] = den.where(ok, 0.0)
+            cols[f"{pre}{stat}_num"] = num.where(counted, 0.0)
+            cols[f"{pre}{stat}_den"] = den.where(counted, 0.0)
     return rows.assign(**cols)

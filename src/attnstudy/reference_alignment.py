@@ -200,7 +200,10 @@ def side_by_side_rows(data, facts: dict, layers: dict) -> list[dict[str, str]]:
             }
         )
     for e in data.entries:
-        if "alignment" not in e.ablations_run or e.model_run_id not in facts:
+        aligned = "alignment" in e.ablations_run
+        if e.model_run_id not in facts or not (
+            aligned or "attribution_alignment" in e.ablations_run
+        ):
             continue
         f = facts[e.model_run_id]
         units = [(f, "")] + [
@@ -209,14 +212,18 @@ def side_by_side_rows(data, facts: dict, layers: dict) -> list[dict[str, str]]:
         for ff, layer in units:
             base = {"model": e.variant, "layer": layer or "analysed"}
             n = str(ff.n_examples) if ff.n_examples else reason(e, ATTENTION_KEYS["AER"])
-            rows.append(
-                base
-                | {"aligner": "attention argmax", "examples": n}
-                | {label: _cell(ff, key, reason(e, key)) for label, key in ATTENTION_KEYS.items()}
-            )
+            if aligned:
+                rows.append(
+                    base
+                    | {"aligner": "attention argmax", "examples": n}
+                    | {label: _cell(ff, k, reason(e, k)) for label, k in ATTENTION_KEYS.items()}
+                )
             if "attribution_alignment" not in e.ablations_run or layer:
                 continue  # attribution does not depend on the analysed layer: its rows once
-            for m, method in METHOD_LABELS.items():  # the methods read as alignments
+            # without the alignment ablation, attention's argmax comes from attribution_alignment,
+            # which scores it by the same code (its AER only: no linked-target or next-step AER)
+            labels = METHOD_LABELS if aligned else {"attention": "attention", **METHOD_LABELS}
+            for m, method in labels.items():  # the methods read as alignments
                 keys = {
                     "AER": f"ablation/attribution_alignment/aer_{m}",
                     "precision": f"ablation/attribution_alignment/precision_{m}",
@@ -228,7 +235,13 @@ def side_by_side_rows(data, facts: dict, layers: dict) -> list[dict[str, str]]:
                     base
                     | {"aligner": f"{method} argmax", "examples": n}
                     | {
-                        label: _cell(ff, keys[label], "n/a") if label in keys else "attention only"
+                        label: _cell(ff, keys[label], "n/a")
+                        if label in keys
+                        else (
+                            reason(e, ATTENTION_KEYS[label])
+                            if m == "attention"
+                            else "attention only"
+                        )
                         for label in ATTENTION_KEYS
                     }
                 )

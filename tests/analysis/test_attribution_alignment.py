@@ -155,3 +155,22 @@ def test_no_empty_figure():
     spec = get_ablation("attribution_alignment")
     assert spec.figure is None
     assert all(st.column is None for st in spec.stats.values())
+
+
+def test_a_model_without_attention_has_no_attention_recall_rather_than_zero():
+    """A `none` model's attention statistics are undefined (they were recall 0: its NaN link
+    counts summed as 0 over the gold links), while the attribution methods are scored."""
+    model = tiny_model("none", "bahdanau")
+    examples = make_examples()
+    batch = next(prepare_batches(model, examples, VOCAB, VOCAB, "reference", len(examples)))
+    cfg = AblationConfig(
+        bootstrap_resamples=50,
+        attribution_alignment={"methods": ["input_x_gradient"]},
+    )
+    out = call("attribution_alignment", model, batch, cfg)
+    assert out["attribution_alignment_attention_n_hyp"].isna().all()
+    s = _summary(out, "attribution_alignment")
+    for stat in ("aer", "precision", "recall"):
+        v = s.get(f"ablation/attribution_alignment/{stat}_attention", math.nan)
+        assert math.isnan(v), (stat, v)
+        assert 0.0 <= s[f"ablation/attribution_alignment/{stat}_input_x_gradient"] <= 1.0

@@ -165,6 +165,32 @@ def test_study_shows_attention_beside_eflomal_and_reuses_the_reference_run(
         pd.Series(st["alignment_argmax_on_gold"]).notna().sum()
     )
 
+    # a study of attribution_alignment alone (e.g. integrated gradients on fewer verses) still
+    # lists its models: attention's argmax scored by attribution_alignment gives the same AER
+    toml.write_text(
+        EXPERIMENT.replace(
+            'ablations = ["permutation", "uniform", "erase_max", "alignment", '
+            '"attribution_alignment"]',
+            'ablations = ["attribution_alignment"]',
+        ),
+        encoding="utf-8",
+    )
+    third = api.run(load_experiment(toml), progress=False, report=False)
+    build_report(tracker, third.study_run_id, tmp_path / "report3", results_dir=tmp_path / "r3")
+    side3 = _rows(tmp_path / "r3" / "nt-fixture-alignment.csv")
+    att3 = next(
+        r for r in side3 if r["model"] == rnn["model"] and r["aligner"] == "attention argmax"
+    )
+    assert att3["AER"] == attention[0]["AER"] and att3["recall"] == attention[0]["recall"]
+    assert att3["AER, next step"] == "not run"  # the alignment ablation's statistic
+    assert {r["aligner"] for r in side3 if r["model"] == rnn["model"]} == {
+        "attention argmax",
+        "saliency argmax",
+        "input × gradient argmax",
+        "integrated gradients argmax",
+        "occlusion argmax",
+    }
+
 
 def test_a_study_without_eflomal_is_refused_in_one_line_before_training(
     fresh_root, fixture_files, tmp_path, monkeypatch, capsys
