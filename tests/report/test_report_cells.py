@@ -188,3 +188,21 @@ def test_the_literature_is_cited_once_and_not_beside_our_flip_rates(report):
     assert len(verdicts) == 4
     for verdict in verdicts:
         assert "Moradi" not in verdict and "Jain & Wallace" not in verdict
+
+
+def test_a_model_without_attention_shows_no_stored_attention_recall():
+    """Runs stored before the attribution_alignment fix kept a `none` model's attention recall
+    as 0; the report reads them as "no attention" (dropped when loaded), other models' and the
+    methods' values stay."""
+    from attnstudy.report.store import _without_false_attention
+
+    stored = {
+        "ablation/attribution_alignment/recall_attention": 0.0,
+        "ablation/attribution_alignment/recall_attention_ci_low": 0.0,
+        "ablation/attribution_alignment/aer_attention": float("nan"),
+        "ablation/attribution_alignment/recall_integrated_gradients": 0.121,
+    }
+    assert _without_false_attention("none", stored) == {
+        "ablation/attribution_alignment/recall_integrated_gradients": 0.121
+    }
+    assert _without_false_attention("additive", stored) == stored

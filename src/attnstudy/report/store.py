@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +108,20 @@ def latest_study(tracker: Tracker, experiment: str) -> str:
     return study_id
 
 
+_NO_ATTENTION_STATS = re.compile(
+    r"^ablation/attribution_alignment/(aer|precision|recall)_attention"
+)
+
+
+def _without_false_attention(attention: str, metrics: dict) -> dict:
+    """A model without attention has no attention statistics: runs stored before the fix kept
+    ``attribution_alignment``'s attention recall as 0 (its undefined link counts summed as 0), so
+    its attention keys are dropped when read (the report then says "no attention")."""
+    if attention != "none":
+        return metrics
+    return {k: v for k, v in metrics.items() if not _NO_ATTENTION_STATS.match(k)}
+
+
 def load_study(tracker: Tracker, study_id: str) -> StudyData:
     """Read a study's runs and tables from the store: exactly the model and ablation runs the study
     recorded (:func:`attnstudy.tracking.store.study_runs`), so ad-hoc ablations run later never
@@ -153,7 +168,7 @@ def load_study(tracker: Tracker, study_id: str) -> StudyData:
                 if k.startswith(Tag.SKIPPED_PREFIX)
             }
             if abl.status == "FINISHED":
-                e.ablation_metrics = dict(abl.metrics)
+                e.ablation_metrics = _without_false_attention(e.attention, dict(abl.metrics))
                 e.steps = _try_table(tracker, abl.run_id, Artifact.STEPS)
                 if e.steps is None:
                     notes.append(

@@ -7,6 +7,7 @@ status lines, and the cross-model summary (:func:`summary_frame`, :func:`summary
 
 from __future__ import annotations
 
+import ast
 import math
 from types import SimpleNamespace
 
@@ -14,6 +15,7 @@ import pandas as pd
 
 from ..adversaries import STATS as ADVERSARY_STATS
 from ..analysis import catalogue
+from ..analysis.attribution_params import METHODS as ATTRIBUTION_METHODS
 from ..analysis.catalogue import list_ablations
 from ..data.tasks import METRICS, TASKS, TRANSLATION_METRICS, task_metrics
 from ..findings import Estimate, ModelFacts, estimate, layer_name
@@ -278,6 +280,21 @@ def _per_example(key: str) -> bool:
         return False
 
 
+def _method_not_chosen(e: ModelEntry, name: str, stat: str) -> bool:
+    """Whether ``stat`` belongs to an attribution method the ablation was not asked for (its
+    ``methods`` setting, e.g. ``attribution_alignment``'s ``aer_saliency`` when only integrated
+    gradients ran)."""
+    chosen = e.ablation_params.get(f"ablation.{name}.methods")
+    if not chosen:
+        return False
+    try:
+        chosen = set(ast.literal_eval(chosen))
+    except (ValueError, SyntaxError):
+        return False
+    own = [m for m in ATTRIBUTION_METHODS if stat.endswith(f"_{m}")]
+    return bool(own) and not (set(own) & chosen)
+
+
 def reason(e: ModelEntry, key: str) -> str:
     """Why a summary cell has no value: the model or ablation failed, was not run, does not apply."""
     if e.model_status != "FINISHED":
@@ -290,6 +307,8 @@ def reason(e: ModelEntry, key: str) -> str:
     if e.ablation_status != "FINISHED":
         return "failed" if e.ablation_status == "FAILED" else str(e.ablation_status).lower()
     if name not in e.ablations_run:
+        return "not run"
+    if _method_not_chosen(e, name, key.split("/")[2]):
         return "not run"
     if e.attention == "none" and not key.endswith("tau_grad_loo"):
         return "no attention"
