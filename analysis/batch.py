@@ -82,17 +82,49 @@ class PreparedBatch:
         return ~self.trace.pad_mask
 
 
+def step_seed(seed: int, example_id: str, step: int, ablation: str) -> int:
+    """The seed of :func:`step_generator`'s stream: the first 8 bytes of
+    SHA-256("seed|example id|step|ablation"), little-endian, top bit cleared."""
+    digest = hashlib.sha256(f"{seed}|{example_id}|{step}|{ablation}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
 def step_generator(seed: int, example_id: str, step: int, ablation: str) -> torch.Generator:
     """A torch generator seeded from (seed, example id, step, ablation name) (docs/design.md §4).
 
     The stream is independent of batch composition and of which examples ran before.
     """
-    digest = hashlib.sha256(f"{seed}|{example_id}|{step}|{ablation}".encode()).digest()
     # on the CPU whatever the model's device: draws are moved afterwards, so they are the same
     # numbers on every device
-    return torch.Generator(device="cpu").manual_seed(
-        int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-    )
+    return torch.Generator(device="cpu").manual_seed(step_seed(seed, example_id, step, ablation))
+
+
+@dataclass(frozen=True)
+class StepStreams:
+    """The random streams of some batch rows' steps for one ablation, as a generator function.
+
+    ``streams(b, t)`` is ``step_generator(seed, example_ids[b], start + t, ablation)``: row ``b``
+    of the slice is example ``example_ids[b]``, its step ``t`` decoder step ``start + t``.
+    :meth:`seed_of` gives the same stream's seed without building a generator, so a caller that
+    draws for many steps (:func:`attnstudy.analysis.interventions.permute`) reseeds one
+    generator instead of building one per step (the same numbers).
+
+    Attributes:
+        seed: the ablation seed. example_ids: the example id of each row of the slice.
+        ablation: the stream's name (``"permutation"``). start: the slice's first decoder step.
+    """
+
+    seed: int
+    example_ids: Sequence[str]
+    ablation: str
+    start: int = 0
+
+    def seed_of(self, b: int, t: int) -> int:
+        """The seed of stream (b, t) (:func:`step_seed`)."""
+        return step_seed(self.seed, self.example_ids[b], self.start + t, self.ablation)
+
+    def __call__(self, b: int, t: int) -> torch.Generator:
+        return torch.Generator(device="cpu").manual_seed(self.seed_of(b, t))
 
 
 def prepare_batches(

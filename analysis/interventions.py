@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -54,6 +55,23 @@ class Permuted(NamedTuple):
     """
 
     weights: Tensor
+    identity: Tensor
+
+
+class PermutationIndex(NamedTuple):
+    """Result of :func:`permutation_index`: the permutations of the permuted steps.
+
+    Attributes:
+        b, t: long (S,), batch row and step of each permuted step, in (b, t) order.
+        index: long (S, P, H, T_x), the gather index of the new rows: new position i takes old
+            position ``index[s, p, h, i]``; padding positions map to themselves.
+        identity: bool (S, P); True where replacement p of a step is the identity permutation
+            on every head.
+    """
+
+    b: Tensor
+    t: Tensor
+    index: Tensor
     identity: Tensor
 
 
@@ -133,7 +151,8 @@ def permute(
     Returns:
         :class:`Permuted` with weights (B, P, H, T_y, T_x) — (B, P, H, T_x) for row input — and
         ``identity`` (B, P, T_y) — (B, P) for row input, on the device of ``weights`` (the
-        permutation indices are built on the CPU, where they are drawn, and moved once per group of steps of one valid length).
+        permutation indices are built on the CPU, where they are drawn
+        (:func:`permutation_index`), and moved once).
 
     Raises:
         ValueError: for a bad shape or mask, or ``n < 1``.
@@ -151,13 +170,13 @@ def permute(
     b, h, t_y, t_x = weights.shape
     cpu = torch.device("cpu")
     steps = torch.ones(b, t_y, dtype=torch.bool, device=cpu) if steps is None else steps.to(cpu)
-    gen_fn = generators if callable(generators) else (lambda _b, _t: generators)
     out = weights.unsqueeze(1).expand(b, n, h, t_y, t_x).clone()
     identity = torch.ones(b, n, t_y, dtype=torch.bool, device=cpu)
-    for bs, ts, index, ident in _permuted_steps(valid.to(cpu), steps, n, h, gen_fn):
+    bs, ts, index, ident = permutation_index(valid.to(cpu), steps, n, h, generators)
+    if bs.numel():
         identity[bs, :, ts] = ident
         bs, ts, index = bs.to(out.device), ts.to(out.device), index.to(out.device)
-        picked = weights[bs, :, ts]  # (S_k, H, T_x)
+        picked = weights[bs, :, ts]  # (S, H, T_x)
         out[bs, :, :, ts] = picked.unsqueeze(1).expand(index.shape).gather(-1, index)
     identity = identity.to(weights.device)
     if rows:
@@ -165,56 +184,170 @@ def permute(
     return Permuted(out, identity)
 
 
-def _permuted_steps(valid: Tensor, steps: Tensor, n: int, heads: int, gen_fn: GeneratorFn):
-    """The permuted steps of :func:`permute`, one group per valid length k, on the CPU.
-
-    Yields ``(b, t, index, identity)``: long (S_k,) example rows and steps, the gather index
-    long (S_k, P, H, T_x) of their new rows (new position i takes old position ``index[..., i]``;
-    padding positions map to themselves) and ``identity`` bool (S_k, P).
+def permutation_index(
+    valid: Tensor,
+    steps: Tensor,
+    n: int,
+    heads: int,
+    generators: GeneratorFn | torch.Generator,
+) -> PermutationIndex:
+    """The P random permutations of :func:`permute` as a gather index, for the permuted steps.
 
     Exactly the permutations of :func:`permutation_indices` called step by step in (b, t) order
     (the generator calls are the same and in the same order; steps with fewer than 2 valid
-    positions draw nothing), but argsorted and scattered for all steps of one valid length at
-    once: a batched argsort sorts every row on its own, so the orders, ties included, are those
-    of the per-step calls (``tests/analysis/test_permutation_fast_path.py`` holds :func:`permute`
-    equal to the per-step loop :func:`_permutation_index_loop`).
+    positions draw nothing and are left out), but drawn into one buffer (:func:`_draw_steps`)
+    and argsorted for all steps at once (:func:`_argsort_draws`: every row sorted on its own, so
+    the orders, ties included, are those of the per-step calls;
+    ``tests/analysis/test_permutation_fast_path.py`` holds it equal to the per-step loop
+    :func:`_permutation_index_loop`). :func:`permute` gathers the weights with it; the
+    permutation ablation gathers its steps' rows only.
+
+    Args:
+        valid: bool (B, T_x), True at real positions, on the CPU.
+        steps: bool (B, T_y), the steps to permute, on the CPU.
+        n: permutations per step (P). heads: H.
+        generators: as :func:`permute`'s.
+
+    Returns:
+        :class:`PermutationIndex`, on the CPU (S = 0 when no step is permuted).
     """
     t_x = valid.size(1)
+    gen_fn = generators if callable(generators) else (lambda _b, _t: generators)
     nv = valid.sum(-1)  # (B,)
     todo = steps.nonzero()  # (S, 2), (b, t) order: the order of the generator calls
     todo = todo[nv[todo[:, 0]] >= 2]
-    if todo.numel() == 0:
-        return
+    bs, ts = todo[:, 0], todo[:, 1]
+    step_nv = nv[bs]
+    draw = _draw_steps(todo, step_nv, n, heads, t_x, gen_fn)
+    order, identity = _argsort_draws(draw, step_nv)  # (S, P, H, T_x): permutations of the slots
+    # right-padded sources (every trace's): the slots are the positions, no scatter needed
+    if bool((valid == (torch.arange(t_x) < nv[:, None])).all()):
+        return PermutationIndex(bs, ts, order, identity)
     # per example, its valid positions (ascending) then its padding positions (ascending)
     slots = torch.argsort((~valid).to(torch.int8), dim=-1, stable=True)  # (B, T_x)
-    # right-padded sources (every trace's): the slots are the positions, no scatter needed
-    in_place = bool((valid == (torch.arange(t_x, device=valid.device) < nv[:, None])).all())
-    step_nv = nv[todo[:, 0]]
-    draws = []
-    for (bi, ti), k in zip(todo.tolist(), step_nv.tolist()):
+    slot = slots[bs][:, None, None, :].expand(order.shape)
+    # new position slot[i] takes the weight of old position slot[order[i]]
+    index = torch.empty_like(order).scatter_(-1, slot, slot.gather(-1, order))
+    return PermutationIndex(bs, ts, index, identity)
+
+
+def _draw_steps(
+    todo: Tensor, step_nv: Tensor, n: int, heads: int, width: int, gen_fn: GeneratorFn
+) -> Tensor:
+    """The uniform draws of :func:`permutation_indices` for every step of ``todo``, in its order.
+
+    Step j draws ``torch.rand(n, heads, k_j)`` (k_j = ``step_nv[j]``) from its generator into
+    columns ``[:k_j]`` of its slice of one buffer; a column c ≥ k_j holds 1 + c · 2^-23, above
+    every draw and distinct (:func:`_argsort_draws` sorts it after the draws, in column order).
+    A generator function with a ``seed_of(b, t)`` method
+    (:class:`attnstudy.analysis.batch.StepStreams`) has one CPU generator reseeded per step
+    instead of a generator built per step: the same numbers.
+
+    Args:
+        todo: long (S, 2), (b, t) of the steps. step_nv: long (S,), their valid lengths.
+        width: the buffer's columns (T_x ≥ every k_j).
+
+    Returns:
+        float32 (S, n, heads, width) on the CPU.
+    """
+    pad = 1 + torch.arange(width, dtype=torch.float32) * 2.0**-23
+    out = pad.expand(todo.size(0), n, heads, width).clone()
+    seed_of = getattr(gen_fn, "seed_of", None)
+    shared = torch.Generator(device="cpu") if seed_of is not None else None
+    for row, (bi, ti), k in zip(out, todo.tolist(), step_nv.tolist()):
+        draws = row[..., :k]  # (n, heads, k): filled in the order torch.rand fills its tensor
+        if shared is not None:
+            draws.uniform_(generator=shared.manual_seed(seed_of(bi, ti)))
+            continue
         g = gen_fn(bi, ti)
-        draws.append(torch.rand(n, heads, k, generator=g, device=g.device).to("cpu"))
-    for k in step_nv.unique().tolist():
-        which = (step_nv == k).nonzero()[:, 0]
-        # (S_k, P, H, k), sorted on the CPU where it was drawn, then on the model's device
-        perm = torch.stack([draws[i] for i in which.tolist()]).argsort(-1).to(valid.device)
-        bs, ts = todo[which, 0], todo[which, 1]
-        order = torch.cat(
-            [perm, torch.arange(k, t_x, device=perm.device).expand(*perm.shape[:-1], t_x - k)], -1
-        )  # (S_k, P, H, T_x): a permutation of the slots that fixes the padding slots
-        if in_place:
-            index = order
+        if g.device.type == "cpu":
+            draws.uniform_(generator=g)  # what torch.rand(n, heads, k, generator=g) draws
         else:
-            slot = slots[bs][:, None, None, :].expand(order.shape)
-            # new position slot[i] takes the weight of old position slot[order[i]]
-            index = torch.empty_like(order).scatter_(-1, slot, slot.gather(-1, order))
-        yield bs, ts, index, (perm == torch.arange(k, device=perm.device)).all(-1).all(-1)
+            draws.copy_(torch.rand(n, heads, k, generator=g, device=g.device))
+    return out
+
+
+UNIFORM_BITS = 24
+"""Random bits of a float32 ``torch.rand`` draw on the CPU: the draws are multiples of 2^-24 in
+[0, 1) (the generator's 32-bit output masked to 24 bits, times 2^-24)."""
+
+
+def _argsort_draws(draw: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """Per row, the argsort of its first k draws, then its columns k, …, T_x − 1 in order; and
+    which replacements are the identity.
+
+    For row (s, p, h): ``draw[s, p, h, :k].argsort(-1)`` with k = ``lengths[s]``, followed by k
+    … T_x − 1 — by one ``np.sort`` of int32 keys instead of a ``torch.argsort`` per valid length.
+    Draws are scaled to integers (u = ⌊draw · 2^24⌋, exact for ``torch.rand``'s draws,
+    :data:`UNIFORM_BITS`) and the key u · 64 + column sorts a row by value with its column in the
+    low 6 bits; the columns past k hold 1 + c · 2^-23 (:func:`_draw_steps`), so their keys come
+    last, in column order. ``np.sort`` of short int32 rows is several times faster than
+    ``torch.argsort``. A row in which two draws share an integer (equal draws: about k²/2^25 per
+    row) is argsorted by ``torch.argsort``, so every row's order, ties included, is the per-step
+    ``argsort``'s. Draws of 1 or more (not ``torch.rand``'s: counted after the sort), more than 64
+    columns or a tensor off the CPU: ``torch.argsort`` for each valid length. The identity
+    replacements are found by :func:`_is_identity`.
+
+    Args:
+        draw: float32 (S, P, H, T_x), as :func:`_draw_steps` fills it. lengths: long (S,), each
+            step's k.
+
+    Returns:
+        ``(order, identity)``: long (S, P, H, T_x) and bool (S, P), True where every head's
+        order is 0, 1, …, T_x − 1.
+    """
+    s, p, h, t_x = draw.shape
+    row_lengths = lengths.view(s, 1, 1).expand(s, p, h)
+    if draw.dtype == torch.float32 and draw.device.type == "cpu" and 0 < s and t_x <= 64:
+        cols = torch.arange(t_x, dtype=torch.int32)
+        keys = torch.add(cols, draw.mul(float(1 << UNIFORM_BITS)).to(torch.int32), alpha=64)
+        ordered = keys.numpy()
+        ordered.sort(axis=-1)
+        # draws below 1 (torch.rand's): exactly k keys per row below the padding's (a negative
+        # draw sorts right as it is: its key's low bits are still its column)
+        padding = int((p * h * (t_x - lengths)).sum())
+        if int((ordered >= 64 << UNIFORM_BITS).sum()) == padding:
+            flat = ordered.reshape(-1) >> 6
+            order_np = ordered & 63
+            order = torch.from_numpy(order_np).long()
+            if bool((flat[1:] == flat[:-1]).any()):  # some draw tied (or rows' ends met): exact
+                values = ordered >> 6
+                ties = torch.from_numpy((values[..., 1:] == values[..., :-1]).any(-1))
+                order[ties] = _argsort_rows(draw[ties], row_lengths[ties])
+                return order, (order == torch.arange(t_x)).all(-1).all(-1)
+            return order, torch.from_numpy(_is_identity(order_np))
+    order = _argsort_rows(draw.reshape(-1, t_x), row_lengths.reshape(-1)).view(draw.shape)
+    return order, (order == torch.arange(t_x, device=order.device)).all(-1).all(-1)
+
+
+def _is_identity(order: np.ndarray) -> np.ndarray:
+    """``(order == 0, 1, …, T_x − 1).all over (H, T_x)`` for an ndarray (S, P, H, T_x) → bool
+    (S, P): a replacement can be the identity only where every head's order starts at 0, so
+    only those are compared in full (about 1/k of them for one head, fewer for more)."""
+    s, p, h, t_x = order.shape
+    rows = order.reshape(s * p, h, t_x)
+    out = (rows[:, :, 0] == 0).all(-1)
+    maybe = out.nonzero()[0]
+    same = rows[maybe] == np.arange(t_x, dtype=rows.dtype)
+    out[maybe] = same.reshape(len(maybe), h * t_x).all(-1)
+    return out.reshape(s, p)
+
+
+def _argsort_rows(draw: Tensor, lengths: Tensor) -> Tensor:
+    """:func:`_argsort_draws`' order by ``torch.argsort``, one call per valid length: draw
+    (N, T_x), lengths long (N,) → long (N, T_x)."""
+    t_x = draw.size(-1)
+    order = torch.arange(t_x, device=draw.device).expand(draw.shape).clone()
+    for k in lengths.unique().tolist():
+        rows = (lengths == k).nonzero()[:, 0]
+        order[rows, :k] = draw[rows, :k].argsort(-1)
+    return order
 
 
 def _permutation_index_loop(
     valid: Tensor, steps: Tensor, n: int, heads: int, gen_fn: GeneratorFn
 ) -> tuple[Tensor, Tensor]:
-    """Plain per-step reference of :func:`_permutation_index` (one :func:`permutation_indices`
+    """Plain per-step reference of :func:`permutation_index` (one :func:`permutation_indices`
     call and one assignment per step), the test oracle of the batched version."""
     b, t_x = valid.shape
     t_y = steps.size(1)

@@ -15,12 +15,17 @@ FLOPs are counted analytically from the layer sizes (2·m·n·k per matrix produ
   input-gradient product of every layer on the path from the context to the loss — output,
   readout or combine, the cell's input weights (not W_hh: the prefix state needs no gradient) and
   the context (dα = dc · Vᵀ);
-* the Bahdanau adversarial search's row form folds the context into the first RNN layer's input
-  weights and the readout (:func:`search_layer_flops`): per row and direction, 2 · (gates +
-  hidden) per head and valid position, the readout's state half and the output.
+* the Bahdanau row form (the permutation kernel and the adversarial search) folds the context
+  into the first RNN layer's input weights and the readout (:func:`search_layer_flops`): per row
+  and direction, 2 · (gates + hidden) per head and valid position, the readout's state half and
+  the output.
 
-Kernels timed: the permutation kernel is the ``logits_given_attention`` calls of
-``attnstudy.analysis.ablations.permutation.run`` on precomputed permutations (P = 100); the adversarial kernel is
+Kernels timed: the permutation kernel is the model calls of
+``attnstudy.analysis.ablations.permutation.run`` on precomputed permutations (P = 100, and the
+unchanged row as replacement P + 1): per chunk the model's row form of the local intervention
+(``attnstudy.analysis._chunks.rows_given_attention``, prepared, then one call on the
+(S, P + 1, H, T_x) rows), its FLOPs those of the row form (:func:`search_layer_flops`); the
+adversarial kernel is
 ``search_adversarial`` (K = 5; per Adam iteration one forward + backward, plus the final
 forward). Both use the thread count of the ``torch.mm`` measurement. Targets: ≥ 50 %
 (permutation), ≥ 30 % (adversarial). A ``torch.profiler`` breakdown (self CPU time per operator)
@@ -41,11 +46,12 @@ Run: ``PYTHONPATH=src:. python -m benchmarks.bench_flops [--smoke]``.
 from __future__ import annotations
 
 import torch
-from attnstudy.analysis._chunks import n_valid, sub_trace, trace_chunks
+from attnstudy.analysis._chunks import n_valid, rows_given_attention, sub_trace, trace_chunks
 from attnstudy.analysis.ablations.adversarial import _searched_rows, search_adversarial
 from attnstudy.analysis.ablations.permutation import run as run_permutation
-from attnstudy.analysis.batch import AblationContext, step_generator
-from attnstudy.analysis.interventions import permute
+from attnstudy.analysis.ablations.permutation import with_reference
+from attnstudy.analysis.batch import AblationContext, StepStreams
+from attnstudy.analysis.interventions import permutation_index
 from torch.profiler import ProfilerActivity, profile
 
 from attnstudy.models import eval_mode
@@ -93,45 +99,42 @@ def layer_flops(model) -> dict[str, float]:
 
 
 def perm_work(bm, batches, cfg) -> tuple[list, float, int]:
-    """Precomputed (sub-trace, permuted weights, steps) calls and their FLOPs / row count."""
-    lf = layer_flops(bm.model)
+    """What :func:`attnstudy.analysis.ablations.permutation.run` hands the model, precomputed:
+    per chunk (sub-trace, its permuted steps' batch rows and steps, the (S, P + 1, H, T_x)
+    replacement rows — the P permutations and the unchanged row), and their FLOPs (the row
+    form's, :func:`search_layer_flops`) and row count (S · (P + 1))."""
+    lf = search_layer_flops(bm.model)
+    p_count = cfg.params_for("permutation").n
+    cpu = torch.device("cpu")
     calls, flops, rows = [], 0.0, 0
     for batch in batches:
         tr, ids = batch.trace, batch.example_ids
         nv = n_valid(tr)
-        for chunk in trace_chunks(tr, cfg.params_for("permutation").n):
+        for chunk in trace_chunks(tr, p_count + 1):
             idx = chunk.rows
             sub = sub_trace(tr, idx, chunk.start, chunk.stop)
             steps = sub.step_mask & (nv[idx] >= 2)[:, None]
             if not bool(steps.any()):
                 continue
-            perm = permute(
-                sub.attention,
-                ~sub.pad_mask,
-                cfg.params_for("permutation").n,
-                lambda b, t, idx=idx, ids=ids, s0=chunk.start: step_generator(
-                    cfg.seed, ids[int(idx[b])], s0 + t, "permutation"
-                ),
-                steps,
+            streams = StepStreams(
+                cfg.seed, [ids[i] for i in idx.tolist()], "permutation", chunk.start
             )
-            calls.append((sub, perm.weights, steps))
-            per_step = steps.sum(1)  # real steps per example
-            rows += int(per_step.sum()) * cfg.params_for("permutation").n
-            flops += float(
-                (
-                    per_step
-                    * cfg.params_for("permutation").n
-                    * (lf["forward"] + lf["context"] * nv[idx])
-                ).sum()
+            sb, st, index, _ = permutation_index(
+                (~sub.pad_mask).to(cpu), steps.to(cpu), p_count, sub.attention.size(1), streams
             )
+            sb, st = sb.to(tr.src.device), st.to(tr.src.device)
+            weights = with_reference(sub.attention[sb, :, st], index.to(tr.src.device))
+            calls.append((sub, sb, st, weights))
+            rows += sb.numel() * (p_count + 1)
+            flops += float(((p_count + 1) * (lf["forward"] + lf["context"] * nv[idx][sb])).sum())
     return calls, flops, rows
 
 
 def search_layer_flops(model) -> dict[str, float]:
-    """Per-row FLOPs of the adversarial search's row form: :func:`layer_flops`, except for the
-    Bahdanau flow, whose row form (``Seq2Seq._bahdanau_rows``) folds the context into the first
-    RNN layer's input weights and the readout and computes the recurrent and embedding terms once
-    per row: a row costs one product of its attention row with the projected values (2 ·
+    """Per-row FLOPs of the row form (``rows_given_attention``: the permutation kernel and the
+    adversarial search): :func:`layer_flops`, except for the Bahdanau flow, whose row form
+    (``Seq2Seq._bahdanau_rows``) folds the context into the first RNN layer's input weights and
+    the readout and computes the recurrent and embedding terms once per row: a row costs one product of its attention row with the projected values (2 ·
     (gates + hidden) per head and valid position: ``context``), the readout's state half
     (2 · hidden²), the upper layers' input weights and the output (2·|W_o|), forward and
     backward alike (gradients w.r.t. the candidate weights only)."""
@@ -228,7 +231,8 @@ def run(args) -> dict:
         def perm_kernel(calls=calls, model=model):
             with eval_mode(model), torch.no_grad():
                 return [
-                    model.logits_given_attention(s, w, cfg.chunk_rows, st) for s, w, st in calls
+                    rows_given_attention(model, s, sb, st, cfg.chunk_rows)(w)
+                    for s, sb, st, w in calls
                 ]
 
         def perm_end_to_end(model=model, perm_batches=perm_batches):

@@ -4,8 +4,9 @@ Three ways to compute the same per-step numbers (median TVD over P permutations,
 identity count), from the same prepared batches (greedy prefix, traced once, outside the timing)
 and the same permutations (generator per (seed, example, step, "permutation")):
 
-* **fast** — :func:`attnstudy.analysis.ablations.permutation.run`: steps × P replacements as
-  independent rows of one ``logits_given_attention`` call per example chunk.
+* **fast** — :func:`attnstudy.analysis.ablations.permutation.run`: steps × (P + 1) replacements
+  (the P permutations and the unchanged row) as independent rows of one call of the model's row
+  form (``attnstudy.analysis._chunks.rows_given_attention``) per example chunk.
 * **per-step loop** — the per-step protocol of Moradi et al. (2019): for every decoder step t
   and every permutation p, one ``logits_given_attention`` call over the batch restricted to
   step t (``steps=`` mask), from the same traced prefix state, in its plain (unfolded) form

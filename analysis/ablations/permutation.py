@@ -8,19 +8,26 @@ permutation per step, same generators): the test oracle and the benchmark baseli
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pandas as pd
 import torch
 from attnstudy.analysis.catalogue import AblationSpec, Figure, OutputChangeParams, Stat
 from pydantic import Field
+from torch import Tensor
 
 from attnstudy.models import Seq2Seq, eval_mode
 
-from .._chunks import base_probs, n_valid, require_attention, step_frame, sub_trace, trace_chunks
-from ..batch import AblationContext, PreparedBatch, step_generator
-from ..interventions import permutation_indices, permute
+from .._chunks import (
+    n_valid,
+    require_attention,
+    rows_given_attention,
+    step_frame,
+    sub_trace,
+    trace_chunks,
+)
+from ..batch import AblationContext, PreparedBatch, StepStreams, step_generator
+from ..divergences import tvd
+from ..interventions import permutation_index, permutation_indices
 from ..step_scores import score_columns, score_stats, step_score
 
 
@@ -80,8 +87,11 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
     For step t with attention α_t (every head permuted independently over the valid source
     positions, generator ``step_generator(ctx.seed, example_id, t, "permutation")``):
     ``median_π TVD(p_t, p_t(α_t[π]))`` with TVD = ½ Σ_v |p − p̃| over the full output vocabulary,
-    and the fraction of permutations whose argmax differs from argmax p_t. p_t is recomputed
-    through the same local path from the unchanged α_t.
+    and the fraction of permutations whose argmax differs from argmax p_t. The permuted steps'
+    rows go through the model's row form of the local intervention
+    (:func:`attnstudy.analysis._chunks.rows_given_attention`: each step from its traced prefix
+    state, no (B, P, H, T_y, T_x) scatter), and p_t is recomputed through the same call from the
+    unchanged α_t, as its replacement P + 1.
 
     Args:
         model: the model (run in eval mode, previous mode restored).
@@ -109,44 +119,41 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
     flip = med.clone()
     n_id = torch.zeros(tr.step_mask.shape, dtype=torch.long, device=dev)
     extra = {f"permutation_median_{s}": med.clone() for s in params.scores}
+    cpu = torch.device("cpu")
     with eval_mode(model), torch.no_grad():
-        for chunk in trace_chunks(tr, p_count):
+        for chunk in trace_chunks(tr, p_count + 1):
             rows = chunk.rows
             sub = sub_trace(tr, rows, chunk.start, chunk.stop)
             steps = sub.step_mask & (nv[rows] >= 2)[:, None]
             if not bool(steps.any()):
                 continue
-
-            def gen(b: int, t: int, rows=rows, start=chunk.start) -> torch.Generator:
-                return step_generator(ctx.seed, ids[int(rows[b])], start + t, "permutation")
-
-            perm = permute(sub.attention, ~sub.pad_mask, p_count, gen, steps)
-            base = base_probs(model, sub, ctx.chunk_rows)  # (b, T_y, V)
-            logits = model.logits_given_attention(sub, perm.weights, ctx.chunk_rows, steps)
-            # only the permuted steps from here on (the padding steps' rows are zeros): S rows
-            sb, st = steps.nonzero(as_tuple=True)
-            probs = torch.softmax(logits[sb, :, st], -1)  # (S, P, V)
-            ref = base[sb, st]  # (S, V)
-            keep = ~perm.identity[sb, :, st]  # (S, P)
-            d = step_score("tvd", probs, ref.unsqueeze(1)).double().masked_fill(~keep, float("nan"))
-            flips = step_score("flip", probs, ref.unsqueeze(1)).double()
+            streams = StepStreams(ctx.seed, [ids[i] for i in rows.tolist()], SPEC.name, chunk.start)
+            # the permuted steps, (b, t) order: the S rows of everything below
+            sb, st, index, identity = permutation_index(
+                (~sub.pad_mask).to(cpu), steps.to(cpu), p_count, sub.attention.size(1), streams
+            )
+            sb, st = sb.to(dev), st.to(dev)
+            weights = with_reference(sub.attention[sb, :, st], index.to(dev))
+            logits = rows_given_attention(model, sub, sb, st, ctx.chunk_rows)(weights)
+            keep = ~identity.to(dev)  # (S, P)
+            d, flips = tvd_and_flips(logits)
             n_keep = keep.sum(1)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices → NaN
-                m = torch.from_numpy(np.nanmedian(d.cpu().numpy(), axis=1)).to(dev)
-            f = (flips * keep).sum(1) / n_keep.clamp(min=1)
+            m = nan_median(d.double().masked_fill_(~keep, float("nan")))
+            f = (flips & keep).sum(1).double() / n_keep.clamp(min=1)
             f = f.masked_fill(n_keep == 0, float("nan"))
             at = (rows[sb], st + chunk.start)
             med[at], flip[at], n_id[at] = m, f, (~keep).sum(1)
-            for col, v in score_columns(  # a T_y axis of 1 for its (B, P, T_y, V) form
-                "permutation_median",
-                params.scores,
-                probs.unsqueeze(2),
-                ref.unsqueeze(1),
-                sub.tgt_out[sb, st].unsqueeze(1),
-                keep=keep.unsqueeze(2),
-            ).items():
-                extra[col][at] = v[:, 0]
+            if params.scores:
+                probs = torch.softmax(logits, -1)  # (S, P + 1, V)
+                for col, v in score_columns(  # a T_y axis of 1 for its (B, P, T_y, V) form
+                    "permutation_median",
+                    params.scores,
+                    probs[:, :p_count].unsqueeze(2),
+                    probs[:, p_count].unsqueeze(1),
+                    sub.tgt_out[sb, st].unsqueeze(1),
+                    keep=keep.unsqueeze(2),
+                ).items():
+                    extra[col][at] = v[:, 0]
     frame["permutation_median_tvd"] = med[b_idx, t_idx].cpu().numpy()
     frame["permutation_flip_rate"] = flip[b_idx, t_idx].cpu().numpy()
     frame["permutation_n_identity"] = n_id[b_idx, t_idx].cpu().numpy()
@@ -154,6 +161,75 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
         frame[col] = v[b_idx, t_idx].cpu().numpy()
     frame["permutation_skipped"] = (nv[b_idx] < 2).cpu().numpy()
     return frame
+
+
+def with_reference(rows: Tensor, index: Tensor) -> Tensor:
+    """The permuted rows and, as replacement P + 1, the row itself.
+
+    Args:
+        rows: (S, H, T_x) attention rows. index: long (S, P, H, T_x), a gather index of each
+            replacement (:attr:`attnstudy.analysis.interventions.PermutationIndex.index`).
+
+    Returns:
+        (S, P + 1, H, T_x): ``rows`` gathered by ``index``, then ``rows``.
+    """
+    s, p = index.shape[:2]
+    out = rows.new_empty(s, p + 1, *rows.shape[1:])
+    torch.gather(rows.unsqueeze(1).expand(index.shape), -1, index, out=out[:, :p])
+    out[:, p] = rows
+    return out
+
+
+SCORE_BLOCK = 1 << 20
+"""Logits per block of :func:`tvd_and_flips` (4 MiB in float32): the softmax and difference
+temporaries are a block's, not the whole (S, P + 1, V) output's (smaller blocks measured no
+faster)."""
+
+
+def tvd_and_flips(logits: Tensor) -> tuple[Tensor, Tensor]:
+    """TVD and argmax flip of every replacement against the last one.
+
+    With p the softmax of replacement P (the unchanged row) and p̃ that of replacement i < P:
+    TVD = ½ Σ_v |p̃(v) − p(v)| (:func:`attnstudy.analysis.divergences.tvd`) and the flip
+    argmax p̃ ≠ argmax p (first maximal position, as ``step_score("flip")``), computed a block of
+    steps at a time (:data:`SCORE_BLOCK`) with the step scores' operations, so the same numbers
+    as ``step_score("tvd"/"flip", softmax(logits[:, :P]), softmax(logits[:, P:]))``.
+
+    Args:
+        logits: (S, P + 1, V), replacement P the reference.
+
+    Returns:
+        ``(tvd, flips)``: float (S, P) in ``logits``' dtype, bool (S, P).
+    """
+    s, p1, v = logits.shape
+    p = p1 - 1
+    d = logits.new_empty(s, p)
+    flips = torch.empty(s, p, dtype=torch.bool, device=logits.device)
+    block = max(1, SCORE_BLOCK // (p1 * v))
+    for lo in range(0, s, block):
+        hi = min(s, lo + block)
+        probs = torch.softmax(logits[lo:hi], -1)  # (s', P + 1, V)
+        ref, out = probs[:, p:], probs[:, :p]
+        d[lo:hi] = tvd(out, ref)
+        torch.ne(out.max(-1).indices, ref.max(-1).indices, out=flips[lo:hi])
+    return d, flips
+
+
+def nan_median(values: Tensor) -> Tensor:
+    """The median of each row's non-NaN values (``numpy.nanmedian(values, axis=1)``), NaN for a
+    row without one: the middle value, or the mean of the two middle values for an even count.
+
+    Args:
+        values: float (S, P), NaN where a value is left out.
+
+    Returns:
+        (S,), ``values``' dtype.
+    """
+    ordered = values.sort(-1).values  # NaN last
+    n = (~values.isnan()).sum(-1, keepdim=True)
+    low = ordered.gather(-1, ((n - 1) // 2).clamp(min=0))
+    high = ordered.gather(-1, (n // 2).clamp(max=values.size(-1) - 1))
+    return ((low + high) / 2).squeeze(-1).masked_fill(n.squeeze(-1) == 0, float("nan"))
 
 
 def permutation_loop_reference(
