@@ -387,8 +387,9 @@ def _objective_and_grad(
         raw = (d_log_d.unsqueeze(2) + d_log_d.unsqueeze(1)).sub_((s * (log_s - LN2)).sum(-1))
         raw.mul_(0.5)  # JSD(d_a, d_b), (N, K + 1, K + 1)
         pair_w = _pair_weights(k, c.dtype, c.device)
-        loss = (raw.clamp(min=0.0, max=LN2) * pair_w).sum((1, 2))
-        w = ((raw >= 0) & (raw <= LN2)).to(c.dtype).mul_(pair_w)
+        clamped = raw.clamp(min=0.0, max=LN2)
+        loss = (clamped * pair_w).sum((1, 2))
+        w = (clamped == raw) * pair_w  # clamped == raw: 0 ≤ raw ≤ ln 2, where clamp passes ∂
         # ∂/∂c_k = Σ_b W_kb (log c_k − log s_kb + ln 2), (N, K, T_x)
         grad_c = (log_d[:, :k].unsqueeze(2) - log_s[:, :k]).add_(LN2).mul_(w[:, :k, :, None])
         grad_c = grad_c.sum(2)
