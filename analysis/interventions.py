@@ -221,7 +221,7 @@ def permutation_index(
     draw = _draw_steps(todo, step_nv, n, heads, t_x, gen_fn)
     order, identity = _argsort_draws(draw, step_nv)  # (S, P, H, T_x): permutations of the slots
     # right-padded sources (every trace's): the slots are the positions, no scatter needed
-    if bool((valid == (torch.arange(t_x) < nv[:, None])).all()):
+    if bool((valid == (torch.arange(t_x, device=valid.device) < nv[:, None])).all()):
         return PermutationIndex(bs, ts, order, identity)
     # per example, its valid positions (ascending) then its padding positions (ascending)
     slots = torch.argsort((~valid).to(torch.int8), dim=-1, stable=True)  # (B, T_x)
@@ -250,7 +250,7 @@ def _draw_steps(
     Returns:
         float32 (S, n, heads, width) on the CPU.
     """
-    pad = 1 + torch.arange(width, dtype=torch.float32) * 2.0**-23
+    pad = 1 + torch.arange(width, dtype=torch.float32, device="cpu") * 2.0**-23
     out = pad.expand(todo.size(0), n, heads, width).clone()
     seed_of = getattr(gen_fn, "seed_of", None)
     shared = torch.Generator(device="cpu") if seed_of is not None else None
@@ -299,7 +299,7 @@ def _argsort_draws(draw: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     s, p, h, t_x = draw.shape
     row_lengths = lengths.view(s, 1, 1).expand(s, p, h)
     if draw.dtype == torch.float32 and draw.device.type == "cpu" and 0 < s and t_x <= 64:
-        cols = torch.arange(t_x, dtype=torch.int32)
+        cols = torch.arange(t_x, dtype=torch.int32, device=draw.device)
         keys = torch.add(cols, draw.mul(float(1 << UNIFORM_BITS)).to(torch.int32), alpha=64)
         ordered = keys.numpy()
         ordered.sort(axis=-1)
@@ -309,13 +309,15 @@ def _argsort_draws(draw: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         if int((ordered >= 64 << UNIFORM_BITS).sum()) == padding:
             flat = ordered.reshape(-1) >> 6
             order_np = ordered & 63
-            order = torch.from_numpy(order_np).long()
+            order = torch.from_numpy(order_np).to(draw.device, torch.long)
             if bool((flat[1:] == flat[:-1]).any()):  # some draw tied (or rows' ends met): exact
                 values = ordered >> 6
-                ties = torch.from_numpy((values[..., 1:] == values[..., :-1]).any(-1))
+                ties = torch.from_numpy((values[..., 1:] == values[..., :-1]).any(-1)).to(
+                    draw.device
+                )
                 order[ties] = _argsort_rows(draw[ties], row_lengths[ties])
-                return order, (order == torch.arange(t_x)).all(-1).all(-1)
-            return order, torch.from_numpy(_is_identity(order_np))
+                return order, (order == torch.arange(t_x, device=order.device)).all(-1).all(-1)
+            return order, torch.from_numpy(_is_identity(order_np)).to(draw.device)
     order = _argsort_rows(draw.reshape(-1, t_x), row_lengths.reshape(-1)).view(draw.shape)
     return order, (order == torch.arange(t_x, device=order.device)).all(-1).all(-1)
 
