@@ -398,17 +398,10 @@ def test_example_browser_score_columns_are_on_screen_at_1400px(golden_report, pa
 # ----------------------------------------------------------------------------- words, gold links
 
 
-def test_example_browser_shows_greek_and_english_words_with_gold_links(page, tmp_path):
-    """An nt-greek-english example (John 1:2 of the committed fixture) opens on words: Greek
-    words × English words with the verse's 7 gold links as boxes, the ablation's argmax links as
-    dots, a table per English word; "subword tokens" shows the BPE grid with every subword cell
-    of each linked word pair boxed."""
+def _nt_fixture_transformer():
+    """The NT fixture's splits, vocabularies and a seeded untrained 2-layer Transformer."""
     import torch
-    from attnstudy.analysis.catalogue import AblationConfig
-    from attnstudy.analysis.heatmaps import Recorder, gold_cells
-    from attnstudy.analysis.suite import run_suite
 
-    from attnstudy.browser import browser_data, browser_html
     from attnstudy.config import TransformerConfig, data_config
     from attnstudy.data import nt
     from attnstudy.data.vocab import Vocab
@@ -424,7 +417,21 @@ def test_example_browser_shows_greek_and_english_words_with_gold_links(page, tmp
     sv, tv = (Vocab.build(getattr(e, side) for e in splits.train) for side in ("src", "tgt"))
     torch.manual_seed(0)
     mcfg = TransformerConfig(architecture="transformer", layers=2, heads=2, d_model=8, d_ff=16)
-    model = build_model(mcfg, len(sv), len(tv)).eval()
+    return splits, sv, tv, build_model(mcfg, len(sv), len(tv)).eval()
+
+
+def test_example_browser_shows_greek_and_english_words_with_gold_links(page, tmp_path):
+    """An nt-greek-english example (John 1:2 of the committed fixture) opens on words: Greek
+    words × English words with the verse's 7 gold links as boxes, the ablation's argmax links as
+    dots, a table per English word; "subword tokens" shows the BPE grid with every subword cell
+    of each linked word pair boxed."""
+    from attnstudy.analysis.catalogue import AblationConfig
+    from attnstudy.analysis.heatmaps import Recorder, gold_cells
+    from attnstudy.analysis.suite import run_suite
+
+    from attnstudy.browser import browser_data, browser_html
+
+    splits, sv, tv, model = _nt_fixture_transformer()
     cfg = AblationConfig(bootstrap_resamples=20, seed=3, ablations=["alignment", "permutation"])
     rec = Recorder(cfg.prefix)
     res = run_suite(model, splits.dev, sv, tv, cfg, progress=False, batch_size=4, recorder=rec)
@@ -484,29 +491,15 @@ def test_example_browser_on_translation_decodes_maps_numbers_layers_from_1_and_s
     values (and to what the plain ``browser.decode_record`` gives), numbers layers from 1 in the
     list and the layer switch, and for a translation task shows the token error rate instead of
     "correct?" (no "only incorrect" filter); a row clicked opens its example."""
-    import torch
     from attnstudy.analysis.catalogue import AblationConfig
     from attnstudy.analysis.heatmaps import Recorder
     from attnstudy.analysis.suite import run_suite
 
     from attnstudy.browser import browser_data, browser_html, decode_record
-    from attnstudy.config import TransformerConfig, data_config
     from attnstudy.data import nt
     from attnstudy.data.tasks import TOKEN_ERROR_RATE
-    from attnstudy.data.vocab import Vocab
-    from attnstudy.models import build_model
 
-    fixture = ROOT / "tests" / "fixtures" / "nt"
-    files = nt.NTFiles(
-        fixture / "SBLGNT.tsv", fixture / "nt_BSB.tsv", fixture / "SBLGNT-BSB-manual.json"
-    )
-    splits = nt.build_splits(
-        files, data_config(task=nt.TASK, nt_min_test_verses=0, nt_vocab_size=120)
-    )
-    sv, tv = (Vocab.build(getattr(e, side) for e in splits.train) for side in ("src", "tgt"))
-    torch.manual_seed(0)
-    mcfg = TransformerConfig(architecture="transformer", layers=2, heads=2, d_model=8, d_ff=16)
-    model = build_model(mcfg, len(sv), len(tv)).eval()
+    splits, sv, tv, model = _nt_fixture_transformer()
     cfg = AblationConfig(
         bootstrap_resamples=20, seed=3, ablations=["alignment", "permutation"], layers="each"
     )
