@@ -52,13 +52,15 @@ AGREEMENT_PAIRS: dict[str, tuple[str, str]] = {
 }
 """Every pair of :data:`AGREEMENT_MEASURES` once: ``"<a>_<b>"`` (its metric keys' infix) → (a, b)."""
 _AGREEMENT_SHORT_LABELS = {"integrated_gradients": "IG", "loo": "LOO"}
-AGREEMENT_FORMER_LABELS: dict[str, str] = {
-    pair: "τ {}–{}".format(*(_AGREEMENT_SHORT_LABELS.get(m, AGREEMENT_MEASURES[m]) for m in (a, b)))
+AGREEMENT_FORMER_LABELS: dict[str, tuple[str, ...]] = {
+    pair: tuple(
+        {"τ {}–{}".format(*(_AGREEMENT_SHORT_LABELS.get(m, AGREEMENT_MEASURES[m]) for m in (a, b)))}
+        - {f"τ {AGREEMENT_MEASURES[a]}–{AGREEMENT_MEASURES[b]}"}
+    )
     for pair, (a, b) in AGREEMENT_PAIRS.items()
-    if {a, b} & set(_AGREEMENT_SHORT_LABELS)
 }
 """The labels the agreement matrix's result tables used before they came from this registry
-("IG", "LOO"), per pair: read back through ``Stat.former_labels``."""
+("IG", "LOO"), per pair (none where the label is unchanged): its ``Stat.former_labels``."""
 
 IG_METHODS = (
     "gausslegendre",

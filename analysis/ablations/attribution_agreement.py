@@ -32,7 +32,7 @@ SPEC = AblationSpec(
             unit="Kendall τ-b",
             question="attribution_agreement",
             # result tables written before the labels came from the registry
-            former_labels=tuple(v for k, v in AGREEMENT_FORMER_LABELS.items() if k == pair),
+            former_labels=AGREEMENT_FORMER_LABELS[pair],
         )
         for pair, (a, b) in AGREEMENT_PAIRS.items()
     },
