@@ -16,8 +16,10 @@ and is reported as the ratio ``CPU 1 thread / device`` (the CPU timed once, the 
 of ``--repeats`` after a warm-up; CUDA synchronised before every clock read). The permutation results of the two devices are compared too (max abs
 difference of the per-step statistics): the device must compute the same numbers.
 
-``--dry-run`` times the same code on the CPU with every thread as the "device" (sizes cut down),
-to check the script end to end on a machine without a GPU; its ratios say nothing about a GPU.
+``--dry-run`` times the same code on the CPU with every thread as the "device" (sizes cut down;
+``--device-threads N`` for fewer, as the test suite does: beside other jobs, threads beyond the
+free cores make every small operator wait), to check the script end to end on a machine without a
+GPU; its ratios say nothing about a GPU.
 
 Writes ``$OUT/gpu.json`` and ``$OUT/gpu.md`` (``--out``, default ``$OUT``).
 """
@@ -288,7 +290,7 @@ def run(args) -> dict:
 
     _analysis_namespace()
     if args.dry_run:
-        device, threads = torch.device("cpu"), os.cpu_count() or 1
+        device, threads = torch.device("cpu"), args.device_threads or os.cpu_count() or 1
         label = f"cpu, {threads} threads (dry run: no GPU timed)"
     else:
         if not torch.cuda.is_available():
@@ -335,15 +337,22 @@ def run(args) -> dict:
 
     # the whole battery on both devices (the CPU with every thread: this compares numbers)
     words = test[: args.battery_words]
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(threads if args.dry_run else os.cpu_count() or 1)
     t0 = time.perf_counter()
-    suite_cpu = battery_workload(_model(len(src), len(tgt), cpu), words, src, tgt)
+    steps = args.battery_adversarial_steps
+    suite_cpu = battery_workload(_model(len(src), len(tgt), cpu), words, src, tgt, steps)
     t_cpu = time.perf_counter() - t0
     model = _model(len(src), len(tgt), device)
-    battery_workload(model, words[:4], src, tgt)  # warm-up
-    t_dev, suite_dev = best_of(partial(battery_workload, model, words, src, tgt), 1, device)
-    size = f"{len(words)} words, default ablations, {BATTERY_ADVERSARIAL_STEPS} adversarial steps"
-    rows.append(_row("whole battery (CPU: all threads)", size, t_cpu, t_dev))
+    battery_workload(model, words[:4], src, tgt, steps)  # warm-up
+    battery = partial(battery_workload, model, words, src, tgt, steps)
+    t_dev, suite_dev = best_of(battery, 1, device)
+    size = f"{len(words)} words, default ablations, {steps} adversarial steps"
+    cpu_threads = (
+        "all threads"
+        if not (args.dry_run and args.device_threads)
+        else f"{threads} thread" + "s" * (threads > 1)
+    )
+    rows.append(_row(f"whole battery (CPU: {cpu_threads})", size, t_cpu, t_dev))
     checks["battery (cpu vs device)"] = battery_differences(suite_cpu, suite_dev)
     _write(args.out, _summary(args, label, rows, checks))
     checks["training.amp on the device"] = amp_check(splits, src, tgt, device)
@@ -437,6 +446,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--adversarial-words", type=int, default=32)
     p.add_argument("--adversarial-iters", type=int, default=40)
     p.add_argument("--battery-words", type=int, default=24, help="words of the whole battery")
+    p.add_argument(
+        "--device-threads",
+        type=int,
+        default=None,
+        help="dry run only: threads of the CPU standing in for the device (default: every core; "
+        "1 where other jobs share the machine, as in the test suite: threads beyond the free "
+        "cores make every small operator wait)",
+    )
+    p.add_argument(
+        "--battery-adversarial-steps",
+        type=int,
+        default=BATTERY_ADVERSARIAL_STEPS,
+        help=f"Adam iterations of the whole battery's adversarial search (default "
+        f"{BATTERY_ADVERSARIAL_STEPS})",
+    )
     p.add_argument("--repeats", type=int, default=3, help="device runs (best of; CPU runs once)")
     return p
 
@@ -446,6 +470,7 @@ def main(argv=None) -> dict:
     if args.dry_run:  # the same code on sizes that run in seconds
         small = {"words": 300, "test_words": 24, "permutations": 8}
         small |= {"adversarial_words": 8, "adversarial_iters": 5, "battery_words": 6}
+        small |= {"battery_adversarial_steps": 5}
         for k, v in small.items():
             if getattr(args, k) == parser().get_default(k):
                 setattr(args, k, v)
