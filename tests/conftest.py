@@ -159,3 +159,44 @@ def tiny_study(store_root, tiny_config, tiny_models):
 
     text = (ROOT / "experiments" / "tiny.toml").read_text(encoding="utf-8")
     return api.run(tiny_config, progress=False, config_text=text)
+
+
+def copy_store(source: Path, root: Path) -> Path:
+    """Copy the store of the project root ``source`` (its ``mlruns/``) into the project root
+    ``root``, with every path under ``source`` in the database (experiments' artifact locations,
+    runs' artifact URIs, model versions' sources…) rewritten to ``root``: the copy reads and
+    writes its own files (files in ``mlruns/`` are copied as they are). Returns ``root``.
+
+    Raises:
+        FileExistsError: ``root/mlruns`` exists.
+    """
+    import shutil
+    import sqlite3
+
+    shutil.copytree(source / "mlruns", root / "mlruns")
+    olds = {str(source), str(source.resolve())}
+    with sqlite3.connect(root / "mlruns" / "mlflow.db") as db:
+        tables = [r[0] for r in db.execute("select name from sqlite_master where type='table'")]
+        for table in tables:
+            for col in db.execute(f"pragma table_info('{table}')").fetchall():
+                if not any(t in col[2].upper() for t in ("CHAR", "TEXT", "CLOB")):
+                    continue
+                for old in olds:
+                    db.execute(
+                        f'update "{table}" set "{col[1]}" = replace("{col[1]}", ?, ?) '
+                        f'where instr("{col[1]}", ?) > 0',
+                        (f"{old}/", f"{root}/", f"{old}/"),
+                    )
+    db.close()
+    return root
+
+
+@pytest.fixture
+def tiny_study_root(tiny_study, store_root, tmp_path, monkeypatch):
+    """A project root of this test alone (as :func:`fresh_root`) whose store is a copy of the
+    session store, :func:`tiny_study` included (its ``reports/`` folder is not copied): a test
+    that writes reads the tiny study without running it again."""
+    root = copy_store(store_root, tmp_path / "root")
+    monkeypatch.setenv("ATTNSTUDY_ROOT", str(root))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return root

@@ -201,31 +201,38 @@ def test_report_of_a_partial_study_says_why_numbers_are_missing(fresh_root, over
     assert oct(out.report.parent.stat().st_mode & 0o777) != "0o700"
 
 
-def test_report_is_built_atomically(fresh_root, monkeypatch):
+def test_report_is_built_atomically(tiny_study_root, tiny_study, monkeypatch):
+    """A report that fails half-way leaves the report it would replace whole (the tiny study of
+    the session, in a copy of its store: its report built here first)."""
     from attnstudy import api
     from attnstudy.report import build as report_mod  # build_report looks render_markdown up here
 
-    out = api.run(_cfg(), progress=False)
-    before = {p.name: p.read_bytes() for p in out.report.parent.glob("*.*")}
+    report = api.report(study_id=tiny_study.study_run_id)
+    assert report.parent == tiny_study_root / "reports" / "tiny"
+    before = {p.name: p.read_bytes() for p in report.parent.glob("*.*")}
 
     def broken(context):
         raise RuntimeError("disk trouble")
 
     monkeypatch.setattr(report_mod, "render_markdown", broken)
     with pytest.raises(RuntimeError, match="disk trouble"):
-        report_mod.build_report(_tracker(), out.study_run_id)
-    after = {p.name: p.read_bytes() for p in out.report.parent.glob("*.*")}
+        report_mod.build_report(_tracker(), tiny_study.study_run_id)
+    after = {p.name: p.read_bytes() for p in report.parent.glob("*.*")}
     assert after == before  # the old report stays whole
-    assert not list(out.report.parent.parent.glob(".tiny.*"))
+    assert not list(report.parent.parent.glob(".tiny.*"))
 
 
-def test_a_later_ad_hoc_ablation_never_changes_a_studys_report(fresh_root):
+def test_a_later_ad_hoc_ablation_never_changes_a_studys_report(tiny_study_root, tiny_study):
+    """The tiny study of the session, in a copy of its store: its report before and after an ad
+    hoc ablation of one of its models."""
     from attnstudy.analysis.catalogue import AblationConfig
 
     from attnstudy import api
 
-    out = api.run(_cfg(), progress=False)
-    md = out.report.with_name("report.md").read_text()
+    out = tiny_study
+    report = api.report(study_id=out.study_run_id)
+    assert report.parent == tiny_study_root / "reports" / "tiny"
+    md = report.with_name("report.md").read_text()
     model = out.models[0]
     api.ablate(
         f"runs:/{model.run_id}",
