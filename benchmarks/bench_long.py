@@ -15,6 +15,10 @@ themselves ∝ T_x (erasure until the flip, leave-one-out) or whose gradient at 
 through all t earlier steps (gradient × input) have per-step cost ∝ L²; the table divides each
 ablation's time by steps × replacements so the constant per replacement can be read off.
 
+The time per decoder step at short sources (10 … 80 tokens, a batch of examples per length) and
+the ablations whose replacements grow with the source against one batched forward over all their
+replacements are ``bench_steps`` (``run_all --only steps``, in the default list).
+
 Run: ``PYTHONPATH=src:. python -m benchmarks.bench_long [--smoke] [--lengths 125,250]``.
 """
 
@@ -30,15 +34,23 @@ def replacements(name: str, length: int, p: int, k: int, adv_steps: int) -> tupl
     """Replacements per decoder step of one ablation on a source of ``length`` tokens.
 
     Returns:
-        (count, what a replacement is). Counts are upper bounds where the ablation stops early
-        (erasure until the flip: at most T_x erasures in each of five rankings).
+        (count, what a replacement is). Leave-one-out's deletions are an upper bound (one per
+        run of equal tokens); erasure until the flip evaluates every prefix of every order
+        (it does not stop at the flip): 4 rankings + ``n_random_orders`` random orders (the
+        default 5), T_x − 1 prefixes each (counted in ``bench_steps``).
     """
+    from attnstudy.analysis.ablations.erase_until_flip import RANKINGS, EraseUntilFlipParams
+
+    orders = len(RANKINGS) - 1 + EraseUntilFlipParams().n_random_orders
     table = {
         "permutation": (p, "permuted row"),
         "permutation_global": (1, "free-running step"),
         "uniform": (1, "uniform row"),
         "erase_max": (1, "erased row"),
-        "erase_until_flip": (5 * length, "erased prefix (5 rankings, ≤ T_x each)"),
+        "erase_until_flip": (
+            orders * (length - 1),
+            f"erased prefix ({orders} orders, T_x − 1 each)",
+        ),
         "adversarial": (k * adv_steps, "candidate × Adam iteration"),
         "importance": (2 * length, "deleted token or gradient position"),
         "alignment": (1, "argmax link"),

@@ -168,8 +168,14 @@ def copy_of_length(length: int, n_test: int) -> dict:
     }
 
 
-def spawn(params: dict) -> dict:
-    """Run one size in a child process; adds its peak RSS (kB) from ``os.wait4``."""
+def spawn(params: dict, module: str = "benchmarks.bench_scaling") -> dict:
+    """Run one size in a child process (``python -m <module> --child <params as JSON>``, whose
+    last stdout line starting with ``{`` is its JSON result); adds its peak RSS (kB) from
+    ``os.wait4``.
+
+    Raises:
+        RuntimeError: if the child exits with a non-zero status.
+    """
     with tempfile.TemporaryFile("w+") as out:
         env = dict(
             os.environ,
@@ -182,7 +188,7 @@ def spawn(params: dict) -> dict:
             ),
         )
         proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.bench_scaling", "--child", json.dumps(params)],
+            [sys.executable, "-m", module, "--child", json.dumps(params)],
             stdout=out,
             cwd=common.HERE.parent,
             env=env,
@@ -191,7 +197,7 @@ def spawn(params: dict) -> dict:
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             raise RuntimeError(
-                f"scaling child failed (exit {proc.returncode}) for {params['label']}"
+                f"{module} child failed (exit {proc.returncode}) for {params['label']}"
             )
         out.seek(0)
         lines = [ln for ln in out.read().splitlines() if ln.startswith("{")]

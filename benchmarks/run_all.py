@@ -52,7 +52,12 @@ judged on an idle machine (``bench_flops --idle-load``)."""
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--smoke", action="store_true", help="tiny sizes")
-    p.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(BENCHMARKS)}")
+    p.add_argument(
+        "--only",
+        default=None,
+        help=f"comma-separated subset of {','.join(BENCHMARKS)} (the default list) and of the "
+        f"opt-in {','.join(OPT_IN)} (run only when named)",
+    )
     p.add_argument(
         "--results", default=None, help="results file (default: benchmarks/RESULTS.md in full mode)"
     )

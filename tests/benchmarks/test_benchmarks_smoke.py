@@ -175,14 +175,29 @@ def test_time_per_decoder_step_as_the_source_grows(results):
     assert [r["L"] for r in out["per_step"]] == [4, 8]
     # the reference prefix fixes the steps: L tokens and <eos> per example, two examples
     assert [r["steps"] for r in out["per_step"]] == [10, 18]
-    for r in out["ratios"]:
-        for key in ("LOO ratio", "erase ratio", "gradient ratio"):
-            assert r[key] > 0
-        assert r["LOO ratio"] == r["LOO s"] / r["one forward, all deletions s"]
+    for r in out["rows"]:
+        length, steps = r["length"], r["steps"]
+        # erasure evaluates every prefix of 9 orders (4 rankings, 5 random) at every step; its
+        # reference forward computes exactly the rows the ablation computed
+        assert r["reference"]["orders"] == 9
+        assert r["counted"]["erase_until_flip"] == 9 * (length - 1) * steps
+        assert r["reference"]["erase_until_flip"] == r["counted"]["erase_until_flip"]
+        assert r["reference"]["erase_calls"] == 1
+        # one deleted source per run of equal tokens, the same ones in the reference
+        assert 0 < r["counted"]["loo"] == r["reference"]["loo"] <= 2 * length
+        # the references compute what the ablations compute
+        assert r["checks"]["loo"] <= 1e-5 and r["checks"]["gradient"] <= 1e-5
+        assert r["peak_rss_kb"] > 0
+    assert len(out["ratios"]) == 2 * 3
+    for row in out["ratios"]:
+        assert math.isfinite(row["ratio"]) and row["ratio"] > 0
+        assert row["ratio"] == row["ablation s"] / row["reference s"]
+        assert row["verdict"] == ("met" if row["ratio"] <= 2 else "NOT met")
     from attnstudy.analysis.catalogue import list_ablations
 
-    assert set(list_ablations(default_only=True)) <= set(out["slopes"])
-    assert "Time per decoder step" in results.read_text()
+    assert set(list_ablations(default_only=True)) | {"loo", "gradient"} == set(out["slopes"])
+    text = results.read_text()
+    assert "Time per decoder step" in text and "one batched forward" in text
 
 
 def test_training_throughput(results):
