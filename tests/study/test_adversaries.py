@@ -21,7 +21,11 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
     cfg = load_experiment(
         TINY, ["trained_adversary.lambdas=[0.0, 0.5]", "trained_adversary.epochs=2"]
     )
-    result = api.run(cfg, progress=False)
+    result = api.run(cfg, progress=False, report=False)
+    # its report, and the committed-results form of the same tables (attnstudy report --results
+    # DIR), built once (a study's own report is the same build_report of the same store)
+    out = fresh_root / "results"
+    html = api.report(result.study_run_id, results_dir=str(out))
     tracker = Tracker()
     exp_id = tracker.experiment_id("tiny")
     runs = tracker.search_runs([exp_id], "tags.kind = 'adversary'")
@@ -49,7 +53,8 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
     study = tracker.get_run(result.study_run_id)
     assert set(study.ids("adversary_run_ids")) == {r.run_id for r in runs}
 
-    report = Path(result.report).parent
+    report = Path(html).parent
+    assert report == fresh_root / "reports" / "tiny"
     table = pd.read_csv(report / "adversaries.csv")
     assert sorted(table["λ"]) == [0.0, 0.5]
     by_run = {r.run_id: r for r in runs}
@@ -63,12 +68,10 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
     assert "figures/trained_adversary.png" in md
     assert (report / "figures" / "trained_adversary.png").stat().st_size > 10_000
 
-    # the committed-results form of the same tables (attnstudy report --results DIR)
+    # the committed-results form of the same tables
     from attnstudy import results
     from attnstudy.findings import Estimate
 
-    out = fresh_root / "results"
-    api.report(result.study_run_id, results_dir=str(out))
     assert sorted(p.name for p in out.iterdir()) == [
         ".attnstudy-output",  # the marker listing what attnstudy wrote (attnstudy.outputs)
         "tiny-adversaries.csv",
@@ -109,11 +112,12 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
     assert again.study_run_id != result.study_run_id
     assert len(tracker.search_runs([exp_id], "tags.kind = 'adversary'")) == 2
     assert set(tracker.get_run(again.study_run_id).ids("adversary_run_ids")) == set(by_run)
-    # another λ is trained, the known ones are not
+    # another λ is trained, the known ones are not (the function a study calls; a study of
+    # `more` would ablate the same two models a third time)
     more = load_experiment(
         TINY, ["trained_adversary.lambdas=[0.5, 2.0]", "trained_adversary.epochs=2"]
     )
-    api.run(more, progress=False, report=False)
+    api.run_trained_adversaries(more, again.models, tracker, again.study_run_id, progress=False)
     names = sorted(r.name for r in tracker.search_runs([exp_id], "tags.kind = 'adversary'"))
     assert names[-1] == "copy/additive-bahdanau/seed1/adversary-lam2" and len(names) == 3
 
