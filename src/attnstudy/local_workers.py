@@ -16,9 +16,10 @@ ablated side by side on this machine (``experiment.workers``; ``--set experiment
   token, ``attnstudy.cluster_task``) are ended FAILED; the other models' finished runs are kept
   (``--resume`` reuses them).
 * **Ctrl-C / SIGTERM** reach the driver only (the workers run in their own process group); it
-  passes an interrupt to every busy worker, whose run ends KILLED as in the one-process study, ends
-  KILLED what a worker could not close within :data:`STOP_WAIT` seconds, and the study run ends
-  KILLED.
+  passes an interrupt to every worker — a busy one's run ends KILLED as in the one-process study,
+  and no worker starts a task after it (one the pool had already handed over returns
+  "interrupted" without a run) —, ends KILLED what a worker could not close within
+  :data:`STOP_WAIT` seconds, and the study run ends KILLED.
 * **Reuse and ``--resume``** as in the one-process study: a finished run of the same model key is
   reused, a finished ablation of a resumed study is kept; two models of the same key wait for each
   other (:func:`attnstudy.training.checkpoint_lock`).
@@ -91,16 +92,38 @@ def local_executor(cfg: ExperimentConfig) -> LocalPoolExecutor | None:
     return LocalPoolExecutor(n) if n > 1 else None
 
 
+_stopped = False
+"""Set in a worker once the driver interrupted it: a task handed to it afterwards (the pool queues
+one more task than it has workers, and a queued task cannot be cancelled) returns "interrupted"
+without starting a run."""
+
+
+def _stop_between_tasks(signum, frame) -> None:
+    """SIGINT / SIGTERM while the worker waits for a task: no task starts after it."""
+    global _stopped
+    _stopped = True
+
+
+def _interrupt_task(signum, frame) -> None:
+    """SIGINT / SIGTERM during a task: it raises KeyboardInterrupt inside it (its run ends KILLED,
+    as in the CLI), and no task starts after it."""
+    from .signals import request_interrupt
+
+    _stop_between_tasks(signum, frame)
+    request_interrupt(signum, frame)
+
+
 def _init_worker(policy: str | None, said: tuple[str, ...] = ()) -> None:
     """A worker process's start: its own process group (a terminal's Ctrl-C reaches the driver,
-    which passes it on), interrupts ignored between tasks, the driver's library-output policy and,
+    which passes it on), an interrupt between tasks remembered (no task starts after it:
+    :data:`_stopped`), the driver's library-output policy and,
     under the command line, its ``attnstudy: note:`` lines without the notices the driver already
     gave (``said``: each worker loads the same data again)."""
     from .notices import skip_said
 
     os.setpgrp()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, _stop_between_tasks)
     skip_said(list(said))
     if policy is not None:
         from .notices import install_note_lines, set_library_output
@@ -113,9 +136,9 @@ def _run_task(phase: str, *args) -> dict:
     """One task in a worker: :func:`train_task` or :func:`ablate_task`, interruptible (SIGINT or
     SIGTERM from the driver raise KeyboardInterrupt inside it, as in the CLI); refused, before
     any run starts, when the package's sources changed since the driver started (the worker
-    would train other code than the study records)."""
+    would train other code than the study records) or when the driver interrupted this worker
+    before the task reached it (it returns "interrupted": no run starts after Ctrl-C)."""
     from .code_version import CodeVersion, this_code
-    from .signals import request_interrupt
 
     job = args[-1]
     driver, here = CodeVersion(**job["code"]), this_code()
@@ -127,16 +150,19 @@ def _run_task(phase: str, *args) -> dict:
             "the study records; run the study again (--resume) once the edits are done",
             "failed_run_id": None,
         }
+    interrupted = {"ok": False, "error": "interrupted", "interrupted": True, "failed_run_id": None}
+    if _stopped:  # the driver interrupted this worker before the task reached it
+        return interrupted
     fn = train_task if phase == "training" else ablate_task
     for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, request_interrupt)
+        signal.signal(s, _interrupt_task)
     try:
         return fn(*args)
     except KeyboardInterrupt:
-        return {"ok": False, "error": "interrupted", "interrupted": True, "failed_run_id": None}
+        return interrupted
     finally:
         for s in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(s, signal.SIG_IGN)
+            signal.signal(s, _stop_between_tasks)
 
 
 class LocalPoolExecutor:
