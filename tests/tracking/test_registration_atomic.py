@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_cli
 from mlflow import MlflowClient
 
 ROOT = Path(__file__).parents[2]
@@ -222,18 +223,21 @@ def test_the_interrupt_message_says_the_run_finished_and_was_registered(
 
 
 @pytest.mark.slow
-def test_a_real_sigint_once_the_registered_model_appears(tmp_path):
+def test_a_real_sigint_once_the_registered_model_appears(tmp_path, capfd):
     """The review's driver: SIGINT to ``attnstudy train`` as soon as ``registered_models`` has a
     row. Whenever it lands, the model is registered completely (or not at all, then the next
-    ``train`` registers it) and ``predict models:/NAME@seed1`` works."""
+    ``train`` registers it) and ``predict models:/NAME@seed1`` works. The interrupted training is
+    a real process (one epoch: the interrupt is aimed at the registration); the rerun and the
+    prediction, whose process is not what is tested, run ``cli.main`` in the test process
+    (tests/cli_in_process.py) on the store that process left."""
     root = tmp_path / "root"
     (root / "mlruns").mkdir(parents=True)
     env = dict(os.environ, ATTNSTUDY_ROOT=str(root), ATTNSTUDY_THREADS="1")
     for k in ("MLFLOW_TRACKING_URI", "ATTNSTUDY_DEBUG"):
         env.pop(k, None)
-    args = [sys.executable, "-m", "attnstudy.cli", "train", str(TINY), "--set", ADDITIVE_ONLY]
+    args = ["train", str(TINY), "--set", ADDITIVE_ONLY, "--set", "training.epochs=1"]
     proc = subprocess.Popen(
-        [*args, "--quiet"],
+        [sys.executable, "-m", "attnstudy.cli", *args, "--quiet"],
         cwd=root,
         env=env,
         stderr=subprocess.PIPE,
@@ -256,13 +260,10 @@ def test_a_real_sigint_once_the_registered_model_appears(tmp_path):
     assert "Traceback" not in err
     if proc.returncode:  # the interrupt landed: one line, and it names no killed run
         assert proc.returncode == 1 and "KILLED" not in err, err
-    rerun = subprocess.run([*args, "--quiet"], cwd=root, env=env, capture_output=True, text=True)
+    # the same environment as the process had
+    here = {k: v for k, v in env.items() if os.environ.get(k) != v}
+    here |= {k: None for k in os.environ if k not in env}
+    rerun = run_cli(capfd, [*args, "--quiet"], cwd=root, env=here)
     assert rerun.returncode == 0 and rerun.stdout.startswith("reused"), rerun.stderr
-    pred = subprocess.run(
-        [sys.executable, "-m", "attnstudy.cli", "predict", f"models:/{NAME}@seed1", "abc"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    pred = run_cli(capfd, ["predict", f"models:/{NAME}@seed1", "abc"], cwd=root, env=here)
     assert pred.returncode == 0, pred.stderr
