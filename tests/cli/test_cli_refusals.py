@@ -2,10 +2,11 @@
 no traceback, and the tracking store is left exactly as it was.
 
 The cases run ``cli.main`` in the test process (tests/cli_in_process.py), except those of
-:data:`REAL_PROCESS` and the tests of environment variables and servers, which start
+:data:`REAL_PROCESS`, a malformed ``$ATTNSTUDY_THREADS`` and the server verb, which start
 ``python -m attnstudy.cli``: a process that gets as far as torch and MLflow costs ~3.5 s CPU of
 imports, and the exit code, the one line and the store are what a case tests, not the process
-boundary.
+boundary. So does the ui verb's server that cannot start (the server verb's is a real process:
+that verb imports neither torch nor MLflow).
 """
 
 import os
@@ -472,7 +473,11 @@ def test_verbs_that_read_a_store_never_create_one(tmp_path, argv, capfd):
     assert list(elsewhere.iterdir()) == []
 
 
-def test_bad_environment_variables_are_named(tiny_models, store_root):
+def test_bad_environment_variables_are_named(tiny_models, store_root, capfd):
+    """The variable's name and value in one line, exit 2. A malformed ``$ATTNSTUDY_THREADS`` is
+    refused at the process's start (a real process); ``$ATTNSTUDY_TRACKING_TIMEOUT`` once the
+    tracking layer reads it, in the test process (a process would first spend ~3 s importing
+    MLflow)."""
     env = dict(os.environ, ATTNSTUDY_ROOT=str(store_root), ATTNSTUDY_THREADS="abc")
     out = subprocess.run(
         [sys.executable, "-m", "attnstudy.cli", "predict", f"runs:/{tiny_models[0].run_id}", "ab"],
@@ -486,14 +491,12 @@ def test_bad_environment_variables_are_named(tiny_models, store_root):
         and "ATTNSTUDY_THREADS='abc'" in out.stderr
         and len(out.stderr.splitlines()) == 1
     )
-    env = dict(env, ATTNSTUDY_THREADS="1", ATTNSTUDY_TRACKING_TIMEOUT="soon")
-    out = subprocess.run(
-        [sys.executable, "-m", "attnstudy.cli", "report", "--experiment", "tiny"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    env = {
+        "ATTNSTUDY_ROOT": str(store_root),
+        "ATTNSTUDY_THREADS": "1",
+        "ATTNSTUDY_TRACKING_TIMEOUT": "soon",
+    }
+    out = run_cli(capfd, ["report", "--experiment", "tiny"], cwd=store_root, env=env)
     assert out.returncode == 2 and "ATTNSTUDY_TRACKING_TIMEOUT='soon'" in out.stderr
 
 
@@ -533,9 +536,12 @@ def test_unknown_characters_at_prediction_are_counted_not_fatal(tiny_models, sto
     assert "2 unknown token(s) mapped to <unk>" in out.stdout
 
 
-def test_ui_that_cannot_start_exits_1(store_root):
+def test_ui_that_cannot_start_exits_1(store_root, capfd):
     """The exit-code rule on the ui verb: a server that fails to start is a run that failed (1)."""
-    out = cli(store_root, "ui", "--host", "192.0.2.1", "--port", "5099", timeout=180)
+    from attnstudy.tracking import Tracker
+
+    Tracker()  # the session store exists (the ui serves an existing store), whatever ran before
+    out = cli_here(capfd, store_root, "ui", "--host", "192.0.2.1", "--port", "5099")
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 1, out.stderr
     assert lines[-1].startswith("attnstudy: error: the mlflow server exited")
