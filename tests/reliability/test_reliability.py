@@ -212,7 +212,7 @@ def twins(tmp_path_factory):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
 def test_interrupted_training_is_killed_keeps_checkpoint_and_resumes_to_the_same_result(
-    sig, twins, tmp_path
+    sig, twins, tmp_path, capfd
 ):
     import torch
 
@@ -241,7 +241,8 @@ def test_interrupted_training_is_killed_keeps_checkpoint_and_resumes_to_the_same
     assert [s for s, _ in got["train/loss"]] == [1, 2, 3, 4, 5, 6]
     assert got == want
     # a killed run is never reused: train without --retrain now reuses the resumed (finished) run
-    again = ok(cli(root, "train", str(TINY), *LONG, "--quiet"))
+    # (in the test process: what the store holds is tested, not a process)
+    again = ok(cli_here(capfd, root, "train", str(TINY), *LONG, "--quiet"))
     assert again.stdout.startswith("reused") and run_ids(again.stdout) == [rid]
 
 
@@ -379,7 +380,10 @@ def _post(base: str, path: str, body: dict) -> dict:
         return json.load(r)
 
 
-def test_real_tracking_server_then_dead_server(tmp_path):
+def test_real_tracking_server_then_dead_server(tmp_path, capfd):
+    """A study against a real MLflow server (a real ``attnstudy run`` process), then calls to
+    the server once it is stopped. The prediction and the calls to the dead server run in the
+    test process (:func:`cli_here`): the server and what it answers are tested, not a process."""
     from attnstudy import ui
 
     port = ui.free_port()
@@ -450,7 +454,7 @@ def test_real_tracking_server_then_dead_server(tmp_path):
         }
         assert names == {"tiny-copy-additive-bahdanau", "tiny-copy-none-bahdanau"}
 
-        pred = ok(cli(root, "predict", f"runs:/{mid}", "abc", MLFLOW_TRACKING_URI=base))
+        pred = ok(cli_here(capfd, root, "predict", f"runs:/{mid}", "abc", MLFLOW_TRACKING_URI=base))
         assert pred.stdout.startswith("abc\t")
     finally:
         ui.stop_server(proc)
@@ -460,7 +464,7 @@ def test_real_tracking_server_then_dead_server(tmp_path):
         (("predict", f"runs:/{mid}", "abc"), {"MLFLOW_TRACKING_URI": base}),
     ]:
         t0 = time.monotonic()
-        res = cli(root, *args, timeout=60, ATTNSTUDY_TRACKING_TIMEOUT="5", **env)
+        res = cli_here(capfd, root, *args, ATTNSTUDY_TRACKING_TIMEOUT="5", **env)
         wall = time.monotonic() - t0
         assert res.returncode == 1, (args[0], res.stderr[-3000:])
         assert base in one_error_line(res)
