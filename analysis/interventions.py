@@ -97,9 +97,11 @@ def renormalise(weights: Tensor) -> Erased:
         :class:`Erased`: rows divided by their sum, or all zeros and ``empty`` where the sum is 0.
     """
     total = weights.sum(-1, keepdim=True)
-    empty = total[..., 0] <= 0
-    safe = torch.where(total > 0, total, torch.ones_like(total))
-    return Erased(torch.where(total > 0, weights / safe, torch.zeros_like(weights)), empty)
+    positive = total > 0
+    safe = torch.where(positive, total, torch.ones_like(total))
+    # two full-size passes (divide, then zero the empty rows in place), not four (divide, zeros,
+    # where): the same numbers
+    return Erased((weights / safe).masked_fill_(~positive, 0.0), total[..., 0] <= 0)
 
 
 def permutation_indices(

@@ -3,8 +3,8 @@
 Zero items one at a time in a ranking order until the argmax changes; rankings: attention ↓,
   attention ↑, random (``n_random_orders`` of them),
   gradient of the predicted token's log-probability w.r.t. the attention ↓, gradient ×
-  attention ↓. All k-prefixes of all steps form the P axis of one ``logits_given_attention``
-  call per ranking and example chunk.
+  attention ↓. All k-prefixes of all steps, of every ranking's orders, form the P axis of one
+  ``logits_given_attention`` call per example chunk.
 
 Erasing every valid position is not allowed (no distribution would be left): erasure stops after
 n_valid − 1 items; a step that never flipped by then reports NaN fractions and
@@ -16,6 +16,7 @@ all heads) and Σ_h g_h α_h for gradient × attention.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,7 @@ from torch import Tensor
 from attnstudy.models import Seq2Seq, Trace, eval_mode, gradients_in_eval
 
 from .._chunks import base_probs, n_valid, require_attention, step_frame, sub_trace, trace_chunks
-from ..batch import AblationContext, PreparedBatch, step_generator
+from ..batch import AblationContext, PreparedBatch, step_generator, step_seed
 from ..interventions import erase_ranked
 
 RANKINGS = ("attn_desc", "attn_asc", "random", "grad_desc", "grad_attn_desc")
@@ -153,7 +154,7 @@ def ranking_orders(
     """Erasure orders of every ranking, each long (B, T_y, T_x), valid positions first.
 
     Random orders are keyed ``random/0`` … ``random/{n-1}``, drawn with
-    ``step_generator(ctx.seed, example_id, t, "erase_random/i")``.
+    ``step_generator(ctx.seed, example_id, t, "erase_random/i")`` (:func:`random_orders`).
     """
     tr = batch.trace
     att = tr.attention
@@ -166,20 +167,83 @@ def ranking_orders(
         "grad_desc": _order(grad.sum(1), valid),
         "grad_attn_desc": _order((grad * att).sum(1), valid),
     }
-    # random orders are drawn and built on the CPU (the generators' device), then moved once
+    randoms = random_orders(
+        valid, tr.step_mask, batch.example_ids, seed=ctx.seed, n=params.n_random_orders
+    )
+    for i, order in enumerate(randoms):
+        orders[f"random/{i}"] = order.to(tr.src.device)
+    return orders
+
+
+def random_orders(
+    valid: Tensor, step_mask: Tensor, example_ids: Sequence[str], *, seed: int, n: int
+) -> list[Tensor]:
+    """The ``n`` random erasure orders of every real step, drawn as :func:`random_orders_loop`.
+
+    Exactly that loop's orders: step (b, t)'s i-th order is its valid positions (ascending)
+    permuted by ``torch.randperm(n_valid, generator=step_generator(seed, example_ids[b], t,
+    "erase_random/i"))``, then its padding positions (ascending); steps that are not real keep
+    0, 1, …, T_x − 1. One CPU generator is reseeded per draw (:func:`step_seed`, the seed
+    ``step_generator`` uses: the same stream) instead of one built per draw, the draws go into
+    one buffer and the positions are gathered for all steps at once.
+
+    Args:
+        valid: bool (B, T_x), True at real positions. step_mask: bool (B, T_y), the real steps.
+        example_ids: the example id of each batch row. seed: the ablation seed. n: orders.
+
+    Returns:
+        ``n`` long tensors (B, T_y, T_x), on the CPU.
+    """
     cpu = torch.device("cpu")
-    valid_cpu, real = valid.to(cpu), tr.step_mask.nonzero().tolist()
-    base = torch.arange(tr.src.size(1), device=cpu).expand(tr.step_mask.shape + (tr.src.size(1),))
-    for i in range(params.n_random_orders):
+    valid, step_mask = valid.to(cpu), step_mask.to(cpu)
+    t_x = valid.size(1)
+    base = torch.arange(t_x, device=cpu).expand(step_mask.shape + (t_x,))
+    todo = step_mask.nonzero()  # (S, 2)
+    bs, ts = todo[:, 0], todo[:, 1]
+    nv = valid.sum(-1)
+    # per example: its valid positions (ascending) then its padding positions (ascending)
+    slots = torch.argsort((~valid).to(torch.int8), dim=-1, stable=True)[bs]  # (S, T_x)
+    draws = [
+        (s, b, t, k)
+        for s, ((b, t), k) in enumerate(zip(todo.tolist(), nv[bs].tolist()))
+        if k >= 2  # randperm(0 or 1) is the identity
+    ]
+    shared = torch.Generator(device=cpu)
+    out = []
+    for i in range(n):
+        index = torch.arange(t_x, device=cpu).repeat(todo.size(0), 1)  # (S, T_x)
+        rows = index.unbind(0)
+        stream = f"erase_random/{i}"
+        for s, b, t, k in draws:
+            gen = shared.manual_seed(step_seed(seed, example_ids[b], t, stream))
+            torch.randperm(k, generator=gen, out=rows[s][:k])
+        order = base.clone()
+        order[bs, ts] = slots.gather(-1, index)
+        out.append(order)
+    return out
+
+
+def random_orders_loop(
+    valid: Tensor, step_mask: Tensor, example_ids: Sequence[str], *, seed: int, n: int
+) -> list[Tensor]:
+    """Plain per-step reference of :func:`random_orders` (a generator and a ``torch.randperm``
+    per real step and order), the test oracle of the batched version; same arguments, same
+    result."""
+    cpu = torch.device("cpu")
+    valid_cpu, real = valid.to(cpu), step_mask.to(cpu).nonzero().tolist()
+    t_x = valid.size(1)
+    base = torch.arange(t_x, device=cpu).expand(step_mask.shape + (t_x,))
+    out = []
+    for i in range(n):
         order = base.clone()
         for b, t in real:
             pos = valid_cpu[b].nonzero()[:, 0]
-            gen = step_generator(ctx.seed, batch.example_ids[b], t, f"erase_random/{i}")
+            gen = step_generator(seed, example_ids[b], t, f"erase_random/{i}")
             draw = torch.randperm(pos.numel(), generator=gen, device=gen.device)
             order[b, t, : pos.numel()] = pos[draw]
             order[b, t, pos.numel() :] = (~valid_cpu[b]).nonzero()[:, 0]
-        orders[f"random/{i}"] = order.to(tr.src.device)
-    return orders
+        out.append(order)
+    return out
 
 
 def erase_until_flip(
@@ -187,22 +251,26 @@ def erase_until_flip(
 ) -> Tensor:
     """Smallest number of erased items (in ``order``) that changes the argmax, per step.
 
-    All prefixes k = 1 … n_valid − 1 of every step are evaluated as one P axis per example
-    chunk (Serrano & Smith 2019, §4).
+    All prefixes k = 1 … n_valid − 1 of every step, of every order, are evaluated as one P axis
+    (orders × prefixes) per example chunk (Serrano & Smith 2019, §4).
 
     Args:
         trace: the trace whose attention is erased.
-        order: long (B, T_y, T_x), valid positions first.
+        order: long (B, T_y, T_x), valid positions first; or (O, B, T_y, T_x), O orders.
         pred: long (B, T_y), the unerased prediction.
         steps: bool (B, T_y), the steps to evaluate (need ≥ 2 valid positions).
 
     Returns:
-        long (B, T_y): k of the first flip, 0 where it never flipped (or was not evaluated).
+        long (B, T_y) (or (O, B, T_y)): k of the first flip, 0 where it never flipped (or was not
+        evaluated).
     """
+    single = order.dim() == 3
+    orders = order.unsqueeze(0) if single else order
+    n_orders = orders.size(0)
     nv = n_valid(trace)
     dev = trace.src.device
-    first = torch.zeros(trace.step_mask.shape, dtype=torch.long, device=dev)
-    for chunk in trace_chunks(trace, max(1, int(nv.max()) - 1)):
+    first = torch.zeros((n_orders,) + trace.step_mask.shape, dtype=torch.long, device=dev)
+    for chunk in trace_chunks(trace, n_orders * max(1, int(nv.max()) - 1)):
         rows, window = chunk.rows, slice(chunk.start, chunk.stop)
         sub = sub_trace(trace, rows, chunk.start, chunk.stop)
         sub_steps = steps[rows, window]
@@ -211,19 +279,24 @@ def erase_until_flip(
         k_max = int(nv[rows].max()) - 1
         b, h, t_y, t_x = sub.attention.shape
         k = torch.arange(1, k_max + 1, device=dev)
+        sub_order = orders[:, rows, window].transpose(0, 1)  # (b, O, T', T_x)
         rep = erase_ranked(
-            sub.attention.unsqueeze(1).expand(b, k_max, h, t_y, t_x),
-            order[rows, window][:, None, None],
-            k.view(1, k_max, 1, 1),
+            sub.attention[:, None, None].expand(b, n_orders, k_max, h, t_y, t_x),
+            sub_order[:, :, None, None],
+            k.view(1, 1, k_max, 1, 1),
         )
-        logits = model.logits_given_attention(sub, rep.weights, chunk_rows, sub_steps)
-        flipped = logits.argmax(-1) != pred[rows, window].unsqueeze(1)  # (b, K, T')
-        allowed = (k.view(1, k_max) <= (nv[rows] - 1).view(b, 1)).unsqueeze(-1) & ~rep.empty.any(2)
-        flipped &= allowed & sub_steps.unsqueeze(1)
-        any_flip = flipped.any(1)
-        k_first = flipped.int().argmax(1) + 1
-        first[rows, window] = torch.where(any_flip, k_first, 0)
-    return first
+        weights = rep.weights.reshape(b, n_orders * k_max, h, t_y, t_x)
+        logits = model.logits_given_attention(sub, weights, chunk_rows, sub_steps)
+        flipped = (
+            logits.argmax(-1).reshape(b, n_orders, k_max, t_y) != pred[rows, window][:, None, None]
+        )
+        allowed = (k.view(1, 1, k_max) <= (nv[rows] - 1).view(b, 1, 1)).unsqueeze(-1)
+        allowed = allowed & ~rep.empty.any(3)
+        flipped &= allowed & sub_steps[:, None, None]
+        any_flip = flipped.any(2)  # (b, O, T')
+        k_first = flipped.int().argmax(2) + 1
+        first[:, rows, window] = torch.where(any_flip, k_first, 0).transpose(0, 1)
+    return first[0] if single else first
 
 
 def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> pd.DataFrame:
@@ -256,8 +329,11 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
         orders = ranking_orders(model, batch, params, ctx, pred)
         results: dict[str, tuple[Tensor, Tensor, Tensor]] = {}
         with torch.no_grad():
-            for name, order in orders.items():
-                k = erase_until_flip(model, tr, order, pred, steps, ctx.chunk_rows)
+            # every order in one pass (orders × prefixes on the P axis)
+            ks = erase_until_flip(
+                model, tr, torch.stack(list(orders.values())), pred, steps, ctx.chunk_rows
+            )
+            for name, order, k in zip(orders, orders.values(), ks):
                 flipped = k > 0
                 mass = (
                     mean_att.gather(-1, order)

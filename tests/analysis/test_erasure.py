@@ -8,6 +8,8 @@ import pandas as pd
 import pytest
 import torch
 from analysis_testkit import VOCAB, LinearReadout, call, hand_batch, one_batch, sharpen, tiny_model
+from attnstudy.analysis import interventions
+from attnstudy.analysis.ablations import erase_until_flip as eflip
 from attnstudy.analysis.ablations.erase_until_flip import (
     attention_gradient,
 )
@@ -130,3 +132,98 @@ def test_none_model_raises(examples):
     model = tiny_model("none")
     with pytest.raises(NoAttentionError):
         call("erase_until_flip", model, one_batch(model, examples), CFG)
+
+
+def _erase_models():
+    return {
+        "bahdanau": sharpen(tiny_model("additive", "bahdanau")),
+        "luong": sharpen(tiny_model("multihead", "luong")),
+        "transformer": sharpen(tiny_model("multihead", "transformer")),
+    }
+
+
+@pytest.mark.parametrize("flow", ["luong", "transformer"])
+def test_random_orders_are_the_per_step_loops(examples, flow):
+    model = _erase_models()[flow]
+    tr = one_batch(model, examples).trace
+    valid = ~tr.pad_mask
+    assert not bool(valid.all()) and bool((valid.sum(-1) < 2).any())  # padding, a 1-item source
+    ids = [ex.id for ex in examples]
+    fast = eflip.random_orders(valid, tr.step_mask, ids, seed=11, n=3)
+    slow = eflip.random_orders_loop(valid, tr.step_mask, ids, seed=11, n=3)
+    assert len(fast) == len(slow) == 3
+    for a, b in zip(fast, slow):
+        assert torch.equal(a, b)
+    # each real step's order: its valid positions (drawn), then its padding in order
+    b, t = tr.step_mask.nonzero()[0].tolist()
+    nv = int(valid[b].sum())
+    row = fast[0][b, t]
+    assert sorted(row[:nv].tolist()) == valid[b].nonzero()[:, 0].tolist()
+    assert row[nv:].tolist() == (~valid[b]).nonzero()[:, 0].tolist()
+    gen = step_generator(11, ids[b], t, "erase_random/0")
+    assert row[:nv].tolist() == valid[b].nonzero()[:, 0][torch.randperm(nv, generator=gen)].tolist()
+    assert not torch.equal(fast[0], fast[1])  # the orders differ
+
+
+def test_random_orders_with_padding_inside_the_source():
+    valid = torch.tensor([[True, False, True, True, False], [False, True, True, False, True]])
+    steps = torch.tensor([[True, True, False], [True, False, False]])
+    fast = eflip.random_orders(valid, steps, ["a", "b"], seed=2, n=4)
+    slow = eflip.random_orders_loop(valid, steps, ["a", "b"], seed=2, n=4)
+    for a, b in zip(fast, slow):
+        assert torch.equal(a, b)
+    assert fast[0][0, 0, 3:].tolist() == [1, 4] and fast[0][1, 0, 3:].tolist() == [0, 3]
+    assert fast[0][0, 2].tolist() == [0, 1, 2, 3, 4]  # not a real step
+
+
+@pytest.mark.parametrize("budget", [None, 2_000])
+@pytest.mark.parametrize("flow", ["bahdanau", "luong", "transformer"])
+def test_one_pass_over_all_orders_is_bit_identical(examples, monkeypatch, flow, budget):
+    """run's table with every order in one erase_until_flip pass and the random orders drawn at
+    once equals, bit for bit, the table of one pass per order with the per-step random loop
+    (a small element budget cuts examples into windows of steps)."""
+    import attnstudy.analysis._chunks as chunks
+
+    if budget is not None:
+        monkeypatch.setattr(chunks, "ELEMENT_BUDGET", budget)
+    model = _erase_models()[flow]
+    batch = one_batch(model, examples)
+    cfg = AblationConfig(n_random_orders=5, seed=3)
+    new = call("erase_until_flip", model, batch, cfg)
+    one_pass = eflip.erase_until_flip
+
+    def per_order(model, trace, order, pred, steps, chunk_rows=4096):
+        assert order.dim() == 4 and order.size(0) == 4 + 5  # run hands over all orders at once
+        return torch.stack([one_pass(model, trace, o, pred, steps, chunk_rows) for o in order])
+
+    monkeypatch.setattr(eflip, "erase_until_flip", per_order)
+    monkeypatch.setattr(eflip, "random_orders", eflip.random_orders_loop)
+    old = call("erase_until_flip", model, batch, cfg)
+    pd.testing.assert_frame_equal(new, old, check_exact=True)
+    assert (new["erase_attn_desc_never_flipped"] == 0).any()  # some steps do flip
+    assert new["erase_random_frac_positions"].notna().any()
+
+
+def _renormalise_four_passes(weights):
+    """renormalise as it was (divide, zeros, where): the reference of the two-pass version."""
+    total = weights.sum(-1, keepdim=True)
+    safe = torch.where(total > 0, total, torch.ones_like(total))
+    return torch.where(total > 0, weights / safe, torch.zeros_like(weights)), total[..., 0] <= 0
+
+
+def test_erase_ranked_rows_are_those_of_the_four_pass_renormalise():
+    g = torch.Generator().manual_seed(0)
+    att = torch.softmax(torch.randn(3, 2, 4, 6, generator=g) * 3, -1)  # (B, H, T_y, T_x)
+    att[1, :, :, 4:] = 0.0  # padding
+    att[2, 0, 1] = float("nan")
+    order = torch.argsort(torch.rand(3, 4, 6, generator=g), -1)
+    k = torch.arange(1, 7).view(1, 6, 1, 1)  # up to erasing every position: empty rows
+    weights = att.unsqueeze(1).expand(3, 6, 2, 4, 6)
+    got = interventions.erase_ranked(weights, order[:, None, None], k)
+    erased = interventions.ranks_of(order[:, None, None]) < k.unsqueeze(-1)
+    want, empty = _renormalise_four_passes(weights.masked_fill(erased, 0.0))
+    assert torch.equal(got.weights, want) and torch.equal(got.empty, empty)
+    assert bool(got.empty.any()) and not bool(got.empty.all())
+    assert not bool(got.weights.isnan().any())  # the NaN row is zeroed, as before
+    assert not bool(got.empty[2, 0, 0, 1])  # ... and not flagged empty (NaN <= 0), as before
+    assert torch.equal(got.weights.signbit(), want.signbit())  # no −0 where there was +0
