@@ -203,20 +203,27 @@ def random_orders(
     nv = valid.sum(-1)
     # per example: its valid positions (ascending) then its padding positions (ascending)
     slots = torch.argsort((~valid).to(torch.int8), dim=-1, stable=True)[bs]  # (S, T_x)
+    step_nv = nv[bs]
     draws = [
-        (s, b, t, k)
-        for s, ((b, t), k) in enumerate(zip(todo.tolist(), nv[bs].tolist()))
+        (b, t, k)
+        for (b, t), k in zip(todo.tolist(), step_nv.tolist())
         if k >= 2  # randperm(0 or 1) is the identity
     ]
+    # the drawn columns of the buffer, row-major: the draws concatenated in (b, t) order
+    drawn = (torch.arange(t_x, device=cpu) < step_nv[:, None]) & (step_nv >= 2)[:, None]
     shared = torch.Generator(device=cpu)
     out = []
     for i in range(n):
         index = torch.arange(t_x, device=cpu).repeat(todo.size(0), 1)  # (S, T_x)
-        rows = index.unbind(0)
         stream = f"erase_random/{i}"
-        for s, b, t, k in draws:
-            gen = shared.manual_seed(step_seed(seed, example_ids[b], t, stream))
-            torch.randperm(k, generator=gen, out=rows[s][:k])
+        perms = [
+            torch.randperm(
+                k, generator=shared.manual_seed(step_seed(seed, example_ids[b], t, stream))
+            )
+            for b, t, k in draws
+        ]
+        if perms:
+            index[drawn] = torch.cat(perms)
         order = base.clone()
         order[bs, ts] = slots.gather(-1, index)
         out.append(order)
