@@ -218,7 +218,9 @@ def random_orders(
         stream = f"erase_random/{i}"
         perms = [
             torch.randperm(
-                k, generator=shared.manual_seed(step_seed(seed, example_ids[b], t, stream))
+                k,
+                generator=shared.manual_seed(step_seed(seed, example_ids[b], t, stream)),
+                device=cpu,
             )
             for b, t, k in draws
         ]
