@@ -170,24 +170,18 @@ def copy_store(source: Path, root: Path) -> Path:
     Raises:
         FileExistsError: ``root/mlruns`` exists.
     """
+    import importlib.util
     import shutil
-    import sqlite3
 
+    spec = importlib.util.spec_from_file_location(
+        "golden_build", Path(__file__).parent / "fixtures" / "golden" / "build.py"
+    )
+    golden = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(golden)
     shutil.copytree(source / "mlruns", root / "mlruns")
-    olds = {str(source), str(source.resolve())}
-    with sqlite3.connect(root / "mlruns" / "mlflow.db") as db:
-        tables = [r[0] for r in db.execute("select name from sqlite_master where type='table'")]
-        for table in tables:
-            for col in db.execute(f"pragma table_info('{table}')").fetchall():
-                if not any(t in col[2].upper() for t in ("CHAR", "TEXT", "CLOB")):
-                    continue
-                for old in olds:
-                    db.execute(
-                        f'update "{table}" set "{col[1]}" = replace("{col[1]}", ?, ?) '
-                        f'where instr("{col[1]}", ?) > 0',
-                        (f"{old}/", f"{root}/", f"{old}/"),
-                    )
-    db.close()
+    golden.rewrite_store_paths(
+        root / "mlruns" / "mlflow.db", {str(source), str(source.resolve())}, str(root)
+    )
     return root
 
 
