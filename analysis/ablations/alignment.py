@@ -280,7 +280,9 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
         models add ``alignment_head<h>_n_hyp`` / ``_n_hyp_sure`` / ``_n_hyp_possible`` per head.
         With subword tokens (``Example.tgt_words``), every value is the target *word*'s, from
         :func:`word_attention`, on the row of its first subword (the others count 0, their
-        gold mass is NaN), and ``alignment_word`` gives each row's target word (−1: ``<eos>``).
+        gold mass is NaN), and ``alignment_word`` gives each row's target word (−1: ``<eos>``;
+        NaN on the rows of an example without word maps, so a row's value never depends on its
+        batch-mates; an integer column when every example of the batch has word maps).
 
     Raises:
         NoAttentionError: for the ``none`` model.
@@ -315,7 +317,9 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
     cols.update({c: [] for c in head_cols})
     skipped = []
     subword = any(ex.tgt_words for ex in batch.examples)
-    word_col: list[int] = []
+    # each row's target word; NaN on the rows of an example without word maps (one without gold
+    # links, whose tokens subword_examples does not map), whatever its batch-mates
+    word_col: list[float] = []
     words: dict[int, tuple[Tensor, Tensor, dict[int, int], Tensor]] = {}  # per example, subwords
     for b, t in zip(b_idx.tolist(), t_idx.tolist()):
         ex = batch.examples[b]
@@ -331,7 +335,7 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
                 shift_w = word_attention(shift_mean[b], ex.src_words, ex.tgt_words)  # (J, I)
                 words[b] = (heads_w.mean(0), heads_w, first, shift_w)
             unit = ex.tgt_words[t] if t < len(ex.tgt_words) else -1
-        word_col.append(unit)
+        word_col.append(float(unit) if ex.tgt_words else np.nan)
         if gold is None:
             for v in cols.values():
                 v.append(np.nan)
@@ -389,7 +393,8 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
     )
     frame["alignment_skipped"] = np.asarray(skipped, dtype=bool)
     if subword:
-        frame["alignment_word"] = np.asarray(word_col, dtype=np.int64)
+        word = np.asarray(word_col, dtype=float)
+        frame["alignment_word"] = word if np.isnan(word).any() else word.astype(np.int64)
     return frame
 
 

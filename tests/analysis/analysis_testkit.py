@@ -56,6 +56,27 @@ def make_examples(n: int = 9, seed: int = 0) -> list[Example]:
     return out
 
 
+def hf_examples(model, n: int = 7, seed: int = 0) -> list[Example]:
+    """:func:`make_examples` for a pretrained model (:mod:`attnstudy.models.hf`): copy-task
+    sentences of 1…6 words of :data:`attnstudy.models.hf_tiny.LEXICON` (source = target, gold
+    links i–i), the last one without gold alignment, as the model's tokenizer sees them
+    (:func:`attnstudy.models.hf.subword_examples`: its own tokens, the source's end-of-sequence
+    token, word maps where there are links; so no source is a single token)."""
+    import random
+
+    from attnstudy.data.alignment import Alignment
+    from attnstudy.models.hf import subword_examples
+    from attnstudy.models.hf_tiny import LEXICON
+
+    rng = random.Random(seed)
+    data = []
+    for k in range(n):
+        words = tuple(rng.choice(LEXICON) for _ in range(1 + k % 6))
+        gold = Alignment.from_links({(i, i) for i in range(len(words))}) if k < n - 1 else None
+        data.append(Example(f"hf/{k}", words, words, gold))
+    return subword_examples(model, data)
+
+
 def tiny_model(
     attention: str = "additive",
     flow: str = "bahdanau",
@@ -169,6 +190,7 @@ __all__ = [
     "FAST_ABLATIONS",
     "call",
     "hand_batch",
+    "hf_examples",
     "make_examples",
     "one_batch",
     "sharpen",

@@ -2,10 +2,12 @@
 ``test_config`` drives its attribution methods): an ablation added to the catalogue is checked here
 with no edit to this file.
 
-For each ablation of :func:`list_ablations` and each tiny model family: batch size and batch-mates
-change nothing (a row's numbers are its own), the model's train/eval mode and ``requires_grad``
-flags are restored, the same seed gives the same table, every declared statistic is produced
-and finite, and padding (an example analysed alone has none) changes nothing.
+For each ablation of :func:`list_ablations` and each tiny model of the three families (the
+recurrent models, attnstudy's Transformer, and a pretrained Hugging Face Marian model: conftest's
+``hf_model``): batch size and batch-mates change nothing (a row's numbers are its own), the model's
+train/eval mode and ``requires_grad`` flags are restored, the same seed gives the same table, every
+declared statistic is produced and finite, and padding (an example analysed alone has none)
+changes nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import math
 import pandas as pd
 import pytest
 import torch
-from analysis_testkit import VOCAB, make_examples, sharpen, tiny_model
+from analysis_testkit import VOCAB, hf_examples, make_examples, sharpen, tiny_model
 from attnstudy.analysis.catalogue import AblationConfig, get_ablation, list_ablations
 from attnstudy.analysis.contract import capabilities
 from attnstudy.analysis.suite import run_suite
@@ -26,6 +28,9 @@ MODELS = [
     ("none", "bahdanau"),
     ("multihead", "transformer"),
     ("none", "transformer"),
+    # the Hugging Face family: the session's tiny Marian checkpoint (fine-tuned, not sharpened)
+    # on copy-task examples of its own vocabulary
+    ("pretrained", "marian"),
 ]
 
 
@@ -93,16 +98,33 @@ CASES = [(n, a, f) for n in list_ablations() for a, f in MODELS]
 @pytest.mark.parametrize(
     ("name", "attention", "flow"),
     CASES,
-    ids=[f"{n}-{a}" + ("-transformer" if f == "transformer" else "") for n, a, f in CASES],
+    ids=[
+        f"{n}-hf-{f}" if a == "pretrained" else f"{n}-{a}" + ("-transformer" * (f == "transformer"))
+        for n, a, f in CASES
+    ],
 )
-def test_every_ablation_keeps_the_contract(name, attention, flow):
-    model = _model(attention, flow)
-    examples = make_examples(7)
+def test_every_ablation_keeps_the_contract(name, attention, flow, request):
+    if attention == "pretrained":
+        model = request.getfixturevalue("hf_model")
+        examples = hf_examples(model, 7)
+        vocab = model.vocab
+    else:
+        model = _model(attention, flow)
+        examples = make_examples(7)
+        vocab = VOCAB
     cfg = _cfg(name)
     flags = [p.requires_grad for p in model.parameters()]
     model.train()  # the suite must analyse in eval mode and give the training mode back
-    res = run_suite(model, examples, VOCAB, VOCAB, cfg, progress=False, batch_size=7)
-    assert model.training and [p.requires_grad for p in model.parameters()] == flags
+    try:
+        res = run_suite(model, examples, vocab, vocab, cfg, progress=False, batch_size=7)
+        assert model.training and [p.requires_grad for p in model.parameters()] == flags
+        _check_runs(name, model, examples, vocab, cfg, res)
+    finally:
+        model.eval()  # the pretrained model is the session's; the others are built here
+
+
+def _check_runs(name, model, examples, vocab, cfg, res):
+    """The checks past the first run ``res`` (batch size 7, started in train mode)."""
     if not _runnable(name, model):
         assert name in res.skipped and not any(
             k.startswith(f"ablation/{name}/") for k in res.summary
@@ -122,10 +144,10 @@ def test_every_ablation_keeps_the_contract(name, attention, flow):
     whole = _rows(res, name)
 
     # batch size and batch-mates change nothing; an example alone also has no padding
-    small = run_suite(model, examples, VOCAB, VOCAB, cfg, progress=False, batch_size=2)
+    small = run_suite(model, examples, vocab, vocab, cfg, progress=False, batch_size=2)
     _assert_close(_rows(small, name), whole)
     alone = pd.concat(
-        [_rows(run_suite(model, [ex], VOCAB, VOCAB, cfg, progress=False), name) for ex in examples]
+        [_rows(run_suite(model, [ex], vocab, vocab, cfg, progress=False), name) for ex in examples]
     )
     alone = alone.sort_values(
         list(whole.columns[:1]) + ([] if spec.unit == "example" else ["prefix", "step"])
@@ -134,7 +156,7 @@ def test_every_ablation_keeps_the_contract(name, attention, flow):
     assert small.summary.keys() == res.summary.keys()
 
     # the same seed gives the same table, exactly
-    again = run_suite(model, examples, VOCAB, VOCAB, cfg, progress=False, batch_size=7)
+    again = run_suite(model, examples, vocab, vocab, cfg, progress=False, batch_size=7)
     pd.testing.assert_frame_equal(_rows(again, name), whole)
     assert again.summary == res.summary
 

@@ -4,10 +4,7 @@ on a linear toy (integrated gradients = input × gradient, completeness); the st
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -20,9 +17,6 @@ from torch import nn
 
 from attnstudy.data.types import Example
 from attnstudy.data.vocab import BOS_ID, PAD_ID, UNK_ID
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from prerequisites import require  # noqa: E402
 
 FAMILIES = [("additive", "bahdanau"), ("multihead", "luong"), ("multihead", "transformer")]
 # (method, params): every method, integrated gradients with each baseline and two approximations
@@ -97,17 +91,7 @@ def test_hand_written_gradient_x_input_equals_captum_input_x_gradient_and_layer_
             torch.testing.assert_close(hand[row, step, :n], by_layer.abs(), atol=1e-6, rtol=1e-5)
 
 
-@pytest.fixture(scope="module")
-def hf_model(tmp_path_factory):
-    require(
-        importlib.util.find_spec("transformers") is not None,
-        "transformers is not installed (pip install -e '.[hf]')",
-    )
-    from attnstudy.models.hf import load_pretrained
-    from attnstudy.models.hf_tiny import build_tiny
-
-    folder = build_tiny(tmp_path_factory.mktemp("hf") / "marian", steps=20)
-    return load_pretrained(folder)
+# hf_model: conftest's tiny Marian model, shared with the contract tests
 
 
 def _hf_batch(model):
@@ -482,3 +466,48 @@ def test_ablations_report_registered_step_scores_named_in_their_settings():
     assert res.summary["ablation/permutation/median_entropy"] > 0
     with pytest.raises(ValueError, match="tvd and flip are reported already"):
         AblationConfig(uniform={"scores": ["flip"]})
+
+
+def test_leave_one_out_and_adversarial_report_registered_step_scores_in_the_suite():
+    """``[ablation.importance] scores`` and ``[ablation.adversarial] scores`` through the suite:
+    the per-step columns reach the table and their statistics (the catalogue's more_stats) the
+    logged summary, as the mean over the steps where they are defined; the adversary's score
+    equal to TVD is its ``adversarial_max_tvd``."""
+    import pandas as pd
+    from analysis_testkit import VOCAB, sharpen
+    from attnstudy.analysis.catalogue import AblationConfig
+    from attnstudy.analysis.suite import run_suite
+
+    tvd = step_scores.get_step_score("tvd").fn
+    step_scores.register_step_score("tvd_again", lambda p, q, t: tvd(p, q, t), unit="TVD")
+    try:
+        cfg = AblationConfig(
+            ablations=["importance", "adversarial"],
+            seed=2,
+            bootstrap_resamples=20,
+            importance={"scores": ["tvd_again", "log_probability_drop"]},
+            adversarial={"steps": 10, "scores": ["tvd_again", "kl"]},
+        )
+        res = run_suite(
+            sharpen(tiny_model(), 3.0), make_examples(7), VOCAB, VOCAB, cfg, progress=False
+        )
+    finally:
+        step_scores.unregister_step_score("tvd_again")
+    t, summary = res.table, res.summary
+    # a score equal to TVD ranks the deletions as TVD: the same τ
+    assert t["importance_tau_attn_loo"].notna().sum() >= 8
+    assert t["importance_tau_attn_loo_tvd_again"].equals(t["importance_tau_attn_loo"])
+    assert summary["ablation/importance/tau_attn_loo_tvd_again"] == pytest.approx(
+        summary["ablation/importance/tau_attn_loo"]
+    )
+    col = t["importance_tau_attn_loo_log_probability_drop"]
+    assert col.notna().sum() >= 8
+    assert summary["ablation/importance/tau_attn_loo_log_probability_drop"] == pytest.approx(
+        col.mean()
+    )
+    assert t["adversarial_max_tvd"].notna().sum() >= 8
+    pd.testing.assert_series_equal(
+        t["adversarial_tvd_again"], t["adversarial_max_tvd"], check_names=False, atol=1e-7
+    )
+    assert summary["ablation/adversarial/kl"] == pytest.approx(t["adversarial_kl"].mean())
+    assert summary["ablation/adversarial/kl"] > 0
