@@ -62,15 +62,17 @@ class NoParams(Params):
 
 class OutputChangeParams(Params):
     """The settings of an ablation that reports an output change (permutation, uniform,
-    erase_max).
+    erase_max, importance's leave-one-out, adversarial).
 
     Attributes:
         scores: registered step scores (:mod:`attnstudy.analysis.step_scores`) reported per step
-            beside the ablation's own TVD and flip, as column ``<ablation>_<score>`` and metric
+            beside the ablation's own TVD, as column ``<ablation>_<score>`` and metric
             ``ablation/<ablation>/<score>`` (permutation: the median over a step's permutations,
-            ``permutation_median_<score>``, as its TVD). Empty by default, and then left out of
-            the resolved settings: the keys and logged parameters of a battery without it do not
-            change.
+            ``permutation_median_<score>``, as its TVD; importance: the Kendall τ-b of attention
+            against each score's leave-one-out vector, ``importance_tau_attn_loo_<score>`` and
+            ``importance_p_attn_loo_<score>``; adversarial: the chosen adversary's output, NaN
+            where none was found). Empty by default, and then left out of the resolved settings:
+            the keys and logged parameters of a battery without it do not change.
     """
 
     scores: tuple[str, ...] = Field((), max_length=32)

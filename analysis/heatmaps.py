@@ -47,7 +47,7 @@ def _adversarial(model, batch, params, ctx):
 def _importance(model, batch, params, ctx):
     from .ablations.importance import importance_table, importance_vectors
 
-    vectors = importance_vectors(model, batch, ctx.chunk_rows)
+    vectors = importance_vectors(model, batch, ctx.chunk_rows, params.scores)
     return importance_table(batch, vectors), vectors
 
 

@@ -4,9 +4,11 @@ A step score compares the output distribution of a modified step (permuted, unif
 attention, an occluded source token…) with the unmodified step's, or describes the modified one
 alone: the probability of the emitted token, the entropy, KL and TVD against the unmodified step,
 whether the argmax flips. Every ablation that reports an output change computes it through
-:func:`step_score` (permutation, uniform, erase_max, leave-one-out, occlusion), and a score
-registered with :func:`register_step_score` is usable wherever a score name is a parameter
-(``[ablation.occlusion] score = "…"``), as inseq's ``register_step_function`` (Sarti et al. 2023).
+:func:`step_score` (permutation, uniform, erase_max, leave-one-out, occlusion; the adversarial
+search's TVD is part of its objective and computed there), and a score registered with
+:func:`register_step_score` is usable wherever a score name is a parameter
+(``[ablation.occlusion] score = "…"``, the ``scores`` setting of permutation, uniform, erase_max,
+importance and adversarial), as inseq's ``register_step_function`` (Sarti et al. 2023).
 
 Every score function has the signature ``fn(probs, reference, target) -> Tensor``:
 
@@ -241,10 +243,12 @@ def score_columns(
     """The extra step scores an ablation reports (its ``scores`` setting), one column each.
 
     Args:
-        ablation: the column prefix (``"uniform"``, ``"erase_max"``, ``"permutation_median"``).
-        names: registered step scores. probs: (B, T_y, V) modified outputs, or (B, P, T_y, V).
-        reference: (B, T_y, V) unmodified outputs. target: long (B, T_y), the emitted tokens.
-        keep: bool (B, T_y), or (B, P, T_y): the values to keep (the rest NaN).
+        ablation: the column prefix (``"uniform"``, ``"erase_max"``, ``"permutation_median"``);
+            ``""``: the score names alone (the adversarial search's per-row scores).
+        names: registered step scores. probs: (B, T_y, V) modified outputs (or rows (N, V)), or
+            (B, P, T_y, V). reference: (B, T_y, V) unmodified outputs (rows: (N, V)).
+        target: long (B, T_y) (rows: (N,)), the emitted tokens.
+        keep: bool (B, T_y) (rows: (N,)), or (B, P, T_y): the values to keep (the rest NaN).
 
     Returns:
         ``<ablation>_<score>`` → float64 (B, T_y); with P replacements, the median over those
@@ -265,7 +269,7 @@ def score_columns(
                 v = torch.from_numpy(np.nanmedian(v, axis=1)).to(probs.device)  # as its TVD
         else:
             v = fn(probs, reference, target).double().masked_fill(~keep, float("nan"))
-        out[f"{ablation}_{name}"] = v
+        out[f"{ablation}_{name}" if ablation else name] = v
     return out
 
 

@@ -28,6 +28,10 @@ Multi-head models: every head gets its own candidate distribution (replacement s
 report — is taken between head means, the quantity every per-step summary uses (docs/design.md §3);
 all heads of a candidate start from the same noise.
 
+``[ablation.adversarial] scores``: registered step scores (:mod:`attnstudy.analysis.step_scores`)
+of the chosen adversary's output p̃ against p, from the final evaluation that gives its TVD (no
+extra pass): columns ``adversarial_<score>``, NaN where no adversary was found, as that TVD.
+
 Cost: every Adam iteration is one forward + backward of the output layers over N × K rows, so a
 search costs ``steps`` such passes per batch whatever its size (the batching is what keeps it
 affordable: one optimiser per step was ~10× slower on a 4-example batch).
@@ -37,13 +41,13 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Figure, Params, Stat
-from pydantic import Field
+from attnstudy.analysis.catalogue import AblationSpec, Figure, OutputChangeParams, Stat
+from pydantic import Field, field_validator
 from torch import Tensor
 
 from attnstudy.models import Seq2Seq, eval_mode, gradients_in_eval
@@ -51,12 +55,14 @@ from attnstudy.models import Seq2Seq, eval_mode, gradients_in_eval
 from .._chunks import ELEMENT_BUDGET, rows_given_attention
 from ..batch import AblationContext, PreparedBatch, step_generator
 from ..divergences import LN2, _smallest_positive, jsd, tvd
+from ..step_scores import score_columns, score_stats
 
 NAME = "adversarial"
 
 
-class AdversarialParams(Params):
-    """``[ablation.adversarial]``: Jain & Wallace (2019) ``AdversaryMulti`` search settings."""
+class AdversarialParams(OutputChangeParams):
+    """``[ablation.adversarial]``: Jain & Wallace (2019) ``AdversaryMulti`` search settings, and
+    ``scores``: registered step scores of the chosen adversary's output (module docstring)."""
 
     k: int = Field(5, ge=1, le=1000, description="candidate distributions per step")
     steps: int = Field(500, ge=1, le=1_000_000, description="Adam iterations")
@@ -66,11 +72,20 @@ class AdversarialParams(Params):
     eps_eval: float = Field(0.05, ge=0, le=1, description="TVD threshold ε for keeping a candidate")
     init_sd: float = Field(3.0, ge=0, le=100, description="σ of the initial logit noise")
 
+    @field_validator("scores")
+    @classmethod
+    def _own_columns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        taken = [n for n in value if n in ("skipped", "found", "n_kept", "max_jsd", "max_tvd")]
+        if taken:
+            raise ValueError(f"step score {taken[0]!r} would replace column adversarial_{taken[0]}")
+        return value
+
 
 SPEC = AblationSpec(
     name="adversarial",
     run="attnstudy.analysis.ablations.adversarial:run",
     params=AdversarialParams,
+    more_stats="attnstudy.analysis.ablations.adversarial:more_stats",
     stats={
         "max_jsd": Stat(
             "adversarial_max_jsd",
@@ -141,6 +156,8 @@ class AdversarialResult:
         kept: bool (N, K), TVD ≤ ε_eval.
         best: long (N,), index of the kept candidate with the largest JSD, −1 if none kept.
         eps_opt, eps_eval: the two thresholds used.
+        scores: step score → float64 (N,), the score of the chosen adversary's output (candidate
+            ``best``) against p, NaN where none was kept (``params.scores``; empty by default).
     """
 
     b_idx: Tensor
@@ -153,6 +170,7 @@ class AdversarialResult:
     best: Tensor
     eps_opt: float
     eps_eval: float
+    scores: dict[str, Tensor] = field(default_factory=dict)
 
 
 def _requires_grad_off(model: Seq2Seq) -> list[bool]:
@@ -494,25 +512,31 @@ def _optimise(
     else:
         adam = _AmsGrad(theta, acfg.lr)
 
+    final_logits: list[Tensor] = []  # the final evaluation's logits (N, K, V), for the scores
+
     def prepared(rows: Tensor):
         """(value, step) of the rows ``rows``: the per-row objective (its value, the final
-        evaluation) and what one iteration calls (the plain objective under autograd, or the
-        loss and gradient of :func:`_objective_and_grad`)."""
+        evaluation, which keeps its logits in ``final_logits``) and what one iteration calls
+        (the plain objective under autograd, or the loss and gradient of
+        :func:`_objective_and_grad`)."""
         logits_of = rows_given_attention(
             model, batch.trace, b_idx[rows], t_idx[rows], ctx.chunk_rows
         )
+
+        def kept_logits(cand: Tensor) -> Tensor:
+            final_logits[:] = [logits_of(cand)]
+            return final_logits[0]
+
         if plain:
 
-            def reference(th: Tensor):
-                return _row_objective_reference(
-                    logits_of, batch, th, b_idx[rows], t_idx[rows], acfg
-                )
+            def reference(th: Tensor, logits=logits_of):
+                return _row_objective_reference(logits, batch, th, b_idx[rows], t_idx[rows], acfg)
 
-            return reference, reference
+            return functools.partial(reference, logits=kept_logits), reference
         fixed = _fixed_terms(batch, b_idx[rows], t_idx[rows])
         return (
             lambda th: _row_objective(
-                logits_of, batch, th, b_idx[rows], t_idx[rows], acfg, fixed=fixed
+                kept_logits, batch, th, b_idx[rows], t_idx[rows], acfg, fixed=fixed
             ),
             lambda th: _objective_and_grad(logits_of, th, fixed, acfg),
         )
@@ -563,6 +587,13 @@ def _optimise(
     kept = out_tvd <= acfg.eps_eval
     score = div.masked_fill(~kept, float("-inf"))
     best = torch.where(kept.any(-1), score.argmax(-1), torch.full_like(b_idx, -1))
+    scores = {}  # the step scores of each row's chosen adversary against p (NaN: none kept)
+    if acfg.scores:
+        chosen = final_logits[0][torch.arange(len(b_idx), device=best.device), best.clamp(min=0)]
+        p_orig = torch.softmax(batch.trace.logits[b_idx, t_idx], -1)
+        target = batch.trace.tgt_out[b_idx, t_idx]
+        scores = score_columns("", acfg.scores, chosen.softmax(-1), p_orig, target, keep=best >= 0)
+    final_logits.clear()
     return AdversarialResult(
         b_idx,
         t_idx,
@@ -574,6 +605,7 @@ def _optimise(
         best,
         acfg.eps_opt,
         acfg.eps_eval,
+        scores,
     )
 
 
@@ -663,6 +695,10 @@ def _concat(
     def cat(name: str, empty: Tensor) -> Tensor:
         return torch.cat([getattr(p, name) for p in parts]) if parts else empty
 
+    def cat_scores(name: str) -> Tensor:
+        empty = torch.zeros(0, dtype=torch.float64, device=dev)
+        return torch.cat([p.scores[name] for p in parts]) if parts else empty
+
     return AdversarialResult(
         b_idx,
         t_idx,
@@ -674,6 +710,7 @@ def _concat(
         cat("best", torch.zeros(0, dtype=torch.long, device=dev)),
         params.eps_opt,
         params.eps_eval,
+        {n: cat_scores(n) for n in params.scores},
     )
 
 
@@ -728,7 +765,9 @@ def adversarial_table(batch: PreparedBatch, result: AdversarialResult) -> pd.Dat
     not searched), ``adversarial_found`` (nullable boolean: some candidate has TVD ≤ ε_eval;
     <NA> when skipped),
     ``adversarial_n_kept``, ``adversarial_max_jsd`` (max JSD(α̃, α) among kept candidates, nats,
-    NaN if none), ``adversarial_max_tvd`` (the output TVD of that candidate, NaN if none).
+    NaN if none), ``adversarial_max_tvd`` (the output TVD of that candidate, NaN if none), then
+    ``adversarial_<score>`` for each score of ``result.scores`` (that candidate's output scored
+    against the unmodified step, NaN if none).
     ε_opt and ε_eval are in ``df.attrs`` (and in the ablation's params for logging).
     """
     tr = batch.trace
@@ -742,6 +781,8 @@ def adversarial_table(batch: PreparedBatch, result: AdversarialResult) -> pd.Dat
     skipped = np.ones(n, dtype=bool)
     kept_n = result.kept.sum(-1).tolist()  # host copies, once
     best, r_jsd, r_tvd = result.best.tolist(), result.jsd.tolist(), result.tvd.tolist()
+    r_scores = {name: v.tolist() for name, v in result.scores.items()}
+    scored = {name: np.full(n, np.nan) for name in r_scores}
     for r, (b, t) in enumerate(zip(result.b_idx.tolist(), result.t_idx.tolist())):
         i = pos[(b, t)]
         skipped[i] = False
@@ -751,6 +792,8 @@ def adversarial_table(batch: PreparedBatch, result: AdversarialResult) -> pd.Dat
             found[i] = True
             max_jsd[i] = float(r_jsd[r][k])
             max_tvd[i] = float(r_tvd[r][k])
+            for name, v in r_scores.items():
+                scored[name][i] = v[r]
     df = pd.DataFrame(
         {
             "example_id": [batch.examples[b].id for b in b_real.tolist()],
@@ -761,6 +804,7 @@ def adversarial_table(batch: PreparedBatch, result: AdversarialResult) -> pd.Dat
             f"{NAME}_n_kept": n_kept,
             f"{NAME}_max_jsd": max_jsd,
             f"{NAME}_max_tvd": max_tvd,
+            **{f"{NAME}_{name}": v for name, v in scored.items()},
         }
     )
     df.attrs[f"{NAME}_eps_opt"] = result.eps_opt
@@ -776,15 +820,22 @@ def run(
     Args:
         model: the model (eval mode and ``requires_grad`` flags restored afterwards).
         batch: prepared batch (B examples, trace over the chosen prefix).
-        params: the search settings. ctx: ``seed``, ``chunk_rows``.
+        params: the search settings and ``scores``. ctx: ``seed``, ``chunk_rows``.
 
     Returns:
         One row per real decoder step, columns as :func:`adversarial_table`.
 
     Raises:
         ValueError: for the ``none`` model (no attention).
+        UnknownStepScoreError: a score of ``params.scores`` is not registered.
     """
     return adversarial_table(batch, search_adversarial(model, batch, params, ctx))
+
+
+def more_stats(columns) -> dict:
+    """The statistics of the step scores named in ``[ablation.adversarial] scores``: their mean
+    over the steps where an adversary was found (logged, not a report column)."""
+    return score_stats(NAME, columns)
 
 
 def adversarial_rows(

@@ -13,6 +13,19 @@ Then Kendall τ-b (with its p-value) between the head-mean attention row α_t an
 vector, and between the two importance vectors, over the valid source positions (J&W Table 2 /
 Figure 2 report τ between attention and gradients and between attention and LOO).
 
+``[ablation.importance] scores`` (:class:`~attnstudy.analysis.catalogue.OutputChangeParams`):
+further registered step scores (:mod:`attnstudy.analysis.step_scores`) of every deletion, the
+deleted-source output scored against the unmodified step (LOO^s_tj = s(p_t^{−j}, p_t, ŷ_t)),
+computed from the same deletion traces as the TVD. Each gives one more leave-one-out vector per
+step and its Kendall τ-b (with p-value) against attention: columns
+``importance_tau_attn_loo_<score>`` and ``importance_p_attn_loo_<score>``, metric
+``ablation/importance/tau_attn_loo_<score>`` (logged, not a report column). τ is rank-based: a
+score and any increasing function of it give the same τ, and a score that is low where a deletion
+matters (``probability``: p(ŷ_t) with token j deleted) shows agreement with attention as a
+negative τ (``log_probability_drop`` is its positive counterpart). The gradient–LOO τ and the
+reason columns stay TVD's only (an undefined τ of a score is NaN, counted as undefined in its
+statistic).
+
 Batching: the gradients of every step need one backward each (``torch.autograd.grad`` on the
 embedding leaf only, so no parameter gradient is accumulated), but each backward covers the whole
 batch (examples are independent, so the gradient of the batch sum is each example's own
@@ -23,25 +36,27 @@ in chunks; :func:`loo_loop_reference` does one deletion at a time.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Figure, OutputChangeParams, Stat
 from torch import Tensor
 
 from attnstudy.models import Seq2Seq, eval_mode, gradients_in_eval
 
 from ..batch import AblationContext, PreparedBatch
 from ..divergences import kendall_tau
-from ..step_scores import step_score
+from ..step_scores import get_step_score, list_step_scores, step_score
 
 NAME = "importance"
 
 SPEC = AblationSpec(
     name="importance",
     run="attnstudy.analysis.ablations.importance:run",
+    params=OutputChangeParams,
+    more_stats="attnstudy.analysis.ablations.importance:more_stats",
     requires=("gradients",),
     stats={
         "tau_attn_grad": Stat(
@@ -105,11 +120,15 @@ class ImportanceVectors:
         loo: (B, T_y, T_x) leave-one-out TVD; NaN at padding, padding steps and sources of
             length 1 (nothing can be deleted).
         attention: (B, T_y, T_x) head-mean attention, or None for the ``none`` model.
+        loo_scores: registered step score → (B, T_y, T_x) leave-one-out vector of that score
+            (the deleted-source output against the unmodified step), NaN where ``loo`` is;
+            empty unless scores were asked for (``[ablation.importance] scores``).
     """
 
     gradient: Tensor
     loo: Tensor
     attention: Tensor | None
+    loo_scores: dict[str, Tensor] = field(default_factory=dict)
 
 
 def gradient_importance(model: Seq2Seq, batch: PreparedBatch) -> Tensor:
@@ -218,12 +237,42 @@ def loo_importance(model: Seq2Seq, batch: PreparedBatch, chunk_rows: int = 4096)
         (B, T_y, T_x) in [0, 1]; NaN at padding positions, padding steps and for sources of
         length 1.
     """
+    return loo_score_vectors(model, batch, ("tvd",), chunk_rows)["tvd"]
+
+
+def loo_score_vectors(
+    model: Seq2Seq, batch: PreparedBatch, scores, chunk_rows: int = 4096
+) -> dict[str, Tensor]:
+    """Leave-one-out vectors of several step scores from one pass over the deleted sources.
+
+    LOO^s_tj = s(p_t^{−j}, p_t, ŷ_t): the registered step score ``s``
+    (:mod:`attnstudy.analysis.step_scores`) of the output with source token j deleted against the
+    unmodified step's, ŷ_t = ``trace.tgt_out[:, t]``. ``"tvd"`` gives :func:`loo_importance`'s
+    vector (TVD is symmetric). Every deletion is traced once whatever the number of scores.
+
+    Args:
+        model: the model (eval mode during the call, previous mode restored).
+        batch: prepared batch (B, T_y, T_x).
+        scores: registered step score names (iterable of str).
+        chunk_rows: decoder rows (deleted sources × T_y steps) per trace call.
+
+    Returns:
+        score → (B, T_y, T_x) in the trace's dtype; NaN at padding positions, padding steps and
+        for sources of length 1. Tokens of a run of equal tokens share one value.
+
+    Raises:
+        UnknownStepScoreError: a score is not registered (before any trace).
+    """
+    fns = {name: get_step_score(name).fn for name in scores}
     tr = batch.trace
     b, t_y, t_x = tr.src.size(0), tr.tgt_in.size(1), tr.src.size(1)
-    out = torch.full((b, t_y, t_x), math.nan, dtype=tr.logits.dtype, device=tr.src.device)
+    outs = {
+        name: torch.full((b, t_y, t_x), math.nan, dtype=tr.logits.dtype, device=tr.src.device)
+        for name in fns
+    }
     rows_b, rows_j, src_del, len_del = _deleted_sources(tr.src, tr.src_lengths)
     if rows_b.numel() == 0:
-        return out
+        return outs
     p = torch.softmax(tr.logits, -1)  # (B, T_y, V)
     per_chunk = max(1, chunk_rows // t_y)
     with eval_mode(model), torch.no_grad():
@@ -232,20 +281,38 @@ def loo_importance(model: Seq2Seq, batch: PreparedBatch, chunk_rows: int = 4096)
             rb, rj = rows_b[sl], rows_j[sl]
             n_max = int(len_del[sl].max())
             trace = model.trace(src_del[sl, :n_max], len_del[sl], tr.tgt_in[rb], tr.tgt_out[rb])
-            div = step_score("tvd", p[rb], torch.softmax(trace.logits, -1))  # (R, T_y)
-            out[rb, :, rj] = div
-    _copy_runs(out, tr.src, tr.src_lengths)
-    return out.masked_fill(~tr.step_mask[:, :, None], math.nan)
+            deleted = torch.softmax(trace.logits, -1)  # (R, T_y, V)
+            for name, fn in fns.items():
+                if name == "tvd":  # the importance vector as it always was: TVD(p, p^{−j})
+                    div = step_score("tvd", p[rb], deleted)
+                else:  # the deleted-source output scored against the unmodified step
+                    div = fn(deleted, p[rb], tr.tgt_out[rb])
+                outs[name][rb, :, rj] = div.to(tr.logits.dtype)  # (R, T_y)
+    for name, out in outs.items():
+        _copy_runs(out, tr.src, tr.src_lengths)
+        outs[name] = out.masked_fill(~tr.step_mask[:, :, None], math.nan)
+    return outs
 
 
-def loo_loop_reference(model: Seq2Seq, batch: PreparedBatch) -> Tensor:
-    """Plain-loop reference of :func:`loo_importance`: one deleted source at a time.
+def loo_loop_reference(model: Seq2Seq, batch: PreparedBatch, score: str = "tvd") -> Tensor:
+    """Plain-loop reference of :func:`loo_importance` (and of :func:`loo_score_vectors`' vector of
+    ``score``): one deleted source at a time.
 
-    Each deletion is traced alone over the example's own (unpadded) prefix.
+    Each deletion is traced alone over the example's own (unpadded) prefix; every position is
+    deleted (runs of equal tokens too).
+
+    Args:
+        model, batch: as :func:`loo_importance`.
+        score: a registered step score, the deleted-source output against the unmodified step
+            (default ``"tvd"``: :func:`loo_importance`'s vector).
 
     Returns:
         (B, T_y, T_x), as :func:`loo_importance`.
+
+    Raises:
+        UnknownStepScoreError: ``score`` is not registered.
     """
+    get_step_score(score)
     tr = batch.trace
     b, t_y, t_x = tr.src.size(0), tr.tgt_in.size(1), tr.src.size(1)
     out = torch.full((b, t_y, t_x), math.nan, dtype=tr.logits.dtype, device=tr.src.device)
@@ -264,14 +331,17 @@ def loo_loop_reference(model: Seq2Seq, batch: PreparedBatch) -> Tensor:
                     tr.tgt_in[i : i + 1, :steps],
                     tr.tgt_out[i : i + 1, :steps],
                 )
-                out[i, :steps, j] = step_score(
-                    "tvd", p[i, :steps], torch.softmax(trace.logits[0], -1)
-                )
+                deleted = torch.softmax(trace.logits[0], -1)
+                if score == "tvd":
+                    div = step_score("tvd", p[i, :steps], deleted)
+                else:
+                    div = step_score(score, deleted, p[i, :steps], tr.tgt_out[i, :steps])
+                out[i, :steps, j] = div.to(out.dtype)
     return out
 
 
 def importance_vectors(
-    model: Seq2Seq, batch: PreparedBatch, chunk_rows: int = 4096
+    model: Seq2Seq, batch: PreparedBatch, chunk_rows: int = 4096, scores=()
 ) -> ImportanceVectors:
     """Gradient, leave-one-out and head-mean attention vectors of every step of a batch.
 
@@ -279,15 +349,24 @@ def importance_vectors(
         model: the model (mode restored; no parameter gradients accumulated).
         batch: prepared batch.
         chunk_rows: decoder rows per leave-one-out trace call.
+        scores: further registered step scores of the deletions
+            (:attr:`ImportanceVectors.loo_scores`; ``[ablation.importance] scores``), computed
+            from the same deletion traces as the TVD.
 
     Returns:
         :class:`ImportanceVectors`.
+
+    Raises:
+        UnknownStepScoreError: a score is not registered.
     """
     att = batch.trace.attention
+    gradient = gradient_importance(model, batch)
+    loo = loo_score_vectors(model, batch, ("tvd", *scores), chunk_rows)
     return ImportanceVectors(
-        gradient=gradient_importance(model, batch),
-        loo=loo_importance(model, batch, chunk_rows),
+        gradient=gradient,
+        loo=loo.pop("tvd"),
         attention=None if att is None else att.mean(1),
+        loo_scores=loo,
     )
 
 
@@ -298,13 +377,17 @@ def importance_table(batch: PreparedBatch, vectors: ImportanceVectors) -> pd.Dat
     ``importance_tau_attn_grad``, ``importance_p_attn_grad``, ``importance_tau_attn_loo``,
     ``importance_p_attn_loo``, ``importance_tau_grad_loo``, ``importance_p_grad_loo`` (NaN when
     undefined), ``importance_attn_reason`` (why the attention τ is undefined, else None) and
-    ``importance_grad_loo_reason`` (why the gradient–LOO τ is undefined, else None).
+    ``importance_grad_loo_reason`` (why the gradient–LOO τ is undefined, else None); then, for
+    each score of ``vectors.loo_scores``, ``importance_tau_attn_loo_<score>`` and
+    ``importance_p_attn_loo_<score>`` (τ-b of attention against that leave-one-out vector; NaN
+    where undefined: one valid position, no attention, a constant vector).
     """
     tr = batch.trace
     b_idx, t_idx = tr.step_mask.nonzero(as_tuple=True)
     grad = vectors.gradient.cpu().numpy()
     loo = vectors.loo.cpu().numpy()
     att = None if vectors.attention is None else vectors.attention.cpu().numpy()
+    scored = {name: v.cpu().numpy() for name, v in vectors.loo_scores.items()}
     lengths = tr.src_lengths.tolist()
     cols: dict[str, list] = {
         k: []
@@ -315,6 +398,7 @@ def importance_table(batch: PreparedBatch, vectors: ImportanceVectors) -> pd.Dat
             "p_attn_loo",
             "tau_grad_loo",
             "p_grad_loo",
+            *(f"{k}_loo_{name}" for name in scored for k in ("tau_attn", "p_attn")),
         )
     }
     skipped, attn_reason, pair_reason = [], [], []
@@ -342,7 +426,11 @@ def importance_table(batch: PreparedBatch, vectors: ImportanceVectors) -> pd.Dat
                     attn_reason.append(REASON_CONSTANT_IMPORTANCE)
                 else:
                     attn_reason.append(None)
-        for key, val in (("attn_grad", tau_ag), ("attn_loo", tau_al), ("grad_loo", tau_gl)):
+        pairs = [("attn_grad", tau_ag), ("attn_loo", tau_al), ("grad_loo", tau_gl)]
+        for name, vec in scored.items():
+            undefined = n < 2 or att is None
+            pairs.append((f"attn_loo_{name}", nan2 if undefined else kendall_tau(a, vec[b, t, :n])))
+        for key, val in pairs:
             cols[f"tau_{key}"].append(val[0])
             cols[f"p_{key}"].append(val[1])
     df = pd.DataFrame(
@@ -366,11 +454,28 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
         model: the model (eval mode during the call, previous mode restored; no parameter
             gradients accumulated).
         batch: prepared batch (B examples, trace over the chosen prefix).
-        params: none. ctx: ``chunk_rows``.
+        params: ``scores``, further step scores of the deletions (module docstring).
+        ctx: ``chunk_rows``.
 
     Returns:
         One row per real step, columns as :func:`importance_table`. For the ``none`` model the
         attention τ columns are NaN with ``importance_attn_reason`` saying why; gradient–LOO τ
         is still computed.
+
+    Raises:
+        UnknownStepScoreError: a score of ``params.scores`` is not registered.
     """
-    return importance_table(batch, importance_vectors(model, batch, ctx.chunk_rows))
+    vectors = importance_vectors(model, batch, ctx.chunk_rows, params.scores)
+    return importance_table(batch, vectors)
+
+
+def more_stats(columns) -> dict:
+    """The statistics of the step scores named in ``[ablation.importance] scores``: the mean
+    τ-b of attention against each score's leave-one-out vector, ``tau_attn_loo_<score>``
+    (logged, not a report column)."""
+    names = set(columns)
+    return {
+        f"tau_attn_loo_{name}": Stat(f"{NAME}_tau_attn_loo_{name}", unit="Kendall τ-b")
+        for name in list_step_scores()
+        if name not in ("tvd", "flip") and f"{NAME}_tau_attn_loo_{name}" in names
+    }

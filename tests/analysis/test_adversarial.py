@@ -467,3 +467,103 @@ def test_written_out_amsgrad_is_torch_adam_bit_for_bit():
         mine.step(grad)
     assert torch.equal(mine.param, ref.detach())
     assert mine.param[:, :, 5:].isneginf().all() and not torch.equal(mine.param, start)
+
+
+ADVERSARIAL_COLUMNS = [
+    "example_id",
+    "step",
+    "adversarial_skipped",
+    "adversarial_found",
+    "adversarial_n_kept",
+    "adversarial_max_jsd",
+    "adversarial_max_tvd",
+]
+
+
+def target_prob_drop(probs, reference, target):
+    """p_ref(ŷ_t) − p(ŷ_t): the emitted token's probability lost by the modification."""
+    idx = target.broadcast_to(probs.shape[:-1]).unsqueeze(-1)
+    return (reference.broadcast_to(probs.shape).gather(-1, idx) - probs.gather(-1, idx)).squeeze(-1)
+
+
+@pytest.mark.parametrize(
+    "attention,flow,heads", [("additive", "bahdanau", 1), ("multihead", "luong", 2)]
+)
+def test_registered_step_scores_of_the_chosen_adversary(data, attention, flow, heads):
+    """``[ablation.adversarial] scores``: the chosen adversary's output scored against the
+    unmodified step, by hand on every found step (its attention put into the trace, one local
+    intervention), equal in the batched search and the per-step loop, NaN where nothing was
+    found; a score equal to TVD gives ``adversarial_max_tvd``; the search and the default
+    columns do not change."""
+    from attnstudy.analysis import step_scores
+    from attnstudy.analysis.catalogue import get_ablation
+
+    tvd_fn = step_scores.get_step_score("tvd").fn
+    step_scores.register_step_score("target_prob_drop", target_prob_drop, unit="probability")
+    step_scores.register_step_score("tvd_again", lambda p, q, t: tvd_fn(p, q, t), unit="TVD")
+    try:
+        names = ["target_prob_drop", "tvd_again", "kl"]
+        cfg = cfg_with(steps=15, scores=names)
+        model = make_model(data, attention, flow, heads, dtype=torch.float64)
+        batch = batch_of(model, data)
+        params, ctx = cfg.params_for("adversarial"), AblationContext.of(cfg)
+        fast = search_adversarial(model, batch, params, ctx)
+        slow = adversarial_loop_reference(model, batch, params, ctx)
+        df = call("adversarial", model, batch, cfg)
+        stats = get_ablation("adversarial").all_stats(df.columns)  # reads the registry
+    finally:
+        step_scores.unregister_step_score("target_prob_drop")
+        step_scores.unregister_step_score("tvd_again")
+    plain_cfg = cfg_with(steps=15)
+    plain = search_adversarial(
+        model, batch, plain_cfg.params_for("adversarial"), AblationContext.of(plain_cfg)
+    )
+    assert plain.scores == {} and torch.equal(plain.candidates, fast.candidates)
+    assert torch.equal(fast.best, slow.best) and set(fast.scores) == set(names)
+    for name in names:
+        torch.testing.assert_close(
+            fast.scores[name], slow.scores[name], atol=1e-9, rtol=0, equal_nan=True
+        )
+        assert torch.equal(fast.scores[name].isnan(), fast.best < 0)
+    tr = batch.trace
+    found = (fast.best >= 0).nonzero().flatten().tolist()
+    assert len(found) >= 2  # bahdanau: 12 of 12 steps found, multihead luong: 2 of 12
+    for r in found:
+        b, t, k = int(fast.b_idx[r]), int(fast.t_idx[r]), int(fast.best[r])
+        weights = tr.attention.clone()
+        weights[b, :, t] = fast.candidates[r, k]
+        only = torch.zeros_like(tr.step_mask)
+        only[b, t] = True
+        with torch.no_grad():
+            q = torch.softmax(model.logits_given_attention(tr, weights, 4096, only)[b, t], -1)
+        p = torch.softmax(tr.logits[b, t], -1)
+        y = int(tr.tgt_out[b, t])
+        assert float(fast.scores["target_prob_drop"][r]) == pytest.approx(
+            float(p[y] - q[y]), abs=1e-9
+        )
+        kl = float((p * (p.log() - q.log())).sum())
+        assert float(fast.scores["kl"][r]) == pytest.approx(kl, abs=1e-9)
+    default = adversarial_table(batch, plain)
+    assert list(default.columns) == ADVERSARIAL_COLUMNS
+    assert list(df.columns) == ADVERSARIAL_COLUMNS + [f"adversarial_{n}" for n in names]
+    pd.testing.assert_frame_equal(df[ADVERSARIAL_COLUMNS], default)
+    np.testing.assert_allclose(df.adversarial_tvd_again, df.adversarial_max_tvd, atol=1e-12)
+    assert (df.adversarial_kl.isna() == df.adversarial_max_tvd.isna()).all()
+    assert stats["target_prob_drop"].column == "adversarial_target_prob_drop"
+    assert set(get_ablation("adversarial").all_stats(default.columns)) == {"max_jsd", "found_rate"}
+
+
+def test_adversarial_scores_cannot_replace_its_columns():
+    """A registered score named as one of the ablation's own columns is refused (it would
+    overwrite ``adversarial_max_jsd`` and its statistic)."""
+    from attnstudy.analysis import step_scores
+
+    step_scores.register_step_score("max_jsd", target_prob_drop)
+    try:
+        with pytest.raises(ValueError, match="would replace column adversarial_max_jsd"):
+            AblationConfig(adversarial={"scores": ["max_jsd"]})
+    finally:
+        step_scores.unregister_step_score("max_jsd")
+    with pytest.raises(ValueError, match="tvd and flip are reported already"):
+        AblationConfig(adversarial={"scores": ["tvd"]})
+    assert "scores" not in AblationConfig().resolved()["adversarial"]

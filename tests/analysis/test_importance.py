@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 from analysis_testkit import call
+from attnstudy.analysis import step_scores
 from attnstudy.analysis.ablations.importance import (
     REASON_CONSTANT_ATTENTION,
     REASON_CONSTANT_IMPORTANCE,
@@ -18,9 +19,10 @@ from attnstudy.analysis.ablations.importance import (
     importance_vectors,
     loo_importance,
     loo_loop_reference,
+    loo_score_vectors,
 )
 from attnstudy.analysis.batch import prepare_batches
-from attnstudy.analysis.catalogue import AblationConfig
+from attnstudy.analysis.catalogue import AblationConfig, get_ablation
 from attnstudy.analysis.divergences import kendall_tau, tvd
 
 from attnstudy.config import ModelConfig
@@ -378,3 +380,106 @@ def test_values_equal_up_to_rounding_are_ties_in_kendall_tau():
     assert kendall_tau([0.1, 0.5, 0.5001, 0.9], [1, 2, 3, 4])[0] == pytest.approx(
         1.0
     )  # a real difference
+
+
+DEFAULT_COLUMNS = [
+    "example_id",
+    "step",
+    "importance_skipped",
+    *TAU_COLS,
+    "importance_attn_reason",
+    "importance_grad_loo_reason",
+]
+
+
+def target_prob_drop(probs, reference, target):
+    """p_ref(ŷ_t) − p(ŷ_t): the emitted token's probability lost by the modification."""
+    idx = target.broadcast_to(probs.shape[:-1]).unsqueeze(-1)
+    return (reference.broadcast_to(probs.shape).gather(-1, idx) - probs.gather(-1, idx)).squeeze(-1)
+
+
+@pytest.fixture
+def user_score():
+    step_scores.register_step_score("target_prob_drop", target_prob_drop, unit="probability")
+    yield "target_prob_drop"
+    step_scores.unregister_step_score("target_prob_drop")
+
+
+@pytest.mark.parametrize(
+    "attention,flow,cell,heads",
+    [("additive", "bahdanau", "gru", 1), ("multihead", "luong", "lstm", 2)],
+)
+def test_loo_scores_batched_equal_loop_reference(data, user_score, attention, flow, cell, heads):
+    """Every score's deletion vector from the batched pass (one deleted source per chunk, and all
+    at once) equals the one-deletion-at-a-time reference; its TVD is loo_importance's, exactly."""
+    model = make_model(data, attention, flow, heads, cell)
+    batch = batch_of(model, data)
+    names = ("tvd", "kl", "probability", user_score)
+    fast = loo_score_vectors(model, batch, names, chunk_rows=7)
+    big = loo_score_vectors(model, batch, names)
+    for vectors, rows in ((fast, 7), (big, 4096)):  # the same chunks: bit-identical
+        assert torch.equal(
+            vectors["tvd"].nan_to_num(-1), loo_importance(model, batch, rows).nan_to_num(-1)
+        )
+    for name in names:
+        slow = loo_loop_reference(model, batch, name)
+        assert torch.equal(fast[name].isnan(), slow.isnan()), name
+        assert torch.equal(big[name].isnan(), slow.isnan()), name
+        torch.testing.assert_close(fast[name].nan_to_num(), slow.nan_to_num(), atol=1e-6, rtol=0)
+        torch.testing.assert_close(big[name].nan_to_num(), slow.nan_to_num(), atol=1e-6, rtol=0)
+    valid = ~fast["probability"].isnan()
+    assert valid.sum() > 20 and (fast["kl"][valid] >= 0).all() and fast["kl"][valid].max() > 0.01
+    assert fast[user_score][valid].abs().max() > 0.01
+
+
+def test_registered_step_score_of_each_deletion_by_hand(data, user_score):
+    """``[ablation.importance] scores``: the deleted-source output scored against the unmodified
+    step (checked by hand on the example "bca" without "b"), its τ against attention in the
+    table, and its statistic through the catalogue's more_stats; the default table is unchanged."""
+    ex, sv, tv = data
+    model = make_model(data)
+    batch = batch_of(model, data)
+    vec = importance_vectors(model, batch, scores=(user_score, "kl"))
+    assert set(vec.loo_scores) == {user_score, "kl"}
+    deleted = next(
+        prepare_batches(model, [Example("ca", ("c", "a"), ex[2].tgt)], sv, tv, "reference", 1)
+    )
+    p, q = batch.probs[2, :4], deleted.probs[0]  # 4 steps: y z x <eos>
+    tgt = batch.trace.tgt_out[2, :4, None]
+    drop = (p.gather(-1, tgt) - q.gather(-1, tgt)).squeeze(-1)
+    torch.testing.assert_close(vec.loo_scores[user_score][2, :4, 0], drop, atol=1e-6, rtol=0)
+    kl = (p * (p.log() - q.log())).sum(-1)
+    torch.testing.assert_close(vec.loo_scores["kl"][2, :4, 0], kl, atol=1e-6, rtol=0)
+    assert vec.loo_scores[user_score][2, 4:].isnan().all()
+    assert vec.loo_scores[user_score][1].isnan().all()  # the one-token source
+
+    cfg = AblationConfig(importance={"scores": [user_score, "kl"]})
+    df = call("importance", model, batch, cfg)
+    plain = call("importance", model, batch, AblationConfig())
+    assert list(plain.columns) == DEFAULT_COLUMNS
+    mine = [f"importance_{k}_attn_loo_{n}" for n in (user_score, "kl") for k in ("tau", "p")]
+    assert list(df.columns) == DEFAULT_COLUMNS[:-2] + mine + DEFAULT_COLUMNS[-2:]
+    pd.testing.assert_frame_equal(df[DEFAULT_COLUMNS], plain)
+    row = df[(df.example_id == "ex2") & (df.step == 1)].iloc[0]
+    a = vec.attention[2, 1, :3].numpy()
+    for name in (user_score, "kl"):
+        expected = kendall_tau(a, vec.loo_scores[name][2, 1, :3].numpy())
+        got = (row[f"importance_tau_attn_loo_{name}"], row[f"importance_p_attn_loo_{name}"])
+        assert got == pytest.approx(expected)
+    assert df[df.example_id == "ex1"][mine].isna().all().all()
+    assert df[df.example_id != "ex1"][mine[0]].notna().sum() >= 8
+    stats = get_ablation("importance").all_stats(df.columns)
+    assert stats[f"tau_attn_loo_{user_score}"].column == f"importance_tau_attn_loo_{user_score}"
+    assert stats["tau_attn_loo_kl"].unit == "Kendall τ-b"
+    assert set(get_ablation("importance").all_stats(plain.columns)) == {
+        "tau_attn_grad",
+        "tau_attn_loo",
+        "tau_grad_loo",
+    }
+
+
+def test_loo_scores_of_the_none_model_have_no_attention_tau(data):
+    model = make_model(data, "none")
+    batch = batch_of(model, data)
+    df = call("importance", model, batch, AblationConfig(importance={"scores": ["jsd"]}))
+    assert df[["importance_tau_attn_loo_jsd", "importance_p_attn_loo_jsd"]].isna().all().all()
