@@ -159,3 +159,29 @@ class TraceOnly:
     """Stand-in model: the alignment ablation only reads the traced attention."""
 
     has_attention = True
+
+
+def test_alignment_word_of_an_example_without_word_maps_is_nan_whatever_its_batch_mates(
+    hf_model,
+):
+    """On a pretrained model's examples, one without gold links has no word maps: beside a
+    linked example its rows' ``alignment_word`` is NaN, as in a table of it alone (which has no
+    such column). It was the step index there, so that the value depended on its batch-mates."""
+    from attnstudy.analysis.batch import prepare_batches
+
+    from attnstudy.models.hf import subword_examples
+
+    linked = Example("x/0", ("cat", "dog"), ("cat", "dog"), Alignment.from_links({(0, 0), (1, 1)}))
+    plain = Example("x/1", ("dog", "cat", "bird"), ("dog", "cat", "bird"))
+    examples = subword_examples(hf_model, [linked, plain])
+    assert examples[0].tgt_words == (0, 1) and examples[1].tgt_words == ()
+    vocab = hf_model.vocab
+    (batch,) = prepare_batches(hf_model, examples, vocab, vocab, "reference", 4)
+    frame = call("alignment", hf_model, batch).sort_values(["example_id", "step"])
+    mine = frame[frame["example_id"] == "x/1"]
+    assert len(mine) == 4 and mine["alignment_word"].isna().all()
+    assert frame[frame["example_id"] == "x/0"]["alignment_word"].tolist() == [0, 1, -1]
+    # a batch of linked examples only keeps an integer column
+    (alone,) = prepare_batches(hf_model, examples[:1], vocab, vocab, "reference", 4)
+    words = call("alignment", hf_model, alone)["alignment_word"]
+    assert words.dtype == np.int64 and sorted(words.tolist()) == [-1, 0, 1]
