@@ -218,7 +218,7 @@ def _early_stopping(args, cfg, n_words: int, prefix: str, ready: dict | None = N
                 )
         finally:
             module._restore_requires_grad(model, flags)
-        return adversarial.adversarial_table(batch, part)
+        return module.adversarial_table(batch, part)  # each commit's table of its own result
 
     cpu: dict[str, list[float]] = {}  # variant → CPU seconds of each repeat
 

@@ -53,6 +53,29 @@ def test_adversarial_batched_equals_loop(results):
     assert "Adversarial search" in results.read_text()
 
 
+def test_adversarial_against_an_earlier_commit(results):
+    """``--before`` runs an earlier commit's search module beside today's and tabulates each
+    result with that module's own table (today's table read a field the earlier result lacks:
+    AttributeError, fixed)."""
+    import subprocess
+
+    from prerequisites import require
+
+    from benchmarks import bench_adversarial
+
+    commit = "fcebe30"  # the issue's "before" of the adversarial search
+    here = subprocess.run(
+        ["git", "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True, timeout=30
+    )
+    require(here.returncode == 0, f"commit {commit} is not in this clone's history")
+    out = bench_adversarial.main(smoke(results, "--before", commit, "--kernels", "bahdanau"))
+    searches = {r["search"] for r in out["quality"]}
+    assert {f"{commit}: plain objective", f"{commit}: default search", "fast path"} <= searches
+    for r in out["quality"]:
+        assert r["s"] > 0 and 0.0 <= float(r["found rate"].split()[0]) <= 1.0
+    assert f"the {commit}: plain objective search" in results.read_text()
+
+
 def test_loo_batched_equals_loop(results):
     from benchmarks import bench_loo
 
