@@ -196,3 +196,10 @@ __all__ = [
     "sharpen",
     "tiny_model",
 ]
+
+
+def target_prob_drop(probs, reference, target):
+    """A user's step score for the registry tests: p_ref(ŷ_t) − p(ŷ_t), the emitted token's
+    probability lost by the modification (probs, reference: (..., V); target: long (...))."""
+    idx = target.broadcast_to(probs.shape[:-1]).unsqueeze(-1)
+    return (reference.broadcast_to(probs.shape).gather(-1, idx) - probs.gather(-1, idx)).squeeze(-1)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from analysis_testkit import call
+from analysis_testkit import call, target_prob_drop
 from attnstudy.analysis.ablations.adversarial import (
     adversarial_loop_reference,
     adversarial_rows,
@@ -478,12 +478,6 @@ ADVERSARIAL_COLUMNS = [
     "adversarial_max_jsd",
     "adversarial_max_tvd",
 ]
-
-
-def target_prob_drop(probs, reference, target):
-    """p_ref(ŷ_t) − p(ŷ_t): the emitted token's probability lost by the modification."""
-    idx = target.broadcast_to(probs.shape[:-1]).unsqueeze(-1)
-    return (reference.broadcast_to(probs.shape).gather(-1, idx) - probs.gather(-1, idx)).squeeze(-1)
 
 
 @pytest.mark.parametrize(

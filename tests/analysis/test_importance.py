@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from analysis_testkit import call
+from analysis_testkit import call, target_prob_drop
 from attnstudy.analysis import step_scores
 from attnstudy.analysis.ablations.importance import (
     REASON_CONSTANT_ATTENTION,
@@ -390,12 +390,6 @@ DEFAULT_COLUMNS = [
     "importance_attn_reason",
     "importance_grad_loo_reason",
 ]
-
-
-def target_prob_drop(probs, reference, target):
-    """p_ref(ŷ_t) − p(ŷ_t): the emitted token's probability lost by the modification."""
-    idx = target.broadcast_to(probs.shape[:-1]).unsqueeze(-1)
-    return (reference.broadcast_to(probs.shape).gather(-1, idx) - probs.gather(-1, idx)).squeeze(-1)
 
 
 @pytest.fixture
