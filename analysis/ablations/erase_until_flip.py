@@ -342,7 +342,7 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
             ks = erase_until_flip(
                 model, tr, torch.stack(list(orders.values())), pred, steps, ctx.chunk_rows
             )
-            for name, order, k in zip(orders, orders.values(), ks):
+            for (name, order), k in zip(orders.items(), ks):
                 flipped = k > 0
                 mass = (
                     mean_att.gather(-1, order)
