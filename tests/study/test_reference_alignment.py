@@ -5,6 +5,7 @@ the one-line refusal when eflomal-align is missing."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import shutil
 import sys
@@ -82,6 +83,19 @@ def fixture_files(monkeypatch):
     monkeypatch.setenv("ATTNSTUDY_WORKERS", "1")
 
 
+@contextlib.contextmanager
+def _figures_not_drawn():
+    """Figures are made and saved (blank PNG files of their sizes, logged and written as usual)
+    but not drawn: matplotlib's drawing (the NT verses' heatmaps above all) was about half of this
+    test's time. Used for the second study and its report only, whose figures are of the kinds
+    the first study and its report draw in full on the same data (its battery is a subset)."""
+    from matplotlib.figure import Figure
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Figure, "draw", lambda self, renderer: None)
+        yield
+
+
 def _rows(path: Path) -> list[dict[str, str]]:
     with path.open(encoding="utf-8") as f:
         return list(csv.DictReader(f))
@@ -118,7 +132,8 @@ def test_study_shows_attention_beside_eflomal_and_reuses_the_reference_run(
         ),
         encoding="utf-8",
     )
-    second = api.run(load_experiment(toml2), progress=False, report=False)
+    with _figures_not_drawn():
+        second = api.run(load_experiment(toml2), progress=False, report=False)
     exp = tracker.experiment_id("nt-fixture", create=False)
     refs = tracker.search_runs([exp], f"tags.{Tag.KIND} = '{Kind.REFERENCE_ALIGNMENT}'")
     assert len(refs) == 1
@@ -177,7 +192,10 @@ def test_study_shows_attention_beside_eflomal_and_reuses_the_reference_run(
 
     # the study of attribution_alignment alone still lists its models: attention's argmax scored
     # by attribution_alignment gives the same AER; its reference row is the reused run's
-    build_report(tracker, second.study_run_id, tmp_path / "report2", results_dir=tmp_path / "r2")
+    with _figures_not_drawn():
+        build_report(
+            tracker, second.study_run_id, tmp_path / "report2", results_dir=tmp_path / "r2"
+        )
     side2 = _rows(tmp_path / "r2" / "nt-fixture-alignment.csv")
     assert side2[0]["aligner"] == "eflomal, grow-diag-final-and"
     assert [side2[0][k] for k in ("AER", "precision", "recall")] == [
