@@ -194,3 +194,14 @@ def tiny_study_root(tiny_study, store_root, tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNSTUDY_ROOT", str(root))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return root
+
+
+@pytest.fixture
+def figures_not_drawn(monkeypatch):
+    """Figures are made and saved (blank PNG files of their sizes, logged and written as usual)
+    but not drawn (``Figure.draw`` does nothing): for a test that builds again a report whose
+    figures :func:`tiny_study` has already drawn on the same data, where matplotlib's drawing
+    was most of the test's time and none of what it checks."""
+    from matplotlib.figure import Figure
+
+    monkeypatch.setattr(Figure, "draw", lambda self, renderer: None)

@@ -201,9 +201,10 @@ def test_report_of_a_partial_study_says_why_numbers_are_missing(fresh_root, over
     assert oct(out.report.parent.stat().st_mode & 0o777) != "0o700"
 
 
-def test_report_is_built_atomically(tiny_study_root, tiny_study, monkeypatch):
+def test_report_is_built_atomically(tiny_study_root, tiny_study, figures_not_drawn, monkeypatch):
     """A report that fails half-way leaves the report it would replace whole (the tiny study of
-    the session, in a copy of its store: its report built here first)."""
+    the session, in a copy of its store: its report built here first; its figures, drawn by the
+    session's study, saved undrawn)."""
     from attnstudy import api
     from attnstudy.report import build as report_mod  # build_report looks render_markdown up here
 
@@ -222,9 +223,11 @@ def test_report_is_built_atomically(tiny_study_root, tiny_study, monkeypatch):
     assert not list(report.parent.parent.glob(".tiny.*"))
 
 
-def test_a_later_ad_hoc_ablation_never_changes_a_studys_report(tiny_study_root, tiny_study):
+def test_a_later_ad_hoc_ablation_never_changes_a_studys_report(
+    tiny_study_root, tiny_study, figures_not_drawn
+):
     """The tiny study of the session, in a copy of its store: its report before and after an ad
-    hoc ablation of one of its models."""
+    hoc ablation of one of its models (figures, drawn by the session's study, saved undrawn)."""
     from attnstudy.analysis.catalogue import AblationConfig
 
     from attnstudy import api
