@@ -199,9 +199,10 @@ def tiny_study_root(tiny_study, store_root, tmp_path, monkeypatch):
 @pytest.fixture
 def figures_not_drawn(monkeypatch):
     """Figures are made and saved (blank PNG files of their sizes, logged and written as usual)
-    but not drawn (``Figure.draw`` does nothing): for a test that builds again a report whose
-    figures :func:`tiny_study` has already drawn on the same data, where matplotlib's drawing
-    was most of the test's time and none of what it checks."""
+    but not drawn (``Figure.draw`` does nothing): for a test of the tiny experiment that checks
+    nothing drawn, where matplotlib's drawing was a large part of its time; the same kinds of
+    figure on the tiny experiment's data are drawn in full by :func:`tiny_study` (which builds
+    its report) and by the report and figure tests."""
     from matplotlib.figure import Figure
 
     monkeypatch.setattr(Figure, "draw", lambda self, renderer: None)

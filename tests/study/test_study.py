@@ -90,9 +90,10 @@ def test_one_failing_variant_does_not_stop_the_study(fresh_root, monkeypatch, ca
     assert len(rows) == 7 and all("| failed |" in row for row in rows[1:])
 
 
-def test_an_interrupted_study_resumes(fresh_root, monkeypatch):
+def test_an_interrupted_study_resumes(fresh_root, figures_not_drawn, monkeypatch):
     """`run --resume` continues the interrupted study: finished models and their finished ablations are
-    reused, the interrupted training resumes from its checkpoint, its ablations run."""
+    reused, the interrupted training resumes from its checkpoint, its ablations run (figures saved
+    undrawn)."""
     from attnstudy import api, model_runs, study
 
     cfg = _cfg(THREE[0])
