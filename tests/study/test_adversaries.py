@@ -107,8 +107,13 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
     assert models[base.run_id]["test WER %"] == f"{100 * run.metrics['test/wer']:.2f}"
     assert models[base.run_id]["epochs"] == "2"
 
-    # the same experiment again: a new study, the models and the adversaries reused by key
-    again = api.run(cfg, progress=False, report=False)
+    # the same experiment again: a new study, the models and the adversaries reused by key (the
+    # ablation pages' figures, the first study's again, saved undrawn: matplotlib's drawing)
+    from matplotlib.figure import Figure
+
+    with monkeypatch.context() as undrawn:
+        undrawn.setattr(Figure, "draw", lambda self, renderer: None)
+        again = api.run(cfg, progress=False, report=False)
     assert again.study_run_id != result.study_run_id
     assert len(tracker.search_runs([exp_id], "tags.kind = 'adversary'")) == 2
     assert set(tracker.get_run(again.study_run_id).ids("adversary_run_ids")) == set(by_run)
