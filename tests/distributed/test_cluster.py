@@ -188,25 +188,34 @@ def _runs(tracker, experiment: str):
     return {r.name: r for r in tracker.search_runs([exp])}
 
 
-def _local_study(tmp_path: Path, overrides: list[str]):
+def _local_study(tmp_path: Path, overrides: list[str], monkeypatch) -> str:
+    """The same study with the local executor, as ``attnstudy run TINY --no-report`` with the
+    overrides runs it (one worker, one thread, the experiment file's text), in this process
+    (a cold CLI start cost seconds), its figures saved undrawn (PNG files are not compared).
+    Returns its store's tracking URI."""
+    from matplotlib.figure import Figure
+
+    from attnstudy import api
+    from attnstudy.experiment import load_experiment
+
     root = tmp_path / "local"
-    root.mkdir()
-    env = dict(os.environ, ATTNSTUDY_ROOT=str(root))
-    env.pop("MLFLOW_TRACKING_URI", None)
-    res = subprocess.run(
-        [sys.executable, "-m", "attnstudy.cli", "run", str(TINY), "--quiet", "--no-report"]
-        + [a for o in overrides for a in ("--set", o)],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
+    (root / "mlruns").mkdir(parents=True)
+    with monkeypatch.context() as mp:
+        mp.setenv("ATTNSTUDY_ROOT", str(root))
+        mp.setenv("ATTNSTUDY_WORKERS", "1")
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        mp.setattr(Figure, "draw", lambda self, renderer: None)
+        result = api.run(
+            load_experiment(TINY, overrides),
+            progress=False,
+            config_text=TINY.read_text(encoding="utf-8"),
+            report=False,
+        )
+    assert not result.failures, result.failures
     return f"sqlite:///{root / 'mlruns' / 'mlflow.db'}"
 
 
-def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_path):
+def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_path, monkeypatch):
     import pandas as pd
 
     from attnstudy.tracking import Tracker
@@ -253,7 +262,7 @@ def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_
     assert t.artifact_location(exp).startswith("mlflow-artifacts:")
 
     # the same numbers as the local executor (per-step tables, summaries, predictions)
-    local = Tracker(_local_study(tmp_path, overrides))
+    local = Tracker(_local_study(tmp_path, overrides, monkeypatch))
     local_runs = _runs(local, "tiny")
     for name, m in models.items():
         lm = local_runs[name]
