@@ -1,5 +1,6 @@
 """``attnstudy ui`` as a user runs it: a subprocess that prints the runs-view URL and stops on Ctrl-C."""
 
+import contextlib
 import os
 import queue
 import signal
@@ -201,6 +202,7 @@ def _browser():
 def test_the_printed_url_shows_nested_runs_as_rows_of_their_own(project, tmp_path):
     """The runs view opened on one collapsed study row; the model and ablation runs under it
     needed expanding by hand (MLflow nests child runs while sorted by time)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     from attnstudy.tracking import Tracker
@@ -223,7 +225,13 @@ def test_the_printed_url_shows_nested_runs_as_rows_of_their_own(project, tmp_pat
                 page = browser.new_context().new_page()  # the UI keeps its sort in local storage
                 page.goto(link)
                 page.wait_for_selector("text=uitest/study", timeout=90_000)
-                page.wait_for_timeout(2000)  # the rows render after the first one
+                if name == "printed":  # the rows render after the first one: until the last
+                    with contextlib.suppress(PlaywrightTimeout):  # (if never, counted below)
+                        page.wait_for_selector(
+                            "text=copy/additive-bahdanau/seed1/ablations", timeout=10_000
+                        )
+                else:  # rows that must not render: as long as they took before
+                    page.wait_for_timeout(2000)
                 rows[name] = page.inner_text("body").count("copy/additive-bahdanau/seed1")
             browser.close()
         assert rows == {"printed": 2, "by time": 0}  # the model run and its ablation run
