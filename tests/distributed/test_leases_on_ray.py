@@ -22,7 +22,8 @@ from prerequisites import require
 from attnstudy.tracking import Tag
 
 pytestmark = pytest.mark.slow
-LEASE_S = 20  # the heartbeat every 5 s: a live owner has 4 beats of slack under a loaded machine
+LEASE_S = 12  # the heartbeat every 3 s: a live owner has 4 beats (12 s) of slack under a loaded
+# machine; the test waits out one lease after the kill (was 20 s: 16-21 s of waiting)
 
 
 @pytest.fixture
