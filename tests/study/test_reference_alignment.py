@@ -87,8 +87,10 @@ def fixture_files(monkeypatch):
 def _figures_not_drawn():
     """Figures are made and saved (blank PNG files of their sizes, logged and written as usual)
     but not drawn: matplotlib's drawing (the NT verses' heatmaps above all) was about half of this
-    test's time. Used for the second study and its report only, whose figures are of the kinds
-    the first study and its report draw in full on the same data (its battery is a subset)."""
+    test's time. Used for the studies (their ablation runs' pages: each model's summary and its
+    examples' heatmaps, drawn again in full by the first report from the same records) and for
+    the second report, whose figures are of the kinds the first draws in full on the same data
+    (its battery is a subset)."""
     from matplotlib.figure import Figure
 
     with pytest.MonkeyPatch.context() as mp:
@@ -109,7 +111,8 @@ def test_study_shows_attention_beside_eflomal_and_reuses_the_reference_run(
     toml = tmp_path / "nt.toml"
     toml.write_text(EXPERIMENT, encoding="utf-8")
     cfg = load_experiment(toml)
-    first = api.run(cfg, progress=False, report=False)
+    with _figures_not_drawn():
+        first = api.run(cfg, progress=False, report=False)
     tracker = Tracker(f"sqlite:///{fresh_root / 'mlruns' / 'mlflow.db'}")
     data = load_study(tracker, first.study_run_id)
     assert len(data.references) == 1
