@@ -86,6 +86,11 @@ class OutputChangeParams(Params):
             raise ValueError("a step score is named twice")
         if any(name in ("tvd", "flip") for name in value):
             raise ValueError("tvd and flip are reported already; name other step scores")
+        if "skipped" in value:  # <ablation>_skipped is every ablation's own column
+            raise ValueError(
+                "a step score named 'skipped' would replace the ablation's own skipped column; "
+                "register it under another name"
+            )
         registry = sys.modules.get("attnstudy.analysis.step_scores")  # not imported: checked
         if registry is not None:  # when the ablation runs (validation never imports torch)
             for name in value:

@@ -186,22 +186,48 @@ class Executor(Protocol):
 
 
 def _check_step_scores(ablation: AblationConfig) -> None:
-    """Check every selected ablation's ``scores`` against the step-score registry before a study
-    trains (the config's own check runs only once the registry, and so torch, is imported; a study
-    trained every model, then failed each one's ablation).
+    """Check every step score the selected ablations name — each ``scores`` entry and each
+    ``score`` (occlusion's, also where a method's settings are nested, as in
+    attribution_agreement) — against the step-score registry before a study trains (the config's
+    own check runs only once the registry, and so torch, is imported; a study trained every
+    model, then failed each one's ablation). User-registered scores must also travel to the
+    worker processes (:func:`attnstudy.analysis.step_scores.user_scores_payload`).
 
     Raises:
-        ConfigError: one line naming the ablation's table and the unknown score, with the
-            registered names.
+        ConfigError: one line naming the setting and the unknown score, with the registered
+            names; or the user scores that cannot be sent to worker processes.
     """
-    from .analysis.step_scores import UnknownStepScoreError, get_step_score
+    from pydantic import BaseModel
 
+    from .analysis.step_scores import (
+        BUILT_IN,
+        UnknownStepScoreError,
+        get_step_score,
+        user_scores_payload,
+    )
+
+    def named(params: BaseModel, where: str):
+        for key, value in params:
+            if key == "scores" and isinstance(value, tuple | list):
+                yield from ((f"{where}.scores", v) for v in value)
+            elif key == "score" and isinstance(value, str):
+                yield f"{where}.score", value
+            elif isinstance(value, BaseModel):
+                yield from named(value, f"{where}.{key}")
+
+    user = False
     for name in ablation.ablations:
-        for score in getattr(ablation.params_for(name), "scores", ()):
+        for setting, score in named(ablation.params_for(name), f"ablation.{name}"):
             try:
                 get_step_score(score)
             except UnknownStepScoreError as err:
-                raise ConfigError(f"ablation.{name}.scores: {err}") from None
+                raise ConfigError(f"{setting}: {err}") from None
+            user = user or score not in BUILT_IN
+    if user:
+        try:
+            user_scores_payload()
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
 
 
 def run_study(

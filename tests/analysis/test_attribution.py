@@ -466,6 +466,15 @@ def test_ablations_report_registered_step_scores_named_in_their_settings():
     assert res.summary["ablation/permutation/median_entropy"] > 0
     with pytest.raises(ValueError, match="tvd and flip are reported already"):
         AblationConfig(uniform={"scores": ["flip"]})
+    # a user score named "skipped" would replace the ablation's own <ablation>_skipped column (it
+    # passed the config and failed the ablation: "Need to pass bool-like values")
+    step_scores.register_step_score("skipped", lambda p, q, t: tvd(p, q, t))
+    try:
+        for name in ("uniform", "erase_max", "permutation", "importance", "adversarial"):
+            with pytest.raises(ValueError, match="'skipped' would replace the ablation's own"):
+                AblationConfig(**{name: {"scores": ["skipped"]}})
+    finally:
+        step_scores.unregister_step_score("skipped")
 
 
 def test_leave_one_out_and_adversarial_report_registered_step_scores_in_the_suite():

@@ -276,6 +276,21 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
             2,
             "ablation.permutation.scores: unknown step score 'nope'",
         ),
+        (  # occlusion's one score too (it failed every model's ablation after training, exit 1,
+            # and replaced the study's report)
+            "run: unknown occlusion score",
+            ["run", t, "--set", 'ablation.ablations=["occlusion"]']
+            + ["--set", 'ablation.occlusion.score="nope"'],
+            2,
+            "ablation.occlusion.score: unknown step score 'nope'",
+        ),
+        (  # nested, as in attribution_agreement's methods
+            "run: unknown nested occlusion score",
+            ["run", t, "--set", 'ablation.ablations=["attribution_agreement"]']
+            + ["--set", 'ablation.attribution_agreement.occlusion.score="nope"'],
+            2,
+            "ablation.attribution_agreement.occlusion.score: unknown step score 'nope'",
+        ),
         (
             "run: empty ablation list",
             ["run", t, "--set", "ablation.ablations=[]"],
