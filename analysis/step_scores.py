@@ -230,6 +230,41 @@ BUILT_IN = tuple(_REGISTRY)
 """The built-in step scores."""
 
 
+def user_scores_payload() -> bytes | None:
+    """The user-registered step scores (every one not built in), pickled by value for worker
+    processes (``cloudpickle``: a function defined in a notebook or ``python -c`` travels as its
+    code, which plain pickle cannot send to a ``spawn``-started or Ray worker). None when there
+    are none. :func:`register_payload` registers them in the worker.
+
+    Raises:
+        ValueError: a score's function cannot be pickled (the message names it).
+    """
+    user = {name: s for name, s in _REGISTRY.items() if name not in BUILT_IN}
+    if not user:
+        return None
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps(user)
+    except Exception as err:  # a closure over an unpicklable object, …
+        names = ", ".join(user)
+        raise ValueError(
+            f"the registered step scores ({names}) cannot be sent to worker processes "
+            f"({type(err).__name__}: {err}); run with experiment.workers = 1"
+        ) from None
+
+
+def register_payload(blob: bytes | None) -> None:
+    """Register in this (worker) process the step scores of :func:`user_scores_payload`
+    (replacing a user score of the same name; built-in ones are never in it)."""
+    if not blob:
+        return
+    import pickle
+
+    for name, score in pickle.loads(blob).items():
+        _REGISTRY[name] = score
+
+
 def markdown_table() -> str:
     """The registered step scores as a Markdown table (name, unit, what it computes)."""
     rows = ["| step score | unit | what it computes |", "|---|---|---|"]

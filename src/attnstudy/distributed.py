@@ -343,6 +343,8 @@ class RayExecutor:
             "code": asdict(this_code()),  # each task refuses a node with other code
             # checkpoints shared through an S3-compatible store, if this driver names one
             "checkpoint_uri": os.environ.get(CHECKPOINT_URI_VAR, ""),
+            # step scores registered in this process (a notebook's too) reach the ablations
+            "step_scores": _user_step_scores(),
         }
         ablation = ctx.cfg.ablation.model_dump(mode="json")
         abl_gpu = 1 if requests_gpu(ctx.cfg.ablation.device) else 0
@@ -527,6 +529,14 @@ def settle_best_aliases(ctx, jobs: list[_Job]) -> None:
         run_pages.set_best_alias(ctx.tracker, name, early_stopping_metric(spec))
 
 
+def _user_step_scores() -> bytes | None:
+    """The driver's user-registered step scores for the workers
+    (:func:`attnstudy.analysis.step_scores.user_scores_payload`), or None when the registry was
+    never imported here (then no score can have been registered)."""
+    registry = sys.modules.get("attnstudy.analysis.step_scores")
+    return None if registry is None else registry.user_scores_payload()
+
+
 def _first_line(err: BaseException) -> str:
     from .failure_causes import clip
 
@@ -667,6 +677,9 @@ def ablate_task(trained: dict, job: dict) -> dict:
         return {"ok": True, "run_id": job["done"][model_run_id]}
     if (refused := _other_code(job)) is not None:
         return refused
+    from .analysis.step_scores import register_payload
+
+    register_payload(job.get("step_scores"))  # the driver's own, before the config names them
     with _worker(job) as (_, tracker):
         try:
             cfg = AblationConfig.model_validate(job["ablation"])

@@ -39,7 +39,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict
 
-from .distributed import _Job, ablate_task, record_jobs, settle_best_aliases, train_task
+from .distributed import (
+    _Job,
+    _user_step_scores,
+    ablate_task,
+    record_jobs,
+    settle_best_aliases,
+    train_task,
+)
 from .experiment import ExperimentConfig
 
 STOP_WAIT = 20.0
@@ -203,6 +210,8 @@ class LocalPoolExecutor:
             "code": asdict(this_code()),
             "checkpoint_uri": "",
             "scheduled": False,  # devices resolve as in this process (no scheduler's GPU)
+            # step scores registered in this process (a notebook's too) reach the ablations
+            "step_scores": _user_step_scores(),
         }
         ablation = ctx.cfg.ablation.model_dump(mode="json")
         verdict = ctx.cfg.report.verdict.model_dump(mode="json")

@@ -4,6 +4,7 @@ the one-process study, and the number of workers it picks."""
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pandas as pd
@@ -15,10 +16,16 @@ TIMES = ("seconds", "per_second")  # wall-clock and CPU times: the only values t
 RUN_IDS = ("run_id", "run id")
 
 
-def _tiny(workers: int | None, seeds=(1, 2)):
-    from attnstudy.experiment import load_experiment
+def _tiny(workers: int | None, seeds=(1, 2), scores: tuple[str, ...] = ()):
+    from attnstudy.experiment import parse_experiment
 
-    cfg = load_experiment(ROOT / "experiments" / "tiny.toml")
+    text = (ROOT / "experiments" / "tiny.toml").read_text(encoding="utf-8")
+    if scores:  # registered step scores of the permutation ablation
+        text = text.replace(
+            "[ablation.permutation]\n",
+            f"[ablation.permutation]\nscores = {list(scores)!r}\n".replace("'", '"'),
+        )
+    cfg = parse_experiment(tomllib.loads(text))
     meta = cfg.experiment.model_copy(update={"workers": workers, "seeds": list(seeds)})
     return cfg.model_copy(update={"experiment": meta})
 
@@ -72,21 +79,31 @@ def test_two_workers_store_the_same_tables_and_metrics_as_one(tmp_path, monkeypa
     one worker (in the test process) and with two worker processes, into two stores: every
     metric (every step), param, table, JSON and weights file is the same, bit for bit, apart
     from times and run ids."""
+    from attnstudy.analysis import step_scores
     from matplotlib.figure import Figure
 
     from attnstudy import api
 
+    # a step score registered as in a notebook: its function's module is an interactive
+    # __main__, which a spawned worker cannot import (it reaches the workers by value)
+    notebook = {"__name__": "__main__"}
+    exec(NOTEBOOK_SCORE, notebook)
+    step_scores.register_step_score("notebook_gap", notebook["notebook_gap"])
     stores = {}
-    for workers in (1, 2):
-        root = tmp_path / f"workers{workers}"
-        (root / "mlruns").mkdir(parents=True)
-        monkeypatch.setenv("ATTNSTUDY_ROOT", str(root))
-        with monkeypatch.context() as undrawn:
-            if workers == 1:  # figures saved undrawn in this process (PNG files are not compared)
-                undrawn.setattr(Figure, "draw", lambda self, renderer: None)
-            result = api.run(_tiny(workers), progress=False, report=False)
-        assert not result.failures and len(result.ablations) == 4
-        stores[workers] = _stored(root)
+    try:
+        for workers in (1, 2):
+            root = tmp_path / f"workers{workers}"
+            (root / "mlruns").mkdir(parents=True)
+            monkeypatch.setenv("ATTNSTUDY_ROOT", str(root))
+            with monkeypatch.context() as undrawn:
+                if workers == 1:  # figures saved undrawn here (PNG files are not compared)
+                    undrawn.setattr(Figure, "draw", lambda self, renderer: None)
+                cfg = _tiny(workers, scores=("notebook_gap",))
+                result = api.run(cfg, progress=False, report=False)
+            assert not result.failures and len(result.ablations) == 4, result.failures
+            stores[workers] = _stored(root)
+    finally:
+        step_scores.unregister_step_score("notebook_gap")
     one, two = stores[1], stores[2]
     assert sorted(one) == sorted(two) and len(one) == 9  # 4 models, 4 ablations, the study
     for name in one:
@@ -106,6 +123,20 @@ def test_two_workers_store_the_same_tables_and_metrics_as_one(tmp_path, monkeypa
         isinstance(v, pd.DataFrame) for run in one.values() for v in run["files"].values()
     )
     assert n_tables >= 12  # predictions, steps, examples of every model (and the seed variance)
+    gaps = [  # the user's score computed in the worker processes too (compared above)
+        v["permutation_median_notebook_gap"]
+        for run in two.values()
+        for v in run["files"].values()
+        if isinstance(v, pd.DataFrame) and "permutation_median_notebook_gap" in v
+    ]
+    assert gaps and all(g.notna().any() and (g.dropna() >= 0).all() for g in gaps)
+
+
+NOTEBOOK_SCORE = """
+def notebook_gap(probs, reference, target):
+    \"\"\"The largest probability change over the vocabulary.\"\"\"
+    return (probs - reference).abs().amax(-1)
+"""
 
 
 def test_workers_default_to_the_cores_capped_by_the_models(monkeypatch):
