@@ -77,6 +77,13 @@ class OutputChangeParams(Params):
 
     scores: tuple[str, ...] = Field((), max_length=32)
 
+    @field_validator("scores", mode="before")
+    @classmethod
+    def _a_list(cls, value):
+        if isinstance(value, str):  # pydantic's own line says "a valid tuple"
+            raise ValueError(f'scores is a list of step score names, e.g. scores = ["{value}"]')
+        return value
+
     @field_validator("scores")
     @classmethod
     def _known_scores(cls, value: tuple[str, ...]) -> tuple[str, ...]:

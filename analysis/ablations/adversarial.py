@@ -77,7 +77,10 @@ class AdversarialParams(OutputChangeParams):
     def _own_columns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         taken = [n for n in value if n in ("skipped", "found", "n_kept", "max_jsd", "max_tvd")]
         if taken:
-            raise ValueError(f"step score {taken[0]!r} would replace column adversarial_{taken[0]}")
+            raise ValueError(
+                f"step score {taken[0]!r} would replace column adversarial_{taken[0]}; "
+                "register it under another name"
+            )
         return value
 
 

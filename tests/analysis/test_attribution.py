@@ -466,6 +466,10 @@ def test_ablations_report_registered_step_scores_named_in_their_settings():
     assert res.summary["ablation/permutation/median_entropy"] > 0
     with pytest.raises(ValueError, match="tvd and flip are reported already"):
         AblationConfig(uniform={"scores": ["flip"]})
+    with pytest.raises(
+        ValueError, match='scores is a list of step score names, e.g. scores = \\["kl"\\]'
+    ):
+        AblationConfig(uniform={"scores": "kl"})
     # a user score named "skipped" would replace the ablation's own <ablation>_skipped column (it
     # passed the config and failed the ablation: "Need to pass bool-like values")
     step_scores.register_step_score("skipped", lambda p, q, t: tvd(p, q, t))
