@@ -240,6 +240,17 @@ def loo_importance(model: Seq2Seq, batch: PreparedBatch, chunk_rows: int = 4096)
     return loo_score_vectors(model, batch, ("tvd",), chunk_rows)["tvd"]
 
 
+def _score_names(scores) -> None:
+    """Refuse a single name where a list of step score names is expected (a string would be read
+    letter by letter).
+
+    Raises:
+        TypeError: ``scores`` is a string.
+    """
+    if isinstance(scores, str):
+        raise TypeError(f"scores is a list of step score names, e.g. [{scores!r}]")
+
+
 def loo_score_vectors(
     model: Seq2Seq, batch: PreparedBatch, scores, chunk_rows: int = 4096
 ) -> dict[str, Tensor]:
@@ -262,7 +273,9 @@ def loo_score_vectors(
 
     Raises:
         UnknownStepScoreError: a score is not registered (before any trace).
+        TypeError: ``scores`` is a string, not a list of names.
     """
+    _score_names(scores)
     fns = {name: get_step_score(name).fn for name in scores}
     tr = batch.trace
     b, t_y, t_x = tr.src.size(0), tr.tgt_in.size(1), tr.src.size(1)
@@ -358,7 +371,9 @@ def importance_vectors(
 
     Raises:
         UnknownStepScoreError: a score is not registered.
+        TypeError: ``scores`` is a string, not a list of names.
     """
+    _score_names(scores)
     att = batch.trace.attention
     gradient = gradient_importance(model, batch)
     loo = loo_score_vectors(model, batch, ("tvd", *scores), chunk_rows)

@@ -477,3 +477,15 @@ def test_loo_scores_of_the_none_model_have_no_attention_tau(data):
     batch = batch_of(model, data)
     df = call("importance", model, batch, AblationConfig(importance={"scores": ["jsd"]}))
     assert df[["importance_tau_attn_loo_jsd", "importance_p_attn_loo_jsd"]].isna().all().all()
+
+
+def test_a_single_score_name_is_refused_not_read_letter_by_letter(data):
+    from attnstudy.analysis.ablations.importance import importance_vectors, loo_score_vectors
+
+    model = make_model(data, "additive")
+    batch = batch_of(model, data)
+    with pytest.raises(TypeError, match=r"scores is a list of step score names, e\.g\. \['kl'\]"):
+        importance_vectors(model, batch, scores="kl")
+    with pytest.raises(TypeError, match="scores is a list"):
+        loo_score_vectors(model, batch, "kl")
+    assert set(importance_vectors(model, batch, scores=["kl"]).loo_scores) == {"kl"}
