@@ -197,12 +197,11 @@ def tiny_study_root(tiny_study, store_root, tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def figures_not_drawn(monkeypatch):
-    """Figures are made and saved (blank PNG files of their sizes, logged and written as usual)
-    but not drawn (``Figure.draw`` does nothing): for a test of the tiny experiment that checks
-    nothing drawn, where matplotlib's drawing was a large part of its time; the same kinds of
-    figure on the tiny experiment's data are drawn in full by :func:`tiny_study` (which builds
-    its report) and by the report and figure tests."""
-    from matplotlib.figure import Figure
+def figures_not_drawn():
+    """:func:`figures.figures_undrawn` for the whole test: for a test of the tiny experiment that
+    checks nothing drawn; the same kinds of figure on its data are drawn in full by
+    :func:`tiny_study` (which builds its report) and by the report and figure tests."""
+    from figures import figures_undrawn
 
-    monkeypatch.setattr(Figure, "draw", lambda self, renderer: None)
+    with figures_undrawn():
+        yield

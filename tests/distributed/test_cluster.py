@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from figures import figures_undrawn
 from prerequisites import require
 
 ROOT = Path(__file__).parents[2]
@@ -193,8 +194,6 @@ def _local_study(tmp_path: Path, overrides: list[str], monkeypatch) -> str:
     overrides runs it (one worker, one thread, the experiment file's text), in this process
     (a cold CLI start cost seconds), its figures saved undrawn (PNG files are not compared).
     Returns its store's tracking URI."""
-    from matplotlib.figure import Figure
-
     from attnstudy import api
     from attnstudy.experiment import load_experiment
 
@@ -204,13 +203,13 @@ def _local_study(tmp_path: Path, overrides: list[str], monkeypatch) -> str:
         mp.setenv("ATTNSTUDY_ROOT", str(root))
         mp.setenv("ATTNSTUDY_WORKERS", "1")
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        mp.setattr(Figure, "draw", lambda self, renderer: None)
-        result = api.run(
-            load_experiment(TINY, overrides),
-            progress=False,
-            config_text=TINY.read_text(encoding="utf-8"),
-            report=False,
-        )
+        with figures_undrawn():
+            result = api.run(
+                load_experiment(TINY, overrides),
+                progress=False,
+                config_text=TINY.read_text(encoding="utf-8"),
+                report=False,
+            )
     assert not result.failures, result.failures
     return f"sqlite:///{root / 'mlruns' / 'mlflow.db'}"
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from figures import figures_undrawn
 
 ROOT = Path(__file__).parents[2]
 TINY = ROOT / "experiments" / "tiny.toml"
@@ -23,10 +24,7 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
     )
     # the ablation pages' figures saved undrawn (matplotlib's drawing; the report below draws
     # the same heatmaps from the same records, and a summary of every model, in full)
-    from matplotlib.figure import Figure
-
-    with monkeypatch.context() as undrawn:
-        undrawn.setattr(Figure, "draw", lambda self, renderer: None)
+    with figures_undrawn():
         result = api.run(cfg, progress=False, report=False)
     # its report, and the committed-results form of the same tables (attnstudy report --results
     # DIR), built once (a study's own report is the same build_report of the same store)
@@ -115,8 +113,7 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
 
     # the same experiment again: a new study, the models and the adversaries reused by key (its
     # ablation pages' figures saved undrawn as well)
-    with monkeypatch.context() as undrawn:
-        undrawn.setattr(Figure, "draw", lambda self, renderer: None)
+    with figures_undrawn():
         again = api.run(cfg, progress=False, report=False)
     assert again.study_run_id != result.study_run_id
     assert len(tracker.search_runs([exp_id], "tags.kind = 'adversary'")) == 2

@@ -5,7 +5,6 @@ the one-line refusal when eflomal-align is missing."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import shutil
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from figures import figures_undrawn
 from prerequisites import require
 
 from attnstudy import api
@@ -83,21 +83,6 @@ def fixture_files(monkeypatch):
     monkeypatch.setenv("ATTNSTUDY_WORKERS", "1")
 
 
-@contextlib.contextmanager
-def _figures_not_drawn():
-    """Figures are made and saved (blank PNG files of their sizes, logged and written as usual)
-    but not drawn: matplotlib's drawing (the NT verses' heatmaps above all) was about half of this
-    test's time. Used for the studies (their ablation runs' pages: each model's summary and its
-    examples' heatmaps, drawn again in full by the first report from the same records) and for
-    the second report, whose figures are of the kinds the first draws in full on the same data
-    (its battery is a subset)."""
-    from matplotlib.figure import Figure
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Figure, "draw", lambda self, renderer: None)
-        yield
-
-
 def _rows(path: Path) -> list[dict[str, str]]:
     with path.open(encoding="utf-8") as f:
         return list(csv.DictReader(f))
@@ -111,7 +96,7 @@ def test_study_shows_attention_beside_eflomal_and_reuses_the_reference_run(
     toml = tmp_path / "nt.toml"
     toml.write_text(EXPERIMENT, encoding="utf-8")
     cfg = load_experiment(toml)
-    with _figures_not_drawn():
+    with figures_undrawn():
         first = api.run(cfg, progress=False, report=False)
     tracker = Tracker(f"sqlite:///{fresh_root / 'mlruns' / 'mlflow.db'}")
     data = load_study(tracker, first.study_run_id)
@@ -135,7 +120,7 @@ def test_study_shows_attention_beside_eflomal_and_reuses_the_reference_run(
         ),
         encoding="utf-8",
     )
-    with _figures_not_drawn():
+    with figures_undrawn():
         second = api.run(load_experiment(toml2), progress=False, report=False)
     exp = tracker.experiment_id("nt-fixture", create=False)
     refs = tracker.search_runs([exp], f"tags.{Tag.KIND} = '{Kind.REFERENCE_ALIGNMENT}'")
@@ -195,7 +180,7 @@ def test_study_shows_attention_beside_eflomal_and_reuses_the_reference_run(
 
     # the study of attribution_alignment alone still lists its models: attention's argmax scored
     # by attribution_alignment gives the same AER; its reference row is the reused run's
-    with _figures_not_drawn():
+    with figures_undrawn():
         build_report(
             tracker, second.study_run_id, tmp_path / "report2", results_dir=tmp_path / "r2"
         )
