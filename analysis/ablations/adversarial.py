@@ -75,7 +75,8 @@ class AdversarialParams(OutputChangeParams):
     @field_validator("scores")
     @classmethod
     def _own_columns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        taken = [n for n in value if n in ("skipped", "found", "n_kept", "max_jsd", "max_tvd")]
+        # ("skipped" is refused by OutputChangeParams for every ablation)
+        taken = [n for n in value if n in ("found", "n_kept", "max_jsd", "max_tvd")]
         if taken:
             raise ValueError(
                 f"step score {taken[0]!r} would replace column adversarial_{taken[0]}; "

@@ -185,13 +185,15 @@ class Executor(Protocol):
         """Release what :meth:`prepare` acquired (always called)."""
 
 
-def _check_step_scores(ablation: AblationConfig) -> None:
+def _check_step_scores(ablation: AblationConfig, *, in_workers: bool) -> None:
     """Check every step score the selected ablations name — each ``scores`` entry and each
     ``score`` (occlusion's, also where a method's settings are nested, as in
     attribution_agreement) — against the step-score registry before a study trains (the config's
     own check runs only once the registry, and so torch, is imported; a study trained every
-    model, then failed each one's ablation). User-registered scores must also travel to the
-    worker processes (:func:`attnstudy.analysis.step_scores.user_scores_payload`).
+    model, then failed each one's ablation). With ``in_workers`` (the work runs in worker
+    processes), user-registered scores must also travel to them
+    (:func:`attnstudy.analysis.step_scores.user_scores_payload`); a one-process study needs no
+    pickling.
 
     Raises:
         ConfigError: one line naming the setting and the unknown score, with the registered
@@ -223,7 +225,7 @@ def _check_step_scores(ablation: AblationConfig) -> None:
             except UnknownStepScoreError as err:
                 raise ConfigError(f"{setting}: {err}") from None
             user = user or score not in BUILT_IN
-    if user:
+    if user and in_workers:
         try:
             user_scores_payload()
         except ValueError as err:
@@ -265,7 +267,7 @@ def run_study(
         StudyFailedError: some variants failed (its ``result`` holds what was done).
     """
     adversaries.check_selection(cfg, cfg.runs())
-    _check_step_scores(cfg.ablation)
+    _check_step_scores(cfg.ablation, in_workers=executor is not None)
     reference_alignment.check_study(cfg)  # its aligner installed, before anything trains
     # the work runs on this machine (in this process or its worker processes): devices first
     here = executor is None or getattr(executor, "on_this_machine", False)

@@ -3,6 +3,7 @@ the one-process study, and the number of workers it picks."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tomllib
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from figures import figures_undrawn
 
 ROOT = Path(__file__).parents[2]
 TIMES = ("seconds", "per_second")  # wall-clock and CPU times: the only values that may differ
@@ -80,7 +82,6 @@ def test_two_workers_store_the_same_tables_and_metrics_as_one(tmp_path, monkeypa
     metric (every step), param, table, JSON and weights file is the same, bit for bit, apart
     from times and run ids."""
     from attnstudy.analysis import step_scores
-    from matplotlib.figure import Figure
 
     from attnstudy import api
 
@@ -95,9 +96,8 @@ def test_two_workers_store_the_same_tables_and_metrics_as_one(tmp_path, monkeypa
             root = tmp_path / f"workers{workers}"
             (root / "mlruns").mkdir(parents=True)
             monkeypatch.setenv("ATTNSTUDY_ROOT", str(root))
-            with monkeypatch.context() as undrawn:
-                if workers == 1:  # figures saved undrawn here (PNG files are not compared)
-                    undrawn.setattr(Figure, "draw", lambda self, renderer: None)
+            # figures saved undrawn in this process (PNG files are not compared)
+            with figures_undrawn() if workers == 1 else contextlib.nullcontext():
                 cfg = _tiny(workers, scores=("notebook_gap",))
                 result = api.run(cfg, progress=False, report=False)
             assert not result.failures and len(result.ablations) == 4, result.failures
@@ -291,3 +291,32 @@ def test_notices_are_recorded_in_order_and_skipped_only_when_said_elsewhere(capl
             notices.notice(line)
     assert notices.said() == ["new", "new line"]
     assert [r.getMessage() for r in caplog.records if r.name == "attnstudy"] == ["new", "new line"]
+
+
+def test_a_score_that_cannot_travel_is_refused_only_for_worker_processes():
+    """A user score whose function cannot be pickled (a closure over a lock) is refused before a
+    study with worker processes trains, with the advice to run with one worker — and a
+    one-process study, which needs no pickling, takes it."""
+    import threading
+
+    from attnstudy.analysis import step_scores
+
+    from attnstudy.config import ConfigError
+    from attnstudy.study import _check_step_scores
+
+    lock = threading.Lock()
+
+    def locked_gap(probs, reference, target):
+        with lock:
+            return (probs - reference).abs().amax(-1)
+
+    step_scores.register_step_score("locked_gap", locked_gap)
+    try:
+        ablation = _tiny(2, scores=("locked_gap",)).ablation
+        _check_step_scores(ablation, in_workers=False)
+        with pytest.raises(ConfigError, match=r"\(locked_gap\) cannot be sent to worker processes"):
+            _check_step_scores(ablation, in_workers=True)
+        with pytest.raises(ConfigError, match="run with experiment.workers = 1"):
+            _check_step_scores(ablation, in_workers=True)
+    finally:
+        step_scores.unregister_step_score("locked_gap")
