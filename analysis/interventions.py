@@ -225,12 +225,23 @@ def permutation_index(
     # right-padded sources (every trace's): the slots are the positions, no scatter needed
     if bool((valid == (torch.arange(t_x, device=valid.device) < nv[:, None])).all()):
         return PermutationIndex(bs, ts, order, identity)
-    # per example, its valid positions (ascending) then its padding positions (ascending)
-    slots = torch.argsort((~valid).to(torch.int8), dim=-1, stable=True)  # (B, T_x)
+    slots = valid_first(valid)  # (B, T_x)
     slot = slots[bs][:, None, None, :].expand(order.shape)
     # new position slot[i] takes the weight of old position slot[order[i]]
     index = torch.empty_like(order).scatter_(-1, slot, slot.gather(-1, order))
     return PermutationIndex(bs, ts, index, identity)
+
+
+def valid_first(valid: Tensor) -> Tensor:
+    """Each row's valid positions (ascending), then its padding positions (ascending).
+
+    Args:
+        valid: bool (B, T_x), True at real positions.
+
+    Returns:
+        long (B, T_x): a permutation of 0 … T_x − 1 per row.
+    """
+    return torch.argsort((~valid).to(torch.int8), dim=-1, stable=True)
 
 
 def _draw_steps(

@@ -29,7 +29,7 @@ from attnstudy.models import Seq2Seq, Trace, eval_mode, gradients_in_eval
 
 from .._chunks import base_probs, n_valid, require_attention, step_frame, sub_trace, trace_chunks
 from ..batch import AblationContext, PreparedBatch, step_generator, step_seed
-from ..interventions import erase_ranked
+from ..interventions import erase_ranked, valid_first
 
 RANKINGS = ("attn_desc", "attn_asc", "random", "grad_desc", "grad_attn_desc")
 """Ranking names as they appear in the columns ``erase_<ranking>_…``."""
@@ -201,8 +201,7 @@ def random_orders(
     todo = step_mask.nonzero()  # (S, 2)
     bs, ts = todo[:, 0], todo[:, 1]
     nv = valid.sum(-1)
-    # per example: its valid positions (ascending) then its padding positions (ascending)
-    slots = torch.argsort((~valid).to(torch.int8), dim=-1, stable=True)[bs]  # (S, T_x)
+    slots = valid_first(valid)[bs]  # (S, T_x)
     step_nv = nv[bs]
     draws = [
         (b, t, k)
