@@ -4,19 +4,27 @@ example's model and the test fixtures of :mod:`attnstudy.models.hf`.
 :func:`build_tiny` writes a ``save_pretrained`` folder holding a randomly initialised Marian, BART
 or T5 model, a tokenizer trained here with ``tokenizers`` (word-level, or BPE so that words split into
 subwords), fine-tuned for a few seconds on a copy task over a small lexicon.
+
+A build is deterministic: the same arguments give byte-identical files (``tokenizer.json``, the
+config and ``model.safetensors``) on one machine and thread count. The BPE vocabulary is learned
+here (:func:`bpe_merges`) in a fixed id order, because ``tokenizers``' own ``BpeTrainer`` numbers
+the ``##`` subwords in its hash map's order, which changes from build to build (up to 17 of the
+48 ids moved between two builds, and with them the trained weights and the example's results).
 """
 
 from __future__ import annotations
 
 import random
 import sys
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 
 from ..outputs import HF_MODEL_KIND, OutputError, check_replace, replace_folder
 
-__all__ = ["LEXICON", "build_tiny", "copy_pairs"]
+__all__ = ["LEXICON", "bpe_merges", "build_tiny", "copy_pairs"]
 
 LEXICON = (
     "cat dog bird fish tree stone river cloud rain snow wind fire light dark small large red "
@@ -34,22 +42,82 @@ def copy_pairs(n: int, seed: int = 0, min_words: int = 2, max_words: int = 6) ->
     ]
 
 
+SPECIALS = ("<pad>", "</s>", "<unk>")
+"""The tokenizers' special tokens, ids 0, 1, 2."""
+
+BPE_VOCAB_SIZE = 48
+"""Vocabulary size of the ``bpe`` tokenizer (specials, characters, ``##`` characters, merges)."""
+
+
+def bpe_merges(
+    texts: Iterable[str], vocab_size: int, specials: Iterable[str] = SPECIALS, prefix: str = "##"
+) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """A BPE vocabulary and its merges learned from whitespace-split ``texts``, in a fixed order.
+
+    Byte-pair encoding (Sennrich et al. 2016, §3.1) over characters, with ``prefix`` marking a
+    character or subword that continues a word (as ``tokenizers``' ``BpeTrainer`` with
+    ``continuing_subword_prefix``). Ids: ``specials``, then every character of the texts sorted,
+    then every continuing character sorted, then each merge's new token in the order learned. Each
+    merge joins the adjacent pair with the highest count over the words (weighted by their
+    frequency); a tie goes to the pair of the lower ids, as the trainer breaks ties — but on these
+    fixed ids, where the trainer's ``##`` ids follow its hash map's order, which changes between
+    processes (so do its vocabulary and, under a tie, its merges).
+
+    Args:
+        texts: the training texts (words split at whitespace).
+        vocab_size: stop when the vocabulary has this many tokens (or no pair is left).
+        specials: tokens given the first ids.
+        prefix: the continuing-subword prefix.
+
+    Returns:
+        (token → id, merges as pairs in order) for ``tokenizers.models.BPE(vocab, merges, …,
+        continuing_subword_prefix=prefix)``.
+    """
+    counts = Counter(w for text in texts for w in text.split())
+    words = {w: [w[0], *(prefix + c for c in w[1:])] for w in sorted(counts)}
+    chars = sorted({c for w in counts for c in w})
+    continuing = sorted({t for symbols in words.values() for t in symbols[1:]})
+    ids = {t: i for i, t in enumerate([*specials, *chars, *continuing])}
+    merges: list[tuple[str, str]] = []
+    while len(ids) < vocab_size:
+        pairs: Counter = Counter()
+        for w, symbols in words.items():
+            for pair in zip(symbols, symbols[1:]):
+                pairs[pair] += counts[w]
+        if not pairs:
+            break
+        a, b = max(pairs, key=lambda p: (pairs[p], -ids[p[0]], -ids[p[1]]))
+        merges.append((a, b))
+        joined = a + b.removeprefix(prefix)
+        ids.setdefault(joined, len(ids))
+        for w, symbols in words.items():
+            out, i = [], 0
+            while i < len(symbols):
+                if i + 1 < len(symbols) and symbols[i] == a and symbols[i + 1] == b:
+                    out.append(joined)
+                    i += 2
+                else:
+                    out.append(symbols[i])
+                    i += 1
+            words[w] = out
+    return ids, merges
+
+
 def _tokenizer(kind: str, texts: list[str]):
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    specials = ["<pad>", "</s>", "<unk>"]
     if kind == "word":
-        vocab = {t: i for i, t in enumerate(specials + sorted(set(" ".join(texts).split())))}
+        vocab = {t: i for i, t in enumerate([*SPECIALS, *sorted(set(" ".join(texts).split()))])}
         tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
         tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     elif kind == "bpe":
-        tok = Tokenizer(models.BPE(unk_token="<unk>", continuing_subword_prefix="##"))
-        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-        trainer = trainers.BpeTrainer(
-            vocab_size=48, special_tokens=specials, continuing_subword_prefix="##"
+        vocab, merges = bpe_merges(texts, BPE_VOCAB_SIZE)
+        tok = Tokenizer(
+            models.BPE(vocab, merges, unk_token="<unk>", continuing_subword_prefix="##")
         )
-        tok.train_from_iterator(texts, trainer)
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tok.add_special_tokens(list(SPECIALS))
     else:
         raise ValueError(f"unknown tokenizer kind {kind!r}; valid: word, bpe")
     from tokenizers import decoders
@@ -151,7 +219,8 @@ def build_tiny(
     Args:
         folder: where to write (created).
         family: ``"marian"``, ``"bart"`` or ``"t5"``.
-        tokenizer: ``"word"`` (one token per word) or ``"bpe"`` (words split into subwords).
+        tokenizer: ``"word"`` (one token per word) or ``"bpe"`` (words split into subwords,
+            :func:`bpe_merges`); either in a fixed id order, so a build is reproducible.
         steps: Adam steps of fine-tuning (batch 32, lr 3e-3); 0 keeps the random weights.
         seed: for the initialisation, the data and the batches.
 
