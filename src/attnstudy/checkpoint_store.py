@@ -11,10 +11,13 @@ the tracking URI; the Ray driver passes its value to every task.
 
 The store is reached with boto3 (the ``[distributed]`` extra) with bounded waits: connect and read
 timeouts (:data:`CONNECT_TIMEOUT_S`, :data:`READ_TIMEOUT_S`) and at most :data:`MAX_ATTEMPTS`
-tries a call. The endpoint is ``$MLFLOW_S3_ENDPOINT_URL`` when set (the variable MLflow reads for
-the artifacts, so one setting serves both), else boto3's own (``$AWS_ENDPOINT_URL_S3``,
-``$AWS_ENDPOINT_URL``, AWS); credentials and region are boto3's (``$AWS_ACCESS_KEY_ID`` …,
-``~/.aws``).
+tries a request in all (botocore's ``total_max_attempts``; its ``max_attempts`` counts retries, one
+more), with S3Transfer's own download retries off (``num_download_attempts=1``: they came on top),
+so a store that accepts connections and never answers fails a download or upload after about
+``MAX_ATTEMPTS × (connect + read)`` and botocore's backoff of a few seconds. The endpoint is
+``$MLFLOW_S3_ENDPOINT_URL`` when set (the variable MLflow reads for the artifacts, so one setting
+serves both), else boto3's own (``$AWS_ENDPOINT_URL_S3``, ``$AWS_ENDPOINT_URL``, AWS); credentials
+and region are boto3's (``$AWS_ACCESS_KEY_ID`` …, ``~/.aws``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ ENDPOINT_VAR = "MLFLOW_S3_ENDPOINT_URL"
 CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 60
 MAX_ATTEMPTS = 3
+"""Tries of one request to the store, the first included."""
 CHECKPOINT_FILE = "last.pt"
 
 _S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])(?:/(?P<prefix>.*))?$")
@@ -104,31 +108,46 @@ class CheckpointStore:
         config = Config(
             connect_timeout=CONNECT_TIMEOUT_S,
             read_timeout=READ_TIMEOUT_S,
-            retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+            # total_max_attempts counts the first try; max_attempts would add one to it
+            retries={"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"},
         )
         endpoint = os.environ.get(ENDPOINT_VAR) or None
         return boto3.client("s3", endpoint_url=endpoint, config=config)
 
+    @staticmethod
+    def _transfer_config():
+        """S3Transfer without retries of its own (botocore's :data:`MAX_ATTEMPTS` are the only
+        ones) and on botocore, whose timeouts apply (not the CRT client boto3 may prefer)."""
+        from boto3.s3.transfer import TransferConfig
+
+        return TransferConfig(num_download_attempts=1, preferred_transfer_client="classic")
+
     def _fail(self, what: str, model_key: str, err: Exception) -> CheckpointStoreError:
+        # S3Transfer's RetriesExceededError says only "Max Retries Exceeded": the cause is inside
+        err = getattr(err, "last_exception", None) or err
         reason = str(err).strip().splitlines()
         reason = reason[0][:200] if reason else type(err).__name__
         endpoint = os.environ.get(ENDPOINT_VAR)
         at = f" at {endpoint}" if endpoint else ""
         return CheckpointStoreError(
             f"cannot {what} checkpoint s3://{self.bucket}/{self.key_of(model_key)}{at} "
-            f"({type(err).__name__}: {reason}); check the store, its bucket and credentials "
-            f"(AWS_ACCESS_KEY_ID …, {ENDPOINT_VAR}), or unset {CHECKPOINT_URI_VAR} to keep "
-            "checkpoints on the node that trains"
+            f"({type(err).__name__}: {reason}); check that the checkpoint store{at} answers, "
+            f"its bucket {self.bucket!r} and the credentials (AWS_ACCESS_KEY_ID …, "
+            f"{ENDPOINT_VAR}), or unset {CHECKPOINT_URI_VAR} to keep checkpoints on the node "
+            "that trains"
         )
 
     def upload(self, model_key: str, path: Path) -> None:
         """Upload a model's ``last.pt`` (replacing the one stored before it).
 
         Raises:
-            CheckpointStoreError: the store failed after :data:`MAX_ATTEMPTS` tries.
+            CheckpointStoreError: the store failed (a request that gets no answer: after
+                :data:`MAX_ATTEMPTS` tries of :data:`CONNECT_TIMEOUT_S` + :data:`READ_TIMEOUT_S`).
         """
         try:
-            self._client().upload_file(str(path), self.bucket, self.key_of(model_key))
+            self._client().upload_file(
+                str(path), self.bucket, self.key_of(model_key), Config=self._transfer_config()
+            )
         except Exception as err:  # botocore's and S3Transfer's errors, connection errors
             raise self._fail("upload", model_key, err) from None
 
@@ -139,7 +158,9 @@ class CheckpointStore:
             True if the store held one, False if it holds none.
 
         Raises:
-            CheckpointStoreError: the store failed (anything but a missing object).
+            CheckpointStoreError: the store failed (anything but a missing object; a request that
+                gets no answer: after :data:`MAX_ATTEMPTS` tries of :data:`CONNECT_TIMEOUT_S` +
+                :data:`READ_TIMEOUT_S`).
         """
         from botocore.exceptions import ClientError
 
@@ -150,7 +171,7 @@ class CheckpointStore:
         os.close(fd)
         try:
             try:
-                client.download_file(self.bucket, key, tmp)
+                client.download_file(self.bucket, key, tmp, Config=self._transfer_config())
             except ClientError as err:
                 code = str(err.response.get("Error", {}).get("Code", ""))
                 if code in ("404", "NoSuchKey", "NotFound"):

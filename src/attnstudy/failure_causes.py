@@ -1,11 +1,12 @@
 """What failed, said first: the causes a study's error line names, and text cut between words.
 
 A study on a cluster fails for reasons outside attnstudy: the tracking server's database stops
-answering, the tracking server itself does, or a Ray worker dies. MLflow's own message puts the
-cause last (``API request to … failed with exception HTTPConnectionPool(…): Max retries exceeded
-… (Caused by NewConnectionError(…))``), and the error line used to be cut at a fixed length exactly
-there (``…NewConnectionErro``). Here each cause is recognised from the text once
-(:data:`CAUSES`), named first, with what to do, and long text is cut at a word boundary with "…".
+answering, the tracking server itself does, the S3 store of the shared checkpoints does, or a Ray
+worker dies. MLflow's own message puts the cause last (``API request to … failed with exception
+HTTPConnectionPool(…): Max retries exceeded … (Caused by NewConnectionError(…))``), and the error
+line used to be cut at a fixed length exactly there (``…NewConnectionErro``). Here each cause is
+recognised from the text once (:data:`CAUSES`), named first, with what to do, and long text is cut
+at a word boundary with "…".
 
 Standard library only.
 """
@@ -27,15 +28,27 @@ class Cause:
         signs: substrings of an error's text that show it (any one).
         advice: what to do, ending in :data:`RESUME`.
         named_by: how a line that already names the cause first begins (no label is added).
+        advised_by: text that shows a line already says what to do (no advice is added).
     """
 
     label: str
     signs: tuple[str, ...]
     advice: str
     named_by: tuple[str, ...] = ()
+    advised_by: tuple[str, ...] = ()
 
 
 CAUSES: tuple[Cause, ...] = (
+    # first: the checkpoint store's errors quote botocore's ReadTimeoutError / connection errors,
+    # text the tracking server's cause would claim; their line names the S3 object and endpoint
+    Cause(
+        "checkpoint store",
+        ("CheckpointStoreError", "upload checkpoint s3://", "download checkpoint s3://"),
+        "check that the S3 endpoint named (MLFLOW_S3_ENDPOINT_URL) answers and holds the bucket, "
+        "and the credentials (AWS_ACCESS_KEY_ID …), or unset ATTNSTUDY_CHECKPOINT_URI to keep "
+        f"checkpoints on the node that trains; then {RESUME}",
+        advised_by=("unset ATTNSTUDY_CHECKPOINT_URI",),  # CheckpointStoreError's own advice
+    ),
     # first: a database that is down makes the server answer 500, which MLflow's client retries
     # until "too many 500 error responses", text that would also match a server that is down
     Cause(
@@ -149,9 +162,8 @@ def command_line(err: BaseException, limit: int = 600) -> str:
         return line
     if not _names(line, cause):
         line = f"{cause.label}: {line}"
-    return (
-        line if "--resume" in line or "run the command again" in line else f"{line}; {cause.advice}"
-    )
+    advised = ("--resume", "run the command again", *cause.advised_by)
+    return line if any(a in line for a in advised) else f"{line}; {cause.advice}"
 
 
 def _names(line: str, cause: Cause) -> bool:

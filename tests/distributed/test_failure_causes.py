@@ -122,6 +122,35 @@ def test_a_dead_worker_is_named_first():
     assert f"then {RESUME}): 1 part(s) of the study failed: copy/additive" in line
 
 
+def test_a_silent_checkpoint_store_is_named_not_the_tracking_server(monkeypatch):
+    """NEW-13: a checkpoint store's read timeout was labelled "tracking server down", with the
+    advice to restart the tracking server."""
+    from attnstudy.checkpoint_store import CheckpointStore
+
+    class ReadTimeoutError(Exception):  # botocore's, by name (no boto3 needed here)
+        pass
+
+    monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", "http://127.0.0.1:18803")
+    err = CheckpointStore("ckpt", "p")._fail(
+        "download",
+        "86d20dc84b9d4c6a",
+        ReadTimeoutError('Read timeout on endpoint URL: "http://127.0.0.1:18803/ckpt/p/x"'),
+    )
+    text = str(err)
+    assert classify(text).label == "checkpoint store"
+    line = command_line(err)
+    assert line.startswith(
+        "checkpoint store: cannot download checkpoint s3://ckpt/p/86d20dc84b9d4c6a/last.pt at "
+        "http://127.0.0.1:18803 (ReadTimeoutError: Read timeout"
+    ), line
+    assert "check that the checkpoint store at http://127.0.0.1:18803 answers" in line
+    assert "tracking server" not in line and line.count("unset ATTNSTUDY_CHECKPOINT_URI") == 1
+    # a study's line: the cause with its advice, once
+    study = study_failed_line([f"copy/x/seed1 (training: CheckpointStoreError: {text})"])
+    assert study.startswith("checkpoint store (check that the S3 endpoint named"), study
+    assert "tracking server" not in study
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -175,5 +204,5 @@ def test_clip_cuts_between_words(limit):
 
 
 def test_every_cause_has_advice_ending_in_resume():
-    assert LABELS == {"database down", "tracking server down", "worker died"}
+    assert LABELS == {"checkpoint store", "database down", "tracking server down", "worker died"}
     assert all(c.advice.endswith(RESUME) for c in CAUSES)

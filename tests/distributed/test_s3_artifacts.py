@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
+import threading
+import time
 
 import pytest
 import torch
@@ -103,6 +106,133 @@ def test_an_unreachable_store_fails_in_one_line_naming_the_object(monkeypatch, t
     assert "\n" not in text
     assert text.startswith("cannot upload checkpoint s3://b-1/p/k/last.pt at http://127.0.0.1:")
     assert "unset ATTNSTUDY_CHECKPOINT_URI" in text
+
+
+class _Silent:
+    """An S3 endpoint on loopback that accepts connections and never answers (with ``head``,
+    it answers HEAD requests for a 10-byte object and never a GET); counts what it was sent."""
+
+    def __init__(self, head: bool = False):
+        self.head = head
+        self.accepted = 0
+        self.gets = 0
+        self._held: list[socket.socket] = []
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:  # closed
+                return
+            self.accepted += 1
+            self._held.append(conn)
+            if self.head:
+                threading.Thread(target=self._answer_heads, args=(conn,), daemon=True).start()
+
+    def _answer_heads(self, conn: socket.socket):
+        data = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                request, data = data.split(b"\r\n\r\n", 1)
+                if not request.startswith(b"HEAD "):
+                    self.gets += request.startswith(b"GET ")
+                    return  # held, never answered
+                conn.sendall(
+                    b'HTTP/1.1 200 OK\r\nContent-Length: 10\r\nETag: "e"\r\n'
+                    b"Last-Modified: Mon, 07 Dec 2026 00:00:00 GMT\r\n\r\n"
+                )
+        except OSError:
+            return
+
+    def close(self):
+        self._server.close()
+        for conn in self._held:
+            conn.close()
+
+
+@pytest.fixture
+def silent_store(monkeypatch):
+    """A :class:`_Silent` endpoint factory, with the store's timeouts made small and botocore's
+    random backoff between tries (at most 1 s + 2 s) taken out, so that a test takes seconds."""
+    require(importlib.util.find_spec("boto3") is not None, "boto3 ([distributed] extra)")
+    from botocore.retries.standard import ExponentialBackoff
+
+    from attnstudy import checkpoint_store
+
+    monkeypatch.setattr(checkpoint_store, "CONNECT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(checkpoint_store, "READ_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda self, context: 0.0)
+    for k, v in S3_ENV.items():
+        monkeypatch.setenv(k, v)
+    made: list[_Silent] = []
+
+    def make(head: bool = False) -> _Silent:
+        made.append(_Silent(head))
+        monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", made[-1].url)
+        return made[-1]
+
+    yield make
+    for endpoint in made:
+        endpoint.close()
+
+
+def _bound_s() -> float:
+    """docs/cluster.md's bound on one request that gets no answer: MAX_ATTEMPTS × (connect +
+    read), with the timeouts as patched, plus a second a try for an upload's wait for
+    ``100 Continue`` (botocore's fixed 1 s) and one for a loaded machine."""
+    from attnstudy import checkpoint_store as cs
+
+    return cs.MAX_ATTEMPTS * (cs.CONNECT_TIMEOUT_S + cs.READ_TIMEOUT_S + 1.0) + 1.0
+
+
+def test_a_silent_store_fails_a_download_after_three_tries(silent_store, tmp_path):
+    """NEW-13: a store that accepts and never answers took 5 tries of 60 s and more; now the
+    whole download gives up after MAX_ATTEMPTS tries, leaving nothing behind."""
+    from attnstudy.checkpoint_store import MAX_ATTEMPTS, CheckpointStore, CheckpointStoreError
+
+    endpoint = silent_store()
+    start = time.monotonic()
+    with pytest.raises(CheckpointStoreError) as err:
+        CheckpointStore("ckpt", "p").download("k", tmp_path / "ckpt" / "last.pt")
+    elapsed = time.monotonic() - start
+    assert endpoint.accepted == MAX_ATTEMPTS == 3
+    assert elapsed < _bound_s()
+    text = str(err.value)
+    assert text.startswith(f"cannot download checkpoint s3://ckpt/p/k/last.pt at {endpoint.url} ")
+    assert "ReadTimeoutError" in text and "\n" not in text
+    assert list((tmp_path / "ckpt").iterdir()) == []  # no partial download left
+
+
+def test_a_store_that_never_answers_a_get_fails_after_three_tries(silent_store, tmp_path):
+    """S3Transfer retried a GET that timed out 5 times, each after botocore's own tries."""
+    from attnstudy.checkpoint_store import MAX_ATTEMPTS, CheckpointStore, CheckpointStoreError
+
+    endpoint = silent_store(head=True)
+    with pytest.raises(CheckpointStoreError, match=r"^cannot download checkpoint .*ReadTimeout"):
+        CheckpointStore("ckpt", "p").download("k", tmp_path / "last.pt")
+    assert endpoint.gets == MAX_ATTEMPTS
+    assert not (tmp_path / "last.pt").exists()
+
+
+def test_a_silent_store_fails_an_upload_after_three_tries(silent_store, tmp_path):
+    from attnstudy.checkpoint_store import MAX_ATTEMPTS, CheckpointStore, CheckpointStoreError
+
+    endpoint = silent_store()
+    (tmp_path / "last.pt").write_bytes(b"x" * 100)
+    start = time.monotonic()
+    with pytest.raises(CheckpointStoreError, match=r"^cannot upload checkpoint s3://ckpt/p/k/"):
+        CheckpointStore("ckpt", "p").upload("k", tmp_path / "last.pt")
+    assert endpoint.accepted == MAX_ATTEMPTS
+    assert time.monotonic() - start < _bound_s()
+    assert (tmp_path / "last.pt").read_bytes() == b"x" * 100  # the local checkpoint stays
 
 
 def test_artifacts_on_s3_are_accepted_for_a_cluster():
