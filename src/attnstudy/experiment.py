@@ -26,6 +26,7 @@ from pydantic import AfterValidator, Field, ValidationError, field_validator
 from .analysis.catalogue import AblationConfig
 from .config import (
     DATA_CONFIGS,
+    MAX_NESTING,
     MODEL_CONFIGS,
     ConfigError,
     RunSpec,
@@ -37,6 +38,7 @@ from .config import (
     _Strict,
     _task,
     apply_overrides,
+    check_nesting,
     check_tracking_uri,
     examples_hint,
     register_config_model,
@@ -267,7 +269,8 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
         The validated config; ``.runs()`` resolves the variants.
 
     Raises:
-        ConfigError: missing/unreadable file, malformed TOML, unknown key, wrong type or value.
+        ConfigError: missing/unreadable file, malformed TOML, a value nested too deeply, unknown
+            key, wrong type or value.
     """
     p = Path(path)
     if not p.is_file():
@@ -278,8 +281,14 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
         raise ConfigError(f"{p}: not UTF-8 text; save the experiment file as UTF-8") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{p}: malformed TOML: {err}") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise ConfigError(
+            f"{p}: a value is nested too deeply (more than {MAX_NESTING} levels of arrays or "
+            "tables; no setting needs more than a few): correct the file"
+        ) from None
     except OSError as err:
         raise ConfigError(f"cannot read {p}: {err.strerror}") from None
+    check_nesting(raw, str(p))  # before anything that recurses (copying, validation) walks it
     if not raw and not overrides:  # all defaults: a 10-epoch copy study nobody asked for
         raise ConfigError(
             f'{p}: the file holds no settings; give at least [data] task = "…" ({examples_hint()})'
@@ -374,6 +383,7 @@ def parse_experiment(
     Raises:
         ConfigError: as :func:`load_experiment`.
     """
+    check_nesting(raw, source)
     raw = apply_overrides(raw, overrides or [])
     try:
         cfg = ExperimentConfig.model_validate(raw)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from cli_in_process import run_cli
+
 from attnstudy import cli
 
 ROOT = Path(__file__).parents[2]
@@ -37,4 +40,35 @@ def test_the_examples_folder_is_named_where_it_is(tmp_path, monkeypatch, capsys)
     code, err = error_line(capsys, "run", "nosuch.toml")
     assert err == [
         "attnstudy: error: experiment file not found: nosuch.toml (see experiments/ for examples)"
+    ]
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["[" * 1000 + "]" * 1000, "{a = " * 1000 + "1" + "}" * 1000],
+    ids=["array", "inline-table"],
+)
+def test_a_set_value_nested_too_deeply_is_one_line(tmp_path, capfd, value):
+    """NEW-14: ``--set training.epochs=[[[…]]]`` 1,000 deep gave a 3,002-line traceback."""
+    out = run_cli(
+        capfd,
+        ["train", str(TINY), "--set", f"training.epochs={value}"],
+        cwd=tmp_path,
+        env={"ATTNSTUDY_ROOT": str(tmp_path)},
+    )
+    assert out.returncode == cli.EXIT_USAGE
+    assert out.stderr.splitlines() == [
+        "attnstudy: error: --set training.epochs=…: nested too deeply (more than 32 levels of "
+        "keys, arrays or tables; no setting needs more than a few)"
+    ]
+
+
+def test_a_file_nested_too_deeply_is_one_line(tmp_path, capfd):
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 1000 + "]" * 1000 + "\n" + TINY.read_text(encoding="utf-8"))
+    out = run_cli(capfd, ["train", str(deep)], cwd=tmp_path, env={"ATTNSTUDY_ROOT": str(tmp_path)})
+    assert out.returncode == cli.EXIT_USAGE
+    assert out.stderr.splitlines() == [
+        f"attnstudy: error: {deep}: a value is nested too deeply (more than 32 levels of arrays "
+        "or tables; no setting needs more than a few): correct the file"
     ]

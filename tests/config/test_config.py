@@ -433,3 +433,36 @@ def test_an_experiment_file_without_settings_is_refused(tmp_path):
             "for examples)"
         )
     assert load_experiment(p, ['data.task="reverse"']).data["task"] == "reverse"
+
+
+@pytest.mark.parametrize(
+    "deep",
+    [
+        "x = " + "[" * 1000 + "]" * 1000,  # a recursion in tomllib
+        "x = " + "{a = " * 1000 + "1" + "}" * 1000,
+        "[" + ".".join(["a"] * 1000) + "]\nb = 1",  # parsed; then a recursion in copying
+    ],
+    ids=["array", "inline-table", "table-header"],
+)
+def test_a_value_nested_too_deeply_is_refused_in_one_line(tmp_path, deep):
+    """NEW-14: a value nested 1,000 deep gave a 3,002-line RecursionError traceback."""
+    path = tmp_path / "deep.toml"
+    path.write_text(f'{deep}\n[data]\ntask = "copy"\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_experiment(path)
+    text = str(err.value)
+    assert text.startswith(f"{path}: ") and "nested too deeply (more than 32 levels" in text
+    assert "\n" not in text
+
+
+def test_the_deepest_shipped_experiment_is_far_from_the_nesting_limit():
+    import tomllib
+
+    from attnstudy.config import MAX_NESTING
+    from attnstudy.config.errors import nesting_depth
+
+    assert nesting_depth([]) == 1 and nesting_depth({"a": [1, {"b": []}]}) == 4
+    assert nesting_depth(7) == 0
+    shipped = (Path(__file__).parents[2] / "experiments").glob("*.toml")
+    deepest = max(nesting_depth(tomllib.loads(p.read_text(encoding="utf-8"))) for p in shipped)
+    assert deepest <= 6 < MAX_NESTING

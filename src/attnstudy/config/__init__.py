@@ -44,10 +44,12 @@ from .data import data_config as data_config
 from .data import data_config_json as data_config_json
 from .data import validate_data_config as validate_data_config
 from .errors import _MODELS as _MODELS
+from .errors import MAX_NESTING as MAX_NESTING
 from .errors import _deep_merge as _deep_merge
 from .errors import _describe as _describe
 from .errors import _fields_at as _fields_at
 from .errors import apply_overrides as apply_overrides
+from .errors import check_nesting as check_nesting
 from .errors import describe_error as describe_error
 from .errors import examples_hint as examples_hint
 from .errors import parse_override as parse_override

@@ -130,11 +130,47 @@ def register_config_model(model: type[BaseModel]) -> None:
     _MODELS[model.__name__] = model
 
 
+MAX_NESTING = 32
+"""The most levels of arrays and tables an experiment holds (the shipped experiments need at most
+five): deeper input is refused before anything that recurses (copying, validation) walks it."""
+
+
+def nesting_depth(value: Any) -> int:
+    """Levels of lists and dicts in ``value``: 0 for a scalar, 1 for ``[1, 2]`` or ``{"a": 1}``.
+
+    Iterative, so any depth is measured (a recursive walk stops at Python's recursion limit).
+    """
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node
+        if isinstance(node, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def check_nesting(raw: dict[str, Any], source: str) -> None:
+    """Refuse a raw experiment nested more than :data:`MAX_NESTING` levels deep.
+
+    Raises:
+        ConfigError: one line naming ``source`` and the top-level key that holds the deep value.
+    """
+    for key, value in raw.items():
+        if 1 + nesting_depth(value) > MAX_NESTING:
+            raise ConfigError(
+                f"{source}: {key!r} is nested too deeply (more than {MAX_NESTING} levels of arrays "
+                "or tables; no setting needs more than a few): correct the value"
+            )
+
+
 def parse_override(item: str) -> tuple[list[str], Any]:
     """Parse ``key.path=value`` (value as a TOML literal, else a bare string).
 
     Raises:
-        ConfigError: if there is no ``=`` or the key is empty.
+        ConfigError: if there is no ``=``, the key is empty, or key and value together are nested
+            more than :data:`MAX_NESTING` levels deep.
     """
     if "=" not in item:
         raise ConfigError(f"--set expects key=value, got {item!r} (e.g. --set training.epochs=3)")
@@ -142,11 +178,20 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     key = key.strip()
     if not key:
         raise ConfigError(f"--set has an empty key in {item!r}")
+    too_deep = ConfigError(
+        f"--set {key[:60]}{'…' if len(key) > 60 else ''}=…: nested too deeply (more than "
+        f"{MAX_NESTING} levels of keys, arrays or tables; no setting needs more than a few)"
+    )
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw
-    return key.split("."), value
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise too_deep from None
+    path = key.split(".")
+    if len(path) + nesting_depth(value) > MAX_NESTING:
+        raise too_deep
+    return path, value
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
