@@ -1,13 +1,15 @@
 """Folders the tool writes, and the rule that it never removes or overwrites what it did not make.
 
 Every folder attnstudy writes carries a marker, ``.attnstudy-output``: a small JSON file naming the
-kind of output and every file the tool wrote there with its SHA-256. Two ways of writing rest on it:
+kind of output, every file the tool wrote there with its SHA-256 and every sub-folder it made. Two
+ways of writing rest on it:
 
 - :func:`replace_folder` (``report --out``, ``run``'s ``reports/<experiment>/``, ``python -m
   attnstudy.models.hf_tiny DIR``) builds the new folder beside the old one and swaps it in whole.
   It replaces a folder only when the marker says the tool made it *and* the folder holds nothing
-  the marker does not list; an empty or missing folder is fine; anything else is refused before a
-  byte is written.
+  the marker does not list *and* every listed file still has the digest the marker records (a
+  file the user changed is theirs); an empty or missing folder is fine; anything else is refused
+  before a byte is written.
 - :func:`write_files` (``report --results``) writes files into a folder that may hold other files:
   it deletes nothing, and overwrites a file only when the marker lists it with the digest it still
   has (the tool wrote it and nobody has changed it since).
@@ -32,7 +34,7 @@ import re
 import shlex
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 MARKER = ".attnstudy-output"
@@ -59,8 +61,10 @@ def _digest(path: Path) -> str:
 
 
 def read_marker(folder: Path) -> dict | None:
-    """The marker of ``folder`` as ``{"tool", "kind", "files": {relative path: sha256}}``, or None
-    when the folder has none (or one that is not the tool's: not a regular file, not our JSON).
+    """The marker of ``folder`` as ``{"tool", "kind", "files": {relative path: sha256},
+    "folders": [relative path, …]}`` (``"folders"`` absent in a marker written before it was
+    recorded), or None when the folder has none (or one that is not the tool's: not a regular
+    file, not our JSON).
     """
     path = folder / MARKER
     if path.is_symlink() or not path.is_file() or path.stat().st_size > 16 << 20:
@@ -74,24 +78,47 @@ def read_marker(folder: Path) -> dict | None:
         and doc.get("tool") == TOOL
         and isinstance(doc.get("kind"), str)
         and isinstance(doc.get("files"), dict)
+        and isinstance(doc.get("folders", []), list)
     ):
         return None
     return doc
 
 
-def write_marker(folder: Path, kind: str, files: dict[str, str]) -> None:
-    """Write ``folder``'s marker: ``kind`` and ``files`` (relative POSIX path → sha256)."""
+def write_marker(
+    folder: Path, kind: str, files: dict[str, str], *, folders: Iterable[str] | None = None
+) -> None:
+    """Write ``folder``'s marker: ``kind``, ``files`` (relative POSIX path → sha256) and, unless
+    None, ``folders`` (the sub-folders the tool made, relative POSIX paths)."""
     doc = {"tool": TOOL, "kind": kind, "files": dict(sorted(files.items()))}
+    if folders is not None:
+        doc["folders"] = sorted(folders)
     (folder / MARKER).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
-def _listing(folder: Path) -> dict[str, str]:
-    """Every file under ``folder`` except the marker → sha256 (relative POSIX paths)."""
-    return {
-        p.relative_to(folder).as_posix(): _digest(p)
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and not p.is_symlink() and p.name != MARKER
-    }
+def _walk(folder: Path, prefix: str = "") -> Iterator[tuple[str, os.DirEntry]]:
+    """Everything under ``folder`` but its marker, as (relative POSIX path, entry), sorted, each
+    folder before its contents; a symbolic link is listed, never followed."""
+    with os.scandir(folder) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for e in entries:
+        rel = prefix + e.name
+        if rel == MARKER:
+            continue
+        yield rel, e
+        if e.is_dir(follow_symlinks=False):
+            yield from _walk(Path(e.path), rel + "/")
+
+
+def _listing(folder: Path) -> tuple[dict[str, str], list[str]]:
+    """Every regular file under ``folder`` except the marker → sha256, and every sub-folder
+    (relative POSIX paths): what the marker of a folder the tool has just built lists."""
+    files, folders = {}, []
+    for rel, e in _walk(folder):
+        if e.is_dir(follow_symlinks=False):
+            folders.append(rel)
+        elif e.is_file(follow_symlinks=False):
+            files[rel] = _digest(Path(e.path))
+    return files, folders
 
 
 def _is_within(path: Path, other: Path) -> bool:
@@ -194,12 +221,44 @@ def _looks_like_old_report(folder: Path) -> bool:
     return (folder / "report.html").is_file() and (folder / "report.md").is_file()
 
 
+def _not_ours(folder: Path, marker: dict) -> list[tuple[str, str]]:
+    """What in ``folder`` its ``marker`` does not vouch for, as ``(relative path, why)`` with why
+    ``"foreign"`` (a file or link the marker does not list), ``"folder"`` (a sub-folder it does not
+    list) or ``"changed"`` (a listed file whose digest is not one the marker accepts, or that is no
+    longer a regular file). Each listed file is read once."""
+    files = marker["files"]
+    folders = marker.get("folders")
+    if folders is None:  # a marker of before folders were recorded: those holding a listed file
+        folders = {p.as_posix() for f in files for p in Path(f).parents}
+    folders = {f for f in folders if isinstance(f, str)}
+    found: list[tuple[str, str]] = []
+    unlisted: tuple[str, ...] = ()  # what lies inside an unlisted folder is counted with it
+    for rel, e in _walk(folder):
+        if rel.startswith(unlisted):
+            continue
+        if e.is_dir(follow_symlinks=False):
+            if rel not in folders:
+                found.append((rel, "folder"))
+                unlisted += (rel + "/",)
+        elif rel not in files:
+            found.append((rel, "foreign"))
+        elif not e.is_file(follow_symlinks=False) or _digest(Path(e.path)) not in _accepted(
+            files, rel
+        ):
+            found.append((rel, "changed"))
+    return found
+
+
 def check_replaceable(out: Path, option: str, kind: str) -> None:
-    """Refuse to replace ``out`` unless it is missing, empty, or a folder the tool made (its marker,
-    of this ``kind``, lists every file it holds).
+    """Refuse to replace ``out`` unless it is missing, empty, or a folder the tool made: its marker,
+    of this ``kind``, lists every file and sub-folder it holds, and every listed file still has a
+    digest the marker accepts (so a file the user changed is never replaced).
+
+    Every file is read once (SHA-256) on each check; report and model folders are small.
 
     Raises:
-        OutputError: one line naming the folder, why, and what to do.
+        OutputError: one line naming the folder, the first file or folder that is not the tool's,
+            and what to do.
     """
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise OutputError(
@@ -224,16 +283,27 @@ def check_replaceable(out: Path, option: str, kind: str) -> None:
             f"{option} {out} holds attnstudy's {marker['kind']} output, not a {kind}; give "
             "another folder"
         )
-    held = (
-        p for p in sorted(out.rglob("*")) if p.name != MARKER and (p.is_symlink() or not p.is_dir())
-    )
-    foreign = [r for r in (p.relative_to(out).as_posix() for p in held) if r not in marker["files"]]
-    if foreign:
-        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+    found = _not_ours(out, marker)
+    if not found:
+        return
+    rel, why = found[0]
+    more = f" (and {len(found) - 1} more not attnstudy's)" if len(found) > 1 else ""
+    if why == "changed":
         raise OutputError(
-            f"{option} {out} holds {foreign[0]}{more}, which attnstudy did not write; move "
+            f"{option} {out}: {rel} was changed after attnstudy wrote it{more}, so the folder is "
+            "not replaced; to keep it, move it out of the folder (or rename the folder) and run "
+            "again, or give another folder (nothing was written)"
+        )
+    if why == "folder":
+        raise OutputError(
+            f"{option} {out} holds the folder {rel}/{more}, which attnstudy did not make; move "
             "it out of the folder (the folder is replaced whole) or give another folder"
         )
+    more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+    raise OutputError(
+        f"{option} {out} holds {rel}{more}, which attnstudy did not write; move "
+        "it out of the folder (the folder is replaced whole) or give another folder"
+    )
 
 
 def check_replace(
@@ -289,9 +359,10 @@ def replace_folder(
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
     try:
         tmp.chmod(0o777 & ~_umask())  # mkdtemp's 0700 would otherwise become the folder's mode
-        write_marker(tmp, kind, {})
+        write_marker(tmp, kind, {}, folders=())
         build(tmp)
-        write_marker(tmp, kind, _listing(tmp))
+        files, folders = _listing(tmp)
+        write_marker(tmp, kind, files, folders=folders)
         check_replaceable(out, option, kind)  # again: nothing arrived while building
         old = None
         if out.exists():
@@ -380,10 +451,12 @@ def write_files(
     known = marker["files"] if marker else {}
     out.mkdir(parents=True, exist_ok=True)
     kind = marker["kind"] if marker else RESULTS_KIND
+    folders = marker.get("folders") if marker else None  # kept as they are
     digests = {name: hashlib.sha256(content).hexdigest() for name, content in files.items()}
     # while writing, the marker accepts a file's old and new digest: an interrupt leaves every
     # file either old or new (each is replaced atomically), and each still provably the tool's
-    write_marker(out, kind, known | {n: [*_accepted(known, n), d] for n, d in digests.items()})
+    accepted = known | {n: [*_accepted(known, n), d] for n, d in digests.items()}
+    write_marker(out, kind, accepted, folders=folders)
     written = []
     for name, content in files.items():
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.tmp-{os.getpid()}-", dir=out)
@@ -396,14 +469,15 @@ def write_files(
             Path(tmp).unlink(missing_ok=True)  # made just now by mkstemp: the tool's own
             raise
         written.append(out / name)
-    write_marker(out, kind, known | digests)
+    write_marker(out, kind, known | digests, folders=folders)
     return written
 
 
 def _accepted(known: dict, name: str) -> list[str]:
     """The digests the marker accepts for ``name``: one, or two while a write was under way."""
     value = known.get(name)
-    return [value] if isinstance(value, str) else list(value or [])
+    values = value if isinstance(value, list) else [value]
+    return [v for v in values if isinstance(v, str)]
 
 
 def _umask() -> int:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_cli
 
 from attnstudy import outputs
 from attnstudy.cli import main
@@ -386,3 +387,167 @@ def test_hf_tiny_replaces_only_its_own_folder(tmp_path):
     (folder / "README.md").write_text("my notes")
     assert hf_tiny.main([str(folder), "--steps", "0"]) == 2
     assert (folder / "README.md").read_text() == "my notes"
+
+
+# --- a changed file is never replaced: the marker's digests are compared ---------------------------
+
+
+def made_by_the_tool(folder: Path, kind: str, files: dict[str, str]) -> Path:
+    """``folder`` written by :func:`outputs.replace_folder` with ``files`` (name → text)."""
+
+    def build(d: Path) -> None:
+        for name, text in files.items():
+            (d / name).parent.mkdir(parents=True, exist_ok=True)
+            (d / name).write_text(text)
+
+    return outputs.replace_folder(folder, build, kind=kind, option="-o")
+
+
+def test_a_changed_listed_file_is_never_replaced(tmp_path):
+    """A user's notes added to a listed file, a marker copied into a user's folder, a hand-written
+    marker with a wrong digest: refused, every byte kept (only the names were compared)."""
+    out = made_by_the_tool(tmp_path / "rep", "report", {"report.md": "# r\n", "figures/a.png": "p"})
+    with open(out / "report.md", "a") as f:
+        f.write("MY ANNOTATIONS\n")
+    before = snapshot(out)
+    called = []
+    with pytest.raises(OutputError) as err:
+        outputs.replace_folder(out, called.append, kind="report", option="--out")
+    assert str(err.value) == (
+        f"--out {out}: report.md was changed after attnstudy wrote it, so the folder is not "
+        "replaced; to keep it, move it out of the folder (or rename the folder) and run again, "
+        "or give another folder (nothing was written)"
+    )
+    assert not called and snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
+
+    user = tmp_path / "user"  # the marker copied into a folder holding the user's own report.md
+    user.mkdir()
+    (user / "report.md").write_text("the user's own report\n")
+    (user / "figures").mkdir()
+    (user / "figures" / "a.png").write_text("p")  # identical to the tool's: nothing to lose
+    (user / MARKER).write_bytes((out / MARKER).read_bytes())
+    with pytest.raises(OutputError, match=r"report\.md was changed after attnstudy wrote it"):
+        outputs.replace_folder(user, called.append, kind="report", option="--out")
+    assert (user / "report.md").read_text() == "the user's own report\n"
+
+    handmade = tmp_path / "handmade"  # a marker written by hand with a wrong digest
+    handmade.mkdir()
+    (handmade / "notes.txt").write_text("mine")
+    outputs.write_marker(handmade, "report", {"notes.txt": "0" * 64})
+    with pytest.raises(OutputError, match=r"notes\.txt was changed after attnstudy wrote it"):
+        outputs.replace_folder(handmade, called.append, kind="report", option="--out")
+    outputs.write_marker(handmade, "report", {"notes.txt": 5})  # not a digest at all
+    with pytest.raises(OutputError, match=r"notes\.txt was changed after attnstudy wrote it"):
+        outputs.replace_folder(handmade, called.append, kind="report", option="--out")
+    assert (handmade / "notes.txt").read_text() == "mine" and not called
+
+
+def test_a_folder_the_marker_does_not_list_is_never_removed(tmp_path):
+    """A user's empty sub-folder inside a report folder is refused, not removed; a folder the tool
+    made (an empty ``examples/``) is its own."""
+    out = tmp_path / "rep"
+    outputs.replace_folder(out, lambda d: (d / "examples").mkdir(), kind="report", option="-o")
+    outputs.replace_folder(out, lambda d: (d / "examples").mkdir(), kind="report", option="-o")
+    assert (out / "examples").is_dir()
+    (out / "drafts" / "later").mkdir(parents=True)
+    with pytest.raises(OutputError) as err:
+        outputs.replace_folder(out, lambda d: None, kind="report", option="--out")
+    assert str(err.value) == (
+        f"--out {out} holds the folder drafts/, which attnstudy did not make; move it out of the "
+        "folder (the folder is replaced whole) or give another folder"
+    )
+    assert (out / "drafts" / "later").is_dir()
+
+    legacy = tmp_path / "legacy"  # a marker of before folders were listed: those holding files
+    legacy.mkdir()
+    (legacy / "figures").mkdir()
+    (legacy / "figures" / "a.png").write_text("p")
+    (legacy / "empty").mkdir()
+    digest = outputs._digest(legacy / "figures" / "a.png")
+    doc = {"tool": "attnstudy", "kind": "report", "files": {"figures/a.png": digest}}
+    (legacy / MARKER).write_text(json.dumps(doc))
+    with pytest.raises(OutputError, match="holds the folder empty/, which attnstudy did not make"):
+        outputs.replace_folder(legacy, lambda d: None, kind="report", option="--out")
+    (legacy / "empty").rmdir()
+    outputs.replace_folder(legacy, lambda d: None, kind="report", option="--out")
+    assert sorted(p.name for p in legacy.iterdir()) == [MARKER]
+
+
+def test_a_file_caught_in_an_interrupted_write_stays_replaceable(tmp_path):
+    """While ``write_files`` writes, the marker accepts the old and the new digest: either is ours."""
+    out = made_by_the_tool(tmp_path / "rep", "report", {"a.txt": "old"})
+    old = outputs._digest(out / "a.txt")
+    (out / "a.txt").write_text("new")
+    outputs.write_marker(out, "report", {"a.txt": [old, outputs._digest(out / "a.txt")]})
+    outputs.replace_folder(out, lambda d: (d / "b.txt").write_text("b"), kind="report", option="-o")
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "b.txt"]
+
+
+def edited_report_line(err: str, path: Path) -> None:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f"{path.name} was changed after attnstudy wrote it" in lines[0], lines[0]
+    assert "to keep it, move it out of the folder" in lines[0]
+
+
+def test_report_out_keeps_a_users_edit_of_a_report_file(fresh_root, tmp_path, capfd):
+    rep = made_by_the_tool(tmp_path / "rep", "report", {"report.md": "# r\n", "report.html": "h"})
+    with open(rep / "report.md", "a") as f:
+        f.write("MY ANNOTATIONS\n")
+    before = snapshot(rep)
+    res = run_cli(capfd, ["report", "--study", "0" * 32, "--out", str(rep)], cwd=tmp_path, env={})
+    assert res.returncode == 2
+    assert res.stderr.startswith(f"attnstudy: error: --out {rep}: report.md was changed")
+    edited_report_line(res.stderr, rep / "report.md")
+    assert snapshot(rep) == before
+
+
+def test_run_keeps_a_users_edit_of_its_report_folder(fresh_root, tmp_path, capfd):
+    rep = made_by_the_tool(fresh_root / "reports" / "tiny", "report", {"report.md": "# r\n"})
+    with open(rep / "report.md", "a") as f:
+        f.write("MY ANNOTATIONS\n")
+    before = snapshot(rep)
+    config = Path(__file__).parents[2] / "experiments" / "tiny.toml"
+    res = run_cli(capfd, ["run", str(config), "--quiet"], cwd=tmp_path, env={})
+    assert res.returncode == 2
+    edited_report_line(res.stderr, rep / "report.md")
+    assert snapshot(rep) == before
+    assert not (fresh_root / "mlruns" / "checkpoints").exists()  # refused before training
+
+
+def test_hf_tiny_keeps_a_users_edit_of_a_model_file(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from attnstudy.models import hf_tiny
+
+    folder = made_by_the_tool(tmp_path / "tiny", "hf-model", {"config.json": "{}\n"})
+    (folder / "config.json").write_text('{"my": "edit"}\n')
+    before = snapshot(folder)
+    assert hf_tiny.main([str(folder), "--steps", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "config.json was changed after attnstudy wrote it" in err
+    assert snapshot(folder) == before
+
+
+@pytest.mark.slow
+def test_report_out_and_results_keep_a_users_edits(study, store_root, tmp_path, capfd):
+    """The review's reproduction through the command line: a report and its result tables
+    written, then annotated by hand; the next ``report`` refuses and every edit survives."""
+    rep, res_dir = tmp_path / "rep", tmp_path / "results"
+    argv = ["report", "--study", study]
+    res = run_cli(
+        capfd, [*argv, "--out", str(rep), "--results", str(res_dir)], cwd=tmp_path, env={}
+    )
+    assert res.returncode == 0, res.stderr
+    with open(rep / "report.md", "a") as f:
+        f.write("MY ANNOTATIONS\n")
+    with open(res_dir / "tiny.csv", "a") as f:
+        f.write("my,row\n")
+    before_rep, before_res = snapshot(rep), snapshot(res_dir)
+    res = run_cli(capfd, [*argv, "--out", str(rep)], cwd=tmp_path, env={})
+    assert res.returncode == 2
+    edited_report_line(res.stderr, rep / "report.md")
+    res = run_cli(capfd, [*argv, "--results", str(res_dir)], cwd=tmp_path, env={})
+    assert res.returncode == 2 and "tiny.csv was changed after attnstudy wrote it" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert snapshot(rep) == before_rep and snapshot(res_dir) == before_res
