@@ -5,6 +5,7 @@ written whole into :func:`report_dir` (or ``--out``) and logged to the study run
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -38,20 +39,45 @@ def render_markdown(context: dict) -> str:
     return render("report.md.j2", **context)
 
 
-def report_dir(experiment: str) -> Path:
-    """The default report folder ``<project root>/reports/<slug of the experiment name>``.
+_SUFFIXED = re.compile(r".*-[0-9a-f]{12}")
+"""A folder name that ends like :func:`report_folder_name`'s digest suffix."""
 
-    The name comes from the store (a tag), so it is reduced to a safe slug and the result is checked
-    to stay inside ``reports/``.
+
+def report_folder_name(experiment: str) -> str:
+    """The report folder's name for an experiment name: one folder per name, for every name.
+
+    A name that is already a safe folder name (lower-case letters, digits and ``_.-``, no leading
+    dot, no ``..``, at most 200 characters) is the folder's name itself (``quickstart``,
+    ``dates-seeds``). Any other name (a leading dot, ``..``, a capital, a space, a ``/`` or a
+    character outside ASCII, which only the store can hold) becomes a slug with the first 12 hex
+    digits of the SHA-256 of the exact name appended: ``.tiny`` → ``tiny-<12 hex>``, ``My exp`` →
+    ``My_exp-<12 hex>``. So two names never share a folder, also on a file system that ignores
+    case (a plain name is lower-case; a suffixed one differs by its digest), and a plain name that
+    itself ends like a suffix (``-`` and 12 hex digits) is suffixed too, so it cannot be taken for
+    another name's folder.
+
+    Returns:
+        A single path component, at most 213 characters, never starting with a dot.
+    """
+    slug = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]", "_", experiment)).lstrip(".")
+    if slug and slug == experiment and slug == slug.lower() and len(slug) <= 200:
+        if not _SUFFIXED.fullmatch(slug):
+            return slug
+    digest = hashlib.sha256(experiment.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{slug[:200] or 'study'}-{digest}"
+
+
+def report_dir(experiment: str) -> Path:
+    """The default report folder ``<project root>/reports/<report_folder_name(experiment)>``.
+
+    The name may come from the store (a tag), so it is reduced to a safe, one-to-one folder name
+    (:func:`report_folder_name`) and the result is checked to stay inside ``reports/``.
 
     Raises:
         ValueError: if the folder would leave ``reports/`` (cannot happen for a slug; checked anyway).
     """
     root = (project_root() / "reports").resolve()
-    slug = (
-        re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]", "_", experiment)).lstrip(".") or "study"
-    )
-    out = (root / slug).resolve()
+    out = (root / report_folder_name(experiment)).resolve()
     if out.parent != root:
         raise ValueError(f"report folder {out} is not inside {root}")
     return out
