@@ -1,3 +1,5 @@
+import gzip
+
 import pytest
 from prerequisites import require
 
@@ -94,3 +96,57 @@ def test_loader_attaches_alignments():
         assert all(i < len(ex.src) and j < len(ex.tgt) for i, j in ex.alignment.possible)
     plain = load_task(data_config(task="g2p", n_train=10, g2p_alignments=False))
     assert all(ex.alignment is None for ex in plain.train)
+
+
+PAIRS = [("ab", ("A", "B")), ("ba", ("B", "A")), ("abb", ("A", "B", "B"))]
+
+
+def _cache_file(tmp_path):
+    key = ga.cache_key("v", "em", ops=ga.OPS, iterations=ga.ITERATIONS, penalty=ga.CHUNK_PENALTY)
+    return tmp_path / f"{key}.json.gz"
+
+
+def _rebuilt(tmp_path, caplog) -> dict:
+    """``cached_alignments`` over a cache file planted in ``tmp_path``: its note, and the cache
+    rewritten with the alignments it returned."""
+    import json
+
+    got = cached_alignments(PAIRS, [("aab", ("A", "A", "B"))], "v", directory=tmp_path)
+    notes = [r.getMessage() for r in caplog.records]
+    assert notes == [
+        n for n in notes if n.startswith(f"the G2P alignment cache {_cache_file(tmp_path)} is ")
+    ]
+    assert len(notes) == 1 and notes[0].endswith("; rebuilding it"), notes
+    assert got[("aab", ("A", "A", "B"))] is not None
+    rows = json.loads(gzip.decompress(_cache_file(tmp_path).read_bytes()))
+    assert len(rows) == 4
+    return {"note": notes[0], "got": got}
+
+
+def test_a_cache_of_deeply_nested_json_is_rebuilt_with_a_note(tmp_path, caplog):
+    """NEW-16: json.loads of a deeply nested array raised RecursionError, which the reader did not
+    catch: every later g2p training stopped with a line naming no file."""
+    _cache_file(tmp_path).write_bytes(gzip.compress(b"[" * 200_000 + b"]" * 200_000))
+    out = _rebuilt(tmp_path, caplog)
+    assert "(RecursionError: nested too deeply)" in out["note"]
+
+
+def test_a_gzip_bomb_in_the_cache_is_not_read_whole(tmp_path, caplog, monkeypatch):
+    """The cache was decompressed whole (``gzip.decompress(read_bytes())``): a 1 MB file that
+    decompresses to 1 GiB is read only up to the bound, then rebuilt."""
+    monkeypatch.setattr(ga, "MAX_CACHE_BYTES", 2**20)
+    member = gzip.compress(b" " * 2**20)  # 1 MiB of JSON whitespace in ~1 kB
+    _cache_file(tmp_path).write_bytes(member * 1024)  # gzip members, one after another: 1 GiB
+    read = []
+    real_open = gzip.open
+
+    def counted(*args, **kwargs):
+        f = real_open(*args, **kwargs)
+        real_read = f.read
+        f.read = lambda size=-1: read.append(size) or real_read(size)
+        return f
+
+    monkeypatch.setattr(ga.gzip, "open", counted)
+    out = _rebuilt(tmp_path, caplog)
+    assert read == [2**20 + 1]
+    assert "(ValueError: it decompresses to more than 1 MiB)" in out["note"]

@@ -351,7 +351,8 @@ def cached_alignments(
 
     The result is cached in ``directory`` (default :func:`cache_dir`) under a key of the
     split version (which must name everything the pairs depend on) and the aligner; a
-    corrupt or unreadable cache file is recomputed.
+    corrupt or unreadable cache file (one nested too deeply for ``json``, or decompressing to more
+    than :data:`MAX_CACHE_BYTES`, too) is recomputed with a note naming it.
 
     Raises:
         AlignerError: for an unknown aligner, or if phonetisaurus is asked for and missing.
@@ -368,9 +369,13 @@ def cached_alignments(
     if path.exists():
         try:
             return _read_cache(path)
-        except (OSError, EOFError, ValueError, TypeError, zlib.error) as err:
+        except (OSError, EOFError, ValueError, TypeError, zlib.error, RecursionError) as err:
+            # RecursionError: json.loads of arrays nested deeper than Python's recursion limit
+            reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+            reason = " ".join(reason.split())[:120]
             notice(
-                f"the G2P alignment cache {path} is unreadable ({type(err).__name__}); rebuilding it"
+                f"the G2P alignment cache {path} is unreadable ({type(err).__name__}"
+                f"{': ' + reason if reason else ''}); rebuilding it"
             )
     everything = list(dict.fromkeys([*train, *others]))
     if aligner == "em":
@@ -387,13 +392,25 @@ def cached_alignments(
     return result
 
 
+MAX_CACHE_BYTES = 128 * 2**20
+"""The most a cache file may decompress to: ten times the cache of all of CMUdict (12 MB of
+JSON); a file that decompresses to more (a gzip bomb) is rebuilt, never read whole."""
+
+
 def _read_cache(path: Path) -> dict[Pair, Chunks | None]:
     """Parse a cache file written by :func:`cached_alignments`: gzip'd JSON data, never code.
 
     Raises:
-        ValueError: the content is not ``[[word, [phone, …], [[a, b], …] | null], …]``.
+        ValueError: the content is not ``[[word, [phone, …], [[a, b], …] | null], …]``, or it
+            decompresses to more than :data:`MAX_CACHE_BYTES`.
+        RecursionError: JSON nested deeper than Python's recursion limit.
+        OSError, EOFError, zlib.error: not a whole gzip file.
     """
-    rows = json.loads(gzip.decompress(path.read_bytes()).decode("utf-8"))
+    with gzip.open(path, "rb") as f:
+        data = f.read(MAX_CACHE_BYTES + 1)
+    if len(data) > MAX_CACHE_BYTES:
+        raise ValueError(f"it decompresses to more than {MAX_CACHE_BYTES // 2**20} MiB")
+    rows = json.loads(data.decode("utf-8"))
     if not isinstance(rows, list):
         raise ValueError("not a list")
     out: dict[Pair, Chunks | None] = {}
