@@ -21,7 +21,8 @@ the project root or ``$HOME``.
 A replace leaves two kinds of hidden sibling while it runs: ``.NAME.tmp-PID-…`` (the folder being
 built) and ``.NAME.old-PID-…`` (the folder being swapped out). Both carry the marker; a later
 replace of the same folder removes them only when process PID is gone (an interrupted run), never
-while it may still be working. Standard library only.
+while it may still be working, and only when the marker vouches for what they hold (every file
+listed with its digest, or a folder still being built). Standard library only.
 """
 
 from __future__ import annotations
@@ -85,13 +86,21 @@ def read_marker(folder: Path) -> dict | None:
 
 
 def write_marker(
-    folder: Path, kind: str, files: dict[str, str], *, folders: Iterable[str] | None = None
+    folder: Path,
+    kind: str,
+    files: dict[str, str],
+    *,
+    folders: Iterable[str] | None = None,
+    building: bool = False,
 ) -> None:
-    """Write ``folder``'s marker: ``kind``, ``files`` (relative POSIX path → sha256) and, unless
-    None, ``folders`` (the sub-folders the tool made, relative POSIX paths)."""
-    doc = {"tool": TOOL, "kind": kind, "files": dict(sorted(files.items()))}
+    """Write ``folder``'s marker: ``kind``, ``files`` (relative POSIX path → sha256), unless None
+    ``folders`` (the sub-folders the tool made, relative POSIX paths), and whether the folder is
+    still being built (:func:`replace_folder`'s ``.NAME.tmp-…`` before its files are listed)."""
+    doc: dict = {"tool": TOOL, "kind": kind, "files": dict(sorted(files.items()))}
     if folders is not None:
         doc["folders"] = sorted(folders)
+    if building:
+        doc["building"] = True
     (folder / MARKER).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
@@ -188,13 +197,15 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _leftover_re(name: str) -> re.Pattern[str]:
-    return re.compile(rf"^\.{re.escape(name)}\.(?:tmp|old)-(?P<pid>\d+)-[A-Za-z0-9_]+$")
+    return re.compile(rf"^\.{re.escape(name)}\.(?P<what>tmp|old)-(?P<pid>\d+)-[A-Za-z0-9_]+$")
 
 
 def clean_leftovers(out: Path) -> list[Path]:
     """Remove the hidden siblings an interrupted replace of ``out`` left (``.NAME.tmp-PID-…``,
     ``.NAME.old-PID-…``) whose process PID is gone and which the tool provably made: an empty
-    folder, or one carrying the marker. Anything else of that name is left alone.
+    folder, one whose marker lists everything it holds with the digests it has (as
+    :func:`check_replaceable` requires), or a ``.NAME.tmp-…`` whose marker says it was still being
+    built. Anything else of that name is left alone.
 
     Returns:
         The folders removed.
@@ -211,7 +222,11 @@ def clean_leftovers(out: Path) -> list[Path]:
             with contextlib.suppress(OSError):
                 sib.rmdir()
                 removed.append(sib)
-        elif read_marker(sib) is not None:
+            continue
+        marker = read_marker(sib)
+        if marker is None:
+            continue
+        if (m["what"] == "tmp" and marker.get("building") is True) or not _not_ours(sib, marker):
             shutil.rmtree(sib, ignore_errors=True)
             removed.append(sib)
     return removed
@@ -359,7 +374,7 @@ def replace_folder(
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
     try:
         tmp.chmod(0o777 & ~_umask())  # mkdtemp's 0700 would otherwise become the folder's mode
-        write_marker(tmp, kind, {}, folders=())
+        write_marker(tmp, kind, {}, folders=(), building=True)
         build(tmp)
         files, folders = _listing(tmp)
         write_marker(tmp, kind, files, folders=folders)

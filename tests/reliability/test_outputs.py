@@ -122,25 +122,35 @@ def test_leftovers_are_removed_only_when_their_process_is_gone_and_they_are_ours
     out = tmp_path / "rep"
     gone, me = dead_pid(), os.getpid()
 
-    def leftover(name, marker=True, files=("x",)):
+    def leftover(name, marker=True, files=("x",), listed=None, digest=None):
         d = tmp_path / name
         d.mkdir()
         for f in files:
             (d / f).write_text(f)
         if marker:
-            outputs.write_marker(d, "report", {f: "" for f in files})
+            listed = files if listed is None else listed
+            digests = {f: digest or outputs._digest(d / f) for f in listed}
+            outputs.write_marker(d, "report", digests, folders=())
         return d
 
+    building = tmp_path / f".rep.tmp-{gone}-bld"  # a build interrupted after its first file
+    building.mkdir()
+    outputs.write_marker(building, "report", {}, folders=(), building=True)
+    (building / "x").write_text("x")
     removed = {
         leftover(f".rep.tmp-{gone}-abc"),
         leftover(f".rep.old-{gone}-def"),
         leftover(f".rep.tmp-{gone}-empty", marker=False, files=()),
+        building,
     }
     kept = {
         leftover(f".rep.old-{me}-ghi"),  # its process may still be swapping it in
         leftover(f".rep.tmp-{gone}-jkl", marker=False),  # not provably ours
         leftover(f".rep.old-{gone}"),  # the old naming without a random part: never guessed
         leftover(f".other.tmp-{gone}-mno"),  # another folder's
+        # a marker copied in: it does not list the file, or lists it with another digest
+        leftover(f".rep.old-{gone}-cop", listed=()),
+        leftover(f".rep.old-{gone}-dig", digest="0" * 64),
     }
     outputs.replace_folder(out, lambda d: None, kind="report", option="-o")
     for d in removed:
