@@ -18,6 +18,7 @@ from .experiment import ExperimentConfig
 from .model_runs import folder_digests_of, run_tags, train_spec
 from .models.io import LoadedModel
 from .paths import default_tracking_uri
+from .progress import reporting
 from .run_pages import timing_metrics
 from .task_data import checked_task_data, load_data
 from .tracking import Artifact, Kind, Tag, Tracker, check_server, resolve_timeout
@@ -78,17 +79,18 @@ def ablate_run(
         with tempfile.TemporaryDirectory(prefix="attnstudy-ablate-") as tmp:
             steps_path = Path(tmp) / "steps.parquet"  # streamed: memory stays flat in n_examples
             t0 = time.perf_counter()
-            result = run_suite(
-                loaded.model,
-                examples,
-                loaded.src_vocab,
-                loaded.tgt_vocab,
-                cfg,
-                progress=progress,
-                table_path=steps_path,
-                label=spec.name,
-                recorder=recorder,
-            )
+            with reporting(tracker.progress_sink(run_id)):  # progress/fraction while it runs
+                result = run_suite(
+                    loaded.model,
+                    examples,
+                    loaded.src_vocab,
+                    loaded.tgt_vocab,
+                    cfg,
+                    progress=progress,
+                    table_path=steps_path,
+                    label=spec.name,
+                    recorder=recorder,
+                )
             summary = dict(result.summary) | {
                 "ablation/seconds": time.perf_counter() - t0,
                 "ablation/n_examples": float(len(examples)),

@@ -510,6 +510,9 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
     torch.set_num_threads(threads)
 
     progress = not getattr(args, "quiet", False)
+    from .progress import check_intervals
+
+    check_intervals()  # a malformed progress interval, before anything runs
     if args.command == "train":
         runs = api.train_experiment(
             cfg, retrain=args.retrain, resume=args.resume, progress=progress

@@ -60,6 +60,7 @@ from typing import Any
 
 from .checkpoint_store import CHECKPOINT_URI_VAR, CheckpointStore
 from .config import ConfigError
+from .progress import stage, started
 from .ray_head import CLUSTERS_VAR, RAY_EXTRA, ClusterError, LocalRayHead
 from .ray_head import free_port as free_port  # re-exported: importers use it from here
 
@@ -353,13 +354,19 @@ class RayExecutor:
             threads = spec.training.threads
             job = _Job(i, spec, f"{ctx.study_id}/{i}/train/{uuid.uuid4().hex[:8]}")
             job.ablate_token = f"{ctx.study_id}/{i}/ablate/{uuid.uuid4().hex[:8]}"
-            payload = common | {
-                "spec": spec.model_dump_json(),
-                "data_digest": task_data(spec).digest,
-                "retrain": ctx.retrain,
-                "resume": ctx.resume,
-                "token": job.train_token,
-            }
+            # each task writes its start and progress lines (Ray forwards them to the driver)
+            where = {"progress": ctx.progress, "position": f"model {i + 1} of {len(ctx.specs)}"}
+            payload = (
+                common
+                | where
+                | {
+                    "spec": spec.model_dump_json(),
+                    "data_digest": task_data(spec).digest,
+                    "retrain": ctx.retrain,
+                    "resume": ctx.resume,
+                    "token": job.train_token,
+                }
+            )
             memory = task_memory(spec)
             job.train_ref = train_fn.options(
                 num_cpus=threads,
@@ -377,6 +384,7 @@ class RayExecutor:
             ).remote(
                 job.train_ref,
                 common
+                | where
                 | {
                     "spec": spec.model_dump_json(),
                     "ablation": ablation,
@@ -390,7 +398,9 @@ class RayExecutor:
         for job in jobs:
             by_ref[job.train_ref] = (job, "training")
             by_ref[job.ablate_ref] = (job, "ablation")
-        bar = Progress(len(by_ref), "cluster tasks", enabled=ctx.progress, unit="task")
+        bar = Progress(
+            len(by_ref), "cluster tasks", enabled=ctx.progress, unit="task", heartbeat=False
+        )
         pending = list(by_ref)
         try:
             while pending:
@@ -611,7 +621,10 @@ def _other_code(job: dict) -> dict | None:
 
 
 def train_task(job: dict) -> dict:
-    """One training on a Ray worker (:func:`attnstudy.model_runs.train_spec`, progress off).
+    """One training on a Ray worker (:func:`attnstudy.model_runs.train_spec`): its start line
+    and plain progress lines (``job["progress"]``, naming ``job["position"]``, model k of N) on
+    this process's stderr, which Ray forwards to the driver (a local worker's go to the driver
+    through :func:`attnstudy.progress.set_stream`).
 
     Returns:
         ``{"ok": True, run_id, reused, metrics, key, reason}``, or ``{"ok": False, error,
@@ -624,7 +637,8 @@ def train_task(job: dict) -> dict:
 
     if (refused := _other_code(job)) is not None:
         return refused
-    with _worker(job) as (spec, tracker):
+    with _worker(job) as (spec, tracker), stage(job.get("position", "")):
+        started(f"train {spec.name}", job.get("progress", False))
         try:
             digest = task_data(spec).digest
             if digest != job["data_digest"]:
@@ -639,7 +653,7 @@ def train_task(job: dict) -> dict:
                 study_id=job["study_id"],
                 retrain=job["retrain"],
                 resume=job["resume"],
-                progress=False,
+                progress=job.get("progress", False),
             )
         except Exception as err:
             return {
@@ -659,7 +673,8 @@ def train_task(job: dict) -> dict:
 
 def ablate_task(trained: dict, job: dict) -> dict:
     """The ablations of one trained model on a Ray worker (:func:`attnstudy.ablation_runs.ablate_run`),
-    started as soon as its training task returned.
+    started as soon as its training task returned; its start and progress lines as
+    :func:`train_task`'s.
 
     Returns:
         ``{"ok": True, run_id}``; ``{"skipped": True}`` when its training failed; ``{"ok": False,
@@ -680,7 +695,8 @@ def ablate_task(trained: dict, job: dict) -> dict:
     from .analysis.step_scores import register_payload
 
     register_payload(job.get("step_scores"))  # the driver's own, before the config names them
-    with _worker(job) as (_, tracker):
+    with _worker(job) as (spec, tracker), stage(job.get("position", "")):
+        started(f"ablate {spec.name}", job.get("progress", False))
         try:
             cfg = AblationConfig.model_validate(job["ablation"])
             thresholds = VerdictThresholds.model_validate(job["verdict"])
@@ -691,7 +707,7 @@ def ablate_task(trained: dict, job: dict) -> dict:
                 cfg,
                 tracker,
                 study_id=job["study_id"],
-                progress=False,
+                progress=job.get("progress", False),
                 thresholds=thresholds,  # the experiment's [report.verdict], as the local executor
             )
         except Exception as err:

@@ -8,8 +8,13 @@ ablated side by side on this machine (``experiment.workers``; ``--set experiment
   the one-process study does, so every stored table and metric is bit-identical to the
   one-process run (tests/study/test_local_workers.py compares them).
 * **The driver** (this process) keeps the study run, the seed variance, the trained adversaries
-  and the report, collects the run ids in spec order, and shows one progress bar of tasks (the
-  workers show none: bars of several processes would interleave).
+  and the report, collects the run ids in spec order, and shows one progress bar of tasks.
+* **Progress of the tasks.** Each task writes the line it starts with (``train NAME (model k of
+  N): started``) and plain progress lines (batches of an epoch, examples × prefixes of the
+  ablations, with rate and time left; at least one every :func:`attnstudy.progress.line_interval`
+  seconds), never a bar: a worker sends its lines through a pipe to the driver, which writes
+  them to its stderr above its own bar (lines of several processes never interleave mid-line);
+  ``--quiet`` silences them as well.
 * **Failures.** A task that raises fails alone, its run FAILED with the error, as in the
   one-process study. A worker process that dies (killed, out of memory) breaks the pool: every
   task not yet back fails with that reason and the runs they left RUNNING (each carries its task's
@@ -120,14 +125,44 @@ def _interrupt_task(signum, frame) -> None:
     request_interrupt(signum, frame)
 
 
-def _init_worker(policy: str | None, said: tuple[str, ...] = ()) -> None:
+LINE_BYTES = 4000
+"""A progress line's longest form through the pipe: one write of at most ``PIPE_BUF`` (4096)
+bytes is atomic, so the workers need no lock (a worker killed while holding one would stop the
+others' lines, and their tasks, for ever)."""
+
+
+class _LineSender:
+    """A worker's progress stream: each whole line written goes to the driver as one message on
+    the pipe ``conn`` (not a terminal: progress shows plain lines)."""
+
+    def __init__(self, conn):
+        self.conn, self.pending = conn, ""
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            self.conn.send_bytes(line.encode("utf-8", "replace")[:LINE_BYTES])
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _init_worker(policy: str | None, said: tuple[str, ...] = (), lines=None) -> None:
     """A worker process's start: its own process group (a terminal's Ctrl-C reaches the driver,
     which passes it on), an interrupt between tasks remembered (no task starts after it:
     :data:`_stopped`), the driver's library-output policy and,
     under the command line, its ``attnstudy: note:`` lines without the notices the driver already
-    gave (``said``: each worker loads the same data again)."""
+    gave (``said``: each worker loads the same data again); its progress lines go to the driver
+    through the pipe ``lines`` (a connection's sending end)."""
     from .notices import skip_said
+    from .progress import set_stream
 
+    if lines is not None:
+        set_stream(_LineSender(lines))
     os.setpgrp()
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _stop_between_tasks)
@@ -220,29 +255,44 @@ class LocalPoolExecutor:
         for i, spec in enumerate(ctx.specs):
             tag = f"{ctx.study_id}/{i}/%s/{uuid.uuid4().hex[:8]}"
             job = _Job(i, spec, tag % "train", ablate_token=tag % "ablate")
-            train = common | {
-                "spec": spec.model_dump_json(),
-                "data_digest": _digest(spec),
-                "retrain": ctx.retrain,
-                "resume": ctx.resume,
-                "token": job.train_token,
-            }
-            ablate = common | {
-                "spec": spec.model_dump_json(),
-                "ablation": ablation,
-                "verdict": verdict,
-                "done": ctx.done,
-                "token": job.ablate_token,
-            }
+            where = {"progress": ctx.progress, "position": f"model {i + 1} of {len(ctx.specs)}"}
+            train = (
+                common
+                | where
+                | {
+                    "spec": spec.model_dump_json(),
+                    "data_digest": _digest(spec),
+                    "retrain": ctx.retrain,
+                    "resume": ctx.resume,
+                    "token": job.train_token,
+                }
+            )
+            ablate = (
+                common
+                | where
+                | {
+                    "spec": spec.model_dump_json(),
+                    "ablation": ablation,
+                    "verdict": verdict,
+                    "done": ctx.done,
+                    "token": job.ablate_token,
+                }
+            )
             payloads[i] = (train, ablate)
             jobs.append(job)
+        spawn = multiprocessing.get_context("spawn")
+        # the workers' progress lines: one pipe, one atomic write per line
+        inbox, lines = spawn.Pipe(duplex=False) if ctx.progress else (None, None)
         pool = ProcessPoolExecutor(
             max_workers=self.workers,
-            mp_context=multiprocessing.get_context("spawn"),
+            mp_context=spawn,
             initializer=_init_worker,
-            initargs=(notices._policy, tuple(notices.said())),
+            initargs=(notices._policy, tuple(notices.said()), lines),
         )
-        bar = Progress(2 * len(jobs), "local tasks", enabled=ctx.progress, unit="task")
+        bar = Progress(
+            2 * len(jobs), "local tasks", enabled=ctx.progress, unit="task", heartbeat=False
+        )
+        relay = _relay(inbox, bar) if inbox is not None else None
         running: dict[Future, tuple[_Job, str]] = {}
         try:
             for job in jobs:
@@ -277,6 +327,11 @@ class LocalPoolExecutor:
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+            if relay is not None:  # every worker has exited: what they wrote is in the pipe
+                lines.send_bytes(_END)
+                relay.join(timeout=10)
+                inbox.close()
+                lines.close()
             bar.close()
         settle_best_aliases(ctx, jobs)
 
@@ -336,6 +391,31 @@ class LocalPoolExecutor:
                         "the study was interrupted",
                         status="KILLED",
                     )
+
+
+_END = b"\x00"
+"""What the driver sends itself once the workers are gone: the relay stops."""
+
+
+def _relay(inbox, bar):
+    """A thread writing the workers' progress lines (messages on the pipe ``inbox``, until
+    :data:`_END`) to the driver's stderr, above its bar ``bar`` (a
+    :class:`attnstudy.progress.Progress`)."""
+    import threading
+
+    def run() -> None:
+        while True:
+            try:
+                message = inbox.recv_bytes()
+            except (EOFError, OSError):
+                return
+            if message == _END:
+                return
+            bar.write(message.decode("utf-8", "replace"))
+
+    thread = threading.Thread(target=run, name="attnstudy-worker-lines", daemon=True)
+    thread.start()
+    return thread
 
 
 def _digest(spec) -> str:

@@ -26,6 +26,7 @@ from .metrics import heldout_metrics, per_example
 from .models.io import LoadedModel, ModelLoadError, load_model_dir, save_model_dir
 from .notices import notice
 from .paths import checkpoint_dir, default_tracking_uri, git_commit
+from .progress import reporting
 from .signals import Interrupted, deferred_signals
 from .task_data import TaskData, check_data, task_data
 from .tracking import Artifact, Kind, Tag, Tracker, check_server, resolve_timeout, store
@@ -369,18 +370,19 @@ def _train_run(
         )
         tracker.log_text(run_id, spec.model_dump_json(indent=2), Artifact.CONFIG)
         cpu_start = time.process_time()
-        result = train(
-            spec,
-            splits,
-            src_vocab,
-            tgt_vocab,
-            ckpt_dir,
-            resume=resume,
-            progress=progress,
-            on_epoch=lambda epoch, m: tracker.log_metrics(run_id, m, step=epoch),
-            device=device,
-            on_checkpoint=on_checkpoint,
-        )
+        with reporting(tracker.progress_sink(run_id)):  # progress/fraction while it trains
+            result = train(
+                spec,
+                splits,
+                src_vocab,
+                tgt_vocab,
+                ckpt_dir,
+                resume=resume,
+                progress=progress,
+                on_epoch=lambda epoch, m: tracker.log_metrics(run_id, m, step=epoch),
+                device=device,
+                on_checkpoint=on_checkpoint,
+            )
         final: dict[str, float] = {
             "train/seconds": result.seconds,
             # CPU seconds of this process's threads while training (data loading excluded)

@@ -23,7 +23,7 @@ from .experiment import ExperimentConfig
 from .model_runs import ModelRun, load_model, model_key, open_tracker, train_spec
 from .notices import notice
 from .paths import git_commit
-from .progress import stage
+from .progress import check_intervals, stage, started
 from .task_data import task_data
 from .tracking import Artifact, Tag, Tracker, store
 from .tracking.schema import Metric as MetricName
@@ -266,6 +266,7 @@ def run_study(
         DataError, TrackingError, DeviceError: before anything is written.
         StudyFailedError: some variants failed (its ``result`` holds what was done).
     """
+    check_intervals()  # $ATTNSTUDY_PROGRESS_SECONDS and its metric twin, before anything runs
     adversaries.check_selection(cfg, cfg.runs())
     _check_step_scores(cfg.ablation, in_workers=executor is not None)
     reference_alignment.check_study(cfg)  # its aligner installed, before anything trains
@@ -428,6 +429,7 @@ def _run_variants_here(ctx: StudyContext) -> None:
     for spec in ctx.specs:
         try:
             with stage(position[spec.name]):
+                started(f"train {spec.name}", progress)
                 result.models.append(
                     train_spec(
                         spec,
@@ -451,6 +453,7 @@ def _run_variants_here(ctx: StudyContext) -> None:
         try:
             _, loaded = load_model(f"runs:/{m.run_id}", tracker)
             with stage(position.get(m.spec.name, "")):
+                started(f"ablate {m.spec.name}", progress)
                 result.ablations[m.run_id], _ = ablate_run(
                     m.run_id,
                     loaded,

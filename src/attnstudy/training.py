@@ -497,7 +497,11 @@ def train(
         )
         total, tokens = 0.0, 0
         bar = Progress(
-            len(batches), f"train {spec.name} epoch {epoch}", enabled=progress, unit="batch"
+            len(batches),
+            f"train {spec.name} epoch {epoch}",
+            enabled=progress,
+            unit="batch",
+            span=((epoch - 1) / spec.training.epochs, epoch / spec.training.epochs),
         )
         for batch in batches:
             check_interrupt()  # an interrupt a finalizer swallowed is acted on here

@@ -86,7 +86,7 @@ def test_close_repeats_no_line(monkeypatch):
         bar.update(1, note="loss 2.439")
     bar.close()
     assert out.getvalue().splitlines() == [
-        "train copy/additive-bahdanau/seed1 epoch 1: 7/7 batches, 10 s [loss 2.439]"
+        "train copy/additive-bahdanau/seed1 epoch 1: 7/7 batches, 10 s, 0.7/s, ETA 0 s [loss 2.439]"
     ]
 
 
@@ -136,19 +136,152 @@ def loaded_test(model):
     return splits.test
 
 
-def test_a_study_says_which_model_of_how_many(fresh_root, capsys):
+DURATION = r"\d+ (?:s|min \d+ s|h \d+ min)"
+UNTIMED = re.compile(rf", {DURATION}(?:, \S+/s, ETA {DURATION})?")
+"""The elapsed time and the pace of a plain progress line (they vary from run to run)."""
+
+
+def test_a_study_says_which_model_of_how_many(fresh_root, capsys, monkeypatch):
+    """Every task writes a line when it starts (which model of how many, train or ablate) and
+    progress lines while it runs, outside a terminal plain lines without a carriage return (a new
+    user saw nothing for 15 minutes: lines came only when a task ended); its run logs
+    ``progress/fraction`` while it runs (the MLflow UI's view of a RUNNING run)."""
     from attnstudy import api
     from attnstudy.experiment import load_experiment
+    from attnstudy.tracking import Tracker
 
+    monkeypatch.setenv("ATTNSTUDY_PROGRESS_SECONDS", "0")  # a line at every update
+    monkeypatch.setenv("ATTNSTUDY_PROGRESS_METRIC_SECONDS", "0")  # a metric at every update
     cfg = load_experiment(
         ROOT / "experiments" / "tiny.toml",
         overrides=["training.epochs=1", "ablation.ablations=['uniform']", "ablation.n_examples=2"],
     )
-    api.run(cfg, progress=True, report=False)
-    err = [re.sub(r", \d+ s\b", "", line) for line in capsys.readouterr().err.splitlines()]
-    for k, name in enumerate(["copy/additive-bahdanau/seed1", "copy/none-bahdanau/seed1"], 1):
-        head = f"train {name} epoch 1 (model {k} of 2): 7/7 batches ["
-        assert sum(line.startswith(head) for line in err) == 1, err
+    out = api.run(cfg, progress=True, report=False)
+    text = capsys.readouterr().err
+    assert "\r" not in text and "\x1b" not in text
+    err = [UNTIMED.sub("", line) for line in text.splitlines()]
+    names = ["copy/additive-bahdanau/seed1", "copy/none-bahdanau/seed1"]
+    for k, name in enumerate(names, 1):
+        head = f"train {name} epoch 1 (model {k} of 2): "
+        assert f"train {name} (model {k} of 2): started" in err, err
+        assert f"ablate {name} (model {k} of 2): started" in err, err
+        # a line while it runs (the first batch), and the epoch's last count once
+        assert sum(line.startswith(head + "1/7 batches [") for line in err) == 1, err
+        assert sum(line.startswith(head + "7/7 batches [") for line in err) == 1, err
+    starts = [line for line in err if line.endswith(": started")]
+    assert starts == [  # all trainings, then all ablations, in the study's order
+        f"{task} {name} (model {k} of 2): started"
+        for task in ("train", "ablate")
+        for k, name in enumerate(names, 1)
+    ]
     # the none model has no attention: uniform is skipped, it shows no ablation progress
     assert "ablations copy/additive-bahdanau/seed1 (model 1 of 2): 2/2 examples" in err, err
     assert not any(line.startswith("ablations copy/none-bahdanau") for line in err), err
+
+    tracker = Tracker()
+    for m in out.models:  # one value per batch: 1/7 … 7/7 of the one epoch
+        fractions = [v for _, v in tracker.metric_history(m.run_id, "progress/fraction")]
+        assert fractions == pytest.approx([i / 7 for i in range(1, 8)]), m.spec.name
+    additive = out.models[0].run_id
+    fractions = [v for _, v in tracker.metric_history(out.ablations[additive], "progress/fraction")]
+    assert fractions == [0.0, 1.0]  # at its start (RUNNING), then done
+
+
+@pytest.mark.slow
+def test_quiet_writes_no_progress_but_the_runs_still_log_it(fresh_root, capfd):
+    """``attnstudy run --quiet``: no start line, no progress line; ``progress/fraction`` is
+    still logged on every training and ablation run."""
+    from cli_in_process import run_cli
+
+    from attnstudy.tracking import Kind, Tag, Tracker
+
+    res = run_cli(
+        capfd,
+        [
+            "run",
+            str(ROOT / "experiments" / "tiny.toml"),
+            "--quiet",
+            "--no-report",
+            "--set",
+            "training.epochs=1",
+            "--set",
+            "ablation.ablations=['uniform']",
+            "--set",
+            "ablation.n_examples=2",
+        ],
+        cwd=fresh_root,
+        env={"ATTNSTUDY_PROGRESS_SECONDS": "0", "ATTNSTUDY_PROGRESS_METRIC_SECONDS": "0"},
+    )
+    assert res.returncode == 0, res.stderr
+    for word in ("started", "batches", "examples", "epoch"):
+        assert word not in res.stderr, res.stderr
+    tracker = Tracker()
+    runs = tracker.search_runs([tracker.experiment_id("tiny")])
+    worked = [r for r in runs if r.kind in (Kind.MODEL, Kind.ABLATION)]
+    assert len(worked) == 4, [(r.name, r.kind) for r in runs]
+    for r in worked:
+        last = tracker.metric_history(r.run_id, "progress/fraction")[-1][1]
+        assert last == 1.0, (r.name, r.tags.get(Tag.KIND))
+
+
+def test_a_long_unit_still_shows_a_line_every_interval(monkeypatch):
+    """One unit that takes long (an adversarial batch of a Transformer: minutes) showed nothing
+    until it ended: the heartbeat writes the count again with the time passed, and the run's
+    progress metric again."""
+    import time
+
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.05)
+    monkeypatch.setattr(progress, "METRIC_INTERVAL", 0.05)
+    monkeypatch.setattr(progress, "HEARTBEAT_FLOOR", 0.05)
+    out, reported = io.StringIO(), []
+    with progress.reporting(reported.append):
+        bar = Progress(4, "ablations m", unit="example", stream=out)
+    bar.update(1, note="adversarial")  # the first unit; the second takes long
+    time.sleep(0.5)
+    lines = out.getvalue().splitlines()
+    bar.close()
+    assert len(lines) >= 2, lines
+    assert all(line.startswith("ablations m: 1/4 examples, ") for line in lines), lines
+    assert all(line.endswith(" [adversarial]") for line in lines), lines
+    assert "\r" not in out.getvalue()
+    assert len(reported) >= 2 and set(reported) == {0.25}, reported  # again while it runs
+
+
+def test_pace_and_time_left_once_a_second_has_passed(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    out = io.StringIO()
+    bar = Progress(600, "ablations m", unit="example × prefix", stream=out)
+    clock.t = 150.0
+    bar.update(100)
+    bar.close()
+    assert out.getvalue().splitlines() == [
+        "ablations m: 100/600 examples × prefixes, 2 min 30 s, 0.667/s, ETA 12 min 30 s"
+    ]
+
+
+def test_a_span_maps_an_epoch_onto_the_whole_training():
+    got = []
+    with progress.reporting(got.append):
+        bar = Progress(4, "train m epoch 2", enabled=False, unit="batch", span=(0.25, 0.5))
+    for _ in range(4):
+        bar.update(1)
+    bar.close()
+    assert got[0] == pytest.approx(0.25 + 0.25 / 4) and got[-1] == 0.5
+
+
+def test_started_names_the_task_and_the_model_k_of_n():
+    out = io.StringIO()
+    with progress.stage("model 3 of 6"):
+        progress.started("ablate copy/general-luong/seed2", stream=out)
+        progress.started("ablate x", enabled=False, stream=out)
+    assert out.getvalue() == "ablate copy/general-luong/seed2 (model 3 of 6): started\n"
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "1e9"])
+def test_a_malformed_interval_is_refused_in_one_line(monkeypatch, value):
+    from attnstudy.config import ConfigError
+
+    monkeypatch.setenv("ATTNSTUDY_PROGRESS_METRIC_SECONDS", value)
+    with pytest.raises(ConfigError, match=r"^ATTNSTUDY_PROGRESS_METRIC_SECONDS=.* 0\.\.86400"):
+        progress.check_intervals()

@@ -4,6 +4,7 @@ the one-process study, and the number of workers it picks."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import tomllib
 from pathlib import Path
@@ -14,7 +15,9 @@ import torch
 from figures import figures_undrawn
 
 ROOT = Path(__file__).parents[2]
-TIMES = ("seconds", "per_second")  # wall-clock and CPU times: the only values that may differ
+# wall-clock and CPU times, and the progress metric logged by the clock: the only values that
+# may differ
+TIMES = ("seconds", "per_second", "progress/")
 RUN_IDS = ("run_id", "run id")
 
 
@@ -76,11 +79,11 @@ def _assert_same(a: object, b: object, where: str) -> None:
 
 
 @pytest.mark.slow
-def test_two_workers_store_the_same_tables_and_metrics_as_one(tmp_path, monkeypatch):
+def test_two_workers_store_the_same_tables_and_metrics_as_one(tmp_path, monkeypatch, capsys):
     """The tiny experiment with two seeds (4 models, their ablations, the seed variance) run with
     one worker (in the test process) and with two worker processes, into two stores: every
     metric (every step), param, table, JSON and weights file is the same, bit for bit, apart
-    from times and run ids."""
+    from times and run ids. The workers' start and progress lines reach the driver's stderr."""
     from attnstudy.analysis import step_scores
 
     from attnstudy import api
@@ -99,9 +102,16 @@ def test_two_workers_store_the_same_tables_and_metrics_as_one(tmp_path, monkeypa
             # figures saved undrawn in this process (PNG files are not compared)
             with figures_undrawn() if workers == 1 else contextlib.nullcontext():
                 cfg = _tiny(workers, scores=("notebook_gap",))
-                result = api.run(cfg, progress=False, report=False)
+                result = api.run(cfg, progress=True, report=False)
             assert not result.failures and len(result.ablations) == 4, result.failures
             stores[workers] = _stored(root)
+            err = capsys.readouterr().err
+            assert "\r" not in err
+            for k, spec in enumerate(cfg.runs(), 1):
+                for task in ("train", "ablate"):
+                    assert f"{task} {spec.name} (model {k} of 4): started" in err, err
+                epoch = f"train {spec.name} epoch 1 (model {k} of 4): "
+                assert any(line.startswith(epoch) for line in err.splitlines()), err
     finally:
         step_scores.unregister_step_score("notebook_gap")
     one, two = stores[1], stores[2]
@@ -279,6 +289,35 @@ def test_a_worker_does_not_repeat_the_notices_its_driver_gave():
         pool.submit(notices.notice, "task 't': 5 verses dropped").result(timeout=120)
         pool.submit(notices.notice, "a worker's own note").result(timeout=120)
         assert pool.submit(notices.said).result(timeout=120) == ["a worker's own note"]
+
+
+def test_a_workers_progress_lines_reach_the_drivers_stderr_whole():
+    """A worker's start and progress lines reach the driver, which writes them to its stderr
+    above its bar, each line whole (a worker wrote none: a study with workers showed a line only
+    when a task ended, nothing for 15 minutes)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from attnstudy import local_workers as lw
+    from attnstudy import progress
+
+    spawn = multiprocessing.get_context("spawn")
+    inbox, lines = spawn.Pipe(duplex=False)
+    out = io.StringIO()  # the driver's stderr, not a terminal
+    bar = progress.Progress(2, "local tasks", unit="task", stream=out, heartbeat=False)
+    relay = lw._relay(inbox, bar)
+    long = "x" * 5000  # longer than one atomic pipe write: cut, never split
+    with ProcessPoolExecutor(
+        max_workers=1, mp_context=spawn, initializer=lw._init_worker, initargs=(None, (), lines)
+    ) as pool:
+        pool.submit(progress.started, "train copy/additive-bahdanau/seed1").result(timeout=120)
+        pool.submit(progress.started, long).result(timeout=120)
+    lines.send_bytes(lw._END)
+    relay.join(timeout=10)
+    assert not relay.is_alive()
+    got = out.getvalue().splitlines()
+    assert got[0] == "train copy/additive-bahdanau/seed1: started"
+    assert got[1] == long[: lw.LINE_BYTES] and len(got) == 2
 
 
 def test_notices_are_recorded_in_order_and_skipped_only_when_said_elsewhere(caplog, monkeypatch):

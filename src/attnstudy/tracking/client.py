@@ -749,6 +749,19 @@ class Tracker:
         )
         return [RunRecord.of(r) for r in runs]
 
+    def progress_sink(self, run_id: str):
+        """A sink for :func:`attnstudy.progress.reporting`: logs the run's ``progress/fraction``
+        (0 to 1; its step is the whole seconds since the sink was made), so the MLflow UI shows
+        how far a RUNNING run is."""
+        t0 = time.monotonic()
+
+        def sink(fraction: float) -> None:
+            self.log_metrics(
+                run_id, {MetricName.PROGRESS: fraction}, step=int(time.monotonic() - t0)
+            )
+
+        return sink
+
     def get_run(self, run_id: str) -> RunRecord:
         """A run by id (a store error if it does not exist: use :meth:`find_run` for a user's id)."""
         return RunRecord.of(self._call(self.client.get_run, run_id))

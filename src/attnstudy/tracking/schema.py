@@ -111,6 +111,7 @@ class Metric:
     N_NONFINITE = "n_nonfinite_dropped"
     STUDY_N_OK = "study/n_ok"
     STUDY_N_FAILED = "study/n_failed"
+    PROGRESS = "progress/fraction"  # how far a RUNNING training or ablation is, 0 to 1
 
 
 @dataclass(frozen=True)
