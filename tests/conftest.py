@@ -33,6 +33,17 @@ def _one_worker():
         os.environ.pop("ATTNSTUDY_WORKERS", None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_system_metrics():
+    """No ``system/*`` sampler thread per run (``$ATTNSTUDY_SYSTEM_METRICS``): the suite's runs
+    last a second; tests/tracking/test_system_metrics.py turns it on."""
+    before = os.environ.get("ATTNSTUDY_SYSTEM_METRICS")
+    os.environ.setdefault("ATTNSTUDY_SYSTEM_METRICS", "0")
+    yield
+    if before is None:
+        os.environ.pop("ATTNSTUDY_SYSTEM_METRICS", None)
+
+
 _DECLARED_OUTPUTS = frozenset({".pytest_cache", "test-output"})
 """What the suite may create in the repository root: pytest's cache and the browser tests'
 screenshots (tests/ui/test_browser.py, git-ignored)."""

@@ -70,7 +70,7 @@ def ablate_run(
     }
     loaded.model.to(device)  # float32 whatever the training precision
     run_id = tracker.start_run(exp_id, f"{spec.name}/ablations", tags, model_run_id)
-    with tracker.active(run_id):
+    with tracker.active(run_id), tracker.system_metrics(run_id):  # CPU and memory as system/*
         tracker.log_params(run_id, cfg.flat())
         run_pages.log_analysed_dataset(tracker, run_id, spec, examples)
         from attnstudy.analysis.heatmaps import Recorder

@@ -343,7 +343,7 @@ def _train_run(
     tags = run_tags(spec, study_id=study_id, kind=Kind.MODEL, key=key, digest=data.digest)
     tags |= {Tag.DEVICE: str(device)}
     run_id = tracker.start_run(experiment_id, spec.name, tags, study_id)
-    with tracker.active(run_id):
+    with tracker.active(run_id), tracker.system_metrics(run_id):  # CPU and memory as system/*
         datasets = run_pages.log_model_datasets(tracker, run_id, spec, splits)
         params, full = spec.flat_params()
         tracker.log_params(run_id, params)

@@ -37,6 +37,7 @@ from ..signals import acknowledge_interrupt, check_interrupt, deferred_signals  
 from .leases import keeper_for  # noqa: E402
 from .schema import Metric as MetricName  # noqa: E402
 from .schema import RunRecord, Tag  # noqa: E402
+from .system_metrics import sampling, sampling_interval  # noqa: E402
 
 # no INFO chatter; store errors reach the user as one TrackingError line (MLflow's own ERROR
 # tracebacks, with SQL, would print hundreds of lines for one full disk); the CLI's --verbose
@@ -370,6 +371,7 @@ class Tracker:
             return
         try:
             root.mkdir(parents=True, exist_ok=True)
+        ConfigError: a bad ``$ATTNSTUDY_SYSTEM_METRICS`` or ``$ATTNSTUDY_SYSTEM_METRICS_SECONDS``.
             with open(root / ".init.lock", "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 try:
@@ -382,6 +384,7 @@ class Tracker:
             raise TrackingError(
                 f"cannot write the tracking store {db}: {err.strerror or err}; "
                 "choose a writable folder (ATTNSTUDY_ROOT) or set MLFLOW_TRACKING_URI"
+        self.system_interval = sampling_interval()  # system/* metrics of a run, None: off
             ) from None
 
     def _create_sqlite(self, db: Path) -> None:
@@ -746,6 +749,26 @@ class Tracker:
             filter_string,
             max_results=max_results,
             order_by=order_by or ["attributes.start_time DESC"],
+    def system_metrics(self, run_id: str):
+        """A context manager: within it, the CPU and memory of this process and the machine are
+        logged as the run's ``system/*`` metrics, every ``$ATTNSTUDY_SYSTEM_METRICS_SECONDS`` and
+        at its end (:mod:`attnstudy.tracking.system_metrics`; nothing with
+        ``$ATTNSTUDY_SYSTEM_METRICS=0``)."""
+        return sampling(self.client, run_id, self.system_interval)
+
+    def progress_sink(self, run_id: str):
+        """A sink for :func:`attnstudy.progress.reporting`: logs the run's ``progress/fraction``
+        (0 to 1; its step is the whole seconds since the sink was made), so the MLflow UI shows
+        how far a RUNNING run is."""
+        t0 = time.monotonic()
+
+        def sink(fraction: float) -> None:
+            self.log_metrics(
+                run_id, {MetricName.PROGRESS: fraction}, step=int(time.monotonic() - t0)
+            )
+
+        return sink
+
         )
         return [RunRecord.of(r) for r in runs]
 
