@@ -161,6 +161,10 @@ def report(
 
     Raises:
         LookupError: no such experiment or study run, or no store.
+        attnstudy.outputs.OutputError: ``out_dir`` or ``results_dir`` may not be written (a
+            protected place, or what attnstudy did not write or a user changed); nothing written.
+        attnstudy.outputs.ReplacedMeanwhileError: another process replaced the report folder
+            while this one was writing it.
     """
     from attnstudy.report import build_report, latest_study
 

@@ -22,12 +22,16 @@ A replace leaves two kinds of hidden sibling while it runs: ``.NAME.tmp-PID-…`
 built) and ``.NAME.old-PID-…`` (the folder being swapped out). Both carry the marker; a later
 replace of the same folder removes them only when process PID is gone (an interrupted run), never
 while it may still be working, and only when the marker vouches for what they hold (every file
-listed with its digest, or a folder still being built). Standard library only.
+listed with its digest, or a folder still being built). Several processes replacing one folder at
+once: each swap either succeeds or, where another process's folder came in between, ends in
+:class:`ReplacedMeanwhileError` (one line, exit 1) with nothing of it left behind; the folder is
+always one writer's, whole. Standard library only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -51,6 +55,22 @@ RESULTS_KIND = "results"
 
 class OutputError(ValueError):
     """An output folder the tool may not write (exit code 2): one line naming it and what to do."""
+
+
+class ReplacedMeanwhileError(RuntimeError):
+    """Another process replaced the output folder while this one was replacing it (exit code 1:
+    not bad input; running again writes it). Nothing of this process is left behind.
+
+    Attributes:
+        folder: the output folder.
+    """
+
+    def __init__(self, folder: Path, kept: Path | None = None):
+        self.folder = folder
+        text = f"another attnstudy process replaced {folder} meanwhile; run again once it is done"
+        if kept is not None:  # what this process swapped out could not be shown to be the tool's
+            text += f" (what {folder} held before is kept in {kept})"
+        super().__init__(text)
 
 
 def _digest(path: Path) -> str:
@@ -218,17 +238,20 @@ def clean_leftovers(out: Path) -> list[Path]:
         m = pattern.match(sib.name)
         if not m or sib.is_symlink() or not sib.is_dir() or _pid_alive(int(m["pid"])):
             continue
-        if not any(sib.iterdir()):
-            with contextlib.suppress(OSError):
+        try:  # another process cleaning up at the same time may remove it first
+            if not any(sib.iterdir()):
                 sib.rmdir()
                 removed.append(sib)
+                continue
+            marker = read_marker(sib)
+            if marker is None:
+                continue
+            building = m["what"] == "tmp" and marker.get("building") is True
+            if building or not _not_ours(sib, marker):
+                shutil.rmtree(sib, ignore_errors=True)
+                removed.append(sib)
+        except OSError:
             continue
-        marker = read_marker(sib)
-        if marker is None:
-            continue
-        if (m["what"] == "tmp" and marker.get("building") is True) or not _not_ours(sib, marker):
-            shutil.rmtree(sib, ignore_errors=True)
-            removed.append(sib)
     return removed
 
 
@@ -264,17 +287,40 @@ def _not_ours(folder: Path, marker: dict) -> list[tuple[str, str]]:
     return found
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of ``path`` itself, or None when it is missing."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def check_replaceable(out: Path, option: str, kind: str) -> None:
     """Refuse to replace ``out`` unless it is missing, empty, or a folder the tool made: its marker,
     of this ``kind``, lists every file and sub-folder it holds, and every listed file still has a
     digest the marker accepts (so a file the user changed is never replaced).
 
-    Every file is read once (SHA-256) on each check; report and model folders are small.
+    Every file is read once (SHA-256) on each check; report and model folders are small. A folder
+    that another process swaps for a new one during the check (another attnstudy writing the same
+    output) is checked again, the new one whole.
 
     Raises:
         OutputError: one line naming the folder, the first file or folder that is not the tool's,
             and what to do.
+        ReplacedMeanwhileError: the folder was swapped during each of three checks.
     """
+    for _ in range(3):
+        seen = _identity(out)
+        try:
+            return _check_replaceable_once(out, option, kind)
+        except (OutputError, FileNotFoundError, NotADirectoryError):
+            if _identity(out) == seen and seen is not None:  # the same folder throughout
+                raise
+    raise ReplacedMeanwhileError(out)
+
+
+def _check_replaceable_once(out: Path, option: str, kind: str) -> None:
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise OutputError(
             f"{option} {out} exists and is not a folder; give the name of a new folder"
@@ -367,11 +413,14 @@ def replace_folder(
 
     Raises:
         OutputError: ``out`` is protected or holds what the tool did not write (nothing written).
+        ReplacedMeanwhileError: another process replaced ``out`` while this one was building or
+            swapping (its folder stays; nothing of this call is left behind).
     """
     out = check_replace(out, kind=kind, option=option, store_folders=store_folders)
     out.parent.mkdir(parents=True, exist_ok=True)
     clean_leftovers(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
+    old = None
     try:
         tmp.chmod(0o777 & ~_umask())  # mkdtemp's 0700 would otherwise become the folder's mode
         write_marker(tmp, kind, {}, folders=(), building=True)
@@ -379,17 +428,49 @@ def replace_folder(
         files, folders = _listing(tmp)
         write_marker(tmp, kind, files, folders=folders)
         check_replaceable(out, option, kind)  # again: nothing arrived while building
-        old = None
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent))
-            os.replace(out, old)  # an empty folder made just now: replaced, not merged
-        os.replace(tmp, out)
+            try:
+                os.replace(out, old)  # an empty folder made just now: replaced, not merged
+            except FileNotFoundError:  # another writer swapped it out after the check
+                raise ReplacedMeanwhileError(out) from None
+        try:
+            os.replace(tmp, out)
+        except OSError as err:  # another writer swapped its folder in since: it stays
+            if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            raise ReplacedMeanwhileError(out, _drop_swapped_out(old, out)) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and old.exists():
+            _drop_swapped_out(old, out)
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return out
+
+
+def _drop_swapped_out(old: Path | None, out: Path) -> Path | None:
+    """After a replace of ``out`` failed past the point where ``old`` was made: the empty
+    placeholder is removed; the folder swapped out into it goes back to ``out`` when ``out`` is
+    missing (an interrupt between the two renames), else is removed when its marker still vouches
+    for everything in it (another writer's folder is in place). Returns ``old`` when it had to be
+    kept (it holds what the tool cannot show it made), else None."""
+    if old is None:
+        return None
+    with contextlib.suppress(OSError):
+        old.rmdir()  # the placeholder, never filled
+        return None
+    if not out.exists():
+        with contextlib.suppress(OSError):
+            os.replace(old, out)
+            return None
+    with contextlib.suppress(OSError):
+        marker = read_marker(old)
+        if marker is not None and not _not_ours(old, marker):
+            shutil.rmtree(old, ignore_errors=True)
+            return None
+    return old if old.exists() else None
 
 
 def check_files(

@@ -561,3 +561,103 @@ def test_report_out_and_results_keep_a_users_edits(study, store_root, tmp_path, 
     assert res.returncode == 2 and "tiny.csv was changed after attnstudy wrote it" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert snapshot(rep) == before_rep and snapshot(res_dir) == before_res
+
+
+# --- several writers of one folder at once -------------------------------------------------------
+
+
+def test_writers_racing_for_one_folder_succeed_or_say_so_in_one_line(tmp_path):
+    """Six processes replacing one folder at once, three times each: a raw ENOTEMPTY/ENOENT from
+    the swap and empty ``.NAME.old-PID-…`` folders were left; now each replace succeeds or says in
+    one line that another process replaced the folder, and nothing hidden is left beside it."""
+    import multiprocessing
+    import queue
+
+    import outputs_race
+
+    out = tmp_path / "racedir"
+    outputs.replace_folder(
+        out, lambda d: outputs_race.build("first", d), kind="report", option="-o"
+    )
+    ctx = multiprocessing.get_context("spawn")
+    start, results = ctx.Barrier(6), ctx.Queue()
+    procs = [
+        ctx.Process(target=outputs_race.writer, args=(str(out), start, results, 3))
+        for _ in range(6)
+    ]
+    for p in procs:
+        p.start()
+    outcomes = []
+    for _ in range(18):
+        try:
+            outcomes.append(results.get(timeout=60))
+        except queue.Empty:
+            break
+    for p in procs:
+        p.join(timeout=60)
+    assert [p.exitcode for p in procs] == [0] * 6
+    assert len(outcomes) == 18
+    line = f"another attnstudy process replaced {out} meanwhile; run again"
+    for outcome, text in outcomes:
+        assert outcome == "ok" or (outcome == "raced" and text.startswith(line)), text
+        assert "\n" not in text
+    assert any(outcome == "ok" for outcome, _ in outcomes)
+    assert [p.name for p in tmp_path.iterdir()] == ["racedir"]  # no .racedir.tmp-/old- left
+    held = snapshot(out)
+    writers = {content for name, content in held.items() if name != MARKER}
+    assert len(writers) == 1 and len(held) == outputs_race.FILES + 2  # one writer's, whole
+    outputs.check_replaceable(out, "-o", "report")  # and still provably the tool's
+
+
+def test_a_writer_that_lost_the_race_exits_1_in_one_line(fresh_root, tmp_path, monkeypatch, capfd):
+    """``report --out`` and ``hf_tiny``: another process's replace is not bad input (exit 1)."""
+    from attnstudy import api, cli
+
+    rep = tmp_path / "rep"
+
+    def raced(**kwargs):
+        raise outputs.ReplacedMeanwhileError(Path(kwargs["out_dir"]).resolve())
+
+    monkeypatch.setattr(api, "report", raced)
+    monkeypatch.setattr(cli, "_store", lambda args: None)
+    res = run_cli(capfd, ["report", "--study", "0" * 32, "--out", str(rep)], cwd=tmp_path, env={})
+    assert res.returncode == 1
+    assert res.stderr == (
+        f"attnstudy: error: another attnstudy process replaced {rep} meanwhile; run again once it "
+        "is done\n"
+    )
+
+    pytest.importorskip("transformers")
+    from attnstudy.models import hf_tiny
+
+    def raced_folder(folder, build, **kwargs):
+        raise outputs.ReplacedMeanwhileError(Path(folder).resolve())
+
+    monkeypatch.setattr(hf_tiny, "replace_folder", raced_folder)
+    assert hf_tiny.main([str(tmp_path / "tiny"), "--steps", "0"]) == 1
+    err = capfd.readouterr().err
+    assert err.endswith(
+        f"error: another attnstudy process replaced {tmp_path / 'tiny'} meanwhile; "
+        "run again once it is done\n"
+    )
+    assert err.count("\n") == 1, err
+
+
+def test_an_interrupt_between_the_two_renames_puts_the_old_folder_back(tmp_path, monkeypatch):
+    out = made_by_the_tool(tmp_path / "rep", "report", {"a.txt": "old"})
+    real, calls = os.replace, []
+
+    def interrupted(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:  # the old folder is out of the way, the new one not yet in
+            raise KeyboardInterrupt
+        real(src, dst)
+
+    monkeypatch.setattr(outputs.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        outputs.replace_folder(
+            out, lambda d: (d / "a.txt").write_text("new"), kind="report", option="-o"
+        )
+    monkeypatch.setattr(outputs.os, "replace", real)
+    assert (out / "a.txt").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["rep"]

@@ -22,7 +22,13 @@ from pathlib import Path
 
 import torch
 
-from ..outputs import HF_MODEL_KIND, OutputError, check_replace, replace_folder
+from ..outputs import (
+    HF_MODEL_KIND,
+    OutputError,
+    ReplacedMeanwhileError,
+    check_replace,
+    replace_folder,
+)
 
 __all__ = ["LEXICON", "bpe_merges", "build_tiny", "copy_pairs"]
 
@@ -231,6 +237,8 @@ def build_tiny(
         ValueError: an unknown family or tokenizer kind.
         attnstudy.outputs.OutputError: ``folder`` is not empty and was not made here, or is a
             protected place (the store, the current directory, the project root, ``$HOME``).
+        attnstudy.outputs.ReplacedMeanwhileError: another process replaced ``folder`` while this
+            one was writing it.
     """
     check_replace(folder, kind=HF_MODEL_KIND, option="FOLDER")  # before the minutes of training
     texts = copy_pairs(400, seed)
@@ -284,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     except OutputError as err:
         print(f"{p.prog}: error: {err}", file=sys.stderr)
         return 2
+    except ReplacedMeanwhileError as err:  # another process wrote the folder: not bad input
+        print(f"{p.prog}: error: {err}", file=sys.stderr)
+        return 1
     print(f"saved: {folder}")
     return 0
 

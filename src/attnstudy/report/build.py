@@ -115,6 +115,12 @@ def build_report(
 
     Returns:
         Path of ``report.html``.
+
+    Raises:
+        attnstudy.outputs.OutputError: the report or results folder may not be written
+            (:func:`attnstudy.outputs.replace_folder`, :func:`attnstudy.outputs.write_files`).
+        attnstudy.outputs.ReplacedMeanwhileError: another process replaced the report folder
+            meanwhile.
     """
     from ..browser import browser_data, browser_html
 
