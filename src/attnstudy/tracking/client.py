@@ -302,6 +302,7 @@ class Tracker:
         TrackingError: the store cannot be created or reached.
         StoreNotFoundError: ``create=False`` and there is no store at the URI.
         ValueError: an in-memory or file store URI, or a bad ``$ATTNSTUDY_TRACKING_TIMEOUT``.
+        ConfigError: a bad ``$ATTNSTUDY_SYSTEM_METRICS`` or ``$ATTNSTUDY_SYSTEM_METRICS_SECONDS``.
     """
 
     def __init__(
@@ -314,6 +315,7 @@ class Tracker:
         from ..config import check_tracking_uri, sqlite_database
 
         self.run_tags = dict(run_tags or {})
+        self.system_interval = sampling_interval()  # system/* metrics of a run, None: off
         self.uri = check_tracking_uri(uri or default_tracking_uri())
         self.display_uri = self.uri  # as the user gave it
         self.client_uri = self.uri  # what MLflow opens (a read-only store's differs)
@@ -371,7 +373,6 @@ class Tracker:
             return
         try:
             root.mkdir(parents=True, exist_ok=True)
-        ConfigError: a bad ``$ATTNSTUDY_SYSTEM_METRICS`` or ``$ATTNSTUDY_SYSTEM_METRICS_SECONDS``.
             with open(root / ".init.lock", "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 try:
@@ -384,7 +385,6 @@ class Tracker:
             raise TrackingError(
                 f"cannot write the tracking store {db}: {err.strerror or err}; "
                 "choose a writable folder (ATTNSTUDY_ROOT) or set MLFLOW_TRACKING_URI"
-        self.system_interval = sampling_interval()  # system/* metrics of a run, None: off
             ) from None
 
     def _create_sqlite(self, db: Path) -> None:
@@ -677,6 +677,26 @@ class Tracker:
         for i in range(0, len(items), 1000):
             self._call(self.client.log_batch, run_id, metrics=items[i : i + 1000])
 
+    def system_metrics(self, run_id: str):
+        """A context manager: within it, the CPU and memory of this process and the machine are
+        logged as the run's ``system/*`` metrics, every ``$ATTNSTUDY_SYSTEM_METRICS_SECONDS`` and
+        at its end (:mod:`attnstudy.tracking.system_metrics`; nothing with
+        ``$ATTNSTUDY_SYSTEM_METRICS=0``)."""
+        return sampling(self.client, run_id, self.system_interval)
+
+    def progress_sink(self, run_id: str):
+        """A sink for :func:`attnstudy.progress.reporting`: logs the run's ``progress/fraction``
+        (0 to 1; its step is the whole seconds since the sink was made), so the MLflow UI shows
+        how far a RUNNING run is."""
+        t0 = time.monotonic()
+
+        def sink(fraction: float) -> None:
+            self.log_metrics(
+                run_id, {MetricName.PROGRESS: fraction}, step=int(time.monotonic() - t0)
+            )
+
+        return sink
+
     def log_artifact(self, run_id: str, path: str | Path, artifact_path: str | None = None) -> None:
         self._call(self.client.log_artifact, run_id, str(path), artifact_path)
 
@@ -749,41 +769,8 @@ class Tracker:
             filter_string,
             max_results=max_results,
             order_by=order_by or ["attributes.start_time DESC"],
-    def system_metrics(self, run_id: str):
-        """A context manager: within it, the CPU and memory of this process and the machine are
-        logged as the run's ``system/*`` metrics, every ``$ATTNSTUDY_SYSTEM_METRICS_SECONDS`` and
-        at its end (:mod:`attnstudy.tracking.system_metrics`; nothing with
-        ``$ATTNSTUDY_SYSTEM_METRICS=0``)."""
-        return sampling(self.client, run_id, self.system_interval)
-
-    def progress_sink(self, run_id: str):
-        """A sink for :func:`attnstudy.progress.reporting`: logs the run's ``progress/fraction``
-        (0 to 1; its step is the whole seconds since the sink was made), so the MLflow UI shows
-        how far a RUNNING run is."""
-        t0 = time.monotonic()
-
-        def sink(fraction: float) -> None:
-            self.log_metrics(
-                run_id, {MetricName.PROGRESS: fraction}, step=int(time.monotonic() - t0)
-            )
-
-        return sink
-
         )
         return [RunRecord.of(r) for r in runs]
-
-    def progress_sink(self, run_id: str):
-        """A sink for :func:`attnstudy.progress.reporting`: logs the run's ``progress/fraction``
-        (0 to 1; its step is the whole seconds since the sink was made), so the MLflow UI shows
-        how far a RUNNING run is."""
-        t0 = time.monotonic()
-
-        def sink(fraction: float) -> None:
-            self.log_metrics(
-                run_id, {MetricName.PROGRESS: fraction}, step=int(time.monotonic() - t0)
-            )
-
-        return sink
 
     def get_run(self, run_id: str) -> RunRecord:
         """A run by id (a store error if it does not exist: use :meth:`find_run` for a user's id)."""
