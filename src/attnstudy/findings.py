@@ -13,7 +13,10 @@ report and configurable (``[report.verdict]`` of the experiment file, or ``attns
   output? Adversarial share of steps with an alternative within ε_eval (TVD) and its JSD;
 * **agrees?** — does attention rank source tokens as gradient and leave-one-out importance do?
   Kendall τ attn–grad and attn–LOO, set against τ grad–LOO (how well the two non-attention
-  measures agree with each other; unclear while that baseline is itself weak);
+  measures agree with each other; unclear while that baseline is itself weak); the sentence
+  also names attention's τ with any other measure measured (saliency, input × gradient,
+  integrated gradients, occlusion, contrastive gradient, norm, rollout), which the answer does
+  not read;
 * **aligns?** — is the attention argmax a word alignment? AER and attention mass on gold links.
 
 Where the opt-in ``faithfulness`` ablation ran, one more sentence names the ranking whose deletion
@@ -250,7 +253,9 @@ class Verdict:
     Attributes:
         used, unique, agrees, aligns: ``yes`` / ``no`` / ``unclear`` / ``n/a`` (not measured),
             and for ``agrees`` also ``weaker`` (less than gradient and LOO agree with each other;
-            ``unclear`` there when those two hardly agree themselves).
+            ``unclear`` there when those two hardly agree themselves); ``agrees`` is ``n/a``
+            without the importance ablation even where its sentence names attention's τ with
+            another measure (:data:`OTHER_ATTENTION_TAUS`).
         sentences: the generated text, one sentence per question (in that order), plus notes.
     """
 
@@ -411,13 +416,48 @@ def _unique(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
     v.sentences.append(s)
 
 
+OTHER_ATTENTION_TAUS = (
+    "ablation/saliency/tau_attn",
+    "ablation/input_x_gradient/tau_attn",
+    "ablation/integrated_gradients/tau_attn",
+    "ablation/occlusion/tau_attn",
+    "ablation/contrastive/tau_attn",
+    "ablation/norm/tau_attn_norm",
+    "ablation/rollout/tau_attn_rollout",
+    "ablation/norm/tau_attn_loo",
+    "ablation/rollout/tau_attn_loo",
+)
+"""Attention's Kendall τ against an importance measure, measured by an ablation other than
+``importance`` (``norm`` and ``rollout`` also rank by leave-one-out): the agreement sentence names
+each one measured, while the ``agrees`` answer reads the ``importance`` ablation alone (``n/a``
+without it)."""
+_ATTENTION_TAU_LABEL = "τ attention–"
+
+
+def _measure_name(f: ModelFacts, key: str) -> str:
+    """The measure of an :data:`OTHER_ATTENTION_TAUS` key as its label names it
+    (``τ attention–integrated gradients``: ``integrated gradients``); ``leave-one-out`` for an
+    unlabelled ``tau_attn_loo``; else its ablation (``integrated gradients``)."""
+    label = f.labels.get(key, "")
+    if label.startswith(_ATTENTION_TAU_LABEL):
+        return label.removeprefix(_ATTENTION_TAU_LABEL)
+    if key.endswith("/tau_attn_loo"):
+        return "leave-one-out"
+    return key.split("/")[1].replace("_", " ")
+
+
 def _agrees(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
     ag = f.get("importance", "tau_attn_grad")
     al = f.get("importance", "tau_attn_loo")
     gl = f.get("importance", "tau_grad_loo")
-    if ag is None and al is None:
-        v.sentences.append("Agreement with other importance measures was not measured.")
-        return
+    # each other measure once, by the first key measuring it (norm's and rollout's
+    # leave-one-out is importance's when that ran)
+    others: dict[str, Estimate] = {"leave-one-out": al} if al is not None else {}
+    for key in OTHER_ATTENTION_TAUS:
+        if (e := f.stats.get(key)) is not None:
+            others.setdefault(_measure_name(f, key), e)
+    if al is not None:
+        del others["leave-one-out"]
 
     def strength(e: Estimate) -> str:
         return (
@@ -433,6 +473,21 @@ def _agrees(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
         if _lo(e) <= 0:
             return f"shows no evidence of agreement with {name} at τ = {e.fmt(2)} (contains 0)"
         return f"agrees with {name} at τ = {e.fmt(2)} ({strength(e)})"
+
+    other_text = "; ".join(relation(name, e) for name, e in others.items())
+    if ag is None and al is None:
+        if not others:
+            v.sentences.append("Agreement with other importance measures was not measured.")
+            return
+        # a τ measured is said, never "not measured" below it; the answer stays n/a: its rule
+        # reads attention's τ with gradient × input and leave-one-out against theirs with each
+        # other, which the importance ablation measures
+        v.sentences.append(
+            f"Attention {other_text}; the answer on agreement reads attention's τ with "
+            "gradient × input and leave-one-out against theirs with each other (the importance "
+            "ablation), which was not measured."
+        )
+        return
 
     parts = [
         relation(name, e)
@@ -459,7 +514,7 @@ def _agrees(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
             s += ": about as well as they agree with each other, or better"
     else:
         v.agrees = "yes" if all(e.value >= t.tau_weak for e in (ag, al) if e) else "weaker"
-    s += "."
+    s += "." + (f" Attention also {other_text}." if others else "")
     v.sentences.append(s)
 
 
