@@ -1,5 +1,5 @@
 """What every ablation shares: prepared batches (a trace over the chosen prefix), the run context
-and seeded RNGs.
+and the seeded random streams.
 
 An ablation is a function ``fn(model, batch: PreparedBatch, params, ctx: AblationContext) ->
 DataFrame`` whose rows are decoder steps (``example_id``, ``step`` and its own columns); the suite
@@ -24,6 +24,8 @@ from attnstudy.devices import model_device
 from attnstudy.models import ALL, Seq2Seq, Trace, eval_mode
 
 from .divergences import entropy
+from .interventions import permutation_indices
+from .random_streams import COUNTER_1, LEGACY, RNG_SCHEMES, CounterStreams, permutations
 
 
 @dataclass(frozen=True)
@@ -31,20 +33,27 @@ class AblationContext:
     """What every ablation run shares beyond its own parameters.
 
     Attributes:
-        seed: the ablation seed (random draws come from :func:`step_generator`).
+        seed: the ablation seed (random draws come from :func:`step_streams`).
         chunk_rows: rows per output-layer call in local interventions (sized for the cache).
+        rng: the random streams' scheme, ``"counter-1"`` (counter-based,
+            :mod:`attnstudy.analysis.random_streams`) or ``"legacy"`` (:func:`step_generator`).
         cache: the run's attribution cache
             (:func:`~attnstudy.analysis.attribution.cached_attribution`), empty at the start.
     """
 
     seed: int = 0
     chunk_rows: int = 4096
+    rng: str = COUNTER_1
     cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.rng not in RNG_SCHEMES:
+            raise ValueError(f"unknown rng {self.rng!r}; valid: {', '.join(RNG_SCHEMES)}")
 
     @classmethod
     def of(cls, cfg) -> AblationContext:
         """From an :class:`~attnstudy.analysis.catalogue.AblationConfig`."""
-        return cls(seed=cfg.seed, chunk_rows=cfg.chunk_rows)
+        return cls(seed=cfg.seed, chunk_rows=cfg.chunk_rows, rng=cfg.rng)
 
 
 @dataclass
@@ -125,6 +134,49 @@ class StepStreams:
 
     def __call__(self, b: int, t: int) -> torch.Generator:
         return torch.Generator(device="cpu").manual_seed(self.seed_of(b, t))
+
+
+def step_streams(
+    ctx: AblationContext, example_ids: Sequence[str], purpose: str, start: int = 0
+) -> StepStreams | CounterStreams:
+    """The random streams of some batch rows' steps for one purpose, in ``ctx.rng``'s scheme.
+
+    Row ``b`` is example ``example_ids[b]``, its step ``t`` decoder step ``start + t``. Both kinds
+    are what :func:`attnstudy.analysis.interventions.permute` takes as ``generators``.
+
+    Returns:
+        :class:`~attnstudy.analysis.random_streams.CounterStreams` for ``"counter-1"``,
+        :class:`StepStreams` (reseeded torch generators) for ``"legacy"``.
+    """
+    if ctx.rng == LEGACY:
+        return StepStreams(ctx.seed, example_ids, purpose, start)
+    return CounterStreams(ctx.seed, example_ids, purpose, start)
+
+
+def step_permutations(
+    ctx: AblationContext,
+    example_id: str,
+    step: int,
+    purpose: str,
+    *,
+    n: int,
+    heads: int,
+    n_valid: int,
+) -> Tensor:
+    """The ``n`` permutations per head of one step's stream, drawn alone (the plain references'
+    draw): ``permutation_indices(step_generator(…), n, heads, n_valid)`` for ``"legacy"``, rows
+    p·H + h of :func:`~attnstudy.analysis.random_streams.permutations` for ``"counter-1"``.
+
+    Returns:
+        long (n, heads, n_valid) on the CPU: ``[p, h, i]`` is the valid item placed at i.
+    """
+    if ctx.rng == LEGACY:
+        return permutation_indices(
+            step_generator(ctx.seed, example_id, step, purpose), n, heads, n_valid
+        )
+    keys = CounterStreams(ctx.seed, [example_id], purpose).keys([0], [step])
+    perm = permutations(keys, n * heads, np.array([n_valid]), n_valid)
+    return torch.from_numpy(perm).to("cpu").view(n, heads, n_valid)
 
 
 def prepare_batches(

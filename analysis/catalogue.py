@@ -668,6 +668,11 @@ class AblationConfig(_Strict):
     n_examples: int = Field(200, ge=1, le=2_000_000)
     prefix: Literal["greedy", "reference"] = "greedy"
     seed: int = Field(0, ge=0, lt=2**63)
+    # how the random draws are made (docs/design.md §4): "counter-1", counter-based Philox streams
+    # (attnstudy.analysis.random_streams), or "legacy", a torch generator reseeded per step, the
+    # scheme of every run stored before this setting existed (left out of resolved(): its key and
+    # params stay those runs')
+    rng: Literal["counter-1", "legacy"] = "counter-1"
     bootstrap_resamples: int = Field(1000, ge=10, le=1_000_000)
     chunk_rows: int = Field(4096, ge=1, le=10_000_000)
     # the analysed units of a multi-layer, multi-head model: layer indices (negative from the top),
@@ -702,9 +707,15 @@ class AblationConfig(_Strict):
 
     def resolved(self) -> dict[str, Any]:
         """Every setting that determines the results, defaults filled in: the general fields and the
-        parameters of each selected ablation (for logging and the ablation key)."""
+        parameters of each selected ablation (for logging and the ablation key).
+
+        ``rng`` is left out when it is ``"legacy"``: a run stored before the setting existed has
+        no ``ablation.rng`` and was made with the legacy streams, so a legacy config keeps that
+        run's key and params (and reuses it); ``"counter-1"`` is a new key."""
         out: dict[str, Any] = {
-            k: getattr(self, k) for k in type(self).model_fields if k not in NOT_RESULT_SETTINGS
+            k: getattr(self, k)
+            for k in type(self).model_fields
+            if k not in NOT_RESULT_SETTINGS and not (k == "rng" and self.rng == "legacy")
         }
         for name in self.ablations:
             out[name] = self.params_for(name).model_dump(mode="json")

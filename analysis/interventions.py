@@ -15,8 +15,9 @@ broadcast over the middle axes of ``weights`` (B, …, T_x), so a function accep
 (``tests/analysis/test_interventions.py``): rows sum to 1 or are flagged empty (all zeros, never
 NaN), padding keeps exactly 0 weight, a permutation keeps the multiset of a row's weights,
 erasing padding changes nothing, and a row's replacement does not depend on the other rows of
-the batch (randomness comes from a generator per (seed, example, step, ablation),
-:func:`attnstudy.analysis.batch.step_generator`).
+the batch (randomness comes from a stream per (seed, example, step, purpose),
+:func:`attnstudy.analysis.batch.step_streams`: counter-based, or a reseeded generator in the legacy
+scheme).
 """
 
 from __future__ import annotations
@@ -28,8 +29,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .random_streams import CounterStreams, permutations, permutations_loop
+
 GeneratorFn = Callable[[int, int], torch.Generator]
-"""``fn(batch_row, step) -> torch.Generator``: the random stream of one (example, step)."""
+"""``fn(batch_row, step) -> torch.Generator``: the random stream of one (example, step) in the
+legacy scheme; :class:`~attnstudy.analysis.random_streams.CounterStreams` names the counter-based
+streams of the same rows and steps."""
 
 
 class Erased(NamedTuple):
@@ -132,7 +137,7 @@ def permute(
     weights: Tensor,
     valid: Tensor,
     n: int,
-    generators: GeneratorFn | torch.Generator,
+    generators: CounterStreams | GeneratorFn | torch.Generator,
     steps: Tensor | None = None,
 ) -> Permuted:
     """P random permutations of each attention row over its valid positions.
@@ -144,9 +149,13 @@ def permute(
         weights: (B, H, T_y, T_x) attention, or rows (B, H, T_x) (treated as T_y = 1).
         valid: bool (B, T_x), True at real positions.
         n: number of permutations P per step.
-        generators: ``fn(b, t) -> torch.Generator`` (one stream per example and step, e.g.
-            ``step_generator(seed, example_ids[b], t, "permutation")``), or one generator used
-            for the steps in (b, t) order.
+        generators: the streams of the rows' steps
+            (:func:`attnstudy.analysis.batch.step_streams`): counter-based
+            (:class:`~attnstudy.analysis.random_streams.CounterStreams`, step (b, t)'s
+            replacement p and head h the row p·H + h of its stream's permutations), or, in the
+            legacy scheme, ``fn(b, t) -> torch.Generator`` (one stream per example and step,
+            e.g. ``step_generator(seed, example_ids[b], t, "permutation")``) or one generator
+            used for the steps in (b, t) order.
         steps: optional bool (B, T_y), the steps to permute (default: all); other steps keep
             the original row and count as identity.
 
@@ -191,11 +200,14 @@ def permutation_index(
     steps: Tensor,
     n: int,
     heads: int,
-    generators: GeneratorFn | torch.Generator,
+    generators: CounterStreams | GeneratorFn | torch.Generator,
 ) -> PermutationIndex:
     """The P random permutations of :func:`permute` as a gather index, for the permuted steps.
 
-    Exactly the permutations of :func:`permutation_indices` called step by step in (b, t) order
+    Counter-based streams: every permuted step's P · H rows come from one
+    :func:`~attnstudy.analysis.random_streams.permutations` call (one Philox call and one sort
+    for the batch); steps with fewer than 2 valid positions are left out. Legacy generators:
+    exactly the permutations of :func:`permutation_indices` called step by step in (b, t) order
     (the generator calls are the same and in the same order; steps with fewer than 2 valid
     positions draw nothing and are left out), but drawn into one buffer (:func:`_draw_steps`)
     and argsorted for all steps at once (:func:`_argsort_draws`: every row sorted on its own, so
@@ -214,14 +226,21 @@ def permutation_index(
         :class:`PermutationIndex`, on the CPU (S = 0 when no step is permuted).
     """
     t_x = valid.size(1)
-    gen_fn = generators if callable(generators) else (lambda _b, _t: generators)
     nv = valid.sum(-1)  # (B,)
     todo = steps.nonzero()  # (S, 2), (b, t) order: the order of the generator calls
     todo = todo[nv[todo[:, 0]] >= 2]
     bs, ts = todo[:, 0], todo[:, 1]
     step_nv = nv[bs]
-    draw = _draw_steps(todo, step_nv, n, heads, t_x, gen_fn)
-    order, identity = _argsort_draws(draw, step_nv)  # (S, P, H, T_x): permutations of the slots
+    if isinstance(generators, CounterStreams):
+        # every step's P · H rows in one call (rows p·H + h of its stream, random_streams)
+        keys = generators.keys(bs.tolist(), ts.tolist())
+        order_np = permutations(keys, n * heads, step_nv.numpy(), t_x).reshape(-1, n, heads, t_x)
+        order = torch.from_numpy(order_np).to(valid.device)
+        identity = torch.from_numpy(_is_identity(order_np)).to(valid.device)
+    else:
+        gen_fn = generators if callable(generators) else (lambda _b, _t: generators)
+        draw = _draw_steps(todo, step_nv, n, heads, t_x, gen_fn)
+        order, identity = _argsort_draws(draw, step_nv)  # (S, P, H, T_x): the slots' orders
     # right-padded sources (every trace's): the slots are the positions, no scatter needed
     if bool((valid == (torch.arange(t_x, device=valid.device) < nv[:, None])).all()):
         return PermutationIndex(bs, ts, order, identity)
@@ -360,7 +379,7 @@ def _argsort_rows(draw: Tensor, lengths: Tensor) -> Tensor:
 
 
 def _permutation_index_loop(
-    valid: Tensor, steps: Tensor, n: int, heads: int, gen_fn: GeneratorFn
+    valid: Tensor, steps: Tensor, n: int, heads: int, gen_fn: CounterStreams | GeneratorFn
 ) -> tuple[Tensor, Tensor]:
     """Plain per-step reference of :func:`permutation_index` (one :func:`permutation_indices`
     call and one assignment per step), the test oracle of the batched version."""
@@ -373,7 +392,12 @@ def _permutation_index_loop(
         nv = pos.numel()
         if nv < 2:
             continue
-        perm = permutation_indices(gen_fn(bi, ti), n, heads, nv, device="cpu")  # (P, H, nv)
+        if isinstance(gen_fn, CounterStreams):  # the stream's P · H rows, drawn alone
+            key = gen_fn.keys([bi], [ti])
+            perm = permutations_loop(key, n * heads, [nv], nv)
+            perm = torch.from_numpy(perm).to(valid.device).view(n, heads, nv)
+        else:
+            perm = permutation_indices(gen_fn(bi, ti), n, heads, nv, device="cpu")  # (P, H, nv)
         index[bi, :, :, ti][..., pos] = pos[perm]  # view of (P, H, T_x), valid columns
         identity[bi, :, ti] = (perm == torch.arange(nv, device=perm.device)).all(-1).all(-1)
     return index, identity

@@ -30,7 +30,7 @@ class AblationResult:
     Attributes:
         table: one row per real decoder step (``example_id``, ``step``, ``layer`` …), or per
             example for an ablation whose unit is the example.
-        info: ``ablation``, ``params``, ``seed``, ``chunk_rows``, ``prefix``, ``layer``,
+        info: ``ablation``, ``params``, ``seed``, ``rng``, ``chunk_rows``, ``prefix``, ``layer``,
             ``version`` and ``commit``.
     """
 
@@ -65,6 +65,7 @@ def provenance(
         "ablation": name,
         "params": params.model_dump(mode="json"),
         "seed": ctx.seed,
+        "rng": ctx.rng,
         "chunk_rows": ctx.chunk_rows,
         "prefix": prefix,
         "layer": layer,
@@ -74,7 +75,14 @@ def provenance(
 
 
 def ablate(
-    model, batch: PreparedBatch, name: str, seed: int = 0, chunk_rows: int = 4096, **params: Any
+    model,
+    batch: PreparedBatch,
+    name: str,
+    seed: int = 0,
+    chunk_rows: int = 4096,
+    *,
+    rng: str = "counter-1",
+    **params: Any,
 ) -> AblationResult:
     """Run one catalogue ablation on one prepared batch.
 
@@ -85,6 +93,8 @@ def ablate(
             recorded).
         name: the ablation (:func:`attnstudy.analysis.catalogue.list_ablations`).
         seed, chunk_rows: the run context.
+        rng: the random streams' scheme, ``"counter-1"`` (the default) or ``"legacy"`` (the
+            runs stored before ``ablation.rng`` existed; docs/design.md §4).
         **params: the ablation's own parameters (e.g. ``n=100`` for permutation).
 
     Returns:
@@ -101,7 +111,7 @@ def ablate(
     if missing:
         raise ValueError(f"ablation {name!r} needs {', '.join(missing)}, which the model lacks")
     p = spec.params(**params)
-    ctx = AblationContext(seed=seed, chunk_rows=chunk_rows)
+    ctx = AblationContext(seed=seed, chunk_rows=chunk_rows, rng=rng)
     table = spec.function()(model, batch, p, ctx)
     return AblationResult(
         table, provenance(name, p, ctx, batch.prefix, getattr(batch.trace, "layer", 0))

@@ -55,6 +55,7 @@ from attnstudy.models import Seq2Seq, eval_mode, gradients_in_eval
 from .._chunks import ELEMENT_BUDGET, rows_given_attention
 from ..batch import AblationContext, PreparedBatch, step_generator
 from ..divergences import LN2, _smallest_positive, jsd, tvd
+from ..random_streams import LEGACY, CounterStreams, normals
 from ..step_scores import score_columns, score_stats
 
 NAME = "adversarial"
@@ -203,12 +204,16 @@ def _initial_logits(
     acfg: AdversarialParams,
     seed: int,
     heads: int,
+    rng: str = "counter-1",
 ) -> Tensor:
     """θ₀ = log(1/L) + N(0, σ²) on the L valid positions, 0 at padding. Shape (N, K, H, T_x).
 
-    The noise of row (example, step) comes from ``step_generator(seed, example id, step,
-    "adversarial")`` and is drawn for the valid positions only, so it does not depend on the
-    batch's padding or composition. Every head of a candidate starts from the same noise: with
+    The noise of row (example, step) comes from its stream (seed, example id, step,
+    "adversarial") and is drawn for the valid positions only, so it does not depend on the
+    batch's padding or composition: counter-based (``rng = "counter-1"``: normals 0 … K·L − 1 of
+    the stream, :func:`~attnstudy.analysis.random_streams.normals`, candidate k's position j
+    normal k·L + j, every row in one call; θ₀ computed in float64, then cast) or, in the legacy
+    scheme, ``torch.randn`` from ``step_generator``. Every head of a candidate starts from the same noise: with
     the head-mean JSD objective, heads started at different random points tend to settle on
     different vertices, a local maximum whose head mean stays close to α.
     """
@@ -217,6 +222,19 @@ def _initial_logits(
     # drawn and assembled on the CPU (the generators' device), moved to the model's device once
     cpu = torch.device("cpu")
     out = torch.zeros(len(b_idx), acfg.k, heads, t_x, dtype=tr.logits.dtype, device=cpu)
+    if rng != LEGACY:
+        ids = batch.example_ids
+        keys = CounterStreams(seed, ids, NAME).keys(b_idx.tolist(), t_idx.tolist())
+        lengths_np = tr.src_lengths.cpu()[b_idx.cpu()].numpy().astype(np.int64)  # (N,)
+        z = normals(keys, acfg.k * lengths_np)  # every row's K · L normals, concatenated
+        drawn = np.arange(t_x) < lengths_np[:, None, None]  # (N, 1, T_x)
+        drawn = np.broadcast_to(drawn, (len(lengths_np), acfg.k, t_x))
+        theta = np.zeros((len(lengths_np), acfg.k, t_x))
+        theta[drawn] = z * acfg.init_sd
+        theta += np.log(1.0 / np.maximum(lengths_np, 1))[:, None, None]
+        theta[~drawn] = 0.0
+        out[...] = torch.from_numpy(theta).to(cpu, out.dtype)[:, :, None, :]
+        return out.to(tr.src.device)
     lengths = tr.src_lengths.tolist()
     for n, (b, t) in enumerate(zip(b_idx.tolist(), t_idx.tolist())):
         length = int(lengths[b])
@@ -505,7 +523,9 @@ def _optimise(
     """
     acfg = params
     n_iter = acfg.steps if steps is None else steps
-    theta_all = _initial_logits(batch, b_idx, t_idx, acfg, ctx.seed, batch.trace.attention.size(1))
+    theta_all = _initial_logits(
+        batch, b_idx, t_idx, acfg, ctx.seed, batch.trace.attention.size(1), rng=ctx.rng
+    )
     # masked once: at −inf the softmax is exactly 0, its gradient exactly 0, and Adam leaves
     # θ = −inf there (a zero moment moves nothing)
     theta_all = theta_all.masked_fill(batch.trace.pad_mask[b_idx][:, None, None, :], float("-inf"))

@@ -26,7 +26,7 @@ from torch import Tensor
 from attnstudy.models import eval_mode, gradients_in_eval
 
 from .._chunks import base_probs, n_valid, require_attention, step_frame
-from ..batch import AblationContext, PreparedBatch, step_generator
+from ..batch import AblationContext, PreparedBatch, step_streams
 from ..divergences import kendall_tau
 from ..interventions import erase_max, permute, uniform
 
@@ -186,9 +186,8 @@ def to_foil(model, batch: PreparedBatch, base: Tensor, foil: Tensor, ok: Tensor,
                 ((arg == foil) & moved).double().masked_fill(~ok, math.nan)
             )
         ids = batch.example_ids
-        perm = permute(
-            att, valid, n, lambda b, t: step_generator(ctx.seed, ids[b], t, "permutation"), ok
-        )
+        # the permutation ablation's streams: its first n permutations of each step
+        perm = permute(att, valid, n, step_streams(ctx, ids, "permutation"), ok)
         arg = model.logits_given_attention(tr, perm.weights, ctx.chunk_rows, ok).argmax(-1)
         # shares of the permutations that are not the identity, as the permutation ablation's
         # flip rate (NaN where every permutation was the identity)

@@ -30,9 +30,14 @@ from attnstudy.models import Seq2Seq, Trace, eval_mode, gradients_in_eval
 from .._chunks import base_probs, n_valid, require_attention, step_frame, sub_trace, trace_chunks
 from ..batch import AblationContext, PreparedBatch, step_generator, step_seed
 from ..interventions import erase_ranked, valid_first
+from ..random_streams import LEGACY, CounterStreams, permutations, permutations_loop
 
 RANKINGS = ("attn_desc", "attn_asc", "random", "grad_desc", "grad_attn_desc")
 """Ranking names as they appear in the columns ``erase_<ranking>_…``."""
+
+ERASE_PURPOSE = "erase_random"
+"""The counter-based streams' purpose of the random orders (order i is row i of a step's
+stream); the legacy scheme has one generator per order, ``"erase_random/i"``."""
 
 
 class EraseUntilFlipParams(Params):
@@ -153,8 +158,8 @@ def ranking_orders(
 ) -> dict[str, Tensor]:
     """Erasure orders of every ranking, each long (B, T_y, T_x), valid positions first.
 
-    Random orders are keyed ``random/0`` … ``random/{n-1}``, drawn with
-    ``step_generator(ctx.seed, example_id, t, "erase_random/i")`` (:func:`random_orders`).
+    Random orders are keyed ``random/0`` … ``random/{n-1}`` (:func:`random_orders`, in
+    ``ctx.rng``'s scheme).
     """
     tr = batch.trace
     att = tr.attention
@@ -168,7 +173,12 @@ def ranking_orders(
         "grad_attn_desc": _order((grad * att).sum(1), valid),
     }
     randoms = random_orders(
-        valid, tr.step_mask, batch.example_ids, seed=ctx.seed, n=params.n_random_orders
+        valid,
+        tr.step_mask,
+        batch.example_ids,
+        seed=ctx.seed,
+        n=params.n_random_orders,
+        rng=ctx.rng,
     )
     for i, order in enumerate(randoms):
         orders[f"random/{i}"] = order.to(tr.src.device)
@@ -176,11 +186,21 @@ def ranking_orders(
 
 
 def random_orders(
-    valid: Tensor, step_mask: Tensor, example_ids: Sequence[str], *, seed: int, n: int
+    valid: Tensor,
+    step_mask: Tensor,
+    example_ids: Sequence[str],
+    *,
+    seed: int,
+    n: int,
+    rng: str = "counter-1",
 ) -> list[Tensor]:
     """The ``n`` random erasure orders of every real step, drawn as :func:`random_orders_loop`.
 
-    Exactly that loop's orders: step (b, t)'s i-th order is its valid positions (ascending)
+    Counter-based streams (``rng = "counter-1"``): step (b, t)'s i-th order is its valid positions
+    (ascending) permuted by row i of the stream (seed, example_ids[b], t, "erase_random")
+    (:func:`attnstudy.analysis.random_streams.permutations`, every step in one call), then its
+    padding positions (ascending). Legacy (``"legacy"``), exactly the loop's orders: step (b,
+    t)'s i-th order is its valid positions (ascending)
     permuted by ``torch.randperm(n_valid, generator=step_generator(seed, example_ids[b], t,
     "erase_random/i"))``, then its padding positions (ascending); steps that are not real keep
     0, 1, …, T_x − 1. One CPU generator is reseeded per draw (:func:`step_seed`, the seed
@@ -190,6 +210,7 @@ def random_orders(
     Args:
         valid: bool (B, T_x), True at real positions. step_mask: bool (B, T_y), the real steps.
         example_ids: the example id of each batch row. seed: the ablation seed. n: orders.
+        rng: the scheme, ``"counter-1"`` or ``"legacy"``.
 
     Returns:
         ``n`` long tensors (B, T_y, T_x), on the CPU.
@@ -203,6 +224,16 @@ def random_orders(
     nv = valid.sum(-1)
     slots = valid_first(valid)[bs]  # (S, T_x)
     step_nv = nv[bs]
+    if rng != LEGACY:
+        keys = CounterStreams(seed, example_ids, ERASE_PURPOSE).keys(bs.tolist(), ts.tolist())
+        index = torch.from_numpy(permutations(keys, n, step_nv.numpy(), t_x)).to(cpu)  # (S, n, T_x)
+        orders = slots[:, None, :].expand(index.shape).gather(-1, index)
+        out = []
+        for i in range(n):
+            order = base.clone()
+            order[bs, ts] = orders[:, i]
+            out.append(order)
+        return out
     draws = [
         (b, t, k)
         for (b, t), k in zip(todo.tolist(), step_nv.tolist())
@@ -232,22 +263,34 @@ def random_orders(
 
 
 def random_orders_loop(
-    valid: Tensor, step_mask: Tensor, example_ids: Sequence[str], *, seed: int, n: int
+    valid: Tensor,
+    step_mask: Tensor,
+    example_ids: Sequence[str],
+    *,
+    seed: int,
+    n: int,
+    rng: str = "counter-1",
 ) -> list[Tensor]:
-    """Plain per-step reference of :func:`random_orders` (a generator and a ``torch.randperm``
-    per real step and order), the test oracle of the batched version; same arguments, same
-    result."""
+    """Plain per-step reference of :func:`random_orders` (per real step and order: the
+    counter-based stream's row drawn alone, or a generator and a ``torch.randperm`` in the legacy
+    scheme), the test oracle of the batched version; same arguments, same result."""
     cpu = torch.device("cpu")
     valid_cpu, real = valid.to(cpu), step_mask.to(cpu).nonzero().tolist()
     t_x = valid.size(1)
     base = torch.arange(t_x, device=cpu).expand(step_mask.shape + (t_x,))
+    streams = CounterStreams(seed, example_ids, ERASE_PURPOSE)
     out = []
     for i in range(n):
         order = base.clone()
         for b, t in real:
             pos = valid_cpu[b].nonzero()[:, 0]
-            gen = step_generator(seed, example_ids[b], t, f"erase_random/{i}")
-            draw = torch.randperm(pos.numel(), generator=gen, device=gen.device)
+            if rng != LEGACY:
+                k = pos.numel()
+                row = permutations_loop(streams.keys([b], [t]), n, [k], k)[0, i]
+                draw = torch.from_numpy(row).to(cpu)
+            else:
+                gen = step_generator(seed, example_ids[b], t, f"erase_random/{i}")
+                draw = torch.randperm(pos.numel(), generator=gen, device=gen.device)
             order[b, t, : pos.numel()] = pos[draw]
             order[b, t, pos.numel() :] = (~valid_cpu[b]).nonzero()[:, 0]
         out.append(order)

@@ -46,6 +46,8 @@ from attnstudy.models import eval_mode
 from .._chunks import step_frame
 from ..batch import AblationContext, PreparedBatch, step_generator
 from ..contract import capabilities
+from ..interventions import valid_first
+from ..random_streams import LEGACY, CounterStreams, permutations
 
 
 class FaithfulnessParams(Params):
@@ -211,15 +213,31 @@ def order_of(scores: Tensor, pad_mask: Tensor) -> Tensor:
     return torch.sort(-key, dim=-1, stable=True).indices
 
 
-def random_orders(tr, n_random: int, seed: int, example_ids) -> list[Tensor]:
-    """``n_random`` seeded random orders of the valid positions of every step (padding last);
-    step t of an example draws from ``step_generator(seed, example id, t, "faithfulness")``, so the
-    orders do not depend on the batch.
+def random_orders(
+    tr, n_random: int, seed: int, example_ids, rng: str = "counter-1"
+) -> list[Tensor]:
+    """``n_random`` seeded random orders of the valid positions of every step (padding last),
+    which do not depend on the batch: step t of an example draws from its stream (seed, example
+    id, t, "faithfulness") — counter-based (``rng = "counter-1"``: order i is row i of the
+    stream's :func:`~attnstudy.analysis.random_streams.permutations`, every step in one call;
+    steps that are not real keep the valid positions in order) or, in the legacy scheme,
+    ``step_generator``'s uniforms sorted descending.
 
     Returns:
         ``n_random`` long (B, T_y, T_x) orders.
     """
     b, t_y, t_x = tr.tgt_in.size(0), tr.tgt_in.size(1), tr.src.size(1)
+    if rng != LEGACY:
+        valid = ~tr.pad_mask.cpu()
+        slots = valid_first(valid)  # (B, T_x): valid positions, then padding
+        bs, ts = tr.step_mask.cpu().nonzero(as_tuple=True)
+        keys = CounterStreams(seed, example_ids, SPEC.name).keys(bs.tolist(), ts.tolist())
+        index = permutations(keys, n_random, valid.sum(-1)[bs].numpy(), t_x)  # (S, n, T_x)
+        index = torch.from_numpy(index).to(slots.device)
+        rows = slots[bs][:, None, :].expand(-1, n_random, -1).gather(-1, index)
+        orders = slots[None, :, None, :].expand(n_random, b, t_y, t_x).clone()
+        orders[:, bs, ts] = rows.transpose(0, 1)
+        return list(orders.to(tr.src.device))
     # drawn on the CPU (the step generators are CPU generators), moved to the model's device below
     keys = torch.zeros(n_random, b, t_y, t_x, dtype=torch.float64, device="cpu")
     lengths = tr.src_lengths.tolist()
@@ -386,7 +404,7 @@ def run(model, batch: PreparedBatch, params: FaithfulnessParams, ctx: AblationCo
     names = list(scores)
     orders = [order_of(s, tr.pad_mask) for s in scores.values()]
     n_rand = params.n_random if "random" in params.rankings else 0
-    orders += random_orders(tr, n_rand, ctx.seed, batch.example_ids)
+    orders += random_orders(tr, n_rand, ctx.seed, batch.example_ids, ctx.rng)
     lengths = tr.src_lengths.tolist()
     # k = 1 first, then the fractions' k
     ks = torch.tensor(

@@ -25,9 +25,9 @@ from .._chunks import (
     sub_trace,
     trace_chunks,
 )
-from ..batch import AblationContext, PreparedBatch, StepStreams, step_generator
+from ..batch import AblationContext, PreparedBatch, step_permutations, step_streams
 from ..divergences import tvd
-from ..interventions import permutation_index, permutation_indices
+from ..interventions import permutation_index
 from ..step_scores import score_columns, score_stats, step_score
 
 
@@ -85,7 +85,8 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
     """Local permutation test at every real decoder step (Jain & Wallace 2019, §4.1, Fig. 5).
 
     For step t with attention α_t (every head permuted independently over the valid source
-    positions, generator ``step_generator(ctx.seed, example_id, t, "permutation")``):
+    positions, stream (ctx.seed, example_id, t, "permutation") of ``ctx.rng``'s scheme,
+    :func:`attnstudy.analysis.batch.step_streams`):
     ``median_π TVD(p_t, p_t(α_t[π]))`` with TVD = ½ Σ_v |p − p̃| over the full output vocabulary,
     and the fraction of permutations whose argmax differs from argmax p_t. The permuted steps'
     rows go through the model's row form of the local intervention
@@ -127,7 +128,7 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
             steps = sub.step_mask & (nv[rows] >= 2)[:, None]
             if not bool(steps.any()):
                 continue
-            streams = StepStreams(ctx.seed, [ids[i] for i in rows.tolist()], SPEC.name, chunk.start)
+            streams = step_streams(ctx, [ids[i] for i in rows.tolist()], SPEC.name, chunk.start)
             # the permuted steps, (b, t) order: the S rows of everything below
             sb, st, index, identity = permutation_index(
                 (~sub.pad_mask).to(cpu), steps.to(cpu), p_count, sub.attention.size(1), streams
@@ -237,7 +238,7 @@ def permutation_loop_reference(
 ) -> pd.DataFrame:
     """Plain-loop reference of :func:`run`: one forward per permutation per step.
 
-    Uses the same generators and the same draw (:func:`attnstudy.analysis.interventions.permutation_indices`),
+    Uses the same streams, each step's drawn alone (:func:`attnstudy.analysis.batch.step_permutations`),
     builds each permuted row by hand and recomputes the step with
     ``attention.context`` + ``decoder.output_given_context`` for that single row. Slow by
     design; the result equals :func:`run` (to float rounding).
@@ -273,13 +274,9 @@ def permutation_loop_reference(
 
             row = att[b, :, t]
             base = probs_of(row)
-            perms = permutation_indices(
-                step_generator(ctx.seed, batch.example_ids[b], t, "permutation"),
-                params.n,
-                h,
-                nv,
-                device=dev,
-            )
+            perms = step_permutations(
+                ctx, batch.example_ids[b], t, "permutation", n=params.n, heads=h, n_valid=nv
+            ).to(dev)
             ds, fs, n_id = [], [], 0
             for perm in perms:  # (H, nv)
                 if bool((perm == torch.arange(nv, device=dev)).all()):

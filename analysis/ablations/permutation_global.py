@@ -11,7 +11,7 @@ from attnstudy.metrics import edit_distance
 from attnstudy.models import ALL, Seq2Seq, eval_mode
 
 from .._chunks import require_attention
-from ..batch import AblationContext, PreparedBatch, step_generator
+from ..batch import AblationContext, PreparedBatch, step_streams
 from ..interventions import permute
 
 SPEC = AblationSpec(
@@ -62,8 +62,8 @@ def run(
 ) -> pd.DataFrame:
     """Global permutation: free-running greedy decoding with α_t permuted at every step.
 
-    One permutation per step and head (generator ``step_generator(ctx.seed, example_id, t,
-    "permutation_global")``), applied inside :meth:`Seq2Seq.decode` so the changed outputs feed
+    One permutation per step and head (stream (ctx.seed, example_id, t, "permutation_global")
+    of ``ctx.rng``'s scheme, :func:`attnstudy.analysis.batch.step_streams`), applied inside :meth:`Seq2Seq.decode` so the changed outputs feed
     the following steps. The original output is the model's greedy decode without intervention.
 
     Args:
@@ -88,10 +88,8 @@ def run(
     max_len = int(max_decode_factor * int(tr.src_lengths.max())) + 2
 
     def intervene(weights: torch.Tensor, t: int) -> torch.Tensor:  # (B, H, T_x)
-        def gen(b: int, _t: int) -> torch.Generator:
-            return step_generator(ctx.seed, ids[b], t, "permutation_global")
-
-        return permute(weights, valid, 1, gen).weights[:, 0]
+        # rows: permute's step 0 of each row is decoder step t
+        return permute(weights, valid, 1, step_streams(ctx, ids, SPEC.name, t)).weights[:, 0]
 
     # the analysed unit: a model with one layer and all heads analysed needs no selector
     unit = {}

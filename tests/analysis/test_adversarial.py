@@ -561,3 +561,39 @@ def test_adversarial_scores_cannot_replace_its_columns():
     with pytest.raises(ValueError, match="tvd and flip are reported already"):
         AblationConfig(adversarial={"scores": ["tvd"]})
     assert "scores" not in AblationConfig().resolved()["adversarial"]
+
+
+@pytest.mark.parametrize("rng", ["counter-1", "legacy"])
+def test_initial_logits_are_each_rows_own_stream_by_hand(data, rng):
+    """θ₀ of row (example, step) = log(1/L) + σ · z on its L valid positions, 0 at padding, the
+    same for every head: z the stream's normals k·L … k·L + L − 1 for candidate k (counter-1,
+    float64 then cast) or ``torch.randn((K, 1, L))`` of the step's generator (legacy); a batch of
+    one example gives its rows the same θ₀."""
+    from attnstudy.analysis import random_streams
+    from attnstudy.analysis.ablations.adversarial import _initial_logits, _searched_rows
+    from attnstudy.analysis.batch import step_generator
+
+    acfg = cfg_with(k=3, init_sd=2.0).params_for("adversarial")
+    model = make_model(data, "multihead", "luong", heads=2)
+    batch = batch_of(model, data)
+    b_idx, t_idx = _searched_rows(batch)
+    theta = _initial_logits(batch, b_idx, t_idx, acfg, 3, 2, rng=rng)
+    lengths = batch.trace.src_lengths
+    for n in (0, len(b_idx) - 1):
+        b, t = int(b_idx[n]), int(t_idx[n])
+        ex, length = batch.example_ids[b], int(lengths[b])
+        if rng == "counter-1":
+            key = np.array([random_streams.stream_key(3, ex, t, "adversarial")], np.uint64)
+            z = torch.from_numpy(random_streams.normals(key, 3 * length)[0].reshape(3, 1, length))
+            want = (math.log(1.0 / length) + 2.0 * z).float()
+        else:
+            z = torch.randn((3, 1, length), generator=step_generator(3, ex, t, "adversarial"))
+            want = math.log(1.0 / length) + z * 2.0
+        assert torch.equal(theta[n, :, :, :length], want.expand(3, 2, length))
+        assert (theta[n, :, :, length:] == 0).all()
+    alone = next(prepare_batches(model, [data[0][b_idx[-1]]], data[1], data[2], "reference", 1))
+    rows = _searched_rows(alone)
+    mine = (b_idx == b_idx[-1]).nonzero()[:, 0]
+    got = _initial_logits(alone, *rows, acfg, 3, 2, rng=rng)
+    width = int(lengths[b_idx[-1]])
+    assert torch.equal(got[..., :width], theta[mine][..., :width])

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 from analysis_testkit import VOCAB, LinearReadout, call, hand_batch, one_batch, sharpen, tiny_model
-from attnstudy.analysis import interventions
+from attnstudy.analysis import interventions, random_streams
 from attnstudy.analysis.ablations import erase_until_flip as eflip
 from attnstudy.analysis.ablations.erase_until_flip import (
     attention_gradient,
@@ -47,8 +48,23 @@ def _batch():
 CFG = AblationConfig(n_random_orders=4, seed=7)
 
 
-def test_erase_until_flip_by_hand():
-    out = call("erase_until_flip", _readout(), _batch(), CFG).set_index("example_id")
+def _random_order(rng: str, seed: int, example_id: str, step: int, i: int, n: int, k: int):
+    """Random erasure order i of a step's k valid items, drawn by hand: the stable argsort of
+    words i·k … i·k + k − 1 of the step's "erase_random" Philox stream (counter-1), or
+    ``torch.randperm`` from the legacy generator of "erase_random/i"."""
+    if rng == "legacy":
+        return torch.randperm(
+            k, generator=step_generator(seed, example_id, step, f"erase_random/{i}")
+        ).tolist()
+    key = random_streams.stream_key(seed, example_id, step, "erase_random")
+    words = random_streams.words(np.array([key], np.uint64), n * k)[0].reshape(n, k)
+    return np.argsort(words[i], kind="stable").tolist()
+
+
+@pytest.mark.parametrize("rng", ["counter-1", "legacy"])
+def test_erase_until_flip_by_hand(rng):
+    cfg = CFG.model_copy(update={"rng": rng})
+    out = call("erase_until_flip", _readout(), _batch(), cfg).set_index("example_id")
     r0 = out.loc["h/0"]
     # attention ↓ erases 0, 1, 2 and never reaches position 3 (n_valid − 1 = 3 items at most)
     assert r0["erase_attn_desc_never_flipped"] == 1.0 and math.isnan(
@@ -61,10 +77,9 @@ def test_erase_until_flip_by_hand():
         assert r0[f"erase_{r}_frac_mass"] == pytest.approx(0.1)
     # random: flips when position 3 is erased, if it is not last
     fracs, masses, never = [], [], []
-    for i in range(CFG.params_for("erase_until_flip").n_random_orders):
-        order = torch.randperm(
-            4, generator=step_generator(CFG.seed, "h/0", 0, f"erase_random/{i}")
-        ).tolist()
+    n = CFG.params_for("erase_until_flip").n_random_orders
+    for i in range(n):
+        order = _random_order(rng, CFG.seed, "h/0", 0, i, n, 4)
         rank = order.index(3)
         if rank == 3:
             never.append(1.0)
@@ -142,15 +157,16 @@ def _erase_models():
     }
 
 
+@pytest.mark.parametrize("rng", ["counter-1", "legacy"])
 @pytest.mark.parametrize("flow", ["luong", "transformer"])
-def test_random_orders_are_the_per_step_loops(examples, flow):
+def test_random_orders_are_the_per_step_loops(examples, flow, rng):
     model = _erase_models()[flow]
     tr = one_batch(model, examples).trace
     valid = ~tr.pad_mask
     assert not bool(valid.all()) and bool((valid.sum(-1) < 2).any())  # padding, a 1-item source
     ids = [ex.id for ex in examples]
-    fast = eflip.random_orders(valid, tr.step_mask, ids, seed=11, n=3)
-    slow = eflip.random_orders_loop(valid, tr.step_mask, ids, seed=11, n=3)
+    fast = eflip.random_orders(valid, tr.step_mask, ids, seed=11, n=3, rng=rng)
+    slow = eflip.random_orders_loop(valid, tr.step_mask, ids, seed=11, n=3, rng=rng)
     assert len(fast) == len(slow) == 3
     for a, b in zip(fast, slow):
         assert torch.equal(a, b)
@@ -160,16 +176,17 @@ def test_random_orders_are_the_per_step_loops(examples, flow):
     row = fast[0][b, t]
     assert sorted(row[:nv].tolist()) == valid[b].nonzero()[:, 0].tolist()
     assert row[nv:].tolist() == (~valid[b]).nonzero()[:, 0].tolist()
-    gen = step_generator(11, ids[b], t, "erase_random/0")
-    assert row[:nv].tolist() == valid[b].nonzero()[:, 0][torch.randperm(nv, generator=gen)].tolist()
+    drawn = torch.tensor(_random_order(rng, 11, ids[b], t, 0, 3, nv))
+    assert row[:nv].tolist() == valid[b].nonzero()[:, 0][drawn].tolist()
     assert not torch.equal(fast[0], fast[1])  # the orders differ
 
 
-def test_random_orders_with_padding_inside_the_source():
+@pytest.mark.parametrize("rng", ["counter-1", "legacy"])
+def test_random_orders_with_padding_inside_the_source(rng):
     valid = torch.tensor([[True, False, True, True, False], [False, True, True, False, True]])
     steps = torch.tensor([[True, True, False], [True, False, False]])
-    fast = eflip.random_orders(valid, steps, ["a", "b"], seed=2, n=4)
-    slow = eflip.random_orders_loop(valid, steps, ["a", "b"], seed=2, n=4)
+    fast = eflip.random_orders(valid, steps, ["a", "b"], seed=2, n=4, rng=rng)
+    slow = eflip.random_orders_loop(valid, steps, ["a", "b"], seed=2, n=4, rng=rng)
     for a, b in zip(fast, slow):
         assert torch.equal(a, b)
     assert fast[0][0, 0, 3:].tolist() == [1, 4] and fast[0][1, 0, 3:].tolist() == [0, 3]

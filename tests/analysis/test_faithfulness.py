@@ -208,3 +208,43 @@ def test_the_verdict_names_the_most_faithful_ranking_with_its_interval():
     )
     assert "No ranking is clearly the most faithful" in verdict(facts(0.25)).text
     assert "faithful" not in verdict(ModelFacts("m", "additive")).text  # not measured: silent
+
+
+@pytest.mark.parametrize("rng", ["counter-1", "legacy"])
+def test_random_orders_are_each_steps_own_stream(rng):
+    """Random order i of step (b, t): its valid positions in the order of row i of the stream
+    (seed, example id, t, "faithfulness") — the stable argsort of the row's words (counter-1) or
+    the step generator's uniforms sorted descending (legacy) — then padding; a batch of one
+    example draws the same orders."""
+    from attnstudy.analysis import random_streams
+    from attnstudy.analysis.batch import step_generator
+
+    model = sharpen(tiny_model("multihead", "luong"))
+    examples = make_examples()
+    batch = one_batch(model, examples, prefix="greedy")
+    tr = batch.trace
+    got = random_orders(tr, 3, 4, batch.example_ids, rng)
+    b = int(tr.src_lengths.argmin())  # a source with padding
+    n, t_x = int(tr.src_lengths[b]), tr.src.size(1)
+    assert n < t_x
+    for t in range(int(tr.step_mask[b].sum())):
+        if rng == "counter-1":
+            key = random_streams.stream_key(4, batch.example_ids[b], t, "faithfulness")
+            w = random_streams.words(np.array([key], np.uint64), 3 * n)[0].reshape(3, n)
+            want = np.argsort(w, axis=-1, kind="stable")
+        else:
+            u = torch.rand(
+                3,
+                n,
+                generator=step_generator(4, batch.example_ids[b], t, "faithfulness"),
+                dtype=torch.float64,
+            )
+            want = torch.sort(-u, dim=-1, stable=True).indices.numpy()
+        for i in range(3):
+            assert got[i][b, t, :n].tolist() == want[i].tolist()
+            assert got[i][b, t, n:].tolist() == list(range(n, t_x))
+    alone = one_batch(model, [examples[b]], prefix="greedy")
+    mine = random_orders(alone.trace, 3, 4, alone.example_ids, rng)
+    steps = int(tr.step_mask[b].sum())
+    for i in range(3):
+        assert torch.equal(mine[i][0, :steps, :n], got[i][b, :steps, :n])

@@ -17,8 +17,10 @@ from attnstudy.analysis.errors import NoAttentionError
 from attnstudy.data.types import Example
 
 
+@pytest.mark.parametrize("rng", ["counter-1", "legacy"])
 @pytest.mark.parametrize("prefix", ["reference", "greedy"])
-def test_local_equals_loop_reference(model, examples, cfg, prefix):
+def test_local_equals_loop_reference(model, examples, cfg, prefix, rng):
+    cfg = cfg.model_copy(update={"rng": rng})
     batch = one_batch(model, examples, prefix)
     fast = call("permutation", model, batch, cfg)
     slow = permutation_loop_reference(

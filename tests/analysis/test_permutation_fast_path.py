@@ -1,5 +1,6 @@
 """The batched permutation drawing of :func:`permute` against its per-step loop: the
-same generator calls in the same order, so the same permutations, bit for bit; and the permutation
+same generator calls in the same order (legacy) or each step's counter-based stream drawn alone
+(counter-1), so the same permutations, bit for bit; and the permutation
 ablation's fast parts (its argsort, median, TVD and flip) against their plain forms."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from attnstudy.analysis import random_streams
 from attnstudy.analysis.ablations.permutation import (
     nan_median,
     tvd_and_flips,
@@ -20,6 +22,7 @@ from attnstudy.analysis.interventions import (
     permutation_index,
     permute,
 )
+from attnstudy.analysis.random_streams import CounterStreams
 from attnstudy.analysis.step_scores import step_score
 
 
@@ -194,6 +197,44 @@ def test_permutation_index_is_the_loops_at_the_permuted_steps(seed):
     assert torch.equal(torch.stack([got.b, got.t], 1), permuted.nonzero())
     assert torch.equal(got.index, index[got.b, :, :, got.t])
     assert torch.equal(got.identity, identity[got.b, :, got.t])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("n", [1, 3, 40])
+@pytest.mark.parametrize("padding", ["anywhere", "right"])
+def test_counter_streams_permute_equals_the_per_step_loop(seed, n, padding):
+    """Counter-based streams (rng = "counter-1"): the batched draw (one Philox call, one sort)
+    gives each step the permutations of its own stream drawn alone."""
+    weights, valid, steps = _case(seed)
+    if padding == "right":
+        valid = torch.arange(7) < torch.tensor([0, 1, 2, 7, 5, 3])[:, None]
+        weights = weights.masked_fill(~valid[:, None, None], 0.0)
+    streams = CounterStreams(seed, [f"e{b}" for b in range(6)], "permutation", start=2)
+    fast = permute(weights, valid, n, streams, steps)
+    slow_w, slow_id = _loop_permute(weights, valid, n, streams, steps)
+    assert torch.equal(fast.weights, slow_w) and torch.equal(fast.identity, slow_id)
+    if n == 40:
+        assert not fast.identity[3][:, steps[3]].all()  # a real permutation happened
+    got = permutation_index(valid, steps, n, weights.size(1), streams)
+    index, identity = _permutation_index_loop(valid, steps, n, weights.size(1), streams)
+    assert torch.equal(got.index, index[got.b, :, :, got.t])
+    assert torch.equal(got.identity, identity[got.b, :, got.t])
+
+
+def test_counter_permutations_are_rows_p_times_h_plus_h_of_the_steps_stream():
+    """Step (b, t)'s replacement p, head h: row p·H + h of its stream (seed, id, start + t,
+    "permutation"), the stable argsort of that row's words; the same in a batch of one."""
+    weights, valid, steps = _case(1)
+    valid[3] = True
+    streams = CounterStreams(5, [f"e{b}" for b in range(6)], "permutation", start=1)
+    out = permute(weights, valid, 4, streams, steps)
+    t = int(steps[3].nonzero()[0, 0])
+    key = np.array([random_streams.stream_key(5, "e3", 1 + t, "permutation")], np.uint64)
+    words = random_streams.words(key, 4 * 2 * 7)[0].reshape(4, 2, 7)
+    perm = torch.from_numpy(np.argsort(words, axis=-1, kind="stable"))
+    assert torch.equal(out.weights[3, :, :, t], weights[3, :, t].expand(4, 2, 7).gather(-1, perm))
+    alone = permute(weights[3:4], valid[3:4], 4, CounterStreams(5, ["e3"], "permutation", 1))
+    assert torch.equal(alone.weights[0, :, :, t], out.weights[3, :, :, t])
 
 
 def test_nan_median_is_numpys_nanmedian():

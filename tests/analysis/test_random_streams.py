@@ -163,3 +163,53 @@ def test_uniforms_take_53_bits_from_two_words_and_normals_are_their_quantiles():
     z = rs.normals(rs.stream_keys(0, [f"e{i}" for i in range(1000)], [0] * 1000, "x"), 50)
     assert stats.kstest(z.reshape(-1), "norm").pvalue > 1e-3
     assert np.isfinite(z).all()
+
+
+# ----------------------------------------------------------------------------- the setting
+
+
+def test_rng_is_a_logged_ablation_setting_and_legacy_keeps_the_earlier_key():
+    """``ablation.rng``: "counter-1" by default, logged and part of the ablation key; "legacy"
+    is left out of the resolved settings, so its key and params are those of the runs stored
+    before the setting existed (a stored run without ``ablation.rng`` is a legacy run)."""
+    from attnstudy.analysis.batch import AblationContext
+    from attnstudy.analysis.catalogue import AblationConfig
+
+    from attnstudy.ablation_runs import ablation_key
+
+    new, legacy = AblationConfig(seed=4), AblationConfig(seed=4, rng="legacy")
+    assert new.rng == "counter-1" and new.flat()["ablation.rng"] == "counter-1"
+    assert "rng" not in legacy.resolved() and "ablation.rng" not in legacy.flat()
+    assert new.resolved() == legacy.resolved() | {"rng": "counter-1"}
+    assert ablation_key(new) != ablation_key(legacy)
+    assert AblationContext.of(new).rng == "counter-1" and AblationContext.of(legacy).rng == "legacy"
+    assert AblationConfig.model_validate({"rng": "legacy"}).rng == "legacy"
+
+
+def test_an_unknown_rng_is_refused():
+    from attnstudy.analysis.batch import AblationContext
+    from attnstudy.analysis.catalogue import AblationConfig
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="counter-1"):
+        AblationConfig(rng="philox")
+    with pytest.raises(ValueError, match="unknown rng 'philox'; valid: counter-1, legacy"):
+        AblationContext(rng="philox")
+
+
+def test_the_schemes_draw_different_permutations_and_legacy_is_unchanged():
+    """The same seed, two schemes: other permutations; the legacy scheme's are still those of a
+    torch generator seeded with ``step_seed`` (stored runs were made with them)."""
+    import torch
+    from attnstudy.analysis.batch import AblationContext, step_permutations, step_seed
+
+    new = step_permutations(
+        AblationContext(seed=1), "e", 3, "permutation", n=50, heads=2, n_valid=6
+    )
+    old = step_permutations(
+        AblationContext(seed=1, rng="legacy"), "e", 3, "permutation", n=50, heads=2, n_valid=6
+    )
+    g = torch.Generator().manual_seed(step_seed(1, "e", 3, "permutation"))
+    assert torch.equal(old, torch.rand(50, 2, 6, generator=g).argsort(-1))
+    assert not torch.equal(new, old)
+    assert sorted(new[7, 1].tolist()) == list(range(6))
