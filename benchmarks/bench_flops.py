@@ -50,7 +50,7 @@ from attnstudy.analysis._chunks import n_valid, rows_given_attention, sub_trace,
 from attnstudy.analysis.ablations.adversarial import _searched_rows, search_adversarial
 from attnstudy.analysis.ablations.permutation import run as run_permutation
 from attnstudy.analysis.ablations.permutation import with_reference
-from attnstudy.analysis.batch import AblationContext, StepStreams
+from attnstudy.analysis.batch import AblationContext, step_streams
 from attnstudy.analysis.interventions import permutation_index
 from torch.profiler import ProfilerActivity, profile
 
@@ -117,8 +117,8 @@ def perm_work(bm, batches, cfg) -> tuple[list, float, int]:
             steps = sub.step_mask & (nv[idx] >= 2)[:, None]
             if not bool(steps.any()):
                 continue
-            streams = StepStreams(
-                cfg.seed, [ids[i] for i in idx.tolist()], "permutation", chunk.start
+            streams = step_streams(  # the run's scheme (ablation.rng)
+                AblationContext.of(cfg), [ids[i] for i in idx.tolist()], "permutation", chunk.start
             )
             sb, st, index, _ = permutation_index(
                 (~sub.pad_mask).to(cpu), steps.to(cpu), p_count, sub.attention.size(1), streams

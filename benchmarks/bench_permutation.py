@@ -38,7 +38,7 @@ import pandas as pd
 import torch
 from attnstudy.analysis._chunks import base_probs, n_valid, step_frame
 from attnstudy.analysis.ablations.permutation import run as run_permutation
-from attnstudy.analysis.batch import AblationContext, PreparedBatch, step_generator
+from attnstudy.analysis.batch import AblationContext, PreparedBatch, step_streams
 from attnstudy.analysis.divergences import tvd
 from attnstudy.analysis.interventions import Permuted, permute
 
@@ -58,14 +58,15 @@ def _steps(batch: PreparedBatch) -> torch.Tensor:
 
 
 def _permutations(batch: PreparedBatch, cfg) -> Permuted:
-    """The permutations run_permutation draws (same generators), for the whole batch."""
+    """The permutations run_permutation draws (the same streams, ``ablation.rng``'s scheme), for
+    the whole batch."""
     ids = batch.example_ids
     tr = batch.trace
     return permute(
         tr.attention,
         ~tr.pad_mask,
         cfg.params_for("permutation").n,
-        lambda b, t: step_generator(cfg.seed, ids[b], t, "permutation"),
+        step_streams(AblationContext.of(cfg), ids, "permutation"),
         _steps(batch),
     )
 
