@@ -42,6 +42,24 @@ _S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])(?:/(?
 BOTO3_EXTRA = "checkpoints on an S3-compatible store need boto3: pip install -e '.[distributed]'"
 
 
+def resume_note() -> str:
+    """The note of ``attnstudy run --executor ray --resume`` on a cluster: where an interrupted
+    training continues, as ``$ATTNSTUDY_CHECKPOINT_URI`` decides (set: on any node, from the
+    shared store; unset: only on the node that holds its checkpoint)."""
+    uri = os.environ.get(CHECKPOINT_URI_VAR, "").strip()
+    if uri:
+        return (
+            "--resume on a cluster continues an interrupted training from its last checkpoint "
+            f"on whichever node its task runs: checkpoints are shared through {uri} "
+            f"({CHECKPOINT_URI_VAR})"
+        )
+    return (
+        "--resume on a cluster continues an interrupted training from its checkpoint only if its "
+        "task runs on the node that holds it; elsewhere it trains again (the same result); set "
+        f"{CHECKPOINT_URI_VAR}=s3://BUCKET/PREFIX to share checkpoints between the nodes"
+    )
+
+
 class CheckpointStoreError(RuntimeError):
     """The checkpoint store cannot be reached or used (the message names the object and what to
     do); the local checkpoint is kept."""

@@ -527,14 +527,11 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
             from .distributed import RayExecutor
 
             executor = RayExecutor(args.ray_address)
-            if args.resume:
+            if args.resume and executor.address is not None:  # a private head: one node
+                from .checkpoint_store import resume_note
                 from .notices import notice
 
-                notice(
-                    "--resume on a cluster continues an interrupted training from its checkpoint "
-                    "only if its task runs on the node that holds it; elsewhere it trains again "
-                    "(the same result)"
-                )
+                notice(resume_note())
         try:
             out = api.run(
                 cfg,

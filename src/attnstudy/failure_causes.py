@@ -1,8 +1,8 @@
 """What failed, said first: the causes a study's error line names, and text cut between words.
 
 A study on a cluster fails for reasons outside attnstudy: the tracking server's database stops
-answering, the tracking server itself does, the S3 store of the shared checkpoints does, or a Ray
-worker dies. MLflow's own message puts the cause last (``API request to … failed with exception
+answering, its artifact store does, the tracking server itself stops or fails, the S3 store of
+the shared checkpoints stops answering, or a Ray worker dies. MLflow's own message puts the cause last (``API request to … failed with exception
 HTTPConnectionPool(…): Max retries exceeded … (Caused by NewConnectionError(…))``), and the error
 line used to be cut at a fixed length exactly there (``…NewConnectionErro``). Here each cause is
 recognised from the text once (:data:`CAUSES`), named first, with what to do, and long text is cut
@@ -49,14 +49,15 @@ CAUSES: tuple[Cause, ...] = (
         f"checkpoints on the node that trains; then {RESUME}",
         advised_by=("unset ATTNSTUDY_CHECKPOINT_URI",),  # CheckpointStoreError's own advice
     ),
-    # first: a database that is down makes the server answer 500, which MLflow's client retries
-    # until "too many 500 error responses", text that would also match a server that is down
+    # before the server's causes: a database that is down makes MLflow's server answer 503
+    # (TEMPORARILY_UNAVAILABLE), which MLflow's client retries until "too many 503 error
+    # responses"; the Tracker tells a 500 apart by the server's /health (tracking.client)
     Cause(
         "database down",
         (
             "database down",
-            "too many 500 error responses",
-            "psycopg.OperationalError",  # the server's 500 answer quotes its driver
+            "too many 503 error responses",
+            "psycopg.OperationalError",  # a server's answer quotes its driver
             "psycopg2.OperationalError",
             "pymysql.err.OperationalError",
             "MySQLdb.OperationalError",
@@ -67,6 +68,23 @@ CAUSES: tuple[Cause, ...] = (
             "terminating connection due to administrator command",
         ),
         f"start the tracking server's database (the server needs no restart), then {RESUME}",
+    ),
+    # the server's artifact store (its --artifacts: a bucket or folder), or an experiment's own
+    # s3:// artifact location that a node writes to directly (botocore's connection error)
+    Cause(
+        "artifact store down",
+        ("artifact store down", "Could not connect to the endpoint URL"),
+        "start the artifact store or correct access to it (the tracking server's --artifacts "
+        "bucket or folder, MLFLOW_S3_ENDPOINT_URL, the credentials; the server needs no "
+        f"restart), then {RESUME}",
+    ),
+    # an HTTP 500 that /health does not explain (a server bug, an error of its own): no part of
+    # it is reported down, so its log says what failed
+    Cause(
+        "tracking server failed",
+        ("tracking server failed", "too many 500 error responses"),
+        "check the tracking server's log for the error (its /health says whether its database "
+        f"and artifact store answer), then {RESUME}",
     ),
     Cause(
         "tracking server down",

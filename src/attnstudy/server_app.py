@@ -1,17 +1,22 @@
-"""The database check of ``attnstudy server``, before it starts and behind its ``/health``.
+"""The database and artifact-store checks of ``attnstudy server``, before it starts and behind
+its ``/health``.
 
-MLflow's own ``/health`` answers 200 whenever the web process runs, also while its database is
-down, so a driver's pre-flight check passed against a server that could record nothing. And
-``mlflow server`` against a database that does not answer retries for minutes, printing
-SQLAlchemy tracebacks. Here:
+MLflow's own ``/health`` answers 200 whenever the web process runs, also while its database or
+its artifact store is down, so a driver's pre-flight check passed against a server that could
+record nothing. And ``mlflow server`` against a database that does not answer retries for
+minutes, printing SQLAlchemy tracebacks. Here:
 
 * :func:`database_problem` opens one connection with a connect timeout
   (:data:`CONNECT_TIMEOUT_S`) and runs ``SELECT 1``: ``attnstudy server`` refuses to start in
   one line when it fails, within :data:`CHECK_BOUND_S` seconds;
+* :func:`artifact_store_problem` lists at most one object under the server's
+  ``--artifacts-destination`` (an ``s3://`` bucket, with the connect and read timeouts of
+  :data:`CONNECT_TIMEOUT_S` and one try) or checks that its folder can be written;
 * :func:`create_app` (MLflow's ``mlflow.app`` entry point ``attnstudy``; ``attnstudy-basic-auth``
-  with MLflow's basic-auth app) is MLflow's own server app whose ``/health`` view makes the same
-  check on every call: 200 ``OK`` when the database answers, else 503 with one line naming the
-  database and the cause.
+  with MLflow's basic-auth app) is MLflow's own server app whose ``/health`` view makes both
+  checks on every call: 200 ``OK`` when both answer, else 503 with one line per part that is
+  down, naming it and the cause (``the database … does not answer: …``, ``the artifact store …
+  does not answer: …``).
 
 Only the standard library is imported at module level (``attnstudy server`` stays light until
 it starts the server); SQLAlchemy comes with MLflow.
@@ -29,6 +34,10 @@ CHECK_BOUND_S = 15
 """Seconds within which a database check returns, whatever the network does (stated in
 ``attnstudy server --help`` and docs/cluster.md)."""
 _TIMEOUT_ARG = {"postgresql": "connect_timeout", "mysql": "connect_timeout"}
+ARTIFACTS_DESTINATION_VAR = "_MLFLOW_SERVER_ARTIFACT_DESTINATION"
+"""Where ``mlflow server`` hands its workers ``--artifacts-destination``: MLflow's
+``mlflow.server.constants.ARTIFACTS_DESTINATION_ENV_VAR``, named here because importing that
+module imports MLflow's whole server (seconds); a test checks the two agree."""
 
 
 def database_problem(uri: str, timeout: float = CHECK_BOUND_S) -> str | None:
@@ -77,6 +86,77 @@ def database_problem(uri: str, timeout: float = CHECK_BOUND_S) -> str | None:
     return box[0]
 
 
+def artifact_store_problem(destination: str, timeout: float = CHECK_BOUND_S) -> str | None:
+    """Check that the server's artifact store answers.
+
+    Args:
+        destination: the server's ``--artifacts-destination``: ``s3://BUCKET[/PREFIX]`` (one
+            ``ListObjectsV2`` of at most one key under the prefix, at ``$MLFLOW_S3_ENDPOINT_URL``
+            or boto3's own endpoint, with boto3's credentials; connect and read timeouts of
+            :data:`CONNECT_TIMEOUT_S`, one try), a folder or ``file://`` URI (it exists and can
+            be written); any other scheme is not checked.
+        timeout: at most this many seconds (the check runs in a daemon thread, as
+            :func:`database_problem`'s).
+
+    Returns:
+        None when it answers (or is not checked); else one line: the cause (``Could not connect
+        to the endpoint URL: …``, ``NoSuchBucket: …``, ``no folder …``).
+    """
+    scheme = destination.split("://", 1)[0] if "://" in destination else "file"
+    if scheme not in ("s3", "file"):
+        return None
+    box: list[str | None] = []
+
+    def check() -> None:
+        try:
+            box.append(_s3_problem(destination) if scheme == "s3" else _folder_problem(destination))
+        except Exception as err:  # noqa: BLE001 - every failure is the answer
+            box.append(_cause(err))
+
+    worker = threading.Thread(target=check, name="attnstudy-artifacts-check", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not box:
+        return f"no answer within {timeout:g} s"
+    return box[0]
+
+
+def _s3_problem(destination: str) -> str | None:
+    """One bounded ``ListObjectsV2`` of the bucket and prefix of ``s3://BUCKET/PREFIX``."""
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        return "boto3 is not installed (pip install -e '.[distributed]')"
+    bucket, _, prefix = destination.removeprefix("s3://").partition("/")
+    config = Config(
+        connect_timeout=CONNECT_TIMEOUT_S,
+        read_timeout=CONNECT_TIMEOUT_S,
+        retries={"total_max_attempts": 1, "mode": "standard"},
+    )
+    verify = False if os.environ.get("MLFLOW_S3_IGNORE_TLS", "").lower() == "true" else None
+    client = boto3.client(
+        "s3",
+        endpoint_url=os.environ.get("MLFLOW_S3_ENDPOINT_URL") or None,
+        config=config,
+        verify=verify,
+    )
+    client.list_objects_v2(Bucket=bucket, Prefix=prefix.strip("/"), MaxKeys=1)
+    return None
+
+
+def _folder_problem(destination: str) -> str | None:
+    """Whether the artifacts folder exists and can be written."""
+    from urllib.parse import unquote
+
+    path = unquote(urlsplit(destination).path) if "://" in destination else destination
+    if not os.path.isdir(path):
+        return f"no folder {path}"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"the folder {path} cannot be written"
+    return None
+
+
 def _cause(err: BaseException) -> str:
     """The database driver's own first line (SQLAlchemy wraps it as ``err.orig``)."""
     inner = getattr(err, "orig", None) or err
@@ -109,13 +189,32 @@ def database_error_line(masked_uri: str, cause: str) -> str:
 
 
 def health():
-    """``GET /health``: 200 ``OK`` when the backend store's database answers, else 503 with one
-    line naming it and the cause (one new connection per call, at most :data:`CHECK_BOUND_S` s)."""
+    """``GET /health``: 200 ``OK`` when the backend store's database and the artifact store
+    answer, else 503 with one line per part that does not, naming it and the cause (the database
+    first; one new connection to each per call, at most :data:`CHECK_BOUND_S` s each).
+
+    The artifact store is the server's ``--artifacts-destination``
+    (:func:`artifact_store_problem`); an ``s3://`` one is named with its endpoint.
+    """
+    lines = []
     uri = os.environ.get("MLFLOW_BACKEND_STORE_URI", "")
     problem = database_problem(uri, timeout=CHECK_BOUND_S) if uri else None
-    if problem is None:
+    if problem is not None:
+        lines.append(f"the database {mask(uri)} does not answer: {problem}")
+    destination = _artifacts_destination()
+    problem = artifact_store_problem(destination, CHECK_BOUND_S) if destination else None
+    if problem is not None:
+        endpoint = os.environ.get("MLFLOW_S3_ENDPOINT_URL", "")
+        at = f" at {mask(endpoint)}" if destination.startswith("s3://") and endpoint else ""
+        lines.append(f"the artifact store {mask(destination)}{at} does not answer: {problem}")
+    if not lines:
         return "OK", 200
-    return f"the database {mask(uri)} does not answer: {problem}", 503
+    return "\n".join(lines), 503
+
+
+def _artifacts_destination() -> str:
+    """The ``--artifacts-destination`` that ``mlflow server`` hands its workers, or ""."""
+    return os.environ.get(ARTIFACTS_DESTINATION_VAR, "")
 
 
 def _with_health(app):

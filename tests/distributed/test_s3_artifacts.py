@@ -15,6 +15,7 @@ import os
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -330,3 +331,44 @@ def test_a_training_interrupted_on_one_node_resumes_from_the_bucket_on_another(
     assert _objects(s3, "checkpoints/")[f"checkpoints/{key}/last.pt"] == (
         (checkpoint_dir(key) / "last.pt").stat().st_size
     )
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_the_resume_note_says_where_a_training_resumes(monkeypatch, capfd, tmp_path, shared):
+    """The review: every ``--resume`` on a cluster said that a training resumes only on the node
+    that holds its checkpoint, also with ``ATTNSTUDY_CHECKPOINT_URI`` set (it resumed on the
+    head, from the bucket). The note now follows the variable; the study itself is stubbed."""
+    from cli_in_process import run_cli
+
+    from attnstudy import api, distributed
+    from attnstudy.config import ConfigError
+
+    class Executor:  # no Ray: the note comes before the study
+        def __init__(self, address=None):
+            self.address = address
+
+    def stop(*args, **kwargs):
+        raise ConfigError("stopped before the study")
+
+    monkeypatch.setattr(distributed, "RayExecutor", Executor)
+    monkeypatch.setattr(api, "run", stop)
+    tiny = Path(__file__).parents[2] / "experiments" / "tiny.toml"
+    argv = ["run", str(tiny), "--executor", "ray", "--ray-address", "127.0.0.1:6379", "--resume"]
+    env = {
+        "ATTNSTUDY_CHECKPOINT_URI": "s3://team-bucket/ckpt" if shared else None,
+        "MLFLOW_TRACKING_URI": "http://127.0.0.1:5000",
+        "RAY_ADDRESS": None,
+    }
+    res = run_cli(capfd, argv, cwd=tmp_path, env=env)
+    assert res.returncode == 2 and "stopped before the study" in res.stderr, res.stderr
+    (note,) = [ln for ln in res.stderr.splitlines() if "--resume on a cluster" in ln]
+    if shared:
+        assert note.endswith(
+            "--resume on a cluster continues an interrupted training from its last checkpoint on "
+            "whichever node its task runs: checkpoints are shared through s3://team-bucket/ckpt "
+            "(ATTNSTUDY_CHECKPOINT_URI)"
+        ), note
+        assert "only if" not in note
+    else:
+        assert "only if its task runs on the node that holds it" in note
+        assert "set ATTNSTUDY_CHECKPOINT_URI=s3://BUCKET/PREFIX to share" in note

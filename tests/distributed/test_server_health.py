@@ -5,10 +5,13 @@
   database and what to do (exit 1).
 * Its ``/health`` answered 200 while PostgreSQL was down, so a driver's pre-flight check passed:
   it now answers 503 naming the database, and the driver's check says "database down".
+* It answered 200 while its artifact store (moto's S3 server) was stopped (the 2026-12-07 cluster
+  review): it now checks the artifact store too and names the part that is down.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -16,6 +19,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from prerequisites import require
 
 from attnstudy.distributed import free_port
 
@@ -110,3 +114,90 @@ def _postgres_prerequisites() -> None:
             pwd.getpwnam("postgres")
         except KeyError:
             require(False, "a 'postgres' user to run initdb as (Debian's postgresql creates it)")
+
+
+def test_health_names_a_down_artifact_store(monkeypatch, tmp_path):
+    """The review's S3 outage: with moto stopped, ``/health`` answered 200 while every artifact
+    call through the server failed. It now checks the server's ``--artifacts-destination`` too
+    (the variable ``mlflow server`` hands its workers) and names the part that is down."""
+    require(
+        all(importlib.util.find_spec(m) is not None for m in ("boto3", "moto")),
+        "boto3 and moto[server] (make test-deps installs both)",
+    )
+    from moto.server import ThreadedMotoServer
+
+    from attnstudy.server_app import ARTIFACTS_DESTINATION_VAR as ARTIFACTS_DESTINATION_ENV_VAR
+    from attnstudy.server_app import health
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "MLFLOW_S3_ENDPOINT_URL": url,
+        ARTIFACTS_DESTINATION_ENV_VAR: "s3://team/mlflow",
+    }.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("MLFLOW_BACKEND_STORE_URI", raising=False)  # the database: not checked
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    moto.start()
+    try:
+        import boto3
+
+        boto3.client("s3", endpoint_url=url).create_bucket(Bucket="team")
+        assert health() == ("OK", 200)
+        monkeypatch.setenv(ARTIFACTS_DESTINATION_ENV_VAR, "s3://no-bucket/mlflow")
+        body, code = health()
+        assert code == 503 and body.startswith(
+            f"the artifact store s3://no-bucket/mlflow at {url} does not answer: "
+        ), body
+        assert "NoSuchBucket" in body and "database" not in body
+    finally:
+        moto.stop()
+    monkeypatch.setenv(ARTIFACTS_DESTINATION_ENV_VAR, "s3://team/mlflow")
+    body, code = health()  # moto stopped: nothing listens on its port
+    assert code == 503, body
+    assert body.startswith(
+        f"the artifact store s3://team/mlflow at {url} does not answer: Could not connect to "
+        "the endpoint URL"
+    ), body
+    # a folder: it must exist and be writable
+    monkeypatch.setenv(ARTIFACTS_DESTINATION_ENV_VAR, str(tmp_path))
+    assert health() == ("OK", 200)
+    monkeypatch.setenv(ARTIFACTS_DESTINATION_ENV_VAR, str(tmp_path / "gone"))
+    assert health() == (
+        f"the artifact store {tmp_path / 'gone'} does not answer: no folder {tmp_path / 'gone'}",
+        503,
+    )
+
+
+def test_health_names_each_part_that_is_down(monkeypatch, tmp_path):
+    """Database and artifact store both down: one line each, the database first (the client
+    names the first)."""
+    from attnstudy.server_app import ARTIFACTS_DESTINATION_VAR as ARTIFACTS_DESTINATION_ENV_VAR
+    from attnstudy.server_app import health
+
+    uri = f"postgresql+psycopg://u@127.0.0.1:{free_port()}/mlflow"
+    require(importlib.util.find_spec("psycopg") is not None, "psycopg ([distributed] extra)")
+    monkeypatch.setenv("MLFLOW_BACKEND_STORE_URI", uri)
+    monkeypatch.setenv(ARTIFACTS_DESTINATION_ENV_VAR, str(tmp_path / "gone"))
+    body, code = health()
+    lines = body.splitlines()
+    assert code == 503 and len(lines) == 2, body
+    assert lines[0].startswith(f"the database {uri} does not answer: "), body
+    assert lines[1] == f"the artifact store {tmp_path / 'gone'} does not answer: no folder " + str(
+        tmp_path / "gone"
+    )
+
+
+def test_the_artifacts_variable_is_mlflows():
+    """The variable through which ``mlflow server`` hands ``--artifacts-destination`` to its
+    workers, read from MLflow's source (importing it would import the whole server)."""
+    from pathlib import Path
+
+    from attnstudy.server_app import ARTIFACTS_DESTINATION_VAR
+
+    (package,) = importlib.util.find_spec("mlflow").submodule_search_locations  # not imported
+    constants = (Path(package) / "server" / "constants.py").read_text()
+    assert f'ARTIFACTS_DESTINATION_ENV_VAR = "{ARTIFACTS_DESTINATION_VAR}"' in constants

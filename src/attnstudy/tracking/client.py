@@ -238,7 +238,7 @@ def check_server(uri: str, timeout: float) -> None:
         except urllib.error.HTTPError as err:
             last = f"HTTP {err.code}"
             body = _body_line(err)
-            if err.code == 503 and "database" in body:  # attnstudy server: its database is down
+            if err.code == 503 and body.startswith(_PARTS):  # attnstudy server: a part is down
                 last = body
         except (urllib.error.URLError, OSError, TimeoutError) as err:
             reason = getattr(err, "reason", err)
@@ -250,16 +250,85 @@ def check_server(uri: str, timeout: float) -> None:
                 ) from None
             last = "no answer"
         if time.monotonic() >= deadline:
-            if "database" in last:
-                raise TrackingError(
-                    f"database down: tracking server {uri} answers, but {last}; start the "
-                    "database (the server needs no restart), then run the command again"
-                )
+            if last.startswith(_PARTS):
+                raise TrackingError(_part_down(uri, last, "/health answers 503"))
             raise TrackingError(
                 f"tracking server {uri} did not answer within {timeout:g} s ({last}); "
                 "start it, or point --tracking-uri / MLFLOW_TRACKING_URI elsewhere"
             )
         time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
+_DATABASE, _ARTIFACT_STORE = "the database ", "the artifact store "
+_PARTS = (_DATABASE, _ARTIFACT_STORE)
+"""How ``attnstudy server``'s ``/health`` names the part that is down (attnstudy.server_app)."""
+_DRIVER_ERRORS = ("OperationalError", "does not answer: connection")
+"""Text of a database driver's error (psycopg, pymysql, SQLAlchemy) quoted in an answer."""
+_AGAIN = "then run the command again (a study: --resume)"
+
+
+def server_answer(uri: str, status: int, timeout: float = 5.0) -> str:
+    """One line for a tracking server that answered an API request with HTTP ``status`` (500 or
+    503, after MLflow's retries), its cause told by one ``GET /health``.
+
+    * ``/health`` answers 503 naming the database (``attnstudy server``), or it quotes a database
+      driver's error, or ``status`` is 503 (MLflow's answer while its database does not answer:
+      ``TEMPORARILY_UNAVAILABLE``) and ``/health`` names nothing else: ``database down``;
+    * ``/health`` answers 503 naming the artifact store: ``artifact store down``;
+    * otherwise (``/health`` answers 200, or not at all, for an HTTP 500): ``tracking server
+      failed (HTTP 500)``, with advice to read its log; the database is not blamed.
+
+    Args:
+        uri: the server (``http(s)://HOST:PORT``).
+        status: the API's HTTP status.
+        timeout: seconds for the ``/health`` request.
+    """
+    health = _health(uri, timeout)
+    said = f"/health answers {health[0]} {health[1]}".rstrip() if health else ""
+    if health is not None and health[0] == 503 and health[1].startswith(_PARTS):
+        return _part_down(uri, health[1], f"HTTP {status}; /health answers 503")
+    if status == 503 or (health is not None and any(d in health[1] for d in _DRIVER_ERRORS)):
+        where = f"HTTP {status}" + (f"; {said}" if said else "")
+        return (
+            f"database down: tracking server {uri} answers, but not for its database ({where}); "
+            f"start the database (the server needs no restart), {_AGAIN}"
+        )
+    health_said = f"its {said}" if said else "its /health gives no answer"
+    return (
+        f"tracking server failed: {uri} answered HTTP {status}, and {health_said} (no part "
+        f"reported down); check the server's log for the error, {_AGAIN}"
+    )
+
+
+def _part_down(uri: str, body: str, where: str) -> str:
+    """The line for ``attnstudy server``'s ``/health`` naming a part that is down (``body``:
+    its first line, ``the database … does not answer: …`` or ``the artifact store …``)."""
+    if body.startswith(_ARTIFACT_STORE):
+        return (
+            f"artifact store down: tracking server {uri} answers, but {body} ({where}); start "
+            "the artifact store or correct the server's access to it (its --artifacts bucket "
+            "or folder, MLFLOW_S3_ENDPOINT_URL, the credentials; the server needs no restart), "
+            f"{_AGAIN}"
+        )
+    return (
+        f"database down: tracking server {uri} answers, but {body} ({where}); start the "
+        f"database (the server needs no restart), {_AGAIN}"
+    )
+
+
+def _health(uri: str, timeout: float) -> tuple[int, str] | None:
+    """``GET /health`` once: (HTTP status, first line of the body), or None without an answer."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as resp:
+            text = resp.read(4000).decode("utf-8", "replace").strip()
+            return resp.status, text.splitlines()[0][:400] if text else ""
+    except urllib.error.HTTPError as err:
+        return err.code, _body_line(err)
+    except (urllib.error.URLError, OSError, TimeoutError, ValueError):
+        return None
 
 
 def _body_line(err) -> str:
@@ -443,14 +512,17 @@ class Tracker:
 
     def _unanswered(self, err: Exception) -> str | None:
         """One line for a server that did not answer an API request (a timeout, a refused or
-        dropped connection), naming the cause and what to do; None for any other error."""
+        dropped connection, HTTP 500 or 503 after MLflow's retries), naming the cause and what
+        to do; None for any other error.
+
+        An HTTP 5xx answer is told apart by the server's ``/health`` (one request,
+        :func:`server_answer`): ``attnstudy server`` answers 503 there naming the database or the
+        artifact store that is down; MLflow itself answers 503 to the API while its database
+        does not answer.
+        """
         text = str(err)
-        if "too many 500 error responses" in text:  # attnstudy server: its database is down
-            return (
-                f"database down: tracking server {self.uri} answers, but not for its database "
-                "(HTTP 500); start the database (the server needs no restart), then run the "
-                "command again (a study: --resume)"
-            )
+        if (status := re.search(r"too many (50[03]) error responses", text)) is not None:
+            return server_answer(self.uri, int(status.group(1)), min(5.0, self.timeout))
         if "ReadTimeout" in text or "ConnectTimeout" in text or "timed out" in text:
             return (
                 f"tracking server {self.uri} did not answer within {self.timeout:g} s "
