@@ -7,8 +7,10 @@ permutation, uniform, erasure, adversarial and importance; the reference for ali
 links index the reference target). When both prefixes are in use the table holds both sets of
 steps, told apart by the ``prefix`` column. The summary holds micro-averages over steps (sums
 over steps / number of defined steps) with 95 % bootstrap intervals that resample EXAMPLES
-(:func:`scipy.stats.bootstrap`, percentile method, seeded by ``cfg.seed``); undefined values are
-left out and counted, so no NaN/inf reaches the summary (MLflow rejects them).
+(:func:`scipy.stats.bootstrap`, percentile method, seeded by ``cfg.seed``); undefined values (NaN,
+±inf, a ratio's zero denominator, a declared column the ablation did not write) are left out and
+counted in ``<stat>_n_undefined``, so no NaN/inf reaches the summary (MLflow rejects them) and no
+declared statistic is missing from it without its count.
 """
 
 from __future__ import annotations
@@ -419,7 +421,11 @@ def example_sums(rows: pd.DataFrame, specs: Sequence[AblationSpec]) -> pd.DataFr
         ``<name>|n``, ``<name>|n_skipped``, ``<name>|<count>``, ``<name>|<stat>_n_undefined`` and
         ``<name>|<stat>|num`` / ``<name>|<stat>|den`` (a micro-average's numerator and its count of
         defined rows, or a ratio's numerator and denominator); a ratio reported as its complement
-        (AER) is marked ``<name>|<stat>|num~``.
+        (AER) is marked ``<name>|<stat>|num~``. Every statistic of :meth:`AblationSpec.all_stats`
+        has its columns, except an ``optional`` one whose column ``rows`` lack (left out by the
+        ablation's settings); a row is undefined for a statistic where its value is NaN or ±inf,
+        a ratio's numerator or denominator is not finite or the denominator is ≤ 0, or the
+        statistic's column is missing.
     """
     cols: dict[str, pd.Series] = {}
     for spec in specs:
@@ -439,22 +445,35 @@ def example_sums(rows: pd.DataFrame, specs: Sequence[AblationSpec]) -> pd.DataFr
                     r[count].astype(float).fillna(0.0)
                 )
         for stat, st in spec.all_stats(r.columns).items():
+            mark = "~" if st.complement else ""
             if not all(c in r.columns for c in st.columns):
+                if st.optional:
+                    continue  # not selected by the ablation's settings (a ranking left out)
+                # declared but not computed on these rows: undefined at each, counted (a
+                # statistic never vanishes from the summary without a trace)
+                none = pd.Series(0.0, index=r.index)
+                cols[f"{name}|{stat}_n_undefined"] = (~skipped).astype(float)
+                cols[f"{name}|{stat}|num{mark}"] = none
+                cols[f"{name}|{stat}|den"] = none
                 continue
             if st.column is not None:
                 v = r[st.column].astype(float)
+                # ±inf is undefined as NaN is (MLflow takes neither; a sum with it is no number)
+                v = v.where(np.isfinite(v))
                 # undefined per statistic: τ attn–grad may be, τ grad–LOO not
                 cols[f"{name}|{stat}_n_undefined"] = (v.isna() & ~skipped).astype(float)
                 cols[f"{name}|{stat}|num"] = v.fillna(0.0)
                 cols[f"{name}|{stat}|den"] = v.notna().astype(float)
             else:
-                mark = "~" if st.complement else ""
-                den = r[st.den].astype(float).fillna(0.0)
+                num = r[st.num].astype(float)
+                den = r[st.den].astype(float)
                 # a row whose denominator is 0 (AER at <eos>) adds nothing to the ratio: the
-                # statistic is not computed on it (attnstudy.findings.steps_computed_on)
-                cols[f"{name}|{stat}_n_undefined"] = ((den <= 0) & ~skipped).astype(float)
-                cols[f"{name}|{stat}|num{mark}"] = r[st.num].astype(float).fillna(0.0)
-                cols[f"{name}|{stat}|den"] = den
+                # statistic is not computed on it (attnstudy.findings.steps_computed_on); nor on
+                # a row whose numerator or denominator is no finite number
+                defined = np.isfinite(num) & np.isfinite(den) & (den > 0)
+                cols[f"{name}|{stat}_n_undefined"] = (~defined & ~skipped).astype(float)
+                cols[f"{name}|{stat}|num{mark}"] = num.where(defined, 0.0)
+                cols[f"{name}|{stat}|den"] = den.where(defined, 0.0)
     frame = pd.DataFrame(cols, index=rows.index)
     frame["example_id"] = rows["example_id"].to_numpy()
     return frame.groupby("example_id", sort=False).sum()
@@ -471,8 +490,13 @@ def summary_from_sums(
 ) -> dict[str, float]:
     """Summary metrics ``ablation/<name>/<stat>`` from :func:`example_sums` (see module docstring).
 
+    Every statistic :func:`example_sums` summed yields its ``<stat>_n_undefined`` count, and its
+    value (with ``_ci_low``/``_ci_high`` where the interval is finite) wherever one row defines
+    it: a statistic without a value is one whose every analysed row was undefined.
+
     Raises:
-        ValueError: if a metric name has a character MLflow rejects (a bug, never user input).
+        ValueError: if a metric name has a character MLflow rejects, or a value is not finite
+            (a bug, never user input).
     """
     out: dict[str, float] = {}
     for spec in specs:
@@ -501,11 +525,13 @@ def summary_from_sums(
                     sums[col].to_numpy(), sums[f"{name}|{stat}|den"].to_numpy(), cfg, transform
                 ),
             )
-    for k, v in list(out.items()):
+    for k, v in out.items():
         if not METRIC_NAME.match(k):
             raise ValueError(f"metric name {k!r} has characters MLflow rejects")
         if not math.isfinite(v):
-            del out[k]
+            # the rows are finite (example_sums counts the others as undefined) and an interval
+            # end that is not is left out (put_estimate): never dropped without a trace
+            raise ValueError(f"summary metric {k!r} is {v} although its rows are finite")
     return out
 
 

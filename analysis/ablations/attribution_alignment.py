@@ -74,6 +74,8 @@ SPEC = AblationSpec(
             unit="0–1, lower is better" if stat == "aer" else "share of links (0–1)",
             question="attribution_alignment",
             direction="lower" if stat == "aer" else "higher",
+            # a method's columns where the study's methods include it; attention's always
+            optional=m != "attention",
         )
         for m, method in IMPORTANCE_LABELS.items()
         if m != "leave_one_out"  # a TVD per position, not an argmax read as a link

@@ -110,7 +110,10 @@ SPEC = AblationSpec(
             for r, label in FaithfulnessParams.RANKINGS.items()
         },
         **{
-            f"comprehensiveness_top1_{r}": Stat(f"faithfulness_comprehensiveness_top1_{r}")
+            # optional as the AOPC columns: where the study's rankings include it
+            f"comprehensiveness_top1_{r}": Stat(
+                f"faithfulness_comprehensiveness_top1_{r}", optional=True
+            )
             for r in FaithfulnessParams.RANKINGS
         },
     },
