@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from attnstudy import run_pages
 from attnstudy.analysis.catalogue import AblationConfig
 from attnstudy.data.alignment import parse_pharaoh
 from attnstudy.data.types import DataError, Example
@@ -171,7 +172,9 @@ def ablate_pretrained(
     experiment: str = "pretrained",
     progress: bool = True,
 ) -> tuple[str, str, object]:
-    """Run the battery on a ``save_pretrained`` folder over a TSV's examples, tracked.
+    """Run the battery on a ``save_pretrained`` folder over a TSV's examples, tracked: the
+    ablation run has the pages of every ablation run (example browser, tables, figures, verdict:
+    :func:`attnstudy.run_pages.log_ablation_pages`).
 
     Args:
         uri: ``hf:FOLDER`` or ``runs:/<model run>`` of an earlier call.
@@ -184,6 +187,7 @@ def ablate_pretrained(
     Raises:
         HFError, DataError: an unusable folder or file, one line each.
     """
+    from attnstudy.analysis.heatmaps import Recorder
     from attnstudy.analysis.suite import run_suite
     from attnstudy.models.hf import folder_digests, load_pretrained
 
@@ -213,7 +217,9 @@ def ablate_pretrained(
     }
     run_id = tracker.start_run(model_run.experiment_id, f"{label}/ablations", tags, model_run_id)
     with tracker.active(run_id):
-        tracker.log_params(run_id, cfg.flat() | {"data": str(tsv)})
+        params = cfg.flat() | {"data": str(tsv)}
+        tracker.log_params(run_id, params)
+        recorder = Recorder(cfg.prefix)
         with tempfile.TemporaryDirectory(prefix="attnstudy-ablate-") as tmp:
             steps_path = Path(tmp) / "steps.parquet"
             t0 = time.perf_counter()
@@ -226,12 +232,28 @@ def ablate_pretrained(
                 progress=progress,
                 table_path=steps_path,
                 label=label,
+                recorder=recorder,
             )
             summary = dict(result.summary) | {"ablation/seconds": time.perf_counter() - t0}
             summary |= timing_metrics(result, cfg.prefix, summary["ablation/seconds"])
             tracker.log_artifact(run_id, steps_path, "ablations")
-        if result.examples is not None and len(result.examples):
-            tracker.log_table(run_id, result.examples, Artifact.EXAMPLES)
+            if result.examples is not None and len(result.examples):
+                tracker.log_table(run_id, result.examples, Artifact.EXAMPLES)
+            # the example browser, tables, figures and verdict of every other ablation run
+            run_pages.log_ablation_pages(
+                tracker,
+                run_id,
+                model_run_id,
+                name=run_pages.variant_name(tags),
+                attention=model_run.tags.get(Tag.ATTENTION, "pretrained"),
+                examples=examples,
+                params=params,
+                summary=summary,
+                steps_path=steps_path,
+                per_example=result.examples,
+                records=recorder.result(),
+                task="tsv",
+            )
         if result.skipped:
             tracker.log_text(run_id, json.dumps(result.skipped, indent=2), Artifact.SKIPPED)
         tracker.log_metrics(run_id, summary)

@@ -1,0 +1,50 @@
+"""``attnstudy ablate hf:FOLDER --tsv FILE`` logs what every other ablation run logs and says what
+it analysed: the example browser it prints exists."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from cli_in_process import run_cli  # noqa: E402
+from prerequisites import require  # noqa: E402
+
+require(
+    importlib.util.find_spec("transformers") is not None,
+    "transformers is not installed (pip install -e '.[hf]')",
+    module_level=True,
+)
+
+from attnstudy.models.hf_tiny import build_tiny  # noqa: E402
+
+LINES = "cat dog\tcat dog\t0-0 1-1\nsnow rain fire\tsnow rain fire\nblue fish\tblue fish\n"
+"""Three examples (the default cap, ``ablation.n_examples``, is 200)."""
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return build_tiny(tmp_path_factory.mktemp("hf") / "tiny", steps=0)
+
+
+def _ablate(capfd, fresh_root, folder):
+    tsv = fresh_root / "three.tsv"
+    tsv.write_text(LINES, encoding="utf-8")
+    argv = ["ablate", f"hf:{folder}", "--tsv", str(tsv), "--prefix", "reference", "--quiet"]
+    res = run_cli(capfd, [*argv, "--ablations", "saliency"], cwd=fresh_root, env={})
+    assert res.returncode == 0, res.stderr
+    return res
+
+
+def test_the_printed_example_browser_exists(capfd, fresh_root, folder):
+    res = _ablate(capfd, fresh_root, folder)
+    (line,) = [x for x in res.stdout.splitlines() if x.startswith("example browser: ")]
+    browser = Path(line.removeprefix("example browser: "))
+    assert browser.is_file(), f"printed but not written: {browser}"
+    page = browser.read_text(encoding="utf-8")
+    assert "three/1" in page and "three/3" in page  # the examples of the file
+    for name in ("examples.csv", "steps.csv", "summary.csv", "heatmaps.json"):
+        assert (browser.parent / name).is_file(), name
