@@ -174,7 +174,9 @@ def ablate_pretrained(
 ) -> tuple[str, str, object]:
     """Run the battery on a ``save_pretrained`` folder over a TSV's examples, tracked: the
     ablation run has the pages of every ablation run (example browser, tables, figures, verdict:
-    :func:`attnstudy.run_pages.log_ablation_pages`).
+    :func:`attnstudy.run_pages.log_ablation_pages`) and ``ablation/n_examples``, the number of
+    examples analysed (what ``ablate`` prints and the verdict counts; without it they read the
+    cap, ``ablation.n_examples``).
 
     Args:
         uri: ``hf:FOLDER`` or ``runs:/<model run>`` of an earlier call.
@@ -234,7 +236,10 @@ def ablate_pretrained(
                 label=label,
                 recorder=recorder,
             )
-            summary = dict(result.summary) | {"ablation/seconds": time.perf_counter() - t0}
+            summary = dict(result.summary) | {
+                "ablation/seconds": time.perf_counter() - t0,
+                "ablation/n_examples": float(len(examples)),  # the header's count, not the cap
+            }
             summary |= timing_metrics(result, cfg.prefix, summary["ablation/seconds"])
             tracker.log_artifact(run_id, steps_path, "ablations")
             if result.examples is not None and len(result.examples):

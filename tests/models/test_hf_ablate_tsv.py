@@ -1,5 +1,5 @@
 """``attnstudy ablate hf:FOLDER --tsv FILE`` logs what every other ablation run logs and says what
-it analysed: the example browser it prints exists."""
+it analysed: the example browser it prints exists, and its header counts the file's examples."""
 
 from __future__ import annotations
 
@@ -48,3 +48,13 @@ def test_the_printed_example_browser_exists(capfd, fresh_root, folder):
     assert "three/1" in page and "three/3" in page  # the examples of the file
     for name in ("examples.csv", "steps.csv", "summary.csv", "heatmaps.json"):
         assert (browser.parent / name).is_file(), name
+
+
+def test_the_header_counts_the_files_examples_not_the_cap(capfd, fresh_root, folder):
+    import mlflow
+
+    res = _ablate(capfd, fresh_root, folder)
+    assert "\ntsv hf-tiny: 3 test examples, prefix reference;" in res.stdout, res.stdout
+    run_id = res.stdout.strip().splitlines()[-1].removeprefix("ablation run: runs:/")
+    client = mlflow.MlflowClient(f"sqlite:///{fresh_root / 'mlruns' / 'mlflow.db'}")
+    assert client.get_run(run_id).data.metrics["ablation/n_examples"] == 3
