@@ -207,6 +207,25 @@ def tiny_study_root(tiny_study, store_root, tmp_path, monkeypatch):
     return root
 
 
+@pytest.fixture(scope="session")
+def stub_study_template(tmp_path_factory):
+    """A study of 2,000 stub models and their ablation runs in a SQLite store of its own
+    (tests/fixtures/stub_store.py: no training, one transaction), built once per session; read
+    it, or take :func:`stub_study` to write."""
+    from tests.fixtures import stub_store
+
+    return stub_store.build(tmp_path_factory.mktemp("stub2000"), 2000)
+
+
+@pytest.fixture
+def stub_study(stub_study_template, tmp_path):
+    """A copy of :func:`stub_study_template` for this test alone (it may write to it)."""
+    import shutil
+
+    shutil.copytree(stub_study_template.root / "mlruns", tmp_path / "stub" / "mlruns")
+    return stub_study_template.moved(tmp_path / "stub")
+
+
 @pytest.fixture
 def figures_not_drawn():
     """:func:`figures.figures_undrawn` for the whole test: for a test of the tiny experiment that

@@ -10,8 +10,8 @@ lam<λ>``, nested under its base model's run (kind ``adversary``, tags ``source_
 (``adversary/steps.parquet``) and its summary with 95 % bootstrap intervals resampling examples:
 ``adversary/attention_jsd``, ``adversary/output_tvd``, ``adversary/argmax_differs``. A finished run
 with the same key (the base model's key, λ and every setting that changes the result) is reused,
-so ``attnstudy run … --resume`` trains only what is missing. The study lists its adversaries in
-the ``adversary_run_ids`` tag; the report draws them as a curve beside the seed variance and Jain &
+so ``attnstudy run … --resume`` trains only what is missing. The study records its adversaries
+as its members (``attnstudy.study.<id> = "adversary <k>"``); the report draws them as a curve beside the seed variance and Jain &
 Wallace's per-instance adversary.
 """
 
@@ -31,7 +31,7 @@ from .experiment import ExperimentConfig, TrainedAdversaryConfig
 from .model_runs import load_model, run_tags
 from .notices import notice
 from .task_data import checked_task_data
-from .tracking import Artifact, Kind, Tag, Tracker
+from .tracking import Artifact, Kind, Role, Tag, Tracker, store
 
 ADVERSARY_SEED_OFFSET = 10_000
 """A scratch adversary of a base model with seed s is initialised (and its batches drawn) with
@@ -148,8 +148,8 @@ def run_trained_adversaries(
     *,
     progress: bool = True,
 ) -> list[str]:
-    """Train (or reuse) every adversary ``[trained_adversary]`` asks for and record them on the
-    study (``adversary_run_ids``).
+    """Train (or reuse) every adversary ``[trained_adversary]`` asks for and record each as a member
+    of the study (:func:`attnstudy.tracking.store.add_member`).
 
     Args:
         cfg: the experiment.
@@ -193,8 +193,8 @@ def run_trained_adversaries(
                     study_id=study_id,
                     progress=progress,
                 )
-            run_ids.append(run_id)
-            tracker.set_tags(study_id, {Tag.ADVERSARY_RUN_IDS: ",".join(run_ids)})
+            run_ids.append(run_id)  # recorded in the study as it comes in
+            store.add_member(tracker, study_id, run_id, Role.ADVERSARY, len(run_ids) - 1)
     return run_ids
 
 

@@ -25,7 +25,7 @@ from .experiment import ExperimentConfig
 from .metrics import heldout_metrics, per_example
 from .models.io import LoadedModel, ModelLoadError, load_model_dir, save_model_dir
 from .notices import notice
-from .paths import checkpoint_dir, default_tracking_uri, git_commit
+from .paths import checkpoint_dir, default_tracking_uri, git_commit, old_checkpoint_dir
 from .progress import reporting
 from .signals import Interrupted, deferred_signals
 from .task_data import TaskData, check_data, task_data
@@ -104,9 +104,8 @@ def run_tags(
         Tag.EXPERIMENT: spec.experiment,
         Tag.SCHEMA_VERSION: str(spec.schema_version),
     }
-    if study_id:
+    if study_id:  # the study that starts the run (the studies it belongs to: their own tags)
         tags[Tag.STUDY_ID] = study_id
-        tags[Tag.STUDY_IDS] = study_id
     return tags
 
 
@@ -162,7 +161,6 @@ def train_spec(
         spec,
         tracker,
         experiment_id=experiment_id,
-        study_id=study_id,
         data=data,
         key=key,
         digests=digests,
@@ -183,7 +181,7 @@ def train_spec(
             tags=run_tags(spec, study_id=study_id, kind=Kind.MODEL, key=key, digest=data.digest),
         )
         return ModelRun(run_id, spec, False, final, key, "")
-    ckpt_dir = checkpoint_dir(key)
+    ckpt_dir = checkpoint_dir(spec.experiment, key)  # per experiment: the key is shared
     # a second training of the same model waits for the first (bounded) instead of tearing files
     with checkpoint_lock(
         ckpt_dir, wait=training_wait(), owner=f"experiment {spec.experiment!r}"
@@ -196,10 +194,12 @@ def train_spec(
                 f"{spec.experiment!r} has no finished run of it (a run is reused only within "
                 "its experiment): this process trains it"
             )
-        shared = CheckpointStore.from_env()  # checkpoints shared by the nodes of a cluster
-        if resume and shared is not None and not (ckpt_dir / "last.pt").is_file():
+        store = CheckpointStore.from_env()  # checkpoints shared by the nodes of a cluster
+        shared = None if store is None else store.for_experiment(spec.experiment)
+        if resume and not (ckpt_dir / "last.pt").is_file():
             # another node's interrupted training: its last checkpoint from the store
-            shared.download(key, ckpt_dir / "last.pt")
+            if shared is None or not shared.download(key, ckpt_dir / "last.pt"):
+                _note_old_checkpoint(spec, key, ckpt_dir, store)
         if resume and (ckpt_dir / "last.pt").is_file():
             read_checkpoint(
                 ckpt_dir / "last.pt"
@@ -243,24 +243,46 @@ def train_spec(
     return ModelRun(run_id, spec, False, final, key, "")
 
 
+def _note_old_checkpoint(
+    spec: RunSpec, key: str, ckpt_dir: Path, store: CheckpointStore | None
+) -> None:
+    """A note for a ``--resume`` that finds no checkpoint of its experiment but one stored before
+    checkpoints were kept per experiment (:func:`attnstudy.paths.old_checkpoint_dir`,
+    ``PREFIX/<model key>/last.pt`` in the shared store): it is not resumed, because nothing in it
+    says which experiment wrote it, and another experiment's finished training would be replayed
+    as this one's."""
+    old = old_checkpoint_dir(key) / "last.pt"
+    if old.is_file():
+        where, to = str(old), str(ckpt_dir / "last.pt")
+    elif store is not None and store.holds(key):
+        mine = store.for_experiment(spec.experiment)
+        where = f"s3://{store.bucket}/{store.key_of(key)}"
+        to = f"s3://{mine.bucket}/{mine.key_of(key)}"
+    else:
+        return
+    notice(
+        f"{spec.name}: a checkpoint of this model from before checkpoints were kept per "
+        f"experiment ({where}) is not resumed: nothing in it says which experiment wrote it; "
+        f"the training starts at epoch 1 (if it is experiment {spec.experiment!r}'s, stop, "
+        f"move it to {to} and run with --resume again)"
+    )
+
+
 def _reuse(
     spec: RunSpec,
     tracker: Tracker,
     *,
     experiment_id: str,
-    study_id: str | None,
     data: TaskData,
     key: str,
     digests: dict[str, str] | None,
 ) -> ModelRun | None:
     """The finished run of this model key in the experiment, as a reused :class:`ModelRun`
-    (recorded in the study; a trained model's registration that a crash left unfinished is
-    completed), or None."""
+    (the study records it with its other members: :meth:`attnstudy.study.StudyContext.record`; a
+    trained model's registration that a crash left unfinished is completed), or None."""
     existing = store.find_finished_model(tracker, experiment_id, key, model_files=digests is None)
     if existing is None:
         return None
-    if study_id:
-        store.add_study(tracker, existing, study_id)
     if digests is None:
         run_pages.complete_registration(
             tracker,

@@ -31,7 +31,7 @@ from .analysis.attribution_params import METHOD_LABELS
 from .data.reference_aligners import ReferenceAligner, reference_aligner
 from .data.tasks import get_task
 from .data.types import DataError
-from .tracking import Artifact, Kind, Tag
+from .tracking import Artifact, Kind, Role, Tag, store
 
 STATS = ("aer", "precision", "recall")
 
@@ -93,7 +93,7 @@ def ensure_references(cfg, tracker, experiment_id: str, study_id: str) -> list[s
     """The reference aligner's scores for every task of the study that has one: reused from a
     finished run with the same :func:`reference_key`, else computed now and logged as a run of its
     own (params: the data settings; metrics ``reference/<stat>`` with ``_ci_low``/``_ci_high``;
-    ``Artifact.REFERENCE_ALIGNMENT``). The study run is tagged with the runs' ids.
+    ``Artifact.REFERENCE_ALIGNMENT``). Each run is recorded in the study (``attnstudy.study.<id>``).
 
     Returns:
         The reference runs' ids.
@@ -154,8 +154,8 @@ def ensure_references(cfg, tracker, experiment_id: str, study_id: str) -> list[s
         tracker.log_text(run_id, json.dumps(payload, indent=2), Artifact.REFERENCE_ALIGNMENT)
         tracker.end_run(run_id)
         run_ids.append(run_id)
-    if run_ids:
-        tracker.set_tags(study_id, {Tag.REFERENCE_RUN_IDS: ",".join(run_ids)})
+    for position, run_id in enumerate(run_ids):  # the study's members (attnstudy.study.<id>)
+        store.add_member(tracker, study_id, run_id, Role.REFERENCE, position)
     return run_ids
 
 

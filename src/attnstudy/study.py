@@ -25,7 +25,7 @@ from .notices import notice
 from .paths import git_commit
 from .progress import check_intervals, stage, started
 from .task_data import task_data
-from .tracking import Artifact, Tag, Tracker, store
+from .tracking import Artifact, Role, Tag, Tracker, store
 from .tracking.schema import Metric as MetricName
 
 
@@ -136,6 +136,7 @@ class StudyContext:
         options: as :func:`run_study`'s (``retrain``, ``resume`` and ``progress`` are also
             attributes of the context).
         done: model run id → its FINISHED ablation run of a resumed study (reused, not run again).
+        recorded: what :meth:`record` has written to the store (made on its first call).
     """
 
     cfg: ExperimentConfig
@@ -146,6 +147,7 @@ class StudyContext:
     result: StudyResult
     options: StudyOptions = field(default_factory=StudyOptions)
     done: dict[str, str] = field(default_factory=dict)
+    recorded: store.StudyRecord | None = field(default=None, repr=False)
 
     @property
     def retrain(self) -> bool:
@@ -160,14 +162,23 @@ class StudyContext:
         return self.options.progress
 
     def record(self) -> None:
-        """Write ``result``'s run ids to the study run (call it as they come in)."""
-        store.record_study(
-            self.tracker,
-            self.study_id,
-            [m.run_id for m in self.result.models],
-            list(self.result.ablations.values()),
-            [f.run_id for f in self.result.failures if f.run_id],
-        )
+        """Record ``result``'s runs as the study's members (call it as they come in): the report
+        reads exactly these, so an ad-hoc ablation run later never changes a finished study's
+        report. Each run's tag names its role and the position of its variant × seed in
+        ``specs`` (:class:`attnstudy.tracking.store.StudyRecord`: only what changed is written)."""
+        place = {spec.name: i for i, spec in enumerate(self.specs)}
+        n = len(self.specs)
+        members: dict[str, tuple[Role, int]] = {}
+        for m in self.result.models:
+            members[m.run_id] = (Role.MODEL, place.get(m.spec.name, n))
+        for model_run_id, ablation_run_id in self.result.ablations.items():
+            members[ablation_run_id] = (Role.ABLATION, members.get(model_run_id, ("", n))[1])
+        for f in self.result.failures:
+            if f.run_id:
+                members.setdefault(f.run_id, (Role.FAILED, place.get(f.name, n)))
+        if self.recorded is None:
+            self.recorded = store.StudyRecord(self.tracker, self.study_id, self.experiment_id)
+        self.recorded.write(members, (Role.MODEL, Role.ABLATION, Role.FAILED))
 
 
 class Executor(Protocol):

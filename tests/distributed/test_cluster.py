@@ -218,6 +218,7 @@ def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_
     import pandas as pd
 
     from attnstudy.tracking import Tracker
+    from attnstudy.tracking.store import study_runs
 
     # one variant, two seeds, two workers: the least that shows placement, seed variance and
     # equality (the suite's 2 cores are shared; every process start costs seconds)
@@ -243,8 +244,9 @@ def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_
         n: r.status for n, r in runs.items()
     }
     assert study.metrics["study/n_ok"] == 2 and study.metrics["study/n_failed"] == 0
-    assert set(study.ids("model_run_ids")) == {r.run_id for r in models.values()}
-    assert set(study.ids("ablation_run_ids")) == {r.run_id for r in ablations.values()}
+    recorded = study_runs(t, study.run_id)  # the members the study recorded
+    assert {r.run_id for r in recorded.models} == {r.run_id for r in models.values()}
+    assert {r.run_id for r in recorded.ablations.values()} == {r.run_id for r in ablations.values()}
     assert "seed_variance/copy_additive_bahdanau/attention_jsd" in study.metrics
     worker_pids = set()
     for name, m in models.items():
@@ -298,6 +300,8 @@ def test_a_dead_worker_fails_its_variant_alone(cluster, tmp_path):
     without ``--ray-address``: the driver's private head on loopback, every process of which is
     gone when the driver exits."""
     import psutil
+
+    from attnstudy.tracking import store
 
     t = _tracker(cluster.url)
     killed: list[int] = []
@@ -353,5 +357,6 @@ def test_a_dead_worker_fails_its_variant_alone(cluster, tmp_path):
     study = next(r for r in runs.values() if r.kind == "study")
     assert study.status == "FAILED"
     assert study.metrics["study/n_ok"] == 1 and study.metrics["study/n_failed"] == 1
-    assert study.ids("failed_run_ids") == [dead.run_id]
+    failed = store.study_members(t, study)["failed"]
+    assert [r.run_id for r in failed] == [dead.run_id]
     assert (tmp_path / "crash" / "reports" / "tiny-crash" / "report.md").is_file()

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, monkeypatch):
     from attnstudy import adversaries, api
     from attnstudy.experiment import load_experiment
-    from attnstudy.tracking import Tracker
+    from attnstudy.tracking import Tracker, store
 
     cfg = load_experiment(
         TINY, ["trained_adversary.lambdas=[0.0, 0.5]", "trained_adversary.epochs=2"]
@@ -54,8 +54,8 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
         )
         assert r.metrics["adversary/n_steps"] == len(steps)
         assert tracker.metric_history(r.run_id, "train/attention_kl")[-1][0] == 2
-    study = tracker.get_run(result.study_run_id)
-    assert set(study.ids("adversary_run_ids")) == {r.run_id for r in runs}
+    recorded = store.study_runs(tracker, result.study_run_id)
+    assert {r.run_id for r in recorded.adversaries} == {r.run_id for r in runs}
 
     report = Path(html).parent
     assert report == fresh_root / "reports" / "tiny"
@@ -117,7 +117,8 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
         again = api.run(cfg, progress=False, report=False)
     assert again.study_run_id != result.study_run_id
     assert len(tracker.search_runs([exp_id], "tags.kind = 'adversary'")) == 2
-    assert set(tracker.get_run(again.study_run_id).ids("adversary_run_ids")) == set(by_run)
+    again_runs = store.study_runs(tracker, again.study_run_id).adversaries
+    assert {r.run_id for r in again_runs} == set(by_run)
     # another λ is trained, the known ones are not (the function a study calls; a study of
     # `more` would ablate the same two models a third time)
     more = load_experiment(

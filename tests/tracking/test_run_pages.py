@@ -12,12 +12,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def store(tiny_study):
-    from attnstudy.tracking import Kind, Tag, Tracker
+    from attnstudy.tracking import Kind, Tracker
+    from attnstudy.tracking.store import study_runs
 
     tracker = Tracker()
-    study = tracker.get_run(tiny_study.study_run_id)
-    models = [tracker.get_run(i) for i in study.ids(Tag.MODEL_RUN_IDS)]
-    ablations = [tracker.get_run(i) for i in study.ids(Tag.ABLATION_RUN_IDS)]
+    recorded = study_runs(tracker, tiny_study.study_run_id)
+    study, models = recorded.study, recorded.models
+    ablations = [recorded.ablations[m.run_id] for m in models]
     assert {m.kind for m in models} == {Kind.MODEL} and len(ablations) == len(models) == 2
     return tracker, study, models, ablations
 

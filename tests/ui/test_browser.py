@@ -129,14 +129,15 @@ def _shot(page, name: str, full_page: bool = False) -> None:
 
 def test_run_names_and_links_in_the_store(runs, tiny_study):
     """What the UI should show. Nesting is for browsing: a model trained before this study (reused by
-    it) is not the study's child, but carries the study's id in ``study_ids`` (docs/design.md §5)."""
+    it) is not the study's child, but carries the study's id in its membership tag
+    ``attnstudy.study.<study id>`` (docs/design.md §5)."""
     study = tiny_study["study_run_id"]
     assert runs[study][:2] == ("tiny/study", None)
     assert len(tiny_study["models"]) == 2
     for m in tiny_study["models"]:
         name, parent, tags = runs[m.run_id]
         assert name.startswith("copy/") and name.endswith("/seed1")
-        assert parent in (study, None) and study in tags["study_ids"].split(",")
+        assert parent in (study, None) and tags[f"attnstudy.study.{study}"].startswith("model ")
         aname, aparent, atags = runs[tiny_study["ablations"][m.run_id]]
         assert aname == f"{name}/ablations" and aparent == m.run_id
         assert atags["source_run_id"] == m.run_id and atags["study_id"] == study

@@ -43,6 +43,9 @@ class ModelEntry:
     ablation_metrics: dict = field(default_factory=dict)
     ablation_params: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)
+    primary_unit: str | None = None
+    """The unit its plain ``ablation/<name>/<stat>`` metrics hold (the ablation run's
+    ``ablation.primary_unit`` tag: ``"layer 2 of 2, all heads"``); None where the run has none."""
     predictions: pd.DataFrame | None = None
     steps: pd.DataFrame | None = None
     examples: pd.DataFrame | None = None
@@ -162,6 +165,7 @@ def load_study(tracker: Tracker, study_id: str) -> StudyData:
             e.ablation_run_id, e.ablation_status = abl.run_id, abl.status
             e.ablation_error = abl.tags.get(Tag.ERROR_MESSAGE, "")
             e.ablation_params = dict(abl.params)
+            e.primary_unit = abl.tags.get(Tag.PRIMARY_UNIT)
             e.skipped = {
                 k[len(Tag.SKIPPED_PREFIX) :]: v
                 for k, v in abl.tags.items()
@@ -181,10 +185,7 @@ def load_study(tracker: Tracker, study_id: str) -> StudyData:
                 e.has_browser = _has(tracker, abl.run_id, Artifact.BROWSER)
         entries.append(e)
     seed_var = _try_table(tracker, study_id, Artifact.SEED_VARIANCE)
-    adversaries = adversary_frame(
-        [tracker.get_run(i) for i in study.ids(Tag.ADVERSARY_RUN_IDS)],
-        {e.model_run_id: e.variant for e in entries},
-    )
+    adversaries = adversary_frame(runs.adversaries, {e.model_run_id: e.variant for e in entries})
     config_text = _try_text(tracker, study_id, Artifact.EXPERIMENT_TOML) or ""
     exp_json = _try_json(tracker, study_id, Artifact.EXPERIMENT_JSON) or {}
     return StudyData(
@@ -199,9 +200,9 @@ def load_study(tracker: Tracker, study_id: str) -> StudyData:
         experiment_json=exp_json,
         adversaries=adversaries,
         references=[
-            ref | {"run_id": i}
-            for i in study.ids(Tag.REFERENCE_RUN_IDS)
-            if (ref := _try_json(tracker, i, Artifact.REFERENCE_ALIGNMENT))
+            ref | {"run_id": r.run_id}
+            for r in runs.references
+            if (ref := _try_json(tracker, r.run_id, Artifact.REFERENCE_ALIGNMENT))
         ],
     )
 

@@ -17,13 +17,14 @@ from .client import (
     check_server,
     resolve_timeout,
 )
-from .schema import Artifact, Kind, RunRecord, Tag
+from .schema import Artifact, Kind, Role, RunRecord, Tag
 
 __all__ = [
     "Artifact",
     "DeletedError",
     "Kind",
     "ModelNotFoundError",
+    "Role",
     "RunRecord",
     "StoreNotFoundError",
     "StoreReadOnlyError",

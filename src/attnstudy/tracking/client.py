@@ -832,17 +832,63 @@ class Tracker:
         experiment_ids: list[str],
         filter_string: str = "",
         order_by: list[str] | None = None,
-        max_results: int = 1000,
+        max_results: int | None = None,
+        *,
+        deleted: bool = False,
     ) -> list[RunRecord]:
-        """Runs matching an MLflow filter (newest first unless ``order_by`` says otherwise)."""
-        runs = self._call(
-            self.client.search_runs,
-            experiment_ids,
-            filter_string,
-            max_results=max_results,
-            order_by=order_by or ["attributes.start_time DESC"],
-        )
-        return [RunRecord.of(r) for r in runs]
+        """Runs matching an MLflow filter (newest first unless ``order_by`` says otherwise): all
+        of them, asked page by page (:data:`SEARCH_PAGE` runs a request, MLflow's page token), or
+        the first ``max_results``.
+
+        Args:
+            deleted: also the runs in the store's trash (as :meth:`get_run` returns them).
+        """
+        from mlflow.entities import ViewType
+
+        view = ViewType.ALL if deleted else ViewType.ACTIVE_ONLY
+        out: list[RunRecord] = []
+        token = None
+        while max_results is None or len(out) < max_results:
+            n = SEARCH_PAGE if max_results is None else min(SEARCH_PAGE, max_results - len(out))
+            page = self._call(
+                self.client.search_runs,
+                experiment_ids,
+                filter_string,
+                run_view_type=view,
+                max_results=n,
+                order_by=order_by or ["attributes.start_time DESC"],
+                page_token=token,
+            )
+            out += [RunRecord.of(r) for r in page]
+            token = page.token
+            if not token:
+                break
+        return out
+
+    def runs_by_id(self, experiment_ids: list[str], run_ids: list[str]) -> list[RunRecord]:
+        """The runs with these ids, in their order, read in bulk (one search per
+        :data:`IDS_PER_SEARCH` ids, trash included, instead of a request per run); an id not
+        found in ``experiment_ids`` is read alone (:meth:`get_run`: a store error if it does not
+        exist)."""
+        found: dict[str, RunRecord] = {}
+        wanted = list(dict.fromkeys(run_ids))
+        for i in range(0, len(wanted), IDS_PER_SEARCH):
+            chunk = ", ".join(f"'{r}'" for r in wanted[i : i + IDS_PER_SEARCH] if r.isalnum())
+            if chunk:
+                for r in self.search_runs(
+                    experiment_ids, f"attributes.run_id IN ({chunk})", deleted=True
+                ):
+                    found[r.run_id] = r
+        return [found[r] if r in found else self.get_run(r) for r in run_ids]
+
+    def delete_tags(self, run_id: str, keys: list[str]) -> None:
+        """Remove tags from a run (a key it does not carry is skipped)."""
+        for key in keys:
+            try:
+                self._call(self.client.delete_tag, run_id, key)
+            except TrackingError as err:
+                if "No tag with name" not in str(err):
+                    raise
 
     def get_run(self, run_id: str) -> RunRecord:
         """A run by id (a store error if it does not exist: use :meth:`find_run` for a user's id)."""
@@ -907,6 +953,12 @@ _READS = ("get", "search", "list", "download")
 
 RACE_RETRIES = 3
 """Retries of a store write after a concurrent writer inserted the same row first."""
+
+SEARCH_PAGE = 1000
+"""Runs asked of the store per request of :meth:`Tracker.search_runs` (MLflow's default page; a
+server answers at most 50,000)."""
+IDS_PER_SEARCH = 100
+"""Run ids per ``attributes.run_id IN (…)`` search of :meth:`Tracker.runs_by_id`."""
 
 
 def is_duplicate_key(err: Exception) -> bool:

@@ -24,6 +24,17 @@ class Kind(StrEnum):
     REFERENCE_ALIGNMENT = "reference_alignment"  # a task's reference aligner (eflomal) scored
 
 
+class Role(StrEnum):
+    """What a run is to a study that recorded it (the value of its ``attnstudy.study.<id>`` tag,
+    before the position)."""
+
+    MODEL = "model"  # a model the study trained or reused
+    ABLATION = "ablation"  # a model's ablation run of the study
+    FAILED = "failed"  # a training or ablation run of the study that failed
+    ADVERSARY = "adversary"  # a trained adversary of the study
+    REFERENCE = "reference_alignment"  # a reference aligner run the study reports
+
+
 class Tag:
     """Tag names."""
 
@@ -41,11 +52,18 @@ class Tag:
     SCHEMA_VERSION = "schema_version"
     MODEL_KEY = "model_key"
     DATA_DIGEST = "data_digest"
-    STUDY_ID = "study_id"
-    STUDY_IDS = "study_ids"
+    STUDY_ID = "study_id"  # the study that started the run
+    STUDY_IDS = "study_ids"  # every study of a model run: read in older stores, no longer written
     STUDY_KEY = "study_key"
     SOURCE_RUN_ID = "source_run_id"
     ABLATION_KEY = "ablation_key"
+    # an ablation run's unit of the plain ablation/<name>/<stat> keys: "layer 2 of 2, all heads"
+    PRIMARY_UNIT = "ablation.primary_unit"
+    # a study's members, one tag on each member run: attnstudy.study.<study run id> = "<role>
+    # <position>" (Role; the position of its variant × seed in the study, 0-based), searched by
+    # study; no size limit, unlike the comma-joined lists below, which older stores hold
+    # (read, no longer written; MLflow caps a tag at 8,000 characters, ~240 run ids)
+    STUDY_MEMBER_PREFIX = "attnstudy.study."
     MODEL_RUN_IDS = "model_run_ids"
     ABLATION_RUN_IDS = "ablation_run_ids"
     ADVERSARY_RUN_IDS = "adversary_run_ids"  # a study's trained adversaries
@@ -139,8 +157,16 @@ class RunRecord:
         return self.tags.get(Tag.KIND, "")
 
     def ids(self, tag: str) -> list[str]:
-        """A comma-separated id list tag (``model_run_ids`` …) as a list."""
+        """A comma-separated id list tag (``model_run_ids`` … of an older store) as a list."""
         return [i for i in self.tags.get(tag, "").split(",") if i]
+
+    def membership(self, study_id: str) -> tuple[str, int] | None:
+        """(role, position) of this run in the study ``study_id`` (its ``attnstudy.study.<id>``
+        tag), or None when the study did not record it."""
+        role, _, position = self.tags.get(Tag.STUDY_MEMBER_PREFIX + study_id, "").partition(" ")
+        if not role:
+            return None
+        return role, int(position) if position.isdigit() else 0
 
     @classmethod
     def of(cls, run) -> RunRecord:

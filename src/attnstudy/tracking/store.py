@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..models.io import MODEL_FILES
 from .client import Tracker, owner_alive
 from .leases import lease_expired
-from .schema import Artifact, Kind, RunRecord, Tag
+from .schema import Artifact, Kind, Role, RunRecord, Tag
 
 
 def _q(value: str) -> str:
@@ -41,10 +41,73 @@ def find_finished_model(
     return None
 
 
-def add_study(tracker: Tracker, model: RunRecord, study_id: str) -> None:
-    """Record that a reused model run belongs to one more study (``study_ids`` tag)."""
-    ids = set(model.ids(Tag.STUDY_IDS)) | {study_id}
-    tracker.set_tags(model.run_id, {Tag.STUDY_IDS: ",".join(sorted(ids))})
+def member_tag(study_id: str) -> str:
+    """The tag that makes a run a member of the study ``study_id``:
+    ``attnstudy.study.<study id>``, its value ``"<role> <position>"``."""
+    return f"{Tag.STUDY_MEMBER_PREFIX}{study_id}"
+
+
+def _members_query(study_id: str) -> str:
+    return f"tags.`{member_tag(study_id)}` LIKE '%'"
+
+
+def add_member(tracker: Tracker, study_id: str, run_id: str, role: Role, position: int) -> None:
+    """Record one run of a study (a trained adversary, a reference aligner run): its
+    ``attnstudy.study.<study id>`` tag, ``"<role> <position>"``."""
+    tracker.set_tags(run_id, {member_tag(study_id): f"{role} {position}"})
+
+
+class StudyRecord:
+    """Which runs a study recorded, kept on the member runs: one tag each,
+    ``attnstudy.study.<study id> = "<role> <position>"`` (no size limit: the comma-joined lists
+    on the study run that older versions wrote stopped at ~240 run ids, MLflow's 8,000
+    characters). :meth:`write` changes only what differs from what the store holds (read once,
+    by one search, on the first write: a resumed study's earlier members included).
+
+    Args:
+        experiment_id: the study's experiment (its members' too).
+    """
+
+    def __init__(self, tracker: Tracker, study_id: str, experiment_id: str):
+        self.tracker, self.study_id, self.experiment_id = tracker, study_id, experiment_id
+        self.tag = member_tag(study_id)
+        self.held: dict[str, str] | None = None  # run id → the tag's value in the store
+
+    def write(self, members: dict[str, tuple[Role, int]], roles: tuple[Role, ...]) -> None:
+        """Make the study's members of ``roles`` exactly ``members`` (run id → (role, position)):
+        new or changed ones are tagged, members of those roles no longer listed lose the tag (a
+        resumed study's earlier failure that now succeeded)."""
+        if self.held is None:
+            self.held = {
+                r.run_id: r.tags.get(self.tag, "")
+                for r in self.tracker.search_runs(
+                    [self.experiment_id], _members_query(self.study_id), deleted=True
+                )
+            }
+        wanted = {run_id: f"{role} {position}" for run_id, (role, position) in members.items()}
+        for run_id, value in wanted.items():
+            if self.held.get(run_id) != value:
+                self.tracker.set_tags(run_id, {self.tag: value})
+                self.held[run_id] = value
+        for run_id, value in list(self.held.items()):
+            if run_id not in wanted and value.partition(" ")[0] in roles:
+                self.tracker.delete_tags(run_id, [self.tag])
+                del self.held[run_id]
+
+
+def study_members(tracker: Tracker, study: RunRecord) -> dict[str, list[RunRecord]]:
+    """Role → the runs ``study`` recorded in that role (its members' tags, trash included), by
+    position; empty for a study recorded before those tags (its comma-joined lists are read by
+    :func:`study_runs`). One paged search, whatever the number of runs."""
+    runs = tracker.search_runs([study.experiment_id], _members_query(study.run_id), deleted=True)
+    placed = sorted(
+        ((m, r) for r in runs if (m := r.membership(study.run_id)) is not None),
+        key=lambda mr: (mr[0][1], mr[1].kind, mr[1].run_id),
+    )
+    out: dict[str, list[RunRecord]] = {}
+    for (role, _), r in placed:
+        out.setdefault(role, []).append(r)
+    return out
 
 
 def start_study(
@@ -80,25 +143,6 @@ def interrupted_studies(
 def find_resumable_study(tracker: Tracker, experiment_id: str, study_key: str) -> str | None:
     """The newest KILLED or FAILED study run with this study key, or None."""
     return next(iter(interrupted_studies(tracker, experiment_id, study_key)), None)
-
-
-def record_study(
-    tracker: Tracker,
-    study_id: str,
-    model_run_ids: list[str],
-    ablation_run_ids: list[str],
-    failed_run_ids: list[str],
-) -> None:
-    """Write which runs belong to a study: the report reads exactly these, so an ad-hoc ablation
-    run later never changes a finished study's report."""
-    tracker.set_tags(
-        study_id,
-        {
-            Tag.MODEL_RUN_IDS: ",".join(model_run_ids),
-            Tag.ABLATION_RUN_IDS: ",".join(ablation_run_ids),
-            Tag.FAILED_RUN_IDS: ",".join(failed_run_ids),
-        },
-    )
 
 
 def finished_ablations(tracker: Tracker, study_id: str, ablation_key: str) -> dict[str, str]:
@@ -153,9 +197,7 @@ def reconcile_orphans(tracker: Tracker, experiment_id: str, now: float | None = 
 
     now = time.time() if now is None else now
     closed = []
-    for r in tracker.search_runs(
-        [experiment_id], "attributes.status = 'RUNNING'", max_results=1000
-    ):
+    for r in tracker.search_runs([experiment_id], "attributes.status = 'RUNNING'"):
         pid = r.tags.get(Tag.OWNER_PID, "?")
         host = r.tags.get(Tag.OWNER_HOST) or "an unknown host"
         alive = owner_alive(r.tags)
@@ -197,7 +239,7 @@ def latest_study(tracker: Tracker, experiment: str) -> tuple[str, str]:
         raise LookupError(
             f"no experiment named {experiment!r} in {tracker.uri}; run 'attnstudy run' first"
         )
-    runs = tracker.search_runs([exp_id], f"tags.{Tag.KIND} = '{Kind.STUDY}'", max_results=200)
+    runs = tracker.search_runs([exp_id], f"tags.{Tag.KIND} = '{Kind.STUDY}'")
     if not runs:
         raise LookupError(f"experiment {experiment!r} has no study run; run 'attnstudy run' first")
     finished = [r for r in runs if r.status == "FINISHED"]
@@ -224,17 +266,23 @@ class StudyRuns:
         study: the study run.
         models: its model runs (trained or reused), in order, then those whose training failed.
         ablations: model run id → that model's ablation run of this study (finished or failed).
+        adversaries: its trained adversary runs, in order.
+        references: its reference aligner runs, in order.
     """
 
     study: RunRecord
     models: list[RunRecord] = field(default_factory=list)
     ablations: dict[str, RunRecord] = field(default_factory=dict)
+    adversaries: list[RunRecord] = field(default_factory=list)
+    references: list[RunRecord] = field(default_factory=list)
 
 
 def study_runs(tracker: Tracker, study_id: str) -> StudyRuns:
-    """Read back exactly the runs a study recorded (``model_run_ids``, ``ablation_run_ids``,
-    ``failed_run_ids``); a study recorded before those tags existed falls back to its ablation runs'
-    ``study_id`` tag.
+    """Read back exactly the runs a study recorded, in bulk: its members' tags
+    (:class:`StudyRecord`, one paged search); a study recorded by an older version, its
+    comma-joined lists (``model_run_ids``, ``ablation_run_ids``, ``failed_run_ids``,
+    ``adversary_run_ids``, ``reference_alignment_run_ids``; the runs read by id in bulk), and
+    one recorded before those, its ablation runs' ``study_id`` tag.
 
     Raises:
         ModelNotFoundError: no run with that id. LookupError: it is not a study run.
@@ -242,9 +290,34 @@ def study_runs(tracker: Tracker, study_id: str) -> StudyRuns:
     study = tracker.find_run(study_id)
     if study.kind != Kind.STUDY:
         raise LookupError(f"run {study_id} is not a study run (kind={study.kind or None!r})")
-    failed = [tracker.get_run(i) for i in study.ids(Tag.FAILED_RUN_IDS)]
+    members = study_members(tracker, study)
+    if members:
+        failed = members.get(Role.FAILED, [])
+        models = members.get(Role.MODEL, []) + [r for r in failed if r.kind == Kind.MODEL]
+        ablations = members.get(Role.ABLATION, []) + [r for r in failed if r.kind == Kind.ABLATION]
+        return StudyRuns(
+            study,
+            models,
+            {r.tags.get(Tag.SOURCE_RUN_ID, ""): r for r in ablations},
+            members.get(Role.ADVERSARY, []),
+            members.get(Role.REFERENCE, []),
+        )
+    lists = (
+        Tag.MODEL_RUN_IDS,
+        Tag.ABLATION_RUN_IDS,
+        Tag.FAILED_RUN_IDS,
+        Tag.ADVERSARY_RUN_IDS,
+        Tag.REFERENCE_RUN_IDS,
+    )
+    every = tracker.runs_by_id([study.experiment_id], [i for t in lists for i in study.ids(t)])
+    by_id = {r.run_id: r for r in every}
+
+    def runs(tag: str) -> list[RunRecord]:
+        return [by_id[i] for i in study.ids(tag)]
+
+    failed = runs(Tag.FAILED_RUN_IDS)
     if Tag.ABLATION_RUN_IDS in study.tags:
-        ablations = [tracker.get_run(i) for i in study.ids(Tag.ABLATION_RUN_IDS)]
+        ablations = runs(Tag.ABLATION_RUN_IDS)
     else:
         ablations = list(
             reversed(
@@ -255,9 +328,14 @@ def study_runs(tracker: Tracker, study_id: str) -> StudyRuns:
             )
         )
     ablations += [r for r in failed if r.kind == Kind.ABLATION]
-    models = [tracker.get_run(i) for i in study.ids(Tag.MODEL_RUN_IDS)]
-    models += [r for r in failed if r.kind == Kind.MODEL]
-    return StudyRuns(study, models, {r.tags.get(Tag.SOURCE_RUN_ID, ""): r for r in ablations})
+    models = runs(Tag.MODEL_RUN_IDS) + [r for r in failed if r.kind == Kind.MODEL]
+    return StudyRuns(
+        study,
+        models,
+        {r.tags.get(Tag.SOURCE_RUN_ID, ""): r for r in ablations},
+        runs(Tag.ADVERSARY_RUN_IDS),
+        runs(Tag.REFERENCE_RUN_IDS),
+    )
 
 
 def fail_task_runs(
