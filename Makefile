@@ -97,7 +97,7 @@ lint: setup
 # the ablation tables of docs/design.md and README.md, generated from the catalogue, and the
 # result tables of docs/findings.md, docs/benchmarks.md and docs/nt-greek-english.md, from experiments/results/*.csv
 docs: setup
-	$(PY) -m attnstudy.analysis.catalogue docs/design.md README.md
+	$(PY) -m attnstudy.analysis.catalogue_docs docs/design.md README.md
 	$(PY) -m attnstudy.results docs/findings.md docs/benchmarks.md docs/nt-greek-english.md experiments/results
 
 clean:

@@ -36,6 +36,9 @@ from pydantic import (
 )
 
 from attnstudy.config import Device, _Strict
+from attnstudy.verdict_roles import Drop as Drop
+from attnstudy.verdict_roles import Thresholds as Thresholds
+from attnstudy.verdict_roles import VerdictRole as VerdictRole
 
 CAPABILITIES = ("attention", "local", "global", "gradients", "values", "self_attention")
 """What an ablation may need of a model (:mod:`attnstudy.analysis.contract`): traced attention,
@@ -195,8 +198,12 @@ class Stat:
         unit: what its numbers measure (the summary figure's scale).
         direction: which values answer its question yes (:data:`Direction`).
         question: the report table and figure block it belongs to (a key of :data:`QUESTIONS`
-            or of its spec's :attr:`AblationSpec.questions`); None: logged and read by the
-            verdict, but not a column of the report.
+            or of its spec's :attr:`AblationSpec.questions`); None: logged, but not a column of
+            the report.
+        verdict: which verdict question it feeds and its role there
+            (:class:`~attnstudy.verdict_roles.VerdictRole`, with its rule: :class:`~attnstudy.
+            verdict_roles.Thresholds`, :class:`~attnstudy.verdict_roles.Drop`); None: the verdict does not
+            read it. Independent of ``question`` (the report's table).
         order: its column's position in the question's table (default: its spec's ``order``).
         optional: a statistic the ablation's settings select (a faithfulness ranking): a column
             of the report only where some model of the study logged it (its value or its count
@@ -217,12 +224,25 @@ class Stat:
     order: int | None = None
     optional: bool = False
     former_labels: tuple[str, ...] = ()
+    verdict: VerdictRole | None = None
 
     def __post_init__(self) -> None:
         if (self.column is None) == (self.num is None or self.den is None):
             raise AblationSpecError("a Stat is either column=… or num=… with den=…")
         if self.question is not None and not self.label:
             raise AblationSpecError("a Stat shown in the report (question=…) needs a label")
+        role = self.verdict
+        if role is not None and not isinstance(role, VerdictRole):
+            raise AblationSpecError("Stat(verdict=…) takes a VerdictRole")
+        if (
+            role is not None
+            and isinstance(role.rule, Thresholds)
+            and (role.direction or self.direction) not in ("higher", "lower")
+        ):
+            raise AblationSpecError(
+                f"a statistic whose verdict role has Thresholds needs direction='higher' or "
+                f"'lower' (which values answer {role.question!r} yes)"
+            )
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -345,6 +365,12 @@ class AblationSpec:
             )
         known = set(QUESTIONS) | set(self.questions)
         for key, stat in self.stats.items():
+            drop = stat.verdict.rule if stat.verdict is not None else None
+            if isinstance(drop, Drop) and not {drop.original, drop.changed} <= set(self.stats):
+                raise AblationSpecError(
+                    f"ablation {self.name!r}: statistic {key!r}'s Drop names statistics it does "
+                    f"not have ({drop.original!r}, {drop.changed!r})"
+                )
             if stat.question is not None and stat.question not in known:
                 raise AblationSpecError(
                     f"ablation {self.name!r}: statistic {key!r} feeds unknown question "
@@ -482,6 +508,27 @@ def stat_keys(names: Iterable[str] | None = None) -> list[str]:
     """Every statistic's metric key (``ablation/<name>/<stat>``) of the ablations ``names``
     (default: all), shown in the report or not: what the verdict reads."""
     return [f"ablation/{n}/{k}" for n in _names(names) for k in get_ablation(n).stats]
+
+
+def verdict_roles(names: Iterable[str] | None = None) -> dict[str, VerdictRole]:
+    """Every statistic with a verdict role of the ablations ``names`` (default: all): its metric
+    key (``ablation/<name>/<stat>``) → its :class:`~attnstudy.findings.VerdictRole`, the
+    statistic's direction filled in, in the report's column order (each statistic's ``order``,
+    default its spec's, then the battery order and the order they are declared in): what
+    :func:`attnstudy.findings.verdict` reads (:attr:`attnstudy.findings.ModelFacts.roles`)."""
+    from dataclasses import replace
+
+    rows = []
+    for n in _names(names):
+        spec = get_ablation(n)
+        for i, (stat_name, st) in enumerate(spec.stats.items()):
+            if st.verdict is not None:
+                role = st.verdict
+                if not role.direction and st.direction:
+                    role = replace(role, direction=st.direction)
+                rank = st.order if st.order is not None else spec.order
+                rows.append(((rank, spec.order, i), f"ablation/{n}/{stat_name}", role))
+    return {key: role for _, key, role in sorted(rows, key=lambda x: x[0])}
 
 
 def stat_labels(names: Iterable[str] | None = None) -> dict[str, str]:
@@ -791,94 +838,3 @@ def _prepare(data: dict[str, Any]) -> dict[str, Any]:
             msg = e["msg"].removeprefix("Value error, ")
             raise ValueError(f"ablation.{key}.{loc}: {msg} (got {e.get('input')!r})") from None
     return data
-
-
-# ----------------------------------------------------------------------------- documentation
-
-
-def _default_text(key: str, field_info: Any) -> str:
-    """A parameter's default as the docs table writes it; a nested table of another entry's
-    :class:`Params` (``attribution_agreement.saliency``) defaults to that entry's defaults."""
-    default = field_info.get_default(call_default_factory=True)
-    return f"`[ablation.{key}]`'s defaults" if isinstance(default, Params) else str(default)
-
-
-def markdown_table() -> str:
-    """The table of ablations in docs/design.md and README.md, generated from the catalogue."""
-    rows = [
-        "| ablation | what it does | unit | prefix | needs | parameters | statistics | reference |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for name in list_ablations():
-        s = get_ablation(name)
-        params = (
-            ", ".join(f"`{k}` = {_default_text(k, f)}" for k, f in s.params.model_fields.items())
-            or "–"
-        )
-        names = list(s.stats)
-        stats = (
-            ", ".join(f"`{k}`" for k in names)
-            if len(names) <= 6
-            else ", ".join(f"`{k}`" for k in names[:3]) + f", … ({len(names)} in all)"
-        )
-        default = "" if s.default else " (opt-in)"
-        rows.append(
-            f"| `{name}`{default} | {s.description} | {s.unit} | {s.prefix} | {', '.join(s.requires) or '–'} "
-            f"| {params} | {stats} | {s.reference} |"
-        )
-    return "\n".join(rows)
-
-
-def stats_markdown_table() -> str:
-    """The table of the statistics the report shows (docs/design.md), generated from the catalogue
-    in the report's order: question, column label, metric, unit, which values answer yes."""
-    titles = {q: x.title for q, x in questions().items()}
-    rows = [
-        "| question | column | metric | unit | yes when |",
-        "|---|---|---|---|---|",
-    ]
-    for st in shown_stats():
-        yes = {"higher": "higher", "lower": "lower"}.get(st.stat.direction, "–")
-        rows.append(
-            f"| {titles[st.stat.question]} | {st.stat.label} | `{st.key}` | {st.stat.unit} | {yes} |"
-        )
-    return "\n".join(rows)
-
-
-BEGIN, END = (
-    "<!-- ablation-catalogue:begin (generated: make docs) -->",
-    "<!-- ablation-catalogue:end -->",
-)
-STATS_BEGIN, STATS_END = (
-    "<!-- statistics-catalogue:begin (generated: make docs) -->",
-    "<!-- statistics-catalogue:end -->",
-)
-GENERATED = ((BEGIN, END, markdown_table), (STATS_BEGIN, STATS_END, stats_markdown_table))
-"""The generated blocks of the docs: markers and the function writing what is between them."""
-
-
-def update_docs(*paths: Path) -> list[Path]:
-    """Rewrite the generated tables (:data:`GENERATED`) between their markers in each file that has
-    them; returns the files changed."""
-    changed = []
-    for path in paths:
-        text = new = path.read_text(encoding="utf-8")
-        for begin, end, table in GENERATED:
-            if begin not in new:
-                continue
-            head, _, rest = new.partition(begin)
-            _, _, tail = rest.partition(end)
-            new = f"{head}{begin}\n{table()}\n{end}{tail}"
-        if new != text:
-            path.write_text(new, encoding="utf-8")
-            changed.append(path)
-    return changed
-
-
-if __name__ == "__main__":  # make docs; run through the importable module, not this __main__ copy
-    import sys
-
-    from attnstudy.analysis import catalogue
-
-    for p in catalogue.update_docs(*(Path(a) for a in sys.argv[1:])):
-        print(f"updated {p}")

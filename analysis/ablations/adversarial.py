@@ -46,7 +46,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Figure, OutputChangeParams, Stat
+from attnstudy.analysis.catalogue import (
+    AblationSpec,
+    Figure,
+    OutputChangeParams,
+    Stat,
+    Thresholds,
+    VerdictRole,
+)
 from pydantic import Field, field_validator
 from torch import Tensor
 
@@ -99,6 +106,11 @@ SPEC = AblationSpec(
             question="unique",
             direction="lower",
             order=61,
+            verdict=VerdictRole(
+                "unique",
+                rule=Thresholds("unique_jsd", "unique_jsd"),
+                phrase="on average {fmt} nats JSD from the model's own (at most ln 2 ≈ 0.693)",
+            ),
         ),
         "found_rate": Stat(
             "adversarial_found",
@@ -106,6 +118,13 @@ SPEC = AblationSpec(
             question="unique",
             direction="lower",
             order=60,
+            verdict=VerdictRole(
+                "unique",
+                rule=Thresholds("unique_found", "unique_found"),
+                phrase="for {pct} of decoder steps an attention distribution keeps the output "
+                "within{eps} (TVD)",
+                summary="an attention far from the model's gives the same output at{span} of steps",
+            ),
         ),
     },
     figure=Figure(

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat, Thresholds, VerdictRole
 from torch import Tensor
 
 from attnstudy.data.alignment import Alignment, format_pharaoh
@@ -67,6 +67,11 @@ SPEC = AblationSpec(
             unit="0–1, lower is better",
             question="aligns",
             direction="lower",
+            verdict=VerdictRole(
+                "aligns",
+                rule=Thresholds("align_aer", "no_align_aer", at_most=True),
+                phrase="its argmax has AER {fmt}",
+            ),
         ),
         "aer_linked": Stat(
             num="alignment_aer_linked_num",
@@ -108,6 +113,7 @@ SPEC = AblationSpec(
             unit="share of attention (0–1)",
             question="aligns",
             direction="higher",
+            verdict=VerdictRole("aligns", "beside", phrase="puts {pct} of its mass on gold links"),
         ),
         "argmax_on_gold": Stat(
             "alignment_argmax_on_gold",

@@ -15,7 +15,7 @@ from attnstudy.analysis.attribution_params import (
     AGREEMENT_PAIRS,
     AgreementParams,
 )
-from attnstudy.analysis.catalogue import AblationSpec, Figure, Question, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Figure, Question, Stat, VerdictRole
 
 from ..attribution import cached_attribution, head_mean_attention, tau_table
 from .importance import loo_importance
@@ -33,6 +33,12 @@ SPEC = AblationSpec(
             question="attribution_agreement",
             # result tables written before the labels came from the registry
             former_labels=AGREEMENT_FORMER_LABELS[pair],
+            # the pairs of importance measures other than attention: the agreement's yardstick
+            verdict=VerdictRole(
+                "agrees",
+                "yardstick",
+                measure=f"{AGREEMENT_MEASURES[a]} and {AGREEMENT_MEASURES[b]}",
+            ),
         )
         for pair, (a, b) in AGREEMENT_PAIRS.items()
     },

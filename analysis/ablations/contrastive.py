@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Params, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Params, Stat, VerdictRole
 from pydantic import Field
 from torch import Tensor
 
@@ -57,6 +57,14 @@ SPEC = AblationSpec(
             label="τ attention–contrastive gradient",
             unit="Kendall τ-b",
             question="agrees",
+            # its own sentence: the gradient of another quantity than the measures' log p(y_t)
+            verdict=VerdictRole(
+                "contrastive",
+                "note",
+                measure="the contrastive gradient",
+                note="On the contrastive question (why y_t rather than its foil), attention "
+                "{relation}.",
+            ),
         ),
         "tau_plain": Stat(
             "contrastive_tau_plain",

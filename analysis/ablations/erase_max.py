@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, OutputChangeParams, Stat
+from attnstudy.analysis.catalogue import AblationSpec, OutputChangeParams, Stat, VerdictRole
 
 from attnstudy.models import Seq2Seq, eval_mode
 
@@ -21,7 +21,11 @@ SPEC = AblationSpec(
     more_stats="attnstudy.analysis.ablations.erase_max:more_stats",
     stats={
         "flip_rate": Stat(
-            "erase_max_flip", label="erase-max flip rate", question="used", direction="higher"
+            "erase_max_flip",
+            label="erase-max flip rate",
+            question="used",
+            direction="higher",
+            verdict=VerdictRole("used", "beside", phrase="erasing the largest weight at {pct}"),
         ),
         "tvd": Stat(
             "erase_max_tvd",

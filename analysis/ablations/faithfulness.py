@@ -37,7 +37,14 @@ from typing import ClassVar
 import numpy as np
 import torch
 from attnstudy.analysis.attribution_params import GRADIENT_METHODS, IMPORTANCE_LABELS
-from attnstudy.analysis.catalogue import AblationSpec, Figure, Params, Question, Stat
+from attnstudy.analysis.catalogue import (
+    AblationSpec,
+    Figure,
+    Params,
+    Question,
+    Stat,
+    VerdictRole,
+)
 from pydantic import Field, field_validator
 from torch import Tensor
 
@@ -105,6 +112,15 @@ SPEC = AblationSpec(
                 optional=True,  # a column where the study's rankings include it
                 # result tables written before the labels came from the registry
                 former_labels=(f"{mode}, {r.replace('_', ' ')}",),
+                # the verdict's faithfulness sentence: the comprehensiveness AOPCs compete
+                verdict=VerdictRole(
+                    "faithful",
+                    "ranking",
+                    measure=label,
+                    phrase="{fmt} for random orders" if r == "random" else "",
+                )
+                if mode == "comprehensiveness"
+                else None,
             )
             for mode, direction in (("comprehensiveness", "higher"), ("sufficiency", "lower"))
             for r, label in FaithfulnessParams.RANKINGS.items()

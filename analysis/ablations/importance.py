@@ -41,7 +41,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Figure, OutputChangeParams, Stat
+from attnstudy.analysis.catalogue import (
+    AblationSpec,
+    Figure,
+    OutputChangeParams,
+    Stat,
+    VerdictRole,
+)
 from torch import Tensor
 
 from attnstudy.models import Seq2Seq, eval_mode, gradients_in_eval
@@ -65,6 +71,7 @@ SPEC = AblationSpec(
             unit="Kendall τ-b",
             question="agrees",
             direction="higher",
+            verdict=VerdictRole("agrees", measure="gradient × input"),
         ),
         "tau_attn_loo": Stat(
             "importance_tau_attn_loo",
@@ -72,12 +79,14 @@ SPEC = AblationSpec(
             unit="Kendall τ-b",
             question="agrees",
             direction="higher",
+            verdict=VerdictRole("agrees", measure="leave-one-out"),
         ),
         "tau_grad_loo": Stat(
             "importance_tau_grad_loo",
             label="τ gradient–LOO (baseline)",
             unit="Kendall τ-b",
             question="agrees",
+            verdict=VerdictRole("agrees", "yardstick", measure="gradient and leave-one-out"),
         ),
     },
     figure=Figure(

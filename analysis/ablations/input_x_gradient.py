@@ -8,7 +8,7 @@ the importance ablation's gradient × input (a test holds the two equal, and bot
 from __future__ import annotations
 
 from attnstudy.analysis.attribution_params import InputXGradientParams
-from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat, VerdictRole
 
 from ..attribution import run_method
 
@@ -24,6 +24,7 @@ SPEC = AblationSpec(
             unit="Kendall τ-b",
             question="agrees",
             direction="higher",
+            verdict=VerdictRole("agrees", measure="input × gradient"),
         ),
     },
     figure=Figure(

@@ -11,7 +11,7 @@ integrated function is not f_t).
 from __future__ import annotations
 
 from attnstudy.analysis.attribution_params import IntegratedGradientsParams
-from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat, VerdictRole
 
 from ..attribution import run_method
 
@@ -27,6 +27,7 @@ SPEC = AblationSpec(
             unit="Kendall τ-b",
             question="agrees",
             direction="higher",
+            verdict=VerdictRole("agrees", measure="integrated gradients"),
         ),
         "abs_delta": Stat("integrated_gradients_abs_delta", unit="nats"),
     },

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat, VerdictRole
 
 from .._chunks import require_attention, step_frame
 from ..batch import AblationContext, PreparedBatch
@@ -39,6 +39,8 @@ SPEC = AblationSpec(
             unit="Kendall τ-b",
             question="agrees",
             direction="higher",
+            # built from attention itself: named beside the importance measures, not read
+            verdict=VerdictRole("agrees", "beside", measure="norm"),
         ),
         "tau_norm_loo": Stat(
             "norm_tau_norm_loo",
@@ -46,7 +48,9 @@ SPEC = AblationSpec(
             unit="Kendall τ-b",
             question="agrees",
         ),
-        "tau_attn_loo": Stat("norm_tau_attn_loo"),
+        "tau_attn_loo": Stat(
+            "norm_tau_attn_loo", verdict=VerdictRole("agrees", measure="leave-one-out")
+        ),
         "argmax_agrees": Stat(
             "norm_argmax_agrees",
             label="argmax of norm = argmax of attention",

@@ -11,7 +11,7 @@ batch is traced at once.
 from __future__ import annotations
 
 from attnstudy.analysis.attribution_params import OcclusionParams
-from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat, VerdictRole
 
 from ..attribution import run_method
 
@@ -27,6 +27,7 @@ SPEC = AblationSpec(
             unit="Kendall τ-b",
             question="agrees",
             direction="higher",
+            verdict=VerdictRole("agrees", measure="occlusion"),
         ),
     },
     figure=Figure(

@@ -11,7 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Figure, OutputChangeParams, Stat
+from attnstudy.analysis.catalogue import (
+    AblationSpec,
+    Figure,
+    OutputChangeParams,
+    Stat,
+    Thresholds,
+    VerdictRole,
+)
 from pydantic import Field
 from torch import Tensor
 
@@ -48,6 +55,14 @@ SPEC = AblationSpec(
             label="permutation flip rate",
             question="used",
             direction="higher",
+            verdict=VerdictRole(
+                "used",
+                rule=Thresholds("used_flip", "unused_flip"),
+                phrase="of {P}random permutations of the attention row, {pct} change the "
+                "predicted token (mean over decoder steps)",
+                summary="random permutations change the predicted token at{span} of their "
+                "decoder steps (mean share of permutations)",
+            ),
         ),
         "median_tvd": Stat(
             "permutation_median_tvd",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Drop, Stat, VerdictRole
 
 from attnstudy.metrics import edit_distance
 from attnstudy.models import ALL, Seq2Seq, eval_mode
@@ -31,6 +31,13 @@ SPEC = AblationSpec(
             question="used",
             direction="higher",
             order=45,  # after the local interventions' columns
+            verdict=VerdictRole(
+                "used",
+                "beside",
+                rule=Drop("exact_match_original", "exact_match_permuted"),
+                note="Permuting attention at every step of free-running decoding lowers exact "
+                "match from {original} to {changed} (drop {fmt}).",
+            ),
         ),
     },
     derive="attnstudy.analysis.ablations.permutation_global:derive",

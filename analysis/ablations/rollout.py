@@ -19,7 +19,7 @@ import math
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat, VerdictRole
 
 from .._chunks import require_attention, step_frame
 from ..batch import AblationContext, PreparedBatch
@@ -37,6 +37,8 @@ SPEC = AblationSpec(
             unit="Kendall τ-b",
             question="agrees",
             direction="higher",
+            # built from attention itself: named beside the importance measures, not read
+            verdict=VerdictRole("agrees", "beside", measure="rollout"),
         ),
         "tau_rollout_loo": Stat(
             "rollout_tau_rollout_loo",
@@ -44,7 +46,9 @@ SPEC = AblationSpec(
             unit="Kendall τ-b",
             question="agrees",
         ),
-        "tau_attn_loo": Stat("rollout_tau_attn_loo"),
+        "tau_attn_loo": Stat(
+            "rollout_tau_attn_loo", verdict=VerdictRole("agrees", measure="leave-one-out")
+        ),
         "argmax_agrees": Stat(
             "rollout_argmax_agrees",
             label="argmax of rollout = argmax of attention",

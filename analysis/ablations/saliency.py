@@ -8,7 +8,7 @@ respect to source embedding e_j, attention detached by default
 from __future__ import annotations
 
 from attnstudy.analysis.attribution_params import SaliencyParams
-from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat
+from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat, VerdictRole
 
 from ..attribution import run_method
 
@@ -24,6 +24,7 @@ SPEC = AblationSpec(
             unit="Kendall τ-b",
             question="agrees",
             direction="higher",
+            verdict=VerdictRole("agrees", measure="saliency"),
         ),
     },
     figure=Figure(

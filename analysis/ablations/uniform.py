@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, OutputChangeParams, Stat
+from attnstudy.analysis.catalogue import AblationSpec, OutputChangeParams, Stat, VerdictRole
 
 from attnstudy.models import Seq2Seq, eval_mode
 
@@ -20,7 +20,16 @@ SPEC = AblationSpec(
     more_stats="attnstudy.analysis.ablations.uniform:more_stats",
     stats={
         "flip_rate": Stat(
-            "uniform_flip", label="uniform flip rate", question="used", direction="higher"
+            "uniform_flip",
+            label="uniform flip rate",
+            question="used",
+            direction="higher",
+            verdict=VerdictRole(
+                "used",
+                "beside",
+                phrase="uniform attention at {pct}",
+                note="Under uniform attention the token stays the same at {keep} of steps.",
+            ),
         ),
         "tvd": Stat(
             "uniform_tvd",

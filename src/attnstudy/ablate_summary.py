@@ -57,6 +57,7 @@ def summary_lines(
         metrics,
         stat_keys=catalogue.stat_keys(),
         labels=catalogue.stat_labels(),
+        roles=catalogue.verdict_roles(),
         params=params,
     )
     prefix = params.get("ablation.prefix", "greedy")

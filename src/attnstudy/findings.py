@@ -4,24 +4,32 @@ report (:data:`LITERATURE_CONTEXT`), not in every model's verdict.
 
 Four questions, each answered by a rule on interval bounds whose thresholds are stated in the
 report and configurable (``[report.verdict]`` of the experiment file, or ``attnstudy report
---verdict KEY=VALUE``):
+--verdict KEY=VALUE``). Which statistics feed which question, and how, is declared by the
+statistics themselves in the ablation catalogue (:class:`VerdictRole`, the catalogue's
+``Stat(verdict=…)``; :func:`attnstudy.analysis.catalogue.verdict_roles` passes them in
+:attr:`ModelFacts.roles`); this module holds the rules and the sentences, and names no ablation:
 
-* **used?** — does the output depend on the attention weights? Permutation flip rate (the
-  share of random permutations of α_t that change the predicted token, averaged over steps),
-  with uniform and erase-max flip rates and the global-permutation exact-match drop beside it;
+* **used?** — does the output depend on the attention weights? Its measures' intervals against
+  ``used_flip`` / ``unused_flip`` (the permutation flip rate: the share of random permutations of
+  α_t that change the predicted token, averaged over steps), with the statistics beside them
+  (uniform and erase-max flip rates) and the global-permutation exact-match drop (:class:`Drop`);
 * **unique?** — is there another attention distribution, far from α_t, with nearly the same
-  output? Adversarial share of steps with an alternative within ε_eval (TVD) and its JSD;
-* **agrees?** — does attention rank source tokens as gradient and leave-one-out importance do?
-  Kendall τ attn–grad and attn–LOO, set against τ grad–LOO (how well the two non-attention
-  measures agree with each other; unclear while that baseline is itself weak); the sentence
-  also names attention's τ with any other measure measured (saliency, input × gradient,
-  integrated gradients, occlusion, contrastive gradient, norm, rollout), which the answer does
-  not read;
-* **aligns?** — is the attention argmax a word alignment? AER and attention mass on gold links.
+  output? Adversarial share of steps with an alternative within ε_eval (TVD) and its JSD: not
+  unique where both pass their thresholds, unique where either stays below;
+* **agrees?** — does attention rank source tokens as the importance measures do? Attention's
+  Kendall τ with every importance measure measured (gradient × input, leave-one-out, saliency,
+  input × gradient, integrated gradients, occlusion, and any entry declaring one), against one
+  yardstick: the median τ between the pairs of importance measures other than attention that
+  were measured (τ gradient–LOO of the importance ablation, the attribution_agreement matrix);
+  unclear while that yardstick is itself weak, n/a without one. Attention's τ with measures built
+  from attention (norm, rollout) is named, not read;
+* **aligns?** — is the attention argmax a word alignment? AER against ``align_aer`` /
+  ``no_align_aer``, with the attention mass on gold links beside it.
 
 Where the opt-in ``faithfulness`` ablation ran, one more sentence names the ranking whose deletion
 lowers p(y_t) most (comprehensiveness AOPC, DeYoung et al. 2020) with its interval, and whether
-that interval is clear of the runner-up's (:func:`_faithful`; the rankings are those measured).
+that interval is clear of the runner-up's (:func:`_faithful`; the rankings are those measured); an
+entry's ``note`` role adds a sentence of its own (the contrastive gradient's τ with attention).
 
 Only these published reference points are quoted with numbers (others qualitatively):
 Jain & Wallace 2019 (NAACL), Moradi et al. 2019, Vashishth et al. 2019 (see :data:`LITERATURE`),
@@ -41,6 +49,13 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 from .config import _Strict
+from .verdict_roles import (  # noqa: F401 (re-exported: the roles' names beside the verdict's)
+    THRESHOLD_QUESTIONS,
+    VERDICT_QUESTIONS,
+    Drop,
+    Thresholds,
+    VerdictRole,
+)
 
 LITERATURE = {
     "jw": "Jain & Wallace (2019, NAACL)",
@@ -225,8 +240,9 @@ class ModelFacts:
             gold links (see :func:`attnstudy.report.shifted_alignment`), else None.
         task_metrics: ``test/exact_match`` … → :class:`Estimate`.
         labels: ``ablation/<name>/<stat>`` → the statistic's label in the report (the
-            catalogue's :attr:`~attnstudy.analysis.catalogue.Stat.label`), for the sentences that
-            name a statistic; a key without one is named by its statistic.
+            catalogue's :attr:`~attnstudy.analysis.catalogue.Stat.label`).
+        roles: ``ablation/<name>/<stat>`` → its :class:`VerdictRole`, in the catalogue's order
+            (:func:`attnstudy.analysis.catalogue.verdict_roles`): what the verdict reads.
     """
 
     name: str
@@ -241,6 +257,7 @@ class ModelFacts:
     steps_of: dict[str, int] = field(default_factory=dict)
     stat_steps: dict[str, int] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    roles: dict[str, VerdictRole] = field(default_factory=dict)
 
     def get(self, name: str, stat: str) -> Estimate | None:
         return self.stats.get(f"ablation/{name}/{stat}")
@@ -252,11 +269,14 @@ class Verdict:
 
     Attributes:
         used, unique, agrees, aligns: ``yes`` / ``no`` / ``unclear`` / ``n/a`` (not measured),
-            and for ``agrees`` also ``weaker`` (less than gradient and LOO agree with each other;
-            ``unclear`` there when those two hardly agree themselves); ``agrees`` is ``n/a``
-            without the importance ablation even where its sentence names attention's τ with
-            another measure (:data:`OTHER_ATTENTION_TAUS`).
+            and for ``agrees`` also ``weaker`` (attention agrees with some importance measure
+            less than the measures agree with each other; ``unclear`` there when they hardly
+            agree themselves); ``agrees`` is ``n/a`` without a yardstick (no pair of
+            importance measures other than attention measured), even where its sentence names
+            attention's τ with a measure; ``aligns`` has ``partly`` for its middle answer.
         sentences: the generated text, one sentence per question (in that order), plus notes.
+        agrees_against: the pair of importance measures the agreement was read against where
+            it was one pair (``gradient and leave-one-out``); empty for a median of several.
     """
 
     name: str
@@ -265,6 +285,7 @@ class Verdict:
     agrees: str = "n/a"
     aligns: str = "n/a"
     sentences: list[str] = field(default_factory=list)
+    agrees_against: str = ""
 
     @property
     def text(self) -> str:
@@ -274,10 +295,6 @@ class Verdict:
     def answers(self) -> dict[str, str]:
         """Each question of :data:`VERDICT_QUESTIONS` → its category, in that order."""
         return {q: getattr(self, q) for q in VERDICT_QUESTIONS}
-
-
-VERDICT_QUESTIONS = ("used", "unique", "agrees", "aligns")
-"""The four questions a :class:`Verdict` answers, in the report's order."""
 
 
 def _lo(e: Estimate) -> float:
@@ -308,20 +325,69 @@ def _pct_against(x: float, threshold: float) -> str:
     return f"{100 * x:.{digits}f} %"
 
 
+@dataclass(frozen=True)
+class _Wording:
+    """A threshold question's sentences: ``{what}`` the measures' phrases (and those beside),
+    ``{n}`` the sample, ``{why}`` which bound misses which threshold."""
+
+    yes: str
+    no: str
+    middle: str
+    middle_answer: str = "unclear"
+    missing: str | None = None
+    beside: tuple[str, str, str] = (" (", "; ", ")")
+    names: tuple[str, str] = ("yes", "no")
+
+
+WORDING: dict[str, _Wording] = {
+    "used": _Wording(
+        yes="Attention is used{n}: {what}; this model depends on its attention weights.",
+        no="Attention is not used{n}: {what}.",
+        middle="Attention is used weakly, if at all{n}: {what}; neither rule decides: {why}.",
+        missing="Whether attention is used was not measured ({ablations} not run).",
+        names=("used", "not used"),
+    ),
+    "unique": _Wording(
+        yes="It is close to unique: {what}; few distant alternatives give the same output.",
+        no="It is not a unique explanation: {what}.",
+        middle="Whether it is unique is unclear: {what}.",
+        missing="Uniqueness was not measured ({ablations} not run).",
+        names=("unique", "not unique"),
+    ),
+    "aligns": _Wording(
+        yes="It aligns with the gold alignment: {what}.",
+        no="It does not align with the gold alignment: {what}.",
+        middle="It aligns partly: {what}.",
+        middle_answer="partly",
+        beside=(" and ", " and ", ""),
+        names=("aligns", "does not align"),
+    ),
+}
+"""The sentences of the questions decided by :class:`Thresholds` (aligns says nothing where it
+was not measured: without gold links the table says why)."""
+
+
 def verdict(f: ModelFacts, t: VerdictThresholds | None = None) -> Verdict:
     """The generated verdict of one model from its measured numbers (see the module docstring).
 
     Args:
-        f: the model's facts.
+        f: the model's facts, with the catalogue's verdict roles (:attr:`ModelFacts.roles`).
         t: the thresholds (defaults: :class:`VerdictThresholds`).
 
     Returns:
         :class:`Verdict`; a model without attention gets one sentence saying there is nothing to test.
+
+    Raises:
+        ValueError: ``f`` has statistics but no verdict roles (every question would read
+            "not measured").
     """
     t = t or VerdictThresholds()
+    if f.stats and not f.roles:
+        raise ValueError(
+            "ModelFacts without verdict roles: pass roles=attnstudy.analysis.catalogue."
+            "verdict_roles() (facts_from_metrics(roles=…))"
+        )
     v = Verdict(f.name)
-    steps = f.stat_steps.get("ablation/permutation/flip_rate")  # the "used" sentence's statistic
-    n = f" (n = {f.n_examples} examples, {steps} decoder steps)" if f.n_examples and steps else ""
     if f.attention == "none":
         em = f.task_metrics.get("test/exact_match")
         v.sentences.append(
@@ -330,257 +396,269 @@ def verdict(f: ModelFacts, t: VerdictThresholds | None = None) -> Verdict:
             + ", the measure of what attention adds to the task."
         )
         return v
-    _used(f, t, v, n)
-    _unique(f, t, v)
+    _decide("used", f, t, v)
+    _decide("unique", f, t, v)
     _agrees(f, t, v)
-    _aligns(f, t, v)
+    _decide("aligns", f, t, v)
     _faithful(f, v)
+    _notes(f, t, v)
     return v
 
 
-def _used(f: ModelFacts, t: VerdictThresholds, v: Verdict, n: str) -> None:
-    perm = f.get("permutation", "flip_rate")
-    if perm is None:
-        v.sentences.append("Whether attention is used was not measured (permutation not run).")
-        return
-    p = f"P = {f.n_permutations} " if f.n_permutations else ""
-    what = (
-        f"of {p}random permutations of the attention row, {perm.pct()} change the predicted "
-        "token (mean over decoder steps)"
+def _roles(f: ModelFacts, question: str, *kinds: str) -> list[tuple[str, VerdictRole]]:
+    """``(key, role)`` of every statistic feeding ``question`` in one of ``kinds``, in the
+    catalogue's order."""
+    return [(k, r) for k, r in f.roles.items() if r.question == question and r.role in kinds]
+
+
+def _ran(f: ModelFacts, key: str) -> bool:
+    """Whether the ablation of ``ablation/<name>/<stat>`` ran for this model."""
+    prefix = key.rsplit("/", 1)[0] + "/"
+    return prefix.split("/")[1] in f.steps_of or any(k.startswith(prefix) for k in f.stats)
+
+
+def _fill(template: str, f: ModelFacts, e: Estimate | None, **more: str) -> str:
+    """A role's phrase or note with its placeholders (:class:`VerdictRole`)."""
+    values: dict[str, str] = {
+        "P": f"P = {f.n_permutations} " if f.n_permutations else "",
+        "eps": f" ε = {f.eps:g}" if f.eps is not None else " ε",
+    }
+    if e is not None:
+        values |= {
+            "fmt": e.fmt(),
+            "pct": e.pct(),
+            "keep": Estimate(1 - e.value, 1 - e.high, 1 - e.low, e.n).pct(),
+        }
+    return template.format(**values, **more)
+
+
+def _reading(e: Estimate, rule: Thresholds, direction: str, t: VerdictThresholds) -> str:
+    """What one measure says: ``yes``, ``no`` or ``middle`` (:class:`Thresholds`)."""
+    yes, no = rule.value("yes", t), rule.value("no", t)
+
+    def below(x: float, threshold: float) -> bool:  # the upper bound against its threshold
+        return x <= threshold if rule.at_most else x < threshold
+
+    if direction == "higher":
+        if _lo(e) >= yes:
+            return "yes"
+        return "no" if below(_hi(e), no) else "middle"
+    if below(_hi(e), yes):
+        return "yes"
+    return "no" if _lo(e) >= no else "middle"
+
+
+def _why(e: Estimate, rule: Thresholds, direction: str, t: VerdictThresholds, w: _Wording) -> str:
+    """Why a measure decides neither way, its bounds against the thresholds as percentages."""
+    yes, no = rule.value("yes", t), rule.value("no", t)
+    high, low = ("no", no), ("yes", yes)
+    if direction != "higher":
+        high, low = ("yes", yes), ("no", no)
+    name = dict(zip(("yes", "no"), w.names))
+    return (
+        f"the upper bound {_pct_against(_hi(e), high[1])} is not below the "
+        f"{_pct_against(high[1], high[1])} threshold for '{name[high[0]]}', the lower bound "
+        f"{_pct_against(_lo(e), low[1])} is below the {_pct_against(low[1], low[1])} threshold "
+        f"for '{name[low[0]]}'"
     )
-    extra = []
-    uni = f.get("uniform", "flip_rate")
-    if uni is not None:
-        extra.append(f"uniform attention at {uni.pct()}")
-    em = f.get("erase_max", "flip_rate")
-    if em is not None:
-        extra.append(f"erasing the largest weight at {em.pct()}")
-    extra_text = f" ({'; '.join(extra)})" if extra else ""
-    glob = f.get("permutation_global", "exact_match_drop")
-    orig = f.get("permutation_global", "exact_match_original")
-    perm_em = f.get("permutation_global", "exact_match_permuted")
-    if _lo(perm) >= t.used_flip:
-        v.used = "yes"
-        s = f"Attention is used{n}: {what}{extra_text}; this model depends on its attention weights."
-    elif _hi(perm) < t.unused_flip:
-        v.used = "no"
-        s = f"Attention is not used{n}: {what}{extra_text}."
-        if f.attention == "uniform":
-            s += " (The uniform baseline: its weights are fixed by construction, so nothing can depend on them.)"
+
+
+def _decide(question: str, f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
+    """A question of :data:`WORDING`: its measures' :class:`Thresholds`, its sentence with the
+    statistics beside them, then their notes (a :class:`Drop`'s last)."""
+    w = WORDING[question]
+    measures = _roles(f, question, "measure")
+    present = [(k, r, f.stats[k]) for k, r in measures if k in f.stats]
+    if not present:
+        if w.missing is not None:
+            names = list(dict.fromkeys(k.split("/")[1] for k, _ in measures)) or ["no ablation"]
+            v.sentences.append(w.missing.format(ablations=" or ".join(names)))
+        return
+    readings = [_reading(e, r.rule, r.direction, t) for _, r, e in present]  # type: ignore[arg-type]
+    declared = [k for k, _ in measures if _ran(f, k)]
+    if "yes" in readings:
+        answer = "yes"
+    elif all(k in f.stats for k in declared) and all(x == "no" for x in readings):
+        answer = "no"
     else:
-        v.used = "unclear"
-        # the rules read the interval's bounds, not the rounded value beside them
-        s = (
-            f"Attention is used weakly, if at all{n}: {what}{extra_text}; neither rule decides: "
-            f"the upper bound {_pct_against(_hi(perm), t.unused_flip)} is not below the "
-            f"{_pct_against(t.unused_flip, t.unused_flip)} threshold for 'not used', the lower "
-            f"bound {_pct_against(_lo(perm), t.used_flip)} is below the "
-            f"{_pct_against(t.used_flip, t.used_flip)} threshold for 'used'."
-        )
-    if uni is not None:
-        keep = Estimate(1 - uni.value, 1 - uni.high, 1 - uni.low, uni.n)
-        s += f" Under uniform attention the token stays the same at {keep.pct()} of steps."
-    if glob is not None and orig is not None and perm_em is not None:
-        s += (
-            f" Permuting attention at every step of free-running decoding lowers exact match from "
-            f"{orig.fmt()} to {perm_em.fmt()} (drop {glob.fmt()})."
-        )
-    v.sentences.append(s)
-
-
-def _unique(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
-    found = f.get("adversarial", "found_rate")
-    jsd = f.get("adversarial", "max_jsd")
-    if found is None:
-        v.sentences.append("Uniqueness was not measured (adversarial attention not run).")
-        return
-    eps = f" ε = {f.eps:g}" if f.eps is not None else " ε"
-    jsd_text = (
-        f", on average {jsd.fmt()} nats JSD from the model's own (at most ln 2 ≈ 0.693)"
-        if jsd is not None
-        else ""
-    )
-    what = (
-        f"for {found.pct()} of decoder steps an attention distribution keeps the output within"
-        f"{eps} (TVD){jsd_text}"
-    )
-    if jsd is not None and _lo(found) >= t.unique_found and _lo(jsd) >= t.unique_jsd:
-        v.unique = "no"
-        s = f"It is not a unique explanation: {what}."
-    elif _hi(found) < t.unique_found or (jsd is not None and _hi(jsd) < t.unique_jsd):
-        v.unique = "yes"
-        s = f"It is close to unique: {what}; few distant alternatives give the same output."
-    else:
-        v.unique = "unclear"
-        s = f"Whether it is unique is unclear: {what}."
-    v.sentences.append(s)
-
-
-OTHER_ATTENTION_TAUS = (
-    "ablation/saliency/tau_attn",
-    "ablation/input_x_gradient/tau_attn",
-    "ablation/integrated_gradients/tau_attn",
-    "ablation/occlusion/tau_attn",
-    "ablation/contrastive/tau_attn",
-    "ablation/norm/tau_attn_norm",
-    "ablation/rollout/tau_attn_rollout",
-    "ablation/norm/tau_attn_loo",
-    "ablation/rollout/tau_attn_loo",
-)
-"""Attention's Kendall τ against an importance measure, measured by an ablation other than
-``importance`` (``norm`` and ``rollout`` also rank by leave-one-out): the agreement sentence names
-each one measured, while the ``agrees`` answer reads the ``importance`` ablation alone (``n/a``
-without it)."""
-_ATTENTION_TAU_LABEL = "τ attention–"
-
-
-def _measure_name(f: ModelFacts, key: str) -> str:
-    """The measure of an :data:`OTHER_ATTENTION_TAUS` key as its label names it
-    (``τ attention–integrated gradients``: ``integrated gradients``); ``leave-one-out`` for an
-    unlabelled ``tau_attn_loo``; else its ablation (``integrated gradients``)."""
-    label = f.labels.get(key, "")
-    if label.startswith(_ATTENTION_TAU_LABEL):
-        return label.removeprefix(_ATTENTION_TAU_LABEL)
-    if key.endswith("/tau_attn_loo"):
-        return "leave-one-out"
-    return key.split("/")[1].replace("_", " ")
-
-
-def _agrees(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
-    ag = f.get("importance", "tau_attn_grad")
-    al = f.get("importance", "tau_attn_loo")
-    gl = f.get("importance", "tau_grad_loo")
-    # each other measure once, by the first key measuring it (norm's and rollout's
-    # leave-one-out is importance's when that ran)
-    others: dict[str, Estimate] = {"leave-one-out": al} if al is not None else {}
-    for key in OTHER_ATTENTION_TAUS:
-        if (e := f.stats.get(key)) is not None:
-            others.setdefault(_measure_name(f, key), e)
-    if al is not None:
-        del others["leave-one-out"]
-
-    def strength(e: Estimate) -> str:
-        return (
-            "weakly"
-            if e.value < t.tau_weak
-            else ("strongly" if e.value >= t.tau_strong else "moderately")
-        )
-
-    def relation(name: str, e: Estimate) -> str:
-        # the sign is read from the interval: below 0 is the opposite order, not weak agreement
-        if _hi(e) < 0:
-            return f"disagrees with {name} at τ = {e.fmt(2)} (ranks positions in opposite order)"
-        if _lo(e) <= 0:
-            return f"shows no evidence of agreement with {name} at τ = {e.fmt(2)} (contains 0)"
-        return f"agrees with {name} at τ = {e.fmt(2)} ({strength(e)})"
-
-    other_text = "; ".join(relation(name, e) for name, e in others.items())
-    if ag is None and al is None:
-        if not others:
-            v.sentences.append("Agreement with other importance measures was not measured.")
-            return
-        # a τ measured is said, never "not measured" below it; the answer stays n/a: its rule
-        # reads attention's τ with gradient × input and leave-one-out against theirs with each
-        # other, which the importance ablation measures
-        v.sentences.append(
-            f"Attention {other_text}; the answer on agreement reads attention's τ with "
-            "gradient × input and leave-one-out against theirs with each other (the importance "
-            "ablation), which was not measured."
-        )
-        return
-
-    parts = [
-        relation(name, e)
-        for name, e in (("gradient × input", ag), ("leave-one-out", al))
-        if e is not None
+        answer = "middle"
+    setattr(v, question, w.middle_answer if answer == "middle" else answer)
+    what = ", ".join(_fill(r.phrase, f, e) for _, r, e in present)
+    beside = [
+        _fill(r.phrase, f, f.stats[k])
+        for k, r in _roles(f, question, "beside")
+        if k in f.stats and r.phrase and not isinstance(r.rule, Drop)
     ]
-    s = "Attention " + " and ".join(parts)
-    if gl is not None:
-        below = [e for e in (ag, al) if e is not None and _hi(e) < _lo(gl)]
-        s += f", against τ = {gl.fmt(2)} between gradient and leave-one-out themselves"
-        if below:
-            v.agrees = "weaker"
-            s += ": it agrees with them less than they agree with each other"
-        elif _hi(gl) < t.tau_weak and not all(e.value >= t.tau_weak for e in (ag, al) if e):
-            # two importance measures that hardly agree are no yardstick: "as well as they do"
-            # was a "yes" for τ ≈ 0 against a baseline of τ ≈ 0
-            v.agrees = "unclear"
-            s += (
-                f": gradient and leave-one-out hardly agree with each other (τ below "
-                f"{t.tau_weak:g}), so the comparison says little"
-            )
+    if beside:
+        what += w.beside[0] + w.beside[1].join(beside) + w.beside[2]
+    steps = f.stat_steps.get(present[0][0])
+    n = f" (n = {f.n_examples} examples, {steps} decoder steps)" if f.n_examples and steps else ""
+    why = "; ".join(
+        _why(e, r.rule, r.direction, t, w)  # type: ignore[arg-type]
+        for (_, r, e), x in zip(present, readings)
+        if x == "middle"
+    )
+    s = getattr(w, answer).format(n=n, what=what, why=why)
+    if question == "used" and answer == "no" and f.attention == "uniform":
+        s += " (The uniform baseline: its weights are fixed by construction, so nothing can depend on them.)"
+    notes, drops = [], []
+    for k, r in _roles(f, question, "beside"):
+        if not r.note or k not in f.stats:
+            continue
+        if isinstance(r.rule, Drop):
+            base = k.rsplit("/", 1)[0]
+            original = f.stats.get(f"{base}/{r.rule.original}")
+            changed = f.stats.get(f"{base}/{r.rule.changed}")
+            if original is not None and changed is not None:
+                drops.append(
+                    _fill(r.note, f, f.stats[k], original=original.fmt(), changed=changed.fmt())
+                )
         else:
-            v.agrees = "yes"
-            s += ": about as well as they agree with each other, or better"
-    else:
-        v.agrees = "yes" if all(e.value >= t.tau_weak for e in (ag, al) if e) else "weaker"
-    s += "." + (f" Attention also {other_text}." if others else "")
-    v.sentences.append(s)
-
-
-def _aligns(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
-    aer = f.get("alignment", "aer")
-    gold = f.get("alignment", "gold_mass")
-    if aer is None:
-        return  # no gold links: nothing to say (the table says why)
-    mass = f" and puts {gold.pct()} of its mass on gold links" if gold is not None else ""
-    what = f"its argmax has AER {aer.fmt()}{mass}"
-    if _hi(aer) <= t.align_aer:
-        v.aligns = "yes"
-        s = f"It aligns with the gold alignment: {what}."
-    elif _lo(aer) >= t.no_align_aer:
-        v.aligns = "no"
-        s = f"It does not align with the gold alignment: {what}."
-    else:
-        v.aligns = "partly"
-        s = f"It aligns partly: {what}."
-    if f.shift is not None:
+            notes.append(_fill(r.note, f, f.stats[k]))
+    if question == "aligns" and f.shift is not None:
         offset, moved, here = f.shift
         side = "after" if offset > 0 else "before"
-        s += (
-            f" Its attention sits {abs(offset)} source position{'s' if abs(offset) > 1 else ''} "
+        notes.append(
+            f"Its attention sits {abs(offset)} source position{'s' if abs(offset) > 1 else ''} "
             f"{side} the gold links: gold mass {moved.fmt()} at offset {offset:+d} against "
             f"{here.fmt()} in place, a structured pattern AER does not credit (NMT attention need "
             f"not coincide with word alignment and can be shifted: {LITERATURE['kk']})."
         )
+    v.sentences.append(" ".join([s, *notes, *drops]))
+
+
+def _strength(e: Estimate, t: VerdictThresholds) -> str:
+    return (
+        "weakly"
+        if e.value < t.tau_weak
+        else ("strongly" if e.value >= t.tau_strong else "moderately")
+    )
+
+
+def _relation(name: str, e: Estimate, t: VerdictThresholds) -> str:
+    """Attention's τ with a measure in words; the sign is read from the interval: below 0 is the
+    opposite order, not weak agreement."""
+    if _hi(e) < 0:
+        return f"disagrees with {name} at τ = {e.fmt(2)} (ranks positions in opposite order)"
+    if _lo(e) <= 0:
+        return f"shows no evidence of agreement with {name} at τ = {e.fmt(2)} (contains 0)"
+    return f"agrees with {name} at τ = {e.fmt(2)} ({_strength(e, t)})"
+
+
+def _named(f: ModelFacts, kind: str, question: str = "agrees") -> dict[str, Estimate]:
+    """Each measure (or pair) of ``kind`` once, by its first statistic measured."""
+    out: dict[str, Estimate] = {}
+    for k, r in _roles(f, question, kind):
+        if k in f.stats:
+            out.setdefault(r.measure, f.stats[k])
+    return out
+
+
+def _and(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def yardstick(pairs: dict[str, Estimate]) -> tuple[str, Estimate] | None:
+    """The agreement question's yardstick: the median of the pairs' τ (for an even number of
+    pairs the lower of the two middle ones, so that it is a measured pair with its own interval),
+    as ``(pair, estimate)``; None without pairs."""
+    if not pairs:
+        return None
+    ordered = sorted(pairs.items(), key=lambda kv: kv[1].value)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def _agrees(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
+    measures = _named(f, "measure")
+    pairs = _named(f, "yardstick")
+    beside = _named(f, "beside")
+    also = "; ".join(_relation(name, e, t) for name, e in beside.items() if name not in measures)
+    if not measures:
+        if not also:
+            v.sentences.append("Agreement with other importance measures was not measured.")
+            return
+        names = list(dict.fromkeys(r.measure for _, r in _roles(f, "agrees", "measure")))
+        v.sentences.append(
+            f"Attention {also}; its agreement with an importance measure that does not read the "
+            f"attention ({', '.join(names)}) was not measured."
+        )
+        return
+    parts = [_relation(name, e, t) for name, e in measures.items()]
+    s = "Attention " + _and(parts)
+    y = yardstick(pairs)
+    if y is None:
+        ablations = list(
+            dict.fromkeys(k.split("/")[1] for k, _ in _roles(f, "agrees", "yardstick"))
+        )
+        s += (
+            "; no pair of importance measures other than attention was measured "
+            f"({', '.join(ablations) or 'no ablation measures one'}), so the answer has no "
+            "yardstick"
+        )
+    else:
+        pair, gl = y
+        v.agrees_against = pair if len(pairs) == 1 else ""
+        if len(pairs) == 1:
+            s += f", against τ = {gl.fmt(2)} between {pair} themselves"
+            weak = f"{pair} hardly agree with each other (τ below {t.tau_weak:g})"
+        else:
+            s += (
+                f", against τ = {gl.fmt(2)} between {pair}, the median of the {len(pairs)} pairs "
+                "of importance measures other than attention"
+            )
+            weak = (
+                "the importance measures other than attention hardly agree with each other "
+                f"(median τ below {t.tau_weak:g})"
+            )
+        if any(_hi(e) < _lo(gl) for e in measures.values()):
+            v.agrees = "weaker"
+            s += ": it agrees with them less than they agree with each other"
+        elif _hi(gl) < t.tau_weak and not all(e.value >= t.tau_weak for e in measures.values()):
+            # two importance measures that hardly agree are no yardstick: "as well as they do"
+            # was a "yes" for τ ≈ 0 against a baseline of τ ≈ 0
+            v.agrees = "unclear"
+            s += f": {weak}, so the comparison says little"
+        else:
+            v.agrees = "yes"
+            s += ": about as well as they agree with each other, or better"
+    s += "." + (f" Attention also {also}." if also else "")
     v.sentences.append(s)
-
-
-FAITHFULNESS_KEY = "ablation/faithfulness/comprehensiveness_"
-"""The comprehensiveness statistics' key prefix; the ranking follows it (``…_attention``); the
-``…_top1_<ranking>`` statistics (k = 1) are not AOPCs and are left out."""
-FAITHFULNESS_LABEL = "comprehensiveness, "
-"""The comprehensiveness statistics' label prefix; the ranking's label follows it."""
 
 
 def _faithful(f: ModelFacts, v: Verdict) -> None:
     """Which ranking is most faithful: the highest comprehensiveness AOPC among the rankings
-    measured, "clearly" when its interval lies above the runner-up's; nothing when not measured.
-    Each ranking is named by its label (:attr:`ModelFacts.labels`)."""
-    comp = {
-        f.labels.get(key, key.removeprefix(FAITHFULNESS_KEY)).removeprefix(FAITHFULNESS_LABEL): e
-        for key, e in f.stats.items()
-        if key.startswith(FAITHFULNESS_KEY)
-        and not key.removeprefix(FAITHFULNESS_KEY).startswith("top1_")
-        and math.isfinite(e.value)
-    }
+    measured (``faithful`` rankings, :class:`VerdictRole`), "clearly" when its interval lies
+    above the runner-up's; nothing when fewer than two were measured."""
+    comp: dict[str, tuple[Estimate, VerdictRole]] = {}
+    for k, r in _roles(f, "faithful", "ranking"):
+        e = f.stats.get(k)
+        if e is not None and math.isfinite(e.value):
+            comp.setdefault(r.measure, (e, r))
     if len(comp) < 2:
         return
-    ranked = sorted(comp.items(), key=lambda kv: -kv[1].value)
-    (best, e), (second, e2) = ranked[0], ranked[1]
+    ranked = sorted(comp.items(), key=lambda kv: -kv[1][0].value)
+    (best, (e, _)), (second, (e2, _)) = ranked[0], ranked[1]
     what = (
         f"deleting the source tokens {best} ranks first lowers p(y_t) by {e.fmt()} "
         f"(comprehensiveness AOPC), against {e2.fmt()} for {second}"
     )
-    random = comp.get("random")
-    if random is not None and best != "random" and second != "random":
-        what += f" and {random.fmt()} for random orders"
+    for _, (e3, r) in ranked[2:]:
+        if r.phrase:
+            what += " and " + _fill(r.phrase, f, e3)
     if e.has_ci and e2.has_ci and e.low > e2.high:
         v.sentences.append(f"The most faithful ranking is {best}: {what}.")
     else:
         v.sentences.append(
             f"No ranking is clearly the most faithful: {what}, and the intervals overlap."
         )
+
+
+def _notes(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
+    """The sentences of their own (``note`` roles), in the catalogue's order."""
+    for k, r in f.roles.items():
+        if r.role == "note" and k in f.stats:
+            e = f.stats[k]
+            v.sentences.append(_fill(r.note, f, e, relation=_relation(r.measure, e, t)))
 
 
 def overall(
@@ -610,12 +688,18 @@ def overall(
     def count(attr: str, value: str) -> int:
         return sum(getattr(v, attr) == value for v, _ in tested)
 
-    def span(stat: tuple[str, str], names: list[str]) -> str:
-        vals = [f.get(*stat) for v, f in tested if v.name in names and f.get(*stat) is not None]
-        if not vals:
-            return ""
-        lo, hi = min(e.value for e in vals), max(e.value for e in vals)
-        return f" {100 * lo:.0f}–{100 * hi:.0f} %" if lo != hi else f" {100 * lo:.0f} %"
+    def summary(question: str, names: list[str]) -> str:
+        # the first measure of the question with a summary that these models measured
+        roles = {k: r for _, f in tested for k, r in f.roles.items()}
+        for k, r in roles.items():
+            if r.question != question or r.role != "measure" or not r.summary:
+                continue
+            vals = [f.stats[k] for v, f in tested if v.name in names and k in f.stats]
+            if vals:
+                lo, hi = min(e.value for e in vals), max(e.value for e in vals)
+                span = f" {100 * lo:.0f}–{100 * hi:.0f} %" if lo != hi else f" {100 * lo:.0f} %"
+                return r.summary.format(span=span)
+        return ""
 
     used = [v.name for v, _ in tested if v.used == "yes"]
     not_unique = [v.name for v, _ in tested if v.unique == "no"]
@@ -631,11 +715,10 @@ def overall(
             k = len(seeds)
             scope += f" ({k} configuration{'s' if k > 1 else ''}, {each})"
     if used:
+        how = summary("used", used)
         parts = [
-            f"Of the {scope}, {len(used)} use{'s' if len(used) == 1 else ''} it: "
-            f"random permutations change the predicted token at"
-            f"{span(('permutation', 'flip_rate'), used)} of their decoder steps (mean share of "
-            "permutations)"
+            f"Of the {scope}, {len(used)} use{'s' if len(used) == 1 else ''} it"
+            + (f": {how}" if how else "")
         ]
     else:
         parts = [f"Of the {scope}, none is shown to use it"]
@@ -644,18 +727,21 @@ def overall(
         parts.append(f"{k} do{'es' if k == 1 else ''} not use it")
     measured_u = [v for v, _ in tested if v.unique != "n/a"]
     if measured_u:
+        how = summary("unique", not_unique)
         parts.append(
-            f"it is not a unique explanation for {len(not_unique)} of {len(measured_u)} "
-            f"(an attention far from the model's gives the same output at"
-            f"{span(('adversarial', 'found_rate'), not_unique) or ' most'} of steps)"
+            f"it is not a unique explanation for {len(not_unique)} of {len(measured_u)}"
+            + (f" ({how})" if how else "")
             if not_unique
             else f"it is close to unique for {count('unique', 'yes')} of {len(measured_u)}"
         )
     measured_a = [v for v, _ in tested if v.agrees != "n/a"]
     if measured_a:
+        against = {v.agrees_against for v in measured_a}
+        pair = against.pop() if len(against) == 1 else ""
+        whom = f"{pair} importance" if pair else "the importance measures"
         parts.append(
-            f"it agrees with gradient and leave-one-out importance as well as they agree with each "
-            f"other for {count('agrees', 'yes')} of {len(measured_a)}"
+            f"it agrees with {whom} as well as they agree with each other for "
+            f"{count('agrees', 'yes')} of {len(measured_a)}"
         )
     if gold:
         parts.append(
@@ -749,6 +835,7 @@ def facts_from_metrics(
     task_metrics: dict | None = None,
     task_keys: list[str] = (),
     labels: dict[str, str] | None = None,
+    roles: dict[str, VerdictRole] | None = None,
 ) -> ModelFacts:
     """:class:`ModelFacts` from an ablation run's metrics and params (and the model run's).
 
@@ -763,6 +850,8 @@ def facts_from_metrics(
             (the task registry's, :func:`attnstudy.data.tasks.task_metrics`).
         labels: metric key → the statistic's label (:func:`attnstudy.analysis.catalogue.
             stat_labels`), kept as :attr:`ModelFacts.labels`.
+        roles: metric key → the statistic's verdict role (:func:`attnstudy.analysis.catalogue.
+            verdict_roles`), kept as :attr:`ModelFacts.roles`: what :func:`verdict` reads.
     """
     params = params or {}
     stats = {k: e for k in stat_keys if (e := estimate(metrics, k)) is not None}
@@ -797,4 +886,5 @@ def facts_from_metrics(
             k: e for k in task_keys if (e := estimate(task_metrics or {}, k)) is not None
         },
         labels=dict(labels or {}),
+        roles=dict(roles or {}),
     )

@@ -513,6 +513,7 @@ def log_ablation_pages(
         summary,
         stat_keys=catalogue.stat_keys(),
         labels=catalogue.stat_labels(),
+        roles=catalogue.verdict_roles(),
         params=params,
     )
     predictions = _predictions(tracker, model_run_id)

@@ -182,7 +182,7 @@ def test_the_figure_draws_each_ranking_with_intervals():
 
 
 def test_the_verdict_names_the_most_faithful_ranking_with_its_interval():
-    from attnstudy.analysis.catalogue import stat_labels
+    from attnstudy.analysis.catalogue import verdict_roles
 
     from attnstudy.findings import Estimate, ModelFacts, verdict
 
@@ -191,7 +191,7 @@ def test_the_verdict_names_the_most_faithful_ranking_with_its_interval():
         return ModelFacts(
             "copy additive",
             "additive",
-            labels=stat_labels(["faithfulness"]),  # each ranking named by its label
+            roles=verdict_roles(["faithfulness"]),  # each ranking named by its verdict role
             stats={
                 f"{key}attention": Estimate(0.4, attention_low, 0.5),
                 f"{key}leave_one_out": Estimate(0.2, 0.1, 0.3),

@@ -4,7 +4,7 @@ mlflow only where it belongs, and the store's schema named in one place.
 Layers, bottom to top (a module may import its own layer and those below):
 
     base      attnstudy (the package), config, notices, signals, paths, progress, findings,
-              outputs, failure_causes
+              verdict_roles, outputs, failure_causes
     core      data.*, models.*, hf_folder, metrics, devices, training, inference
     analysis  analysis.*  (the catalogue, the ablations, the suite, figures)
     tracking  tracking.*  (client, schema, store, models)
@@ -38,6 +38,7 @@ LAYERS = [
             "attnstudy.code_version",
             "attnstudy.progress",
             "attnstudy.findings",
+            "attnstudy.verdict_roles",
             "attnstudy.outputs",
             "attnstudy.failure_causes",
         ],

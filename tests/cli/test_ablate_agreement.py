@@ -1,7 +1,8 @@
-"""What ``attnstudy ablate`` says about agreement when the importance ablation did not run but
-another measure's τ with attention did: with integrated gradients and faithfulness it printed
-"τ attention–integrated gradients 0.458 [0.41, 0.499]" and below it "Agreement with other
-importance measures was not measured"."""
+"""What ``attnstudy ablate`` says about agreement: attention's τ with every importance measure the
+run has, from the catalogue's verdict roles, against the yardstick (the median τ between pairs of
+importance measures other than attention). With integrated gradients and faithfulness it once
+printed "τ attention–integrated gradients 0.458 [0.41, 0.499]" and below it "Agreement with other
+importance measures was not measured"; a saliency τ was named but never read by the answer."""
 
 from types import SimpleNamespace
 
@@ -62,18 +63,18 @@ def test_a_measured_tau_is_said_not_called_unmeasured():
     assert tau[3:6] == ["0.458", "[0.41,", "0.499]"], tau  # the table's line, as in the trial
     assert not any("Agreement with other importance measures was not measured" in x for x in lines)
     assert _agreement(lines) == (
-        "Attention agrees with integrated gradients at τ = 0.46 [0.41, 0.5] (moderately); the "
-        "answer on agreement reads attention's τ with gradient × input and leave-one-out against "
-        "theirs with each other (the importance ablation), which was not measured."
+        "Attention agrees with integrated gradients at τ = 0.46 [0.41, 0.5] (moderately); no "
+        "pair of importance measures other than attention was measured (importance, "
+        "attribution_agreement), so the answer has no yardstick."
     )
-    # the answer is the importance ablation's: n/a without it
+    # without a yardstick the answer is n/a
     assert "verdict: used n/a, unique n/a, agrees n/a, aligns n/a" in lines
 
 
 @pytest.mark.parametrize(
     ("stats", "said"),
     [
-        (  # beside the importance ablation, the other measures are named after it
+        (  # saliency is read with the importance ablation's measures: below the yardstick
             {
                 "importance__tau_attn_grad": (0.5, 0.45, 0.55),
                 "importance__tau_attn_loo": (0.6, 0.55, 0.65),
@@ -81,13 +82,13 @@ def test_a_measured_tau_is_said_not_called_unmeasured():
                 "saliency__tau_attn": (-0.3, -0.4, -0.2),
                 "norm__tau_attn_loo": (0.6, 0.55, 0.65),  # importance's leave-one-out: once
             },
-            "Attention agrees with gradient × input at τ = 0.5 [0.45, 0.55] (moderately) and "
-            "agrees with leave-one-out at τ = 0.6 [0.55, 0.65] (strongly), against τ = 0.2 "
-            "[0.17, 0.23] between gradient and leave-one-out themselves: about as well as they "
-            "agree with each other, or better. Attention also disagrees with saliency at τ = "
-            "-0.3 [-0.4, -0.2] (ranks positions in opposite order).",
+            "Attention agrees with gradient × input at τ = 0.5 [0.45, 0.55] (moderately), agrees "
+            "with leave-one-out at τ = 0.6 [0.55, 0.65] (strongly) and disagrees with saliency at "
+            "τ = -0.3 [-0.4, -0.2] (ranks positions in opposite order), against τ = 0.2 [0.17, "
+            "0.23] between gradient and leave-one-out themselves: it agrees with them less than "
+            "they agree with each other.",
         ),
-        (  # norm and rollout rank by leave-one-out too; each measure named once
+        (  # norm and rollout are built from attention: named after the measures, not read
             {
                 "norm__tau_attn_norm": (0.9, 0.85, 0.95),
                 "norm__tau_attn_loo": (0.1, -0.05, 0.2),
@@ -95,12 +96,39 @@ def test_a_measured_tau_is_said_not_called_unmeasured():
                 "rollout__tau_attn_loo": (0.1, -0.05, 0.2),
                 "occlusion__tau_attn": (0.2, 0.1, 0.3),
             },
-            "Attention agrees with occlusion at τ = 0.2 [0.1, 0.3] (weakly); agrees with norm at "
-            "τ = 0.9 [0.85, 0.95] (strongly); agrees with rollout at τ = 0.7 [0.6, 0.8] "
-            "(strongly); shows no evidence of agreement with leave-one-out at τ = 0.1 [-0.05, "
-            "0.2] (contains 0); the answer on agreement reads attention's τ with gradient × "
-            "input and leave-one-out against theirs with each other (the importance ablation), "
-            "which was not measured.",
+            "Attention agrees with occlusion at τ = 0.2 [0.1, 0.3] (weakly) and shows no "
+            "evidence of agreement with leave-one-out at τ = 0.1 [-0.05, 0.2] (contains 0); no "
+            "pair of importance measures other than attention was measured (importance, "
+            "attribution_agreement), so the answer has no yardstick. Attention also agrees with "
+            "norm at τ = 0.9 [0.85, 0.95] (strongly); agrees with rollout at τ = 0.7 [0.6, 0.8] "
+            "(strongly).",
+        ),
+        (  # the attribution_agreement matrix's pairs: the median pair is the yardstick
+            {
+                "saliency__tau_attn": (0.5, 0.45, 0.55),
+                "occlusion__tau_attn": (0.4, 0.35, 0.45),
+                "attribution_agreement__tau_saliency_occlusion": (0.7, 0.65, 0.75),
+                "attribution_agreement__tau_saliency_loo": (0.2, 0.15, 0.25),
+                "attribution_agreement__tau_occlusion_loo": (0.45, 0.4, 0.5),
+            },
+            "Attention agrees with saliency at τ = 0.5 [0.45, 0.55] (moderately) and agrees "
+            "with occlusion at τ = 0.4 [0.35, 0.45] (moderately), against τ = 0.45 [0.4, 0.5] "
+            "between occlusion and leave-one-out, the median of the 3 pairs of importance "
+            "measures other than attention: about as well as they agree with each other, or "
+            "better.",
+        ),
+        (  # an even number of pairs: the lower middle one, a measured pair with its interval
+            {
+                "importance__tau_attn_grad": (0.1, 0.05, 0.15),
+                "importance__tau_attn_loo": (0.5, 0.45, 0.55),
+                "importance__tau_grad_loo": (0.2, 0.17, 0.23),
+                "attribution_agreement__tau_saliency_occlusion": (0.7, 0.65, 0.75),
+            },
+            "Attention agrees with gradient × input at τ = 0.1 [0.05, 0.15] (weakly) and agrees "
+            "with leave-one-out at τ = 0.5 [0.45, 0.55] (moderately), against τ = 0.2 [0.17, "
+            "0.23] between gradient and leave-one-out, the median of the 2 pairs of importance "
+            "measures other than attention: it agrees with them less than they agree with each "
+            "other.",
         ),
         (
             {"permutation__flip_rate": (0.5, 0.4, 0.6)},

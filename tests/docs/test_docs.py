@@ -11,7 +11,7 @@ ROOT = Path(__file__).parents[2]
 
 
 def test_ablation_tables_are_generated_from_the_catalogue():
-    from attnstudy.analysis.catalogue import BEGIN, END, markdown_table
+    from attnstudy.analysis.catalogue_docs import BEGIN, END, markdown_table
 
     for name in ("docs/design.md", "README.md"):
         text = (ROOT / name).read_text(encoding="utf-8")
@@ -21,7 +21,7 @@ def test_ablation_tables_are_generated_from_the_catalogue():
 
 
 def test_the_statistics_table_of_the_design_is_generated_from_the_catalogue():
-    from attnstudy.analysis.catalogue import STATS_BEGIN, STATS_END, stats_markdown_table
+    from attnstudy.analysis.catalogue_docs import STATS_BEGIN, STATS_END, stats_markdown_table
 
     text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
     section = text.split(STATS_BEGIN, 1)[1].split(STATS_END, 1)[0].strip()

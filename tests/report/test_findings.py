@@ -5,9 +5,12 @@ a two-layer model, and a model without attention)."""
 import re
 
 import pytest
-from attnstudy.analysis.catalogue import stat_keys
+from attnstudy.analysis.catalogue import stat_keys, verdict_roles
 
 from attnstudy.findings import (
+    Drop,
+    Thresholds,
+    VerdictRole,
     VerdictThresholds,
     across_seeds,
     facts_from_metrics,
@@ -31,6 +34,7 @@ def metrics(**stats):
 
 PARAMS = {"ablation.adversarial.eps_eval": "0.01", "ablation.permutation.n": "100"}
 KEYS = stat_keys()
+ROLES = verdict_roles()
 
 UNIFORM = metrics(
     permutation__flip_rate=(0.0, 0.0, 0.0),
@@ -58,7 +62,7 @@ USED = metrics(
 
 def test_uniform_attention_is_not_used_and_says_why():
     f = facts_from_metrics(
-        "copy uniform-bahdanau", "uniform", UNIFORM, stat_keys=KEYS, params=PARAMS
+        "copy uniform-bahdanau", "uniform", UNIFORM, stat_keys=KEYS, roles=ROLES, params=PARAMS
     )
     v = verdict(f)
     assert v.used == "no" and v.unique == "yes"
@@ -72,7 +76,9 @@ def test_uniform_attention_is_not_used_and_says_why():
 
 
 def test_flip_rate_0_9_is_used_not_unique_weaker_agreement_aligned_with_literature():
-    f = facts_from_metrics("g2p additive-bahdanau", "additive", USED, stat_keys=KEYS, params=PARAMS)
+    f = facts_from_metrics(
+        "g2p additive-bahdanau", "additive", USED, stat_keys=KEYS, roles=ROLES, params=PARAMS
+    )
     v = verdict(f)
     assert (v.used, v.unique, v.agrees, v.aligns) == ("yes", "no", "weaker", "yes")
     used, unique, agrees, aligns = v.sentences
@@ -123,7 +129,7 @@ def test_flip_rate_0_9_is_used_not_unique_weaker_agreement_aligned_with_literatu
 
 
 def test_thresholds_are_configurable_and_change_the_answer():
-    f = facts_from_metrics("m", "additive", USED, stat_keys=KEYS, params=PARAMS)
+    f = facts_from_metrics("m", "additive", USED, stat_keys=KEYS, roles=ROLES, params=PARAMS)
     strict = VerdictThresholds(used_flip=0.95, unused_flip=0.5)
     v = verdict(f, strict)
     assert v.used == "unclear"
@@ -153,7 +159,7 @@ def test_agreement_against_a_weak_baseline_is_unclear(attn_grad, attn_loo, grad_
         importance__tau_attn_loo=attn_loo,
         importance__tau_grad_loo=grad_loo,
     )
-    v = verdict(facts_from_metrics("m", "additive", m, stat_keys=KEYS, params=PARAMS))
+    v = verdict(facts_from_metrics("m", "additive", m, stat_keys=KEYS, roles=ROLES, params=PARAMS))
     assert v.agrees == answer
     said = "gradient and leave-one-out hardly agree with each other (τ below 0.3), so the"
     assert (said in v.text) == (answer == "unclear")
@@ -162,15 +168,17 @@ def test_agreement_against_a_weak_baseline_is_unclear(attn_grad, attn_loo, grad_
 def test_an_interval_straddling_a_threshold_is_unclear_not_rounded():
     m = metrics(permutation__flip_rate=(0.12, 0.05, 0.2))
     assert (
-        verdict(facts_from_metrics("m", "additive", m, stat_keys=KEYS, params=PARAMS)).used
+        verdict(
+            facts_from_metrics("m", "additive", m, stat_keys=KEYS, roles=ROLES, params=PARAMS)
+        ).used
         == "unclear"
     )
 
 
 def test_overall_paragraph_counts_models():
-    fu = facts_from_metrics("u", "uniform", UNIFORM, stat_keys=KEYS, params=PARAMS)
-    fa = facts_from_metrics("a", "additive", USED, stat_keys=KEYS, params=PARAMS)
-    fn = facts_from_metrics("n", "none", {}, stat_keys=KEYS, params=PARAMS)
+    fu = facts_from_metrics("u", "uniform", UNIFORM, stat_keys=KEYS, roles=ROLES, params=PARAMS)
+    fa = facts_from_metrics("a", "additive", USED, stat_keys=KEYS, roles=ROLES, params=PARAMS)
+    fn = facts_from_metrics("n", "none", {}, stat_keys=KEYS, roles=ROLES, params=PARAMS)
     vs = [verdict(f) for f in (fu, fa, fn)]
     assert vs[2].sentences[0].startswith("No attention")
     text = overall(vs, [fu, fa, fn])
@@ -183,7 +191,7 @@ def test_overall_paragraph_counts_models():
 def test_overall_points_to_the_per_model_findings_that_follow_it():
     """The paragraph opens the findings, before the per-model sections: it said "reported per
     model above"."""
-    fa = facts_from_metrics("a", "additive", USED, stat_keys=KEYS, params=PARAMS)
+    fa = facts_from_metrics("a", "additive", USED, stat_keys=KEYS, roles=ROLES, params=PARAMS)
     text = overall([verdict(fa)], [fa])
     assert "it is not the one explanation" in text
     assert text.endswith("reported per model below.")
@@ -195,12 +203,14 @@ def test_overall_says_where_the_seeds_of_a_configuration_disagree():
     # threshold (unclear); none is not tested and its seeds are not counted
     unclear = metrics(permutation__flip_rate=(0.12, 0.05, 0.2))
     facts = [
-        facts_from_metrics("a", "additive", USED, stat_keys=KEYS, params=PARAMS),
-        facts_from_metrics("a seed2", "additive", USED, stat_keys=KEYS, params=PARAMS),
-        facts_from_metrics("g", "general", USED, stat_keys=KEYS, params=PARAMS),
-        facts_from_metrics("g seed2", "general", unclear, stat_keys=KEYS, params=PARAMS),
-        facts_from_metrics("n", "none", {}, stat_keys=KEYS, params=PARAMS),
-        facts_from_metrics("n seed2", "none", {}, stat_keys=KEYS, params=PARAMS),
+        facts_from_metrics("a", "additive", USED, stat_keys=KEYS, roles=ROLES, params=PARAMS),
+        facts_from_metrics("a seed2", "additive", USED, stat_keys=KEYS, roles=ROLES, params=PARAMS),
+        facts_from_metrics("g", "general", USED, stat_keys=KEYS, roles=ROLES, params=PARAMS),
+        facts_from_metrics(
+            "g seed2", "general", unclear, stat_keys=KEYS, roles=ROLES, params=PARAMS
+        ),
+        facts_from_metrics("n", "none", {}, stat_keys=KEYS, roles=ROLES, params=PARAMS),
+        facts_from_metrics("n seed2", "none", {}, stat_keys=KEYS, roles=ROLES, params=PARAMS),
     ]
     vs = [verdict(f) for f in facts]
     assert [v.used for v in vs[:4]] == ["yes", "yes", "yes", "unclear"]
@@ -405,7 +415,7 @@ def test_steps_counted_are_those_each_statistic_was_computed_on():
     m |= {"ablation/permutation/n_steps": 20.0, "ablation/permutation/n_skipped": 8.0}
     m |= {"ablation/alignment/n_steps": 99.0, "ablation/alignment/n_skipped": 0.0}
     m |= {"ablation/alignment/gold_mass_n_undefined": 20.0}
-    f = facts_from_metrics("m", "additive", m, stat_keys=KEYS, params=PARAMS)
+    f = facts_from_metrics("m", "additive", m, stat_keys=KEYS, roles=ROLES, params=PARAMS)
     assert steps_computed_on(m, "ablation/permutation/flip_rate") == 12
     assert f.stat_steps == {
         "ablation/permutation/flip_rate": 12,
@@ -433,7 +443,7 @@ def test_steps_counted_are_those_each_statistic_was_computed_on():
 )
 def test_a_negative_tau_is_disagreement_not_weak_agreement(tau, said):
     m = metrics(importance__tau_attn_grad=tau)
-    v = verdict(facts_from_metrics("m", "additive", m, stat_keys=KEYS, params=PARAMS))
+    v = verdict(facts_from_metrics("m", "additive", m, stat_keys=KEYS, roles=ROLES, params=PARAMS))
     agrees = next(s for s in v.sentences if "gradient × input" in s)
     assert agrees.startswith("Attention " + said), agrees
 
@@ -441,7 +451,7 @@ def test_a_negative_tau_is_disagreement_not_weak_agreement(tau, said):
 def test_an_unclear_use_names_the_bound_the_rule_read_at_its_precision():
     """1 % [0, 2] "between the thresholds 0.02 and 0.1": the rule read the upper bound 0.0237."""
     m = metrics(permutation__flip_rate=(0.012, 0.0, 0.0237))
-    v = verdict(facts_from_metrics("m", "additive", m, stat_keys=KEYS, params=PARAMS))
+    v = verdict(facts_from_metrics("m", "additive", m, stat_keys=KEYS, roles=ROLES, params=PARAMS))
     assert v.used == "unclear"
     assert "1 % [0, 2] change the predicted token" in v.sentences[0]
     assert (
@@ -454,3 +464,46 @@ def test_an_unclear_use_names_the_bound_the_rule_read_at_its_precision():
 def test_layers_are_named_1_based():
     assert layer_name(1, 2) == "2 of 2 (the last)"
     assert layer_name(0, 2) == "1 of 2" and layer_name(0) == "1"
+
+
+def test_facts_with_statistics_but_no_verdict_roles_are_refused():
+    """Without the catalogue's roles every question would read "not measured" beside measured
+    numbers: refused, naming what to pass."""
+    f = facts_from_metrics("m", "additive", USED, stat_keys=KEYS, params=PARAMS)
+    with pytest.raises(ValueError, match="verdict_roles"):
+        verdict(f)
+
+
+def test_the_verdict_reads_the_statistics_the_catalogue_gives_roles():
+    """The roles, not names in findings.py: the same numbers under a role-less key say nothing,
+    and a catalogue without the uniform statistic's role leaves it out of the used sentence."""
+    roles = dict(ROLES)
+    del roles["ablation/uniform/flip_rate"]
+    f = facts_from_metrics("m", "additive", USED, stat_keys=KEYS, roles=roles, params=PARAMS)
+    used = verdict(f).sentences[0]
+    assert "uniform attention at" not in used and "Under uniform attention" not in used
+    assert "erasing the largest weight at 70 % [64, 76]" in used
+
+
+@pytest.mark.parametrize(
+    ("role", "match"),
+    [
+        (dict(question="used", role="yardstick"), "takes measure, beside"),
+        (dict(question="used", phrase="{fmt}"), "Thresholds"),
+        (dict(question="agrees"), "measure=…"),
+        (dict(question="mine", role="measure"), "takes note"),
+        (dict(question="used", role="measure", rule=Drop("a", "b"), phrase="x"), "Thresholds"),
+    ],
+)
+def test_a_role_its_question_cannot_read_is_refused(role, match):
+    with pytest.raises(ValueError, match=match):
+        VerdictRole(**role)
+
+
+def test_a_statistic_with_thresholds_needs_a_direction():
+    from attnstudy.analysis.catalogue import AblationSpecError, Stat
+
+    role = VerdictRole("aligns", rule=Thresholds(0.5, 0.9), phrase="{fmt}")
+    with pytest.raises(AblationSpecError, match="direction"):
+        Stat("x_y", verdict=role)
+    assert Stat("x_y", direction="lower", verdict=role).verdict is role

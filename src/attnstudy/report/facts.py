@@ -151,6 +151,7 @@ def facts_from(name: str, e: ModelEntry, metrics: dict) -> ModelFacts:
         metrics,
         stat_keys=catalogue.stat_keys(),
         labels=catalogue.stat_labels(),
+        roles=catalogue.verdict_roles(),
         params=e.ablation_params,
         task_metrics=e.model_metrics,
         task_keys=[m.key for m in task_metrics([e.task])],
