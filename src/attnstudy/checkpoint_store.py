@@ -4,8 +4,12 @@ resumes on whichever node its task lands on.
 A training writes ``last.pt`` into its model's checkpoint folder on the node that trains
 (:func:`attnstudy.paths.checkpoint_dir`) after every epoch. With ``$ATTNSTUDY_CHECKPOINT_URI`` set
 to ``s3://BUCKET/PREFIX``, each of those files is also uploaded, to
-``s3://BUCKET/PREFIX/<model key>/last.pt``, and ``--resume`` on a node without the local file
-downloads it first. The setting is an environment variable, not an experiment setting, because
+``s3://BUCKET/PREFIX/<experiment folder>/<model key>/last.pt``
+(:func:`attnstudy.paths.experiment_folder`: the experiment's name, encoded one-to-one; the model
+key alone is shared by every experiment that trains the same model), and ``--resume`` on a node
+without the local file downloads it first. A checkpoint stored before the experiment was part of
+the key (``PREFIX/<model key>/last.pt``) is never resumed: nothing in it says which experiment
+wrote it; :meth:`CheckpointStore.holds` finds it for a note. The setting is an environment variable, not an experiment setting, because
 where checkpoints go belongs to the machines (a laptop, a cluster), not to the experiment, like
 the tracking URI; the Ray driver passes its value to every task.
 
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import ConfigError
+from .paths import experiment_folder
 
 CHECKPOINT_URI_VAR = "ATTNSTUDY_CHECKPOINT_URI"
 ENDPOINT_VAR = "MLFLOW_S3_ENDPOINT_URL"
@@ -67,7 +72,8 @@ class CheckpointStoreError(RuntimeError):
 
 @dataclass(frozen=True)
 class CheckpointStore:
-    """Checkpoints under ``s3://bucket/prefix/<model key>/last.pt``.
+    """Checkpoints under ``s3://bucket/prefix/<model key>/last.pt``; one experiment's are in
+    :meth:`for_experiment`'s store, under ``prefix/<experiment folder>``.
 
     Attributes:
         bucket: the bucket's name.
@@ -114,6 +120,13 @@ class CheckpointStore:
     @property
     def uri(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+
+    def for_experiment(self, experiment: str) -> CheckpointStore:
+        """The store of one experiment's checkpoints: ``PREFIX/<experiment folder>``
+        (:func:`attnstudy.paths.experiment_folder` of its name)."""
+        return CheckpointStore(
+            self.bucket, "/".join(p for p in (self.prefix, experiment_folder(experiment)) if p)
+        )
 
     def key_of(self, model_key: str) -> str:
         """The object key of a model's checkpoint: ``PREFIX/<model key>/last.pt``."""
@@ -168,6 +181,25 @@ class CheckpointStore:
             )
         except Exception as err:  # botocore's and S3Transfer's errors, connection errors
             raise self._fail("upload", model_key, err) from None
+
+    def holds(self, model_key: str) -> bool:
+        """Whether the store holds a checkpoint of the model (one ``HEAD`` request).
+
+        Raises:
+            CheckpointStoreError: the store failed (anything but a missing object).
+        """
+        from botocore.exceptions import ClientError
+
+        try:
+            self._client().head_object(Bucket=self.bucket, Key=self.key_of(model_key))
+        except ClientError as err:
+            code = str(err.response.get("Error", {}).get("Code", ""))
+            if code in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise self._fail("look for", model_key, err) from None
+        except Exception as err:  # connection errors, timeouts
+            raise self._fail("look for", model_key, err) from None
+        return True
 
     def download(self, model_key: str, dest: Path) -> bool:
         """Download a model's stored checkpoint to ``dest`` (written whole or not at all).

@@ -191,8 +191,8 @@ def train_spec(
                 return reused
             notice(
                 f"{lock.waited_for} is done with this model, but experiment "
-                f"{spec.experiment!r} has no finished run of it (a run is reused only within "
-                "its experiment): this process trains it"
+                f"{spec.experiment!r} has no finished run of it (it stopped or failed): this "
+                "process trains it"
             )
         store = CheckpointStore.from_env()  # checkpoints shared by the nodes of a cluster
         shared = None if store is None else store.for_experiment(spec.experiment)

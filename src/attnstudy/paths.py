@@ -33,9 +33,51 @@ def artifact_root() -> Path:
     return store_dir() / "artifacts"
 
 
-def checkpoint_dir(model_key: str) -> Path:
-    """The training checkpoints of one model, ``<project root>/mlruns/checkpoints/<model key>``."""
+def checkpoint_dir(experiment: str, model_key: str) -> Path:
+    """The training checkpoints of one model of one experiment,
+    ``<project root>/mlruns/checkpoints/<experiment_folder(experiment)>/<model key>``.
+
+    The experiment is part of the path because the model key is not: two experiments that
+    share a model configuration keep their own checkpoints, and ``--resume`` never continues
+    (or replays) another experiment's training.
+    """
+    return store_dir() / "checkpoints" / experiment_folder(experiment) / model_key
+
+
+def old_checkpoint_dir(model_key: str) -> Path:
+    """Where a model's checkpoints were kept before they were kept per experiment,
+    ``<project root>/mlruns/checkpoints/<model key>`` (any experiment's; never resumed)."""
     return store_dir() / "checkpoints" / model_key
+
+
+EXPERIMENT_FOLDER_MAX = 200
+"""The longest :func:`experiment_folder` (a file name may have 255 bytes)."""
+_PLAIN_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def experiment_folder(name: str) -> str:
+    """An experiment's name as one folder name or S3 key segment, one-to-one.
+
+    Lower-case ASCII letters, digits and ``-`` are kept; every other byte of the name's UTF-8
+    (upper-case letters, ``_``, ``.``, ``/``, spaces, non-ASCII) becomes ``_`` and two upper-case
+    hex digits (``Tiny`` → ``_54iny``, ``my_exp`` → ``my_5Fexp``, ``a/b`` → ``a_2Fb``). So
+    different names give different folders, also on a file system that ignores case (only the
+    hex digits are upper case, and they decode the same), and no folder is ``.``, ``..`` or
+    hidden, or holds a character S3 asks to avoid. A name whose folder would be longer than
+    :data:`EXPERIMENT_FOLDER_MAX` keeps at most its first 134 characters, then ``__`` and the name's
+    whole SHA-256 in hex (``__`` appears in no other folder).
+
+    Example: ``experiment_folder("copy-adversary") == "copy-adversary"``.
+    """
+    out = "".join(chr(b) if b in _PLAIN_BYTES else f"_{b:02X}" for b in name.encode("utf-8"))
+    if len(out) <= EXPERIMENT_FOLDER_MAX:
+        return out or "_"  # a lone "_" is no other name's
+    import hashlib
+
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()
+    head = out[: EXPERIMENT_FOLDER_MAX - len(digest) - 2]
+    head = head[: head.rfind("_")] if "_" in head[-2:] else head  # no escape cut in two
+    return f"{head}__{digest}"
 
 
 def default_tracking_uri() -> str:

@@ -10,6 +10,7 @@ to the same model as an uninterrupted training. Prerequisites: the ``[distribute
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import socket
@@ -87,7 +88,10 @@ def test_a_malformed_checkpoint_uri_is_refused_in_one_line(monkeypatch):
             CheckpointStore.from_env()
     monkeypatch.setenv("ATTNSTUDY_CHECKPOINT_URI", "s3://my-bucket/team/ckpt/")
     store = CheckpointStore.from_env()
-    assert store.key_of("0123abcd") == "team/ckpt/0123abcd/last.pt"
+    assert store.key_of("0123abcd") == "team/ckpt/0123abcd/last.pt"  # the old layout
+    assert store.for_experiment("tiny").key_of("0123abcd") == "team/ckpt/tiny/0123abcd/last.pt"
+    assert store.for_experiment("My exp").key_of("k") == "team/ckpt/_4Dy_20exp/k/last.pt"
+    assert CheckpointStore("b").for_experiment("a/b").key_of("k") == "a_2Fb/k/last.pt"
     monkeypatch.setenv("ATTNSTUDY_CHECKPOINT_URI", "")
     assert CheckpointStore.from_env() is None
 
@@ -249,11 +253,13 @@ def test_a_training_interrupted_on_one_node_resumes_from_the_bucket_on_another(
     from mlflow import MlflowClient
 
     from attnstudy import model_runs
-    from attnstudy.paths import checkpoint_dir
+    from attnstudy.paths import checkpoint_dir as checkpoint_dir_of
     from attnstudy.tracking import Tracker
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     spec = tiny_config.runs()[0]
+    checkpoint_dir = functools.partial(checkpoint_dir_of, spec.experiment)
+    at = f"checkpoints/{spec.experiment}"  # the experiment's checkpoints in the bucket
     spec = spec.model_copy(update={"training": spec.training.model_copy(update={"epochs": 3})})
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = Tracker(uri)
@@ -286,8 +292,10 @@ def test_a_training_interrupted_on_one_node_resumes_from_the_bucket_on_another(
     monkeypatch.setattr(model_runs, "train", real_train)
     key = reference.key
     stored = _objects(s3, "checkpoints/")
-    assert list(stored) == [f"checkpoints/{key}/last.pt"]
-    local = torch.load(node1 / "mlruns" / "checkpoints" / key / "last.pt", weights_only=True)
+    assert list(stored) == [f"{at}/{key}/last.pt"]
+    local = torch.load(
+        node1 / "mlruns" / "checkpoints" / spec.experiment / key / "last.pt", weights_only=True
+    )
     assert local["epoch"] == 1
 
     # a mark in the bucket's copy (epoch 1's logged train/loss) shows where the resume read from
@@ -295,12 +303,12 @@ def test_a_training_interrupted_on_one_node_resumes_from_the_bucket_on_another(
 
     client = boto3.client("s3", endpoint_url=s3)
     marked = tmp_path / "marked.pt"
-    client.download_file(BUCKET, f"checkpoints/{key}/last.pt", str(marked))
+    client.download_file(BUCKET, f"{at}/{key}/last.pt", str(marked))
     ckpt = torch.load(marked, weights_only=True)
     assert ckpt["epoch"] == 1
     ckpt["history"][0]["train/loss"] = MARK
     torch.save(ckpt, marked)
-    client.upload_file(str(marked), BUCKET, f"checkpoints/{key}/last.pt")
+    client.upload_file(str(marked), BUCKET, f"{at}/{key}/last.pt")
 
     # node 2: no local checkpoint; --resume takes epoch 1 from the bucket and trains 2 and 3
     _node(tmp_path, monkeypatch, "node2")
@@ -328,7 +336,7 @@ def test_a_training_interrupted_on_one_node_resumes_from_the_bucket_on_another(
     artifacts = _objects(s3, "mlflow/")
     assert any(k.startswith(f"mlflow/{resumed.run_id}/artifacts/") for k in artifacts)
     assert any(k.endswith("/weights.pt") for k in artifacts), sorted(artifacts)[:20]
-    assert _objects(s3, "checkpoints/")[f"checkpoints/{key}/last.pt"] == (
+    assert _objects(s3, "checkpoints/")[f"{at}/{key}/last.pt"] == (
         (checkpoint_dir(key) / "last.pt").stat().st_size
     )
 
@@ -372,3 +380,69 @@ def test_the_resume_note_says_where_a_training_resumes(monkeypatch, capfd, tmp_p
     else:
         assert "only if its task runs on the node that holds it" in note
         assert "set ATTNSTUDY_CHECKPOINT_URI=s3://BUCKET/PREFIX to share" in note
+
+
+@pytest.mark.slow
+def test_a_resume_never_takes_another_experiments_checkpoint_from_the_bucket(
+    s3, tmp_path, monkeypatch, caplog
+):
+    """The review's f3: a resume "resumed" every training from another experiment's finished
+    checkpoint in the bucket (the key had no experiment) and re-logged its epochs. Two
+    experiments with the same model key: beta's resume on a fresh node takes neither alpha's
+    checkpoint nor one of the old layout (whose experiment nothing says; a note names it)."""
+    import logging
+
+    import boto3
+
+    from attnstudy import model_runs
+    from attnstudy.experiment import load_experiment
+    from attnstudy.tracking import Tracker
+
+    caplog.set_level(logging.WARNING, logger="attnstudy")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("ATTNSTUDY_CHECKPOINT_URI", f"s3://{BUCKET}/per-exp")
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tiny = Path(__file__).parents[2] / "experiments" / "tiny.toml"
+    models = 'models=[{model={attention="additive",flow="bahdanau"}}]'
+    specs = {}
+    for name in ("alpha", "beta"):
+        cfg = load_experiment(tiny, ["training.epochs=1", models, f'experiment.name="{name}"'])
+        (specs[name],) = cfg.runs()
+
+    _node(tmp_path, monkeypatch, "node1")
+    first = model_runs.train_spec(
+        specs["alpha"], tracker, experiment_id=tracker.experiment_id("alpha"), progress=False
+    )
+    key = first.key
+    assert sorted(_objects(s3, "per-exp/")) == [f"per-exp/alpha/{key}/last.pt"]
+    # alpha's finished checkpoint, marked, and a copy where the old layout kept it
+    client = boto3.client("s3", endpoint_url=s3)
+    marked = tmp_path / "marked.pt"
+    client.download_file(BUCKET, f"per-exp/alpha/{key}/last.pt", str(marked))
+    ckpt = torch.load(marked, weights_only=True)
+    ckpt["history"][0]["train/loss"] = MARK
+    torch.save(ckpt, marked)
+    for k in (f"per-exp/alpha/{key}/last.pt", f"per-exp/{key}/last.pt"):
+        client.upload_file(str(marked), BUCKET, k)
+
+    _node(tmp_path, monkeypatch, "node2")  # no local checkpoint: only the bucket could give one
+    second = model_runs.train_spec(
+        specs["beta"],
+        tracker,
+        experiment_id=tracker.experiment_id("beta"),
+        resume=True,
+        progress=False,
+    )
+    assert not second.reused and second.key == key
+    history = tracker.metric_history(second.run_id, "train/loss")
+    assert [s for s, _ in history] == [1] and history[0][1] != MARK
+    assert history == tracker.metric_history(first.run_id, "train/loss")  # trained anew
+    assert sorted(_objects(s3, "per-exp/")) == [
+        f"per-exp/{key}/last.pt",
+        f"per-exp/alpha/{key}/last.pt",
+        f"per-exp/beta/{key}/last.pt",
+    ]
+    notes = [r.getMessage() for r in caplog.records if r.name == "attnstudy"]
+    (note,) = [n for n in notes if "before checkpoints were kept per experiment" in n]
+    assert f"(s3://{BUCKET}/per-exp/{key}/last.pt) is not resumed" in note, note
+    assert f"move it to s3://{BUCKET}/per-exp/beta/{key}/last.pt" in note, note

@@ -187,7 +187,7 @@ def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None
 
 
 def checkpoints(root: Path) -> list[Path]:
-    return sorted((root / "mlruns" / "checkpoints").glob("*/last.pt"))
+    return sorted((root / "mlruns" / "checkpoints").glob("*/*/last.pt"))  # experiment/model key
 
 
 # ----------------------------------------------------------------------------- fixtures

@@ -247,7 +247,7 @@ def test_sigterm_stops_the_workers_and_ends_their_runs_killed(fresh_root):
     )
     checkpoints = fresh_root / "mlruns" / "checkpoints"
     deadline = time.monotonic() + 1800  # a guard against a hang, not a timing
-    while len(list(checkpoints.glob("*/last.pt"))) < 2:  # both workers are training
+    while len(list(checkpoints.glob("*/*/last.pt"))) < 2:  # both workers are training
         if proc.poll() is not None:
             pytest.fail(f"the study ended before two trainings ran: {proc.stderr.read()}")
         if time.monotonic() > deadline:
