@@ -94,14 +94,20 @@ def n_valid(trace: Trace) -> Tensor:
 def step_frame(batch: PreparedBatch) -> tuple[pd.DataFrame, Tensor, Tensor]:
     """(example_id, step) of every real step, with their batch rows and steps (long (N,) each)."""
     b_idx, t_idx = batch.trace.step_mask.nonzero(as_tuple=True)
+    return step_table(batch, b_idx, t_idx, {}), b_idx, t_idx
+
+
+def step_table(batch: PreparedBatch, b_idx: Tensor, t_idx: Tensor, columns: dict) -> pd.DataFrame:
+    """:func:`step_frame`'s table with ``columns`` (name → values (N,)) after example_id and
+    step, built at once (a column inserted into a frame costs a copy of its blocks)."""
     ids = batch.example_ids
-    frame = pd.DataFrame(
+    return pd.DataFrame(
         {
             "example_id": [ids[i] for i in b_idx.tolist()],
             "step": t_idx.cpu().numpy().astype(np.int64),
+            **columns,
         }
     )
-    return frame, b_idx, t_idx
 
 
 def rows_given_attention(

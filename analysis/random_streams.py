@@ -76,39 +76,63 @@ def philox4x32(counter: np.ndarray, key: np.ndarray, rounds: int = PHILOX_ROUNDS
         ValueError: a bad shape.
     """
     counter = np.asarray(counter)
-    key = np.asarray(key)
     if counter.ndim != 2 or counter.shape[1] != 4:
         raise ValueError(f"counter must be (N, 4), got {counter.shape}")
-    key = np.broadcast_to(key, (counter.shape[0], 2))
-    n = counter.shape[0]
+    key = np.broadcast_to(np.asarray(key), (counter.shape[0], 2))
+    c = [counter[:, i].astype(np.uint64) for i in range(4)]
+    return _philox(c, key[:, 0].astype(np.uint64), key[:, 1].astype(np.uint64), rounds)
+
+
+def _philox(
+    counter: list[np.ndarray], k0: np.ndarray, k1: np.ndarray, rounds: int = PHILOX_ROUNDS
+) -> np.ndarray:
+    """:func:`philox4x32` on its words: counter words c0…c3 and key words k0, k1, each uint64
+    (N,) below 2³² (a c1…c3 of shape () is a constant word). Passes of :data:`_BLOCK` counters,
+    in place. Returns uint32 (N, 4)."""
+    n = len(k0)
     out = np.empty((n, 4), np.uint32)
     m0, m1 = np.uint64(PHILOX_M[0]), np.uint64(PHILOX_M[1])
     w0, w1 = np.uint64(PHILOX_W[0]), np.uint64(PHILOX_W[1])
     for lo in range(0, n, _BLOCK):
         hi = min(n, lo + _BLOCK)
-        c0, c1, c2, c3 = (counter[lo:hi, i].astype(np.uint64) for i in range(4))
-        k0, k1 = (key[lo:hi, i].astype(np.uint64) for i in range(2))
+        c0, c1, c2, c3 = (
+            np.array(np.broadcast_to(w if w.ndim == 0 else w[lo:hi], (hi - lo,)), np.uint64)
+            for w in counter
+        )
+        x0, x1 = k0[lo:hi].copy(), k1[lo:hi].copy()
         p0, p1 = np.empty_like(c0), np.empty_like(c0)
         for r in range(rounds):
             if r:
-                k0 += w0
-                k0 &= _MASK
-                k1 += w1
-                k1 &= _MASK
+                x0 += w0
+                x0 &= _MASK
+                x1 += w1
+                x1 &= _MASK
             # (hi0, lo0) = M0 · c0, (hi1, lo1) = M1 · c2; c ← (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0)
             np.multiply(c0, m0, out=p0)
             np.multiply(c2, m1, out=p1)
             np.right_shift(p1, _32, out=c0)
             c0 ^= c1
-            c0 ^= k0
+            c0 ^= x0
             np.right_shift(p0, _32, out=c2)
             c2 ^= c3
-            c2 ^= k1
+            c2 ^= x1
             np.bitwise_and(p1, _MASK, out=c1)
             np.bitwise_and(p0, _MASK, out=c3)
         block = out[lo:hi]
         block[:, 0], block[:, 1], block[:, 2], block[:, 3] = c0, c1, c2, c3
     return out
+
+
+def _blocks(keys: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+    """Philox blocks 0 … ``blocks[n]`` − 1 of every stream n, concatenated in stream order: uint32
+    (4 · blocks.sum(),), stream n's words 0 … 4 · blocks[n] − 1 in order."""
+    total = int(blocks.sum())
+    starts = np.cumsum(blocks) - blocks
+    index = np.arange(total, dtype=np.uint64) - np.repeat(starts, blocks).astype(np.uint64)
+    owner = np.repeat(keys, blocks)
+    zero = np.zeros((), np.uint64)
+    counter = [index & _MASK, index >> _32, zero, zero]
+    return _philox(counter, owner & _MASK, owner >> _32).reshape(-1)
 
 
 def stream_key(seed: int, example_id: str, step: int, purpose: str) -> int:
@@ -140,30 +164,21 @@ def words(keys: np.ndarray, counts: int | np.ndarray) -> np.ndarray:
     Returns:
         uint32 (N, counts) for an int; for an array, the streams' words concatenated in stream
         order (``counts.sum()`` words), as a flat array.
+
+    Raises:
+        ValueError: a negative count.
     """
     keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
-    ragged = np.ndim(counts) > 0
     counts_arr = np.broadcast_to(np.asarray(counts, dtype=np.int64), keys.shape)
     if bool((counts_arr < 0).any()):
         raise ValueError("word counts must be non-negative")
     blocks = (counts_arr + 3) // 4  # (N,) Philox blocks per stream
-    total = int(blocks.sum())
-    starts = np.cumsum(blocks) - blocks
-    owner = np.repeat(np.arange(len(keys)), blocks)
-    index = np.arange(total, dtype=np.uint64) - np.repeat(starts, blocks).astype(np.uint64)
-    counter = np.zeros((total, 4), np.uint64)
-    counter[:, 0] = index & _MASK
-    counter[:, 1] = index >> _32
-    key = np.empty((total, 2), np.uint64)
-    key[:, 0] = keys[owner] & _MASK
-    key[:, 1] = keys[owner] >> _32
-    drawn = philox4x32(counter, key).reshape(-1)  # (4 · total,), each stream's words in order
-    if not ragged:
+    drawn = _blocks(keys, blocks)  # (4 · total,), each stream's words in order
+    if np.ndim(counts) == 0:
         m = int(np.asarray(counts))
-        if not len(keys):
-            return np.empty((0, m), np.uint32)
-        return drawn.reshape(len(keys), -1)[:, :m]
-    within = np.arange(4 * total) - np.repeat(4 * starts, 4 * blocks)
+        return drawn.reshape(len(keys), 4 * ((m + 3) // 4))[:, :m]
+    starts = np.cumsum(blocks) - blocks
+    within = np.arange(len(drawn)) - np.repeat(4 * starts, 4 * blocks)
     return drawn[within < np.repeat(counts_arr, 4 * blocks)]
 
 
@@ -195,16 +210,14 @@ def normals(keys: np.ndarray, counts: int | np.ndarray) -> np.ndarray:
     return ndtri((_doubles(words(keys, 2 * np.asarray(counts, dtype=np.int64))) + 0.5) * 2.0**-53)
 
 
-_PAD_WORD = np.uint64(0xFFFFFFFF) << _32
-
-
 def permutations(keys: np.ndarray, rows: int, lengths: np.ndarray, width: int) -> np.ndarray:
     """``rows`` random permutations of each stream's first ``lengths[n]`` items, in one call.
 
     Row r of stream n is the stable argsort of the stream's words r·k … r·k + k − 1 (k =
-    ``lengths[n]``; equal words keep their order), followed by k, …, ``width`` − 1. The rows are
-    sorted together as 64-bit keys (word · 2³² + column, one ``np.sort``); a padding column c ≥ k
-    has the key (2³² − 1) · 2³² + c, above every drawn column's.
+    ``lengths[n]``; equal words keep their order), followed by k, …, ``width`` − 1. The streams
+    are drawn in one Philox call, grouped by k (a stream's words do not depend on the others),
+    and each group's rows are sorted at once as 64-bit keys (word · 2³² + column, one
+    ``np.sort`` of k-wide rows per k).
 
     Args:
         keys: uint64 (N,). rows: permutations per stream (R). lengths: int (N,), 0 ≤ k ≤ width.
@@ -212,19 +225,35 @@ def permutations(keys: np.ndarray, rows: int, lengths: np.ndarray, width: int) -
 
     Returns:
         int64 (N, R, width): ``out[n, r, i]`` is the item placed at position i.
+
+    Raises:
+        ValueError: a length outside [0, width].
     """
+    keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
     lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
     if bool((lengths > width).any()) or bool((lengths < 0).any()):
         raise ValueError(f"lengths must lie in [0, {width}]")
-    n = len(lengths)
-    cols = np.arange(width, dtype=np.uint64)
-    sort_keys = np.empty((n, rows, width), np.uint64)
-    sort_keys[...] = _PAD_WORD | cols
-    drawn = np.broadcast_to(np.arange(width) < lengths[:, None, None], sort_keys.shape)
-    flat = words(keys, rows * lengths).astype(np.uint64)
-    sort_keys[drawn] = (flat << _32) | np.broadcast_to(cols, sort_keys.shape)[drawn]
-    sort_keys.sort(axis=-1)
-    return (sort_keys & _MASK).astype(np.int64)
+    out = np.empty((len(lengths), rows, width), np.int64)
+    out[...] = np.arange(width)
+    by_length = np.argsort(lengths, kind="stable")
+    ks = lengths[by_length]
+    blocks = (rows * ks + 3) // 4
+    drawn = _blocks(keys[by_length], blocks)  # grouped by k: each group's words contiguous
+    firsts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]]) if len(ks) else []
+    ends = np.r_[firsts[1:], len(ks)] if len(ks) else []
+    offset = 0
+    for lo, hi in zip(firsts, ends):
+        k, m, nb = int(ks[lo]), int(hi - lo), int(blocks[lo])
+        group = drawn[offset : offset + 4 * nb * m].reshape(m, 4 * nb)
+        offset += 4 * nb * m
+        if k < 2:  # one item or none: the identity
+            continue
+        sort_keys = group[:, : rows * k].reshape(m, rows, k).astype(np.uint64) << _32
+        sort_keys |= np.arange(k, dtype=np.uint64)
+        sort_keys.sort(axis=-1)
+        sort_keys &= _MASK
+        out[by_length[lo:hi], :, :k] = sort_keys
+    return out
 
 
 def permutations_loop(keys: np.ndarray, rows: int, lengths: np.ndarray, width: int) -> np.ndarray:

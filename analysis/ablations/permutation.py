@@ -29,6 +29,7 @@ from .._chunks import (
     require_attention,
     rows_given_attention,
     step_frame,
+    step_table,
     sub_trace,
     trace_chunks,
 )
@@ -126,7 +127,7 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
     """
     require_attention(model, batch, "permutation")
     tr = batch.trace
-    frame, b_idx, t_idx = step_frame(batch)
+    b_idx, t_idx = tr.step_mask.nonzero(as_tuple=True)
     p_count = params.n
     nv = n_valid(tr)
     ids = batch.example_ids
@@ -170,13 +171,14 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
                     keep=keep.unsqueeze(2),
                 ).items():
                     extra[col][at] = v[:, 0]
-    frame["permutation_median_tvd"] = med[b_idx, t_idx].cpu().numpy()
-    frame["permutation_flip_rate"] = flip[b_idx, t_idx].cpu().numpy()
-    frame["permutation_n_identity"] = n_id[b_idx, t_idx].cpu().numpy()
-    for col, v in extra.items():
-        frame[col] = v[b_idx, t_idx].cpu().numpy()
-    frame["permutation_skipped"] = (nv[b_idx] < 2).cpu().numpy()
-    return frame
+    columns = {
+        "permutation_median_tvd": med[b_idx, t_idx].cpu().numpy(),
+        "permutation_flip_rate": flip[b_idx, t_idx].cpu().numpy(),
+        "permutation_n_identity": n_id[b_idx, t_idx].cpu().numpy(),
+        **{col: v[b_idx, t_idx].cpu().numpy() for col, v in extra.items()},
+        "permutation_skipped": (nv[b_idx] < 2).cpu().numpy(),
+    }
+    return step_table(batch, b_idx, t_idx, columns)
 
 
 def with_reference(rows: Tensor, index: Tensor) -> Tensor:
@@ -241,7 +243,8 @@ def nan_median(values: Tensor) -> Tensor:
     Returns:
         (S,), ``values``' dtype.
     """
-    ordered = values.sort(-1).values  # NaN last
+    # numpy's sort (NaN last, as torch's): several times faster on short float rows
+    ordered = torch.from_numpy(np.sort(values.cpu().numpy(), axis=-1)).to(values.device)
     n = (~values.isnan()).sum(-1, keepdim=True)
     low = ordered.gather(-1, ((n - 1) // 2).clamp(min=0))
     high = ordered.gather(-1, (n // 2).clamp(max=values.size(-1) - 1))
