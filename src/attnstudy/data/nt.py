@@ -16,6 +16,10 @@ touches become one example (``40001001+40001002``), counted as merged; a verse w
 chapter (:func:`split_chapters`). English punctuation (``exclude``) stays in the English text but
 is no word of the alignments: its tokens map to word −1, so the alignment statistics ignore it.
 The gold has only sure links (S = P), so AER = 1 − F1 (:data:`GOLD_SURE_ONLY`).
+
+The parsed corpus and each data section's splits are cached on disk (:func:`corpus_cache_path`,
+:func:`splits_cache_path`; :mod:`attnstudy.data.disk_cache`), keyed by the files' bytes, the
+package's version, the loader's code (:func:`loader_digest`) and the settings.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from pathlib import Path
 
 from attnstudy.config import DataConfig
 from attnstudy.data.alignment import Alignment
+from attnstudy.data.disk_cache import file_digest, load_or_build, sources_digest
+from attnstudy.data.g2p_align import cache_dir
 from attnstudy.data.subwords import SubwordTokenizer, merge_subwords, train_tokenizer
 from attnstudy.data.types import SPLITS, DataError, Example, Splits
 from attnstudy.notices import notice
@@ -185,7 +191,28 @@ def _read_records(path: Path) -> list[dict]:
 
 @functools.lru_cache(maxsize=2)
 def read_corpus(nt_files: NTFiles) -> Corpus:
-    """Parse the three files into examples (cached in-process).
+    """The three files parsed into examples (:func:`parse_corpus`), cached in-process and on disk
+    (:func:`corpus_cache_path`: a process that finds the cache reads it in about a second instead
+    of parsing the files for several).
+
+    Raises:
+        DataError: as :func:`parse_corpus` (a cache miss parses the files).
+    """
+    try:
+        path = corpus_cache_path(nt_files)
+    except OSError:  # a file that cannot be read: parsing says which, and what to do
+        return parse_corpus(nt_files)
+    return load_or_build(
+        path,
+        "Greek–English corpus",
+        decode=_corpus_from_json,
+        build=lambda: parse_corpus(nt_files),
+        encode=_corpus_to_json,
+    )
+
+
+def parse_corpus(nt_files: NTFiles) -> Corpus:
+    """Parse the three files into examples (no cache).
 
     Raises:
         DataError: a file that does not parse (the message names it and says what to install),
@@ -469,7 +496,27 @@ def tokenizers(nt_files: NTFiles, cfg: DataConfig) -> tuple[SubwordTokenizer, Su
 
 
 def build_splits(nt_files: NTFiles, cfg: DataConfig) -> Splits:
-    """The task's splits from the files ``nt_files`` (the package's or a fixture's).
+    """The task's splits from the files ``nt_files`` (the package's or a fixture's), cached on
+    disk (:func:`splits_cache_path`; :func:`make_splits` on a miss).
+
+    Raises:
+        DataError: as :func:`read_corpus`.
+    """
+    try:
+        path = splits_cache_path(nt_files, cfg)
+    except OSError:  # a file that cannot be read: parsing says which, and what to do
+        return make_splits(nt_files, cfg)
+    return load_or_build(
+        path,
+        "Greek–English splits",
+        decode=_splits_from_json,
+        build=lambda: make_splits(nt_files, cfg),
+        encode=_splits_to_json,
+    )
+
+
+def make_splits(nt_files: NTFiles, cfg: DataConfig) -> Splits:
+    """The task's splits from the files ``nt_files`` (no disk cache).
 
     Greek and English tokenizers are trained on the training examples (after ``n_train``) only.
 
@@ -598,3 +645,177 @@ def corpus_table(nt_files: NTFiles, cfg: DataConfig) -> dict[str, int]:
         out[f"{split}_source_subwords"] = sum(len(e.src) for e in exs)
         out[f"{split}_target_subwords"] = sum(len(e.tgt) for e in exs)
     return out
+
+
+# ----------------------------------------------------------------------------- disk cache
+
+CACHE_FORMAT = 1
+"""The layout of the cache files (part of their keys)."""
+LOADER_MODULES = ("nt.py", "subwords.py", "alignment.py", "types.py", "disk_cache.py")
+"""The modules whose sources make what is cached: their digest is part of every key, so a change
+of the loader's code never reads a cache the old code wrote."""
+
+
+@functools.cache
+def loader_digest() -> str:
+    """SHA-256 (hex) of the sources of :data:`LOADER_MODULES` (the code version of the loader)."""
+    here = Path(__file__).resolve().parent
+    return sources_digest(here / name for name in LOADER_MODULES)
+
+
+def _installed_version(package: str) -> str | None:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+@functools.lru_cache(maxsize=4)
+def corpus_key(nt_files: NTFiles) -> str:
+    """The corpus cache's key (24 hex digits): SHA-256 of the cache format, the loader's code
+    version (:func:`loader_digest`), the installed ``bible-alignments`` version and the SHA-256 of
+    each of the three files' bytes (so a fixture or an edited file has its own key).
+
+    Raises:
+        OSError: a file that cannot be read.
+    """
+    files_ = {role: file_digest(getattr(nt_files, role)) for role in PACKAGE_FILES}
+    blob = json.dumps(
+        [CACHE_FORMAT, loader_digest(), _installed_version(PACKAGE), sorted(files_.items())]
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def corpus_cache_path(nt_files: NTFiles) -> Path:
+    """``<cache dir>/nt-greek-english/corpus-<corpus_key>.json.gz`` (cache dir:
+    :func:`attnstudy.data.g2p_align.cache_dir`, ``$ATTNSTUDY_CACHE``)."""
+    return cache_dir() / TASK / f"corpus-{corpus_key(nt_files)}.json.gz"
+
+
+def splits_cache_path(nt_files: NTFiles, cfg: DataConfig) -> Path:
+    """``<cache dir>/nt-greek-english/splits-<key>.json.gz``; the key is SHA-256 of the corpus
+    key (files, package and loader versions), every field of the data section (direction,
+    tokenization, vocabulary size, split settings and sizes) and the ``tokenizers`` library's
+    version (it trains the BPE)."""
+    blob = json.dumps(
+        [corpus_key(nt_files), cfg.model_dump(mode="json"), _installed_version("tokenizers")],
+        sort_keys=True,
+    )
+    return cache_dir() / TASK / f"splits-{hashlib.sha256(blob.encode()).hexdigest()[:24]}.json.gz"
+
+
+def _strs(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(type(v) is str for v in value):
+        raise ValueError("a token list is not a list of strings")
+    return tuple(value)
+
+
+def _ints(value: object) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(type(v) is int for v in value):
+        raise ValueError("an index list is not a list of integers")
+    return tuple(value)
+
+
+def _flags(value: object) -> tuple[bool, ...]:
+    if not isinstance(value, str) or not set(value) <= {"0", "1"}:
+        raise ValueError("flags are not a string of 0 and 1")
+    return tuple(c == "1" for c in value)
+
+
+def _pairs(value: object) -> frozenset[tuple[int, int]]:
+    flat = _ints(value)
+    if len(flat) % 2:
+        raise ValueError("a link list has an odd length")
+    return frozenset(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _flat(links: frozenset[tuple[int, int]]) -> list[int]:
+    return [k for link in sorted(links) for k in link]
+
+
+def _header(value: object, kind: str) -> dict:
+    if not isinstance(value, dict) or value.get("format") != CACHE_FORMAT:
+        raise ValueError(f"not a {kind} cache of format {CACHE_FORMAT}")
+    stats = value.get("stats")
+    if not isinstance(stats, dict) or not all(type(v) is int for v in stats.values()):
+        raise ValueError("no counts")
+    return value
+
+
+def _corpus_to_json(corpus: Corpus) -> dict:
+    return {
+        "format": CACHE_FORMAT,
+        "stats": corpus.stats,
+        "verses": [
+            [
+                v.id,
+                v.chapter,
+                list(v.greek),
+                list(v.english),
+                "".join("1" if x else "0" for x in v.exclude),
+                "".join("1" if x else "0" for x in v.skip_space_after),
+                _flat(v.links),
+            ]
+            for v in corpus.verses
+        ],
+    }
+
+
+def _corpus_from_json(value: object) -> Corpus:
+    doc = _header(value, "corpus")
+    verses = []
+    for row in doc["verses"]:
+        vid, chapter, greek, english, exclude, skip, links = row
+        if type(vid) is not str or type(chapter) is not str:
+            raise ValueError("a verse id is not a string")
+        v = Verse(
+            vid, chapter, _strs(greek), _strs(english), _flags(exclude), _flags(skip), _pairs(links)
+        )
+        if not len(v.english) == len(v.exclude) == len(v.skip_space_after):
+            raise ValueError(f"verse {vid}: flags and tokens differ in number")
+        verses.append(v)
+    return Corpus(tuple(verses), dict(doc["stats"]))
+
+
+def _splits_to_json(splits: Splits) -> dict:
+    def row(ex: Example) -> list:
+        al = ex.alignment
+        return [
+            ex.id,
+            list(ex.src),
+            list(ex.tgt),
+            None if al is None else _flat(al.sure),
+            None if al is None else _flat(al.possible),
+            [list(r) for r in ex.refs],
+            list(ex.src_words),
+            list(ex.tgt_words),
+        ]
+
+    return {
+        "format": CACHE_FORMAT,
+        "stats": {},
+        "splits": {split: [row(ex) for ex in getattr(splits, split)] for split in SPLITS},
+    }
+
+
+def _splits_from_json(value: object) -> Splits:
+    doc = _header(value, "splits")
+
+    def example(row: list) -> Example:
+        eid, src, tgt, sure, possible, refs, src_words, tgt_words = row
+        if type(eid) is not str or not isinstance(refs, list):
+            raise ValueError("an example id is not a string")
+        alignment = None
+        if sure is not None or possible is not None:
+            alignment = Alignment(sure=_pairs(sure), possible=_pairs(possible))
+        return Example(
+            id=eid,
+            src=_strs(src),
+            tgt=_strs(tgt),
+            alignment=alignment,
+            refs=tuple(_strs(r) for r in refs),
+            src_words=_ints(src_words),
+            tgt_words=_ints(tgt_words),
+        )
+
+    return Splits(**{split: [example(r) for r in doc["splits"][split]] for split in SPLITS})
