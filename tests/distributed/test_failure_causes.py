@@ -7,7 +7,7 @@ The errors here are MLflow's own, from a refused port and from small hostile ser
 whose ``/health`` and API answer as a server with a database, an artifact store or itself down
 would: MLflow's server answers 503 while its database is down, ``attnstudy server``'s ``/health``
 503 naming the part that is down; an HTTP 500 while ``/health`` answers 200 is the server's own
-failure (NEW-17: it was reported as "database down … the server needs no restart").
+failure (it was reported as "database down … the server needs no restart").
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def _tracker_line(uri: str, monkeypatch, health: tuple[int, bytes] | None = None
 
 
 def test_an_http_500_with_a_healthy_server_is_not_database_down(monkeypatch, hostile):
-    """NEW-17: /health 200 and the API 500 was "database down … the server needs no restart"."""
+    """/health 200 and the API 500 was "database down … the server needs no restart"."""
     uri = hostile(500)
     line = _tracker_line(uri, monkeypatch)
     assert line.startswith(
@@ -138,7 +138,7 @@ def test_an_http_500_with_a_healthy_server_is_not_database_down(monkeypatch, hos
 
 
 def test_the_cli_names_a_failed_server_not_its_database(monkeypatch, hostile, capfd, tmp_path):
-    """NEW-17's reproduction: ``attnstudy predict runs:/… abc`` against the server above."""
+    """``attnstudy predict runs:/… abc`` against the server above, at the command line."""
     from cli_in_process import run_cli
 
     uri = hostile(500)
@@ -153,7 +153,7 @@ def test_the_cli_names_a_failed_server_not_its_database(monkeypatch, hostile, ca
 
 
 def test_an_http_503_is_database_down(monkeypatch, hostile):
-    """The review's PostgreSQL outage: MLflow's server answers 503 (TEMPORARILY_UNAVAILABLE) and
+    """PostgreSQL stopped behind MLflow's server: it answers 503 (TEMPORARILY_UNAVAILABLE) and
     the line had no cause."""
     uri = hostile(503)  # /health 200: a plain mlflow server's
     line = _tracker_line(uri, monkeypatch)
@@ -177,7 +177,7 @@ S3_DOWN = (
 @pytest.mark.parametrize("api", [500, 503])
 def test_health_names_the_part_that_is_down(monkeypatch, hostile, api):
     """attnstudy server's /health answers 503 naming its database or its artifact store; the
-    Tracker's line says which (the review's S3 outage was "database down")."""
+    Tracker's line says which (an S3 outage was "database down")."""
     uri = hostile(api)
     line = _tracker_line(uri, monkeypatch, (503, DB_DOWN))
     assert line.startswith(

@@ -343,7 +343,7 @@ def test_a_training_interrupted_on_one_node_resumes_from_the_bucket_on_another(
 
 @pytest.mark.parametrize("shared", [True, False])
 def test_the_resume_note_says_where_a_training_resumes(monkeypatch, capfd, tmp_path, shared):
-    """The review: every ``--resume`` on a cluster said that a training resumes only on the node
+    """Every ``--resume`` on a cluster said that a training resumes only on the node
     that holds its checkpoint, also with ``ATTNSTUDY_CHECKPOINT_URI`` set (it resumed on the
     head, from the bucket). The note now follows the variable; the study itself is stubbed."""
     from cli_in_process import run_cli
@@ -386,7 +386,7 @@ def test_the_resume_note_says_where_a_training_resumes(monkeypatch, capfd, tmp_p
 def test_a_resume_never_takes_another_experiments_checkpoint_from_the_bucket(
     s3, tmp_path, monkeypatch, caplog
 ):
-    """The review's f3: a resume "resumed" every training from another experiment's finished
+    """A resume "resumed" every training from another experiment's finished
     checkpoint in the bucket (the key had no experiment) and re-logged its epochs. Two
     experiments with the same model key: beta's resume on a fresh node takes neither alpha's
     checkpoint nor one of the old layout (whose experiment nothing says; a note names it)."""

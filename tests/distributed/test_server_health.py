@@ -5,8 +5,8 @@
   database and what to do (exit 1).
 * Its ``/health`` answered 200 while PostgreSQL was down, so a driver's pre-flight check passed:
   it now answers 503 naming the database, and the driver's check says "database down".
-* It answered 200 while its artifact store (moto's S3 server) was stopped (the 2026-12-07 cluster
-  review): it now checks the artifact store too and names the part that is down.
+* It answered 200 while its artifact store (moto's S3 server) was stopped: it now checks the
+  artifact store too and names the part that is down.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def _postgres_prerequisites() -> None:
 
 
 def test_health_names_a_down_artifact_store(monkeypatch, tmp_path):
-    """The review's S3 outage: with moto stopped, ``/health`` answered 200 while every artifact
+    """An S3 outage: with moto stopped, ``/health`` answered 200 while every artifact
     call through the server failed. It now checks the server's ``--artifacts-destination`` too
     (the variable ``mlflow server`` hands its workers) and names the part that is down."""
     require(

@@ -1,4 +1,4 @@
-"""Checkpoints are kept per experiment (the 2026-12-07 cluster review).
+"""Checkpoints are kept per experiment.
 
 The model key leaves out the experiment, and the checkpoints were kept under it alone
 (``mlruns/checkpoints/<model key>/``, ``PREFIX/<model key>/last.pt`` in a shared store), so a
@@ -93,7 +93,7 @@ def test_experiment_folders_are_one_to_one_also_ignoring_case():
 
 
 def test_a_resume_never_takes_another_experiments_checkpoint(fresh_root, caplog):
-    """The review's case on one machine: experiment alpha trained the model; a resume of the same
+    """On one machine: experiment alpha trained the model; a resume of the same
     model in experiment beta took alpha's finished checkpoint and re-logged its epochs. Beta now
     trains from epoch 1, and a checkpoint of the old layout (any experiment's) is not taken
     either, with a note naming it."""
