@@ -92,11 +92,19 @@ def test_a_users_own_family_registers_and_builds():
 
 
 def test_the_attention_names_of_the_config_are_the_implemented_scores():
+    """The config reads the scores and the fields each uses from the registry's source (torch-
+    free): what it read is what the registry holds."""
     from attnstudy import config
+    from attnstudy.config.models import SCORE_FIELDS
     from attnstudy.models.attention import ATTENTIONS
 
     assert config.ATTENTIONS == tuple(ATTENTIONS)
-    assert config.ModelConfig.model_fields["attention"].annotation == Literal[config.ATTENTIONS]
+    assert {n: (f.uses, f.heads) for n, f in SCORE_FIELDS.items()} == {
+        n: (s.uses, s.heads) for n, s in ATTENTIONS.items()
+    }
+    # the fields a model keys and accepts, and its heads, follow the entry
+    assert config.ModelConfig(attention="multihead_general", heads=8).n_heads == 8
+    assert "attention_dim" not in config.ModelConfig(attention="dot").used_fields()
 
 
 def _literal_comparisons(path: Path) -> list[str]:

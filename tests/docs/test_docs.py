@@ -181,3 +181,11 @@ def test_broken_links_are_found(tmp_path):
         "../../etc/passwd (no such file)",
         "docs/c.md (no such file)",
     ]
+
+
+def test_the_readme_names_every_attention_score():
+    """The README lists the recurrent family's scores by hand: each of the registry's is there."""
+    from attnstudy.config import ATTENTIONS
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert [a for a in ATTENTIONS if f"`{a}`" not in text] == []

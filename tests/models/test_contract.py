@@ -96,9 +96,9 @@ def test_uniform_model_weights_are_exactly_uniform(flow):
         assert torch.all(rows[:, n:] == 0.0)
 
 
-@pytest.mark.parametrize("flow", FLOWS)
-def test_gradients_flow_through_replacement_weights_and_embeddings(flow):
-    model = tiny("additive", flow)
+@pytest.mark.parametrize("attention,flow", list(itertools.product(SCORES, FLOWS)))
+def test_gradients_flow_through_replacement_weights_and_embeddings(attention, flow):
+    model = tiny(attention, flow)
     emb = model.encoder.embedding(SRC).detach().requires_grad_(True)
     tr = model.trace(SRC, SRC_LEN, TGT_IN, TGT_OUT, embedded=emb, detach_attention=True)
     assert not tr.attention.requires_grad

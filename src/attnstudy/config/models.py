@@ -4,8 +4,10 @@ the family registry (:mod:`attnstudy.models.families`)."""
 
 from __future__ import annotations
 
+import ast
 import json
-from pathlib import PurePath
+from dataclasses import dataclass
+from pathlib import Path, PurePath
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
 from pydantic import (
@@ -18,20 +20,108 @@ from pydantic import (
 
 from .base import MAX_LEN_BOUND, ConfigError, _Strict
 
-ATTENTIONS = (
-    "additive",
-    "dot",
-    "general",
-    "concat",
-    "scaled_dot",
-    "multihead",
-    "multihead_general",
-    "uniform",
-    "none",
-)
-"""The attention scores of the recurrent family: the keys of
-:data:`attnstudy.models.attention.ATTENTIONS`, whose implementations they name (config validation
-stays torch-free; a test holds the two equal)."""
+
+@dataclass(frozen=True)
+class ScoreFields:
+    """What the config needs of an attention score (:class:`attnstudy.models.attention.Score`):
+    the recurrent model's fields it reads beyond the core (``uses``) and the field giving its
+    number of heads (``heads``; None: one head)."""
+
+    uses: tuple[str, ...] = ()
+    heads: str | None = None
+
+
+SCORE_SIZE_FIELDS = ("attention_dim", "heads", "attention_key_dim", "attention_value_dim")
+"""The recurrent model's fields that belong to its attention score (:attr:`ScoreFields.uses`)."""
+
+
+SCORES_SOURCE = Path(__file__).parents[1] / "models" / "attention.py"
+"""The attention registry's module, read (not imported) for :data:`SCORE_FIELDS`."""
+
+
+def read_score_fields(path: Path = SCORES_SOURCE) -> dict[str, ScoreFields]:
+    """The scores of :data:`attnstudy.models.attention.ATTENTIONS` and the fields each uses, read
+    from the module's source without importing it (torch): each entry's ``uses=`` and ``heads=``
+    literals.
+
+    Raises:
+        RuntimeError: the module has no ``ATTENTIONS = {…}`` of ``Score(…)`` entries with literal
+            ``uses`` and ``heads``.
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        if not (isinstance(target, ast.Name) and target.id == "ATTENTIONS"):
+            continue
+        if not isinstance(node.value, ast.Dict):
+            break
+        found: dict[str, ScoreFields] = {}
+        for key, value in zip(node.value.keys, node.value.values):
+            if not (isinstance(key, ast.Constant) and isinstance(value, ast.Call)):
+                break
+            try:
+                kw = {
+                    k.arg: ast.literal_eval(k.value)
+                    for k in value.keywords
+                    if k.arg in ("uses", "heads")
+                }
+            except ValueError:
+                break
+            found[key.value] = ScoreFields(tuple(kw.get("uses", ())), kw.get("heads"))
+        else:
+            for name, f in found.items():
+                unknown = set(f.uses) - set(SCORE_SIZE_FIELDS)
+                if unknown or (f.heads is not None and f.heads not in f.uses):
+                    raise RuntimeError(
+                        f"{path}: attention score {name!r} uses {sorted(unknown)} or heads="
+                        f"{f.heads!r} outside its uses; a score's own fields are "
+                        f"{', '.join(SCORE_SIZE_FIELDS)}"
+                    )
+            return found
+        break
+    raise RuntimeError(
+        f"{path}: ATTENTIONS must be a dict literal of Score(…) entries with literal uses=… and "
+        "heads=…"
+    )
+
+
+SCORE_FIELDS: dict[str, ScoreFields] = read_score_fields()
+"""Every attention score the recurrent config accepts → the fields it uses: those of
+:data:`attnstudy.models.attention.ATTENTIONS` (read from its source) and any added with
+:func:`attnstudy.models.attention.register_attention`."""
+ATTENTIONS = tuple(SCORE_FIELDS)
+"""The built-in attention scores of the recurrent family (the registry's keys; a test holds the
+two equal)."""
+
+
+def register_score_fields(
+    name: str, uses: tuple[str, ...] = (), heads: str | None = None, overwrite: bool = False
+) -> None:
+    """Accept ``attention = name`` (through :func:`attnstudy.models.attention.register_attention`).
+
+    Raises:
+        ValueError: a name that is taken (unless ``overwrite``) or not a lower-case identifier,
+            or a field that is not one of :data:`SCORE_SIZE_FIELDS`.
+    """
+    if not (name.isidentifier() and name.islower()):
+        raise ValueError(f"attention score name {name!r} must be a lower-case identifier")
+    if name in SCORE_FIELDS and not overwrite:
+        raise ValueError(f"an attention score named {name!r} is already registered")
+    unknown = [f for f in (*uses, *([heads] if heads else [])) if f not in SCORE_SIZE_FIELDS]
+    if heads is not None and heads not in uses:
+        unknown.append(f"heads={heads!r} (not in uses)")
+    if unknown:
+        raise ValueError(
+            f"attention score {name!r} uses {unknown}; a score's own fields are "
+            f"{', '.join(SCORE_SIZE_FIELDS)}"
+        )
+    SCORE_FIELDS[name] = ScoreFields(tuple(uses), heads)
+
+
+def unregister_score_fields(name: str) -> None:
+    """Undo :func:`register_score_fields` (a built-in score stays)."""
+    if name not in ATTENTIONS:
+        SCORE_FIELDS.pop(name, None)
 
 
 FLOWS = ("bahdanau", "luong")
@@ -49,7 +139,7 @@ class ModelConfig(_Strict):
     embedding_dim: int = Field(64, ge=1, le=4096)
     encoder_hidden: int = Field(128, ge=1, le=8192)
     decoder_hidden: int = Field(256, ge=1, le=8192)
-    attention: Literal[ATTENTIONS] = "additive"
+    attention: str = "additive"  # a key of SCORE_FIELDS
     flow: Literal[FLOWS] = "bahdanau"
     input_feeding: bool = True
     attention_dim: int = Field(128, ge=1, le=8192)
@@ -62,6 +152,16 @@ class ModelConfig(_Strict):
         None, ge=1, le=8192, json_schema_extra={"key_neutral": None}
     )
     dropout: float = Field(0.1, ge=0.0, lt=1.0)
+
+    @field_validator("attention")
+    @classmethod
+    def _known_score(cls, value: str) -> str:
+        if value not in SCORE_FIELDS:
+            raise ValueError(
+                f"unknown attention score {value!r}; valid: "
+                + ", ".join(repr(a) for a in SCORE_FIELDS)
+            )
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -99,13 +199,9 @@ class ModelConfig(_Strict):
         ]
         if self.flow == "luong":
             names.append("input_feeding")
-        if self.attention in ("additive", "concat", "scaled_dot", "multihead"):
-            names.append("attention_dim")
-        if self.attention in ("multihead", "multihead_general"):
-            names.append("heads")
-        if self.attention in ("scaled_dot", "multihead"):
-            names += ["attention_key_dim", "attention_value_dim"]
-        return names
+        # the score's own fields, as its registry entry declares them, in one order
+        uses = SCORE_FIELDS[self.attention].uses
+        return names + [f for f in SCORE_SIZE_FIELDS if f in uses]
 
     def key_files(self, folder_digests: dict[str, str] | None) -> dict[str, str] | None:
         """What of its files enters the model key: nothing (it is keyed by its used fields)."""
@@ -128,8 +224,9 @@ class ModelConfig(_Strict):
 
     @property
     def n_heads(self) -> int:
-        """Attention heads."""
-        return self.heads if self.attention in ("multihead", "multihead_general") else 1
+        """Attention heads: the score's ``heads`` field (:class:`ScoreFields`), else 1."""
+        field = SCORE_FIELDS[self.attention].heads
+        return int(getattr(self, field)) if field else 1
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
@@ -160,9 +257,10 @@ class ModelConfig(_Strict):
         untied = [
             k for k in ("attention_key_dim", "attention_value_dim") if getattr(self, k) is not None
         ]
-        if untied and self.attention not in ("scaled_dot", "multihead"):
+        if untied and untied[0] not in SCORE_FIELDS[self.attention].uses:
+            using = [a for a, f in SCORE_FIELDS.items() if untied[0] in f.uses]
             raise ValueError(
-                f"model.{untied[0]} applies to the scaled_dot and multihead scores only, not "
+                f"model.{untied[0]} applies to the {' and '.join(using)} scores only, not "
                 f"{self.attention!r}"
             )
         return self

@@ -16,6 +16,7 @@ exactly zero weight (:func:`masked_softmax`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -271,19 +272,86 @@ class UniformAttention(Attention):
         return query.new_zeros(b, 1, t, memory.pad_mask.size(1))
 
 
-ATTENTIONS = {
-    "additive": lambda q, k, cfg: AdditiveAttention(q, k, cfg.attention_dim),
-    "dot": lambda q, k, cfg: DotAttention(q, k),
-    "general": lambda q, k, cfg: GeneralAttention(q, k),
-    "concat": lambda q, k, cfg: ConcatAttention(q, k, cfg.attention_dim),
-    "scaled_dot": lambda q, k, cfg: MultiHeadAttention(
-        q, k, cfg.attention_dim, 1, cfg.attention_key_dim, cfg.attention_value_dim
+@dataclass(frozen=True)
+class Score:
+    """An attention score's registry entry: how it is built and which model settings it reads.
+
+    ``uses`` and ``heads`` are literals in :data:`ATTENTIONS`: the config reads them from this
+    file's source without importing it (:data:`attnstudy.config.models.SCORE_FIELDS`; config
+    validation stays torch-free), so a score with its own size or heads needs no edit there.
+
+    Attributes:
+        build: ``fn(query_size, key_size, model_config) -> Attention | None``.
+        uses: the recurrent model's fields it reads beyond the core (``attention_dim``,
+            ``heads``, ``attention_key_dim``, ``attention_value_dim``): they enter the model key
+            and may be set; another of those fields, set, is refused as unused.
+        heads: the field giving its number of heads (``ModelConfig.n_heads``); None: one head.
+    """
+
+    build: Callable[..., Attention | None]
+    uses: tuple[str, ...] = ()
+    heads: str | None = None
+
+    def __call__(self, query_size: int, key_size: int, cfg) -> Attention | None:
+        return self.build(query_size, key_size, cfg)
+
+
+ATTENTIONS: dict[str, Score] = {
+    "additive": Score(
+        lambda q, k, cfg: AdditiveAttention(q, k, cfg.attention_dim), uses=("attention_dim",)
     ),
-    "multihead": lambda q, k, cfg: MultiHeadAttention(
-        q, k, cfg.attention_dim, cfg.heads, cfg.attention_key_dim, cfg.attention_value_dim
+    "dot": Score(lambda q, k, cfg: DotAttention(q, k)),
+    "general": Score(lambda q, k, cfg: GeneralAttention(q, k)),
+    "concat": Score(
+        lambda q, k, cfg: ConcatAttention(q, k, cfg.attention_dim), uses=("attention_dim",)
     ),
-    "multihead_general": lambda q, k, cfg: MultiHeadGeneralAttention(q, k, cfg.heads),
-    "uniform": lambda q, k, cfg: UniformAttention(q, k),
-    "none": lambda q, k, cfg: None,
+    "scaled_dot": Score(
+        lambda q, k, cfg: MultiHeadAttention(
+            q, k, cfg.attention_dim, 1, cfg.attention_key_dim, cfg.attention_value_dim
+        ),
+        uses=("attention_dim", "attention_key_dim", "attention_value_dim"),
+    ),
+    "multihead": Score(
+        lambda q, k, cfg: MultiHeadAttention(
+            q, k, cfg.attention_dim, cfg.heads, cfg.attention_key_dim, cfg.attention_value_dim
+        ),
+        uses=("attention_dim", "heads", "attention_key_dim", "attention_value_dim"),
+        heads="heads",
+    ),
+    "multihead_general": Score(
+        lambda q, k, cfg: MultiHeadGeneralAttention(q, k, cfg.heads),
+        uses=("heads",),
+        heads="heads",
+    ),
+    "uniform": Score(lambda q, k, cfg: UniformAttention(q, k)),
+    "none": Score(lambda q, k, cfg: None),
 }
-"""Registry: config name → ``fn(query_size, key_size, model_config) -> Attention | None``."""
+"""Registry: config name → :class:`Score` (called as ``fn(query_size, key_size, model_config)
+-> Attention | None``)."""
+
+
+def register_attention(name: str, score: Score, overwrite: bool = False) -> Score:
+    """Add an attention score from your own code (a test, a notebook): the recurrent config
+    accepts ``attention = name`` and keys it by the fields the score ``uses``.
+
+    Raises:
+        ValueError: the name is taken (unless ``overwrite``) or is not a lower-case identifier.
+    """
+    from attnstudy.config.models import register_score_fields
+
+    if name in ATTENTIONS and not overwrite:
+        raise ValueError(f"an attention score named {name!r} is already registered")
+    register_score_fields(name, score.uses, score.heads, overwrite=overwrite)
+    ATTENTIONS[name] = score
+    return score
+
+
+def unregister_attention(name: str) -> None:
+    """Remove a score added with :func:`register_attention` (a built-in one stays)."""
+    from attnstudy.config.models import ATTENTIONS as BUILT_IN
+    from attnstudy.config.models import unregister_score_fields
+
+    if name in BUILT_IN:
+        return
+    ATTENTIONS.pop(name, None)
+    unregister_score_fields(name)
