@@ -329,6 +329,7 @@ class RayExecutor:
         :meth:`attnstudy.api.Executor.run_variants`)."""
         from .code_version import this_code
         from .devices import requests_gpu
+        from .model_runs import model_task
         from .paths import project_root
         from .progress import Progress
         from .task_data import task_data
@@ -414,7 +415,9 @@ class RayExecutor:
                         bar.update(1)
                     if phase not in job.collected:
                         self._collect(ctx, job, phase, ref)
-                        bar.update(1, note=f"{phase} {job.spec.name}")
+                        bar.update(
+                            1, note=f"{model_task(job.spec, phase, noun=True)} {job.spec.name}"
+                        )
                 record_jobs(ctx, jobs)
         except KeyboardInterrupt:
             self._cancel(ctx, jobs, pending)
@@ -638,7 +641,7 @@ def train_task(job: dict) -> dict:
     if (refused := _other_code(job)) is not None:
         return refused
     with _worker(job) as (spec, tracker), stage(job.get("position", "")):
-        started(f"train {spec.name}", job.get("progress", False))
+        started(f"{model_runs.model_task(spec)} {spec.name}", job.get("progress", False))
         try:
             digest = task_data(spec).digest
             if digest != job["data_digest"]:

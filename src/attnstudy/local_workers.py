@@ -233,6 +233,7 @@ class LocalPoolExecutor:
 
         from . import notices
         from .code_version import this_code
+        from .model_runs import model_task
         from .paths import project_root
         from .progress import Progress
 
@@ -305,7 +306,7 @@ class LocalPoolExecutor:
                 for fut in done:
                     job, phase = running.pop(fut)
                     out = self._collect(ctx, job, phase, fut)
-                    bar.update(1, note=f"{phase} {job.spec.name}")
+                    bar.update(1, note=f"{model_task(job.spec, phase, noun=True)} {job.spec.name}")
                     if phase == "ablation":
                         continue
                     if job.model is None:

@@ -124,6 +124,26 @@ def model_key(spec: RunSpec) -> str:
     return spec.model_key(task_data(spec).digest, folder_digests_of(spec))
 
 
+def model_task(spec: RunSpec, phase: str = "training", *, noun: bool = False) -> str:
+    """What a task of a study does to ``spec``'s model, as the progress lines name it.
+
+    Args:
+        phase: ``"training"`` (the task that runs :func:`train_spec`) or ``"ablation"``.
+        noun: the noun (``training``, ``evaluation``, ``ablation``) instead of the verb
+            (``train``, ``evaluate``, ``ablate``).
+
+    Returns:
+        ``train`` / ``training`` for the training task — ``evaluate`` / ``evaluation`` for a
+        pretrained variant's (``model.source = "hf:FOLDER"``), which is evaluated, never
+        trained — and ``ablate`` / ``ablation`` for the ablation task.
+    """
+    if phase == "ablation":
+        return "ablation" if noun else "ablate"
+    if spec.model.pretrained:
+        return "evaluation" if noun else "evaluate"
+    return "training" if noun else "train"
+
+
 def train_spec(
     spec: RunSpec,
     tracker: Tracker,

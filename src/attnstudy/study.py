@@ -20,7 +20,7 @@ from .analysis.catalogue import AblationConfig
 from .config import ConfigError, RunSpec
 from .devices import resolve_device
 from .experiment import ExperimentConfig
-from .model_runs import ModelRun, load_model, model_key, open_tracker, train_spec
+from .model_runs import ModelRun, load_model, model_key, model_task, open_tracker, train_spec
 from .notices import notice
 from .paths import git_commit
 from .progress import check_intervals, stage, started
@@ -440,7 +440,7 @@ def _run_variants_here(ctx: StudyContext) -> None:
     for spec in ctx.specs:
         try:
             with stage(position[spec.name]):
-                started(f"train {spec.name}", progress)
+                started(f"{model_task(spec)} {spec.name}", progress)
                 result.models.append(
                     train_spec(
                         spec,
