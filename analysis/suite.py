@@ -68,6 +68,9 @@ class SuiteResult:
         seconds: ablation → wall-clock seconds spent in its function, over every batch and
             analysed unit (preparing the traces is not in it); ``steps``: real decoder steps
             analysed per prefix (the analysis prefix and, for the alignment, the reference).
+        primary_unit: the unit the plain ``ablation/<name>/<stat>`` keys hold, as a person reads
+            it (:func:`unit_label`: ``"layer 2 of 2, all heads"``), or None for a model without
+            attention.
     """
 
     table: pd.DataFrame | None
@@ -76,6 +79,7 @@ class SuiteResult:
     skipped: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     steps: dict[str, int] = field(default_factory=dict)
+    primary_unit: str | None = None
 
 
 def _skip_reason(model, spec: AblationSpec) -> str | None:
@@ -171,6 +175,7 @@ def run_suite(
     n_steps: dict[str, int] = {}
     example_parts: dict[tuple, dict[str, list[pd.DataFrame]]] = {}
     units: list[tuple] | None = None
+    n_layers: int | None = None  # of cross-attention; None: the model has none
     try:
         with eval_mode(model):
             for prefix, names in groups.items():
@@ -183,8 +188,10 @@ def run_suite(
                     check_interrupt()
                     n_steps[prefix] = n_steps.get(prefix, 0) + int(whole.trace.step_mask.sum())
                     if units is None:
-                        units = analysis_units(whole.trace, cfg.layers, cfg.heads)
+                        units = headline_units(analysis_units(whole.trace, cfg.layers, cfg.heads))
                         primary = _primary(units)
+                        cross = whole.trace.cross_attention
+                        n_layers = None if cross is None else int(cross.size(1))
                     for unit in units:
                         batch = unit_batch(whole, *unit)
                         steps = base_table(batch)
@@ -259,7 +266,15 @@ def run_suite(
             per_unit.insert(2, "head", table_index(unit[1]))
         frames.append(per_unit)
     per_example = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    return SuiteResult(table, per_example, summary, skipped, seconds, n_steps)
+    return SuiteResult(
+        table,
+        per_example,
+        summary,
+        skipped,
+        seconds,
+        n_steps,
+        None if n_layers is None else unit_label(primary, n_layers),
+    )
 
 
 def _unit(unit: tuple) -> str:
@@ -269,11 +284,33 @@ def _unit(unit: tuple) -> str:
     return name if head == ALL else f"{name}/head{head}"
 
 
+def headline_units(units: list[tuple]) -> list[tuple]:
+    """``units`` (of :func:`~attnstudy.analysis.batch.analysis_units`) with the unit of the plain
+    keys added where heads are analysed one at a time: the top analysed layer with all its heads
+    jointly, after that layer's single heads (one more unit computed, so the plain keys never
+    hold one head)."""
+    if any(head == ALL for _, head in units):
+        return units
+    top = max(layer for layer, _ in units)
+    last = max(i for i, (layer, _) in enumerate(units) if layer == top)
+    return [*units[: last + 1], (top, ALL), *units[last + 1 :]]
+
+
 def _primary(units: list[tuple]) -> tuple:
     """The unit whose metrics also go under the plain ``ablation/<name>/<stat>`` keys: the top
-    analysed layer with all heads jointly if analysed, else the first unit."""
+    analysed single layer with all heads jointly (:func:`headline_units`), else all layers at
+    once (``ablation.layers = "all"``), the only unit then."""
     joint = [u for u in units if u[1] == ALL and u[0] != ALL]
     return max(joint) if joint else units[0]
+
+
+def unit_label(unit: tuple, n_layers: int) -> str:
+    """A unit as the report and the ``ablation.primary_unit`` tag name it, layers counted from
+    1: ``"layer 2 of 2, all heads"``, ``"layer 1 of 2, head 3"``, ``"all 2 layers at once, all
+    heads"``."""
+    layer, head = unit
+    where = f"all {n_layers} layers at once" if layer == ALL else f"layer {layer + 1} of {n_layers}"
+    return f"{where}, {'all heads' if head == ALL else f'head {head + 1}'}"
 
 
 class _StepSink:

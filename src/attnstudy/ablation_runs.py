@@ -119,6 +119,8 @@ def ablate_run(
             tracker.set_tags(
                 run_id, {f"{Tag.SKIPPED_PREFIX}{k}": v[:500] for k, v in result.skipped.items()}
             )
+        if result.primary_unit is not None:  # what the plain ablation/<name>/<stat> keys hold
+            tracker.set_tags(run_id, {Tag.PRIMARY_UNIT: result.primary_unit})
         tracker.log_metrics(run_id, summary | timing)
     return run_id, result
 

@@ -261,6 +261,8 @@ def ablate_pretrained(
             )
         if result.skipped:
             tracker.log_text(run_id, json.dumps(result.skipped, indent=2), Artifact.SKIPPED)
+        if result.primary_unit is not None:  # what the plain ablation/<name>/<stat> keys hold
+            tracker.set_tags(run_id, {Tag.PRIMARY_UNIT: result.primary_unit})
         tracker.log_metrics(run_id, summary)
     return model_run_id, run_id, result
 

@@ -37,7 +37,6 @@ from attnstudy.analysis.step_scores import (
     unregister_step_score,
 )
 from attnstudy.analysis.suite import run_suite, summary_from_sums
-from figures import figures_undrawn
 
 ROOT = Path(__file__).parents[2]
 N_EXAMPLES = 3
@@ -260,21 +259,11 @@ def _store_checks(run_ids, tracker) -> None:
         names = [n for n in STORED if n not in skipped]
         assert skipped <= {"permutation_global", "uniform", "alignment"}  # the none model's
         check_summary(run.metrics, names, columns)
-
-
-@pytest.fixture(scope="module")
-def tiny_root(tmp_path_factory):
-    """A project root of this module with the tiny experiment's models (3 test examples)."""
-    root = tmp_path_factory.mktemp("root")
-    (root / "mlruns").mkdir()
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ATTNSTUDY_ROOT", str(root))
-    mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-    try:
-        with figures_undrawn():  # the same figures are drawn in full by the report tests
-            yield root
-    finally:
-        mp.undo()
+        # the unit the plain keys hold is named (test_primary_unit: a Transformer's heads)
+        attention = run.tags["attention"] != "none"
+        assert run.tags.get("ablation.primary_unit") == (
+            "layer 1 of 1, all heads" if attention else None
+        )
 
 
 def _experiment():
@@ -285,7 +274,6 @@ def _experiment():
         f"ablation.ablations={STORED!r}".replace("'", '"'),
         f"ablation.n_examples={N_EXAMPLES}",
         "ablation.bootstrap_resamples=20",
-        "experiment.name='declared'",
     ]
     for name, values in opts.items():
         for key, value in values.items():
@@ -297,26 +285,30 @@ def _experiment():
     return load_experiment(ROOT / "experiments" / "tiny.toml", sets)
 
 
+# both on a copy of the session's store, whose tiny models they reuse (no training); figures are
+# saved undrawn (the same ones are drawn in full by the tiny study's report)
+
+
 @pytest.mark.slow
-def test_a_study_logs_every_declared_statistic(tiny_root):
+def test_a_study_logs_every_declared_statistic(tiny_study_root, figures_not_drawn):
     from attnstudy import api
     from attnstudy.tracking import Tracker
 
     result = api.run(_experiment(), progress=False, report=False)
     assert result.failures == [] and len(result.ablations) == 2  # additive and no attention
+    assert all(m.reused for m in result.models)
     _store_checks(result.ablations.values(), Tracker(create=False))
 
 
 @pytest.mark.slow
-def test_ablate_logs_every_declared_statistic(tiny_root):
+def test_ablate_logs_every_declared_statistic(tiny_study_root, tiny_models, figures_not_drawn):
     from attnstudy import api
     from attnstudy.tracking import Tracker
 
-    cfg = _experiment()
-    runs = api.train(cfg, progress=False)
+    cfg = _experiment().ablation
     tracker = Tracker(create=False)
     ids = [
-        api.ablate(f"runs:/{r.run_id}", cfg.ablation, tracker=tracker, progress=False)[0]
-        for r in runs
+        api.ablate(f"runs:/{r.run_id}", cfg, tracker=tracker, progress=False)[0]
+        for r in tiny_models
     ]
     _store_checks(ids, tracker)

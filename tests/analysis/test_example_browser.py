@@ -35,7 +35,8 @@ def _embedded(page: str) -> dict:
 
 @pytest.mark.parametrize(
     ("layers", "heads", "unit"),
-    [("each", "all", (1, -1)), ("each", "each", (0, 0)), ("all", "all", (-1, -1))],
+    # the recorded unit is the plain keys': the top layer with all heads, also with heads = "each"
+    [("each", "all", (1, -1)), ("each", "each", (1, -1)), ("all", "all", (-1, -1))],
 )
 def test_records_and_step_numbers_come_from_one_unit(layers, heads, unit):
     model = tiny_model("multihead", "transformer")

@@ -31,9 +31,16 @@ def transformer_suite():
 
 
 def test_rows_of_single_heads_are_never_summed_into_a_layer():
-    _, res = _suite("each")
-    assert set(res.table["head"]) == {0, 1}
-    assert layers_of(res.table) == []  # no layer with all heads jointly was analysed
+    cfg, res = _suite("each")
+    assert set(res.table["head"]) == {-1, 0, 1}
+    # only the top layer is analysed with all heads jointly too (the plain keys' unit)
+    assert layers_of(res.table) == [1]
+    names = [n for n in cfg.ablations if n not in res.skipped]
+    per = layer_summaries(res.table, names, cfg, cfg.prefix)
+    assert set(per) == {1}
+    flip = "ablation/permutation/flip_rate"
+    assert per[1][flip] == pytest.approx(res.summary[flip], abs=1e-12)
+    assert res.summary[flip] == res.summary["ablation/layer1/permutation/flip_rate"]
 
 
 def test_layer_summaries_equal_the_suites_per_unit_metrics(transformer_suite):

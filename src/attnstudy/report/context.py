@@ -35,6 +35,7 @@ from .tables import (
     reason,
     status_lines,
     summary_tables,
+    units_line,
 )
 
 DEFAULT_UI_URL = "http://127.0.0.1:5000"
@@ -420,6 +421,7 @@ def report_context(
             "eps": ", ".join(f"{x:g}" for x in sorted(eps_values)) or None,
             "permutations": ", ".join(str(x) for x in sorted(p_values)) or None,
             "prefix": ", ".join(sorted(prefixes)) or None,
+            "units": units_line(data),
             "seeds": ", ".join(sorted(seeds)),
             "one_seed": one_seed,
             "bootstrap": _bootstrap_cfg(data.entries[0]).bootstrap_resamples

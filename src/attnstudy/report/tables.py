@@ -547,6 +547,53 @@ def analysed_heads(e: ModelEntry) -> tuple[int, int, int | None] | None:
     return heads, layers, layer
 
 
+def headline_unit(e: ModelEntry) -> str | None:
+    """The unit of cross-attention a model's row of the tables and its findings read (its plain
+    ``ablation/<name>/<stat>`` metrics): the ablation run's ``ablation.primary_unit`` tag
+    (``"layer 2 of 2, all heads"``); for a run stored without it, read from its per-step table —
+    the rows of :func:`_summary_rows` (``"layer 2, all heads"``), or, for a run that analysed
+    heads one at a time before the plain keys held all heads, its first unit (``"layer 1, head
+    1"``). None for a model without attention, not ablated, or whose table is missing."""
+    if e.attention == "none" or not e.ablation_run_id:
+        return None
+    if e.primary_unit:
+        return e.primary_unit
+    st = e.steps
+    if st is None or st.empty or "layer" not in st.columns:
+        return None
+    rows = _summary_rows(st, e.analysis_prefix)
+    if len(rows):
+        layer = int(rows["layer"].iloc[0])
+        return "all layers at once, all heads" if layer < 0 else f"layer {layer + 1}, all heads"
+    if "prefix" in st.columns:
+        st = st[st["prefix"] == e.analysis_prefix]
+    if st.empty or "head" not in st.columns:
+        return None
+    first = st.iloc[0]  # rows are written unit by unit: the first is the first unit
+    return f"layer {int(first['layer']) + 1}, head {int(first['head']) + 1}"
+
+
+def units_line(data: StudyData) -> str | None:
+    """Which unit of cross-attention each model's numbers are (:func:`headline_unit`), models
+    grouped by unit, for the report's "Layers and heads" line: ``"layer 1 of 1, all heads for
+    every model with attention"``; None where no model has one."""
+    groups: dict[str, list[str]] = {}
+    for e in data.entries:
+        unit = headline_unit(e)
+        if unit is not None and e.config not in groups.get(unit, []):  # a model's seeds once
+            groups.setdefault(unit, []).append(e.config)
+    if not groups:
+        return None
+    if len(groups) == 1:
+        where = f"{next(iter(groups))} for every model with attention"
+    else:
+        where = "; ".join(
+            f"{' and '.join(names) if len(names) < 3 else ', '.join(names)}: {unit}"
+            for unit, names in groups.items()
+        )
+    return where
+
+
 def heads_note(data: StudyData) -> str | None:
     """A table's footnote naming the models whose rows pool several attention heads, and which
     layer they are read at, or None where every model's row has one head."""
