@@ -196,11 +196,17 @@ def prepare_batches(
     cross-attention layer the ablations analyse (default the last; the recurrent family has one).
     The batch's tensors are on the model's device (:func:`attnstudy.devices.model_device`).
 
+    A model that tokenises text itself (a pretrained Hugging Face model: it has
+    ``source_tokens``) reads its tokenizer's subwords: examples of words it does not know get a
+    notice with the count of tokens that read as ``<unk>`` (:func:`unknown_token_notice`).
+
     Raises:
         ValueError: for an unknown prefix or layer.
     """
     if prefix not in ("greedy", "reference"):
         raise ValueError(f"unknown prefix {prefix!r}; valid: greedy, reference")
+    if callable(getattr(model, "source_tokens", None)):
+        unknown_token_notice(examples, src_vocab, tgt_vocab if prefix == "reference" else None)
     device = model_device(model)
     for start in range(0, len(examples), batch_size):
         chunk = list(examples[start : start + batch_size])
@@ -222,6 +228,40 @@ def prepare_batches(
             trace = trace.with_layer(layer)
         check_finite(trace, chunk)
         yield PreparedBatch(chunk, trace, prefix, src_vocab, tgt_vocab)
+
+
+def unknown_token_notice(
+    examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab | None = None
+) -> int:
+    """Say (one notice, :func:`attnstudy.notices.notice`) how many of the examples' source tokens
+    (and target tokens, given ``tgt_vocab``) are not in the vocabulary and so read as ``<unk>``.
+
+    For a pretrained model's examples: words where its tokenizer's subwords are expected
+    (``Example("mine/0", ("new", "dog"), …)`` reads as ``<unk>`` ids, without the end-of-sequence
+    token); :func:`attnstudy.models.hf.subword_examples` makes them as the model sees text.
+
+    Returns:
+        The number of such tokens (0: no notice).
+    """
+    sides = [("source", src_vocab, [t for ex in examples for t in ex.src])]
+    if tgt_vocab is not None:
+        sides.append(("target", tgt_vocab, [t for ex in examples for t in ex.tgt]))
+    parts, unknown = [], []
+    for side, vocab, tokens in sides:
+        missing = [t for t in tokens if t not in vocab.stoi]
+        if missing:
+            parts.append(f"{len(missing):,} of {len(tokens):,} {side} tokens")
+            unknown += missing
+    if unknown:
+        from attnstudy.notices import notice
+
+        shown = ", ".join(repr(t) for t in list(dict.fromkeys(unknown))[:3])
+        notice(
+            f"{' and '.join(parts)} of {len(examples):,} example(s) are not in the model's "
+            f"vocabulary and read as <unk> ({shown}…): a pretrained model reads its tokenizer's "
+            "subwords; make the examples with attnstudy.models.hf.subword_examples(model, examples)"
+        )
+    return len(unknown)
 
 
 def table_index(selector: int | str) -> int:

@@ -40,6 +40,7 @@ __all__ = [
     "load_model_run",
     "load_recorded",
     "read_tsv",
+    "tsv_examples",
 ]
 
 TAG_FOLDER = "hf.folder"
@@ -74,6 +75,25 @@ def read_tsv(path: str | Path) -> list[tuple[str, str, str | None]]:
     if not rows:
         raise DataError(f"{path}: no examples")
     return rows
+
+
+def tsv_examples(model, path: str | Path) -> list[Example]:
+    """A TSV file's examples (:func:`read_tsv`) as the pretrained ``model`` sees them, as
+    ``attnstudy ablate hf:FOLDER --tsv FILE`` reads them: ids ``<file stem>/<line>``, source and
+    target re-tokenized into the model's subwords (the source's end-of-sequence token included),
+    gold links kept between the space-separated words
+    (:func:`attnstudy.models.hf.subword_examples`).
+
+    Args:
+        model: a :class:`attnstudy.models.hf.HFSeq2Seq` (:func:`attnstudy.models.hf.load_pretrained`).
+        path: the UTF-8 TSV file, ``source<TAB>target[<TAB>links]`` per line.
+
+    Raises:
+        DataError: an unreadable file, a malformed line or links (naming file and line).
+        HFError: gold links the tokenizer's subwords cannot be mapped back to.
+    """
+    path = Path(path)
+    return _examples(model, read_tsv(path), path)
 
 
 def _examples(model, rows, path: Path) -> list[Example]:
