@@ -95,10 +95,11 @@ lint: setup
 	$(VENV)/bin/ruff check src analysis tests benchmarks
 
 # the ablation tables of docs/design.md and README.md, generated from the catalogue, and the
-# result tables of docs/findings.md, docs/benchmarks.md and docs/nt-greek-english.md, from experiments/results/*.csv
+# result tables of docs/findings.md, docs/benchmarks.md, docs/nt-greek-english.md and docs/own-model.md,
+# from experiments/results/*.csv
 docs: setup
 	$(PY) -m attnstudy.analysis.catalogue_docs docs/design.md README.md
-	$(PY) -m attnstudy.results docs/findings.md docs/benchmarks.md docs/nt-greek-english.md experiments/results
+	$(PY) -m attnstudy.results docs/findings.md docs/benchmarks.md docs/nt-greek-english.md docs/own-model.md experiments/results
 
 clean:
 	rm -rf $(VENV) reports

@@ -4,7 +4,9 @@ hash map's order, so every build had another tokenizer and other weights)."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -94,3 +96,12 @@ def test_the_built_tokenizer_splits_words_into_subwords(tmp_path):
         "##e",
         "<eos>",
     )
+
+
+def test_the_docs_name_the_tokenizer_this_code_builds(tmp_path):
+    """docs/own-model.md records the shipped example's tokenizer by its SHA-256; the tokenizer
+    does not depend on the fine-tuning (one step sets its padding as 600 do)."""
+    docs = (Path(__file__).parents[2] / "docs" / "own-model.md").read_text(encoding="utf-8")
+    (recorded,) = re.findall(r"`tokenizer\.json` of\s+SHA-256\s+`([0-9a-f]{64})`", docs)
+    folder = build_tiny(tmp_path / "m", tokenizer="bpe", steps=1)
+    assert hashlib.sha256((folder / "tokenizer.json").read_bytes()).hexdigest() == recorded

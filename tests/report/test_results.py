@@ -160,3 +160,19 @@ def test_an_experiment_without_a_study_gets_its_table_of_trainings(fresh_root):
         assert f"model.attention={m.spec.model.attention}" in row["config"]
     with pytest.raises(LookupError, match="no experiment 'nope'"):
         api.report(experiment="nope", results_dir=str(fresh_root / "res"))
+
+
+def test_the_hugging_face_example_is_measured_from_committed_tables():
+    """docs/own-model.md's shipped Hugging Face example shows committed tables (rewritten by
+    ``make docs``), and its prose quotes no measured number (an interval, a percentage, a
+    decimal) that is not a cell: it quoted "25 %" and "AER 0.009" of one build, which no build
+    since reproduced."""
+    text = _doc("docs/own-model.md")
+    blocks = {m["file"] for m in results.MARKER.finditer(text)}
+    assert {"hf-example.csv", "hf-example-layers/hf-example.csv", "hf-example-timing.csv"} <= blocks
+    prose = _section(text, "Your own Hugging Face model")
+    quoted = results.INTERVAL.findall(prose)
+    quoted += re.findall(r"(\d+(?:\.\d+)?) ?%", prose)
+    quoted += re.findall(r"(?<![\d.])\d+\.\d+(?![\d.])", prose)  # not a version (2.13.0)
+    missing = [q for q in quoted if q not in _cells()]
+    assert not missing, f"numbers in docs/own-model.md without a committed table cell: {missing}"
