@@ -40,6 +40,10 @@ from attnstudy.verdict_roles import Drop as Drop
 from attnstudy.verdict_roles import Thresholds as Thresholds
 from attnstudy.verdict_roles import VerdictRole as VerdictRole
 
+from .example_spec import Capture as Capture
+from .example_spec import ExampleColumn as ExampleColumn
+from .example_spec import MapView as MapView
+
 CAPABILITIES = ("attention", "local", "global", "gradients", "values", "self_attention")
 """What an ablation may need of a model (:mod:`attnstudy.analysis.contract`): traced attention,
 local intervention (``logits_given_attention``), global intervention (``decode(intervene=)``),
@@ -318,6 +322,11 @@ class AblationSpec:
         figure: its figure in the report (:class:`Figure`), or None.
         definitions: ``(term, definition)`` pairs for the report's definitions section.
         terms: shared terms of :data:`TERMS` its statistics use, defined after its own.
+        examples: its columns in the example browser and ``examples.csv``
+            (:class:`~attnstudy.analysis.example_spec.ExampleColumn`); None: one per statistic
+            with a ``question`` that averages a ``column`` (:func:`example_columns`).
+        captures: the maps it records per example for the browser
+            (:class:`~attnstudy.analysis.example_spec.Capture`), or None.
         questions: questions of its own (key → :class:`Question`) that its statistics feed,
             beside those of :data:`QUESTIONS`.
         default: part of the default battery (``ablation.ablations`` left out).
@@ -341,6 +350,8 @@ class AblationSpec:
     definitions: tuple[tuple[str, str], ...] = ()
     terms: tuple[str, ...] = ()
     questions: Mapping[str, Question] = field(default_factory=dict)
+    examples: tuple[ExampleColumn, ...] | None = None
+    captures: Capture | None = None
     default: bool = True
     order: int = 100
     description: str = ""
@@ -527,8 +538,52 @@ def verdict_roles(names: Iterable[str] | None = None) -> dict[str, VerdictRole]:
                 if not role.direction and st.direction:
                     role = replace(role, direction=st.direction)
                 rank = st.order if st.order is not None else spec.order
-                rows.append(((rank, spec.order, i), f"ablation/{n}/{stat_name}", role))
+                rows.append(((rank, spec.order, n, i), f"ablation/{n}/{stat_name}", role))
     return {key: role for _, key, role in sorted(rows, key=lambda x: x[0])}
+
+
+def example_columns(names: Iterable[str] | None = None) -> list[tuple[AblationSpec, ExampleColumn]]:
+    """The per-example columns of the ablations ``names`` (default: all), in the browser's
+    order (each column's ``order``, default its spec's, then the battery order and the order they
+    are declared in): each spec's :attr:`AblationSpec.examples`, or, where it declares none, one
+    per statistic with a ``question`` that averages a ``column`` (key ``<name>_<stat>``, the
+    statistic's label and unit)."""
+    rows = []
+    for n in _names(names):
+        spec = get_ablation(n)
+        declared = spec.examples
+        if declared is None:
+            declared = tuple(
+                ExampleColumn(f"{n}_{k}", st.label, st.column, unit=st.unit)
+                for k, st in spec.stats.items()
+                if st.question is not None and st.column is not None
+            )
+        for i, c in enumerate(declared):
+            rank = c.order if c.order is not None else spec.order
+            rows.append(((rank, spec.order, n, i), spec, c))
+    keys = [c.key for _, _, c in rows]
+    if len(set(keys)) != len(keys):
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        raise AblationSpecError(f"example columns declared twice: {', '.join(twice)}")
+    return [(s, c) for _, s, c in sorted(rows, key=lambda x: x[0])]
+
+
+def captures(names: Iterable[str] | None = None) -> dict[str, Capture]:
+    """The ablations ``names`` (default: all) that record maps for the browser → their
+    :class:`~attnstudy.analysis.example_spec.Capture`, in battery order."""
+    return {n: c for n in _names(names) if (c := get_ablation(n).captures) is not None}
+
+
+def capture_functions(name: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The ``run`` and ``record`` functions of ablation ``name``'s capture (imported now).
+
+    Raises:
+        AblationSpecError: it has no capture, or a function cannot be loaded.
+    """
+    c = get_ablation(name).captures
+    if c is None:
+        raise AblationSpecError(f"ablation {name!r} records no maps (no captures=…)")
+    return _resolve(c.run, name, "capture"), _resolve(c.record, name, "record")
 
 
 def stat_labels(names: Iterable[str] | None = None) -> dict[str, str]:

@@ -10,9 +10,12 @@ the gold links between words.
 They are recorded *while the suite runs* (:class:`Recorder`, passed to
 :func:`attnstudy.analysis.suite.run_suite`): the suite's own batches, and the adversarial search
 and importance vectors its ablations computed, so the matrices are exactly those behind the
-per-step table's numbers and cost no second search. :data:`CAPTURE` holds, per ablation, a function
-that returns the ablation's table *and* what it computed on the way; each is its ablation's ``run``
-written out (``table(batch, compute(...))``), and a test checks that its table equals ``run``'s.
+per-step table's numbers and cost no second search. An ablation that records maps declares them in
+its catalogue entry (``captures=Capture(run, record, maps)``,
+:class:`attnstudy.analysis.example_spec.Capture`): ``run`` returns the ablation's table *and* what
+it computed on the way (its ``run`` written out, ``table(batch, compute(...))``; a test checks that
+its table equals ``run``'s), ``record`` an example's maps from it. The adversarial search's and the
+importance vectors' are here (:func:`capture_adversarial`, :func:`capture_importance`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from attnstudy.data.types import Example
 from attnstudy.data.vocab import BOS, EOS, PAD, Vocab
 from attnstudy.models import ALL
 
+from . import catalogue
 from .batch import AblationContext, PreparedBatch, prepare_batches, table_index
 from .catalogue import AblationConfig
 
@@ -37,24 +41,47 @@ MAX_RECORDS = 1000
 """Examples recorded at most (the browser of a larger analysis lists the first ones)."""
 
 
-def _adversarial(model, batch, params, ctx):
+def capture_adversarial(model, batch, params, ctx):
+    """The adversarial ablation's ``run`` (``adversarial_table(batch, search_adversarial(…))``)
+    keeping its search result: ``(table, result)``."""
     from .ablations.adversarial import adversarial_table, search_adversarial
 
     result = search_adversarial(model, batch, params, ctx)
     return adversarial_table(batch, result), result
 
 
-def _importance(model, batch, params, ctx):
+def adversarial_maps(batch: PreparedBatch, i: int, steps: torch.Tensor, n: int, adv) -> dict:
+    """Example ``i``'s ``adversarial`` map (T × n: the kept candidate with the largest JSD, head
+    mean, what the table's JSD is measured on; a None row where none was found within ε_eval)
+    and ``adversarial_jsd`` (T,)."""
+    row_of = {t: r for r, t in enumerate(steps.tolist())}
+    rows: list = [None] * len(steps)
+    jsd: list = [None] * len(steps)
+    for r, (b, t) in enumerate(zip(adv.b_idx.tolist(), adv.t_idx.tolist())):
+        k = int(adv.best[r])
+        if b != i or k < 0 or t not in row_of:
+            continue
+        rows[row_of[t]] = [_r(v) for v in adv.candidates[r, k, :, :n].mean(0).tolist()]
+        jsd[row_of[t]] = _r(adv.jsd[r, k])
+    return {"adversarial": rows, "adversarial_jsd": jsd}
+
+
+def capture_importance(model, batch, params, ctx):
+    """The importance ablation's ``run`` (``importance_table(batch, importance_vectors(…))``)
+    keeping its vectors: ``(table, vectors)``."""
     from .ablations.importance import importance_table, importance_vectors
 
     vectors = importance_vectors(model, batch, ctx.chunk_rows, params.scores)
     return importance_table(batch, vectors), vectors
 
 
-CAPTURE = {"adversarial": _adversarial, "importance": _importance}
-"""Ablation → ``fn(model, batch, params, ctx) -> (its per-step table, what it computed)``: the
-ablation's ``run`` (``adversarial_table(batch, search_adversarial(…))``,
-``importance_table(batch, importance_vectors(…))``) keeping its intermediate result."""
+def importance_maps(batch: PreparedBatch, i: int, steps: torch.Tensor, n: int, imp) -> dict:
+    """Example ``i``'s ``gradient`` (|gradient × input|, nats) and ``loo`` (leave-one-out TVD)
+    maps, T × n."""
+    return {
+        "gradient": _matrix(imp.gradient[i, steps, :n].numpy()),
+        "loo": _matrix(imp.loo[i, steps, :n].numpy()),
+    }
 
 
 def _r(x) -> float | None:
@@ -191,9 +218,9 @@ class Recorder:
         max_records: examples recorded at most.
     """
 
-    capture = CAPTURE
-
     def __init__(self, analysis_prefix: str, max_records: int = MAX_RECORDS):
+        # ablation → its capture's run (the catalogue's captures); record functions by name
+        self.capture = {n: catalogue.capture_functions(n)[0] for n in catalogue.captures()}
         self.prefix = analysis_prefix
         self.max_records = max_records
         self.records: dict[str, dict] = {}
@@ -201,7 +228,7 @@ class Recorder:
 
     def add(self, batch: PreparedBatch, captured: dict) -> None:
         """Record a batch the suite analysed, with what its ablations computed (``captured``:
-        ablation name → the second value of its :data:`CAPTURE` function)."""
+        ablation name → the second value of its capture's ``run``)."""
         if batch.trace.attention is None:
             return
         tr = batch.trace
@@ -209,9 +236,7 @@ class Recorder:
             if batch.prefix == self.prefix and (
                 ex.id in self.records or len(self.records) < self.max_records
             ):
-                self.records[ex.id] = _record(
-                    batch, i, ex, captured.get("adversarial"), captured.get("importance")
-                )
+                self.records[ex.id] = _record(batch, i, ex, captured)
             if batch.prefix == "reference" and ex.alignment is not None:
                 n = int(tr.src_lengths[i])
                 steps = tr.step_mask[i].nonzero()[:, 0]
@@ -271,12 +296,14 @@ def example_records(
     caps = capabilities(model)
     ctx = AblationContext.of(cfg)
     rec = Recorder(cfg.prefix, max_records=len(examples))
-    needs = {"adversarial": "local", "importance": "gradients"}
+    runs = {
+        name: catalogue.capture_functions(name)[0]
+        for name in catalogue.captures(cfg.ablations)
+        if set(catalogue.get_ablation(name).requires) <= caps
+    }
     for batch in prepare_batches(model, examples, src_vocab, tgt_vocab, cfg.prefix, batch_size):
         captured = {
-            name: fn(model, batch, cfg.params_for(name), ctx)[1]
-            for name, fn in CAPTURE.items()
-            if name in cfg.ablations and needs[name] in caps
+            name: fn(model, batch, cfg.params_for(name), ctx)[1] for name, fn in runs.items()
         }
         rec.add(batch, captured)
     if "alignment" in cfg.ablations:
@@ -289,7 +316,7 @@ def example_records(
     return rec.result()
 
 
-def _record(batch: PreparedBatch, i: int, ex: Example, adv, imp) -> dict:
+def _record(batch: PreparedBatch, i: int, ex: Example, captured: dict) -> dict:
     tr = batch.trace
     n = int(tr.src_lengths[i])
     steps = tr.step_mask[i].nonzero()[:, 0]  # real steps (a predicted <pad> is not one)
@@ -313,19 +340,6 @@ def _record(batch: PreparedBatch, i: int, ex: Example, adv, imp) -> dict:
         rec["heads"] = [[_matrix(h.numpy()) for h in layer] for layer in layers]
     if ex.tgt_words:
         rec["words"] = word_view(ex, rec["rows"], layers, batch.prefix)
-    if adv is not None:
-        row_of = {t: r for r, t in enumerate(steps.tolist())}
-        rows: list = [None] * len(steps)
-        jsd: list = [None] * len(steps)
-        for r, (b, t) in enumerate(zip(adv.b_idx.tolist(), adv.t_idx.tolist())):
-            k = int(adv.best[r])
-            if b != i or k < 0 or t not in row_of:
-                continue
-            # the best kept candidate, head mean (what the table's JSD is measured on)
-            rows[row_of[t]] = [_r(v) for v in adv.candidates[r, k, :, :n].mean(0).tolist()]
-            jsd[row_of[t]] = _r(adv.jsd[r, k])
-        rec["adversarial"], rec["adversarial_jsd"] = rows, jsd
-    if imp is not None:
-        rec["gradient"] = _matrix(imp.gradient[i, steps, :n].numpy())
-        rec["loo"] = _matrix(imp.loo[i, steps, :n].numpy())
+    for name, computed in captured.items():  # the maps each capturing ablation records
+        rec.update(catalogue.capture_functions(name)[1](batch, i, steps, n, computed))
     return rec

@@ -1,7 +1,9 @@
 """Per-example summaries of a suite's tidy tables, and the choice of examples to show.
 
-Pure pandas (no torch): the example browser lists every analysed example with these columns, the
-report picks its heatmap examples with :func:`pick_shown`, and both say which criterion they use.
+Pure pandas (no torch): the example browser lists every analysed example with the per-example
+columns the catalogue's entries declare (:func:`attnstudy.analysis.catalogue.example_columns`),
+the report picks its heatmap examples with :func:`pick_shown`, and both say which criterion they
+use.
 """
 
 from __future__ import annotations
@@ -9,37 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-MEANS = {
-    "permutation_flip_rate": "perm_flip",
-    "permutation_median_tvd": "perm_tvd",
-    "uniform_flip": "uniform_flip",
-    "uniform_tvd": "uniform_tvd",
-    "erase_max_flip": "erase_max_flip",
-    "adversarial_max_jsd": "adv_jsd",
-    "adversarial_found": "adv_found",
-    "importance_tau_attn_grad": "tau_attn_grad",
-    "importance_tau_attn_loo": "tau_attn_loo",
-    "importance_tau_grad_loo": "tau_grad_loo",
-}
-"""Per-step column → per-example mean column (over the steps where it is defined)."""
-
-LABELS = {
-    "n_steps": "steps",
-    "perm_flip": "permutation flip rate",
-    "perm_tvd": "permutation median TVD",
-    "uniform_flip": "uniform flip",
-    "uniform_tvd": "uniform TVD",
-    "erase_max_flip": "erase-max flip",
-    "adv_jsd": "adversarial max JSD",
-    "adv_found": "adversary found",
-    "tau_attn_grad": "τ attn–grad",
-    "tau_attn_loo": "τ attn–LOO",
-    "tau_grad_loo": "τ grad–LOO",
-    "gold_mass": "gold mass",
-    "aer": "AER",
-    "global_changed": "global permutation changed output",
-    "global_edit_distance": "global permutation edit distance",
-}
+from . import catalogue
 
 SHOW_CRITERION = "tau_attn_loo"
 """What orders examples for the report's heatmaps: the example's mean Kendall τ between attention
@@ -61,21 +33,24 @@ def per_example_summary(
     examples: pd.DataFrame | None = None,
     analysis_prefix: str | None = None,
 ) -> pd.DataFrame:
-    """One row per analysed example (and layer): means over its steps, its AER and gold mass.
+    """One row per analysed example (and unit): its decoder steps and the per-example columns the
+    catalogue declares (:func:`attnstudy.analysis.catalogue.example_columns`) that the tables
+    hold.
 
     Args:
         steps: a suite's per-step table (``example_id``, ``prefix``, ``step``, ``layer`` and the
-            ablation columns); the analysis prefix's rows give the ablation means, the reference
-            rows (alignment) the gold mass and AER.
-        examples: the suite's per-example table (global permutation), optional.
+            ablation columns); a step ablation's columns are read on the analysis prefix's rows,
+            or on the reference's for an ablation with the reference prefix (alignment).
+        examples: the suite's per-example table (the per-example ablations' columns), optional.
         analysis_prefix: ``greedy`` or ``reference`` (default: greedy if present).
 
     Returns:
-        Columns ``example_id``, ``layer``, ``head`` (when the table has it), ``n_steps`` (analysis-prefix steps, ``<eos>``
-        included), the means of :data:`MEANS` present (NaN where no step defines them), ``gold_mass``
-        (mean over linked target tokens), ``aer`` (the example's own AER, Och & Ney 2003 eq. 7, from
-        its summed counts; NaN without gold links), ``global_changed`` and
-        ``global_edit_distance`` (global permutation), in the order of first appearance.
+        Columns ``example_id``, ``layer``, ``head`` (when the table has it), ``n_steps``
+        (analysis-prefix steps, ``<eos>`` included), then each listed
+        :class:`~attnstudy.analysis.example_spec.ExampleColumn` whose columns are there, under
+        its ``key``, in the catalogue's order: a mean over the example's rows where defined, a
+        ratio of its sums (NaN where the denominator sums to 0, e.g. AER without gold links), or
+        a per-example ablation's value; NaN where the example has none.
     """
     if steps is None or steps.empty:
         return pd.DataFrame(columns=["example_id", "layer", "n_steps"])
@@ -83,31 +58,32 @@ def per_example_summary(
     # one row per analysed unit: a layer (all heads jointly, head −1) or one head of it
     keys = ["example_id", "layer"] + (["head"] if "head" in steps.columns else [])
     rows = analysis_rows(steps, analysis_prefix)
+    reference = (
+        steps[steps["prefix"] == "reference"] if "prefix" in steps.columns else steps.iloc[:0]
+    )
     out = rows.groupby(keys, sort=False).size().rename("n_steps").reset_index()
-    cols = {c: name for c, name in MEANS.items() if c in rows.columns}
-    if cols:
-        means = rows.groupby(keys, sort=False)[list(cols)].agg(lambda s: s.astype(float).mean())
-        out = out.merge(means.rename(columns=cols).reset_index(), on=keys, how="left")
-    if "alignment_n_hyp" in steps.columns:
-        ref = steps[(steps["prefix"] == "reference") & steps["alignment_n_sure"].notna()]
-        if len(ref):
-            g = ref.groupby(keys, sort=False)
-            num = g["alignment_n_hyp_sure"].sum() + g["alignment_n_hyp_possible"].sum()
-            den = g["alignment_n_hyp"].sum() + g["alignment_n_sure"].sum()
-            align = pd.DataFrame(
-                {
-                    "gold_mass": g["alignment_gold_mass"].mean(),
-                    "aer": (1.0 - num / den.where(den > 0)).astype(float),
-                }
-            ).reset_index()
-            out = out.merge(align, on=keys, how="left")
-    if examples is not None and len(examples) and "permutation_global_changed" in examples:
-        on = ["example_id"] + [k for k in ("layer", "head") if k in examples and k in out]
-        glob = examples[on].assign(
-            global_changed=examples["permutation_global_changed"].astype(float),
-            global_edit_distance=examples["permutation_global_edit_distance"].astype(float),
-        )
-        out = out.merge(glob, on=on, how="left", validate="many_to_one")
+    for spec, col in catalogue.example_columns():
+        if not col.listed:
+            continue
+        if spec.unit == "example":
+            if examples is None or not len(examples) or col.column not in examples:
+                continue
+            on = ["example_id"] + [k for k in ("layer", "head") if k in examples and k in out]
+            values = examples[on].assign(**{col.key: examples[col.column].astype(float)})
+            out = out.merge(values, on=on, how="left", validate="many_to_one")
+            continue
+        source = reference if spec.prefix == "reference" else rows
+        if not len(source) or not set(col.columns) <= set(source.columns):
+            continue
+        g = source.groupby(keys, sort=False)
+        if col.column is not None:
+            value = g[col.column].agg(lambda s: s.astype(float).mean())
+        else:
+            num = sum(g[c].sum() for c in col.num)
+            den = sum(g[c].sum() for c in col.den)
+            value = (num / den.where(den > 0)).astype(float)
+            value = 1.0 - value if col.complement else value
+        out = out.merge(value.rename(col.key).reset_index(), on=keys, how="left")
     return out
 
 

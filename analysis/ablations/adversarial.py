@@ -48,7 +48,10 @@ import pandas as pd
 import torch
 from attnstudy.analysis.catalogue import (
     AblationSpec,
+    Capture,
+    ExampleColumn,
     Figure,
+    MapView,
     OutputChangeParams,
     Stat,
     Thresholds,
@@ -142,6 +145,36 @@ SPEC = AblationSpec(
             "adversarial attention",
             "K rows optimised to maximise JSD from α_t while the output stays within ε (TVD) "
             "(Jain & Wallace 2019, §4.2, AdversaryMulti).",
+        ),
+    ),
+    examples=(
+        ExampleColumn(
+            "adv_jsd",
+            "adversarial max JSD",
+            "adversarial_max_jsd",
+            unit="nats (≤ ln 2)",
+            undefined="no adversarial distribution within ε of the output at any step (or one "
+            "source position)",
+            step_label="adv. JSD",
+        ),
+        ExampleColumn(
+            "adv_found",
+            "adversary found",
+            "adversarial_found",
+            unit="share of steps (0–1)",
+            undefined="not searched: a source of one position",
+        ),
+    ),
+    captures=Capture(
+        "attnstudy.analysis.heatmaps:capture_adversarial",
+        "attnstudy.analysis.heatmaps:adversarial_maps",
+        (
+            MapView(
+                "adversarial",
+                "adversarial attention",
+                "the alternative with the largest JSD whose output stays within ε{eps} (grey "
+                "row: none found)",
+            ),
         ),
     ),
     order=60,

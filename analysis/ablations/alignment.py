@@ -37,7 +37,14 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Figure, Stat, Thresholds, VerdictRole
+from attnstudy.analysis.catalogue import (
+    AblationSpec,
+    ExampleColumn,
+    Figure,
+    Stat,
+    Thresholds,
+    VerdictRole,
+)
 from torch import Tensor
 
 from attnstudy.data.alignment import Alignment, format_pharaoh
@@ -157,6 +164,32 @@ SPEC = AblationSpec(
             "gold mass",
             "the attention mass a target token puts on its gold-linked source tokens, averaged "
             "over tokens with gold links.",
+        ),
+    ),
+    examples=(
+        ExampleColumn(
+            "gold_mass",
+            "gold mass",
+            "alignment_gold_mass",
+            unit="share of attention (0–1), mean over linked target tokens",
+            undefined="no gold link on any target token of this example",
+            step_label="gold mass",
+        ),
+        ExampleColumn(  # the example's own AER (Och & Ney 2003, eq. 7) from its summed counts
+            "aer",
+            "AER",
+            num=("alignment_n_hyp_sure", "alignment_n_hyp_possible"),
+            den=("alignment_n_hyp", "alignment_n_sure"),
+            complement=True,
+            unit="0–1, lower is better",
+            undefined="no gold link on any target token of this example",
+        ),
+        ExampleColumn(
+            "argmax_on_gold",
+            "argmax on gold",
+            "alignment_argmax_on_gold",
+            step_label="argmax on gold",
+            listed=False,
         ),
     ),
     order=80,

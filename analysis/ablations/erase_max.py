@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, OutputChangeParams, Stat, VerdictRole
+from attnstudy.analysis.catalogue import (
+    AblationSpec,
+    ExampleColumn,
+    OutputChangeParams,
+    Stat,
+    VerdictRole,
+)
 
 from attnstudy.models import Seq2Seq, eval_mode
 
@@ -40,6 +46,16 @@ SPEC = AblationSpec(
             "erase-max",
             "the largest attention weight set to 0 and the row renormalised (Serrano & Smith "
             "2019, §3).",
+        ),
+    ),
+    examples=(
+        ExampleColumn(
+            "erase_max_flip",
+            "erase-max flip",
+            "erase_max_flip",
+            unit="share of steps (0–1)",
+            undefined="no step to erase: a source of one position",
+            step_label="erase-max flip",
         ),
     ),
     order=40,

@@ -114,6 +114,7 @@ SPEC = AblationSpec(
             "w.r.t. the attention ↓, gradient × attention ↓.",
         ),
     ),
+    examples=(),  # its rankings' numbers per step only: the per-step table and the report
     order=50,
     description="items erased one by one in five rankings until the argmax flips; fraction of positions "
     "and of attention mass erased, never-flipped share",

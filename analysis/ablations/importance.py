@@ -43,7 +43,10 @@ import pandas as pd
 import torch
 from attnstudy.analysis.catalogue import (
     AblationSpec,
+    Capture,
+    ExampleColumn,
     Figure,
+    MapView,
     OutputChangeParams,
     Stat,
     VerdictRole,
@@ -107,6 +110,40 @@ SPEC = AblationSpec(
         ("leave-one-out (LOO)", "TVD between p_t and the output with source token j deleted."),
     ),
     terms=("Kendall τ-b",),
+    examples=tuple(
+        ExampleColumn(
+            key,
+            label,
+            f"importance_{key}",
+            unit="Kendall τ-b, mean over steps",
+            undefined="τ undefined at every step: fewer than 2 source positions or a constant vector",
+            step_label=label,
+        )
+        for key, label in (
+            ("tau_attn_grad", "τ attn–grad"),
+            ("tau_attn_loo", "τ attn–LOO"),
+            ("tau_grad_loo", "τ grad–LOO"),
+        )
+    ),
+    captures=Capture(
+        "attnstudy.analysis.heatmaps:capture_importance",
+        "attnstudy.analysis.heatmaps:importance_maps",
+        (
+            MapView(
+                "gradient",
+                "|gradient × input|",
+                "first-order importance of each source token (nats), scaled so each row's "
+                "largest is 1",
+                scale="row",
+            ),
+            MapView(
+                "loo",
+                "leave-one-out",
+                "output TVD when the source token is deleted, scaled so each row's largest is 1",
+                scale="row",
+            ),
+        ),
+    ),
     order=70,
     description="gradient × input and leave-one-out importance; Kendall τ of attention against each "
     "and of the two against each other",

@@ -13,6 +13,7 @@ import pandas as pd
 import torch
 from attnstudy.analysis.catalogue import (
     AblationSpec,
+    ExampleColumn,
     Figure,
     OutputChangeParams,
     Stat,
@@ -89,6 +90,24 @@ SPEC = AblationSpec(
             "permutation",
             "the attention row's weights randomly reassigned among the valid source positions, P "
             "times per step (Jain & Wallace 2019, §4.1).",
+        ),
+    ),
+    examples=(
+        ExampleColumn(
+            "perm_flip",
+            "permutation flip rate",
+            "permutation_flip_rate",
+            unit="share of permutations (0–1), mean over steps",
+            undefined="no step to permute: a source of one position, or only identity permutations",
+            step_label="perm. flip",
+        ),
+        ExampleColumn(
+            "perm_tvd",
+            "permutation median TVD",
+            "permutation_median_tvd",
+            unit="TVD (0–1), mean over steps",
+            undefined="no step to permute: a source of one position, or only identity permutations",
+            step_label="perm. TVD",
         ),
     ),
     order=10,

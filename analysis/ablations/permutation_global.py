@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, Drop, Stat, VerdictRole
+from attnstudy.analysis.catalogue import AblationSpec, Drop, ExampleColumn, Stat, VerdictRole
 
 from attnstudy.metrics import edit_distance
 from attnstudy.models import ALL, Seq2Seq, eval_mode
@@ -41,6 +41,24 @@ SPEC = AblationSpec(
         ),
     },
     derive="attnstudy.analysis.ablations.permutation_global:derive",
+    examples=(  # after the step ablations' columns
+        ExampleColumn(
+            "global_changed",
+            "global permutation changed output",
+            "permutation_global_changed",
+            unit="1: the permuted decoding's output differs",
+            undefined="not decoded with permuted attention",
+            order=90,
+        ),
+        ExampleColumn(
+            "global_edit_distance",
+            "global permutation edit distance",
+            "permutation_global_edit_distance",
+            unit="tokens",
+            undefined="not decoded with permuted attention",
+            order=90,
+        ),
+    ),
     order=20,
     description="one permutation per step inside free-running decoding; sequence changed, edit distance, "
     "exact-match drop",

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 import torch
-from attnstudy.analysis.catalogue import AblationSpec, OutputChangeParams, Stat, VerdictRole
+from attnstudy.analysis.catalogue import (
+    AblationSpec,
+    ExampleColumn,
+    OutputChangeParams,
+    Stat,
+    VerdictRole,
+)
 
 from attnstudy.models import Seq2Seq, eval_mode
 
@@ -44,6 +50,18 @@ SPEC = AblationSpec(
             "uniform",
             "the attention row replaced by equal weights over the valid positions (Wiegreffe & "
             "Pinter 2019's baseline).",
+        ),
+    ),
+    examples=(
+        ExampleColumn(
+            "uniform_flip",
+            "uniform flip",
+            "uniform_flip",
+            unit="share of steps (0–1)",
+            step_label="uniform flip",
+        ),
+        ExampleColumn(
+            "uniform_tvd", "uniform TVD", "uniform_tvd", unit="TVD (0–1)", step_label="uniform TVD"
         ),
     ),
     order=30,

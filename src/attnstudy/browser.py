@@ -45,49 +45,39 @@ import math
 import numpy as np
 import pandas as pd
 
+from .analysis import catalogue
 from .analysis.heatmaps import DIGITS, word_text
-from .analysis.per_example import LABELS, analysis_rows, per_example_summary
+from .analysis.per_example import analysis_rows, per_example_summary
 from .data.tasks import EXACT_MATCH, METRICS, TASKS, TOKEN_ERROR_RATE
 from .metrics import edit_distance
 from .templating import render
 
-STEP_COLUMNS = {
-    "permutation_flip_rate": "perm. flip",
-    "permutation_median_tvd": "perm. TVD",
-    "uniform_flip": "uniform flip",
-    "uniform_tvd": "uniform TVD",
-    "erase_max_flip": "erase-max flip",
-    "adversarial_max_jsd": "adv. JSD",
-    "importance_tau_attn_grad": "τ attn–grad",
-    "importance_tau_attn_loo": "τ attn–LOO",
-    "importance_tau_grad_loo": "τ grad–LOO",
-}
-"""Per-step columns of the analysis prefix shown in an example's step table."""
-REFERENCE_COLUMNS = {
-    "alignment_gold_mass": "gold mass",
-    "alignment_argmax_on_gold": "argmax on gold",
-}
-"""Per-step columns of the reference prefix (alignment)."""
-UNDEFINED = {
-    "perm_flip": "no step to permute: a source of one position, or only identity permutations",
-    "perm_tvd": "no step to permute: a source of one position, or only identity permutations",
-    "erase_max_flip": "no step to erase: a source of one position",
-    "adv_jsd": "no adversarial distribution within ε of the output at any step (or one source "
-    "position)",
-    "adv_found": "not searched: a source of one position",
-    "tau_attn_grad": "τ undefined at every step: fewer than 2 source positions or a constant vector",
-    "tau_attn_loo": "τ undefined at every step: fewer than 2 source positions or a constant vector",
-    "tau_grad_loo": "τ undefined at every step: fewer than 2 source positions or a constant vector",
-    "gold_mass": "no gold link on any target token of this example",
-    "aer": "no gold link on any target token of this example",
-}
-"""Why a per-example value can be missing (shown as "n/a" with this reason on hover): a value of
-a column the run has is missing only where the statistic is undefined for that example."""
+
+def step_columns(prefix: str = "analysis") -> dict[str, str]:
+    """The per-step columns an example's step table shows (each entry's
+    :attr:`~attnstudy.analysis.example_spec.ExampleColumn.step_label`): column → label, of the
+    step ablations on the analysis prefix, or (``prefix = "reference"``) on the reference
+    (alignment)."""
+    return {
+        c.column: c.step_label
+        for spec, c in catalogue.example_columns()
+        if c.step_label and spec.unit == "step" and spec.prefix == prefix
+    }
+
+
 NOT_A_VALUE = "n/a"
 
-MAPS = ("attention", "heads", "adversarial", "gradient", "loo", "reference_attention")
-"""A record's maps (:func:`attnstudy.analysis.heatmaps.example_records`): nested lists of
-numbers, one row per decoder step (an adversarial row is None where none was found)."""
+BASE_MAPS = ("attention", "heads", "reference_attention")
+"""The maps every record has (:func:`attnstudy.analysis.heatmaps.example_records`); the
+ablations' own come from their catalogue entries (:func:`map_keys`)."""
+
+
+def map_keys() -> tuple[str, ...]:
+    """A record's maps: nested lists of numbers, one row per decoder step (an adversarial row is
+    None where none was found): :data:`BASE_MAPS` and those the catalogue's captures record."""
+    return (*BASE_MAPS, *(m.key for c in catalogue.captures().values() for m in c.maps))
+
+
 WORD_MAPS = {"words": ("attention", "heads"), "reference_words": ("attention",)}
 """The maps of a record's word views (:func:`~attnstudy.analysis.heatmaps.word_view`,
 :func:`~attnstudy.analysis.heatmaps.reference_word_view`)."""
@@ -234,7 +224,7 @@ def page_record(rec: dict, *, heads: bool) -> dict:
         seen.append((path, value))
         where[key] = encode_map(value)
 
-    for key in MAPS:
+    for key in map_keys():
         put(out, key, [key])
     for view, keys in WORD_MAPS.items():
         if isinstance(out.get(view), dict):
@@ -278,7 +268,7 @@ def decode_record(rec: dict) -> dict:
         elif isinstance(value, dict) and "same" in value:
             where[key] = get(value["same"])
 
-    for key in MAPS:
+    for key in map_keys():
         resolve(out, key)
     for view, keys in WORD_MAPS.items():
         if isinstance(out.get(view), dict):
@@ -331,7 +321,7 @@ def _word_values(ref_rows: pd.DataFrame, n_words: int) -> dict[str, list]:
     at = first.set_index("alignment_word").reindex(range(n_words))
     return {
         label: [_num(v) for v in at[c].tolist()]
-        for c, label in REFERENCE_COLUMNS.items()
+        for c, label in step_columns("reference").items()
         if c in at.columns
     }
 
@@ -387,7 +377,9 @@ def browser_data(
         key = "example_id" if "example_id" in predictions else "id"
         for _, p in predictions.iterrows():
             preds[p[key]] = (p.get("hypothesis"), bool(p.get("correct")), _error_rate(p))
-    cols = [c for c in LABELS if c in summary.columns]
+    # the columns the run has, as the catalogue's entries declare them
+    listed = {c.key: c for _, c in catalogue.example_columns() if c.listed}
+    cols = [k for k in ("n_steps", *listed) if k in summary.columns]
     rows = []
     ids = list(dict.fromkeys(summary["example_id"])) if len(summary) else list(by_id)
     for eid in ids:
@@ -438,24 +430,47 @@ def browser_data(
             label: [_num(v) for v in at[c].tolist()]
             if at is not None and c in at.columns
             else [None] * len(rec.get("steps", []))
-            for c, label in STEP_COLUMNS.items()
+            for c, label in step_columns().items()
             if c in steps.columns
         }
         ref_rows = _unit_rows(ref_of.get(eid, ref.iloc[:0]), rec)
         if len(ref_rows) and "reference_rows" in rec:
             r = ref_rows.sort_values("step")
             d["reference_values"] = {
-                label: [_num(v) for v in r[c]] for c, label in REFERENCE_COLUMNS.items() if c in r
+                label: [_num(v) for v in r[c]]
+                for c, label in step_columns("reference").items()
+                if c in r
             }
             if "reference_words" in rec and "alignment_word" in r:
                 d["reference_word_values"] = _word_values(r, len(rec["reference_words"]["rows"]))
         detail[eid] = d
+    eps = f" = {meta['eps']}" if meta.get("eps") is not None else ""
     return {
         "meta": meta | {"scale": SCALE},
         "columns": [
-            {"key": c, "label": LABELS[c], "undefined": UNDEFINED.get(c, "undefined here")}
+            {"key": "n_steps", "label": "steps", "unit": "decoder steps", "undefined": "none"}
+            if c == "n_steps"
+            else {
+                "key": c,
+                "label": listed[c].label,
+                "unit": listed[c].unit,
+                "undefined": listed[c].undefined,
+            }
             for c in cols
         ],
+        # the maps the catalogue's captures record and the run has, in its order, as drawn
+        "maps": [
+            {
+                "key": m.key,
+                "title": m.title,
+                "caption": m.caption.replace("{eps}", eps),
+                "scale": m.scale,
+            }
+            for c in catalogue.captures().values()
+            for m in c.maps
+            if any(m.key in r for r in records)  # the maps the run recorded
+        ],
+        "map_keys": list(map_keys()),
         "outcome": outcome,
         "examples": rows,
         "records": detail,

@@ -15,7 +15,7 @@ from attnstudy.analysis.catalogue import AblationConfig
 from attnstudy.analysis.heatmaps import Recorder
 from attnstudy.analysis.suite import run_suite
 
-from attnstudy.browser import STEP_COLUMNS, browser_data, browser_html
+from attnstudy.browser import browser_data, browser_html, step_columns
 
 
 def _run(model, examples, **cfg):
@@ -55,7 +55,7 @@ def test_records_and_step_numbers_come_from_one_unit(layers, heads, unit):
             & (table["head"] == unit[1])
         ].set_index("step")
         values = data["records"][rec["id"]]["step_values"]
-        for col, label in STEP_COLUMNS.items():
+        for col, label in step_columns().items():
             if col not in table.columns:
                 continue
             expected = [rows[col].get(t) for t in rec["steps"]]

@@ -1,5 +1,6 @@
 """Example records (heatmaps, the example browser): recorded from the suite's own batches, they hold
-the matrices behind the per-step table's numbers; the capture functions are their ablation's run."""
+the matrices behind the per-step table's numbers; the capture functions (each catalogue entry's
+``captures``) are their ablation's run, and record the maps the entry declares."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pandas as pd
 import pytest
 from analysis_testkit import VOCAB, make_examples, one_batch, sharpen, tiny_model
 from attnstudy.analysis.batch import AblationContext
-from attnstudy.analysis.catalogue import AblationConfig, get_ablation
-from attnstudy.analysis.heatmaps import CAPTURE, Recorder, example_records
+from attnstudy.analysis.catalogue import AblationConfig, capture_functions, captures, get_ablation
+from attnstudy.analysis.heatmaps import Recorder, example_records
 from attnstudy.analysis.suite import run_suite
 
 CFG = dict(
@@ -21,15 +22,21 @@ CFG = dict(
 )
 
 
-@pytest.mark.parametrize("name", sorted(CAPTURE))
+@pytest.mark.parametrize("name", sorted(captures()))
 def test_capture_functions_return_exactly_their_ablations_table(name):
     model = sharpen(tiny_model("additive", seed=2))
     batch = one_batch(model, make_examples(6), prefix="greedy")
     cfg = AblationConfig(**CFG)
     ctx = AblationContext.of(cfg)
-    mine, _ = CAPTURE[name](model, batch, cfg.params_for(name), ctx)
+    run, record = capture_functions(name)
+    mine, computed = run(model, batch, cfg.params_for(name), ctx)
     theirs = get_ablation(name).function()(model, batch, cfg.params_for(name), ctx)
     pd.testing.assert_frame_equal(mine, theirs)
+    # the record holds every map the entry declares, one row per real decoder step
+    steps = batch.trace.step_mask[0].nonzero()[:, 0]
+    maps = record(batch, 0, steps, int(batch.trace.src_lengths[0]), computed)
+    for m in get_ablation(name).captures.maps:
+        assert len(maps[m.key]) == len(steps)
 
 
 @pytest.fixture(scope="module")
