@@ -171,3 +171,44 @@ def test_a_study_records_more_members_than_a_tag_held(stub_study):
     assert [r.run_id for r in runs.models] == stub_study.models[:250] and not runs.ablations
     first = store.study_runs(tracker, stub_study.study_id)
     assert len(first.models) == 2000 and len(first.ablations) == 2000
+
+
+def _stub_study(tracker: Tracker, n: int) -> str:
+    """A study of ``n`` finished stub models and their ablations, recorded as a study does."""
+    exp_id = tracker.experiment_id(f"lookups-{uuid.uuid4().hex[:6]}")
+    study_id = store.start_study(tracker, exp_id, "lookups", "key", "commit")
+    members = {}
+    for i in range(n):
+        tags = {Tag.KIND: Kind.MODEL, Tag.TASK: "copy", Tag.VARIANT: f"v{i}", Tag.SEED: "1"}
+        (model,) = _runs(tracker, exp_id, 1, tags)
+        tags = {Tag.KIND: Kind.ABLATION, Tag.SOURCE_RUN_ID: model}
+        (ablation,) = _runs(tracker, exp_id, 1, tags)
+        members |= {model: (Role.MODEL, i), ablation: (Role.ABLATION, i)}
+    store.StudyRecord(tracker, study_id, exp_id).write(members, (Role.MODEL, Role.ABLATION))
+    return study_id
+
+
+def test_the_report_reads_a_study_without_a_lookup_per_run(store_root, monkeypatch):
+    """The report read each recorded run with its own get_run, and each artifact check looked the
+    run up again (six per model: 12,000 lookups and 420 s for a 2,000-model study on a busy
+    machine). Now the store's run lookups do not grow with the number of models."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    from attnstudy.report.store import load_study
+
+    tracker = Tracker()
+    small, large = _stub_study(tracker, 2), _stub_study(tracker, 6)
+    lookups = []
+    real = SqlAlchemyStore.get_run
+    monkeypatch.setattr(
+        SqlAlchemyStore,
+        "get_run",
+        lambda self, run_id: lookups.append(run_id) or real(self, run_id),
+    )
+    counts = []
+    for study_id, n in ((small, 2), (large, 6)):
+        lookups.clear()
+        data = load_study(tracker, study_id)
+        assert [e.variant for e in data.entries] and len(data.entries) == n
+        counts.append(len(lookups))
+    assert counts[0] == counts[1] <= 1, counts  # the study run itself

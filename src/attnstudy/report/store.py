@@ -135,6 +135,7 @@ def load_study(tracker: Tracker, study_id: str) -> StudyData:
     """
     runs = store.study_runs(tracker, study_id)
     study = runs.study
+    art = _Artifacts(tracker)  # each run's folders listed once
     entries, notes = [], []
     for run in runs.models:
         t = run.tags
@@ -153,13 +154,13 @@ def load_study(tracker: Tracker, study_id: str) -> StudyData:
             registered=t.get(Tag.REGISTERED_MODEL, ""),
         )
         if run.status == "FINISHED":
-            e.predictions = _try_table(tracker, run.run_id, Artifact.PREDICTIONS)
+            e.predictions = _try_table(art, run, Artifact.PREDICTIONS)
             if e.predictions is None:
                 notes.append(
                     f"{e.variant}: its test predictions ({Artifact.PREDICTIONS} of run "
                     f"{run.run_id}) are missing from the store"
                 )
-            e.has_alignments = _has(tracker, run.run_id, f"{Artifact.ALIGNMENTS_DIR}/test.pharaoh")
+            e.has_alignments = art.has(run, f"{Artifact.ALIGNMENTS_DIR}/test.pharaoh")
         abl = runs.ablations.get(run.run_id)
         if abl is not None:
             e.ablation_run_id, e.ablation_status = abl.run_id, abl.status
@@ -173,21 +174,21 @@ def load_study(tracker: Tracker, study_id: str) -> StudyData:
             }
             if abl.status == "FINISHED":
                 e.ablation_metrics = _without_false_attention(e.attention, dict(abl.metrics))
-                e.steps = _try_table(tracker, abl.run_id, Artifact.STEPS)
+                e.steps = _try_table(art, abl, Artifact.STEPS)
                 if e.steps is None:
                     notes.append(
                         f"{e.variant}: its per-step ablation table ({Artifact.STEPS} of run "
                         f"{abl.run_id}) is missing from the store; its figures are empty"
                     )
-                e.examples = _try_table(tracker, abl.run_id, Artifact.EXAMPLES)
-                for rec in _try_json(tracker, abl.run_id, Artifact.HEATMAPS) or []:
+                e.examples = _try_table(art, abl, Artifact.EXAMPLES)
+                for rec in _try_json(art, abl, Artifact.HEATMAPS) or []:
                     (e.records if "rows" in rec else e.legacy_heatmaps).append(rec)
-                e.has_browser = _has(tracker, abl.run_id, Artifact.BROWSER)
+                e.has_browser = art.has(abl, Artifact.BROWSER)
         entries.append(e)
-    seed_var = _try_table(tracker, study_id, Artifact.SEED_VARIANCE)
+    seed_var = _try_table(art, study, Artifact.SEED_VARIANCE)
     adversaries = adversary_frame(runs.adversaries, {e.model_run_id: e.variant for e in entries})
-    config_text = _try_text(tracker, study_id, Artifact.EXPERIMENT_TOML) or ""
-    exp_json = _try_json(tracker, study_id, Artifact.EXPERIMENT_JSON) or {}
+    config_text = _try_text(art, study, Artifact.EXPERIMENT_TOML) or ""
+    exp_json = _try_json(art, study, Artifact.EXPERIMENT_JSON) or {}
     return StudyData(
         study.tags.get(Tag.EXPERIMENT, "study"),
         study.experiment_id,
@@ -202,7 +203,7 @@ def load_study(tracker: Tracker, study_id: str) -> StudyData:
         references=[
             ref | {"run_id": r.run_id}
             for r in runs.references
-            if (ref := _try_json(tracker, r.run_id, Artifact.REFERENCE_ALIGNMENT))
+            if (ref := _try_json(art, r, Artifact.REFERENCE_ALIGNMENT))
         ],
     )
 
@@ -233,34 +234,52 @@ def adversary_frame(runs: list, variants: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _missing(tracker, run_id: str, path: str) -> bool:
-    try:
-        return not tracker.has_artifact(run_id, path)
-    except Exception:  # noqa: BLE001 - a store error is reported by the load that follows
-        return False
+class _Artifacts:
+    """The artifact files of a study's runs as one report read sees them: each run folder listed
+    once, at the run's own artifact location (:meth:`Tracker.run_files`: no lookup of the run,
+    where ``has_artifact`` made one per file: six per model of a 2,000-model study)."""
+
+    def __init__(self, tracker):
+        self.tracker = tracker
+        self._listed: dict[tuple[str, str], set[str] | None] = {}
+
+    def _files(self, run, path: str) -> set[str] | None:
+        parent = str(Path(path).parent)
+        key = (run.run_id, "" if parent == "." else parent)
+        if key not in self._listed:
+            try:
+                self._listed[key] = self.tracker.run_files(run, key[1])
+            except Exception:  # noqa: BLE001 - None: see missing and has
+                self._listed[key] = None
+        return self._listed[key]
+
+    def missing(self, run, path: str) -> bool:
+        """The run has no such file (False when the listing failed: the store's error is then
+        reported by the load that follows)."""
+        files = self._files(run, path)
+        return files is not None and path not in files
+
+    def has(self, run, path: str) -> bool:
+        """The run has the file (False when the listing failed: the report does not link it)."""
+        files = self._files(run, path)
+        return files is not None and path in files
 
 
-def _has(tracker, run_id: str, path: str) -> bool:
-    try:
-        return tracker.has_artifact(run_id, path)
-    except Exception:  # noqa: BLE001 - then the report simply does not link it
-        return False
-
-
-def _try_table(tracker, run_id: str, path: str):
+def _try_table(art: _Artifacts, run, path: str):
     """The artifact table, or None when the run has no such artifact (not run); other errors propagate."""
-    if _missing(tracker, run_id, path):
+    if art.missing(run, path):
         return None
-    return tracker.load_table(run_id, path)
+    return art.tracker.load_table(run.run_id, path)
 
 
-def _try_text(tracker, run_id: str, path: str) -> str | None:
-    if _missing(tracker, run_id, path):
+def _try_text(art: _Artifacts, run, path: str) -> str | None:
+    if art.missing(run, path):
         return None
     with tempfile.TemporaryDirectory() as tmp:
-        return Path(tracker.download_artifact(run_id, path, tmp)).read_text(encoding="utf-8")
+        local = art.tracker.download_artifact(run.run_id, path, tmp)
+        return Path(local).read_text(encoding="utf-8")
 
 
-def _try_json(tracker, run_id: str, path: str):
-    text = _try_text(tracker, run_id, path)
+def _try_json(art: _Artifacts, run, path: str):
+    text = _try_text(art, run, path)
     return json.loads(text) if text else None

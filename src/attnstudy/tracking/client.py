@@ -689,6 +689,23 @@ class Tracker:
         if self._leases is not None:
             self._leases.keep(run_id)
 
+    def run_files(self, run: RunRecord, folder: str = "") -> set[str]:
+        """The paths of the files directly in ``folder`` of a run's own artifacts, listed at
+        ``run.artifact_uri`` (no lookup of the run, as :meth:`has_artifact` makes each time: for
+        many runs read in bulk). Not its logged models' files, which live elsewhere in MLflow 3.
+
+        Raises:
+            TrackingError: the artifact store cannot be read.
+        """
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        if not run.artifact_uri:  # a record made without one
+            files = self._call(self.client.list_artifacts, run.run_id, folder or None)
+        else:
+            repo = get_artifact_repository(run.artifact_uri, tracking_uri=self.client_uri)
+            files = self._call(repo.list_artifacts, folder or None)
+        return {f.path for f in files if not f.is_dir}
+
     def has_artifact(self, run_id: str, path: str) -> bool:
         """Whether the run has the artifact file ``path`` (e.g. ``model/weights.pt``)."""
         parent = str(Path(path).parent)

@@ -141,6 +141,7 @@ class RunRecord:
         status: ``RUNNING``, ``FINISHED``, ``FAILED`` or ``KILLED``.
         tags, params, metrics: the run's latest values.
         lifecycle_stage: ``active``, or ``deleted`` (in the store's trash, restorable).
+        artifact_uri: where the run's own artifacts are (its logged models' may be elsewhere).
     """
 
     run_id: str
@@ -151,6 +152,7 @@ class RunRecord:
     params: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     lifecycle_stage: str = "active"
+    artifact_uri: str = ""
 
     @property
     def kind(self) -> str:
@@ -180,4 +182,5 @@ class RunRecord:
             dict(run.data.params),
             dict(run.data.metrics),
             run.info.lifecycle_stage or "active",
+            run.info.artifact_uri or "",
         )
