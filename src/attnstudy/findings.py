@@ -52,9 +52,11 @@ from .config import _Strict
 from .verdict_roles import (  # noqa: F401 (re-exported: the roles' names beside the verdict's)
     THRESHOLD_QUESTIONS,
     VERDICT_QUESTIONS,
+    WORDING,
     Drop,
     Thresholds,
     VerdictRole,
+    Wording,
 )
 
 LITERATURE = {
@@ -325,48 +327,6 @@ def _pct_against(x: float, threshold: float) -> str:
     return f"{100 * x:.{digits}f} %"
 
 
-@dataclass(frozen=True)
-class _Wording:
-    """A threshold question's sentences: ``{what}`` the measures' phrases (and those beside),
-    ``{n}`` the sample, ``{why}`` which bound misses which threshold."""
-
-    yes: str
-    no: str
-    middle: str
-    middle_answer: str = "unclear"
-    missing: str | None = None
-    beside: tuple[str, str, str] = (" (", "; ", ")")
-    names: tuple[str, str] = ("yes", "no")
-
-
-WORDING: dict[str, _Wording] = {
-    "used": _Wording(
-        yes="Attention is used{n}: {what}; this model depends on its attention weights.",
-        no="Attention is not used{n}: {what}.",
-        middle="Attention is used weakly, if at all{n}: {what}; neither rule decides: {why}.",
-        missing="Whether attention is used was not measured ({ablations} not run).",
-        names=("used", "not used"),
-    ),
-    "unique": _Wording(
-        yes="It is close to unique: {what}; few distant alternatives give the same output.",
-        no="It is not a unique explanation: {what}.",
-        middle="Whether it is unique is unclear: {what}.",
-        missing="Uniqueness was not measured ({ablations} not run).",
-        names=("unique", "not unique"),
-    ),
-    "aligns": _Wording(
-        yes="It aligns with the gold alignment: {what}.",
-        no="It does not align with the gold alignment: {what}.",
-        middle="It aligns partly: {what}.",
-        middle_answer="partly",
-        beside=(" and ", " and ", ""),
-        names=("aligns", "does not align"),
-    ),
-}
-"""The sentences of the questions decided by :class:`Thresholds` (aligns says nothing where it
-was not measured: without gold links the table says why)."""
-
-
 def verdict(f: ModelFacts, t: VerdictThresholds | None = None) -> Verdict:
     """The generated verdict of one model from its measured numbers (see the module docstring).
 
@@ -448,7 +408,23 @@ def _reading(e: Estimate, rule: Thresholds, direction: str, t: VerdictThresholds
     return "no" if _lo(e) >= no else "middle"
 
 
-def _why(e: Estimate, rule: Thresholds, direction: str, t: VerdictThresholds, w: _Wording) -> str:
+def _stated(role: VerdictRole, w: Wording, t: VerdictThresholds) -> str:
+    """A measure's thresholds where its entry gives numbers (the report's thresholds table lists
+    only those of ``[report.verdict]``): `` (yes: upper bound < 0.5; no: lower bound ≥ 0.9)``."""
+    rule = role.rule
+    if not isinstance(rule, Thresholds) or (isinstance(rule.yes, str) and isinstance(rule.no, str)):
+        return ""
+    below = "≤" if rule.at_most else "<"
+    yes, no = ("lower bound ≥", f"upper bound {below}")
+    if role.direction != "higher":
+        yes, no = (f"upper bound {below}", "lower bound ≥")
+    return (
+        f" ('{w.names[0]}' where its {yes} {rule.value('yes', t):g}, '{w.names[1]}' where its "
+        f"{no} {rule.value('no', t):g})"
+    )
+
+
+def _why(e: Estimate, rule: Thresholds, direction: str, t: VerdictThresholds, w: Wording) -> str:
     """Why a measure decides neither way, its bounds against the thresholds as percentages."""
     yes, no = rule.value("yes", t), rule.value("no", t)
     high, low = ("no", no), ("yes", yes)
@@ -483,7 +459,7 @@ def _decide(question: str, f: ModelFacts, t: VerdictThresholds, v: Verdict) -> N
     else:
         answer = "middle"
     setattr(v, question, w.middle_answer if answer == "middle" else answer)
-    what = ", ".join(_fill(r.phrase, f, e) for _, r, e in present)
+    what = ", ".join(_fill(r.phrase, f, e) + _stated(r, w, t) for _, r, e in present)
     beside = [
         _fill(r.phrase, f, f.stats[k])
         for k, r in _roles(f, question, "beside")

@@ -1,7 +1,8 @@
-"""What a statistic is to the verdict: :class:`VerdictRole`, declared by the statistic's entry in
-the ablation catalogue (``Stat(verdict=…)``), with the rules it takes (:class:`Thresholds`,
-:class:`Drop`). :mod:`attnstudy.findings` reads the roles and holds the rules' code and sentences;
-this module holds only the declarations, so the catalogue's spec headers can use them.
+"""The verdict's questions and what a statistic is to them: :class:`VerdictRole`, declared by the
+statistic's entry in the ablation catalogue (``Stat(verdict=…)``), with the rules it takes
+(:class:`Thresholds`, :class:`Drop`), and the sentences of the questions the thresholds decide
+(:data:`WORDING`). :mod:`attnstudy.findings` reads the roles and holds the rules' code; this
+module holds the declarations, so the catalogue's spec headers can use them.
 
 This module imports only the standard library.
 """
@@ -142,3 +143,45 @@ class VerdictRole:
             raise ValueError("a note role needs note=… (its sentence)")
         if isinstance(self.rule, Drop) and r != "beside":
             raise ValueError("rule=Drop is a beside statistic's")
+
+
+@dataclass(frozen=True)
+class Wording:
+    """A threshold question's sentences: ``{what}`` the measures' phrases (and those beside),
+    ``{n}`` the sample, ``{why}`` which bound misses which threshold."""
+
+    yes: str
+    no: str
+    middle: str
+    middle_answer: str = "unclear"
+    missing: str | None = None
+    beside: tuple[str, str, str] = (" (", "; ", ")")
+    names: tuple[str, str] = ("yes", "no")
+
+
+WORDING: dict[str, Wording] = {
+    "used": Wording(
+        yes="Attention is used{n}: {what}; this model depends on its attention weights.",
+        no="Attention is not used{n}: {what}.",
+        middle="Attention is used weakly, if at all{n}: {what}; neither rule decides: {why}.",
+        missing="Whether attention is used was not measured ({ablations} not run).",
+        names=("used", "not used"),
+    ),
+    "unique": Wording(
+        yes="It is close to unique: {what}; few distant alternatives give the same output.",
+        no="It is not a unique explanation: {what}.",
+        middle="Whether it is unique is unclear: {what}.",
+        missing="Uniqueness was not measured ({ablations} not run).",
+        names=("unique", "not unique"),
+    ),
+    "aligns": Wording(
+        yes="It aligns with the gold alignment: {what}.",
+        no="It does not align with the gold alignment: {what}.",
+        middle="It aligns partly: {what}.",
+        middle_answer="partly",
+        beside=(" and ", " and ", ""),
+        names=("aligns", "does not align"),
+    ),
+}
+"""The sentences of the questions decided by :class:`Thresholds` (:func:`attnstudy.findings.verdict`;
+aligns says nothing where it was not measured: without gold links the table says why)."""
