@@ -507,3 +507,23 @@ def test_a_statistic_with_thresholds_needs_a_direction():
     with pytest.raises(AblationSpecError, match="direction"):
         Stat("x_y", verdict=role)
     assert Stat("x_y", direction="lower", verdict=role).verdict is role
+
+
+def test_a_measure_with_numeric_thresholds_states_them_and_decides():
+    """An entry's own thresholds (numbers, not [report.verdict] keys) decide its question and are
+    said in the sentence: the report's thresholds table lists only the configurable ones."""
+    role = VerdictRole(
+        "aligns",
+        rule=Thresholds(0.5, 0.9),
+        phrase="its attention has normalised entropy {fmt}",
+        direction="lower",
+    )
+    key = "ablation/entropy/normalised"
+    m = {key: 0.95, f"{key}_ci_low": 0.93, f"{key}_ci_high": 0.97}
+    v = verdict(facts_from_metrics("m", "additive", m, stat_keys=[key], roles={key: role}))
+    assert v.aligns == "no"
+    assert v.sentences[-1] == (
+        "It does not align with the gold alignment: its attention has normalised entropy 0.95 "
+        "[0.93, 0.97] ('aligns' where its upper bound < 0.5, 'does not align' where its lower "
+        "bound ≥ 0.9)."
+    )
