@@ -308,8 +308,8 @@ def resolve_data_paths(
     raw: dict[str, Any], folder: Path, source: str = "config", check: bool = True
 ) -> dict[str, Any]:
     """Make the relative data paths of a raw experiment (``[data]`` and every ``[[models]]`` data
-    table: ``train_path``, ``dev_path``, ``test_path``) and pretrained model folders
-    (``model.source = "hf:FOLDER"``) absolute against ``folder``.
+    table: ``train_path``, ``dev_path``, ``test_path``; ``[ablation.contrastive] contrast``) and
+    pretrained model folders (``model.source = "hf:FOLDER"``) absolute against ``folder``.
 
     The rule: a relative path in an experiment file resolves against the file's folder, so an
     experiment runs the same from any working directory. With ``check``, a path that names a
@@ -348,10 +348,15 @@ def resolve_data_paths(
             if not model_dir.is_absolute():
                 model_dir = (folder / model_dir).resolve()
             table["source"] = f"hf:{model_dir}"
-    for where, table in tables:
+    keyed = [(where, table, _path_fields()) for where, table in tables]
+    # the contrastive ablation's contrast sequences (a file of example_id<TAB>sequence lines)
+    ablation = raw.get("ablation")
+    if isinstance(ablation, dict):
+        keyed.append(("ablation.contrastive", ablation.get("contrastive"), ["contrast"]))
+    for where, table, keys in keyed:
         if not isinstance(table, dict):
             continue
-        for key in _path_fields():
+        for key in keys:
             value = table.get(key)
             if not isinstance(value, str) or not value or Path(value).expanduser().is_absolute():
                 if isinstance(value, str) and value:
