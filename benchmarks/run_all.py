@@ -35,6 +35,7 @@ BENCHMARKS = [
     "scaling",
     "training",
     "tracking",
+    "records",
 ]
 """Script names (``benchmarks/bench_<name>.py``), in the order they are listed and run."""
 OPT_IN = ["long", "attribution", "study"]
@@ -42,8 +43,9 @@ OPT_IN = ["long", "attribution", "study"]
 1,000 tokens, about 15 minutes on its own; ``attribution``: integrated gradients against gradient ×
 input, and the attribution methods on one example of 1,000 tokens; ``study``: the quickstart study
 with one worker and with two, and where its time goes, about 8 minutes on an idle 2-core machine)."""
-NO_MODELS = {"study"}
-"""Benchmarks that train their own models (run_all prepares no shared benchmark models for them)."""
+NO_MODELS = {"study", "records"}
+"""Benchmarks that train their own models or need none (run_all prepares no shared benchmark
+models for them)."""
 ALONE = {"flops"}
 """Benchmarks that run alone after the parallel lanes: a FLOP rate against ``torch.mm`` is only
 judged on an idle machine (``bench_flops --idle-load``)."""

@@ -42,6 +42,14 @@ def test_permutation_paths_agree(results):
     assert "Local permutation" in results.read_text()
 
 
+def test_records_bulk_reads_the_same_runs(results):
+    from benchmarks import bench_records
+
+    out = bench_records.main(smoke(results, "--models", "30"))
+    assert out["same"] and out["rows"][0]["runs read"] == 60
+    assert "Study records" in results.read_text()
+
+
 def test_adversarial_batched_equals_loop(results):
     from benchmarks import bench_adversarial
 
