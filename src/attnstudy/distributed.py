@@ -60,7 +60,7 @@ from typing import Any
 
 from .checkpoint_store import CHECKPOINT_URI_VAR, CheckpointStore
 from .config import ConfigError
-from .progress import stage, started
+from .progress import stage, task
 from .ray_head import CLUSTERS_VAR, RAY_EXTRA, ClusterError, LocalRayHead
 from .ray_head import free_port as free_port  # re-exported: importers use it from here
 
@@ -391,6 +391,7 @@ class RayExecutor:
                     "ablation": ablation,
                     "verdict": ctx.cfg.report.verdict.model_dump(mode="json"),
                     "done": ctx.done,
+                    "resume": ctx.resume,
                     "token": job.ablate_token,
                 },
             )
@@ -640,8 +641,11 @@ def train_task(job: dict) -> dict:
 
     if (refused := _other_code(job)) is not None:
         return refused
-    with _worker(job) as (spec, tracker), stage(job.get("position", "")):
-        started(f"{model_runs.model_task(spec)} {spec.name}", job.get("progress", False))
+    with (
+        _worker(job) as (spec, tracker),
+        stage(job.get("position", "")),
+        task(f"{model_runs.model_task(spec)} {spec.name}", job.get("progress", False)),
+    ):
         try:
             digest = task_data(spec).digest
             if digest != job["data_digest"]:
@@ -698,8 +702,11 @@ def ablate_task(trained: dict, job: dict) -> dict:
     from .analysis.step_scores import register_payload
 
     register_payload(job.get("step_scores"))  # the driver's own, before the config names them
-    with _worker(job) as (spec, tracker), stage(job.get("position", "")):
-        started(f"ablate {spec.name}", job.get("progress", False))
+    with (
+        _worker(job) as (spec, tracker),
+        stage(job.get("position", "")),
+        task(f"ablate {spec.name}", job.get("progress", False)),
+    ):
         try:
             cfg = AblationConfig.model_validate(job["ablation"])
             thresholds = VerdictThresholds.model_validate(job["verdict"])
@@ -712,6 +719,8 @@ def ablate_task(trained: dict, job: dict) -> dict:
                 study_id=job["study_id"],
                 progress=job.get("progress", False),
                 thresholds=thresholds,  # the experiment's [report.verdict], as the local executor
+                # an interrupted ablation run (another node's too) continues from its last batch
+                resume=job.get("resume", False),
             )
         except Exception as err:
             return {

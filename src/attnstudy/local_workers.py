@@ -136,12 +136,16 @@ class _LineSender:
     the pipe ``conn`` (not a terminal: progress shows plain lines)."""
 
     def __init__(self, conn):
+        import threading
+
         self.conn, self.pending = conn, ""
+        self._lock = threading.Lock()  # a task's watchdog thread writes too
 
     def write(self, text: str) -> int:
-        *lines, self.pending = (self.pending + text).split("\n")
-        for line in lines:
-            self.conn.send_bytes(line.encode("utf-8", "replace")[:LINE_BYTES])
+        with self._lock:
+            *lines, self.pending = (self.pending + text).split("\n")
+            for line in lines:
+                self.conn.send_bytes(line.encode("utf-8", "replace")[:LINE_BYTES])
         return len(text)
 
     def flush(self) -> None:
@@ -276,6 +280,7 @@ class LocalPoolExecutor:
                     "ablation": ablation,
                     "verdict": verdict,
                     "done": ctx.done,
+                    "resume": ctx.resume,
                     "token": job.ablate_token,
                 }
             )

@@ -43,6 +43,7 @@ _SINK: contextvars.ContextVar[Callable[[float], None] | None] = contextvars.Cont
     "attnstudy_progress_sink", default=None
 )
 _stream = None  # where progress goes when no stream is given (None: sys.stderr at the time)
+_last_line = time.monotonic()  # when this process last wrote a plain progress line
 
 
 def _seconds(var: str, default: float) -> float:
@@ -136,6 +137,46 @@ def reporting(sink: Callable[[float], None]):
         yield
     finally:
         _SINK.reset(token)
+
+
+@contextlib.contextmanager
+def task(what: str, enabled: bool = True, stream=None):
+    """A task of a study: the line it begins with (:func:`started`) and, while the block runs
+    outside a terminal, ``train NAME (model 1 of 6): running, 2 min 05 s`` whenever this process
+    wrote no progress line for :func:`line_interval` seconds (between a training's epochs, while
+    the test split is decoded or the run's pages are logged: work no :class:`Progress` counts).
+
+    Args:
+        what: the task, e.g. ``train NAME`` or ``ablate NAME``.
+        enabled: False writes nothing (``--quiet``).
+        stream: where to write (default: this process's progress stream, stderr).
+    """
+    started(what, enabled, stream)
+    stream = stream or _default_stream()
+    if not enabled or _is_tty(stream):  # a terminal's bars show that it runs
+        yield
+        return
+    where = _STAGE.get()
+    head = f"{what}{f' ({where})' if where else ''}: running, "
+    t0, done = time.monotonic(), threading.Event()
+
+    def watch() -> None:
+        interval = max(line_interval(), HEARTBEAT_FLOOR)
+        while not done.wait(min(interval, HEARTBEAT_FLOOR)):
+            now = time.monotonic()
+            if now - _last_line >= interval:
+                try:
+                    _emit(stream, head + _duration(now - t0))
+                except (OSError, ValueError):  # a closed stream: nothing more to say
+                    return
+
+    thread = threading.Thread(target=watch, name="attnstudy-task", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=5)
 
 
 def started(what: str, enabled: bool = True, stream=None) -> None:
@@ -326,8 +367,10 @@ class Progress:
 
 def _emit(stream, line: str) -> None:
     """One whole line in one write (the lines of several processes never interleave mid-line)."""
+    global _last_line
     stream.write(line + "\n")
     stream.flush()
+    _last_line = time.monotonic()
 
 
 def _duration(seconds: float) -> str:

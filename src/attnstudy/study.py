@@ -23,7 +23,7 @@ from .experiment import ExperimentConfig
 from .model_runs import ModelRun, load_model, model_key, model_task, open_tracker, train_spec
 from .notices import notice
 from .paths import git_commit
-from .progress import check_intervals, stage, started
+from .progress import check_intervals, stage, task
 from .task_data import task_data
 from .tracking import Artifact, Role, Tag, Tracker, store
 from .tracking.schema import Metric as MetricName
@@ -439,8 +439,10 @@ def _run_variants_here(ctx: StudyContext) -> None:
     position = {spec.name: f"model {k} of {len(ctx.specs)}" for k, spec in enumerate(ctx.specs, 1)}
     for spec in ctx.specs:
         try:
-            with stage(position[spec.name]):
-                started(f"{model_task(spec)} {spec.name}", progress)
+            with (
+                stage(position[spec.name]),
+                task(f"{model_task(spec)} {spec.name}", progress),
+            ):
                 result.models.append(
                     train_spec(
                         spec,
@@ -463,8 +465,7 @@ def _run_variants_here(ctx: StudyContext) -> None:
             continue
         try:
             _, loaded = load_model(f"runs:/{m.run_id}", tracker)
-            with stage(position.get(m.spec.name, "")):
-                started(f"ablate {m.spec.name}", progress)
+            with stage(position.get(m.spec.name, "")), task(f"ablate {m.spec.name}", progress):
                 result.ablations[m.run_id], _ = ablate_run(
                     m.run_id,
                     loaded,
@@ -473,6 +474,7 @@ def _run_variants_here(ctx: StudyContext) -> None:
                     study_id=study_id,
                     progress=progress,
                     thresholds=cfg.report.verdict,
+                    resume=resume,  # an interrupted ablation continues from its last batch
                 )
         except Exception as err:
             result.failures.append(

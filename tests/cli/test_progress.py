@@ -247,6 +247,27 @@ def test_a_long_unit_still_shows_a_line_every_interval(monkeypatch):
     assert len(reported) >= 2 and set(reported) == {0.25}, reported  # again while it runs
 
 
+def test_a_task_says_it_is_running_while_no_progress_line_is_written(monkeypatch):
+    """Between a training's epochs, while the test split is decoded or the pages are logged, no
+    display counted anything: a task's watchdog writes that it is still running."""
+    import time
+
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.1)
+    monkeypatch.setattr(progress, "HEARTBEAT_FLOOR", 0.05)
+    out = io.StringIO()
+    with progress.stage("model 2 of 3"), progress.task("train m", stream=out):
+        time.sleep(0.5)  # work no Progress counts
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "train m (model 2 of 3): started"
+    assert len(lines) >= 3, lines
+    assert all(line.startswith("train m (model 2 of 3): running, ") for line in lines[1:]), lines
+    assert "\r" not in out.getvalue()
+    quiet = io.StringIO()
+    with progress.task("train m", enabled=False, stream=quiet):
+        time.sleep(0.2)
+    assert quiet.getvalue() == ""
+
+
 def test_pace_and_time_left_once_a_second_has_passed(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(progress.time, "monotonic", clock)
