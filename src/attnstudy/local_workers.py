@@ -280,7 +280,6 @@ class LocalPoolExecutor:
                     "ablation": ablation,
                     "verdict": verdict,
                     "done": ctx.done,
-                    "resume": ctx.resume,
                     "token": job.ablate_token,
                 }
             )
