@@ -215,6 +215,7 @@ def build_tiny(
     tokenizer: str = "word",
     steps: int = 150,
     seed: int = 0,
+    progress: bool = False,
 ) -> Path:
     """Build, fine-tune on the copy task and ``save_pretrained`` a tiny model with its tokenizer.
 
@@ -229,6 +230,8 @@ def build_tiny(
             :func:`bpe_merges`); either in a fixed id order, so a build is reproducible.
         steps: Adam steps of fine-tuning (batch 32, lr 3e-3); 0 keeps the random weights.
         seed: for the initialisation, the data and the batches.
+        progress: show transformers' progress bar while the weights are written (off: the
+            build prints nothing but its result).
 
     Returns:
         The folder.
@@ -261,14 +264,22 @@ def build_tiny(
     model.eval()
 
     def save(tmp: Path) -> None:
-        model.save_pretrained(tmp)
+        from transformers.utils import logging as hf_logging
+
+        shown = hf_logging.is_progress_bar_enabled()
+        (hf_logging.enable_progress_bar if progress else hf_logging.disable_progress_bar)()
+        try:  # "Writing model shards" is a bar of one shard: only when asked for
+            model.save_pretrained(tmp)
+        finally:
+            (hf_logging.enable_progress_bar if shown else hf_logging.disable_progress_bar)()
         tok.save_pretrained(tmp)
 
     return replace_folder(folder, save, kind=HF_MODEL_KIND, option="FOLDER")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m attnstudy.models.hf_tiny FOLDER [--family F] [--tokenizer T] [--steps N]``."""
+    """``python -m attnstudy.models.hf_tiny FOLDER [--family F] [--tokenizer T] [--steps N]
+    [--progress]``: prints only ``saved: FOLDER`` unless ``--progress``."""
     import argparse
 
     p = argparse.ArgumentParser(
@@ -280,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokenizer", choices=["word", "bpe"], default="bpe")
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--progress", action="store_true", help="show a progress bar while the weights are written"
+    )
     args = p.parse_args(argv)
     try:
         folder = build_tiny(
@@ -288,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             tokenizer=args.tokenizer,
             steps=args.steps,
             seed=args.seed,
+            progress=args.progress,
         )
     except OutputError as err:
         print(f"{p.prog}: error: {err}", file=sys.stderr)
