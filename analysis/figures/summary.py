@@ -332,9 +332,8 @@ def accuracy_by_length(preds: pd.DataFrame, palette: dict | None = None) -> Figu
                     color=colour,
                 )
         ax.set_xticks(range(len(bins)), labels)
-        has_baseline = any(v.split()[1].startswith("none-") for v in variants if " " in v)
         ax.set(
-            title=f"{task}" + (" (none: the no-attention baseline)" if has_baseline else ""),
+            title=f"task: {task}",  # a task, never read as a model's name
             xlabel="source length (tokens)",
             ylabel="exact match (%)",
             ylim=(-2, 105),
@@ -342,12 +341,14 @@ def accuracy_by_length(preds: pd.DataFrame, palette: dict | None = None) -> Figu
     for ax in axes[0][len(tasks) :]:
         ax.axis("off")
     order = _order(preds, palette)
+    baseline = any(v.split()[1].startswith("none-") for v in order if " " in v)
     _legend_below(
         fig,
         palette,
         order,
         note=(
             f"bars: Wilson 95 % intervals; numbers: test examples per point; hollow: n < {MIN_N}"
+            + ("; models named none-…: the no-attention baseline" if baseline else "")
         ),
     )
     return fig
