@@ -86,10 +86,11 @@ def test_every_key_part_names_another_file(cache, monkeypatch, tmp_path):
     "damage",
     [
         b"not gzip",
-        gzip.compress(b'{"format": 1, "stats": {}'),  # cut JSON
-        gzip.compress(json.dumps({"format": 99, "stats": {}}).encode()),  # another layout
+        gzip.compress(b'{"format": 1, "stats": {}', mtime=0),  # cut JSON
+        gzip.compress(json.dumps({"format": 99, "stats": {}}).encode(), mtime=0),  # another layout
         "tokens",  # the right layout with a number where a token belongs
     ],
+    ids=["not gzip", "cut JSON", "another layout", "tokens"],  # one id on every xdist worker
 )
 def test_damaged_cache_is_rebuilt_with_a_note(cache, caplog, damage):
     c = cfg()
