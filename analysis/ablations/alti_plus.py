@@ -109,14 +109,14 @@ SPEC = AblationSpec(
         ),
     },
     figure=Figure(
-        "stat_distributions",
-        "ALTI+: source contribution and its agreement with attention",
-        "Ferrando et al. (2022): per decoder step on the reference prefix, the share of the "
+        "alti_plus",
+        "ALTI+: how much of each prediction comes from the source, along the output",
+        "Ferrando et al. (2022): per reference target token (teacher forcing), the share of the "
         "prediction that ALTI+ attributes to the source tokens (the rest comes from the target "
-        "prefix), Kendall τ-b between the source contributions and the attention weights, and "
-        "between the contributions and leave-one-out importance; a box per model, numbers of "
-        "steps in the legend. A source share near 1: the step reads the source; near 0: the "
-        "decoder's own prefix decides it.",
+        "prefix), averaged over the steps in each fifth of the output, a line per model with "
+        "95 % bootstrap intervals over examples; steps whose contributions are undefined are "
+        "left out. Near 1: the step reads the source; near 0: the decoder's own prefix decides "
+        "it.",
     ),
     definitions=(
         (

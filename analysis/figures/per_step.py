@@ -412,6 +412,15 @@ def _faithfulness_aopc(steps: pd.DataFrame, palette: dict) -> Figure:
     return faithfulness_aopc(steps, palette)
 
 
+def _alti_plus(d: FigureInput) -> Figure:
+    from .alti_plus import source_share_along_output
+
+    rows = d.steps
+    if "prefix" in rows:
+        rows = rows[rows["prefix"] == "reference"]
+    return source_share_along_output(rows, d.palette)
+
+
 def _generic(d: FigureInput, title: str) -> Figure:
     rows = d.steps
     if d.reference and "prefix" in rows:
@@ -429,6 +438,7 @@ FIGURE_KINDS: dict[str, Callable[[FigureInput, str], Figure]] = {
     "alignment_vs_ablation": lambda d, _: alignment_vs_ablation(d.steps, d.palette),
     "stat_distributions": _generic,
     "faithfulness": lambda d, _: _faithfulness_aopc(d.analysis, d.palette),
+    "alti_plus": lambda d, _: _alti_plus(d),
 }
 """How each kind of ablation figure (:class:`attnstudy.analysis.catalogue.Figure`) is drawn:
 ``draw(FigureInput, title) -> Figure``. ``stat_distributions`` is the generic kind, drawn from

@@ -227,3 +227,24 @@ def test_the_ablation_runs_on_a_transformer_and_is_refused_for_a_recurrent_model
     batch = next(iter(prepare_batches(rnn, make_examples(3), VOCAB, VOCAB, "reference")))
     with pytest.raises(AltiUnsupportedError, match="ALTI\\+ decomposes Transformer"):
         alti_plus(rnn, batch.trace)
+
+
+def test_the_figure_draws_the_source_share_per_fifth_of_the_output():
+    import pandas as pd
+    from attnstudy.analysis.figures.alti_plus import source_share_along_output
+
+    # one model, two examples of 5 steps (step t in fifth t + 1): a falls 0.9 → 0.1, b 0.7 → 0.1
+    rows = pd.DataFrame(
+        {
+            "variant": ["m"] * 10,
+            "example_id": ["a"] * 5 + ["b"] * 5,
+            "step": list(range(5)) * 2,
+            "alti_plus_source_share": [0.9, 0.7, 0.5, 0.3, 0.1, 0.7, 0.5, 0.3, 0.1, float("nan")],
+        }
+    )
+    fig = source_share_along_output(rows, {"m": "C0"})
+    line = fig.axes[0].lines[0]
+    # fifths 1–4: the two examples' mean; fifth 5: example a's alone (b's step is undefined)
+    assert list(line.get_ydata()) == pytest.approx([0.8, 0.6, 0.4, 0.2, 0.1])
+    empty = source_share_along_output(rows.iloc[:0], {"m": "C0"})
+    assert "no ALTI+ source contribution" in empty.axes[0].texts[0].get_text()
