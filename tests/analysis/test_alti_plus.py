@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from analysis_testkit import VOCAB, make_examples, sharpen, tiny_model
+from analysis_testkit import VOCAB, hf_examples, make_examples, sharpen, tiny_model
 from attnstudy.analysis.ablations.alti_plus import (
     AltiUnsupportedError,
     alti_plus,
@@ -188,8 +188,6 @@ def _check_distribution(model, tr, least_defined: float, some_share: bool = True
 
 
 def test_hugging_face_marian_contributions_are_a_distribution(hf_model):
-    from analysis_testkit import hf_examples
-
     examples = hf_examples(hf_model, 5)
     batch = next(
         iter(prepare_batches(hf_model, examples, hf_model.vocab, hf_model.vocab, "reference"))
@@ -248,3 +246,47 @@ def test_the_figure_draws_the_source_share_per_fifth_of_the_output():
     assert list(line.get_ydata()) == pytest.approx([0.8, 0.6, 0.4, 0.2, 0.1])
     empty = source_share_along_output(rows.iloc[:0], {"m": "C0"})
     assert "no ALTI+ source contribution" in empty.axes[0].texts[0].get_text()
+
+
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_a_tiny_bart_is_decomposed_and_t5_refused_in_one_line(family, tmp_path):
+    pytest.importorskip("transformers")
+    from attnstudy.models.hf import load_pretrained
+    from attnstudy.models.hf_tiny import build_tiny
+
+    model = load_pretrained(build_tiny(tmp_path / family, family=family, steps=0)).eval()
+    batch = next(
+        iter(prepare_batches(model, hf_examples(model, 4), model.vocab, model.vocab, "reference"))
+    )
+    if family == "t5":
+        with pytest.raises(AltiUnsupportedError, match="post-LN Marian and BART.*'t5'"):
+            alti_plus(model, batch.trace)
+        return
+    _check_distribution(model, batch.trace, 1.0, some_share=False)
+
+
+def test_a_stream_read_wrongly_is_refused_not_decomposed(hf_model):
+    from attnstudy.analysis.ablations import alti_plus as module
+
+    batch = next(
+        iter(
+            prepare_batches(
+                hf_model, hf_examples(hf_model, 3), hf_model.vocab, hf_model.vocab, "reference"
+            )
+        )
+    )
+    calls = []
+    real = module._check_cross_weights
+
+    def misread(att, stream, memory, pad_mask, weights):
+        calls.append(1)
+        # the layer's input instead of the self-attention sublayer's output
+        real(att, stream * 0.5, memory, pad_mask, weights)
+
+    module._check_cross_weights = misread
+    try:
+        with pytest.raises(AltiUnsupportedError, match="do not compute as ALTI\\+ reads"):
+            alti_plus(hf_model, batch.trace)
+    finally:
+        module._check_cross_weights = real
+    assert calls
