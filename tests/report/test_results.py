@@ -176,3 +176,19 @@ def test_the_hugging_face_example_is_measured_from_committed_tables():
     quoted += re.findall(r"(?<![\d.])\d+\.\d+(?![\d.])", prose)  # not a version (2.13.0)
     missing = [q for q in quoted if q not in _cells()]
     assert not missing, f"numbers in docs/own-model.md without a committed table cell: {missing}"
+
+
+def test_the_weak_model_example_is_measured_from_committed_tables():
+    """docs/own-data.md's worked example of a model too weak to study shows committed tables
+    (rewritten by ``make docs``) and its prose quotes no measured number (an interval, a
+    percentage, a decimal outside a code span, where settings are written) that is not a cell."""
+    text = _doc("docs/own-data.md")
+    blocks = {m["file"] for m in results.MARKER.finditer(text)}
+    assert {"tsv-weak.csv", "tsv-weak-models.csv"} <= blocks
+    prose = re.sub(r"`[^`]*`", "", _section(text, "When the model is too weak to study"))
+    quoted = results.INTERVAL.findall(prose)
+    assert len(quoted) >= 20, "the worked example quotes too few numbers"
+    quoted += re.findall(r"(\d+(?:\.\d+)?) ?%", prose)
+    quoted += re.findall(r"(?<![\d.\[])\d+\.\d+(?![\d.])", results.INTERVAL.sub("", prose))
+    missing = [q for q in quoted if q not in _cells()]
+    assert not missing, f"numbers in docs/own-data.md without a committed table cell: {missing}"
