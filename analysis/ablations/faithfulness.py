@@ -45,7 +45,7 @@ from attnstudy.analysis.catalogue import (
     Stat,
     VerdictRole,
 )
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_serializer
 from torch import Tensor
 
 from attnstudy.models import eval_mode
@@ -54,7 +54,7 @@ from .._chunks import step_frame
 from ..batch import AblationContext, PreparedBatch, step_generator
 from ..contract import capabilities
 from ..interventions import valid_first
-from ..random_streams import LEGACY, CounterStreams, permutations
+from ..random_streams import LEGACY, CounterStreams, permutations, words
 
 
 class FaithfulnessParams(Params):
@@ -67,6 +67,10 @@ class FaithfulnessParams(Params):
             for it, with the reason.
         n_random: seeded random orders per step (the ``random`` ranking is their mean).
         fractions: the k of the AOPC as shares of the source length (k = ⌈f · n⌉, 1 ≤ k ≤ n − 1).
+        soft_draws: Bernoulli masks per step, ranking and criterion for soft comprehensiveness
+            and sufficiency (Zhao & Aletras 2023; their mean); 0 (the default): not computed,
+            and then left out of the resolved settings, so the keys of a battery without it do
+            not change. Each draw costs two traces of the prefix per step and ranking.
     """
 
     RANKINGS: ClassVar[dict[str, str]] = {**IMPORTANCE_LABELS, "random": "random"}
@@ -77,6 +81,7 @@ class FaithfulnessParams(Params):
     )
     n_random: int = Field(3, ge=1, le=100)
     fractions: tuple[float, ...] = Field((0.01, 0.05, 0.1, 0.2, 0.5), min_length=1, max_length=20)
+    soft_draws: int = Field(0, ge=0, le=100)
 
     @field_validator("rankings")
     @classmethod
@@ -94,6 +99,13 @@ class FaithfulnessParams(Params):
         if any(not 0 < f <= 1 for f in value):
             raise ValueError(f"fractions must lie in (0, 1], got {list(value)}")
         return value
+
+    @model_serializer(mode="wrap")
+    def _omit_no_soft(self, handler):
+        data = handler(self)
+        if not self.soft_draws:
+            data.pop("soft_draws", None)
+        return data
 
 
 SPEC = AblationSpec(
@@ -118,11 +130,29 @@ SPEC = AblationSpec(
                     "ranking",
                     measure=label,
                     phrase="{fmt} for random orders" if r == "random" else "",
+                    criterion="deletion",
                 )
                 if mode == "comprehensiveness"
                 else None,
             )
             for mode, direction in (("comprehensiveness", "higher"), ("sufficiency", "lower"))
+            for r, label in FaithfulnessParams.RANKINGS.items()
+        },
+        **{
+            # soft erasure (Zhao & Aletras 2023), where soft_draws > 0: both higher is faithful
+            f"soft_{mode}_{r}": Stat(
+                f"faithfulness_soft_{mode}_{r}",
+                label=f"soft {mode}, {label}",
+                unit=f"Soft-N{mode[0].upper()} (0–1)",
+                question="faithful",
+                direction="higher",
+                optional=True,
+                # the verdict says where soft erasure orders the rankings otherwise than deletion
+                verdict=VerdictRole("faithful", "ranking", measure=label, criterion="soft erasure")
+                if mode == "comprehensiveness"
+                else None,
+            )
+            for mode in ("comprehensiveness", "sufficiency")
             for r, label in FaithfulnessParams.RANKINGS.items()
         },
         **{
@@ -141,7 +171,11 @@ SPEC = AblationSpec(
             "drop with only them), averaged over k = 1, 5, 10, 20, 50 % of the source length "
             "(AOPC; DeYoung et al. 2020). Removal is deletion for every ranking (no mask token), "
             "but shorter sources are off the training distribution too: compare with random "
-            "orders, which delete as many tokens.",
+            "orders, which delete as many tokens. Soft comprehensiveness and sufficiency (where "
+            "soft_draws is set; Zhao & Aletras 2023) instead zero each element of a source "
+            "token's embedding at random, the more likely the higher (comprehensiveness) or the "
+            "lower (sufficiency) the ranking's normalised score, and normalise by the drop with "
+            "every embedding zeroed: higher is more faithful for both.",
             order=35,
         )
     },
@@ -161,6 +195,15 @@ SPEC = AblationSpec(
             "tokens, 1 ≤ k ≤ n − 1 (DeYoung et al. 2020). Deletion, as leave-one-out: shorter "
             "sources are themselves off-distribution.",
         ),
+        (
+            "soft comprehensiveness / sufficiency (Soft-NC / Soft-NS)",
+            "each element of source token j's embedding kept with probability 1 − q_j "
+            "(comprehensiveness) or q_j (sufficiency), q the ranking's scores min–max normalised "
+            "over the source; Soft-NC = max(0, p_t(y_t) − p'_t(y_t)) / (1 − S_0), Soft-NS = "
+            "max(0, Soft-S − S_0) / (1 − S_0) with Soft-S = 1 − max(0, p_t(y_t) − p'_t(y_t)) and "
+            "S_0 that sufficiency with every embedding zeroed, the mean over the draws (Zhao & "
+            "Aletras 2023, §3); higher is more faithful for both.",
+        ),
     ),
     terms=("95 % interval",),
     default=False,
@@ -169,8 +212,9 @@ SPEC = AblationSpec(
     "attribution and random rankings; removal by deletion (shorter sources are off-distribution "
     "too); cost per decoder step: at most 12 traces of the prefix per ranking and per random order "
     "(k = 1 and the 5 fractions' k, deleted and kept alone; a repeated k once), plus each "
-    "attribution method's own",
-    reference="DeYoung et al. 2020 (ERASER), §4",
+    "attribution method's own; soft comprehensiveness and sufficiency with soft_draws = D: 2·D "
+    "traces of the prefix per step and ranking",
+    reference="DeYoung et al. 2020 (ERASER), §4; Zhao & Aletras 2023 (ACL), §3 (soft)",
 )
 
 PAD_ID = 0
@@ -353,16 +397,26 @@ def drops(
     return out.gather(-1, first[None, None, :, None, :].expand_as(out))
 
 
-def _emitted_probs(model, tr, rows: Tensor, src: Tensor, lengths: Tensor, per_chunk: int) -> Tensor:
-    """p_t(ŷ_t) at every step of the prefixes of batch ``rows`` over the sources ``src``, each
-    length traced alone (no padding), float64: (R, T_y)."""
+def _emitted_probs(
+    model,
+    tr,
+    rows: Tensor,
+    src: Tensor,
+    lengths: Tensor,
+    per_chunk: int,
+    embedded: Tensor | None = None,
+) -> Tensor:
+    """p_t(ŷ_t) at every step of the prefixes of batch ``rows`` over the sources ``src`` (or
+    through the source embeddings ``embedded``, (R, T_x, E)), each length traced alone (no
+    padding), float64: (R, T_y)."""
     out = torch.empty(rows.numel(), tr.tgt_in.size(1), dtype=torch.float64, device=src.device)
     for length in torch.unique(lengths).tolist():
         idx = (lengths == length).nonzero()[:, 0]
         for start in range(0, idx.numel(), per_chunk):
             i = idx[start : start + per_chunk]
             r = rows[i]
-            trace = model.trace(src[i, :length], lengths[i], tr.tgt_in[r], tr.tgt_out[r])
+            emb = None if embedded is None else embedded[i, :length]
+            trace = model.trace(src[i, :length], lengths[i], tr.tgt_in[r], tr.tgt_out[r], emb)
             p = torch.softmax(trace.logits.double(), -1)
             out[i] = p.gather(-1, tr.tgt_out[r][..., None])[..., 0]
     return out
@@ -403,6 +457,209 @@ def reference_drops(model, batch: PreparedBatch, order: Tensor, k: int, mode: st
                 p = torch.softmax(full.logits[0, t].double(), -1)[y]
                 p0 = torch.softmax(base.logits[0, t].double(), -1)[y]
                 out[i, t] = float(p0 - p)
+    return out
+
+
+SOFT_PURPOSE = "faithfulness_soft"
+"""The streams of the soft masks: (seed, example id, step, ``"faithfulness_soft"``)."""
+SOFT_MIN_DROP = 0.01
+"""The least p_t(ŷ_t) − p_t(ŷ_t | every embedding zeroed), 1 − S_0, that soft comprehensiveness
+and sufficiency are normalised by: below it the source hardly matters to the step, and the
+normalised numbers would mostly be float noise (float32 probabilities differ by ~1e-7 between
+batchings; divided by 0.01 that stays below 1e-5); both are undefined there."""
+SOFT_MIN_SPAN = 1e-4
+"""A step's scores that span less than this (in the ranking's own unit: attention weight, TVD,
+nats) rank nothing for the soft criteria (q = 0 everywhere): min–max normalising them would turn
+float noise into keep probabilities."""
+
+
+def normalised_scores(scores: Tensor, pad_mask: Tensor) -> Tensor:
+    """A ranking's scores min–max normalised over each step's valid positions (Zhao & Aletras
+    2023, §3: the Bernoulli probabilities q come from the importance normalised to [0, 1]); a
+    step whose scores span less than :data:`SOFT_MIN_SPAN` (nothing ranked, e.g. all zero) has
+    q = 0 everywhere.
+
+    Args:
+        scores: (..., B, T_y, T_x), higher first (NaN read as 0); pad_mask: bool (B, T_x).
+
+    Returns:
+        float64, same shape, in [0, 1]; 0 at padding.
+    """
+    valid = ~pad_mask[:, None, :]
+    x = scores.double().nan_to_num(nan=0.0)
+    low = x.masked_fill(~valid, math.inf).amin(-1, keepdim=True)
+    high = x.masked_fill(~valid, -math.inf).amax(-1, keepdim=True)
+    span = high - low
+    q = (x - low) / torch.where(span > 0, span, torch.ones_like(span))
+    return q.masked_fill((span < SOFT_MIN_SPAN) | ~valid, 0.0).clamp(0.0, 1.0)
+
+
+def random_scores(tr, n_random: int, seed: int, example_ids) -> Tensor:
+    """Scores whose orders are :func:`random_orders`' counter-based ones: score i of position j
+    at a step is 1 − w/2³², w the word of the step's ``"faithfulness"`` stream that random order
+    i sorts position j by (so order i ranks the positions as these scores do).
+
+    Returns:
+        float64 (n_random, B, T_y, T_x); 0 at padding and padding steps.
+    """
+    b, t_y, t_x = tr.tgt_in.size(0), tr.tgt_in.size(1), tr.src.size(1)
+    out = torch.zeros(n_random, b, t_y, t_x, dtype=torch.float64)
+    bs, ts = tr.step_mask.cpu().nonzero(as_tuple=True)
+    if bs.numel() == 0:
+        return out.to(tr.src.device)
+    n = tr.src_lengths.cpu()[bs].numpy()
+    keys = CounterStreams(seed, example_ids, SPEC.name).keys(bs.tolist(), ts.tolist())
+    flat = words(keys, n_random * n)  # each step's words, concatenated
+    start = 0
+    for bb, tt, k in zip(bs.tolist(), ts.tolist(), n.tolist()):
+        w = flat[start : start + n_random * k].reshape(n_random, k).astype(np.float64)
+        out[:, bb, tt, :k] = torch.from_numpy(1.0 - w * 2.0**-32)
+        start += n_random * k
+    return out.to(tr.src.device)
+
+
+def soft_words(seed: int, example_ids, rows, step: int, n: int, dim: int, draws: int) -> Tensor:
+    """The 32-bit words behind the soft masks of one step of some batch rows: word
+    ((d · 2 + m) · n + j) · dim + e of the step's ``"faithfulness_soft"`` stream decides element e
+    of source token j's embedding in draw d, criterion m (0 comprehensiveness, 1 sufficiency):
+    kept where it is below q · 2³² (q the keep probability). Every ranking uses the same words
+    (common random numbers), and the first draws do not depend on ``draws``.
+
+    Returns:
+        int64 (len(rows), draws, 2, n, dim).
+    """
+    keys = CounterStreams(seed, example_ids, SOFT_PURPOSE).keys(list(rows), [step] * len(rows))
+    w = words(keys, draws * 2 * n * dim).reshape(len(rows), draws, 2, n, dim)
+    return torch.from_numpy(w.astype(np.int64))
+
+
+def soft_drops(
+    model,
+    batch: PreparedBatch,
+    q: Tensor,
+    draws: int,
+    seed: int,
+    chunk_rows: int = 4096,
+) -> Tensor:
+    """Soft normalised comprehensiveness and sufficiency (Zhao & Aletras 2023, §3) of every step
+    under several score vectors.
+
+    Step t's source embeddings x (the contract's ``embed``, what the gradient methods
+    differentiate) are multiplied element-wise by a Bernoulli mask: element e of token j is kept
+    with probability 1 − q_tj (comprehensiveness: the more important, the more erased) or q_tj
+    (sufficiency), decided by :func:`soft_words`; the prefix up to step t is traced through the
+    masked embeddings (unpadded, rows of one source length and step together). With p = p_t(ŷ_t),
+    p' the masked one and p_0 the one with every embedding zeroed, S_0 = 1 − max(0, p − p_0):
+
+        Soft-NC = max(0, p − p') / (1 − S_0),
+        Soft-NS = max(0, Soft-S − S_0) / (1 − S_0),  Soft-S = 1 − max(0, p − p'),
+
+    each Soft-C / Soft-S the mean over the draws before normalising. Both are higher where the
+    scores are more faithful.
+
+    Args:
+        model: a model with ``embed`` and ``trace(embedded=…)`` (eval mode during the call).
+        batch: prepared batch (B, T_y, T_x), trace over the prefix.
+        q: (O, B, T_y, T_x) keep scores in [0, 1] (:func:`normalised_scores`).
+        draws: masks per step, score vector and criterion. seed: the ablation seed.
+        chunk_rows: decoder rows (masked sources × steps traced) per trace call.
+
+    Returns:
+        (2, O, B, T_y) float64: [0] Soft-NC, [1] Soft-NS; NaN at padding steps and where
+        1 − S_0 < :data:`SOFT_MIN_DROP`.
+    """
+    tr = batch.trace
+    o, b, t_y, _ = q.shape
+    dev = tr.src.device
+    ids = batch.example_ids
+    mean = torch.zeros(2, o, b, t_y, dtype=torch.float64, device=dev)
+    with eval_mode(model), torch.no_grad():
+        emb = model.embed(tr.src)  # (B, T_x, E)
+        dim = emb.size(-1)
+        rows_all = torch.arange(b, device=dev)
+        per_chunk = max(1, chunk_rows // t_y)
+        base = _emitted_probs(model, tr, rows_all, tr.src, tr.src_lengths, per_chunk)
+        zero = _emitted_probs(
+            model, tr, rows_all, tr.src, tr.src_lengths, per_chunk, torch.zeros_like(emb)
+        )
+        denom = (base - zero).clamp_min(0.0)  # 1 − S_0
+        bs, ts = tr.step_mask.nonzero(as_tuple=True)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for bb, tt in zip(bs.tolist(), ts.tolist()):
+            groups.setdefault((int(tr.src_lengths[bb]), tt), []).append(bb)
+        for (n, t), members in groups.items():
+            rows = torch.tensor(members, device=dev)
+            w = soft_words(seed, ids, members, t, n, dim, draws).to(dev)  # (G, D, 2, n, E)
+            keep = q[:, rows, t, :n]  # (O, G, n)
+            # thresholds q · 2³² (q = 1: every word is below; q = 0: none)
+            thresh = torch.stack([1.0 - keep, keep], 2) * 2.0**32  # (O, G, 2, n)
+            total = o * len(members) * draws * 2
+            per = max(1, chunk_rows // (t + 1))
+            for start in range(0, total, per):
+                r = torch.arange(start, min(total, start + per), device=dev)
+                oi, gi, di, mi = torch.unravel_index(r, (o, len(members), draws, 2))
+                mask = w[gi, di, mi].double() < thresh[oi, gi, mi][..., None]  # (R, n, E)
+                x = emb[rows[gi], :n] * mask.to(emb.dtype)
+                src, lengths = tr.src[rows[gi], :n], tr.src_lengths[rows[gi]]
+                out = model.trace(
+                    src, lengths, tr.tgt_in[rows[gi], : t + 1], tr.tgt_out[rows[gi], : t + 1], x
+                )
+                p = torch.softmax(out.logits[:, t].double(), -1)
+                p = p.gather(-1, tr.tgt_out[rows[gi], t][:, None])[:, 0]
+                drop = (base[rows[gi], t] - p).clamp_min(0.0) / draws  # max(0, p − p') / D
+                mean.index_put_((mi, oi, rows[gi], torch.full_like(r, t)), drop, accumulate=True)
+    ok = tr.step_mask & (denom >= SOFT_MIN_DROP)
+    nc = mean[0] / denom
+    ns = (denom - mean[1]).clamp_min(0.0) / denom  # Soft-S − S_0 = (1 − 𝔼 max(0, p − p')) − S_0
+    return torch.stack([nc, ns]).masked_fill(~ok, math.nan)
+
+
+def reference_soft_drops(model, batch: PreparedBatch, q: Tensor, draws: int, seed: int) -> Tensor:
+    """Plain-loop reference of :func:`soft_drops`: one (example, step, score vector, draw,
+    criterion) at a time, each mask built element by element from :func:`soft_words`'s words and
+    the whole prefix traced.
+
+    Returns:
+        (2, O, B, T_y) float64, NaN where :func:`soft_drops` is.
+    """
+    tr = batch.trace
+    o, b, t_y, _ = q.shape
+    out = torch.full((2, o, b, t_y), math.nan, dtype=torch.float64)
+    with eval_mode(model), torch.no_grad():
+        for i in range(b):
+            n = int(tr.src_lengths[i])
+            src, lengths = tr.src[i : i + 1, :n], tr.src_lengths[i : i + 1]
+            tgt_in, tgt_out = tr.tgt_in[i : i + 1], tr.tgt_out[i : i + 1]
+            emb = model.embed(src)
+            full = torch.softmax(model.trace(src, lengths, tgt_in, tgt_out).logits.double(), -1)
+            zero = model.trace(src, lengths, tgt_in, tgt_out, torch.zeros_like(emb)).logits
+            zero = torch.softmax(zero.double(), -1)
+            for t in tr.step_mask[i].nonzero()[:, 0].tolist():
+                y = int(tr.tgt_out[i, t])
+                p, p0 = float(full[0, t, y]), float(zero[0, t, y])
+                s0 = 1.0 - max(0.0, p - p0)
+                if 1.0 - s0 < SOFT_MIN_DROP:
+                    continue
+                w = soft_words(seed, batch.example_ids, [i], t, n, emb.size(-1), draws)[0]
+                for k in range(o):
+                    soft_c, soft_s = 0.0, 0.0
+                    for d in range(draws):
+                        for m in range(2):
+                            keep = q[k, i, t, :n].double()
+                            keep = 1.0 - keep if m == 0 else keep
+                            mask = torch.empty(n, emb.size(-1))
+                            for j in range(n):
+                                for e in range(emb.size(-1)):
+                                    mask[j, e] = float(w[d, m, j, e] < keep[j] * 2.0**32)
+                            x = emb * mask[None].to(emb.dtype)
+                            lp = model.trace(src, lengths, tgt_in, tgt_out, x).logits[0, t]
+                            p1 = float(torch.softmax(lp.double(), -1)[y])
+                            if m == 0:
+                                soft_c += max(0.0, p - p1) / draws
+                            else:
+                                soft_s += (1.0 - max(0.0, p - p1)) / draws
+                    out[0, k, i, t] = soft_c / (1.0 - s0)
+                    out[1, k, i, t] = max(0.0, soft_s - s0) / (1.0 - s0)
     return out
 
 
@@ -455,12 +712,50 @@ def run(model, batch: PreparedBatch, params: FaithfulnessParams, ctx: AblationCo
             frame[col] = v[b_idx, t_idx].cpu().numpy()
     for r, why in lacking.items():
         frame[f"faithfulness_{r}_reason"] = why
+    if params.soft_draws:
+        _soft_columns(frame, model, batch, params, ctx, scores, b_idx, t_idx)
     frame["faithfulness_skipped"] = np.asarray([lengths[i] < 2 for i in b_idx.tolist()], bool)
     return frame
 
 
+REASON_NO_EMBEDDINGS = "no source embeddings to mask (the gradients capability)"
+
+
+def _soft_columns(frame, model, batch, params, ctx, scores, b_idx, t_idx) -> None:
+    """``faithfulness_soft_comprehensiveness_<r>`` and ``faithfulness_soft_sufficiency_<r>``
+    (:func:`soft_drops`) of every configured ranking into ``frame``: the rankings' own scores,
+    random's :func:`random_scores` (their mean); NaN for a ranking the model lacks, for sources
+    shorter than 2 (the step is skipped) and at every step of a model without ``embed``
+    (``faithfulness_soft_reason``)."""
+    tr = batch.trace
+    vectors = list(scores.values())
+    n_rand = params.n_random if "random" in params.rankings else 0
+    named: dict[str, Tensor] = {}
+    if "gradients" not in capabilities(model):
+        frame["faithfulness_soft_reason"] = REASON_NO_EMBEDDINGS
+    elif vectors or n_rand:
+        parts = [torch.stack(vectors).double()] if vectors else []
+        if n_rand:
+            parts.append(random_scores(tr, n_rand, ctx.seed, batch.example_ids))
+        q = normalised_scores(torch.cat(parts), tr.pad_mask)
+        d = soft_drops(model, batch, q, params.soft_draws, ctx.seed, ctx.chunk_rows)
+        named = {r: d[:, i] for i, r in enumerate(scores)}
+        if n_rand:
+            named["random"] = d[:, len(scores) :].mean(1)
+    short = (tr.src_lengths < 2)[b_idx].cpu().numpy()
+    for r in params.rankings:
+        for m, mode in enumerate(MODES):
+            v = named[r][m][b_idx, t_idx].cpu().numpy() if r in named else math.nan
+            frame[f"faithfulness_soft_{mode}_{r}"] = np.where(short, math.nan, v)
+
+
 __all__ = [
     "drops",
+    "normalised_scores",
+    "random_scores",
+    "reference_soft_drops",
+    "soft_drops",
+    "soft_words",
     "k_values",
     "order_of",
     "random_orders",

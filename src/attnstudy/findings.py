@@ -57,6 +57,7 @@ from .verdict_roles import (  # noqa: F401 (re-exported: the roles' names beside
     Thresholds,
     VerdictRole,
     Wording,
+    criterion_sentence,
 )
 
 LITERATURE = {
@@ -604,29 +605,40 @@ def _agrees(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:
 def _faithful(f: ModelFacts, v: Verdict) -> None:
     """Which ranking is most faithful: the highest comprehensiveness AOPC among the rankings
     measured (``faithful`` rankings, :class:`VerdictRole`), "clearly" when its interval lies
-    above the runner-up's; nothing when fewer than two were measured."""
-    comp: dict[str, tuple[Estimate, VerdictRole]] = {}
+    above the runner-up's; nothing when fewer than two were measured. Rankings compete within
+    their criterion; each criterion after the first adds a sentence of its order and where it
+    differs from the first's (:func:`~attnstudy.verdict_roles.criterion_sentence`)."""
+    groups: dict[str, dict[str, tuple[Estimate, VerdictRole]]] = {}
     for k, r in _roles(f, "faithful", "ranking"):
         e = f.stats.get(k)
+        found = groups.setdefault(r.criterion, {})  # the criteria in the catalogue's order
         if e is not None and math.isfinite(e.value):
-            comp.setdefault(r.measure, (e, r))
-    if len(comp) < 2:
+            found.setdefault(r.measure, (e, r))
+    if not groups:
         return
-    ranked = sorted(comp.items(), key=lambda kv: -kv[1][0].value)
-    (best, (e, _)), (second, (e2, _)) = ranked[0], ranked[1]
-    what = (
-        f"deleting the source tokens {best} ranks first lowers p(y_t) by {e.fmt()} "
-        f"(comprehensiveness AOPC), against {e2.fmt()} for {second}"
-    )
-    for _, (e3, r) in ranked[2:]:
-        if r.phrase:
-            what += " and " + _fill(r.phrase, f, e3)
-    if e.has_ci and e2.has_ci and e.low > e2.high:
-        v.sentences.append(f"The most faithful ranking is {best}: {what}.")
-    else:
-        v.sentences.append(
-            f"No ranking is clearly the most faithful: {what}, and the intervals overlap."
+    first, *others = groups
+    comp = groups[first]
+    if len(comp) >= 2:
+        ranked = sorted(comp.items(), key=lambda kv: -kv[1][0].value)
+        (best, (e, _)), (second, (e2, _)) = ranked[0], ranked[1]
+        what = (
+            f"deleting the source tokens {best} ranks first lowers p(y_t) by {e.fmt()} "
+            f"(comprehensiveness AOPC), against {e2.fmt()} for {second}"
         )
+        for _, (e3, r) in ranked[2:]:
+            if r.phrase:
+                what += " and " + _fill(r.phrase, f, e3)
+        if e.has_ci and e2.has_ci and e.low > e2.high:
+            v.sentences.append(f"The most faithful ranking is {best}: {what}.")
+        else:
+            v.sentences.append(
+                f"No ranking is clearly the most faithful: {what}, and the intervals overlap."
+            )
+    firsts = {m: e for m, (e, _) in comp.items()}
+    for criterion in others:
+        if len(groups[criterion]) >= 2:
+            values = {m: e for m, (e, _) in groups[criterion].items()}
+            v.sentences.append(criterion_sentence(criterion, values, first, firsts))
 
 
 def _notes(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:

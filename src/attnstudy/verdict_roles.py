@@ -84,7 +84,10 @@ class VerdictRole:
       against a measure built from attention itself: norm, rollout) is named, not read.
     * ``faithful`` — each ``ranking`` (named by ``measure``) competes; the highest is the most
       faithful, clearly so where its interval lies above the runner-up's; a ranking with a
-      ``phrase`` (random orders) is named beside the two best.
+      ``phrase`` (random orders) is named beside the two best. Rankings compete within their
+      ``criterion`` (hard deletion, soft erasure…): the first criterion declared gives that
+      sentence, and each other one a sentence of the order it puts the rankings in and where it
+      differs from the first's.
     * any other key — a ``note``: a sentence of its own after the four questions.
 
     Phrases and notes are :meth:`str.format` templates: ``{fmt}`` (``value [low, high]``),
@@ -103,6 +106,9 @@ class VerdictRole:
         summary: how the overall paragraph says the measure over the models that get the
             answer, ``{span}`` the range of their values as percentages (``used`` and ``unique``
             measures).
+        criterion: what a ``faithful`` ranking's number measures faithfulness by (``"deletion"``,
+            ``"soft erasure"``); its rankings are compared with each other, not with another
+            criterion's.
         direction: which values answer yes (the statistic's
             :attr:`~attnstudy.analysis.catalogue.Stat.direction`, filled in by the catalogue).
     """
@@ -115,6 +121,7 @@ class VerdictRole:
     measure: str = ""
     summary: str = ""
     direction: str = ""
+    criterion: str = ""
 
     def __post_init__(self) -> None:
         q, r = self.question, self.role
@@ -185,3 +192,36 @@ WORDING: dict[str, Wording] = {
 }
 """The sentences of the questions decided by :class:`Thresholds` (:func:`attnstudy.findings.verdict`;
 aligns says nothing where it was not measured: without gold links the table says why)."""
+
+
+def criterion_sentence(name: str, values: dict, first: str, first_values: dict) -> str:
+    """The verdict's sentence for a faithfulness criterion after the first (:class:`VerdictRole`'s
+    ``criterion``): the order it puts its rankings in, each with its value and interval, and every
+    pair of rankings both criteria measured that ``first`` orders the other way, saying whether the
+    two values' intervals are apart in both criteria or overlap.
+
+    Args:
+        name, first: the two criteria (``"soft erasure"``, ``"deletion"``).
+        values, first_values: ranking → its estimate under each (``value``, ``low``, ``high``,
+            ``has_ci``, ``fmt()``: :class:`attnstudy.findings.Estimate`).
+    """
+    ranked = sorted(values, key=lambda m: -values[m].value)
+    listing = ", ".join(f"{m} {values[m].fmt()}" for m in ranked)
+    s = f"By {name or 'its second criterion'}, the rankings' order is {listing}"
+    first = first or "the first criterion"
+    common = [m for m in ranked if m in first_values]
+    if len(common) < 2:
+        return s + "."
+    flips = []
+    for i, a in enumerate(common):
+        for b in common[i + 1 :]:  # a above b here
+            ea, eb, fa, fb = values[a], values[b], first_values[a], first_values[b]
+            if fb.value > fa.value:
+                apart = all(x.has_ci for x in (ea, eb, fa, fb)) and (
+                    ea.low > eb.high and fb.low > fa.high
+                )
+                where = "the intervals are apart in both" if apart else "the intervals overlap"
+                flips.append(f"{a} and {b} ({first} puts {b} higher; {where})")
+    if not flips:
+        return s + f", the same order as by {first}."
+    return s + f"; it differs from {first}'s for " + "; ".join(flips) + "."

@@ -48,8 +48,11 @@ def _cfg(name: str) -> AblationConfig:
                 "adversarial": {"steps": 4},
                 "integrated_gradients": {"n_steps": 8},
                 "attribution_agreement": {"integrated_gradients": {"n_steps": 8}},
-                # every ranking, so that every declared statistic is produced
-                "faithfulness": {"rankings": list(get_ablation("faithfulness").params.RANKINGS)},
+                # every ranking, so that every declared statistic is produced (soft ones too)
+                "faithfulness": {
+                    "rankings": list(get_ablation("faithfulness").params.RANKINGS),
+                    "soft_draws": 1,
+                },
             }.items()
             if n == name
         },
