@@ -165,6 +165,33 @@ def l1_contributions(parts: torch.Tensor, resultant: torch.Tensor) -> torch.Tens
     return torch.where(total > 0, c / total.clamp_min(torch.finfo(c.dtype).tiny), math.nan)
 
 
+def fold_layer_norm(
+    parts: torch.Tensor, z: torch.Tensor, norm: torch.nn.Module
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A post-LN layer norm over a sum carried through to its parts (ALTI, §3): with σ of the whole
+    sum fixed, LN(z) = Σ_j L(u_j) + L(rest) + β, L(u) = γ ⊙ (u − μ(u)) / σ(z), σ(z) = √(Var(z) + ε)
+    with the biased variance, as :class:`torch.nn.LayerNorm` computes it.
+
+    Args:
+        parts: (…, n, d) the parts u_j; z: (…, d) the whole sum (parts plus any bias).
+        norm: the :class:`torch.nn.LayerNorm`.
+
+    Returns:
+        (L(u_j) (…, n, d), LN(z) (…, d)).
+
+    Raises:
+        AltiUnsupportedError: another kind of norm (RMSNorm has no mean to fold).
+    """
+    if not isinstance(norm, torch.nn.LayerNorm):
+        raise AltiUnsupportedError(
+            f"ALTI+ folds torch.nn.LayerNorm only, not {type(norm).__name__}"
+        )
+    gamma = norm.weight if norm.weight is not None else torch.ones_like(z[..., 0, None])
+    sigma = torch.sqrt(z.var(-1, unbiased=False, keepdim=True) + norm.eps)  # (…, 1)
+    folded = gamma * (parts - parts.mean(-1, keepdim=True)) / sigma.unsqueeze(-2)
+    return folded, norm(z)
+
+
 def block_contributions(
     *,
     weights: torch.Tensor,
@@ -204,14 +231,8 @@ def block_contributions(
     z = parts.sum(2) + (0.0 if b_out is None else b_out)  # the stream before the norm
     if norm is None:
         return l1_contributions(parts, z)
-    if not isinstance(norm, torch.nn.LayerNorm):
-        raise AltiUnsupportedError(
-            f"ALTI+ folds torch.nn.LayerNorm only, not {type(norm).__name__}"
-        )
-    gamma = norm.weight if norm.weight is not None else torch.ones_like(z[0, 0])
-    sigma = torch.sqrt(z.var(-1, unbiased=False, keepdim=True) + norm.eps)  # (B, T_q, 1)
-    folded = gamma * (parts - parts.mean(-1, keepdim=True)) / sigma.unsqueeze(-2)
-    return l1_contributions(folded, norm(z))
+    folded, y = fold_layer_norm(parts, z, norm)
+    return l1_contributions(folded, y)
 
 
 def mix(c: torch.Tensor, r: torch.Tensor) -> torch.Tensor:

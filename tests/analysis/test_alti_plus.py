@@ -16,6 +16,7 @@ from attnstudy.analysis.ablations.alti_plus import (
     AltiUnsupportedError,
     alti_plus,
     block_contributions,
+    fold_layer_norm,
     l1_contributions,
     rollout,
 )
@@ -63,6 +64,23 @@ def test_the_layer_norm_is_folded_with_the_whole_sums_sigma():
     norm = nn.LayerNorm(2, eps=0.0)
     got = _identity_block(norm)
     assert torch.allclose(got, torch.tensor([[1.0, 0.0], [1.0, 0.0]]))
+
+
+def test_the_folded_parts_add_up_to_the_models_own_layer_norm_output():
+    # σ of the whole sum with the biased variance and ε inside the root, as torch's LayerNorm:
+    # the folded parts, the folded bias and β add up to LN(z) exactly; torch's unbiased standard
+    # deviation (the authors' notebook) would be off by √(d / (d − 1)) = √(5/4) here
+    torch.manual_seed(0)
+    norm = nn.LayerNorm(5, eps=1e-5)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 2.0)
+        norm.bias.uniform_(-1.0, 1.0)
+    parts, bias = torch.randn(3, 4, 5), torch.randn(5)
+    z = parts.sum(-2) + bias
+    folded, y = fold_layer_norm(parts, z, norm)
+    rest, _ = fold_layer_norm(bias.expand(3, 1, 5), z, norm)
+    assert torch.allclose(folded.sum(-2) + rest[:, 0] + norm.bias, y, atol=1e-5)
+    assert torch.allclose(y, norm(z))
 
 
 def test_the_rollout_by_hand():
