@@ -235,11 +235,11 @@ def ablate_pretrained(
         Tag.LAYERS: str(model.layers),
         Tag.HEADS: str(model.heads),
         Tag.SOURCE_RUN_ID: model_run_id,
-        Tag.NOTE: f"the battery on {len(examples)} examples of {tsv.name}",
+        Tag.NOTE: f"the battery on {len(examples)} examples of {tsv.resolve()}",
     }
     run_id = tracker.start_run(model_run.experiment_id, f"{label}/ablations", tags, model_run_id)
     with tracker.active(run_id):
-        params = cfg.flat() | {"data": str(tsv)}
+        params = cfg.flat() | {"data": str(tsv.resolve())}  # absolute: no working directory
         tracker.log_params(run_id, params)
         recorder = Recorder(cfg.prefix)
         with tempfile.TemporaryDirectory(prefix="attnstudy-ablate-") as tmp:

@@ -396,13 +396,19 @@ def _summary_rows(st: pd.DataFrame, prefix: str) -> pd.DataFrame:
 
 def data_label(params: dict[str, str]) -> str:
     """The data set a model was trained on, from its run's ``data.*`` params, for headings and
-    the runs table: ``CMUdict`` (G2P), ``CLDR dates, locales …``, the TSV training file's last
-    two path parts, or the synthetic task with its vocabulary size and lengths; ``?`` when the
-    run logged no task."""
+    the runs table: ``CMUdict`` (G2P), ``CLDR dates, locales …``, the TSV training file as
+    recorded, ``TSV file /absolute/path`` (an experiment file's relative paths are made absolute
+    against its folder before a run records them; a path recorded relative is said to be
+    relative to the run's working directory), or the synthetic task with its vocabulary size and
+    lengths; ``?`` when the run logged no task."""
     task = params.get("data.task", "?")
     if task == "tsv":
         path = params.get("data.train_path", "")
-        return "/".join(path.replace("\\", "/").rstrip("/").split("/")[-2:]) or "tsv"
+        if not path:
+            return "tsv"
+        if path.startswith(("/", "\\")) or path[1:3] in (":\\", ":/"):
+            return f"TSV file {path}"
+        return f"TSV file {path} (relative to the folder its run was started in)"
     if task == "g2p":
         return "CMUdict"
     if task == "dates":
