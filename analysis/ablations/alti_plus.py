@@ -450,14 +450,21 @@ def _merge(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(*x.shape[:-2], -1)
 
 
-def alti_plus(model, trace) -> torch.Tensor:
+ELEMENT_BUDGET = 4_000_000
+"""Most elements of one sublayer's parts tensor (B', T_q, T_k, d), ~16 MB in fp32: a batch is
+decomposed a few examples at a time (examples are independent), so memory stays flat."""
+
+
+def alti_plus(model, trace, budget: int = ELEMENT_BUDGET) -> torch.Tensor:
     """ALTI+ contributions of every decoder step of a trace (Ferrando et al. 2022, §3).
 
     Args:
         model: attnstudy's :class:`~attnstudy.models.Transformer` (``multihead`` or ``uniform``
             cross-attention, pre- or post-LN) or an :class:`~attnstudy.models.hf.HFSeq2Seq` of the
             Marian or BART family, in eval mode (dropout off).
-        trace: its teacher-forced trace (``src``, ``src_lengths``, ``tgt_in``).
+        trace: its teacher-forced trace (``src``, ``src_lengths``, ``tgt_in``) from step 0.
+        budget: most elements of one sublayer's parts tensor; examples are decomposed in groups
+            that fit (at least one at a time).
 
     Returns:
         (B, T_y, T_x + T_y) float64 on the CPU: step t's contributions over the source positions,
@@ -466,27 +473,36 @@ def alti_plus(model, trace) -> torch.Tensor:
 
     Raises:
         AltiUnsupportedError: any other model (one line: what ALTI+ decomposes).
+        ValueError: a trace that does not start at step 0.
     """
     from attnstudy.models.transformer import Transformer
 
     if getattr(trace, "offset", 0):
         raise ValueError("ALTI+ needs a trace from the first decoder step (offset 0)")
+    if isinstance(model, Transformer) and model.kind != "none":
+        layers, d = _transformer_layers, model.d_model
+    elif type(model).__name__ == "HFSeq2Seq":
+        layers, d = _hf_layers, int(model.hf.config.d_model)
+    else:
+        raise AltiUnsupportedError(
+            "ALTI+ decomposes Transformer encoder-decoders (attnstudy's Transformer with "
+            f"cross-attention, Hugging Face Marian/BART); {type(model).__name__} is not one"
+        )
+    b, t_x, t_y = trace.src.size(0), trace.src.size(1), trace.tgt_in.size(1)
+    per_example = max(t_x + 1, t_y) * max(t_x, t_y) * d
+    group = max(1, budget // per_example)
+    out = []
     with torch.no_grad():
-        if isinstance(model, Transformer) and model.kind != "none":
-            layers = _transformer_layers(model, trace)
-        elif type(model).__name__ == "HFSeq2Seq":
-            layers = _hf_layers(model, trace)
-        else:
-            raise AltiUnsupportedError(
-                "ALTI+ decomposes Transformer encoder-decoders (attnstudy's Transformer with "
-                f"cross-attention, Hugging Face Marian/BART); {type(model).__name__} is not one"
-            )
-        enc, selfs, crosses = ([c.double() for c in cs] for cs in layers)
-        # a padded source position's own row is never read but could be undefined (NaN), and
-        # 0 · NaN is NaN in the products: give it none
-        pad = trace.pad_mask[:, :, None].to(enc[0].device)
-        enc = [c.masked_fill(pad, 0.0) for c in enc]
-        return rollout(enc, selfs, crosses).cpu()
+        for start in range(0, b, group):
+            rows = torch.arange(start, min(b, start + group), device=trace.src.device)
+            sub = trace if group >= b else trace.select(rows)
+            enc, selfs, crosses = ([c.double() for c in cs] for cs in layers(model, sub))
+            # a padded source position's own row is never read but could be undefined (NaN),
+            # and 0 · NaN is NaN in the products: give it none
+            pad = sub.pad_mask[:, :, None].to(enc[0].device)
+            enc = [c.masked_fill(pad, 0.0) for c in enc]
+            out.append(rollout(enc, selfs, crosses).cpu())
+    return torch.cat(out)
 
 
 # --- the ablation ----------------------------------------------------------------------------
