@@ -161,8 +161,10 @@ def test_one_layer_one_head_identity_model_reduces_to_its_attention():
             assert torch.allclose(src / share, att[b, t], atol=1e-9), (b, t)
 
 
-@pytest.mark.parametrize("layer_norm", ["pre", "post"])
-def test_transformer_contributions_are_a_distribution_over_source_and_prefix(layer_norm):
+@pytest.mark.parametrize(
+    ("layer_norm", "attention"), [("pre", "multihead"), ("post", "multihead"), ("post", "uniform")]
+)
+def test_transformer_contributions_are_a_distribution_over_source_and_prefix(layer_norm, attention):
     from attnstudy.config import TransformerConfig
     from attnstudy.models import build_model
 
@@ -175,6 +177,7 @@ def test_transformer_contributions_are_a_distribution_over_source_and_prefix(lay
         d_ff=16,
         dropout=0.0,
         layer_norm=layer_norm,
+        attention=attention,
     )
     model = sharpen(build_model(cfg, len(VOCAB), len(VOCAB)).eval(), 2.0)
     batch = next(iter(prepare_batches(model, make_examples(6), VOCAB, VOCAB, "reference")))
