@@ -1,7 +1,7 @@
 """ALTI+ (Ferrando, Gállego, Alastruey, Escolano & Costa-jussà 2022, "Towards Opening the Black Box
 of Neural Machine Translation: Source and Target Contributions to the Model", EMNLP, §3), built on
 ALTI (Ferrando, Gállego & Costa-jussà 2022, "Measuring the Mixing of Contextual Information in the
-Transformer", EMNLP, §2–3): how much of each prediction comes from every source token and from
+Transformer", EMNLP): how much of each prediction comes from every source token and from
 every target-prefix token, through the residual stream, the value vectors and the layer norms.
 
 Per attention sublayer, the output y_i (after the residual connection and, post-LN, the layer norm)
@@ -10,7 +10,7 @@ residual x_i on its own position (self-attention) or as an input of its own (cro
 decoder stream). A post-LN layer norm LN(z) = γ ⊙ (z − μ(z)) / σ(z) + β is linear in z once σ(z)
 of the whole sum is fixed, so every part is carried through L_i(u) = γ ⊙ (u − μ(u)) / σ_i (the
 paper's "folded" layer norm); the output bias b^O and β belong to no input and are left out of the
-parts but kept in y_i. The contribution of input j (ALTI, eq. 6–7, L1 distance):
+parts but kept in y_i. The contribution of input j (ALTI's, with the L1 distance):
 
     c_{i←j} = max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁),  normalised to sum 1 over j.
 
@@ -138,7 +138,7 @@ SPEC = AblationSpec(
     order=87,
     description="ALTI+ contributions of every source and prefix token per step: the source "
     "share, Kendall τ against attention and leave-one-out, the argmax's AER beside attention's",
-    reference="Ferrando et al. 2022 (ALTI+, EMNLP), §3; Ferrando et al. 2022 (ALTI), §2–3",
+    reference="Ferrando et al. 2022 (ALTI+, EMNLP), §3; Ferrando et al. 2022 (ALTI)",
 )
 
 
@@ -148,7 +148,7 @@ class AltiUnsupportedError(ValueError):
 
 # --- the contribution of each part of a sum --------------------------------------------------
 def l1_contributions(parts: torch.Tensor, resultant: torch.Tensor) -> torch.Tensor:
-    """ALTI's contributions (Ferrando et al. 2022, eq. 6–7): c_j = max(0, ‖y‖₁ − ‖y − T_j‖₁),
+    """ALTI's contributions (Ferrando et al. 2022, ALTI): c_j = max(0, ‖y‖₁ − ‖y − T_j‖₁),
     normalised to sum 1 over j.
 
     Args:
@@ -168,7 +168,7 @@ def l1_contributions(parts: torch.Tensor, resultant: torch.Tensor) -> torch.Tens
 def fold_layer_norm(
     parts: torch.Tensor, z: torch.Tensor, norm: torch.nn.Module
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A post-LN layer norm over a sum carried through to its parts (ALTI, §3): with σ of the whole
+    """A post-LN layer norm over a sum carried through to its parts (ALTI): with σ of the whole
     sum fixed, LN(z) = Σ_j L(u_j) + L(rest) + β, L(u) = γ ⊙ (u − μ(u)) / σ(z), σ(z) = √(Var(z) + ε)
     with the biased variance, as :class:`torch.nn.LayerNorm` computes it.
 
