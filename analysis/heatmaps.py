@@ -255,6 +255,19 @@ class Recorder:
         """The records, in the order the examples were analysed."""
         return [rec | self._reference.get(eid, {}) for eid, rec in self.records.items()]
 
+    def part(self, example_ids: Sequence[str]) -> dict:
+        """What the recorder holds of these examples (JSON values), for a batch's saved state
+        (:mod:`attnstudy.analysis.suite_state`); :meth:`restore` puts it back."""
+        return {
+            "records": {i: self.records[i] for i in example_ids if i in self.records},
+            "reference": {i: self._reference[i] for i in example_ids if i in self._reference},
+        }
+
+    def restore(self, part: dict) -> None:
+        """Put back what :meth:`part` took (a batch of an interrupted run), in its order."""
+        self.records.update(part.get("records", {}))
+        self._reference.update(part.get("reference", {}))
+
 
 def example_records(
     model,

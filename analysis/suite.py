@@ -15,6 +15,7 @@ declared statistic is missing from it without its count.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -45,6 +46,7 @@ from .batch import (
 )
 from .catalogue import AblationConfig, AblationSpec, get_ablation
 from .contract import capabilities
+from .suite_state import BatchState, UnitState
 
 BOOTSTRAP_ELEMENTS = 1_000_000
 """Resampled values per vectorised bootstrap call (≈ 8 MB per array), whatever the number of examples."""
@@ -104,6 +106,7 @@ def run_suite(
     label: str = "",
     info: dict | None = None,
     recorder=None,
+    journal=None,
 ) -> SuiteResult:
     """Run ``cfg.ablations`` (catalogue entries) on the first ``cfg.n_examples`` examples.
 
@@ -127,6 +130,10 @@ def run_suite(
         recorder: an :class:`attnstudy.analysis.heatmaps.Recorder`: every analysed batch is
             handed to it with what the ablations of its ``capture`` table computed (the
             adversarial search, the importance vectors), for heatmaps and the example browser.
+        journal: an :class:`attnstudy.analysis.suite_state.Journal`: each finished batch's
+            state is handed to it, and the batches an interrupted run finished
+            (:meth:`~attnstudy.analysis.suite_state.Journal.restorable`) are put back from it
+            instead of computed — the same tables, sums and records, bit for bit.
 
     Returns:
         :class:`SuiteResult`. An ablation the model lacks a capability for (the ``none`` model has
@@ -170,23 +177,59 @@ def run_suite(
 
         info = {"config": cfg.resolved(), "version": __version__, "commit": git_commit()}
     sink = _StepSink(table_path, info)
+    plan = [  # (prefix, example ids) of every batch, in the order they run
+        (p, tuple(ex.id for ex in examples[s : s + batch_size]))
+        for p, names in groups.items()
+        if names or p == cfg.prefix
+        for s in range(0, len(examples), batch_size)
+    ]
+    restorable = journal.restorable(plan) if journal is not None else 0
+    position = 0  # the running batch's index in the plan
+
+    def put_back(state) -> None:  # a batch an interrupted run finished (suite_state)
+        nonlocal units, n_layers, primary
+        n_steps[state.prefix] = n_steps.get(state.prefix, 0) + state.n_steps
+        if units is None:
+            units, n_layers = [tuple(u) for u in state.units], state.n_layers
+            primary = _primary(units)
+        for us in state.unit_states:
+            parts = example_parts.setdefault(
+                us.unit, {n: [] for n, (sp, _, _) in active.items() if sp.unit == "example"}
+            )
+            for name, frame in us.parts.items():
+                parts[name].append(frame)
+            sums.setdefault(us.unit, []).append(us.sums)
+            sink.restore(us.steps)
+        if recorder is not None:
+            recorder.restore(state.records)
+        for name, s in state.seconds.items():
+            seconds[name] = seconds.get(name, 0.0) + s
+        bar.update(len(state.example_ids), note="")
+
     sums: dict[tuple, list[pd.DataFrame]] = {}
     seconds = dict.fromkeys(active, 0.0)
     n_steps: dict[str, int] = {}
     example_parts: dict[tuple, dict[str, list[pd.DataFrame]]] = {}
     units: list[tuple] | None = None
     n_layers: int | None = None  # of cross-attention; None: the model has none
+    primary = None
     try:
         with eval_mode(model):
             for prefix, names in groups.items():
                 if not names and prefix != cfg.prefix:
                     continue
                 step_specs = [active[n][0] for n in names if active[n][0].unit == "step"]
+                skip = min(max(restorable - position, 0), len(range(0, len(examples), batch_size)))
+                for _ in range(skip):
+                    put_back(journal.restore(position))
+                    position += 1
                 for whole in prepare_batches(
-                    model, examples, src_vocab, tgt_vocab, prefix, batch_size
+                    model, examples[skip * batch_size :], src_vocab, tgt_vocab, prefix, batch_size
                 ):
                     check_interrupt()
-                    n_steps[prefix] = n_steps.get(prefix, 0) + int(whole.trace.step_mask.sum())
+                    batch_steps = int(whole.trace.step_mask.sum())
+                    n_steps[prefix] = n_steps.get(prefix, 0) + batch_steps
+                    before, unit_states = dict(seconds), []
                     if units is None:
                         units = headline_units(analysis_units(whole.trace, cfg.layers, cfg.heads))
                         primary = _primary(units)
@@ -233,6 +276,31 @@ def run_suite(
                             recorder.add(batch, captured)
                         sums.setdefault(unit, []).append(example_sums(steps, step_specs))
                         sink.write(steps)
+                        if journal is not None:
+                            unit_states.append(
+                                UnitState(
+                                    unit,
+                                    sink.last_bytes(steps),
+                                    sums[unit][-1],
+                                    {n: parts[n][-1] for n in names if n in parts},
+                                )
+                            )
+                    if journal is not None:
+                        ids = tuple(ex.id for ex in whole.examples)
+                        journal.finished(
+                            BatchState(
+                                position,
+                                prefix,
+                                ids,
+                                batch_steps,
+                                units,
+                                n_layers,
+                                unit_states,
+                                recorder.part(ids) if recorder is not None else {},
+                                {n: seconds[n] - before[n] for n in names},
+                            )
+                        )
+                    position += 1
                     bar.update(len(whole.examples), note="")  # between batches nothing runs
         table = sink.close()
     finally:
@@ -338,6 +406,23 @@ class _StepSink:
             return
         part = Path(self._tmp.name) / f"part-{len(self.parts):06d}.parquet"
         frame.to_parquet(part, index=False)
+        self.parts.append(part)
+
+    def last_bytes(self, frame: pd.DataFrame) -> bytes:
+        """The Parquet bytes of the part just written (``frame``'s, when kept in memory)."""
+        if self._tmp is None:
+            buf = io.BytesIO()
+            frame.to_parquet(buf, index=False)
+            return buf.getvalue()
+        return self.parts[-1].read_bytes()
+
+    def restore(self, data: bytes) -> None:
+        """A part an interrupted run wrote (:meth:`last_bytes`), put back in its place."""
+        if self._tmp is None:
+            self.frames.append(pd.read_parquet(io.BytesIO(data)))
+            return
+        part = Path(self._tmp.name) / f"part-{len(self.parts):06d}.parquet"
+        part.write_bytes(data)
         self.parts.append(part)
 
     def close(self) -> pd.DataFrame | None:

@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import run_pages
+from . import ablation_resume, run_pages
 from .analysis.catalogue import AblationConfig
 from .config import RunSpec
 from .devices import resolve_device
@@ -22,6 +22,7 @@ from .progress import reporting
 from .run_pages import timing_metrics
 from .task_data import checked_task_data, load_data
 from .tracking import Artifact, Kind, Tag, Tracker, check_server, resolve_timeout
+from .tracking.schema import ablation_run_name
 
 
 def ablation_key(cfg: AblationConfig) -> str:
@@ -38,12 +39,19 @@ def ablate_run(
     study_id: str | None = None,
     progress: bool = True,
     thresholds=None,
+    resume: bool = False,
 ):
     """Run the ablation suite on a model's test sample and log it as a nested run, with its
     example browser, tables, figures, description and verdict (:mod:`attnstudy.run_pages`).
 
+    Every finished batch's state is kept among the run's artifacts while it runs
+    (:mod:`attnstudy.ablation_resume`), and removed once the run is FINISHED.
+
     Args:
         thresholds: the verdict's :class:`attnstudy.findings.VerdictThresholds` (default values).
+        resume: continue the newest interrupted (KILLED or FAILED) ablation run of this model
+            run, study, ablation key and code digest from its last finished batch, in that run
+            (:func:`attnstudy.ablation_resume.find_interrupted`); without one, a new run.
 
     Returns:
         (ablation run id, SuiteResult); the per-step table is streamed to the run's
@@ -69,8 +77,27 @@ def ablate_run(
         Tag.DEVICE: str(device),
     }
     loaded.model.to(device)  # float32 whatever the training precision
-    run_id = tracker.start_run(exp_id, f"{spec.name}/ablations", tags, model_run_id)
-    with tracker.active(run_id), tracker.system_metrics(run_id):  # CPU and memory as system/*
+    state_key = ablation_resume.resume_key(
+        model_run_id, tags[Tag.ABLATION_KEY], tags[Tag.CODE_DIGEST]
+    )
+    run_id = None
+    if resume:
+        run_id = ablation_resume.find_interrupted(
+            tracker,
+            exp_id,
+            model_run_id=model_run_id,
+            ablation_key=state_key["ablation_key"],
+            code_digest=state_key["code_digest"],
+            study_id=study_id,
+        )
+    resumed = run_id is not None
+    if resumed:
+        tracker.reopen_run(run_id)
+        tracker.set_tags(run_id, {Tag.DEVICE: str(device)})
+    else:
+        run_id = tracker.start_run(exp_id, ablation_run_name(spec.name), tags, model_run_id)
+    journal = ablation_resume.ArtifactJournal(tracker, run_id, state_key, resumed=resumed)
+    with journal, tracker.active(run_id), tracker.system_metrics(run_id):  # CPU and memory
         tracker.log_params(run_id, cfg.flat())
         run_pages.log_analysed_dataset(tracker, run_id, spec, examples)
         from attnstudy.analysis.heatmaps import Recorder
@@ -90,6 +117,7 @@ def ablate_run(
                     table_path=steps_path,
                     label=spec.name,
                     recorder=recorder,
+                    journal=journal,
                 )
             summary = dict(result.summary) | {
                 "ablation/seconds": time.perf_counter() - t0,

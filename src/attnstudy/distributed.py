@@ -391,6 +391,7 @@ class RayExecutor:
                     "ablation": ablation,
                     "verdict": ctx.cfg.report.verdict.model_dump(mode="json"),
                     "done": ctx.done,
+                    "resume": ctx.resume,
                     "token": job.ablate_token,
                 },
             )
@@ -718,6 +719,8 @@ def ablate_task(trained: dict, job: dict) -> dict:
                 study_id=job["study_id"],
                 progress=job.get("progress", False),
                 thresholds=thresholds,  # the experiment's [report.verdict], as the local executor
+                # an interrupted ablation run (another node's too) continues from its last batch
+                resume=job.get("resume", False),
             )
         except Exception as err:
             return {

@@ -280,6 +280,7 @@ class LocalPoolExecutor:
                     "ablation": ablation,
                     "verdict": verdict,
                     "done": ctx.done,
+                    "resume": ctx.resume,
                     "token": job.ablate_token,
                 }
             )

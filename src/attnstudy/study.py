@@ -474,6 +474,7 @@ def _run_variants_here(ctx: StudyContext) -> None:
                     study_id=study_id,
                     progress=progress,
                     thresholds=cfg.report.verdict,
+                    resume=resume,  # an interrupted ablation continues from its last batch
                 )
         except Exception as err:
             result.failures.append(

@@ -86,6 +86,7 @@ LAYERS = [
             "attnstudy.task_data",
             "attnstudy.model_runs",
             "attnstudy.ablation_runs",
+            "attnstudy.ablation_resume",
             "attnstudy.ablate_summary",
             "attnstudy.study",
             "attnstudy.local_workers",

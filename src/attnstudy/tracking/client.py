@@ -836,6 +836,25 @@ class Tracker:
         """Download one artifact into ``dst``; returns the local path."""
         return self._call(self.client.download_artifacts, run_id, artifact_path, str(dst))
 
+    def delete_artifacts(self, run_id: str, artifact_path: str) -> None:
+        """Remove a run's artifact file or folder ``artifact_path`` (one the tool wrote: an
+        ablation run's batch files once it finished).
+
+        Raises:
+            TrackingError: the artifact store cannot delete (the message says so).
+        """
+
+        def delete() -> None:
+            repo = self.client._tracking_client._get_artifact_repo(run_id)
+            repo.delete_artifacts(artifact_path)
+
+        try:
+            self._call(delete)
+        except (AttributeError, NotImplementedError, OSError) as err:
+            raise TrackingError(
+                f"tracking store {self.uri} cannot delete artifacts ({err})"
+            ) from None
+
     def load_table(self, run_id: str, artifact_file: str):
         """Download and read a Parquet/CSV artifact into a DataFrame."""
         import pandas as pd
