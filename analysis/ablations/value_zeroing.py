@@ -41,6 +41,7 @@ import torch
 from attnstudy.analysis.catalogue import (
     AblationSpec,
     Capture,
+    ExampleColumn,
     Figure,
     MapView,
     OutputChangeParams,
@@ -121,6 +122,23 @@ SPEC = AblationSpec(
         ),
     ),
     terms=("Kendall τ-b", "TVD"),
+    # two columns (the browser page's size: its list carries every column for every example)
+    examples=(
+        ExampleColumn(
+            "value_zeroing_tau_attn",
+            "τ attn–value zeroing",
+            "value_zeroing_tau_attn",
+            unit="Kendall τ-b, mean over steps",
+            undefined="τ undefined at every step: fewer than 2 source positions or a constant vector",
+        ),
+        ExampleColumn(
+            "value_zeroing_tvd_top",
+            "value zeroing TVD at attention's argmax",
+            "value_zeroing_tvd_top",
+            unit="TVD (0–1), mean over steps",
+            undefined="fewer than 2 source positions at every step",
+        ),
+    ),
     captures=Capture(
         "attnstudy.analysis.ablations.value_zeroing:capture",
         "attnstudy.analysis.ablations.value_zeroing:maps",
