@@ -30,7 +30,7 @@ from attnstudy.data.types import DataError, Example
 from attnstudy.hf_folder import HF_PREFIX
 from attnstudy.run_pages import timing_metrics
 from attnstudy.tracking import Tracker
-from attnstudy.tracking.schema import Artifact, Kind, Tag
+from attnstudy.tracking.schema import Artifact, Kind, Tag, ablation_run_name
 
 __all__ = [
     "HF_PREFIX",
@@ -237,7 +237,9 @@ def ablate_pretrained(
         Tag.SOURCE_RUN_ID: model_run_id,
         Tag.NOTE: f"the battery on {len(examples)} examples of {tsv.resolve()}",
     }
-    run_id = tracker.start_run(model_run.experiment_id, f"{label}/ablations", tags, model_run_id)
+    run_id = tracker.start_run(
+        model_run.experiment_id, ablation_run_name(label), tags, model_run_id
+    )
     with tracker.active(run_id):
         params = cfg.flat() | {"data": str(tsv.resolve())}  # absolute: no working directory
         tracker.log_params(run_id, params)

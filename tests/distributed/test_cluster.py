@@ -239,7 +239,7 @@ def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_
     models = {n: r for n, r in runs.items() if r.kind == "model"}
     ablations = {n: r for n, r in runs.items() if r.kind == "ablation"}
     names = {f"copy/additive-bahdanau/seed{s}" for s in (1, 2)}
-    assert set(models) == names and set(ablations) == {f"{n}/ablations" for n in names}
+    assert set(models) == names and set(ablations) == {f"ablations of {n}" for n in names}
     assert all(r.status == "FINISHED" for r in runs.values()), {
         n: r.status for n, r in runs.items()
     }
@@ -250,7 +250,7 @@ def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_
     assert "seed_variance/copy_additive_bahdanau/attention_jsd" in study.metrics
     worker_pids = set()
     for name, m in models.items():
-        a = ablations[f"{name}/ablations"]
+        a = ablations[f"ablations of {name}"]
         assert m.tags["study_id"] == study.run_id and m.tags["mlflow.parentRunId"] == study.run_id
         assert a.tags["source_run_id"] == m.run_id and a.tags["mlflow.parentRunId"] == m.run_id
         assert a.tags["study_id"] == study.run_id and m.tags["device"] == a.tags["device"] == "cpu"
@@ -273,7 +273,7 @@ def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_
             t.load_table(m.run_id, "predictions/test.parquet"),
             local.load_table(lm.run_id, "predictions/test.parquet"),
         )
-        a, la = ablations[f"{name}/ablations"], local_runs[f"{name}/ablations"]
+        a, la = ablations[f"ablations of {name}"], local_runs[f"ablations of {name}"]
         assert _untimed(a.metrics) == _untimed(la.metrics), name
         pd.testing.assert_frame_equal(
             t.load_table(a.run_id, "ablations/steps.parquet"),
@@ -351,9 +351,9 @@ def test_a_dead_worker_fails_its_variant_alone(cluster, tmp_path):
     dead = runs["copy/additive-bahdanau/seed1"]
     assert dead.status == "FAILED" and dead.tags["error.class"] == "WorkerDied"
     assert dead.tags["mlflow.note.content"].startswith("Failed: the Ray worker running it died")
-    assert "copy/additive-bahdanau/seed1/ablations" not in runs
+    assert "ablations of copy/additive-bahdanau/seed1" not in runs
     assert runs["copy/none-bahdanau/seed1"].status == "FINISHED"
-    assert runs["copy/none-bahdanau/seed1/ablations"].status == "FINISHED"
+    assert runs["ablations of copy/none-bahdanau/seed1"].status == "FINISHED"
     study = next(r for r in runs.values() if r.kind == "study")
     assert study.status == "FAILED"
     assert study.metrics["study/n_ok"] == 1 and study.metrics["study/n_failed"] == 1

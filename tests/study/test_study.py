@@ -72,9 +72,9 @@ def test_one_failing_variant_does_not_stop_the_study(fresh_root, monkeypatch, ca
     assert failed_model.status == "FAILED"
     assert failed_model.tags["error.class"] == "RuntimeError"
     assert failed_model.tags["mlflow.note.content"] == "Failed: RuntimeError: boom in training"
-    failed_abl = runs["copy/additive-bahdanau/seed1/ablations"]
+    failed_abl = runs["ablations of copy/additive-bahdanau/seed1"]
     assert failed_abl.status == "FAILED" and failed_abl.tags["error.message"] == "boom in ablation"
-    assert runs["copy/none-bahdanau/seed1/ablations"].status == "FINISHED"
+    assert runs["ablations of copy/none-bahdanau/seed1"].status == "FINISHED"
     md = (fresh_root / "reports" / "tiny" / "report.md").read_text()
     assert "Study status: **FAILED**" in md
     assert "copy general-luong: training failed (boom in training)" in md

@@ -139,7 +139,7 @@ def test_run_names_and_links_in_the_store(runs, tiny_study):
         assert name.startswith("copy/") and name.endswith("/seed1")
         assert parent in (study, None) and tags[f"attnstudy.study.{study}"].startswith("model ")
         aname, aparent, atags = runs[tiny_study["ablations"][m.run_id]]
-        assert aname == f"{name}/ablations" and aparent == m.run_id
+        assert aname == f"ablations of {name}" and aparent == m.run_id
         assert atags["source_run_id"] == m.run_id and atags["study_id"] == study
 
 
@@ -153,7 +153,7 @@ def test_runs_view_shows_the_study_and_its_model_runs(server, runs, tiny_study, 
     # (sorted by creation time, MLflow nests a study's model runs under its collapsed row)
     for m in tiny_study["models"]:
         page.get_by_text(runs[m.run_id][0], exact=True).first.wait_for()
-        page.get_by_text(f"{runs[m.run_id][0]}/ablations", exact=True).first.wait_for()
+        page.get_by_text(f"ablations of {runs[m.run_id][0]}", exact=True).first.wait_for()
     page.wait_for_timeout(300)
     _shot(page, "runs_view_models")
 

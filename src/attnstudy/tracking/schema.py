@@ -4,8 +4,8 @@ spells a tag or an artifact path).
 
 Layout (one study): a study run (``<experiment>/study``) → one model run per variant and seed
 (``<task>/<attention>-<flow>/seed<N>``, nested under the study that trained it) → one ablation run
-per suite (``…/ablations``, nested under its model). Nesting is for browsing; links are tags,
-because a reused model belongs to an older study.
+per suite (``ablations of <the model run's name>``: :func:`ablation_run_name`, nested under its
+model). Nesting is for browsing; links are tags, because a reused model belongs to an older study.
 """
 
 from __future__ import annotations
@@ -22,6 +22,24 @@ class Kind(StrEnum):
     ABLATION = "ablation"
     ADVERSARY = "adversary"  # a model-consistent adversary (attnstudy.adversaries)
     REFERENCE_ALIGNMENT = "reference_alignment"  # a task's reference aligner (eflomal) scored
+
+
+ABLATION_RUN_PREFIX = "ablations of "
+"""How an ablation run's name starts. The MLflow UI cuts long run names at their end, so the word
+that tells an ablation run from its model run comes first (``g2p/additive-bahdanau/seed1`` and
+``ablations of g2p/additive-bahdanau/seed1``); runs logged before 2026-12-07 are named
+``<model run's name>/ablations``."""
+
+
+def ablation_run_name(model_run_name: str) -> str:
+    """The name of the ablation run of a model run named ``model_run_name``:
+    ``ablations of g2p/additive-bahdanau/seed1``."""
+    return f"{ABLATION_RUN_PREFIX}{model_run_name}"
+
+
+def model_name_of_ablation_run(name: str) -> str:
+    """The model run's name an ablation run's name was made from (either form, new or old)."""
+    return name.removeprefix(ABLATION_RUN_PREFIX).removesuffix("/ablations")
 
 
 class Role(StrEnum):
