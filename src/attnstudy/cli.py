@@ -369,6 +369,11 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
             raise UsageError(
                 f"--data applies to a pretrained model (hf:FOLDER); {uri} already names its data"
             )
+        if args.command == "ablate" and args.tsv and not Path(args.tsv).is_file():
+            what = "is a folder" if Path(args.tsv).is_dir() else "no such file"
+            raise UsageError(
+                f"--tsv {args.tsv}: {what}; pass a TSV of source<TAB>target lines (UTF-8)"
+            )
         if args.command == "ablate" and args.tsv and uri.startswith("models:/"):
             raise UsageError(
                 f"--tsv applies to a pretrained model (hf:FOLDER or its runs:/ID); {uri} already "
@@ -380,6 +385,12 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
                     f"{uri}: a pretrained model needs its examples: add --tsv FILE or "
                     "--data EXPERIMENT.toml"
                 )
+            from .hf_folder import HFError, check_folder  # standard library only
+
+            try:
+                check_folder(Path(uri.removeprefix("hf:")).expanduser().resolve())
+            except HFError as err:
+                raise UsageError(str(err)) from None
         else:
             check_model_uri(uri, args.command)  # ConfigError: exit 2
         if args.command == "predict":
@@ -501,6 +512,9 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
             port=args.port,
             app_name=args.app_name,
         )
+    refused = _check_store(args, cfg)  # before torch and mlflow load: a refusal in a second
+    if refused is not None:
+        return refused
     threads = _threads(cfg)
     import torch
 
@@ -619,6 +633,40 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
     raise UsageError(f"unknown command {args.command!r}")
 
 
+def _store_of(args, cfg: ExperimentConfig | None) -> tuple[str | None, float | None, bool] | None:
+    """(tracking URI, timeout, whether the verb may create a SQLite store) of the store a verb
+    opens, as it opens it (None: the default); None when it opens none (``predict`` of a model
+    folder)."""
+    if args.command in ("train", "run") or (args.command == "ablate" and args.data):
+        return cfg.experiment.tracking_uri, cfg.experiment.tracking_timeout, True
+    if args.command == "predict" and Path(args.model_uri).is_dir():
+        return None
+    if args.command in ("predict", "ablate", "report"):
+        create = args.command == "ablate" and args.model_uri.startswith("hf:")
+        return args.tracking_uri, args.tracking_timeout, create
+    return None
+
+
+def _check_store(args, cfg: ExperimentConfig | None) -> int | None:
+    """The verb's store checked without MLflow (:func:`attnstudy.store_check.check_store`):
+    the exit code of a refusal (its line printed: 2 a malformed URI or no store where a reading
+    verb looks, 1 a server that refuses or does not answer), None when it passes."""
+    from .failure_causes import command_line  # standard library only
+    from .store_check import StoreNotFoundError, TrackingError, check_store
+
+    store = _store_of(args, cfg)
+    if store is None:
+        return None
+    uri, timeout, create = store
+    try:
+        check_store(uri, timeout, create=create)
+    except (ConfigError, StoreNotFoundError) as err:
+        return _error_exit(str(err), EXIT_USAGE)
+    except TrackingError as err:
+        return _error_exit(command_line(err), EXIT_FAILED)
+    return None
+
+
 def verdict_overrides(items: list[str]) -> dict[str, float]:
     """``--verdict KEY=VALUE`` items as threshold overrides, each checked against
     :class:`attnstudy.findings.VerdictThresholds` (key known, value a number in its range).
@@ -703,13 +751,20 @@ def _ui(args) -> int:
     proc = None
     try:  # Ctrl-C at any point (imports and store creation included) stops cleanly, the server too
         from .paths import default_tracking_uri
-        from .tracking import Tracker
 
         if ui.port_in_use("127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host, args.port):
             raise UsageError(f"port {args.port} is in use; choose another with --port")
         uri = args.tracking_uri or default_tracking_uri()
         if not uri.startswith("sqlite:"):
             raise UsageError(f"the UI serves a local SQLite store; the tracking URI is {uri}")
+        from .store_check import StoreNotFoundError, check_store
+
+        try:
+            check_store(uri, create=False)  # before mlflow loads
+        except (ConfigError, StoreNotFoundError) as err:
+            raise UsageError(str(err)) from None
+        from .tracking import Tracker
+
         tracker = Tracker(uri, create=False)  # an existing store, checked before the server starts
         exp_id = ui.experiment_link_id(tracker, args.experiment)
         proc = ui.start_server(uri, tracker.artifact_root, host=args.host, port=args.port)

@@ -4,7 +4,7 @@ mlflow only where it belongs, and the store's schema named in one place.
 Layers, bottom to top (a module may import its own layer and those below):
 
     base      attnstudy (the package), config, notices, signals, paths, progress, findings,
-              verdict_roles, outputs, failure_causes
+              verdict_roles, outputs, failure_causes, store_check
     core      data.*, models.*, hf_folder, metrics, devices, training, inference
     analysis  analysis.*  (the catalogue, the ablations, the suite, figures)
     tracking  tracking.*  (client, schema, store, models)
@@ -41,6 +41,7 @@ LAYERS = [
             "attnstudy.verdict_roles",
             "attnstudy.outputs",
             "attnstudy.failure_causes",
+            "attnstudy.store_check",
         ],
     ),
     (

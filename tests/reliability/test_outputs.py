@@ -620,6 +620,7 @@ def test_a_writer_that_lost_the_race_exits_1_in_one_line(fresh_root, tmp_path, m
 
     monkeypatch.setattr(api, "report", raced)
     monkeypatch.setattr(cli, "_store", lambda args: None)
+    monkeypatch.setattr(cli, "_check_store", lambda args, cfg: None)  # no store in fresh_root
     res = run_cli(capfd, ["report", "--study", "0" * 32, "--out", str(rep)], cwd=tmp_path, env={})
     assert res.returncode == 1
     assert res.stderr == (

@@ -77,13 +77,27 @@ def sqlite_database(uri: str) -> Path | None:
     return Path(os.path.abspath(path))
 
 
+TRACKING_DATABASES = ("postgresql", "mysql", "mssql")
+"""Database schemes MLflow opens directly as a tracking store (``postgresql://…``, with or without
+a driver: ``postgresql+psycopg://…``), besides ``sqlite:///PATH`` and an ``http(s)://`` server."""
+
+_TRACKING_FIX = "use sqlite:///PATH/mlflow.db or an http(s)://HOST[:PORT] server"
+
+
 def check_tracking_uri(uri: str) -> str:
-    """The URI if it names a store that persists and can be read with certainty.
+    """The URI if it names a store that persists and can be read with certainty; checked from its
+    text alone (nothing is opened, standard library only), so a mistyped URI is refused before
+    MLflow is imported.
+
+    Read: ``sqlite:///PATH`` (:func:`sqlite_database`), ``http(s)://HOST[:PORT][/PATH]`` and the
+    databases of :data:`TRACKING_DATABASES`.
 
     Raises:
         ConfigError: for an in-memory SQLite store (``sqlite://``, ``sqlite:///:memory:``), whose
-            runs vanish when the process ends, a ``file:`` store (MLflow 3 refuses it without an
-            opt-in), or a SQLite URI :func:`sqlite_database` refuses.
+            runs vanish when the process ends, a ``file:`` store or a bare path (MLflow 3 refuses
+            it without an opt-in), a SQLite URI :func:`sqlite_database` refuses, another scheme,
+            an ``http(s)`` URI without a host, with a port that is no number in 1..65535, or with
+            spaces or control characters (a SQLite path may hold spaces).
     """
     bare = uri.strip()
     if bare.endswith(":memory:"):
@@ -91,13 +105,45 @@ def check_tracking_uri(uri: str) -> str:
             f"tracking URI {uri!r} is an in-memory store: nothing would persist; "
             "use sqlite:///PATH/mlflow.db or an http(s):// server"
         )
-    if bare.startswith("file:") or bare.startswith("/"):
+    if bare.startswith("file:") or bare.startswith("/") or (bare and not _SCHEME.match(bare)):
         raise ConfigError(
             f"tracking URI {uri!r} is a file store, which MLflow 3 does not open by default; "
             "use sqlite:///PATH/mlflow.db or an http(s):// server"
         )
-    sqlite_database(bare)
-    return uri
+    if not bare:
+        raise ConfigError(f"the tracking URI is empty; {_TRACKING_FIX}")
+    scheme = bare.partition(":")[0]
+    if scheme.partition("+")[0] == "sqlite":
+        sqlite_database(bare)
+        return uri
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in bare):
+        raise ConfigError(
+            f"tracking URI {uri!r} holds a space or a control character; {_TRACKING_FIX} "
+            "(percent-encode a space in a path as %20)"
+        )
+    if scheme in ("http", "https"):
+        parts = urllib.parse.urlsplit(bare)
+        try:
+            port = parts.port
+        except ValueError:
+            port = 0
+        if not parts.hostname or port == 0 or not bare.startswith(f"{scheme}://"):
+            what = (
+                "names no host"
+                if not parts.hostname
+                else "has a port that is no number in 1..65535"
+            )
+            raise ConfigError(f"tracking URI {uri!r} {what}; {_TRACKING_FIX}")
+        return uri
+    if scheme.partition("+")[0] in TRACKING_DATABASES:
+        return uri
+    rest = bare.partition(":")[2]
+    hint = f" (a server: http://{bare})" if rest.partition("/")[0].isdigit() else ""
+    raise ConfigError(
+        f"tracking URI {uri!r}: the {scheme!r} scheme names no tracking store attnstudy "
+        f"reads{hint}; {_TRACKING_FIX}, or a database URI "
+        f"({', '.join(s + '://' for s in TRACKING_DATABASES)})"
+    )
 
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,255}$")
