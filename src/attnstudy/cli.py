@@ -23,7 +23,13 @@ from pydantic import ValidationError
 
 from . import server_app  # standard library only: the database check's bound
 from .analysis.catalogue import AblationConfig, list_ablations
-from .config import ConfigError, check_model_uri, check_tracking_uri, describe_error
+from .config import (
+    ConfigError,
+    check_model_uri,
+    check_tracking_uri,
+    describe_error,
+    sqlite_database,
+)
 from .experiment import ExperimentConfig, load_experiment
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -211,8 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--ui-url",
         metavar="URL",
         help="the MLflow UI the report links to (default: $ATTNSTUDY_UI_URL, else the "
-        "--tracking-uri when it is an http(s) server, else http://127.0.0.1:5000, what "
-        "`attnstudy ui` serves)",
+        "--tracking-uri when it is an http(s) server, else the address `attnstudy ui` last "
+        "served the store at, its --port included, else http://127.0.0.1:5000)",
     )
     sp.add_argument(
         "--verdict",
@@ -769,6 +775,7 @@ def _ui(args) -> int:
         exp_id = ui.experiment_link_id(tracker, args.experiment)
         proc = ui.start_server(uri, tracker.artifact_root, host=args.host, port=args.port)
         base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
+        ui.record_address(sqlite_database(uri), base)  # where the report's links point
         print(f"MLflow UI: {ui.runs_view_url(base, exp_id)}", flush=True)  # before it answers
         print(f"press Ctrl-C to stop; {ui.STARTING}", flush=True)
         ui.wait_healthy(base, 90, proc)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -233,3 +234,34 @@ def runs_view_url(base_url: str, experiment_id: str | None) -> str:
     if experiment_id is None:
         return f"{base_url}/#/experiments?{TRAINING_VIEW_QUERY}"
     return f"{base_url}/#/experiments/{experiment_id}/runs?{RUNS_VIEW_QUERY}"
+
+
+UI_ADDRESS_FILE = "ui-address"
+"""Beside a SQLite store's database: the address ``attnstudy ui`` last served that store at
+(``http://HOST:PORT``, one line), so a report built from the store links to the port the UI runs
+on (:func:`recorded_address`; ``attnstudy report --ui-url`` and ``$ATTNSTUDY_UI_URL`` win)."""
+
+_ADDRESS = re.compile(r"^https?://[^\s/#?]+$")
+
+
+def record_address(database: Path, base_url: str) -> None:
+    """Write ``base_url`` into :data:`UI_ADDRESS_FILE` beside ``database`` (atomically: a
+    temporary file renamed over it). A store that cannot be written keeps no record: the report
+    then links to the default address."""
+    target = database.parent / UI_ADDRESS_FILE
+    tmp = target.with_name(f".{UI_ADDRESS_FILE}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(base_url + "\n", encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def recorded_address(database: Path) -> str | None:
+    """The address :func:`record_address` wrote beside ``database``, or None when there is none
+    (or it is not one ``http(s)://HOST:PORT`` line, or cannot be read)."""
+    try:
+        text = (database.parent / UI_ADDRESS_FILE).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if _ADDRESS.match(text) else None

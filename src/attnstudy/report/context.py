@@ -47,7 +47,9 @@ def ui_base_url(ui_url: str | None = None, tracking_uri: str | None = None) -> s
 
     In order: ``ui_url`` (``--ui-url``), ``$ATTNSTUDY_UI_URL``, the tracking URI when it is an
     http(s) tracking server (``attnstudy server`` / ``mlflow server`` serve the UI at the same
-    address), else http://127.0.0.1:5000 (what ``attnstudy ui`` serves for a local SQLite store).
+    address), for a SQLite store the address ``attnstudy ui`` last served it at (its port:
+    :func:`attnstudy.ui.recorded_address`), else http://127.0.0.1:5000 (``attnstudy ui``'s
+    default).
 
     Args:
         ui_url: an explicit UI address, or None.
@@ -59,7 +61,16 @@ def ui_base_url(ui_url: str | None = None, tracking_uri: str | None = None) -> s
     server = (
         tracking_uri if tracking_uri and tracking_uri.startswith(("http://", "https://")) else None
     )
-    return (ui_url or os.environ.get("ATTNSTUDY_UI_URL") or server or DEFAULT_UI_URL).rstrip("/")
+    served = None
+    if not (ui_url or os.environ.get("ATTNSTUDY_UI_URL") or server) and tracking_uri:
+        from ..config import sqlite_database
+        from ..ui import recorded_address
+
+        database = sqlite_database(tracking_uri)
+        served = recorded_address(database) if database is not None else None
+    return (
+        ui_url or os.environ.get("ATTNSTUDY_UI_URL") or server or served or DEFAULT_UI_URL
+    ).rstrip("/")
 
 
 class Links:
