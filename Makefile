@@ -99,6 +99,7 @@ lint: setup
 # from experiments/results/*.csv
 docs: setup
 	$(PY) -m attnstudy.analysis.catalogue_docs docs/design.md README.md
+	$(PY) -m attnstudy.cli_docs docs/usage.md
 	$(PY) -m attnstudy.results docs/findings.md docs/benchmarks.md docs/nt-greek-english.md docs/own-model.md experiments/results
 
 clean:

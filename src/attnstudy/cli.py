@@ -121,9 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--executor",
         choices=["local", "ray"],
         default="local",
-        help="where the trainings and ablations run: local (this process, one after another; the "
-        "default) or ray (one task per variant and seed on a Ray cluster; needs an http(s) "
-        "tracking server and the [distributed] extra)",
+        help="where the trainings and ablations run: local (the default: worker processes on this "
+        "machine, side by side, one per core unless experiment.workers says otherwise; "
+        "experiment.workers = 1: this process, one model after another) or ray (one task per "
+        "variant and seed on a Ray cluster; needs an http(s) tracking server and the "
+        "[distributed] extra)",
     )
     sp.add_argument(
         "--ray-address",

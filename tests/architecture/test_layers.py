@@ -67,6 +67,7 @@ LAYERS = [
             "attnstudy.experiment",
             "attnstudy.api",
             "attnstudy.cli",
+            "attnstudy.cli_docs",
             "attnstudy.report",
             "attnstudy.report.*",
             "attnstudy.templating",
