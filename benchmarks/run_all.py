@@ -38,12 +38,13 @@ BENCHMARKS = [
     "records",
 ]
 """Script names (``benchmarks/bench_<name>.py``), in the order they are listed and run."""
-OPT_IN = ["long", "attribution", "study"]
+OPT_IN = ["long", "attribution", "study", "figure_memory"]
 """Benchmarks run only when named in ``--only`` (``long``: the battery on one example of up to
 1,000 tokens, about 15 minutes on its own; ``attribution``: integrated gradients against gradient ×
 input, and the attribution methods on one example of 1,000 tokens; ``study``: the quickstart study
-with one worker and with two, and where its time goes, about 8 minutes on an idle 2-core machine)."""
-NO_MODELS = {"study", "records"}
+with one worker and with two, and where its time goes, about 8 minutes on an idle 2-core machine;
+``figure_memory``: resident memory over 500 saves of the heatmaps figure, about 3 minutes)."""
+NO_MODELS = {"study", "records", "figure_memory"}
 """Benchmarks that train their own models or need none (run_all prepares no shared benchmark
 models for them)."""
 ALONE = {"flops"}
