@@ -100,7 +100,7 @@ lint: setup
 docs: setup
 	$(PY) -m attnstudy.analysis.catalogue_docs docs/design.md README.md
 	$(PY) -m attnstudy.cli_docs docs/usage.md
-	$(PY) -m attnstudy.results docs/findings.md docs/benchmarks.md docs/nt-greek-english.md docs/own-model.md experiments/results
+	$(PY) -m attnstudy.results docs/findings.md docs/benchmarks.md docs/nt-greek-english.md docs/own-model.md README.md experiments/quickstart.toml experiments/results
 
 clean:
 	rm -rf $(VENV) reports

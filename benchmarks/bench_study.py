@@ -63,6 +63,10 @@ def _cpu_children() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _user_children() -> float:
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+
+
 def run_study(experiment: Path, sets: list[str], workers: int, root: Path) -> dict:
     """One ``attnstudy run`` with ``workers`` local workers in a fresh project ``root``.
 
@@ -78,13 +82,14 @@ def run_study(experiment: Path, sets: list[str], workers: int, root: Path) -> di
     cmd += [str(experiment), "--quiet", "--set", f"experiment.workers={workers}"]
     for s in sets:
         cmd += ["--set", s]
-    before, cpu0 = _load(), _cpu_children()
+    before, cpu0, user0 = _load(), _cpu_children(), _user_children()
     launched, t0 = time.time(), time.perf_counter()
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     return {
         "wall": wall,
         "cpu": _cpu_children() - cpu0,
+        "user cpu": _user_children() - user0,
         "launched": launched,
         "exited": launched + wall,
         "load before": before,
@@ -102,6 +107,7 @@ def profile(root: Path, run: dict) -> tuple[dict, list[dict], dict[str, float]]:
         per ablation summed over the models).
     """
     from attnstudy.tracking import Kind, Tag, Tracker
+    from attnstudy.tracking.schema import model_name_of_ablation_run
 
     tracker = Tracker(f"sqlite:///{root / 'mlruns' / 'mlflow.db'}", create=False)
     runs = [
@@ -120,7 +126,7 @@ def profile(root: Path, run: dict) -> tuple[dict, list[dict], dict[str, float]]:
     for r in runs:
         if kind[r.info.run_id] not in (Kind.MODEL, Kind.ABLATION):
             continue
-        m, name = r.data.metrics, r.info.run_name.removesuffix("/ablations")
+        m, name = r.data.metrics, model_name_of_ablation_run(r.info.run_name)
         row = rows.setdefault(name, dict.fromkeys(MODEL_COLUMNS, float("nan")) | {"model": name})
         if kind[r.info.run_id] == Kind.MODEL:
             row["training s"] = m.get("train/seconds", float("nan"))
@@ -152,6 +158,36 @@ def _sum(rows: list[dict], column: str) -> float:
     return sum(r[column] for r in rows if r[column] == r[column])  # NaN: no such run
 
 
+def record(path: Path, run: dict, models: int) -> None:
+    """Write the quickstart's time record (``attnstudy.results.QUICKSTART_TIME``, one row) from
+    one study run; ``make docs`` then quotes it in README, docs/benchmarks.md and
+    ``experiments/quickstart.toml``."""
+    import csv
+    import datetime as dt
+
+    from attnstudy.paths import git_commit
+
+    row = {
+        "date": dt.date.today().isoformat(),
+        "machine": f"{os.cpu_count()}-core machine ({common.cpu_model()})",
+        "load at start": run["load before"].split()[0],
+        "code": git_commit()[:7],
+        "command": "make run",
+        "set-up": "the virtual environment already set up",
+        "models": str(models),
+        "wall s": f"{run['wall']:.0f}",
+        "user CPU s": f"{run['user cpu']:.0f}",
+        "source": "benchmarks/bench_study.py --record: attnstudy run experiments/quickstart.toml "
+        f"--set experiment.workers={run['workers']} in a fresh store (what make run runs once "
+        "set up)",
+    }
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(row))
+        writer.writeheader()
+        writer.writerow(row)
+    print(f"record: {path} (run make docs to quote it)", flush=True)
+
+
 def main(argv=None) -> dict:
     p = common.parser(__doc__.splitlines()[0])
     p.add_argument("--workers", default="1,2", help="comma-separated worker counts (default 1,2)")
@@ -160,6 +196,13 @@ def main(argv=None) -> dict:
         default=None,
         help="a new folder to keep the studies' project roots (stores, reports) in (default: a "
         "temporary folder, removed)",
+    )
+    p.add_argument(
+        "--record",
+        default=None,
+        metavar="CSV",
+        help="write the quickstart's time record (experiments/results/quickstart-time.csv) from "
+        "the run with the first --workers count; run it on an idle machine, then make docs",
     )
     args = p.parse_args(argv)
     common.setup(args)
@@ -176,9 +219,11 @@ def main(argv=None) -> dict:
             if run["rc"] != 0:
                 print(run["stderr"], file=sys.stderr)
                 raise SystemExit(f"the study with {n} worker(s) failed (exit {run['rc']})")
-            results[n] = run
+            results[n] = run | {"workers": n}
             phases[n], models[n], ablations[n] = profile(Path(tmp) / f"workers{n}", run)
     base = counts[0]
+    if args.record:
+        record(Path(args.record), results[base], len(models[base]))
     summary = [
         {
             "workers": n,

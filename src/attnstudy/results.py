@@ -10,7 +10,9 @@ between ``<!-- results:<file>.csv:begin -->`` and ``<!-- results:<file>.csv:end 
 files as Markdown tables (``<file>.csv[col1,col2,…]`` names the columns to show, in order),
 rewritten by ``make docs`` (:func:`update_docs`) and checked by the tests, so every number of the
 published findings and results comes from a table that ``attnstudy report`` rebuilds from the
-store.
+store. The quickstart's time is one record, ``quickstart-time.csv``, quoted by a
+``quickstart-time`` block (:func:`render_time_blocks`) in README, docs/benchmarks.md and
+``experiments/quickstart.toml``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -141,11 +144,76 @@ def render_blocks(text: str, results_dir: str | Path) -> str:
     return MARKER.sub(block, text)
 
 
+QUICKSTART_TIME = "quickstart-time.csv"
+"""The one record of the quickstart's time, in the results folder (written by
+``benchmarks/bench_study.py --record``): README, ``experiments/quickstart.toml`` and
+docs/benchmarks.md quote it through a ``quickstart-time`` block (:func:`render_time_blocks`), so
+there is one time, from one measurement."""
+
+TIME_BLOCK = re.compile(
+    r"^(?P<lead>(?:<!--|#) )quickstart-time:begin(?P<tail>[^\n]*)\n"
+    r"(?P<body>.*?)"
+    r"^(?P=lead)quickstart-time:end(?P<close>[^\n]*)$",
+    re.S | re.M,
+)
+"""A generated quickstart-time block: between ``<!-- quickstart-time:begin … -->`` and
+``<!-- quickstart-time:end -->`` in Markdown, between ``# quickstart-time:begin …`` and
+``# quickstart-time:end`` comment lines in TOML (its lines then start with ``# ``)."""
+
+
+def duration(seconds: float) -> str:
+    """Seconds as the docs write a duration: ``148`` → ``2 min 28 s``, ``42`` → ``42 s``."""
+    total = round(seconds)
+    minutes, rest = divmod(total, 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
+
+
+def quickstart_time(row: dict[str, str]) -> str:
+    """The sentence that quotes the quickstart's time from its record (a row of
+    :data:`QUICKSTART_TIME`: ``date``, ``machine``, ``load at start``, ``code``, ``command``,
+    ``set-up``, ``models``, ``wall s``, ``user CPU s``, ``source``)."""
+    return (
+        f"`{row['command']}` took **{duration(float(row['wall s']))}** on an idle "
+        f"{row['machine']}, {row['set-up']} ({row['date']}, code {row['code']}, load "
+        f"{row['load at start']} at its start; {duration(float(row['user CPU s']))} of user CPU "
+        f"over all cores): {row['models']} models trained and ablated, then the report."
+    )
+
+
+def render_time_blocks(text: str, results_dir: str | Path) -> str:
+    """``text`` with every quickstart-time block (:data:`TIME_BLOCK`) rewritten from the record
+    ``results_dir/quickstart-time.csv``; text without such a block is returned as it is.
+
+    Raises:
+        FileNotFoundError: a block is there but the record is not.
+        ValueError: the record does not hold exactly one row.
+    """
+    if not TIME_BLOCK.search(text):
+        return text
+    rows = read_rows(Path(results_dir) / QUICKSTART_TIME)
+    if len(rows) != 1:
+        raise ValueError(f"{QUICKSTART_TIME} holds {len(rows)} rows; the quickstart has one time")
+    sentence = quickstart_time(rows[0])
+
+    def block(m: re.Match) -> str:
+        lead = m["lead"]
+        if lead.startswith("#"):  # a TOML comment: plain text, wrapped, each line a comment
+            plain = sentence.replace("**", "")
+            body = textwrap.fill(plain, width=100, initial_indent="# ", subsequent_indent="# ")
+        else:
+            body = sentence
+        return (
+            f"{lead}quickstart-time:begin{m['tail']}\n{body}\n{lead}quickstart-time:end{m['close']}"
+        )
+
+    return TIME_BLOCK.sub(block, text)
+
+
 def update_docs(path: str | Path, results_dir: str | Path) -> bool:
     """Rewrite ``path``'s results blocks from ``results_dir``; True if it changed."""
     p = Path(path)
     old = p.read_text(encoding="utf-8")
-    new = render_blocks(old, results_dir)
+    new = render_time_blocks(render_blocks(old, results_dir), results_dir)
     if new != old:
         p.write_text(new, encoding="utf-8")
     return new != old
@@ -154,7 +222,7 @@ def update_docs(path: str | Path, results_dir: str | Path) -> bool:
 if __name__ == "__main__":  # make docs
     import sys
 
-    *documents, folder = sys.argv[1:]  # python -m attnstudy.results DOC.md [DOC.md …] RESULTS_DIR
+    *documents, folder = sys.argv[1:]  # python -m attnstudy.results DOC [DOC …] RESULTS_DIR
     for doc in documents:
         if update_docs(doc, folder):
             print(f"updated {doc}")
