@@ -32,11 +32,11 @@ def run_cli(*args, cwd=None, env=None):
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         (
             ["train", "experiments/tiny.toml", "--set", "model.attention=bahdanau_attn"],
-            "model.attention: unknown value 'bahdanau_attn'",
+            "model.attention: unknown attention score 'bahdanau_attn'; valid: 'additive', 'dot'",
         ),
         (
             ["train", "experiments/tiny.toml", "--set", "models.1.model.attention=luong_dot"],
-            "unknown value 'luong_dot'",
+            "models[1]: model.attention: unknown attention score 'luong_dot'; valid: ",
         ),
         (["train", "experiments/tiny.toml", "--set", "training.epochs=-1"], "training.epochs"),
         (["train", "experiments/tiny.toml", "--set", "model.hiden=3"], "unknown key 'model.hiden'"),

@@ -27,6 +27,15 @@ def test_a_boolean_is_shown_as_typed(capsys):
     assert err[0].endswith("(got true)"), err
 
 
+def test_a_value_the_message_quotes_is_not_repeated(capsys):
+    """``--set model.attention=luong_dot`` ended "…; valid: 'additive', … 'none' (got 'luong_dot')":
+    the value said twice, once after the list."""
+    code, err = error_line(capsys, "run", str(TINY), "--set", "model.attention=luong_dot")
+    assert code == cli.EXIT_USAGE and len(err) == 1
+    assert err[0].count("'luong_dot'") == 1, err
+    assert err[0].endswith("'uniform', 'none'"), err
+
+
 def test_the_examples_folder_is_named_where_it_is(tmp_path, monkeypatch, capsys):
     """From outside the repository "(see experiments/ for examples)" named no folder."""
     monkeypatch.chdir(tmp_path)

@@ -70,8 +70,11 @@ def _describe(err: ValidationError, prefix: str = "") -> str:
     given = e.get("input")
     if e["type"] in ("literal_error", "enum"):
         return f"{loc}: unknown value {given!r}; {msg[0].lower() + msg[1:]}"
+    quoted = isinstance(given, str) and repr(given) in msg  # the message names it already
     return f"{loc}: {msg}" + (
-        f" (got {_as_typed(given)})" if not isinstance(given, dict) and given is not None else ""
+        f" (got {_as_typed(given)})"
+        if not isinstance(given, dict) and given is not None and not quoted
+        else ""
     )
 
 
