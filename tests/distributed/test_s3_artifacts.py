@@ -345,10 +345,11 @@ def test_a_training_interrupted_on_one_node_resumes_from_the_bucket_on_another(
 def test_the_resume_note_says_where_a_training_resumes(monkeypatch, capfd, tmp_path, shared):
     """Every ``--resume`` on a cluster said that a training resumes only on the node
     that holds its checkpoint, also with ``ATTNSTUDY_CHECKPOINT_URI`` set (it resumed on the
-    head, from the bucket). The note now follows the variable; the study itself is stubbed."""
+    head, from the bucket). The note now follows the variable; the study itself is stubbed, and
+    so is the tracking server's health check that comes before it (no server listens here)."""
     from cli_in_process import run_cli
 
-    from attnstudy import api, distributed
+    from attnstudy import api, distributed, store_check
     from attnstudy.config import ConfigError
 
     class Executor:  # no Ray: the note comes before the study
@@ -358,6 +359,10 @@ def test_the_resume_note_says_where_a_training_resumes(monkeypatch, capfd, tmp_p
     def stop(*args, **kwargs):
         raise ConfigError("stopped before the study")
 
+    def healthy(uri, timeout):
+        assert uri == "http://127.0.0.1:5000"
+
+    monkeypatch.setattr(store_check, "check_server", healthy)
     monkeypatch.setattr(distributed, "RayExecutor", Executor)
     monkeypatch.setattr(api, "run", stop)
     tiny = Path(__file__).parents[2] / "experiments" / "tiny.toml"
