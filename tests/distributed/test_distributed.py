@@ -285,6 +285,7 @@ def test_a_ray_ablation_task_uses_the_experiments_verdict_thresholds(monkeypatch
     """Ray studies tagged their ablation runs' verdicts with the default thresholds, the local
     executor with the experiment's [report.verdict]."""
     import contextlib
+    import types
 
     from attnstudy import ablation_runs, distributed, model_runs
     from attnstudy.findings import VerdictThresholds
@@ -292,8 +293,8 @@ def test_a_ray_ablation_task_uses_the_experiments_verdict_thresholds(monkeypatch
     seen = {}
 
     @contextlib.contextmanager
-    def worker(job):
-        yield None, "tracker"
+    def worker(job):  # the task's progress line names the spec's model
+        yield types.SimpleNamespace(name="copy additive-bahdanau"), "tracker"
 
     def ablate_run(model_run_id, loaded, cfg, tracker, **kw):
         seen.update(kw)
