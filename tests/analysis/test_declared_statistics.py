@@ -3,7 +3,8 @@
 ``ablation/<name>/<stat>``, or its count ``<stat>_n_undefined`` equal to the rows it had to
 analyse (every one undefined) — on each path that builds a summary: :func:`run_suite`, an ad-hoc
 ``ablate`` (:func:`attnstudy.api.ablate`, the run logged to MLflow) and a study
-(:func:`attnstudy.api.run`), every entry with every ranking, method and step score enabled, on
+(:func:`attnstudy.api.run`), every entry with every ranking, method and step score enabled (and
+faithfulness' opt-in soft erasure), on
 three copy-task examples.
 
 A declared column the ablation did not write and a value that is ±inf were left out of the summary
@@ -44,7 +45,8 @@ N_EXAMPLES = 3
 
 def every_option(names) -> dict:
     """Each ablation's settings with everything that adds statistics enabled (every ranking,
-    method and step score) and small sizes (the checks are about keys, not numbers)."""
+    method and step score, faithfulness' soft erasure) and small sizes (the checks are about
+    keys, not numbers)."""
     scores = [s for s in list_step_scores() if s not in ("tvd", "flip")]
     small = {
         "permutation": {"n": 4},
@@ -53,7 +55,7 @@ def every_option(names) -> dict:
         "integrated_gradients": {"n_steps": 4},
         "attribution_agreement": {"integrated_gradients": {"n_steps": 4}},
         "attribution_alignment": {"integrated_gradients": {"n_steps": 4}},
-        "faithfulness": {"n_random": 2},
+        "faithfulness": {"n_random": 2, "soft_draws": 1},  # soft_* statistics with soft_draws
         "contrastive": {"n": 4},
     }
     out = {}
