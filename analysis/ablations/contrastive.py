@@ -364,8 +364,9 @@ def contrast_foils(model, batch: PreparedBatch, params: ContrastiveParams) -> tu
         )
     vocab = batch.tgt_vocab
     b_size, t_y = tr.tgt_out.shape
-    foil = torch.full((b_size, t_y), -1, dtype=torch.long)
-    unused = torch.zeros(b_size, dtype=torch.long)
+    # filled row by row on the host, moved to the model's device once at the end
+    foil = torch.full((b_size, t_y), -1, dtype=torch.long, device="cpu")
+    unused = torch.zeros(b_size, dtype=torch.long, device="cpu")
     n_steps = tr.step_mask.sum(1).cpu()
     for b, ex_id in enumerate(ids):
         tokens = contrast_tokens(model, sequences[ex_id], params.contrast_tokenization)
@@ -385,7 +386,7 @@ def contrast_foils(model, batch: PreparedBatch, params: ContrastiveParams) -> tu
             )
         c = [vocab.stoi[t] for t in tokens] + [EOS_ID]
         k = min(len(c), t_y)
-        foil[b, :k] = torch.tensor(c[:k], dtype=torch.long)
+        foil[b, :k] = torch.tensor(c[:k], dtype=torch.long, device="cpu")
         unused[b] = max(0, len(c) - int(n_steps[b]))
     device = tr.tgt_out.device
     foil = foil.to(device).masked_fill(~tr.step_mask, -1)

@@ -503,22 +503,31 @@ def random_scores(tr, n_random: int, seed: int, example_ids) -> Tensor:
         float64 (n_random, B, T_y, T_x); 0 at padding and padding steps.
     """
     b, t_y, t_x = tr.tgt_in.size(0), tr.tgt_in.size(1), tr.src.size(1)
-    out = torch.zeros(n_random, b, t_y, t_x, dtype=torch.float64)
+    out = np.zeros((n_random, b, t_y, t_x), dtype=np.float64)  # filled on the host, moved once
     bs, ts = tr.step_mask.cpu().nonzero(as_tuple=True)
-    if bs.numel() == 0:
-        return out.to(tr.src.device)
-    n = tr.src_lengths.cpu()[bs].numpy()
-    keys = CounterStreams(seed, example_ids, SPEC.name).keys(bs.tolist(), ts.tolist())
-    flat = words(keys, n_random * n)  # each step's words, concatenated
-    start = 0
-    for bb, tt, k in zip(bs.tolist(), ts.tolist(), n.tolist()):
-        w = flat[start : start + n_random * k].reshape(n_random, k).astype(np.float64)
-        out[:, bb, tt, :k] = torch.from_numpy(1.0 - w * 2.0**-32)
-        start += n_random * k
-    return out.to(tr.src.device)
+    if bs.numel() > 0:
+        n = tr.src_lengths.cpu()[bs].numpy()
+        keys = CounterStreams(seed, example_ids, SPEC.name).keys(bs.tolist(), ts.tolist())
+        flat = words(keys, n_random * n)  # each step's words, concatenated
+        start = 0
+        for bb, tt, k in zip(bs.tolist(), ts.tolist(), n.tolist()):
+            w = flat[start : start + n_random * k].reshape(n_random, k).astype(np.float64)
+            out[:, bb, tt, :k] = 1.0 - w * 2.0**-32
+            start += n_random * k
+    return torch.from_numpy(out).to(tr.src.device)
 
 
-def soft_words(seed: int, example_ids, rows, step: int, n: int, dim: int, draws: int) -> Tensor:
+def soft_words(
+    seed: int,
+    example_ids,
+    rows,
+    step: int,
+    n: int,
+    dim: int,
+    draws: int,
+    *,
+    device: torch.device | str = "cpu",
+) -> Tensor:
     """The 32-bit words behind the soft masks of one step of some batch rows: word
     ((d · 2 + m) · n + j) · dim + e of the step's ``"faithfulness_soft"`` stream decides element e
     of source token j's embedding in draw d, criterion m (0 comprehensiveness, 1 sufficiency):
@@ -526,11 +535,11 @@ def soft_words(seed: int, example_ids, rows, step: int, n: int, dim: int, draws:
     (common random numbers), and the first draws do not depend on ``draws``.
 
     Returns:
-        int64 (len(rows), draws, 2, n, dim).
+        int64 (len(rows), draws, 2, n, dim) on ``device`` (the same words on every device).
     """
     keys = CounterStreams(seed, example_ids, SOFT_PURPOSE).keys(list(rows), [step] * len(rows))
     w = words(keys, draws * 2 * n * dim).reshape(len(rows), draws, 2, n, dim)
-    return torch.from_numpy(w.astype(np.int64))
+    return torch.from_numpy(w.astype(np.int64)).to(device)
 
 
 def soft_drops(
@@ -589,7 +598,7 @@ def soft_drops(
             groups.setdefault((int(tr.src_lengths[bb]), tt), []).append(bb)
         for (n, t), members in groups.items():
             rows = torch.tensor(members, device=dev)
-            w = soft_words(seed, ids, members, t, n, dim, draws).to(dev)  # (G, D, 2, n, E)
+            w = soft_words(seed, ids, members, t, n, dim, draws, device=dev)  # (G, D, 2, n, E)
             keep = q[:, rows, t, :n]  # (O, G, n)
             # thresholds q · 2³² (q = 1: every word is below; q = 0: none)
             thresh = torch.stack([1.0 - keep, keep], 2) * 2.0**32  # (O, G, 2, n)
@@ -624,7 +633,7 @@ def reference_soft_drops(model, batch: PreparedBatch, q: Tensor, draws: int, see
     """
     tr = batch.trace
     o, b, t_y, _ = q.shape
-    out = torch.full((2, o, b, t_y), math.nan, dtype=torch.float64)
+    out = torch.full((2, o, b, t_y), math.nan, dtype=torch.float64, device=tr.src.device)
     with eval_mode(model), torch.no_grad():
         for i in range(b):
             n = int(tr.src_lengths[i])
@@ -640,14 +649,16 @@ def reference_soft_drops(model, batch: PreparedBatch, q: Tensor, draws: int, see
                 s0 = 1.0 - max(0.0, p - p0)
                 if 1.0 - s0 < SOFT_MIN_DROP:
                     continue
-                w = soft_words(seed, batch.example_ids, [i], t, n, emb.size(-1), draws)[0]
+                w = soft_words(
+                    seed, batch.example_ids, [i], t, n, emb.size(-1), draws, device=emb.device
+                )[0]
                 for k in range(o):
                     soft_c, soft_s = 0.0, 0.0
                     for d in range(draws):
                         for m in range(2):
                             keep = q[k, i, t, :n].double()
                             keep = 1.0 - keep if m == 0 else keep
-                            mask = torch.empty(n, emb.size(-1))
+                            mask = torch.empty(n, emb.size(-1), device=emb.device)
                             for j in range(n):
                                 for e in range(emb.size(-1)):
                                     mask[j, e] = float(w[d, m, j, e] < keep[j] * 2.0**32)

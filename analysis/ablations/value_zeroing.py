@@ -234,7 +234,7 @@ def reference_scores(model, batch: PreparedBatch, score: str = "tvd") -> Tensor:
     tr = batch.trace
     fn = get_step_score(score).fn
     b, t_y, t_x = tr.src.size(0), tr.tgt_in.size(1), tr.src.size(1)
-    out = torch.full((b, t_y, t_x), math.nan, dtype=torch.float64)
+    out = torch.full((b, t_y, t_x), math.nan, dtype=torch.float64, device=tr.src.device)
     with eval_mode(model), torch.no_grad():
         for i in range(b):
             one = sub_trace(tr, torch.tensor([i], device=tr.src.device))
