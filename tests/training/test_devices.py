@@ -194,14 +194,21 @@ def explicit_devices():
 def test_the_whole_battery_keeps_every_tensor_on_the_models_device(
     attention, flow, explicit_devices
 ):
+    from attnstudy.analysis.catalogue import get_ablation, list_ablations
     from attnstudy.analysis.suite import run_suite
 
     inputs = _whole_battery(attention, flow)  # built outside: only the battery is checked
     with explicit_devices():
         result = run_suite(*inputs, progress=False)
-    # only what the family cannot do is skipped: self-attention rollout on a recurrent encoder
-    expected = set() if flow == "transformer" else {"rollout"}
+    # only what the family cannot do is skipped: on a recurrent encoder the catalogue's entries
+    # that require self-attention (rollout, ALTI+), for that reason
+    needs_self_attention = {
+        n for n in list_ablations() if "self_attention" in get_ablation(n).requires
+    }
+    assert {"rollout", "alti_plus"} <= needs_self_attention
+    expected = set() if flow == "transformer" else needs_self_attention
     assert set(result.skipped) == expected, result.skipped
+    assert all("lacks self_attention" in why for why in result.skipped.values()), result.skipped
     assert result.table["permutation_median_tvd"].notna().any()
     assert all(math.isfinite(v) for v in result.summary.values())
 
