@@ -162,13 +162,14 @@ def tracker(root: Path):
 def metric_histories(
     root: Path, run_id: str, exclude: tuple[str, ...] = ("train/seconds", "train/cpu_seconds")
 ) -> dict:
-    """metric key → [(step, value), …] sorted by step."""
+    """metric key → [(step, value), …] sorted by step; timing metrics (``exclude``) and the
+    clock-driven ``progress/`` and ``system/`` samples (logged every N seconds) left out."""
     t = tracker(root)
     keys = t.get_run(run_id).metrics
     return {
         k: sorted((m.step, m.value) for m in t.client.get_metric_history(run_id, k))
         for k in keys
-        if k not in exclude
+        if k not in exclude and not k.startswith(("progress/", "system/"))
     }
 
 
