@@ -237,7 +237,8 @@ class Recorder:
                 ex.id in self.records or len(self.records) < self.max_records
             ):
                 self.records[ex.id] = _record(batch, i, ex, captured)
-            if batch.prefix == "reference" and ex.alignment is not None:
+            # only for a recorded example: one map per example analysed would grow with them
+            if batch.prefix == "reference" and ex.alignment is not None and ex.id in self.records:
                 n = int(tr.src_lengths[i])
                 steps = tr.step_mask[i].nonzero()[:, 0]
                 att = tr.attention[i][:, steps, :n]  # (H, T, n)

@@ -166,3 +166,133 @@ def gold_mass_by_offset(
     if not counts:
         return {}
     return {k: (np.array(v), np.array(counts)) for k, v in sums.items()}
+
+
+# ----------------------------------------------------------------------------- from the file
+
+CHUNK_EXAMPLES = 256
+"""Examples whose per-step rows are read at once from a streamed step table (the memory of the
+pages of an ablation run is that of this many examples' rows, whatever their number)."""
+BATCH_ROWS = 4096
+"""Rows of a step table's file decoded at a time when it is scanned."""
+
+
+def _group_keys(columns) -> list[str]:
+    return ["example_id", "layer"] + (["head"] if "head" in columns else [])
+
+
+def _null_ints(parquet_file) -> set[str]:
+    """The integer columns of a Parquet file that have a null somewhere (a whole-file read makes
+    them float; a part without nulls would be int)."""
+    import pyarrow as pa
+
+    meta = parquet_file.metadata
+    nulls: set[str] = set()
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            col = group.column(c)
+            stats = col.statistics
+            if stats is None or not stats.has_null_count or stats.null_count > 0:
+                nulls.add(col.path_in_schema)
+    schema = parquet_file.schema_arrow
+    return {f.name for f in schema if pa.types.is_integer(f.type) and f.name in nulls}
+
+
+def _to_pandas(table, parquet_file) -> pd.DataFrame:
+    """``table.to_pandas()`` with the dtypes a read of the whole file gives (:func:`_null_ints`
+    as float)."""
+    import pyarrow as pa
+
+    for name in _null_ints(parquet_file) & set(table.column_names):
+        i = table.column_names.index(name)
+        table = table.set_column(i, name, table.column(i).cast(pa.float64()))
+    return table.to_pandas()
+
+
+def steps_of_examples(path, example_ids, columns=None) -> pd.DataFrame:
+    """The rows of a streamed per-step table (a Parquet file) whose ``example_id`` is one of
+    ``example_ids``, in the file's order, with the dtypes a whole-file read gives. The file is
+    decoded :data:`BATCH_ROWS` rows at a time and filtered as it is read: only those rows and one
+    batch are ever held.
+
+    Args:
+        path: the suite's ``steps.parquet``.
+        example_ids: the examples wanted.
+        columns: the columns to read (default: all; ``example_id`` is always read).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    source = pq.ParquetFile(path)
+    schema = source.schema_arrow.remove_metadata()
+    if columns is not None:
+        columns = list(dict.fromkeys(["example_id", *columns]))
+        schema = pa.schema([schema.field(c) for c in columns])
+    wanted = pa.array(list(dict.fromkeys(example_ids)), schema.field("example_id").type)
+    kept = []
+    for batch in source.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+        rows = batch.filter(pc.is_in(batch.column("example_id"), value_set=wanted))
+        if rows.num_rows:
+            kept.append(rows)
+    return _to_pandas(pa.Table.from_batches(kept, schema=schema), source)
+
+
+def per_example_summary_file(
+    path,
+    examples: pd.DataFrame | None = None,
+    analysis_prefix: str | None = None,
+    chunk_examples: int = CHUNK_EXAMPLES,
+) -> pd.DataFrame:
+    """:func:`per_example_summary` of a streamed per-step table (a Parquet file), read
+    ``chunk_examples`` examples at a time (:func:`steps_of_examples`): the same frame — rows,
+    order, columns, dtypes — as ``per_example_summary(pd.read_parquet(path), examples,
+    analysis_prefix)``, with the memory of one chunk's rows instead of the whole table's.
+
+    Raises:
+        ValueError: ``chunk_examples`` < 1.
+    """
+    import pyarrow.parquet as pq
+
+    if chunk_examples < 1:
+        raise ValueError(f"chunk_examples must be at least 1, got {chunk_examples}")
+    source = pq.ParquetFile(path)
+    names = source.schema_arrow.names
+    keys = [c for c in ("example_id", "prefix", "layer", "head") if c in names]
+    group = _group_keys(names)
+    # one pass over the key columns: the examples in order, and each prefix's groups in order of
+    # first appearance (the order of per_example_summary's rows on the whole table)
+    ids: dict = {}
+    first: dict[str, dict[tuple, None]] = {}
+    for batch in source.iter_batches(batch_size=BATCH_ROWS, columns=keys):
+        frame = batch.to_pandas()
+        frame = frame if "layer" in frame else frame.assign(layer=0)
+        ids.update(dict.fromkeys(frame["example_id"]))
+        prefixes = frame["prefix"] if "prefix" in frame else pd.Series("", index=frame.index)
+        for prefix, rows in frame.groupby(prefixes, sort=False):
+            seen = first.setdefault(prefix, {})
+            seen.update(dict.fromkeys(rows[group].itertuples(index=False, name=None)))
+    if not ids:
+        return per_example_summary(pd.read_parquet(path), examples, analysis_prefix)
+    if "prefix" in names:
+        if analysis_prefix is None:  # as analysis_rows decides on the whole table
+            analysis_prefix = "greedy" if "greedy" in first else next(iter(first))
+        order = list(first.get(analysis_prefix, {}))
+    else:
+        order = list(first.get("", {}))
+    ids = list(ids)
+    parts = [
+        per_example_summary(
+            steps_of_examples(path, ids[i : i + chunk_examples]), examples, analysis_prefix
+        )
+        for i in range(0, len(ids), chunk_examples)
+    ]
+    out = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    position = {g: k for k, g in enumerate(order)}
+    rank = [position[g] for g in out[group].itertuples(index=False, name=None)]
+    out = out.iloc[pd.Series(rank).argsort(kind="stable").to_numpy()]
+    # and its columns: the keys and n_steps, then the listed columns in the catalogue's order
+    listed = [c.key for _, c in catalogue.example_columns() if c.listed]
+    cols = [*group, "n_steps", *[k for k in listed if k in out.columns]]
+    return out[cols + [c for c in out.columns if c not in cols]].reset_index(drop=True)

@@ -334,6 +334,7 @@ def browser_data(
     predictions: pd.DataFrame | None = None,
     meta: dict | None = None,
     task: str | None = None,
+    summary: pd.DataFrame | None = None,
 ) -> dict:
     """Everything the page shows, JSON-ready.
 
@@ -348,6 +349,9 @@ def browser_data(
         meta: shown in the header: ``title``, ``run_id``, ``prefix``, ``eps``, ``n_permutations``…
         task: the ``data.task`` (:data:`attnstudy.data.tasks.TASKS`), which decides the
             outcome column (:func:`outcome_of`); None: an unnamed task's (exact match).
+        summary: the list's rows, :func:`~attnstudy.analysis.per_example.per_example_summary`
+            of the whole table, when the caller has them (an ablation run reads them from its
+            file a chunk at a time); ``steps`` then need only hold the records' examples' rows.
 
     Returns:
         ``{"meta", "columns", "outcome", "examples", "records"}``: the list (one row per example
@@ -369,7 +373,8 @@ def browser_data(
         "n_examples": len(records),
     } | dict(meta or {})
     steps = steps if steps is not None else pd.DataFrame()
-    summary = per_example_summary(steps, examples, meta.get("prefix"))
+    if summary is None:
+        summary = per_example_summary(steps, examples, meta.get("prefix"))
     by_id = {r["id"]: r for r in records}
     outcome = outcome_of(task)
     preds = {}
@@ -382,6 +387,9 @@ def browser_data(
     cols = [k for k in ("n_steps", *listed) if k in summary.columns]
     rows = []
     ids = list(dict.fromkeys(summary["example_id"])) if len(summary) else list(by_id)
+    # each example's rows of the list (one per unit), found once: a filter per example was
+    # quadratic in the number of examples
+    rows_of = summary.groupby("example_id", sort=False).indices if len(summary) else {}
     for eid in ids:
         rec = by_id.get(eid, {})
         hyp, ok, rate = preds.get(eid, (None, None, None))
@@ -398,7 +406,7 @@ def browser_data(
         shown = {}
         if outcome is not None:
             shown[outcome["key"]] = ok if outcome["kind"] == "match" else rate
-        sub = summary[summary["example_id"] == eid] if len(summary) else pd.DataFrame()
+        sub = summary.iloc[rows_of[eid]] if len(summary) else pd.DataFrame()
         for _, s in sub.iterrows() if len(sub) else [(None, pd.Series(dtype=float))]:
             rows.append(
                 {
@@ -417,6 +425,8 @@ def browser_data(
     heads = any(row["head"] >= 0 for row in rows) or any(r.get("head", -1) >= 0 for r in records)
     meta["heads_left_out"] = not heads and any("heads" in r for r in records)
     detail = {}
+    if len(steps):  # only the recorded examples' rows are read for their pages
+        steps = steps[steps["example_id"].isin(by_id)]
     greedy = analysis_rows(steps, meta.get("prefix")) if len(steps) else steps
     ref = steps[steps["prefix"] == "reference"] if "prefix" in steps.columns else steps.iloc[:0]
     greedy_of = dict(tuple(greedy.groupby("example_id", sort=False))) if len(greedy) else {}

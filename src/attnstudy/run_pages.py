@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from .analysis import catalogue, figures
-from .analysis.per_example import per_example_summary, pick_shown
+from .analysis.per_example import per_example_summary_file, pick_shown, steps_of_examples
 from .config import RunSpec
 from .data.tasks import TASKS, TRANSLATION_METRICS
 from .data.types import Example
@@ -501,12 +501,18 @@ def log_ablation_pages(
     """
     from .browser import browser_data, browser_html
 
-    steps = pd.read_parquet(steps_path)
+    # the per-step table is never held whole (memory flat in the number of examples): the list
+    # is summarised from it a chunk of examples at a time, its CSV copied a row group at a time,
+    # and the browser reads the rows of the recorded examples only
     tracker.log_text(run_id, json.dumps(records, separators=(",", ":")), Artifact.HEATMAPS)
-    table = per_example_summary(steps, per_example, params.get("ablation.prefix"))
+    table = per_example_summary_file(steps_path, per_example, params.get("ablation.prefix"))
     tracker.log_table(run_id, table.round(4), Artifact.EXAMPLES_CSV)
-    tracker.log_table(run_id, steps.round(4), Artifact.STEPS_CSV)
+    with tempfile.TemporaryDirectory() as tmp:
+        csv_path = Path(tmp) / Path(Artifact.STEPS_CSV).name
+        write_steps_csv(steps_path, csv_path)
+        tracker.log_artifact(run_id, csv_path, str(Path(Artifact.STEPS_CSV).parent))
     tracker.log_table(run_id, summary_frame(summary), Artifact.SUMMARY_CSV)
+    steps = steps_of_examples(steps_path, [r["id"] for r in records])
     facts = facts_from_metrics(
         name,
         attention,
@@ -528,7 +534,13 @@ def log_ablation_pages(
     }
     page = browser_html(
         browser_data(
-            records, steps, examples=per_example, predictions=predictions, meta=meta, task=task
+            records,
+            steps,
+            examples=per_example,
+            predictions=predictions,
+            meta=meta,
+            task=task,
+            summary=table,
         )
     )
     tracker.log_text(run_id, page, Artifact.BROWSER)
@@ -559,6 +571,26 @@ def log_ablation_pages(
     tracker.set_tags(run_id, tags | {Tag.NOTE: note})
     set_version_verdict(tracker, model_run_id, tags)
     return tags
+
+
+def write_steps_csv(steps_path: Path, out: Path, rows: int = 4096) -> None:
+    """The per-step table (Parquet) as the CSV ``steps.round(4).to_csv(index=False)`` writes,
+    ``rows`` rows at a time: the same bytes, without the whole table in memory (an integer column
+    with nulls anywhere is written as floats throughout, as a whole-table read makes it)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .analysis.per_example import _to_pandas
+
+    source = pq.ParquetFile(steps_path)
+    with open(out, "w", encoding="utf-8", newline="") as f:
+        header = True
+        for batch in source.iter_batches(batch_size=rows):
+            frame = _to_pandas(pa.Table.from_batches([batch]), source).round(4)
+            frame.to_csv(f, index=False, header=header)
+            header = False
+        if header:  # no rows: the header alone
+            _to_pandas(source.schema_arrow.empty_table(), source).to_csv(f, index=False)
 
 
 def _predictions(tracker: Tracker, model_run_id: str) -> pd.DataFrame | None:

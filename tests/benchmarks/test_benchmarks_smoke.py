@@ -42,6 +42,16 @@ def test_permutation_paths_agree(results):
     assert "Local permutation" in results.read_text()
 
 
+def test_memory_curve_runs_each_size_in_a_fresh_worker(results):
+    from benchmarks import bench_memory
+
+    out = bench_memory.main(smoke(results))
+    sizes = [(r["examples"], r["adversarial"]) for r in out["rows"]]
+    assert sizes == [(8, True), (8, False), (24, False)]
+    assert all(r["peak MiB"] >= r["peak at the suite's end MiB"] > 0 for r in out["rows"])
+    assert "Memory: an ablation worker's peak" in results.read_text()
+
+
 def test_records_bulk_reads_the_same_runs(results):
     from benchmarks import bench_records
 
