@@ -51,6 +51,7 @@ gradient times the weight."""
 SPACE = "␣"
 METRIC_NAMES = {
     "per": ("PER", ", lower is better"),
+    "token_error_rate": ("token error rate", ", lower is better"),
     "wer": ("WER", ", lower is better"),
     "exact_match": ("exact match", ", higher is better"),
     "token_accuracy": ("token accuracy", ", higher is better"),

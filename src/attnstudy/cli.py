@@ -718,7 +718,8 @@ def _printable(text: str) -> str:
 
 
 def _print_model(r) -> None:
-    keys = [k for k in ("test/per", "test/wer", "test/exact_match") if k in r.metrics]
+    shown = ("test/per", "test/token_error_rate", "test/wer", "test/exact_match")
+    keys = [k for k in shown if k in r.metrics]
     summary = ", ".join(f"{k} {r.metrics[k]:.4f}" for k in keys)
     print(f"{_verb(r)} {r.spec.name}: runs:/{r.run_id}" + (f" ({summary})" if summary else ""))
     if r.reused:

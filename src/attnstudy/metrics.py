@@ -47,6 +47,7 @@ def evaluate(
     hypotheses: Sequence[Sequence[str]],
     examples: Sequence[Example],
     length_buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
+    error_rate: str = "per",
 ) -> dict[str, float]:
     """Corpus-level task metrics.
 
@@ -55,10 +56,14 @@ def evaluate(
         examples: the examples, whose ``references`` are the acceptable outputs.
         length_buckets: ascending source-length boundaries b_0 < b_1 < …; buckets are
             ``[0, b_0)``, ``[b_0, b_1)``, …, ``[b_last, inf)``.
+        error_rate: the name of the token error rate in the result, the task's
+            (:attr:`attnstudy.data.tasks.TaskSpec.error_rate`: ``per`` for G2P,
+            ``token_error_rate`` otherwise).
 
     Returns:
         ``exact_match`` (hypothesis equals any reference), ``wer`` (= 1 − exact_match),
-        ``per`` (Σ distance to the closest reference / Σ its length), ``token_accuracy``
+        ``per`` or the ``error_rate`` name given (Σ distance to the closest reference / Σ its
+        length), ``token_accuracy``
         (Σ position-wise matches with the closest reference / Σ its length), ``n`` (number
         of examples) and ``exact_match_len_{lo}_{hi}`` for every non-empty source-length
         bucket (``hi`` = ``inf`` for the last). All values are finite floats.
@@ -90,7 +95,7 @@ def evaluate(
     out = {
         "exact_match": correct / n,
         "wer": 1.0 - correct / n,
-        "per": errors / max(ref_tokens, 1),
+        error_rate: errors / max(ref_tokens, 1),
         "token_accuracy": matches / max(ref_tokens, 1),
         "n": float(n),
     }
@@ -134,10 +139,13 @@ def per_example(
     return rows
 
 
-def heldout_metrics(hyps: list[list[str]], test: list, is_heldout) -> dict[str, float]:
+def heldout_metrics(
+    hyps: list[list[str]], test: list, is_heldout, error_rate: str = "per"
+) -> dict[str, float]:
     """``test_heldin/*`` and ``test_heldout/*`` metrics when the test split mixes both (the dates task
     holds out locales/patterns; ``is_heldout`` is its registry entry's test, None for tasks without
-    a held-out part); empty otherwise. Reuses the decoded ``hyps``."""
+    a held-out part); empty otherwise. Reuses the decoded ``hyps``; ``error_rate`` names the token
+    error rate as in :func:`evaluate`."""
     if is_heldout is None:
         return {}
     held = [is_heldout(ex.id) for ex in test]
@@ -146,6 +154,6 @@ def heldout_metrics(hyps: list[list[str]], test: list, is_heldout) -> dict[str, 
     out: dict[str, float] = {}
     for name, want in (("heldin", False), ("heldout", True)):
         idx = [i for i, h in enumerate(held) if h == want]
-        metrics = evaluate([hyps[i] for i in idx], [test[i] for i in idx])
+        metrics = evaluate([hyps[i] for i in idx], [test[i] for i in idx], error_rate=error_rate)
         out.update({f"test_{name}/{k}": v for k, v in metrics.items()})
     return out

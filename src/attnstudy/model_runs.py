@@ -435,7 +435,8 @@ def _train_run(
         test_metrics, hyps = evaluate_split(result.model, splits.test, src_vocab, tgt_vocab, spec)
         final.update({f"test/{k}": v for k, v in test_metrics.items()})
         final.update(translation_scores(spec.data, splits.test, hyps, "test"))  # BLEU, chrF
-        final.update(heldout_metrics(hyps, splits.test, get_task(spec.data.task).heldout))
+        task = get_task(spec.data.task)
+        final.update(heldout_metrics(hyps, splits.test, task.heldout, task.error_rate))
         # the best epoch's dev metrics were computed during training: no second decode of dev;
         # where the average of the last epochs beat it, the model is that average
         best = result.averaged or result.history[result.best_epoch - 1]

@@ -415,9 +415,13 @@ def evaluate_pretrained(
         tracker.log_text(run_id, model.hf.config.to_json_string(), "hf/config.json")
         t0 = time.perf_counter()
         hyps = decode_words(model, spec, list(splits.test))
-        final = {f"test/{k}": v for k, v in evaluate(hyps, list(splits.test)).items()}
+        task = get_task(spec.data.task)
+        final = {
+            f"test/{k}": v
+            for k, v in evaluate(hyps, list(splits.test), error_rate=task.error_rate).items()
+        }
         final["test/decode_seconds"] = time.perf_counter() - t0
-        final.update(heldout_metrics(hyps, splits.test, get_task(spec.data.task).heldout))
+        final.update(heldout_metrics(hyps, splits.test, task.heldout, task.error_rate))
         preds = pd.DataFrame(per_example(hyps, splits.test))
         preds.insert(0, "example_id", [ex.id for ex in splits.test])
         preds.insert(1, "src_len", [len(ex.src) for ex in splits.test])

@@ -194,14 +194,14 @@ def describe_model_run(spec: RunSpec, metrics: dict[str, float], n: dict[str, in
         f"Trained on {n['train']:,} examples (dev {n['dev']:,}, test {n['test']:,}); "
         + ", ".join(
             f"test {k.split('/', 1)[1].replace('_', ' ')} {_fmt(metrics[k])}"
-            for k in ("test/exact_match", "test/per")
+            for k in ("test/exact_match", "test/per", "test/token_error_rate")
             if k in metrics
         )
         + ".",
         "",
         "Figures: `figures/learning_curve.png`; test predictions: `predictions/test.csv`; "
         "attention alignments in Pharaoh format: `alignments/`. The ablations of this model are "
-        "its child run (`…/ablations`), with the example browser `ablations/browser.html`.",
+        "its child run (`ablations of …`), with the example browser `ablations/browser.html`.",
     ]
     task = TASKS.get(spec.data.task)
     translation = [m for m in task.metrics if m in TRANSLATION_METRICS] if task else []
@@ -262,7 +262,7 @@ def register_version(
         f"seed {spec.seed}, experiment `{spec.experiment}`; trained by run `{run_id}`.\n\n"
         + "; ".join(
             f"test {k.split('/', 1)[1].replace('_', ' ')} {_fmt(metrics[k])}"
-            for k in ("test/exact_match", "test/per")
+            for k in ("test/exact_match", "test/per", "test/token_error_rate")
             if k in metrics
         )
         + ".\n\nWhether its attention explains its output: see the `verdict.*` tags (set by the "
@@ -361,7 +361,7 @@ def _version_of_run(tracker: Tracker, name: str, run_id: str) -> str | None:
     return str(max(int(v.version) for v in versions)) if versions else None
 
 
-LOWER_IS_BETTER = {"per", "wer", "loss"}
+LOWER_IS_BETTER = {"per", "token_error_rate", "wer", "loss"}
 
 
 BEST_TIE_BREAK = "best_dev/loss"
@@ -387,6 +387,8 @@ def set_best_alias(tracker: Tracker, name: str, metric: str) -> None:
         except Exception:  # noqa: BLE001 - a version whose run is gone cannot be best
             continue
         score = run.metrics.get(f"best_dev/{metric}")
+        if score is None and metric == "token_error_rate":  # a version logged before 2026-12-07
+            score = run.metrics.get("best_dev/per")
         if score is None or score != score:  # no metric, or NaN: never best
             continue
         loss = run.metrics.get(BEST_TIE_BREAK)

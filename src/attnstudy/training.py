@@ -39,7 +39,7 @@ from .notices import notice
 from .progress import Progress
 from .signals import check_interrupt
 
-LOWER_IS_BETTER = {"loss", "per", "wer"}
+LOWER_IS_BETTER = {"loss", "per", "token_error_rate", "wer"}
 
 
 @dataclass
@@ -69,10 +69,15 @@ class TrainResult:
 
 def early_stopping_metric(spec: RunSpec) -> str:
     """The dev metric that selects the model: ``training.early_stopping``, or under ``auto`` the
-    task's own (its registry entry: PER for G2P, exact match otherwise)."""
-    if spec.training.early_stopping != "auto":
-        return spec.training.early_stopping
-    return get_task(spec.data.task).early_stopping_metric
+    task's own (its registry entry: PER for G2P, exact match otherwise). ``per`` and
+    ``token_error_rate`` both name the token error rate, under the task's own name
+    (:attr:`attnstudy.data.tasks.TaskSpec.error_rate`)."""
+    configured = spec.training.early_stopping
+    if configured == "auto":
+        return get_task(spec.data.task).early_stopping_metric
+    if configured in ("per", "token_error_rate"):
+        return get_task(spec.data.task).error_rate
+    return configured
 
 
 def max_decode_len(spec: RunSpec, src_len: int) -> int:
@@ -145,7 +150,7 @@ def evaluate_split(
 ) -> tuple[dict[str, float], list[list[str]]]:
     """Task metrics (metrics.evaluate) of greedy or beam decoding, and the hypotheses."""
     hyps = translate(model, examples, src_vocab, tgt_vocab, spec, beam_size)
-    return evaluate(hyps, list(examples)), hyps
+    return evaluate(hyps, list(examples), error_rate=get_task(spec.data.task).error_rate), hyps
 
 
 CHECKPOINT_KEYS = {

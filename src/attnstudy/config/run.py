@@ -39,7 +39,10 @@ class TrainingConfig(_Strict):
     decrease_factor: float = Field(0.5, gt=0, lt=1)
     scheduling_patience: int = Field(1, ge=0, le=10_000)
     min_lr: float = Field(1e-5, ge=0, le=10)
-    early_stopping: Literal["auto", "loss", "exact_match", "per", "wer", "token_accuracy"] = "auto"
+    # per and token_error_rate: the token error rate, under the task's name for it (PER for G2P)
+    early_stopping: Literal[
+        "auto", "loss", "exact_match", "per", "token_error_rate", "wer", "token_accuracy"
+    ] = "auto"
     beam_size: int = Field(1, ge=1, le=64)
     # free-running decoding stops after ceil(factor × source length) + 2 steps (and max_target_len + 1)
     max_decode_factor: float = Field(2.0, gt=0, le=100)

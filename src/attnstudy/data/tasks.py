@@ -51,6 +51,11 @@ TOKEN_ERROR_RATE = TaskMetric(
     "lower",
     error_rate="per",
 )
+"""The report's column of every task's token error rate, read under the report's name ``per``
+whatever name the task logs it under (:func:`report_metrics`)."""
+REPORT_ERROR_RATE = "per"
+"""The name the report reads a run's token error rate under (``test/per``, ``dev/per``,
+``best_dev/per``): what every run logged before 2026-12-07, and what a G2P run logs."""
 HELD_IN = TaskMetric(
     "test_heldin/exact_match", "exact match, held-in", "share of examples (0–1)", "higher"
 )
@@ -103,6 +108,12 @@ class TaskSpec:
             (:data:`TRANSLATION_METRICS`); None: not translation, no BLEU or chrF.
         data_card: sources, licences and attribution of the data, written into every model
             run's description; None when the data needs none (generated data).
+        error_rate: the name its runs log the token error rate under (``test/<name>``,
+            ``dev/<name>``, ``best_dev/<name>``; Σ edit distance / Σ reference length): ``per``,
+            the phoneme error rate, for G2P, ``token_error_rate`` for every other task (not
+            ``ter``: a translation task's readers would take it for the translation edit rate).
+            Runs logged before 2026-12-07 named it ``per`` for every task; the report reads both
+            (:func:`report_metrics`).
     """
 
     name: str
@@ -115,6 +126,7 @@ class TaskSpec:
     gold_sure_only: bool = False
     translation_texts: TranslationTexts | None = None
     data_card: str | None = None
+    error_rate: str = "token_error_rate"
 
 
 def _synthetic_tokenization(cfg: DataConfig) -> tuple[str, str]:
@@ -133,6 +145,7 @@ TASKS: dict[str, TaskSpec] = {
         lambda cfg: ("chars", "spaces"),
         early_stopping_metric="per",
         normalize=str.lower,
+        error_rate="per",
     ),
     "tsv": TaskSpec(
         "tsv", tsv.load_tsv, lambda cfg: (cfg.source_tokenization, cfg.target_tokenization)
@@ -148,7 +161,7 @@ TASKS: dict[str, TaskSpec] = {
         nt.TASK,
         nt.load_nt,
         lambda cfg: ("spaces", "spaces"),  # subword tokens joined by spaces
-        early_stopping_metric="per",
+        early_stopping_metric="token_error_rate",
         metrics=(TOKEN_ERROR_RATE, *TRANSLATION_METRICS),
         gold_sure_only=nt.GOLD_SURE_ONLY,
         translation_texts=nt.translation_texts,
@@ -166,6 +179,28 @@ def task_metrics(names: Iterable[str]) -> list[TaskMetric]:
         for m in TASKS[name].metrics if name in TASKS else METRICS:
             found.setdefault(m.key, m)
     return list(found.values())
+
+
+def error_rate_name(task: str) -> str:
+    """The name a run of ``task`` logs its token error rate under (:attr:`TaskSpec.error_rate`;
+    ``per`` for a name that is not a task, as every task's runs logged it before 2026-12-07)."""
+    return TASKS[task].error_rate if task in TASKS else REPORT_ERROR_RATE
+
+
+def report_metrics(task: str, metrics: dict[str, float]) -> dict[str, float]:
+    """A model run's metrics as the report reads them: its token error rate also under
+    :data:`REPORT_ERROR_RATE` (``test/token_error_rate`` as ``test/per``, the same for ``dev/``,
+    ``best_dev/``, ``test_beam/``…), so runs logged before and after the tasks got their own name
+    for it read alike. ``metrics`` is not changed; a key already there is kept."""
+    name = error_rate_name(task)
+    if name == REPORT_ERROR_RATE:
+        return dict(metrics)
+    out = dict(metrics)
+    for key, value in metrics.items():
+        prefix, sep, last = key.rpartition("/")
+        if sep and last == name:
+            out.setdefault(f"{prefix}/{REPORT_ERROR_RATE}", value)
+    return out
 
 
 def get_task(name: str) -> TaskSpec:

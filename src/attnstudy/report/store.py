@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..adversaries import STATS as ADVERSARY_STATS
+from ..data.tasks import report_metrics
 from ..notices import notice
 from ..run_pages import config_name, variant_name
 from ..tracking import Artifact, Tag, Tracker, store
@@ -149,7 +150,8 @@ def load_study(tracker: Tracker, study_id: str) -> StudyData:
             model_run_id=run.run_id,
             model_status=run.status,
             model_error=t.get(Tag.ERROR_MESSAGE, ""),
-            model_metrics=dict(run.metrics),
+            # the token error rate also as test/per, whatever the task logs it as
+            model_metrics=report_metrics(t.get(Tag.TASK, "?"), run.metrics),
             model_params=dict(run.params),
             registered=t.get(Tag.REGISTERED_MODEL, ""),
         )

@@ -17,7 +17,7 @@ from ..adversaries import STATS as ADVERSARY_STATS
 from ..analysis import catalogue
 from ..analysis.attribution_params import METHODS as ATTRIBUTION_METHODS
 from ..analysis.catalogue import list_ablations
-from ..data.tasks import METRICS, TASKS, TRANSLATION_METRICS, task_metrics
+from ..data.tasks import METRICS, TASKS, TRANSLATION_METRICS, report_metrics, task_metrics
 from ..findings import Estimate, ModelFacts, estimate, layer_name
 from ..run_pages import variant_name
 from ..tracking import Tag, Tracker
@@ -150,7 +150,7 @@ def experiment_training_rows(tracker: Tracker, experiment: str) -> list[dict[str
         raise LookupError(f"no experiment {experiment!r} in the store")
     rows = []
     for r in reversed(tracker.search_runs([exp_id], f"tags.{Tag.KIND} = 'model'")):
-        metrics = dict(r.metrics)
+        metrics = report_metrics(r.tags.get(Tag.TASK, "?"), r.metrics)  # its error rate as per
         if "train/epochs" not in metrics:
             history = tracker.metric_history(r.run_id, "dev/wer")
             if history:
