@@ -47,7 +47,6 @@ def vm_hwm_kb() -> int:
 def _train(root: Path, n_test: int, epochs: int, smoke: bool) -> str:
     """Train the benchmark's model into the store under ``root`` (or find it there: the run id
     in ``root/bench_memory_run.txt``, with at least ``n_test`` test examples); its run id."""
-    os.environ["ATTNSTUDY_ROOT"] = str(root)
     mark = root / "bench_memory_run.txt"
     if mark.is_file():
         run_id, have = mark.read_text().split()
@@ -63,8 +62,11 @@ def _train(root: Path, n_test: int, epochs: int, smoke: bool) -> str:
         n_test=n_test,
         epochs=epochs,
     )
-    tracker = Tracker()
-    run = train_spec(spec, tracker, experiment_id=tracker.experiment_id("bench"), progress=False)
+    with common.project_root(root):  # the caller's project root is left as it was
+        tracker = Tracker()
+        run = train_spec(
+            spec, tracker, experiment_id=tracker.experiment_id("bench"), progress=False
+        )
     mark.write_text(f"{run.run_id} {n_test}\n")
     return run.run_id
 

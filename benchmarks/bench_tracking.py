@@ -17,7 +17,6 @@ Run: ``PYTHONPATH=src:. python -m benchmarks.bench_tracking [--smoke] [--no-serv
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 import time
@@ -80,20 +79,6 @@ for _name in TIMED:
     setattr(TimingTracker, _name, _timed(_name))
 
 
-@contextlib.contextmanager
-def project_root(path: Path):
-    """Point the project root (artifact store of a SQLite URI) at ``path`` for the duration."""
-    old = os.environ.get("ATTNSTUDY_ROOT")
-    os.environ["ATTNSTUDY_ROOT"] = str(path)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("ATTNSTUDY_ROOT", None)
-        else:
-            os.environ["ATTNSTUDY_ROOT"] = old
-
-
 def measure(tracker: TimingTracker, bm, cfg) -> dict:
     from attnstudy.api import ablate_run
 
@@ -149,7 +134,7 @@ def run(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "mlruns").mkdir()
-        with project_root(root):
+        with common.project_root(root):
             tracker = TimingTracker(f"sqlite:///{root / 'mlruns' / 'mlflow.db'}")
             results["SQLite store"] = measure(tracker, bm, cfg)
             if not args.no_server:

@@ -17,6 +17,7 @@ mode uses randomly initialised weights of the same sizes (seconds).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import fcntl
 import os
@@ -56,6 +57,20 @@ the Transformer (key ``transformer``, its last layer analysed)."""
 
 
 # ----------------------------------------------------------------------------- arguments
+
+
+@contextlib.contextmanager
+def project_root(path: Path):
+    """Point the project root (artifact store of a SQLite URI) at ``path`` for the duration."""
+    old = os.environ.get("ATTNSTUDY_ROOT")
+    os.environ["ATTNSTUDY_ROOT"] = str(path)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("ATTNSTUDY_ROOT", None)
+        else:
+            os.environ["ATTNSTUDY_ROOT"] = old
 
 
 def parser(description: str) -> argparse.ArgumentParser:

@@ -7,6 +7,7 @@ never a timing assertion (the machine may be busy).
 from __future__ import annotations
 
 import math
+import os
 import sys
 
 import pytest
@@ -45,7 +46,11 @@ def test_permutation_paths_agree(results):
 def test_memory_curve_runs_each_size_in_a_fresh_worker(results):
     from benchmarks import bench_memory
 
+    root_before = os.environ.get("ATTNSTUDY_ROOT")
     out = bench_memory.main(smoke(results))
+    # it trained in this process: the project root is this process's again (it pointed every
+    # later test in the worker at the benchmark's deleted store)
+    assert os.environ.get("ATTNSTUDY_ROOT") == root_before
     sizes = [(r["examples"], r["adversarial"]) for r in out["rows"]]
     assert sizes == [(8, True), (8, False), (24, False)]
     assert all(r["peak MiB"] >= r["peak at the suite's end MiB"] > 0 for r in out["rows"])
