@@ -31,10 +31,12 @@ def _row_objective_reference(
     b_idx: Tensor,
     t_idx: Tensor,
     acfg: AdversarialParams,
+    smoothing: tuple[float, float] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Per-row adversarial loss for the rows (b_idx, t_idx): the plain form, each term as written
     in the module docstring through :func:`~attnstudy.analysis.divergences.jsd` (the reference
-    of :func:`_row_objective`).
+    of :func:`_row_objective`); with ``smoothing`` = (δ, τ), the smoothed loss of the rprop-1
+    solver (:func:`_smoothed_hinge`) in place of the hinge.
 
     Args:
         logits_of: :func:`~attnstudy.analysis._chunks.rows_given_attention`: candidates (N, K, H, T_x)
@@ -53,8 +55,33 @@ def _row_objective_reference(
     div = jsd(cand_mean, alpha)  # (N, K)
     out_tvd = tvd(p_new, p_orig)  # (N, K)
     cross = jsd(cand_mean.unsqueeze(1), cand_mean.unsqueeze(2))  # (N, K, K)
-    loss = (-div + acfg.lam * torch.relu(out_tvd - acfg.eps_opt)).sum(-1) - cross.mean((-1, -2))
+    if smoothing is None:
+        hinge = torch.relu(out_tvd - acfg.eps_opt)
+    else:
+        delta, tau = smoothing
+        smooth_tvd = 0.5 * (((p_new - p_orig) ** 2 + delta**2).sqrt() - delta).sum(-1)
+        hinge = tau * torch.nn.functional.softplus((smooth_tvd - acfg.eps_opt) / tau)
+    loss = (-div + acfg.lam * hinge).sum(-1) - cross.mean((-1, -2))
     return loss, div, out_tvd, cand
+
+
+def _smoothed_hinge(
+    diff: Tensor, eps: float, delta: float, tau: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The smoothed hinge of the rprop-1 solver and its derivatives, from diff = p̃ − p (..., V).
+
+    TVD_δ = ½ Σ_v (√(diff_v² + δ²) − δ) (the pseudo-Huber smoothing of |·|, ≤ TVD, → TVD as δ → 0)
+    and h_τ(x) = τ · log(1 + e^{x/τ}) (softplus, → ReLU(x) as τ → 0, ≤ ReLU(x) + τ ln 2): the
+    hinge ReLU(TVD − ε) becomes h_τ(TVD_δ − ε), smooth in p̃ (Nesterov 2005's smoothing of a
+    non-smooth objective; Chen & Mangasarian 1996 for the plus function).
+
+    Returns:
+        h (...), ∂h/∂TVD_δ = σ((TVD_δ − ε)/τ) (...), and ∂TVD_δ/∂p̃ = ½ diff / √(diff² + δ²)
+        (..., V).
+    """
+    root = (diff * diff).add_(delta * delta).sqrt_()
+    x = (root - delta).sum(-1).mul_(0.5).sub_(eps).div_(tau)
+    return tau * torch.nn.functional.softplus(x), torch.sigmoid(x), diff.div(root).mul_(0.5)
 
 
 def _log_clamped(x: Tensor) -> Tensor:
@@ -162,7 +189,11 @@ from its output, one kernel."""
 
 
 def _objective_and_grad(
-    logits_of, theta: Tensor, fixed: _Fixed, acfg: AdversarialParams
+    logits_of,
+    theta: Tensor,
+    fixed: _Fixed,
+    acfg: AdversarialParams,
+    smoothing: tuple[float, float] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The per-row loss of :func:`_row_objective` and its gradient w.r.t. θ, every derivative
     written out; autograd only through a model whose row form has no written-out
@@ -185,6 +216,10 @@ def _objective_and_grad(
         logits_of: candidates (N, K, H, T_x) → logits (N, K, V), differentiable (or with
             ``with_vjp``).
         theta: (N, K, H, T_x) candidate logits, −inf at padding. fixed: :func:`_fixed_terms`.
+        smoothing: (δ, τ): the rprop-1 solver's smoothed hinge (:func:`_smoothed_hinge`) in
+            place of λ · ReLU(TVD − ε): its value in the loss, λ σ((TVD_δ − ε)/τ) · ½ diff /
+            √(diff² + δ²) as ∂/∂p̃ (the plain form: :func:`_row_objective_reference` with the same
+            ``smoothing``).
 
     Returns:
         loss (N,) and ∂ Σ loss / ∂θ (N, K, H, T_x) (0 at padding). Equal to :func:`_row_objective`
@@ -218,9 +253,14 @@ def _objective_and_grad(
     with torch.no_grad():
         p_new = torch.softmax(logits.detach(), -1)
         diff = p_new - fixed.p_orig
-        over = diff.abs().sum(-1).mul_(0.5).sub_(acfg.eps_opt)  # TVD − ε, (N, K)
-        loss.add_(torch.relu(over).sum(-1), alpha=acfg.lam)
-        g_p = diff.sign_().mul_(((over > 0).to(diff.dtype) * (0.5 * acfg.lam)).unsqueeze(-1))
+        if smoothing is None:
+            over = diff.abs().sum(-1).mul_(0.5).sub_(acfg.eps_opt)  # TVD − ε, (N, K)
+            loss.add_(torch.relu(over).sum(-1), alpha=acfg.lam)
+            g_p = diff.sign_().mul_(((over > 0).to(diff.dtype) * (0.5 * acfg.lam)).unsqueeze(-1))
+        else:
+            hinge, slope, g_p = _smoothed_hinge(diff, acfg.eps_opt, *smoothing)
+            loss.add_(hinge.sum(-1), alpha=acfg.lam)
+            g_p.mul_(slope.mul_(acfg.lam).unsqueeze(-1))
         g_logits = _softmax_backward(g_p, p_new, -1, p_new.dtype)
     if with_vjp is not None:
         grad = vjp(g_logits)

@@ -6,12 +6,16 @@ possible (JSD) while the output they induce from the SAME prefix state stays clo
 
     loss = Σ_k [ −JSD(α̃_k, α) + λ · ReLU(TVD(p̃_k, p) − ε_opt) ] − mean_{k,k'} JSD(α̃_k, α̃_k')
 
-with α̃_k = masked_softmax(θ_k), θ initialised to log(uniform over valid positions) + N(0, σ²),
-optimised with Adam (amsgrad) — the objective and defaults of Jain & Wallace's class
-``AdversaryMulti`` (repository ``successar/AttentionExplanation``, ``model/Binary_Classification.py``
+with α̃_k = masked_softmax(θ_k), θ initialised to log(uniform over valid positions) + N(0, σ²) —
+the objective and defaults of Jain & Wallace's class ``AdversaryMulti`` (repository ``successar/AttentionExplanation``, ``model/Binary_Classification.py``
 and ``model/Question_Answering.py``: K = 5, σ = 3, lr 0.01, 500 iterations, λ = 500, ε = 0.01;
 the pairwise term there is ``cross_jsd.sum(0).mean()``, i.e. per example the mean over the K × K
 candidate pairs, diagonal included, which is what we use per decoder step).
+``solver`` minimises it: ``"rprop-1"`` (the default, 80 iterations;
+:mod:`attnstudy.analysis.adversarial_rprop`: resilient propagation on the objective smoothed by
+a continuation that ends at the objective itself, the logits' spread bounded) or ``"jw"``, Jain &
+Wallace's Adam with AMSGrad (lr 0.01, 500 iterations), which has not converged at 500 iterations
+(its objective still falls between 5,000 and 20,000 iterations on the benchmark models).
 p̃_k = softmax(logits given α̃_k), a local intervention through
 :meth:`Seq2Seq.logits_given_attention`. After optimisation, candidates with
 TVD(p̃_k, p) ≤ ε_eval are kept and the largest JSD(α̃_k, α) among them is reported (J&W report
@@ -20,8 +24,11 @@ search) and ε_eval (the acceptance threshold) are separate settings and are log
 
 All steps × examples × K candidates are optimised in ONE batched problem: the loss is the sum of
 the per-row losses and rows share no parameters, so each row receives exactly its own gradient,
-and Adam's update is element-wise, so the batched search follows each row's own trajectory
-(checked against :func:`adversarial_loop_reference`, one step at a time).
+and both solvers' updates are element-wise, so the batched search follows each row's own
+trajectory (checked against :func:`adversarial_loop_reference`, one step at a time). In float32
+a row's numbers still vary with its batch-mates at the level of rounding (the model's batched
+products round differently), and a search amplifies that: Adam to ~10⁻⁵ in the max JSD,
+rprop-1, whose steps follow gradient signs, to ~10⁻³ on some steps (docs/design.md §4).
 
 Multi-head models: every head gets its own candidate distribution (replacement shape
 (B, K, H, T_y, T_x)); JSD between attention distributions — in the objective and in the
@@ -32,8 +39,8 @@ all heads of a candidate start from the same noise.
 of the chosen adversary's output p̃ against p, from the final evaluation that gives its TVD (no
 extra pass): columns ``adversarial_<score>``, NaN where no adversary was found, as that TVD.
 
-Cost: every Adam iteration is one forward + backward of the output layers over N × K rows, so a
-search costs ``steps`` such passes per batch whatever its size (the batching is what keeps it
+Cost: every iteration of either solver is one forward + backward of the output layers over N × K
+rows, so a search costs ``steps`` such passes per batch whatever its size (the batching is what keeps it
 affordable: one optimiser per step was ~10× slower on a 4-example batch).
 """
 
@@ -57,11 +64,12 @@ from attnstudy.analysis.catalogue import (
     Thresholds,
     VerdictRole,
 )
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 from torch import Tensor
 
 from attnstudy.models import Seq2Seq, eval_mode, gradients_in_eval
 
+from .. import adversarial_rprop as rprop_solver
 from .._chunks import ELEMENT_BUDGET, rows_given_attention
 from ..adversarial_objective import (  # noqa: F401 (re-exported: tests and benchmarks name them here)
     _fixed_terms,
@@ -77,16 +85,39 @@ NAME = "adversarial"
 
 
 class AdversarialParams(OutputChangeParams):
-    """``[ablation.adversarial]``: Jain & Wallace (2019) ``AdversaryMulti`` search settings, and
-    ``scores``: registered step scores of the chosen adversary's output (module docstring)."""
+    """``[ablation.adversarial]``: Jain & Wallace (2019) ``AdversaryMulti`` search settings, the
+    solver that minimises its objective, and ``scores``: registered step scores of the chosen
+    adversary's output (module docstring).
+
+    ``solver``: ``"rprop-1"`` (the default, :mod:`attnstudy.analysis.adversarial_rprop`) or
+    ``"jw"``, Jain & Wallace's Adam with AMSGrad at learning rate ``lr``; ``steps`` is the chosen
+    solver's iterations (default 80 for rprop-1, 500 for jw). ``lr`` with rprop-1 is refused (it
+    would be unused). With ``"jw"`` the solver is left out of the resolved settings, so its key
+    and logged params are those of every run stored before the setting existed; with
+    ``"rprop-1"`` ``lr`` is left out.
+    """
 
     k: int = Field(5, ge=1, le=1000, description="candidate distributions per step")
-    steps: int = Field(500, ge=1, le=1_000_000, description="Adam iterations")
-    lr: float = Field(0.01, gt=0, le=100, description="Adam learning rate (amsgrad)")
+    solver: str = Field(
+        "rprop-1", description="rprop-1 (smoothed resilient propagation) or jw (J&W's Adam)"
+    )
+    # the rprop-1 default, adversarial_rprop.STEPS (the SPEC is read without imports; a test
+    # holds the two equal); 500 for jw (_solvers_defaults)
+    steps: int = Field(
+        80, ge=1, le=1_000_000, description="iterations of the solver (rprop-1: 80, jw: 500)"
+    )
+    lr: float = Field(0.01, gt=0, le=100, description="Adam learning rate (amsgrad), solver = 'jw'")
     lam: float = Field(500.0, ge=0, le=1e9, description="weight λ of the output-change hinge")
     eps_opt: float = Field(0.01, ge=0, le=1, description="TVD hinge ε during the search")
     eps_eval: float = Field(0.05, ge=0, le=1, description="TVD threshold ε for keeping a candidate")
     init_sd: float = Field(3.0, ge=0, le=100, description="σ of the initial logit noise")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _solvers_defaults(cls, data):
+        if isinstance(data, dict) and data.get("solver") == "jw" and "steps" not in data:
+            data = {**data, "steps": 500}  # Jain & Wallace's 500 Adam iterations
+        return data
 
     @field_validator("scores")
     @classmethod
@@ -99,6 +130,35 @@ class AdversarialParams(OutputChangeParams):
                 "register it under another name"
             )
         return value
+
+    @field_validator("solver")
+    @classmethod
+    def _known_solver(cls, value: str) -> str:
+        if value not in ("rprop-1", "jw"):
+            raise ValueError(f"unknown solver {value!r}; valid: rprop-1, jw")
+        return value
+
+    @field_validator("lr")
+    @classmethod
+    def _jw_only(cls, value: float, info) -> float:
+        # runs for a given lr only (defaults are not validated); solver is validated before it
+        solver = info.data.get("solver", "jw")
+        if solver != "jw":
+            raise ValueError(
+                f"the learning rate of solver = 'jw' (Adam), but solver = '{solver}'; set "
+                "solver = 'jw' to use it"
+            )
+        return value
+
+    @model_serializer(mode="wrap")
+    def _solvers_settings_only(self, handler):
+        # (replaces OutputChangeParams' serializer, whose rule is kept: no scores, no key)
+        data = handler(self)
+        unused = ("solver",) if self.solver == "jw" else ("lr",)
+        unused += () if self.scores else ("scores",)
+        for name in unused:
+            data.pop(name, None)
+        return data
 
 
 SPEC = AblationSpec(
@@ -358,19 +418,31 @@ def _optimise(
 ) -> AdversarialResult:
     """Run the batched search over the rows (b_idx, t_idx) (model already in eval, no param grads).
 
+    ``params.solver``: ``"jw"``, Adam with AMSGrad on the objective, or ``"rprop-1"``,
+    :mod:`~attnstudy.analysis.adversarial_rprop` (Rprop on the objective smoothed by that
+    iteration's (δ, τ), then the bound on the logits' spread), for ``params.steps`` iterations
+    (``steps`` overrides it).
+
     ``plain``: the reference — the objective's plain form :func:`_row_objective_reference`
-    under autograd, stepped by ``torch.optim.Adam`` — instead of the fast path: the fused
-    objective's loss and gradient from :func:`_objective_and_grad` (autograd through the model
-    only), stepped by :class:`_AmsGrad` (the same update). The final evaluation is the fused
-    :func:`_row_objective` (the plain one for ``plain``).
+    under autograd, stepped by ``torch.optim.Adam`` (``torch.optim.Rprop``) — instead of the fast
+    path: the fused objective's loss and gradient from :func:`_objective_and_grad` (autograd
+    through the model only), stepped by :class:`_AmsGrad` (:class:`.adversarial_rprop.Rprop`),
+    the same update. The final evaluation is the fused :func:`_row_objective` (the plain one for
+    ``plain``) of J&W's objective, whichever the solver.
 
     ``early_stop`` (:class:`EarlyStop`): every ``every`` iterations, a row whose loss (at the
     parameters before that iteration's update) improved by at most ``tol × max(1, |loss|)``
     since the previous check keeps its θ after that update and leaves the search; the others go
     on with their own Adam moments (sliced, unchanged). A row's result
-    then depends only on its own trajectory, as without early stopping.
+    then depends only on its own trajectory, as without early stopping (``"jw"`` only).
+
+    Raises:
+        ValueError: ``early_stop`` with the rprop-1 solver.
     """
     acfg = params
+    rprop = acfg.solver == rprop_solver.NAME
+    if rprop and early_stop is not None:
+        raise ValueError("early stopping is a setting of J&W's solver (solver = 'jw')")
     n_iter = acfg.steps if steps is None else steps
     theta_all = _initial_logits(
         batch, b_idx, t_idx, acfg, ctx.seed, batch.trace.attention.size(1), rng=ctx.rng
@@ -379,11 +451,14 @@ def _optimise(
     # θ = −inf there (a zero moment moves nothing)
     theta_all = theta_all.masked_fill(batch.trace.pad_mask[b_idx][:, None, None, :], float("-inf"))
     theta = theta_all.clone()
-    if plain:  # the reference: autograd through the whole objective, torch's Adam
+    if plain:  # the reference: autograd through the whole objective, torch's optimiser
         theta.requires_grad_(True)
-        optim = torch.optim.Adam([theta], lr=acfg.lr, amsgrad=True)
+        if rprop:
+            optim = rprop_solver.torch_rprop(theta)
+        else:
+            optim = torch.optim.Adam([theta], lr=acfg.lr, amsgrad=True)
     else:
-        adam = _AmsGrad(theta, acfg.lr)
+        adam = rprop_solver.Rprop(theta) if rprop else _AmsGrad(theta, acfg.lr)
 
     final_logits: list[Tensor] = []  # the final evaluation's logits (N, K, V), for the scores
 
@@ -402,8 +477,10 @@ def _optimise(
 
         if plain:
 
-            def reference(th: Tensor, logits=logits_of):
-                return _row_objective_reference(logits, batch, th, b_idx[rows], t_idx[rows], acfg)
+            def reference(th: Tensor, smooth=None, logits=logits_of):
+                return _row_objective_reference(
+                    logits, batch, th, b_idx[rows], t_idx[rows], acfg, smoothing=smooth
+                )
 
             return functools.partial(reference, logits=kept_logits), reference
         fixed = _fixed_terms(batch, b_idx[rows], t_idx[rows])
@@ -411,7 +488,7 @@ def _optimise(
             lambda th: _row_objective(
                 kept_logits, batch, th, b_idx[rows], t_idx[rows], acfg, fixed=fixed
             ),
-            lambda th: _objective_and_grad(logits_of, th, fixed, acfg),
+            lambda th, smooth=None: _objective_and_grad(logits_of, th, fixed, acfg, smooth),
         )
 
     active = torch.arange(len(b_idx), device=b_idx.device)
@@ -419,14 +496,17 @@ def _optimise(
     previous = None
     with gradients_in_eval():
         for it in range(n_iter):
+            smooth = rprop_solver.smoothing(it, n_iter) if rprop else None
             if plain:
-                loss, *_ = step(theta)
+                loss, *_ = step(theta, smooth)
                 optim.zero_grad(set_to_none=True)
                 loss.sum().backward()
                 optim.step()
             else:
-                loss, grad = step(theta)
+                loss, grad = step(theta, smooth)
                 adam.step(grad)
+            if rprop:
+                rprop_solver.bound_spread_(theta if plain else adam.param)
             if early_stop is None or it % early_stop.every:
                 continue
             now = loss.detach()
@@ -506,9 +586,9 @@ def search_adversarial(
         model: the model (put in eval mode; its parameters get no gradients — ``requires_grad``
             is switched off during the search — and both are restored afterwards).
         batch: prepared batch; its trace gives α (B, H, T_y, T_x) and p (B, T_y, V).
-        params: K, iterations, lr, λ, ε_opt, ε_eval, σ.
+        params: K, solver, iterations, lr, λ, ε_opt, ε_eval, σ.
         ctx: ``seed`` seeds the initial noise; ``chunk_rows`` sizes the output-layer chunks.
-        steps: override of ``params.steps`` (Adam iterations).
+        steps: override of ``params.steps`` (the solver's iterations).
         budget: elements of one chunk's (N', K, K, T_x) tensors (default
             :data:`~attnstudy.analysis._chunks.ELEMENT_BUDGET`): the rows are searched in
             chunks of N' rows, so a long example's memory stays bounded; a row's result does not
@@ -520,7 +600,8 @@ def search_adversarial(
         :class:`AdversarialResult` over the N real steps with ≥ 2 valid source positions.
 
     Raises:
-        ValueError: for the ``none`` model (no attention to replace).
+        ValueError: for the ``none`` model (no attention to replace); ``early_stop`` with the
+            rprop-1 solver.
     """
     _check(model, batch)
     b_idx, t_idx = _searched_rows(batch)

@@ -82,11 +82,15 @@ def batch_of(model, data, examples=None, batch_size=8):
 
 
 def cfg_with(**adv) -> AblationConfig:
-    return AblationConfig(seed=3, adversarial=adv)
+    """Jain & Wallace's solver (``solver = "jw"``, the reference these tests check) unless
+    ``solver`` is given."""
+    return AblationConfig(seed=3, adversarial={"solver": "jw", **adv})
 
 
 def test_defaults_are_jain_wallace():
-    a = AblationConfig().params_for("adversarial")
+    """J&W's objective and solver settings; the default solver is rprop-1 (its own tests:
+    tests/analysis/test_adversarial_rprop.py)."""
+    a = AblationConfig(adversarial={"solver": "jw"}).params_for("adversarial")
     assert (a.k, a.steps, a.lr, a.lam, a.eps_opt, a.eps_eval, a.init_sd) == (
         5,
         500,
@@ -96,6 +100,9 @@ def test_defaults_are_jain_wallace():
         0.05,
         3.0,
     )
+    default = AblationConfig().params_for("adversarial")
+    assert (default.solver, default.steps) == ("rprop-1", 80)
+    assert default.model_copy(update={"solver": "jw", "steps": 500}) == a
 
 
 @pytest.mark.parametrize(
