@@ -30,6 +30,7 @@ from .devices import resolve_device
 from .experiment import ExperimentConfig, TrainedAdversaryConfig
 from .model_runs import load_model, run_tags
 from .notices import notice
+from .progress import reporting
 from .task_data import checked_task_data
 from .tracking import Artifact, Kind, Role, Tag, Tracker, store
 
@@ -284,7 +285,12 @@ def _train_adversary(
         ),
     }
     run_id = tracker.start_run(base_run.experiment_id, name, tags, base_run_id)
-    with tracker.active(run_id):
+    # CPU and memory as system/*, progress/fraction while it runs (as a trained model's run)
+    with (
+        tracker.active(run_id),
+        tracker.system_metrics(run_id),
+        reporting(tracker.progress_sink(run_id)),
+    ):
         tracker.log_params(
             run_id, {"lambda": lam, "init": adv.init, "layer": adv.layer, **settings}
         )

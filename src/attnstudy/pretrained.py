@@ -28,6 +28,7 @@ from attnstudy.analysis.catalogue import AblationConfig
 from attnstudy.data.alignment import parse_pharaoh
 from attnstudy.data.types import DataError, Example
 from attnstudy.hf_folder import HF_PREFIX
+from attnstudy.progress import reporting
 from attnstudy.run_pages import timing_metrics
 from attnstudy.tracking import Tracker
 from attnstudy.tracking.schema import Artifact, Kind, Tag, ablation_run_name
@@ -240,7 +241,12 @@ def ablate_pretrained(
     run_id = tracker.start_run(
         model_run.experiment_id, ablation_run_name(label), tags, model_run_id
     )
-    with tracker.active(run_id):
+    # CPU and memory as system/*, progress/fraction while it runs (as a trained model's run)
+    with (
+        tracker.active(run_id),
+        tracker.system_metrics(run_id),
+        reporting(tracker.progress_sink(run_id)),
+    ):
         params = cfg.flat() | {"data": str(tsv.resolve())}  # absolute: no working directory
         tracker.log_params(run_id, params)
         recorder = Recorder(cfg.prefix)
@@ -394,7 +400,12 @@ def evaluate_pretrained(
         Tag.DEVICE: "cpu",
     }
     run_id = tracker.start_run(experiment_id, spec.name, tags, study_id)
-    with tracker.active(run_id):
+    # CPU and memory as system/*, progress/fraction while it runs (as a trained model's run)
+    with (
+        tracker.active(run_id),
+        tracker.system_metrics(run_id),
+        reporting(tracker.progress_sink(run_id)),
+    ):
         datasets = run_pages.log_model_datasets(tracker, run_id, spec, splits)
         params, full = spec.flat_params()
         tracker.log_params(

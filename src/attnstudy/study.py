@@ -349,8 +349,9 @@ def _run(
     if options.report:
         from attnstudy.report import build_report
 
-        try:
-            result.report = build_report(tracker, study_id)
+        try:  # minutes on a big study: its start line and running lines (a sign of life)
+            with task(f"report {cfg.experiment.name}", options.progress):
+                result.report = build_report(tracker, study_id)
         except Exception as err:
             result.failures.append(Failure("report", "report", error_text(err)))
             tracker.set_tags(study_id, {Tag.FAILED: "; ".join(map(str, result.failures))[:5000]})

@@ -3,6 +3,7 @@ model and the phase; no bar redrawn per batch, no cursor escapes."""
 
 import io
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -306,3 +307,39 @@ def test_a_malformed_interval_is_refused_in_one_line(monkeypatch, value):
     monkeypatch.setenv("ATTNSTUDY_PROGRESS_METRIC_SECONDS", value)
     with pytest.raises(ConfigError, match=r"^ATTNSTUDY_PROGRESS_METRIC_SECONDS=.* 0\.\.86400"):
         progress.check_intervals()
+
+
+@pytest.mark.slow
+def test_the_report_says_it_started_and_is_running(fresh_root, capfd, monkeypatch):
+    """The driver's work after the tasks — the report, minutes on a big study — begins with a
+    line and, outside a terminal, says it is running while it builds (nothing was written)."""
+    from cli_in_process import run_cli
+
+    import attnstudy.report as report
+
+    build = report.build_report
+
+    def slow_build(*args, **kwargs):
+        time.sleep(2.5)  # longer than one heartbeat: a running line is due
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(report, "build_report", slow_build)
+    res = run_cli(
+        capfd,
+        [
+            "run",
+            str(ROOT / "experiments" / "tiny.toml"),
+            "--set",
+            "training.epochs=1",
+            "--set",
+            "ablation.ablations=['uniform']",
+            "--set",
+            "ablation.n_examples=2",
+        ],
+        cwd=fresh_root,
+        env={"ATTNSTUDY_PROGRESS_SECONDS": "1"},
+    )
+    assert res.returncode == 0, res.stderr
+    err = [UNTIMED.sub("", line) for line in res.stderr.splitlines()]
+    assert "report tiny: started" in err, err
+    assert "report tiny: running" in err, err  # its elapsed time removed (UNTIMED)

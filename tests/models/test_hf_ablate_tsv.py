@@ -58,3 +58,22 @@ def test_the_header_counts_the_files_examples_not_the_cap(capfd, fresh_root, fol
     run_id = res.stdout.strip().splitlines()[-1].removeprefix("ablation run: runs:/")
     client = mlflow.MlflowClient(f"sqlite:///{fresh_root / 'mlruns' / 'mlflow.db'}")
     assert client.get_run(run_id).data.metrics["ablation/n_examples"] == 3
+
+
+def test_the_ablation_run_logs_system_metrics_and_progress(capfd, fresh_root, folder):
+    """CPU and memory (``system/*``) and ``progress/fraction`` on a pretrained model's ablation
+    run, as on a trained model's (they were missing there)."""
+    import mlflow
+
+    tsv = fresh_root / "three.tsv"
+    tsv.write_text(LINES, encoding="utf-8")
+    argv = ["ablate", f"hf:{folder}", "--tsv", str(tsv), "--prefix", "reference", "--quiet"]
+    env = {"ATTNSTUDY_SYSTEM_METRICS": "1", "ATTNSTUDY_SYSTEM_METRICS_SECONDS": "0.2"}
+    res = run_cli(capfd, [*argv, "--ablations", "saliency"], cwd=fresh_root, env=env)
+    assert res.returncode == 0, res.stderr
+    run_id = res.stdout.strip().splitlines()[-1].removeprefix("ablation run: runs:/")
+    client = mlflow.MlflowClient(f"sqlite:///{fresh_root / 'mlruns' / 'mlflow.db'}")
+    metrics = client.get_run(run_id).data.metrics
+    assert metrics["system/process_memory_rss_megabytes"] > 50  # torch and transformers loaded
+    assert "system/process_cpu_utilization_percentage" in metrics
+    assert [m.value for m in client.get_metric_history(run_id, "progress/fraction")][-1] == 1.0

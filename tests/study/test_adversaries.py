@@ -19,6 +19,9 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
     from attnstudy.experiment import load_experiment
     from attnstudy.tracking import Tracker, store
 
+    # CPU and memory and progress on every run (a trained adversary's run had neither)
+    monkeypatch.setenv("ATTNSTUDY_SYSTEM_METRICS", "1")
+    monkeypatch.setenv("ATTNSTUDY_SYSTEM_METRICS_SECONDS", "0.5")
     cfg = load_experiment(
         TINY, ["trained_adversary.lambdas=[0.0, 0.5]", "trained_adversary.epochs=2"]
     )
@@ -54,6 +57,8 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
         )
         assert r.metrics["adversary/n_steps"] == len(steps)
         assert tracker.metric_history(r.run_id, "train/attention_kl")[-1][0] == 2
+        assert r.metrics["system/process_memory_rss_megabytes"] > 50  # torch is loaded
+        assert [v for _, v in tracker.metric_history(r.run_id, "progress/fraction")][-1] == 1.0
     recorded = store.study_runs(tracker, result.study_run_id)
     assert {r.run_id for r in recorded.adversaries} == {r.run_id for r in runs}
 
