@@ -298,7 +298,7 @@ def attention_breakdowns(
             pos_sums.append(sentence_sums(gold, steps, lambda i, j, e=ex_id: group(e, i, j)))
         shapes = link_shapes(gold)
         shape_sums.append(sentence_sums(gold, steps, lambda i, j, s=shapes: s[(i, j)]))
-    lead = {"aligner": label, "test verses": f"{len(shape_sums):,}"}
+    lead = {"aligner": label, "examples": f"{len(shape_sums):,}"}
     kw = {"resamples": resamples, "seed": seed}
     by_tag = []
     if group is not None:
