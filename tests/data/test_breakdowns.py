@@ -4,6 +4,7 @@ data digest), eflomal's rows on the fixture and attention's from a per-step tabl
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -105,7 +106,15 @@ def test_word_tags_travel_through_the_registry_and_stay_out_of_the_digest(monkey
     assert not any("pos" in f or "tag" in f for f in Example.__dataclass_fields__)
     bare = nt.Verse(*[getattr(first, f) for f in nt.Verse.__dataclass_fields__][:-1])
     assert bare.greek_pos == () and bare.links == first.links
-    assert splits_digest(splits) == splits_digest(nt.make_splits(FILES, cfg))
+    corpus = nt.read_corpus(FILES)  # other tags, the same data digest
+    retagged = nt.Corpus(
+        tuple(dataclasses.replace(v, greek_pos=("intj",) * len(v.greek)) for v in corpus.verses),
+        corpus.stats,
+    )
+    monkeypatch.setattr(nt, "read_corpus", lambda files: retagged)
+    assert {t for ts in spec.tags(cfg).values() for t in ts} == {"intj"}
+    assert splits_digest(nt.make_splits(FILES, cfg)) == splits_digest(splits)
+    monkeypatch.setattr(nt, "read_corpus", lambda files: corpus)
     swapped = data_config(task=nt.TASK, direction="en-grc", nt_min_test_verses=0)
     assert spec.tags(swapped) == {} and bd.tag_group(nt.TASK, swapped) is None
 
