@@ -358,6 +358,88 @@ def flip_split_rows(data) -> list[dict[str, str]]:
     return rows
 
 
+def stored_examples(tracker):
+    """``examples_of`` of :func:`breakdown_rows` from the store: a model entry's run config
+    (``Artifact.CONFIG``), its data section and its task's test examples (loaded once per data
+    section, :func:`attnstudy.task_data.task_data`); None for a run without a stored config."""
+    import tempfile
+    from pathlib import Path
+
+    from .config.run import load_run_spec
+    from .task_data import task_data
+
+    def examples_of(entry):
+        if not tracker.has_artifact(entry.model_run_id, Artifact.CONFIG):
+            return None
+        with tempfile.TemporaryDirectory() as tmp:
+            path = tracker.download_artifact(entry.model_run_id, Artifact.CONFIG, tmp)
+            spec = load_run_spec(Path(path).read_text("utf-8"))
+        return spec.data, task_data(spec).splits.test
+
+    return examples_of
+
+
+def breakdown_rows(data, examples_of) -> dict[str, list[dict[str, str]]]:
+    """Attention's alignment by the source word's tag and by link shape
+    (:func:`attnstudy.data.breakdowns.attention_breakdowns`), per model and layer (head mean), for
+    every model of a task with word tags (:attr:`attnstudy.data.tasks.TaskSpec.word_tags`) whose
+    battery ran ``alignment``: AER, precision, recall and gold mass per tag group, recall and
+    gold mass per link shape; 95 % intervals over examples (the battery's resamples and seed).
+
+    Args:
+        data: the study (:class:`attnstudy.report.store.StudyData`).
+        examples_of: model entry → ``(data config, test examples)`` of its model run, or None
+            where they cannot be had (the entry is left out).
+
+    Returns:
+        ``{"-alignment-tags": rows, "-alignment-shape": rows}`` (cell text; empty lists where no
+        model qualifies): the result tables ``report --results`` writes.
+    """
+    from .analysis.catalogue import AblationConfig
+    from .data.breakdowns import attention_breakdowns
+    from .data.tasks import TASKS
+
+    out: dict[str, list[dict[str, str]]] = {"-alignment-tags": [], "-alignment-shape": []}
+    for e in data.entries:
+        task = TASKS.get(e.task)
+        st = e.steps
+        if task is None or task.word_tags is None or "alignment" not in e.ablations_run:
+            continue
+        if st is None or st.empty or "alignment_n_hyp" not in st.columns:
+            continue
+        loaded = examples_of(e)
+        if loaded is None:
+            continue
+        cfg, examples = loaded
+        p = e.ablation_params
+        boot = AblationConfig(
+            bootstrap_resamples=int(p.get("ablation.bootstrap_resamples", 1000)),
+            seed=int(p.get("ablation.seed", 0)),
+        )
+        st = st[st["prefix"] == "reference"] if "prefix" in st.columns else st
+        if "head" in st.columns:
+            st = st[st["head"] == -1]
+        st = st[st["alignment_n_hyp"].notna()]
+        layered = "layer" in st.columns and st["layer"].nunique() > 1
+        layers = sorted(st["layer"].unique()) if "layer" in st.columns else [None]
+        for layer in layers:
+            part = st if layer is None else st[st["layer"] == layer]
+            label = f"layer {int(layer) + 1}" if layered and layer >= 0 else "analysed"
+            by_tag, by_shape = attention_breakdowns(
+                part,
+                examples,
+                e.task,
+                cfg,
+                label="attention argmax",
+                resamples=boot.bootstrap_resamples,
+                seed=boot.seed,
+            )
+            lead = {"model": e.variant, "layer": label}
+            out["-alignment-tags"] += [lead | r for r in by_tag]
+            out["-alignment-shape"] += [lead | r for r in by_shape]
+    return out
+
+
 def flip_split_table(data) -> dict | None:
     """:func:`flip_split_rows` as a report table (None without rows)."""
     rows = flip_split_rows(data)

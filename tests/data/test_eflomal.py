@@ -144,3 +144,46 @@ def test_only_the_battery_s_test_verses_are_scored():
     assert counts["gold_links"] == sum(len(v.links) for v in test[:2])
     examples = nt.build_splits(FILES, cfg).test
     assert [e.id for e in examples[:2]] == [f"nt/test/{v.id}" for v in test[:2]]
+
+
+def test_the_command_writes_every_row_and_the_breakdowns(monkeypatch, tmp_path, capsys):
+    """``python -m attnstudy.data.eflomal --out-dir``: every heuristic's row on the same verses
+    and the two breakdowns, from one run (a fake ``eflomal-align`` linking each pair's first
+    words); refused before aligning when one of its files exists."""
+    from attnstudy.data import breakdowns
+    from attnstudy.data.symmetrise import SYMMETRISATIONS
+    from attnstudy.results import read_rows
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = script(
+        bin_dir,
+        "import sys\na = sys.argv\nn = len(open(a[a.index('-s') + 1]).readlines())\n"
+        "open(a[a.index('-f') + 1], 'w').write('0-0\\n' * n)\n"
+        "open(a[a.index('-r') + 1], 'w').write('0-0 0-1\\n' * n)",
+    )
+    Path(fake).rename(bin_dir / "eflomal-align")
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setattr(nt, "package_files", lambda: FILES)
+    out = tmp_path / "results"
+    assert eflomal.main(["--out-dir", str(out), "--resamples", "20", "--n-scored", "1"]) == 0
+    rows = read_rows(out / eflomal.OUT_FILES["rows"])
+    assert [r["aligner"] for r in rows] == [f"eflomal, {h}" for h in SYMMETRISATIONS] * 2
+    n_test = rows[0]["test verses"]
+    assert {r["test verses"] for r in rows} == {n_test, "1"}
+    by = {r["aligner"]: r for r in rows if r["test verses"] == n_test}
+    # forward links (0,0) only; backward adds (0,1) (dropped where English token 1 is punctuation)
+    verses = nt.split_verses(nt.read_corpus(FILES), data_config(task=nt.TASK))["test"]
+    assert by["eflomal, intersection"]["links"] == str(len(verses))
+    kept = sum(not v.exclude[1] for v in verses)
+    assert int(by["eflomal, union"]["links"]) == len(verses) + kept
+    assert by["eflomal, forward"]["links"] == by["eflomal, intersection"]["links"]
+    pos = read_rows(out / eflomal.OUT_FILES["pos"])
+    assert pos[-1]["part of speech"] == breakdowns.NO_LINK
+    assert {r["aligner"] for r in pos} == {"eflomal, grow-diag-final-and"}
+    shape = read_rows(out / eflomal.OUT_FILES["shape"])
+    assert [r["link shape"] for r in shape if r["test verses"] == "1"][-1] == breakdowns.NO_LINK
+    capsys.readouterr()
+    assert eflomal.main(["--out-dir", str(out)]) == 2  # the tables exist: refused, not rewritten
+    assert "exists; name a new folder" in capsys.readouterr().err

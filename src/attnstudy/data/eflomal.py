@@ -4,7 +4,8 @@ on the test verses against Biblica's manual gold.
 
 eflomal is GPL-3.0: it is run as the ``eflomal-align`` command in a subprocess (with a timeout),
 never imported. One call aligns both directions (``-f`` forward, ``-r`` reverse, both written
-``source-target``); :func:`attnstudy.data.symmetrise.grow_diag_final_and` joins them. As statistical
+``source-target``); the heuristics of :data:`attnstudy.data.symmetrise.SYMMETRISATIONS` join them
+(grow-diag-final-and the reference row beside attention; every one a row of its own). As statistical
 aligners are run, it learns unsupervised on the text of the training verses *and* of the test
 verses (no gold links are seen), then its links of the test verses are scored.
 
@@ -21,7 +22,6 @@ little from run to run (docs/nt-greek-english.md gives three runs).
 from __future__ import annotations
 
 import argparse
-import math
 import shutil
 import subprocess
 import sys
@@ -30,7 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnstudy.data.symmetrise import grow_diag_final_and
+from attnstudy.data.ratios import Estimate, cell, ratio_estimate
+from attnstudy.data.symmetrise import DEFAULT, SYMMETRISATIONS
 from attnstudy.data.types import DataError
 
 COMMAND = "eflomal-align"
@@ -56,7 +57,16 @@ class Directional:
     @property
     def symmetrised(self) -> set[tuple[int, int]]:
         """grow-diag-final-and of the two directions."""
-        return grow_diag_final_and(self.forward, self.reverse)
+        return self.links(DEFAULT)
+
+    def links(self, heuristic: str) -> set[tuple[int, int]]:
+        """The links of one row of :data:`~attnstudy.data.symmetrise.SYMMETRISATIONS`
+        (``forward``, ``backward``, ``intersection`` … ``grow-diag-final-and``).
+
+        Raises:
+            KeyError: an unknown heuristic.
+        """
+        return SYMMETRISATIONS[heuristic](self.forward, self.reverse)
 
 
 def find_command() -> str:
@@ -169,15 +179,6 @@ def align(
     return out
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """A corpus statistic with its 95 % percentile bootstrap interval (verses resampled)."""
-
-    value: float
-    low: float
-    high: float
-
-
 def score(
     hypotheses: Sequence[set[tuple[int, int]]],
     gold: Sequence[set[tuple[int, int]]],
@@ -204,46 +205,39 @@ def score(
         ValueError: lists of different lengths.
     """
     import numpy as np
-    from scipy import stats
 
     if len(hypotheses) != len(gold):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(gold)} gold sentences")
     hit = np.array([len(set(a) & set(s)) for a, s in zip(hypotheses, gold)], float)
     n_hyp = np.array([len(a) for a in hypotheses], float)
     n_sure = np.array([len(s) for s in gold], float)
-    out = {}
-    for name, num, den, sign in (
-        ("aer", 2 * hit, n_hyp + n_sure, -1.0),
-        ("precision", hit, n_hyp, 1.0),
-        ("recall", hit, n_sure, 1.0),
-    ):
-        keep = den > 0
-        n, d = num[keep], den[keep]
-        if not len(n):
-            out[name] = Estimate(math.nan, math.nan, math.nan)
-            continue
+    return score_counts(hit, n_hyp, n_sure, resamples=resamples, seed=seed)
 
-        def ratio(a, b, axis=-1, sign=sign):
-            r = a.sum(axis) / b.sum(axis)
-            return 1.0 - r if sign < 0 else r
 
-        value = float(ratio(n, d))
-        if len(n) < 2:
-            out[name] = Estimate(value, math.nan, math.nan)
-            continue
-        res = stats.bootstrap(
-            (n, d),
-            ratio,
-            paired=True,
-            vectorized=True,
-            n_resamples=resamples,
-            method="percentile",
-            confidence_level=0.95,
-            rng=np.random.default_rng(seed),
-        )
-        ci = res.confidence_interval
-        out[name] = Estimate(value, float(ci.low), float(ci.high))
-    return out
+def score_counts(
+    hit, n_hyp, n_sure, *, resamples: int = 1000, seed: int = 0
+) -> dict[str, Estimate]:
+    """AER, precision and recall (Och & Ney 2003, eq. 7 with S = P) from per-sentence counts, as
+    :func:`score` (which calls it); the counts may be weighted (the breakdowns'
+    :mod:`attnstudy.data.breakdowns`).
+
+    Args:
+        hit, n_hyp, n_sure: per sentence |A∩S|, |A| and |S|, shape (n_sentences,).
+        resamples, seed: of the bootstrap.
+
+    Returns:
+        ``{"aer", "precision", "recall"}`` → :class:`Estimate` (NaN where undefined).
+    """
+    import numpy as np
+
+    hit, n_hyp, n_sure = (np.asarray(a, float) for a in (hit, n_hyp, n_sure))
+    return {
+        "aer": ratio_estimate(
+            2 * hit, n_hyp + n_sure, complement=True, resamples=resamples, seed=seed
+        ),
+        "precision": ratio_estimate(hit, n_hyp, resamples=resamples, seed=seed),
+        "recall": ratio_estimate(hit, n_sure, resamples=resamples, seed=seed),
+    }
 
 
 def nt_pairs(verses) -> tuple[list[tuple[tuple[str, ...], tuple[str, ...]]], list[dict[int, int]]]:
@@ -258,6 +252,97 @@ def nt_pairs(verses) -> tuple[list[tuple[tuple[str, ...], tuple[str, ...]]], lis
     return pairs, renumber
 
 
+@dataclass(frozen=True)
+class NTAlignment:
+    """One eflomal run on task ``nt-greek-english``: its links of every test verse, both
+    directions (:func:`nt_align`), from which every symmetrisation is scored.
+
+    Attributes:
+        train_verses: the training verses it also learned on.
+        test: the test verses, in split order.
+        links: eflomal's links of each test verse (Greek word, English token with punctuation).
+        renumber: per test verse, English token → alignment word (punctuation left out).
+        cfg: the data section it ran on (its split, for the task's word tags).
+    """
+
+    train_verses: int
+    test: tuple
+    links: tuple[Directional, ...]
+    renumber: tuple[dict[int, int], ...]
+    cfg: object = None
+
+    def scored(
+        self, heuristic: str = DEFAULT, n_scored: int | None = None
+    ) -> tuple[list[set[tuple[int, int]]], list[set[tuple[int, int]]]]:
+        """The links of ``heuristic`` and the gold of the first ``n_scored`` test verses (all with
+        None), both ``(Greek word, English word)`` with English punctuation left out.
+
+        Raises:
+            KeyError: an unknown heuristic.
+        """
+        hyps, golds = [], []
+        for v, d, ren in list(zip(self.test, self.links, self.renumber))[:n_scored]:
+            hyps.append({(i, ren[j]) for i, j in d.links(heuristic) if j in ren})
+            golds.append({(i, ren[j]) for i, j in v.links})
+        return hyps, golds
+
+
+def nt_align(
+    nt_files=None,
+    cfg=None,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    options: Sequence[str] = (),
+) -> NTAlignment:
+    """eflomal on task ``nt-greek-english``: trained on the training verses plus the test verses'
+    text (never a gold link), both directions of every test verse kept.
+
+    Args:
+        nt_files: the data files (default: the installed package's).
+        cfg: the task's data section (default: its defaults; its split and ``n_*`` apply).
+        timeout_s, options: as :func:`align`.
+
+    Raises:
+        DataError: the data (as :func:`attnstudy.data.nt.load_nt`).
+        EflomalError: as :func:`align`.
+    """
+    from attnstudy.config import data_config
+    from attnstudy.data import nt
+
+    nt_files = nt_files or nt.package_files()
+    cfg = cfg or data_config(task=nt.TASK)
+    parts = nt.split_verses(nt.read_corpus(nt_files), cfg)
+    train, test = parts["train"], parts["test"]
+    pairs, renumber = nt_pairs([*train, *test])
+    links = align(pairs, timeout_s=timeout_s, options=options)[len(train) :]
+    return NTAlignment(len(train), tuple(test), tuple(links), tuple(renumber[len(train) :]), cfg)
+
+
+def nt_scores(
+    aligned: NTAlignment,
+    heuristic: str = DEFAULT,
+    *,
+    n_scored: int | None = None,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> tuple[dict[str, Estimate], dict[str, int]]:
+    """One row: the scores of :func:`score` of ``heuristic``'s links on the first ``n_scored``
+    test verses (all with None), and its counts: ``train_verses``, ``test_verses`` (those
+    scored), ``gold_links``, ``eflomal_links``.
+
+    Raises:
+        KeyError: an unknown heuristic.
+    """
+    hyps, golds = aligned.scored(heuristic, n_scored)
+    counts = {
+        "train_verses": aligned.train_verses,
+        "test_verses": len(golds),
+        "gold_links": sum(map(len, golds)),
+        "eflomal_links": sum(map(len, hyps)),
+    }
+    return score(hyps, golds, resamples=resamples, seed=seed), counts
+
+
 def nt_reference(
     nt_files=None,
     cfg=None,
@@ -268,8 +353,8 @@ def nt_reference(
     options: Sequence[str] = (),
     n_scored: int | None = None,
 ) -> tuple[dict[str, Estimate], dict[str, int]]:
-    """eflomal on task ``nt-greek-english``: trained on the training verses plus the test verses'
-    text, symmetrised (grow-diag-final-and), scored on the test verses against the gold.
+    """eflomal on task ``nt-greek-english`` (:func:`nt_align`), symmetrised with
+    grow-diag-final-and, scored on the test verses against the gold (:func:`nt_scores`).
 
     Args:
         nt_files: the data files (default: the installed package's).
@@ -288,75 +373,125 @@ def nt_reference(
         DataError: the data (as :func:`attnstudy.data.nt.load_nt`).
         EflomalError: as :func:`align`.
     """
-    from attnstudy.config import data_config
-    from attnstudy.data import nt
-
-    nt_files = nt_files or nt.package_files()
-    cfg = cfg or data_config(task=nt.TASK)
-    parts = nt.split_verses(nt.read_corpus(nt_files), cfg)
-    train, test = parts["train"], parts["test"]
-    pairs, renumber = nt_pairs([*train, *test])
-    links = align(pairs, timeout_s=timeout_s, options=options)[len(train) :]
-    if n_scored is not None:
-        test = test[:n_scored]
-    hyps, golds = [], []
-    for v, d, ren in zip(test, links, renumber[len(train) :]):
-        hyps.append({(i, ren[j]) for i, j in d.symmetrised if j in ren})
-        golds.append({(i, ren[j]) for i, j in v.links})
-    counts = {
-        "train_verses": len(train),
-        "test_verses": len(test),
-        "gold_links": sum(map(len, golds)),
-        "eflomal_links": sum(map(len, hyps)),
-    }
-    return score(hyps, golds, resamples=resamples, seed=seed), counts
+    aligned = nt_align(nt_files, cfg, timeout_s=timeout_s, options=options)
+    return nt_scores(aligned, n_scored=n_scored, resamples=resamples, seed=seed)
 
 
-def format_table(scores: dict[str, Estimate], counts: dict[str, int]) -> str:
-    """The scores as a Markdown table (one row: eflomal, grow-diag-final-and)."""
-    cells = [f"{e.value:.3f} [{e.low:.3f}, {e.high:.3f}]" for e in scores.values()]
-    return (
-        "| aligner | test verses | AER (= 1 − F1) | precision | recall |\n"
-        "|---|---|---|---|---|\n"
-        f"| eflomal, grow-diag-final-and | {counts['test_verses']:,} | "
-        + " | ".join(cells)
-        + " |\n"
-    )
+TABLE_COLUMNS = ("aligner", "test verses", "gold links", "links", "AER", "precision", "recall")
+"""The columns of :func:`nt_rows` (``AER`` = 1 − F1 here: the gold has sure links only)."""
+
+
+def nt_rows(
+    aligned: NTAlignment,
+    *,
+    n_scored: Sequence[int | None] = (None,),
+    resamples: int = 1000,
+    seed: int = 0,
+) -> list[dict[str, str]]:
+    """Every aligner row of one eflomal run: each heuristic of
+    :data:`~attnstudy.data.symmetrise.SYMMETRISATIONS` scored on the same test verses, for each
+    number of verses in ``n_scored`` (None: every test verse), as cell text (:data:`TABLE_COLUMNS`;
+    ``value [low, high]``, the report's three significant digits)."""
+    rows = []
+    for n in n_scored:
+        for name in SYMMETRISATIONS:
+            scores, counts = nt_scores(aligned, name, n_scored=n, resamples=resamples, seed=seed)
+            rows.append(
+                {
+                    "aligner": f"eflomal, {name}",
+                    "test verses": f"{counts['test_verses']:,}",
+                    "gold links": f"{counts['gold_links']:,}",
+                    "links": f"{counts['eflomal_links']:,}",
+                    "AER": cell(scores["aer"]),
+                    "precision": cell(scores["precision"]),
+                    "recall": cell(scores["recall"]),
+                }
+            )
+    return rows
+
+
+def format_table(rows: Sequence[dict[str, str]]) -> str:
+    """Rows (:func:`nt_rows`, or any dicts of cell text) as a Markdown table."""
+    header = list(rows[0]) if rows else list(TABLE_COLUMNS)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r[h] for h in header) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(path: Path, rows: Sequence[dict[str, str]]) -> None:
+    """Rows of cell text as a CSV file (header from the first row), as ``attnstudy report
+    --results`` writes its tables (read back by :func:`attnstudy.results.read_rows`)."""
+    import csv
+
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+OUT_FILES = {
+    "rows": "nt-greek-english-eflomal.csv",
+    "pos": "nt-greek-english-eflomal-pos.csv",
+    "shape": "nt-greek-english-eflomal-shape.csv",
+}
+"""The tables ``--out-dir`` writes: every aligner row, and grow-diag-final-and's breakdowns by
+the Greek word's part of speech and by the gold link's shape (:mod:`attnstudy.data.breakdowns`)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m attnstudy.data.eflomal``: eflomal's AER, precision and recall on the test
-    verses of ``nt-greek-english`` (default split), printed as Markdown and, with ``--out``,
-    written as CSV. Returns the exit code: 0 done, 2 data or command missing, 1 eflomal failed."""
+    """``python -m attnstudy.data.eflomal``: every aligner row of eflomal (forward, backward and
+    each symmetrisation) on the test verses of ``nt-greek-english`` (default split): AER,
+    precision and recall with intervals, printed as Markdown; with ``--out-dir`` written as the
+    CSV files of :data:`OUT_FILES` with the breakdowns. Returns the exit code: 0 done, 2 data or
+    command missing (or an output file exists), 1 eflomal failed."""
     p = argparse.ArgumentParser(prog="python -m attnstudy.data.eflomal", description=main.__doc__)
-    p.add_argument("--out", type=Path, help="write the table as CSV here (refused if it exists)")
+    p.add_argument(
+        "--out-dir", type=Path, help="write the tables here (refused if one of them exists)"
+    )
     p.add_argument(
         "--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds (default %(default)s)"
     )
     p.add_argument("--resamples", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--n-scored",
+        type=int,
+        action="append",
+        help="also score only the first N test verses (a battery's ablation.n_examples); repeatable",
+    )
     args = p.parse_args(argv)
-    if args.out is not None and args.out.exists():
-        print(f"attnstudy: error: {args.out} exists; name a new file", file=sys.stderr)
-        return 2
+    if args.out_dir is not None:
+        there = [f for f in OUT_FILES.values() if (args.out_dir / f).exists()]
+        if there:
+            print(
+                f"attnstudy: error: {args.out_dir / there[0]} exists; name a new folder",
+                file=sys.stderr,
+            )
+            return 2
     try:
-        scores, counts = nt_reference(
-            timeout_s=args.timeout, resamples=args.resamples, seed=args.seed
-        )
+        aligned = nt_align(timeout_s=args.timeout)
     except DataError as err:
         print(f"attnstudy: error: {err}", file=sys.stderr)
         return 2
     except EflomalError as err:
         print(f"attnstudy: error: {err}", file=sys.stderr)
         return 2 if isinstance(err, EflomalMissing) else 1
-    print(format_table(scores, counts), end="")
-    print(", ".join(f"{k} {v:,}" for k, v in counts.items()))
-    if args.out is not None:
-        rows = ["statistic,value,ci_low,ci_high"] + [
-            f"{k},{e.value!r},{e.low!r},{e.high!r}" for k, e in scores.items()
-        ]
-        rows += [f"{k},{v},," for k, v in counts.items()]
-        args.out.write_text("\n".join(rows) + "\n", "utf-8")
+    n_scored = [None, *(args.n_scored or [])]
+    rows = nt_rows(aligned, n_scored=n_scored, resamples=args.resamples, seed=args.seed)
+    print(format_table(rows), end="")
+    print(f"train verses {aligned.train_verses:,}, test verses {len(aligned.test):,}")
+    if args.out_dir is not None:
+        from attnstudy.data import breakdowns
+
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        write_csv(args.out_dir / OUT_FILES["rows"], rows)
+        pos, shape = breakdowns.eflomal_breakdowns(
+            aligned, n_scored=n_scored, resamples=args.resamples, seed=args.seed
+        )
+        write_csv(args.out_dir / OUT_FILES["pos"], pos)
+        write_csv(args.out_dir / OUT_FILES["shape"], shape)
+        print(format_table(pos), end="")
+        print(format_table(shape), end="")
     return 0
 
 

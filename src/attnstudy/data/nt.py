@@ -70,7 +70,11 @@ DATA_CARD = (
     "(docs/nt-greek-english.md)."
 )
 """The data card of every model run of the task (its description; :attr:`TaskSpec.data_card`)."""
-SOURCE_COLUMNS = ("id", "text")
+POS_GROUPS = {"det": "article", "num": "other", "intj": "other"}
+"""SBLGNT's ``pos`` tags reported under another name: the article (SBLGNT ``det``), and the two
+rare tags (``num`` 477, ``intj`` 18 words) as "other"; every other tag (noun, verb, conj, pron,
+prep, adj, adv, ptcl) is its own group (:attr:`attnstudy.data.tasks.TaskSpec.word_tags`)."""
+SOURCE_COLUMNS = ("id", "text", "pos")
 TARGET_COLUMNS = ("id", "source_verse", "text", "skip_space_after", "exclude")
 
 
@@ -96,6 +100,9 @@ class Verse:
         exclude: per English token, whether it is punctuation (no word of the alignments).
         skip_space_after: per English token, whether no space follows it in the text.
         links: sure links ``(Greek word index, English token index)``.
+        greek_pos: per Greek word, its part of speech as SBLGNT's ``pos`` column gives it
+            (``noun``, ``verb``, ``det`` …; :data:`POS_GROUPS` names the groups reported). Not
+            part of an example's tokens or links, so of no data digest or model key.
     """
 
     id: str
@@ -105,6 +112,7 @@ class Verse:
     exclude: tuple[bool, ...]
     skip_space_after: tuple[bool, ...]
     links: frozenset[tuple[int, int]]
+    greek_pos: tuple[str, ...] = ()
 
     @property
     def english_text(self) -> str:
@@ -223,8 +231,10 @@ def parse_corpus(nt_files: NTFiles) -> Corpus:
     tgt_rows = _read_tsv(nt_files.target, TARGET_COLUMNS)
     records = _read_records(nt_files.alignment)
     greek: dict[str, tuple[str, str]] = {}  # token id → (verse, text)
+    greek_pos: dict[str, str] = {}  # token id → part of speech
     for r in src_rows:
         greek[r["id"]] = (_verse_of(r["id"], nt_files.source, True), r["text"])
+        greek_pos[r["id"]] = r["pos"]
     english: dict[str, tuple[str, dict[str, str]]] = {}  # token id → (Greek verse, row)
     for r in tgt_rows:
         _verse_of(r["id"], nt_files.target, False)
@@ -326,6 +336,7 @@ def parse_corpus(nt_files: NTFiles) -> Corpus:
                 "id": "+".join(verses),
                 "chapter": verses[0][:5],
                 "greek": tuple(t for _, t in g["g"]),
+                "pos": tuple(greek_pos[tid] for tid, _ in g["g"]),
                 "english": tuple(r["text"] for _, r in g["e"]),
                 "exclude": tuple(r["exclude"] == "y" for _, r in g["e"]),
                 "skip": tuple(r["skip_space_after"] == "y" for _, r in g["e"]),
@@ -349,6 +360,7 @@ def parse_corpus(nt_files: NTFiles) -> Corpus:
             d["exclude"],
             d["skip"],
             frozenset(d["links"]),
+            d["pos"],
         )
         for d in out
     )
@@ -627,6 +639,31 @@ _NO_SPACE_BEFORE = frozenset({",", ".", "?", "!", ":", ";", "”", "’", ")", "
 _NO_SPACE_AFTER = frozenset({"“", "‘", "(", "—"})
 
 
+def source_word_tags(
+    cfg: DataConfig, nt_files: NTFiles | None = None
+) -> dict[str, tuple[str, ...]]:
+    """The part of speech of every source word of the task's examples, by example id
+    (``nt/<split>/<verse id>`` → one SBLGNT ``pos`` per Greek word), for the breakdowns
+    (:attr:`attnstudy.data.tasks.TaskSpec.word_tags`). Read from the parsed corpus, not from the
+    examples: the tags are in no data digest and no model key.
+
+    Args:
+        cfg: the task's data section (its split and ``n_*``; ``direction``).
+        nt_files: the data files (default: the installed package's).
+
+    Returns:
+        Example id → tags, one per source word, in every split; empty for ``direction =
+        "en-grc"`` (the source is English, which has no tags here).
+
+    Raises:
+        DataError: as :func:`read_corpus`.
+    """
+    if cfg.direction != "grc-en":
+        return {}
+    parts = split_verses(read_corpus(nt_files or package_files()), cfg)
+    return {f"nt/{split}/{v.id}": v.greek_pos for split in SPLITS for v in parts[split]}
+
+
 def corpus_table(nt_files: NTFiles, cfg: DataConfig) -> dict[str, int]:
     """The counts of the data card: the corpus (:attr:`Corpus.stats`), per split its chapters,
     examples, source and target tokens (words and subwords) and links."""
@@ -649,7 +686,7 @@ def corpus_table(nt_files: NTFiles, cfg: DataConfig) -> dict[str, int]:
 
 # ----------------------------------------------------------------------------- disk cache
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 """The layout of the cache files (part of their keys)."""
 LOADER_MODULES = ("nt.py", "subwords.py", "alignment.py", "types.py", "disk_cache.py")
 """The modules whose sources make what is cached: their digest is part of every key, so a change
@@ -755,6 +792,7 @@ def _corpus_to_json(corpus: Corpus) -> dict:
                 "".join("1" if x else "0" for x in v.exclude),
                 "".join("1" if x else "0" for x in v.skip_space_after),
                 _flat(v.links),
+                list(v.greek_pos),
             ]
             for v in corpus.verses
         ],
@@ -765,14 +803,23 @@ def _corpus_from_json(value: object) -> Corpus:
     doc = _header(value, "corpus")
     verses = []
     for row in doc["verses"]:
-        vid, chapter, greek, english, exclude, skip, links = row
+        vid, chapter, greek, english, exclude, skip, links, pos = row
         if type(vid) is not str or type(chapter) is not str:
             raise ValueError("a verse id is not a string")
         v = Verse(
-            vid, chapter, _strs(greek), _strs(english), _flags(exclude), _flags(skip), _pairs(links)
+            vid,
+            chapter,
+            _strs(greek),
+            _strs(english),
+            _flags(exclude),
+            _flags(skip),
+            _pairs(links),
+            _strs(pos),
         )
         if not len(v.english) == len(v.exclude) == len(v.skip_space_after):
             raise ValueError(f"verse {vid}: flags and tokens differ in number")
+        if len(v.greek_pos) != len(v.greek):
+            raise ValueError(f"verse {vid}: parts of speech and Greek words differ in number")
         verses.append(v)
     return Corpus(tuple(verses), dict(doc["stats"]))
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from attnstudy.config import DataConfig
 from attnstudy.data import nt
+from attnstudy.data.symmetrise import DEFAULT
 
 
 @dataclass(frozen=True)
@@ -56,14 +57,14 @@ def _eflomal_check() -> object:
 
 REFERENCE_ALIGNERS: dict[str, ReferenceAligner] = {
     nt.TASK: ReferenceAligner(
-        name="eflomal, grow-diag-final-and",
+        name=f"eflomal, {DEFAULT}",
         how="eflomal 2.0.0 (Östling & Tiedemann 2016) in both directions, joined by "
-        "grow-diag-final-and; unsupervised, it learns on the training verses plus the test "
+        f"{DEFAULT}; unsupervised, it learns on the training verses plus the test "
         "verses' text (never a gold link), as statistical aligners are run; scored on the same "
         "test verses as the battery, links to English punctuation left out.",
         align=_eflomal_align,
         check=_eflomal_check,
-        version="eflomal==2.0.0 eflomal-align -f -r; grow-diag-final-and",
+        version=f"eflomal==2.0.0 eflomal-align -f -r; {DEFAULT}",
     ),
 }
 """Registry: task name → :class:`ReferenceAligner`."""

@@ -77,6 +77,29 @@ entry sets ``translation_texts`` and lists them among its ``metrics``; logged wi
 ``_ci_high`` (95 % percentile bootstrap over test examples). The beam rows exist where the run
 decodes with ``training.beam_size`` > 1."""
 
+
+@dataclass(frozen=True)
+class WordTags:
+    """A task's tags of its source words (a part of speech per word), for the breakdowns of
+    alignment by tag (:mod:`attnstudy.data.breakdowns`). Tags are read beside the examples, never
+    from them: they enter no data digest and no model key.
+
+    Attributes:
+        label: what the tags are, as a table's column header (``part of speech``).
+        tags: ``DataConfig -> {example id: tag of each source word}``; an example (or a
+            direction) without tags is left out.
+        groups: tag → the group it is reported under; a tag not named is its own group.
+    """
+
+    label: str
+    tags: Callable[[DataConfig], dict[str, tuple[str, ...]]]
+    groups: dict[str, str] = field(default_factory=dict)
+
+    def group(self, tag: str) -> str:
+        """The group ``tag`` is reported under."""
+        return self.groups.get(tag, tag)
+
+
 TranslationTexts = Callable[
     [DataConfig, Sequence[Example], Sequence[Sequence[str]]], tuple[list[str], list[str]]
 ]
@@ -114,6 +137,8 @@ class TaskSpec:
             ``ter``: a translation task's readers would take it for the translation edit rate).
             Runs logged before 2026-12-07 named it ``per`` for every task; the report reads both
             (:func:`report_metrics`).
+        word_tags: tags of its source words (:class:`WordTags`): every task with them gets the
+            alignment breakdowns by tag; None: none.
     """
 
     name: str
@@ -127,6 +152,7 @@ class TaskSpec:
     translation_texts: TranslationTexts | None = None
     data_card: str | None = None
     error_rate: str = "token_error_rate"
+    word_tags: WordTags | None = None
 
 
 def _synthetic_tokenization(cfg: DataConfig) -> tuple[str, str]:
@@ -166,6 +192,7 @@ TASKS: dict[str, TaskSpec] = {
         gold_sure_only=nt.GOLD_SURE_ONLY,
         translation_texts=nt.translation_texts,
         data_card=nt.DATA_CARD,
+        word_tags=WordTags("part of speech", nt.source_word_tags, nt.POS_GROUPS),
     ),
 }
 """Registry: task name → :class:`TaskSpec`."""

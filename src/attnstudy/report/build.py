@@ -13,7 +13,12 @@ import pandas as pd
 
 from ..outputs import REPORT_KIND, check_files, replace_folder, store_folders_of, write_files
 from ..paths import project_root
-from ..reference_alignment import flip_split_rows, side_by_side_rows
+from ..reference_alignment import (
+    breakdown_rows,
+    flip_split_rows,
+    side_by_side_rows,
+    stored_examples,
+)
 from ..templating import render
 from ..tracking import Artifact
 from .context import report_context, ui_base_url
@@ -110,7 +115,9 @@ def build_report(
             ``<experiment>-adversaries.csv``, ``<experiment>-alignment.csv`` (attention's alignment
             beside the reference aligner's and the attribution argmaxes) and
             ``<experiment>-alignment-flips.csv`` (flip rates where attention aligns and where it
-            does not: :mod:`attnstudy.reference_alignment`)
+            does not: :mod:`attnstudy.reference_alignment`), and for a task with word tags
+            ``<experiment>-alignment-tags.csv`` and ``-alignment-shape.csv`` (attention's alignment
+            by the source word's tag and by link shape)
             (:func:`attnstudy.results.write_results`), each row naming the study run.
 
     Returns:
@@ -183,6 +190,10 @@ def build_report(
                 "-timing": [r | study for r in timing_rows(data)],
                 "-alignment": [r | study for r in side_by_side_rows(data, facts, layers)],
                 "-alignment-flips": [r | study for r in flip_split_rows(data)],
+                **{
+                    suffix: [r | study for r in rows]
+                    for suffix, rows in breakdown_rows(data, stored_examples(tracker)).items()
+                },
             },
         )
         check_files(results_dir, results, option="--results", store_folders=stores)
