@@ -49,10 +49,12 @@ def test_the_table_figure_definition_and_verdict_reach_the_report(report):
     labels = [
         s.stat.label
         for s in catalogue.shown_stats(["faithfulness"])
-        if s.name.split("_", 1)[1] in configured
+        if s.name.removeprefix("soft_").split("_", 1)[1] in configured
     ]
+    # deletion's AOPCs, then soft erasure's (on by default, one draw)
     assert labels == [
-        f"{mode}, {ranking}"
+        f"{soft}{mode}, {ranking}"
+        for soft in ("", "soft ")
         for mode in ("comprehensiveness", "sufficiency")
         for ranking in ("attention", "input × gradient", "leave-one-out", "random")
     ]
@@ -65,10 +67,12 @@ def test_the_table_figure_definition_and_verdict_reach_the_report(report):
     assert all(re.fullmatch(INTERVAL, c) for c in cells), cells
     none_row = next(r for r in rows if "none" in r)  # attention undefined; the others measured
     none_cells = [c.strip() for c in none_row.strip().strip("|").split("|")][3:]
-    assert sum(bool(re.fullmatch(INTERVAL, c)) for c in none_cells) == 6, none_cells
-    assert [none_cells[i] for i in (0, 4)] == ["no attention"] * 2
+    assert sum(bool(re.fullmatch(INTERVAL, c)) for c in none_cells) == 12, none_cells
+    assert [none_cells[i] for i in (0, 4, 8, 12)] == ["no attention"] * 4
     spec, fig = next((s, f) for s, f in catalogue.figures(["faithfulness"]))
     assert f"![{fig.title}](figures/{spec.name}.png)" in md
     assert (report / "figures" / f"{spec.name}.png").stat().st_size > 10_000
     assert "- **comprehensiveness / sufficiency**:" in md
     assert "most faithful" in md
+    # each model with attention says how soft erasure orders the rankings against deletion
+    assert md.count("By soft erasure, the rankings' order is ") >= 2

@@ -252,10 +252,16 @@ def test_known_answers_through_the_entry_and_a_model_without_embeddings():
     assert plain["faithfulness_comprehensiveness_attention"].notna().any()
 
 
-def test_soft_draws_off_leaves_the_resolved_settings_unchanged():
-    assert "soft_draws" not in FaithfulnessParams().model_dump()
+def test_soft_erasure_is_on_by_default_and_soft_draws_0_keeps_the_former_settings():
+    """One draw by default (the authors' one mask per instance); ``soft_draws = 0`` leaves it out
+    of the resolved settings, so a study stored before soft erasure existed keeps its key."""
+    assert FaithfulnessParams().model_dump()["soft_draws"] == 1
+    assert "soft_draws" not in FaithfulnessParams(soft_draws=0).model_dump()
     assert FaithfulnessParams(soft_draws=3).model_dump()["soft_draws"] == 3
-    out = call("faithfulness", _ReadsOneElement(), _copy_batch(_ReadsOneElement()))
+    on = call("faithfulness", _ReadsOneElement(), _copy_batch(_ReadsOneElement()))
+    assert "faithfulness_soft_comprehensiveness_attention" in on.columns
+    off = AblationConfig(ablations=["faithfulness"], faithfulness={"soft_draws": 0})
+    out = call("faithfulness", _ReadsOneElement(), _copy_batch(_ReadsOneElement()), off)
     assert not any("soft" in c for c in out.columns)
 
 
