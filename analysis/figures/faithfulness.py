@@ -144,6 +144,11 @@ def _panel(ax, base: pd.DataFrame, mode, rankings, labels, order, palette) -> No
     hue = [v for v in order if v in set(base["variant"])]
     drawn = [v for v in hue if v in set(d["variant"])]  # seaborn's containers, in this order
     names = [labels[r] for r in rankings]
+    if len(drawn) < len(hue):  # seaborn dodges the models it has data of: an empty bar (width
+        # 0, no interval) keeps the slots of a model without a value in this panel
+        empty = pd.DataFrame({"ranking": names[0], "variant": [v for v in hue if v not in drawn]})
+        d = pd.concat([d, empty.assign(mean=0.0, low=math.nan, high=math.nan)])
+        drawn = hue
     sns.barplot(
         data=d,
         y="ranking",
@@ -164,7 +169,7 @@ def _panel(ax, base: pd.DataFrame, mode, rankings, labels, order, palette) -> No
             # the model lacks, so the container's bars are not one per ranking)
             y = bar.get_y() + bar.get_height() / 2
             r = names[int(round(y))]
-            if r in sub.index:
+            if r in sub.index and math.isfinite(sub.at[r, "low"]):
                 ax.plot([sub.at[r, "low"], sub.at[r, "high"]], [y, y], color="0.25", lw=1.4)
     _mark_missing(ax, base, mode, rankings, hue)
     ax.axvline(0, color="0.5", lw=0.8)

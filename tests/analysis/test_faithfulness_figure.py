@@ -156,3 +156,9 @@ def test_a_model_without_embeddings_says_so_in_the_soft_panels():
     assert hard == [("n/a for no-attention: undefined at every step", pytest.approx(0.2))]
     widths = _bars(fig.axes[2])
     assert widths["leave-one-out"] == pytest.approx(0.4, abs=0.01)  # with-attention's own
+    # its bars keep the first of the two slots (not the whole category, over the marks)
+    drawn = [b for c in fig.axes[2].containers for b in c if b.get_width() > 0]
+    assert len(drawn) == 4
+    for i, b in enumerate(sorted(drawn, key=lambda b: b.get_y())):
+        assert b.get_height() == pytest.approx(0.4)
+        assert b.get_y() + b.get_height() / 2 == pytest.approx(i - 0.2)
