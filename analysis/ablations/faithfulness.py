@@ -126,7 +126,8 @@ SPEC = AblationSpec(
                 optional=True,  # a column where the study's rankings include it
                 # result tables written before the labels came from the registry
                 former_labels=(f"{mode}, {r.replace('_', ' ')}",),
-                # the verdict's faithfulness sentence: the comprehensiveness AOPCs compete
+                # the verdict's faithfulness sentence: the comprehensiveness AOPCs compete; the
+                # sufficiency AOPCs are the order soft sufficiency is compared with
                 verdict=VerdictRole(
                     "faithful",
                     "ranking",
@@ -135,7 +136,9 @@ SPEC = AblationSpec(
                     criterion="deletion",
                 )
                 if mode == "comprehensiveness"
-                else None,
+                else VerdictRole(
+                    "faithful", "ranking", measure=label, criterion="deletion (sufficiency)"
+                ),
             )
             for mode, direction in (("comprehensiveness", "higher"), ("sufficiency", "lower"))
             for r, label in FaithfulnessParams.RANKINGS.items()
@@ -149,10 +152,17 @@ SPEC = AblationSpec(
                 question="faithful",
                 direction="higher",
                 optional=True,
-                # the verdict says where soft erasure orders the rankings otherwise than deletion
+                # the verdict says where soft erasure orders the rankings otherwise than deletion,
+                # comprehensiveness against comprehensiveness, sufficiency against sufficiency
                 verdict=VerdictRole("faithful", "ranking", measure=label, criterion="soft erasure")
                 if mode == "comprehensiveness"
-                else None,
+                else VerdictRole(
+                    "faithful",
+                    "ranking",
+                    measure=label,
+                    criterion="soft erasure (sufficiency)",
+                    versus="deletion (sufficiency)",
+                ),
             )
             for mode in ("comprehensiveness", "sufficiency")
             for r, label in FaithfulnessParams.RANKINGS.items()
