@@ -634,11 +634,18 @@ def _faithful(f: ModelFacts, v: Verdict) -> None:
             v.sentences.append(
                 f"No ranking is clearly the most faithful: {what}, and the intervals overlap."
             )
-    firsts = {m: e for m, (e, _) in comp.items()}
+    referenced = {r.versus for g in groups.values() for _, r in g.values() if r.versus}
     for criterion in others:
-        if len(groups[criterion]) >= 2:
-            values = {m: e for m, (e, _) in groups[criterion].items()}
-            v.sentences.append(criterion_sentence(criterion, values, first, firsts))
+        group = groups[criterion]
+        if len(group) < 2 or (criterion in referenced and criterion != first):
+            continue  # a reference only (deletion's sufficiency): no sentence of its own
+        versus = next(iter(group.values()))[1].versus or first
+        ref = groups.get(versus, {})
+        values = {m: e for m, (e, _) in group.items()}
+        refs = {m: e for m, (e, _) in ref.items()}
+        lower = next(iter(group.values()))[1].direction == "lower"
+        ref_lower = bool(ref) and next(iter(ref.values()))[1].direction == "lower"
+        v.sentences.append(criterion_sentence(criterion, values, versus, refs, lower, ref_lower))
 
 
 def _notes(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:

@@ -87,7 +87,10 @@ class VerdictRole:
       ``phrase`` (random orders) is named beside the two best. Rankings compete within their
       ``criterion`` (hard deletion, soft erasure…): the first criterion declared gives that
       sentence, and each other one a sentence of the order it puts the rankings in and where it
-      differs from the first's.
+      differs from the first's, or from the criterion it names in ``versus`` (soft sufficiency
+      against deletion's sufficiency); a criterion only named by another's ``versus`` gives no
+      sentence of its own. The statistic's ``direction`` says which values are more faithful
+      (hard sufficiency: lower).
     * any other key — a ``note``: a sentence of its own after the four questions.
 
     Phrases and notes are :meth:`str.format` templates: ``{fmt}`` (``value [low, high]``),
@@ -109,6 +112,8 @@ class VerdictRole:
         criterion: what a ``faithful`` ranking's number measures faithfulness by (``"deletion"``,
             ``"soft erasure"``); its rankings are compared with each other, not with another
             criterion's.
+        versus: the criterion whose order of the rankings this one's is compared with (empty:
+            the first criterion declared).
         direction: which values answer yes (the statistic's
             :attr:`~attnstudy.analysis.catalogue.Stat.direction`, filled in by the catalogue).
     """
@@ -122,6 +127,7 @@ class VerdictRole:
     summary: str = ""
     direction: str = ""
     criterion: str = ""
+    versus: str = ""
 
     def __post_init__(self) -> None:
         q, r = self.question, self.role
@@ -194,18 +200,35 @@ WORDING: dict[str, Wording] = {
 aligns says nothing where it was not measured: without gold links the table says why)."""
 
 
-def criterion_sentence(name: str, values: dict, first: str, first_values: dict) -> str:
+def criterion_sentence(
+    name: str,
+    values: dict,
+    first: str,
+    first_values: dict,
+    lower: bool = False,
+    first_lower: bool = False,
+) -> str:
     """The verdict's sentence for a faithfulness criterion after the first (:class:`VerdictRole`'s
-    ``criterion``): the order it puts its rankings in, each with its value and interval, and every
-    pair of rankings both criteria measured that ``first`` orders the other way, saying whether the
-    two values' intervals are apart in both criteria or overlap.
+    ``criterion``): the order it puts its rankings in, most faithful first, each with its value
+    and interval, and every pair of rankings both criteria measured that ``first`` orders the
+    other way, saying whether the two values' intervals are apart in both criteria or overlap.
 
     Args:
         name, first: the two criteria (``"soft erasure"``, ``"deletion"``).
         values, first_values: ranking → its estimate under each (``value``, ``low``, ``high``,
             ``has_ci``, ``fmt()``: :class:`attnstudy.findings.Estimate`).
+        lower, first_lower: lower values are the more faithful under ``name`` / ``first``
+            (hard sufficiency); else higher. A ``first`` where lower is more faithful is said
+            to "rank" a ranking "as more faithful" rather than to "put it higher".
     """
-    ranked = sorted(values, key=lambda m: -values[m].value)
+
+    def above(x, y, low_first: bool) -> bool:  # x more faithful than y
+        return x.value < y.value if low_first else x.value > y.value
+
+    def apart(x, y, low_first: bool) -> bool:  # x clearly more faithful than y
+        return x.high < y.low if low_first else x.low > y.high
+
+    ranked = sorted(values, key=lambda m: values[m].value if lower else -values[m].value)
     listing = ", ".join(f"{m} {values[m].fmt()}" for m in ranked)
     s = f"By {name or 'its second criterion'}, the rankings' order is {listing}"
     first = first or "the first criterion"
@@ -216,12 +239,13 @@ def criterion_sentence(name: str, values: dict, first: str, first_values: dict) 
     for i, a in enumerate(common):
         for b in common[i + 1 :]:  # a above b here
             ea, eb, fa, fb = values[a], values[b], first_values[a], first_values[b]
-            if fb.value > fa.value:
-                apart = all(x.has_ci for x in (ea, eb, fa, fb)) and (
-                    ea.low > eb.high and fb.low > fa.high
+            if above(fb, fa, first_lower):
+                both = all(x.has_ci for x in (ea, eb, fa, fb)) and (
+                    apart(ea, eb, lower) and apart(fb, fa, first_lower)
                 )
-                where = "the intervals are apart in both" if apart else "the intervals overlap"
-                flips.append(f"{a} and {b} ({first} puts {b} higher; {where})")
+                where = "the intervals are apart in both" if both else "the intervals overlap"
+                puts = f"ranks {b} as more faithful" if first_lower else f"puts {b} higher"
+                flips.append(f"{a} and {b} ({first} {puts}; {where})")
     if not flips:
         return s + f", the same order as by {first}."
-    return s + f"; it differs from {first}'s for " + "; ".join(flips) + "."
+    return s + f"; the order by {first} differs for " + "; ".join(flips) + "."

@@ -82,13 +82,17 @@ def test_a_model_that_ignores_the_source_has_zero_comprehensiveness_for_every_ra
     assert len(real) > 0
     # attention is not available for this model (undefined at every step); the others are 0
     attention = [c for c in out.columns if c.endswith("_attention")]
-    assert len(attention) == 3 and out[attention].isna().all().all()
+    assert len(attention) == 5 and out[attention].isna().all().all()  # 3 hard, 2 soft
     assert (out["faithfulness_attention_reason"] == "no attention").all()
+    # soft erasure (on by default) is undefined at every step: the all-zero source lowers
+    # p(y_t) by nothing, so 1 − S_0 = 0 leaves nothing to normalise by
+    soft = [c for c in out.columns if c.startswith("faithfulness_soft_")]
+    assert len(soft) == 8 and out[soft].isna().all().all()
     measured = [
         c
         for c in out.columns
         if c.startswith("faithfulness_")
-        and c not in ("faithfulness_skipped", "faithfulness_attention_reason", *attention)
+        and c not in ("faithfulness_skipped", "faithfulness_attention_reason", *attention, *soft)
     ]
     assert len(measured) == 9  # input × gradient, leave-one-out, random: AOPC ×2 and k = 1
     np.testing.assert_allclose(real[measured].to_numpy(), 0.0, atol=1e-6)

@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 RANKINGS = ("attention", "input_x_gradient", "leave_one_out", "random")
 
 
-def _steps() -> pd.DataFrame:
+def _steps(soft: bool = False) -> pd.DataFrame:
     """Two models, 30 examples of 4 steps: ``with-attention`` has every ranking, ``no-attention``
     no attention ranking (NaN); each ranking's AOPC is a constant apart from small seeded noise, so
     each bar's interval lies tightly around its own value and far from every other bar's."""
@@ -30,6 +30,10 @@ def _steps() -> pd.DataFrame:
                         if variant == "no-attention" and r == "attention":
                             value = np.nan
                         row[f"faithfulness_{mode}_{r}"] = value
+                        if soft:  # soft erasure: the reverse order, 1 − the hard level
+                            row[f"faithfulness_soft_{mode}_{r}"] = (
+                                np.nan if np.isnan(value) else 1.0 - value
+                            )
                 rows.append(row)
     return pd.DataFrame(rows)
 
@@ -89,3 +93,72 @@ def test_without_a_recorded_reason_the_mark_says_undefined():
     fig = faithfulness_aopc(_steps())
     texts = [t.get_text().strip() for t in fig.axes[0].texts if "n/a" in t.get_text()]
     assert texts == ["n/a for no-attention: undefined at every step"]
+
+
+def _bars(ax) -> dict[str, float]:
+    """Each drawn bar's width by its ranking label (one model per category in these tests)."""
+    names = [t.get_text() for t in ax.get_yticklabels()]
+    out: dict[str, list[float]] = {}
+    for c in ax.containers:
+        for b in c:
+            if np.isfinite(b.get_width()):
+                y = b.get_y() + b.get_height() / 2
+                out.setdefault(names[int(round(y))], []).append(b.get_width())
+    return {k: v[0] for k, v in out.items()}
+
+
+def test_soft_erasure_is_drawn_beside_deletion_where_it_was_measured():
+    """With soft columns, a second row of panels draws Soft-NC and Soft-NS of the same rankings
+    (their own values, intervals on their bars, the n/a mark for the missing ranking); without
+    them the figure keeps deletion's two panels."""
+    from attnstudy.analysis.figures.faithfulness import faithfulness_aopc
+
+    assert len(faithfulness_aopc(_steps()).axes) == 2
+    steps = _steps(soft=True)
+    fig = faithfulness_aopc(steps)
+    assert len(fig.axes) == 4
+    assert [ax.get_title().split("\n")[0] for ax in fig.axes] == [
+        "comprehensiveness (AOPC)",
+        "sufficiency (AOPC)",
+        "soft comprehensiveness (Soft-NC)",
+        "soft sufficiency (Soft-NS)",
+    ]
+    hard, soft = _bars(fig.axes[0]), _bars(fig.axes[2])
+    # the first bar of each category is the with-attention model's: soft = 1 − hard
+    for r in ("input × gradient", "leave-one-out", "random"):
+        assert soft[r] == pytest.approx(1.0 - hard[r], abs=0.01)
+    assert soft["attention"] == pytest.approx(0.8, abs=0.01)
+    for ax in fig.axes[2:]:
+        lines = [ln for ln in ax.lines if len(set(ln.get_xdata())) == 2]
+        assert len(lines) == 7  # 4 + 3 intervals, each on its bar
+        texts = [t.get_text().strip() for t in ax.texts if "n/a" in t.get_text()]
+        assert texts == ["n/a for no-attention: undefined at every step"]
+
+
+def test_a_model_without_embeddings_says_so_in_the_soft_panels():
+    from attnstudy.analysis.figures.faithfulness import faithfulness_aopc
+
+    steps = _steps(soft=True)
+    cols = [c for c in steps.columns if c.startswith("faithfulness_soft_")]
+    steps.loc[steps["variant"] == "no-attention", cols] = np.nan
+    steps.loc[steps["variant"] == "no-attention", "faithfulness_soft_reason"] = "no embeddings"
+    fig = faithfulness_aopc(steps)
+    texts = [t.get_text().strip() for t in fig.axes[2].texts if "n/a" in t.get_text()]
+    assert texts == ["n/a for no-attention: no embeddings"] * 4  # a slot of every ranking
+    hard = [
+        (t.get_text().strip(), t.get_position()[1])
+        for t in fig.axes[0].texts
+        if "n/a" in t.get_text()
+    ]
+    soft = [(t.get_position()[1]) for t in fig.axes[2].texts if "n/a" in t.get_text()]
+    # the model's slot: the second of two in each category, as in deletion's panel
+    assert soft == pytest.approx([i + 0.2 for i in range(4)])
+    assert hard == [("n/a for no-attention: undefined at every step", pytest.approx(0.2))]
+    widths = _bars(fig.axes[2])
+    assert widths["leave-one-out"] == pytest.approx(0.4, abs=0.01)  # with-attention's own
+    # its bars keep the first of the two slots (not the whole category, over the marks)
+    drawn = [b for c in fig.axes[2].containers for b in c if b.get_width() > 0]
+    assert len(drawn) == 4
+    for i, b in enumerate(sorted(drawn, key=lambda b: b.get_y())):
+        assert b.get_height() == pytest.approx(0.4)
+        assert b.get_y() + b.get_height() / 2 == pytest.approx(i - 0.2)

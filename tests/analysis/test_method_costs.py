@@ -90,7 +90,20 @@ COSTS = {
     ("value_zeroing", ()): (N + 1, (N + 1) * T, (N + 1) * T, T),
     # hard deletion of the attention ranking: k ∈ {1, 3} for n = 5 (⌈f·n⌉ of the fractions,
     # a repeated k once), deleted and kept alone: 4 traces a step, and the unmodified trace
-    ("faithfulness", (("rankings", ("attention",)),)): (1 + 4 * T, (1 + 4 * T) * T, 0, 0),
+    ("faithfulness", (("rankings", ("attention",)), ("soft_draws", 0))): (
+        1 + 4 * T,
+        (1 + 4 * T) * T,
+        0,
+        0,
+    ),
+    # the default adds soft erasure with one draw: 2 traces a step of the prefix up to t, and
+    # the unmodified and all-zero traces
+    ("faithfulness", (("rankings", ("attention",)),)): (
+        1 + 4 * T + 2 + 2 * T,
+        (1 + 4 * T) * T + 2 * T + 2 * sum(t + 1 for t in range(T)),
+        0,
+        0,
+    ),
     # and soft erasure with D = 2 draws: 2·D traces a step of the prefix up to t, and the
     # unmodified and all-zero traces
     ("faithfulness", (("rankings", ("attention",)), ("soft_draws", 2))): (

@@ -252,10 +252,16 @@ def test_known_answers_through_the_entry_and_a_model_without_embeddings():
     assert plain["faithfulness_comprehensiveness_attention"].notna().any()
 
 
-def test_soft_draws_off_leaves_the_resolved_settings_unchanged():
-    assert "soft_draws" not in FaithfulnessParams().model_dump()
+def test_soft_erasure_is_on_by_default_and_soft_draws_0_keeps_the_former_settings():
+    """One draw by default (the authors' one mask per instance); ``soft_draws = 0`` leaves it out
+    of the resolved settings, so a study stored before soft erasure existed keeps its key."""
+    assert FaithfulnessParams().model_dump()["soft_draws"] == 1
+    assert "soft_draws" not in FaithfulnessParams(soft_draws=0).model_dump()
     assert FaithfulnessParams(soft_draws=3).model_dump()["soft_draws"] == 3
-    out = call("faithfulness", _ReadsOneElement(), _copy_batch(_ReadsOneElement()))
+    on = call("faithfulness", _ReadsOneElement(), _copy_batch(_ReadsOneElement()))
+    assert "faithfulness_soft_comprehensiveness_attention" in on.columns
+    off = AblationConfig(ablations=["faithfulness"], faithfulness={"soft_draws": 0})
+    out = call("faithfulness", _ReadsOneElement(), _copy_batch(_ReadsOneElement()), off)
     assert not any("soft" in c for c in out.columns)
 
 
@@ -285,11 +291,54 @@ def test_the_verdict_says_where_soft_erasure_orders_the_rankings_otherwise():
     assert "The most faithful ranking is attention" in text  # deletion's sentence, unchanged
     assert (
         "By soft erasure, the rankings' order is leave-one-out 0.5 [0.45, 0.55], attention 0.3 "
-        "[0.2, 0.6], random 0.1 [0.05, 0.15]; it differs from deletion's for leave-one-out and "
-        "attention (deletion puts attention higher; the intervals overlap)." in text
+        "[0.2, 0.6], random 0.1 [0.05, 0.15]; the order by deletion differs for leave-one-out "
+        "and attention (deletion puts attention higher; the intervals overlap)." in text
     )
     same = verdict(facts(0.58)).text  # 0.58 > 0.5: attention first again
     assert (
         "By soft erasure, the rankings' order is attention 0.58 [0.2, 0.6], leave-one-out 0.5 "
         "[0.45, 0.55], random 0.1 [0.05, 0.15], the same order as by deletion." in same
     )
+
+
+def test_the_verdict_compares_soft_sufficiency_with_deletions_sufficiency():
+    """A constructed table of each model's estimates: deletion's sufficiency is a drop (lower is
+    more faithful), soft sufficiency higher is more faithful; the sentence says where their
+    orders differ (here attention and input × gradient swap, the intervals apart in both), and
+    that they agree where they do. Deletion's sufficiency gives no sentence of its own."""
+    from attnstudy.analysis.catalogue import verdict_roles
+
+    from attnstudy.findings import Estimate, ModelFacts, verdict
+
+    key = "ablation/faithfulness/"
+
+    def facts(soft_gradient: Estimate) -> ModelFacts:
+        return ModelFacts(
+            "g2p additive",
+            "additive",
+            roles=verdict_roles(["faithfulness"]),
+            stats={
+                # deletion: attention keeps most of p(y_t) (the smallest drop), random least
+                f"{key}sufficiency_attention": Estimate(0.338, 0.313, 0.361),
+                f"{key}sufficiency_input_x_gradient": Estimate(0.399, 0.375, 0.421),
+                f"{key}sufficiency_random": Estimate(0.633, 0.615, 0.65),
+                f"{key}soft_sufficiency_attention": Estimate(0.547, 0.508, 0.593),
+                f"{key}soft_sufficiency_input_x_gradient": soft_gradient,
+                f"{key}soft_sufficiency_random": Estimate(0.513, 0.488, 0.54),
+            },
+        )
+
+    text = verdict(facts(Estimate(0.641, 0.605, 0.678))).text
+    assert (
+        "By soft erasure (sufficiency), the rankings' order is input × gradient 0.641 [0.605, "
+        "0.678], attention 0.547 [0.508, 0.593], random 0.513 [0.488, 0.54]; the order by "
+        "deletion (sufficiency) differs for input × gradient and attention (deletion "
+        "(sufficiency) ranks attention as more faithful; the intervals are apart in both)."
+    ) in text
+    assert "By deletion (sufficiency)" not in text  # the reference says nothing of its own
+    same = verdict(facts(Estimate(0.53, 0.5, 0.56))).text  # between attention and random
+    assert (
+        "By soft erasure (sufficiency), the rankings' order is attention 0.547 [0.508, 0.593], "
+        "input × gradient 0.53 [0.5, 0.56], random 0.513 [0.488, 0.54], the same order as by "
+        "deletion (sufficiency)."
+    ) in same
