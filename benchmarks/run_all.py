@@ -38,12 +38,14 @@ BENCHMARKS = [
     "records",
 ]
 """Script names (``benchmarks/bench_<name>.py``), in the order they are listed and run."""
-OPT_IN = ["long", "attribution", "study", "figure_memory"]
+OPT_IN = ["long", "attribution", "study", "figure_memory", "adversarial_solver"]
 """Benchmarks run only when named in ``--only`` (``long``: the battery on one example of up to
 1,000 tokens, about 15 minutes on its own; ``attribution``: integrated gradients against gradient ×
 input, and the attribution methods on one example of 1,000 tokens; ``study``: the quickstart study
 with one worker and with two, and where its time goes, about 8 minutes on an idle 2-core machine;
-``figure_memory``: resident memory over 500 saves of the heatmaps figure, about 3 minutes)."""
+``figure_memory``: resident memory over 500 saves of the heatmaps figure, about 3 minutes;
+``adversarial_solver``: rprop-1 and J&W's solver against a 5,000-iteration J&W reference on the
+three families, about 30 minutes)."""
 NO_MODELS = {"study", "records", "figure_memory"}
 """Benchmarks that train their own models or need none (run_all prepares no shared benchmark
 models for them)."""

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -415,6 +416,7 @@ def _optimise(
     steps: int | None = None,
     plain: bool = False,
     early_stop: EarlyStop | None = None,
+    monitor: Callable[[int, Callable[[], tuple[Tensor, Tensor, Tensor]]], None] | None = None,
 ) -> AdversarialResult:
     """Run the batched search over the rows (b_idx, t_idx) (model already in eval, no param grads).
 
@@ -436,13 +438,20 @@ def _optimise(
     on with their own Adam moments (sliced, unchanged). A row's result
     then depends only on its own trajectory, as without early stopping (``"jw"`` only).
 
+    ``monitor`` (benchmarks: a convergence curve): after every iteration, ``monitor(i, evaluate)``
+    with i the iterations done and ``evaluate()`` J&W's objective at the current θ as the final
+    evaluation computes it: (objective (N,), JSD (N, K), output TVD (N, K)), under no_grad; the
+    search's result does not depend on whether or when it is called.
+
     Raises:
-        ValueError: ``early_stop`` with the rprop-1 solver.
+        ValueError: ``early_stop`` with the rprop-1 solver, or with ``monitor``.
     """
     acfg = params
     rprop = acfg.solver == rprop_solver.NAME
-    if rprop and early_stop is not None:
-        raise ValueError("early stopping is a setting of J&W's solver (solver = 'jw')")
+    if early_stop is not None and (rprop or monitor is not None):
+        raise ValueError(
+            "early stopping is a setting of J&W's solver (solver = 'jw') and has no monitor"
+        )
     n_iter = acfg.steps if steps is None else steps
     theta_all = _initial_logits(
         batch, b_idx, t_idx, acfg, ctx.seed, batch.trace.attention.size(1), rng=ctx.rng
@@ -507,6 +516,8 @@ def _optimise(
                 adam.step(grad)
             if rprop:
                 rprop_solver.bound_spread_(theta if plain else adam.param)
+            if monitor is not None:
+                monitor(it + 1, functools.partial(_evaluate, whole, theta))
             if early_stop is None or it % early_stop.every:
                 continue
             now = loss.detach()
@@ -560,6 +571,13 @@ def _optimise(
         acfg.eps_eval,
         scores,
     )
+
+
+def _evaluate(whole, theta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """J&W's objective at θ as the final evaluation computes it: (objective, JSD, output TVD)."""
+    with torch.no_grad():
+        loss, div, out_tvd, _ = whole(theta.detach())
+    return loss, div, out_tvd
 
 
 def _check(model: Seq2Seq, batch: PreparedBatch) -> None:

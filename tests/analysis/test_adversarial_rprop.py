@@ -276,3 +276,51 @@ def test_jw_solver_is_amsgrad_on_the_exact_objective_bit_for_bit(data):
     for _ in range(25):
         adam.step(_objective_and_grad(logits_of, adam.param, fixed, acfg)[1])
     assert torch.equal(res.candidates, torch.softmax(adam.param, -1))
+
+
+@pytest.mark.parametrize("solver", ["rprop-1", "jw"])
+def test_a_monitor_reads_the_search_without_changing_it(data, solver):
+    """``_optimise(monitor=…)`` (the solver benchmark's convergence curve) is called after every
+    iteration; its reading after the last one is the result's own final evaluation, and reading
+    at every iteration leaves the result as it was without a monitor. With early stopping it is
+    refused."""
+    from attnstudy.analysis.ablations import adversarial as adv
+
+    from attnstudy.models import eval_mode
+
+    cfg = AblationConfig(seed=3, adversarial={"solver": solver, "steps": 12})
+    model = make_model(data, "general", "luong", dtype=torch.float64)
+    batch = batch_of(model, data)
+    params, ctx = cfg.params_for("adversarial"), AblationContext.of(cfg)
+    b_idx, t_idx = adv._searched_rows(batch)
+    seen = []
+
+    def monitor(i, evaluate):
+        seen.append((i, evaluate()))
+
+    flags = adv._requires_grad_off(model)
+    try:
+        with eval_mode(model):
+            plain = adv._optimise(model, batch, b_idx, t_idx, params, ctx)
+            read = adv._optimise(model, batch, b_idx, t_idx, params, ctx, monitor=monitor)
+            with pytest.raises(ValueError, match="early stopping"):
+                adv._optimise(
+                    model,
+                    batch,
+                    b_idx,
+                    t_idx,
+                    params,
+                    ctx,
+                    monitor=monitor,
+                    early_stop=EarlyStop(tol=1e-4, every=2),
+                )
+    finally:
+        adv._restore_requires_grad(model, flags)
+    assert [i for i, _ in seen] == list(range(1, 13))
+    objective, jsd_last, tvd_last = seen[-1][1]
+    torch.testing.assert_close(objective, read.objective, atol=0, rtol=0)
+    torch.testing.assert_close(jsd_last, read.jsd, atol=0, rtol=0)
+    torch.testing.assert_close(tvd_last, read.tvd, atol=0, rtol=0)
+    torch.testing.assert_close(read.candidates, plain.candidates, atol=0, rtol=0)
+    assert torch.equal(read.best, plain.best)
+    assert float(seen[0][1][0].mean()) > float(objective.mean())  # it went somewhere

@@ -10,6 +10,7 @@ import math
 import os
 import sys
 
+import pandas as pd
 import pytest
 import torch
 
@@ -381,3 +382,30 @@ def test_load_watch_waits_for_the_load_to_settle(monkeypatch):
     assert common.LoadWatch().settle(0.3, timeout=60, poll=1) >= 0
     with pytest.raises(StopIteration):  # it stopped asking once the load was low: 3 reads
         next(loads)
+
+
+def test_adversarial_solver_benchmark_reads_jw_at_every_budget(results, tmp_path):
+    """The solver benchmark: J&W read from one long run equals J&W's final evaluation at its
+    last checkpoint (the reference passes against itself on every step), rprop-1 at its budgets,
+    the CSVs and the figure written."""
+    from benchmarks import bench_adversarial_solver as b
+
+    out = b.main(
+        smoke(
+            results,
+            "--kernels",
+            "luong",
+            "--csv",
+            str(tmp_path),
+            "--figure",
+            str(tmp_path / "f.png"),
+        )
+    )
+    by = {(r["solver"], r["iterations"]): r for r in out["rows"]}
+    assert {k for k in by if k[0] == "rprop-1"} == {("rprop-1", 2), ("rprop-1", 4)}
+    assert by["jw", 8]["pass rate"] == 1.0 and by["jw", 8]["steps"] > 0
+    assert all(0 <= r["pass rate"] <= 1 and r["CPU s"] > 0 for r in out["rows"])
+    steps = pd.read_csv(tmp_path / "adversarial-solver-steps.csv")
+    assert set(steps["iterations"]) == {2, 4, 8}
+    assert (tmp_path / "f.png").stat().st_size > 1000
+    assert "long J&W reference" in results.read_text()
