@@ -169,6 +169,13 @@ class ThrowawayPostgres:
         lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
         return lines[-1][:300] if lines else "empty log"
 
+    def database_size(self) -> int:
+        """The MLflow database's size in bytes (``pg_database_size``)."""
+        import psycopg
+
+        with psycopg.connect(self._dsn(self.database), connect_timeout=10) as conn:
+            return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
+
     def pids(self) -> set[int]:
         """The postmaster and its backends."""
         return tree_pids(self.proc)
