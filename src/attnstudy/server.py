@@ -233,7 +233,7 @@ def serve(
     if problem is not None:  # mlflow server would retry for minutes, printing tracebacks
         print(f"attnstudy: error: {database_error_line(mask(uri), problem)}", file=sys.stderr)
         return 1
-    if workers > 1:  # each worker opens the store: none may create or migrate its schema
+    if workers > 1:  # the schema is created or migrated by `mlflow db upgrade`, never by a start
         problem = schema_problem(uri, timeout=CHECK_BOUND_S)
         if problem is not None:
             line = schema_error_line(mask(uri), workers, problem)

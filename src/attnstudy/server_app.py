@@ -122,9 +122,9 @@ def artifact_store_problem(destination: str, timeout: float = CHECK_BOUND_S) -> 
 
 
 def schema_problem(uri: str, timeout: float = CHECK_BOUND_S) -> str | None:
-    """Check that the database holds MLflow's schema at this MLflow's newest revision, as a
-    server with several workers needs (each worker opens the store; none may create or migrate
-    it).
+    """Check that the database holds MLflow's schema at this MLflow's newest revision, as
+    ``attnstudy server --workers N`` (N > 1) requires: creating or migrating the schema stays one
+    explicit step (``mlflow db upgrade``, after a backup), never a side effect of a start.
 
     Args:
         uri: an SQLAlchemy database URI (as :func:`database_problem`; ``sqlite:`` files too).

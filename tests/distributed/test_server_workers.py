@@ -2,7 +2,7 @@
 
 A throwaway PostgreSQL cluster on loopback (Debian's ``initdb``, as tests/distributed/test_cluster.py):
 on its fresh database ``--workers 2`` is refused in one line naming ``mlflow db upgrade`` (the
-workers would each open a store without a schema); after ``mlflow db upgrade`` the server starts
+schema is created by that one explicit step, not by a start); after ``mlflow db upgrade`` the server starts
 with two uvicorn workers, eight client threads create 48 runs with their params, metrics and tags
 at once, every one is recorded whole, and both workers have answered (each holds a connection to
 the database, which a worker opens when it serves its first tracking request).
