@@ -36,9 +36,17 @@ NODE_RESOURCE = "loopback_node_{}"
 """A custom resource of 1 on node i (0 is the head): a task asking for it runs on that node."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors in one line (no usage block): ``attnstudy: error: …``, exit 2."""
+
+    def error(self, message: str):
+        print(f"attnstudy: error: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The command line; a bad value exits 2 with one line (argparse's usage line and error)."""
-    p = argparse.ArgumentParser(
+    """The command line; a bad value exits 2 with one line."""
+    p = _Parser(
         prog="python -m attnstudy.loopback_cluster",
         description="Ray nodes on this machine's loopback until Ctrl-C (docs/cluster.md).",
     )
@@ -83,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     """Start the nodes, print the address and the driver's variables, wait for Ctrl-C/SIGTERM.
 
     Returns:
-        0 once stopped; 1 when Ray is not installed or the nodes did not start (one line).
+        0 once stopped; 1 when Ray is not installed or the nodes did not start, 2 when ``--port``
+        is in use (one line each).
     """
     import importlib.util
 
@@ -91,6 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     if importlib.util.find_spec("ray") is None:
         print(f"attnstudy: error: {RAY_EXTRA}", file=sys.stderr)
         return 1
+    if args.port:
+        from .ui import port_in_use
+
+        if port_in_use("127.0.0.1", args.port):  # Ray would wait 40 s for a GCS that never starts
+            print(
+                f"attnstudy: error: port {args.port} is in use; choose another with --port",
+                file=sys.stderr,
+            )
+            return 2
     if "ray" in sys.modules:  # the variables below are read when ray is imported
         raise RuntimeError("attnstudy.loopback_cluster must run before ray is imported")
     token = os.environ.get("RAY_AUTH_TOKEN") or secrets.token_hex(24)
