@@ -97,9 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     import importlib.util
 
     args = parse_args(argv)
-    if importlib.util.find_spec("ray") is None:
-        print(f"attnstudy: error: {RAY_EXTRA}", file=sys.stderr)
-        return 1
     if args.port:
         from .ui import port_in_use
 
@@ -109,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+    if importlib.util.find_spec("ray") is None:
+        print(f"attnstudy: error: {RAY_EXTRA}", file=sys.stderr)
+        return 1
     if "ray" in sys.modules:  # the variables below are read when ray is imported
         raise RuntimeError("attnstudy.loopback_cluster must run before ray is imported")
     token = os.environ.get("RAY_AUTH_TOKEN") or secrets.token_hex(24)
