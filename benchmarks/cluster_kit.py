@@ -169,6 +169,13 @@ class ThrowawayPostgres:
         lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
         return lines[-1][:300] if lines else "empty log"
 
+    def database_size(self) -> int:
+        """The MLflow database's size in bytes (``pg_database_size``)."""
+        import psycopg
+
+        with psycopg.connect(self._dsn(self.database), connect_timeout=10) as conn:
+            return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
+
     def pids(self) -> set[int]:
         """The postmaster and its backends."""
         return tree_pids(self.proc)
@@ -189,9 +196,15 @@ class ThrowawayPostgres:
 
 
 def start_tracking_server(
-    backend_uri: str, artifacts: Path, log_path: Path, env: dict[str, str], timeout: float = 180
+    backend_uri: str,
+    artifacts: Path,
+    log_path: Path,
+    env: dict[str, str],
+    timeout: float = 180,
+    workers: int = 1,
 ) -> tuple[subprocess.Popen, str]:
-    """``attnstudy server`` on a free loopback port, as a team would start it. Returns (process,
+    """``attnstudy server`` on a free loopback port, as a team would start it (``workers``:
+    its ``--workers``; more than one needs :func:`mlflow_db_upgrade` first). Returns (process,
     base URL); stop it with :func:`stop_process`."""
     from attnstudy import ui
 
@@ -209,6 +222,8 @@ def start_tracking_server(
             str(artifacts),
             "--port",
             str(port),
+            "--workers",
+            str(workers),
         ],
         env=dict(os.environ) | env,
         stdout=log,
@@ -219,6 +234,25 @@ def start_tracking_server(
     base = f"http://127.0.0.1:{port}"
     ui.wait_healthy(base, timeout, proc)
     return proc, base
+
+
+def mlflow_db_upgrade(backend_uri: str, env: dict[str, str], timeout: float = 300) -> None:
+    """``mlflow db upgrade URI``, as docs/cluster.md has a team run it before a server with
+    several workers (the password in ``env``'s ``PGPASSWORD``).
+
+    Raises:
+        RuntimeError: it failed (its last line).
+    """
+    done = subprocess.run(
+        [sys.executable, "-P", "-m", "mlflow", "db", "upgrade", backend_uri],
+        env=dict(os.environ) | env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if done.returncode != 0:
+        lines = [ln for ln in (done.stderr + done.stdout).splitlines() if ln.strip()]
+        raise RuntimeError(f"mlflow db upgrade failed: {lines[-1] if lines else 'no output'}")
 
 
 def tree_pids(proc: subprocess.Popen | None) -> set[int]:

@@ -265,6 +265,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="MLflow's basic-auth app: users and permissions (docs/cluster.md)",
     )
+    sp.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="the server's worker processes (default 1: that one creates or migrates the "
+        "database schema); more than one only once `mlflow db upgrade URI` has run (refused "
+        "in one line otherwise)",
+    )
 
     sp = sub.add_parser("ui", help="start the MLflow UI for the project's store")
     sp.add_argument("--port", type=int, default=5000, help="port (default 5000)")
@@ -359,7 +368,9 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
         from . import server  # standard library only
 
         try:
-            server.check_args(args.backend_store_uri, args.artifacts, args.host, args.port)
+            server.check_args(
+                args.backend_store_uri, args.artifacts, args.host, args.port, args.workers
+            )
         except ValueError as err:
             raise UsageError(str(err)) from None
     if args.command == "ablate" and getattr(args, "data", None):
@@ -519,6 +530,7 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
             host=args.host,
             port=args.port,
             app_name=args.app_name,
+            workers=args.workers,
         )
     refused = _check_store(args, cfg)  # before torch and mlflow load: a refusal in a second
     if refused is not None:

@@ -3,10 +3,12 @@
 ``mlflow server`` with a database backend store (PostgreSQL through psycopg 3:
 ``postgresql+psycopg://USER@HOST:PORT/DB``; SQLAlchemy 2.1 also reads a plain ``postgresql://`` as
 psycopg 3) and ``--artifacts-destination DIR``, so clients and cluster workers reach artifacts only
-through the server (``mlflow-artifacts:`` proxying), never through a disk path. One worker and
-job execution off: only this one process opens the database, so only it creates or migrates the
-schema (several processes opening a fresh store at once fail: 2 of 12 on SQLite, 3 of 12 on
-PostgreSQL, measured). It binds 127.0.0.1 unless told otherwise: the server has no
+through the server (``mlflow-artifacts:`` proxying), never through a disk path. Job execution is
+off. One worker by default, so only this one process opens the database and only it creates or
+migrates the schema (several processes opening a fresh store at once fail: 2 of 12 on SQLite, 3 of
+12 on PostgreSQL, measured); ``--workers N`` (uvicorn's workers, as ``mlflow server --workers``)
+is refused unless the schema is already at this MLflow's revision (``mlflow db upgrade`` has run:
+:func:`attnstudy.server_app.schema_problem`). It binds 127.0.0.1 unless told otherwise: the server has no
 authentication of its own (``--app-name basic-auth`` turns on MLflow's basic-auth app).
 
 The database URI goes to the server through ``$MLFLOW_BACKEND_STORE_URI``, not its command line,
@@ -80,7 +82,11 @@ def artifacts_destination(artifacts: str) -> str:
     return path.as_uri()
 
 
-def check_args(uri: str | None, artifacts: str, host: str, port: int) -> None:
+MAX_WORKERS = 64
+"""The most ``--workers`` accepted (each is a process holding MLflow's server: ~200 MiB)."""
+
+
+def check_args(uri: str | None, artifacts: str, host: str, port: int, workers: int = 1) -> None:
     """Validate ``attnstudy server``'s arguments (torch- and mlflow-free).
 
     Raises:
@@ -98,6 +104,8 @@ def check_args(uri: str | None, artifacts: str, host: str, port: int) -> None:
         check_output(artifacts, "--artifacts")
     if not 0 < port < 65536:
         raise ValueError(f"--port must be between 1 and 65535, got {port}")
+    if not 1 <= workers <= MAX_WORKERS:
+        raise ValueError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
     ui.check_host(host)
 
 
@@ -142,6 +150,7 @@ def start(
     port: int = 5000,
     app_name: str | None = None,
     log_path: Path | None = None,
+    workers: int = 1,
 ) -> subprocess.Popen:
     """Start the tracking server in its own process group, guarded like the UI's
     (:mod:`attnstudy.ui_guard`: it never outlives this process). Stop it with
@@ -152,6 +161,8 @@ def start(
         artifacts: a folder or object-store URI for ``--artifacts-destination``.
         host, port: where to listen.
         app_name: ``"basic-auth"`` for MLflow's authentication app, else None.
+        workers: uvicorn's worker processes (more than one only on a schema that is current:
+            :func:`serve` checks it).
         log_path: server output goes here (default: this process's stdout/stderr).
     """
     env = dict(
@@ -172,7 +183,7 @@ def start(
         "--port",
         str(port),
         "--workers",
-        "1",
+        str(workers),
     ]
     cmd += ["--app-name", server_app_name(app_name)]
     out = open(log_path, "ab") if log_path else None
@@ -190,15 +201,31 @@ def start(
 
 
 def serve(
-    uri: str | None, artifacts: str, *, host: str, port: int, app_name: str | None = None
+    uri: str | None,
+    artifacts: str,
+    *,
+    host: str,
+    port: int,
+    app_name: str | None = None,
+    workers: int = 1,
 ) -> int:
     """``attnstudy server``: run the server in the foreground until Ctrl-C (or SIGTERM).
 
+    With ``workers`` > 1 the database's MLflow schema must be at this MLflow's revision already
+    (``mlflow db upgrade``): else it stops in one line saying so, before the server starts.
+
     Returns:
-        0 after Ctrl-C, 1 if the server failed to start or exited on its own.
+        0 after Ctrl-C, 1 if the database does not answer or (several workers) its schema is not
+        current, or the server failed to start or exited on its own.
     """
     from . import ui
-    from .server_app import CHECK_BOUND_S, database_error_line, database_problem
+    from .server_app import (
+        CHECK_BOUND_S,
+        database_error_line,
+        database_problem,
+        schema_error_line,
+        schema_problem,
+    )
 
     uri = backend_uri(uri)
     server_app_name(app_name)
@@ -206,6 +233,12 @@ def serve(
     if problem is not None:  # mlflow server would retry for minutes, printing tracebacks
         print(f"attnstudy: error: {database_error_line(mask(uri), problem)}", file=sys.stderr)
         return 1
+    if workers > 1:  # the schema is created or migrated by `mlflow db upgrade`, never by a start
+        problem = schema_problem(uri, timeout=CHECK_BOUND_S)
+        if problem is not None:
+            line = schema_error_line(mask(uri), workers, problem)
+            print(f"attnstudy: error: {line}", file=sys.stderr)
+            return 1
     if host not in LOOPBACK and not app_name:
         print(
             f"attnstudy: warning: binding {host} without authentication: whoever reaches it can "
@@ -221,7 +254,7 @@ def serve(
     proc = None
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     try:
-        proc = start(uri, artifacts, host=host, port=port, app_name=app_name)
+        proc = start(uri, artifacts, host=host, port=port, app_name=app_name, workers=workers)
         try:
             ui.wait_healthy(base, 180, proc)
         except RuntimeError as err:
@@ -229,7 +262,7 @@ def serve(
             return 1
         print(
             f"MLflow tracking server: {base} (store {mask(uri)}, artifacts "
-            f"{artifacts_destination(artifacts)}); point studies at it with --tracking-uri {base} "
+            f"{artifacts_destination(artifacts)}, {workers} worker(s)); point studies at it with --tracking-uri {base} "
             "or MLFLOW_TRACKING_URI; Ctrl-C stops it",
             flush=True,
         )

@@ -121,6 +121,65 @@ def artifact_store_problem(destination: str, timeout: float = CHECK_BOUND_S) -> 
     return box[0]
 
 
+def schema_problem(uri: str, timeout: float = CHECK_BOUND_S) -> str | None:
+    """Check that the database holds MLflow's schema at this MLflow's newest revision, as
+    ``attnstudy server --workers N`` (N > 1) requires: creating or migrating the schema stays one
+    explicit step (``mlflow db upgrade``, after a backup), never a side effect of a start.
+
+    Args:
+        uri: an SQLAlchemy database URI (as :func:`database_problem`; ``sqlite:`` files too).
+        timeout: at most this many seconds (a daemon thread, as :func:`database_problem`'s).
+
+    Returns:
+        None when the schema is current; else one line: ``it holds no MLflow schema``, ``its
+        MLflow schema is at revision X, this MLflow needs Y``, or why the check failed.
+    """
+    box: list[str | None] = []
+
+    def check() -> None:
+        try:
+            from alembic.runtime.migration import MigrationContext
+            from mlflow.store.db.utils import _get_latest_schema_revision
+            from sqlalchemy import create_engine
+            from sqlalchemy.pool import NullPool
+
+            family = uri.split(":", 1)[0].split("+", 1)[0]
+            arg = _TIMEOUT_ARG.get(family)
+            engine = create_engine(
+                uri, poolclass=NullPool, connect_args={arg: CONNECT_TIMEOUT_S} if arg else {}
+            )
+            try:
+                with engine.connect() as conn:
+                    current = MigrationContext.configure(conn).get_current_revision()
+            finally:
+                engine.dispose()
+            head = _get_latest_schema_revision()
+            if current is None:
+                box.append("it holds no MLflow schema")
+            elif current != head:
+                box.append(f"its MLflow schema is at revision {current}, this MLflow needs {head}")
+            else:
+                box.append(None)
+        except Exception as err:  # noqa: BLE001 - every failure is the answer
+            box.append(f"its schema could not be read: {_cause(err)}")
+
+    worker = threading.Thread(target=check, name="attnstudy-schema-check", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not box:
+        return f"its schema could not be read: no answer within {timeout:g} s"
+    return box[0]
+
+
+def schema_error_line(masked_uri: str, workers: int, cause: str) -> str:
+    """The one line ``attnstudy server --workers N`` prints when the schema is not current."""
+    return (
+        f"--workers {workers} needs the database's MLflow schema created and current, but "
+        f"{cause}; stop every server of it, back it up, run `mlflow db upgrade {masked_uri}` once "
+        "(the password in PGPASSWORD or ~/.pgpass), then start the server again (docs/cluster.md)"
+    )
+
+
 def _s3_problem(destination: str) -> str | None:
     """One bounded ``ListObjectsV2`` of the bucket and prefix of ``s3://BUCKET/PREFIX``."""
     try:

@@ -409,3 +409,40 @@ def test_adversarial_solver_benchmark_reads_jw_at_every_budget(results, tmp_path
     assert set(steps["iterations"]) == {2, 4, 8}
     assert (tmp_path / "f.png").stat().st_size > 1000
     assert "long J&W reference" in results.read_text()
+
+
+def test_cluster_scale_records_every_stub_run_through_ray_and_postgres(results):
+    """bench_cluster_scale in smoke mode (6 stub models through a loopback Ray head and
+    ``attnstudy server --workers 2`` on a throwaway PostgreSQL), in a process of its own: Ray's
+    driver and its variables stay out of this one. Time bound: 10 min (about 80 s at a load of
+    9 on this 2-core machine). Not skipped under ``CI=true``: a missing PostgreSQL or extra fails
+    there (tests/prerequisites.py)."""
+    import importlib.util
+    import re
+    import subprocess
+
+    from prerequisites import require
+
+    from benchmarks.cluster_kit import initdb_path
+
+    missing = [m for m in ("ray", "psycopg", "psutil") if importlib.util.find_spec(m) is None]
+    require(not missing, f"the [distributed] extra is not installed (no {', '.join(missing)})")
+    require(initdb_path() is not None, "Debian's postgresql (/usr/lib/postgresql/*/bin/initdb)")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    res = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_cluster_scale", *smoke(results)],
+        cwd=root,
+        env=os.environ | {"PYTHONPATH": os.pathsep.join([f"{root}/src", root])},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stderr[-4000:]
+    text = results.read_text()
+    assert "Cluster scale: a 6-model study of stub tasks" in text
+    row = re.search(r"^\| 6 +\| (\d+) +\| (\d+) +\| [\d.]+ +\| (\d+) ", text, re.M)
+    assert row is not None, text
+    runs, finished, requests = map(int, row.groups())
+    assert runs == finished == 13  # 6 models, their 6 ablations and the study run
+    # each stub model costs at least its two runs' create, log-batch and update requests
+    assert requests >= 6 * 2 * 3, text

@@ -402,6 +402,20 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
             2,
             "is not a database URI",
         ),
+        (
+            "server: no workers",
+            [
+                "server",
+                "--artifacts",
+                str(exp / "art"),
+                "--backend-store-uri",
+                f"sqlite:///{exp}/s.db",
+                "--workers",
+                "0",
+            ],
+            2,
+            "--workers must be between 1 and 64, got 0",
+        ),
         # usage
         ("no verb", [], 2, "required"),
         ("unknown verb", ["fly"], 2, "invalid choice"),

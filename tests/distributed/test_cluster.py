@@ -9,6 +9,10 @@ here is stopped here, by handle and PID (``ray stop`` would stop every Ray proce
 
 Prerequisites (``make test`` installs them): Debian's ``postgresql`` and the ``[distributed]``
 extra; a skip on a developer's machine without them, a failure under ``CI=true``.
+
+Time bound: PostgreSQL starts within 60 s, the server within 180 s, the Ray head within 120 s,
+and each ``attnstudy run`` within 900 s (then its driver is killed and the test fails); the
+local study compared with has no bound of its own (one tiny variant, two seeds).
 """
 
 from __future__ import annotations

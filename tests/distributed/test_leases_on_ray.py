@@ -6,6 +6,10 @@ actors' processes). Node B is killed (its raylet and the actor's process, SIGKIL
 is then run as a process on a third host would run it (``socket.gethostname`` says so, so no PID
 can be checked): once node B's last lease has expired it closes B's run KILLED with the reason,
 and leaves A's run, whose lease its live owner renews, RUNNING.
+
+Time bound: each actor starts its run within 300 s (``ray.get``'s timeout), then the test waits
+out one lease (12 s) after the kill; starting the two nodes has Ray's own timeouts. Not skipped
+under ``CI=true``: a missing Ray or psutil fails there (tests/prerequisites.py).
 """
 
 from __future__ import annotations

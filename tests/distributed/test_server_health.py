@@ -201,3 +201,29 @@ def test_the_artifacts_variable_is_mlflows():
     (package,) = importlib.util.find_spec("mlflow").submodule_search_locations  # not imported
     constants = (Path(package) / "server" / "constants.py").read_text()
     assert f'ARTIFACTS_DESTINATION_ENV_VAR = "{ARTIFACTS_DESTINATION_VAR}"' in constants
+
+
+def test_the_schema_check_names_the_revision_found_and_the_one_needed(tmp_path):
+    """``--workers N`` needs the schema at the installed MLflow's revision
+    (tests/distributed/test_server_workers.py runs it on PostgreSQL): an older revision is named
+    with the one needed, a database without MLflow's tables says so, a current one passes."""
+    import sqlite3
+
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    from attnstudy.server_app import schema_problem
+
+    head = _get_latest_schema_revision()
+    db = tmp_path / "old.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        conn.execute("INSERT INTO alembic_version VALUES ('0123abcd')")
+    uri = f"sqlite:///{db}"
+    assert (
+        schema_problem(uri)
+        == f"its MLflow schema is at revision 0123abcd, this MLflow needs {head}"
+    )
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = ?", (head,))
+    assert schema_problem(uri) is None
+    assert schema_problem(f"sqlite:///{tmp_path / 'empty.db'}") == "it holds no MLflow schema"

@@ -1,0 +1,148 @@
+"""The cluster chapter's one-machine recipe binds loopback only.
+
+``python -m attnstudy.loopback_cluster --nodes 2 --num-cpus 1`` (docs/cluster.md, "Two nodes on one
+machine") is started as the chapter says; a driver connects with the variables it prints and runs
+one task on each node; meanwhile every listening socket of every process of the recipe (the GCS,
+both raylets, their agents and workers) and of the driver is recorded with psutil, and each must be
+on 127.0.0.0/8 (the recipe it replaces, ``ray start`` with the machine's address, made the GCS
+and the raylets listen on every interface). SIGTERM then stops it with nothing left running.
+
+Time bound: the nodes start within 180 s, the driver's tasks within 180 s, the stop within 60 s
+(about 40 s in all on this 2-core machine under a load of 3-4). Not skipped under ``CI=true``: a
+missing Ray or psutil fails there (tests/prerequisites.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from prerequisites import require
+
+pytestmark = pytest.mark.slow
+
+DRIVER = """
+import json, os, sys
+import ray
+from attnstudy.loopback_cluster import NODE_RESOURCE
+ray.init(address=sys.argv[1], logging_level="WARNING")
+nodes = [n for n in ray.nodes() if n["Alive"]]
+where = ray.remote(num_cpus=1)(lambda: (ray.get_runtime_context().get_node_id(), os.getpid()))
+placed = [where.options(resources={NODE_RESOURCE.format(i): 1}).remote() for i in range(2)]
+ran = ray.get(placed, timeout=180)
+print(json.dumps({
+    "addresses": sorted(n["NodeManagerAddress"] for n in nodes),
+    "nodes": [r[0] for r in ran],
+    "workers": [r[1] for r in ran],
+}), flush=True)
+sys.stdin.readline()  # stays connected (and listening) until the test has looked
+ray.shutdown()
+"""
+
+
+def _wait_for_line(path, prefix: str, proc: subprocess.Popen, timeout: float) -> str:
+    """The first line of the file at ``path`` starting with ``prefix``, once it is there."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith(prefix):
+                return line
+        if proc.poll() is not None:
+            break
+        time.sleep(0.5)
+    pytest.fail(f"no {prefix!r} line (exit {proc.poll()}): {path.read_text(errors='replace')}")
+
+
+def test_the_two_node_recipe_listens_on_loopback_only(tmp_path):
+    missing = [m for m in ("ray", "psutil") if importlib.util.find_spec(m) is None]
+    require(not missing, f"the [distributed] extra is not installed (no {', '.join(missing)})")
+    from attnstudy.loopback_cluster import READY
+    from benchmarks.cluster_kit import is_loopback, listeners, tree_pids
+
+    out, err = tmp_path / "recipe.out", tmp_path / "recipe.err"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    with open(out, "wb") as o, open(err, "wb") as e:
+        recipe = subprocess.Popen(
+            [sys.executable, "-m", "attnstudy.loopback_cluster", "--nodes", "2", "--num-cpus", "1"],
+            env=env,
+            stdout=o,
+            stderr=e,
+            start_new_session=True,
+        )
+    driver = None
+    seen: dict[int, list[str]] = {}
+    started: set[int] = set()
+
+    def watch(pids: set[int]) -> None:
+        for pid, addrs in listeners(pids).items():
+            seen.setdefault(pid, [])
+            seen[pid] += [a for a in addrs if a not in seen[pid]]
+
+    try:
+        ready = _wait_for_line(out, READY, recipe, 180)
+        address = ready[len(READY) :].split()[0]
+        exports = _wait_for_line(out, "export ", recipe, 5)
+        driver_env = env | dict(kv.split("=", 1) for kv in exports.split()[1:])
+        assert driver_env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+        assert len(driver_env["RAY_AUTH_TOKEN"]) == 48 and driver_env["RAY_AUTH_MODE"] == "token"
+        driver = subprocess.Popen(
+            [sys.executable, "-c", DRIVER, address],
+            env=driver_env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        answer = json.loads(driver.stdout.readline() or "null")
+        assert answer is not None, driver.stderr.read()[-3000:] if driver.poll() is not None else ""
+        started = tree_pids(recipe) | tree_pids(driver)
+        watch(started)
+
+        assert answer["addresses"] == ["127.0.0.1", "127.0.0.1"]  # two nodes, both on loopback
+        assert len(set(answer["nodes"])) == 2  # one task ran on each node
+        assert set(answer["workers"]) <= started  # workers of the recipe's nodes
+        names = {pid: _name(pid) for pid in seen}
+        assert "gcs_server" in names.values(), names
+        assert sum(n == "raylet" for n in names.values()) == 2, names
+        outside = {p: a for p, a in seen.items() if not all(map(is_loopback, a))}
+        assert not outside, (outside, names)
+    finally:
+        if driver is not None:
+            driver.communicate("\n", timeout=60)
+        recipe.send_signal(signal.SIGTERM)
+        try:
+            recipe.wait(60)
+        except subprocess.TimeoutExpired:
+            recipe.kill()
+            recipe.wait(10)
+    assert recipe.returncode == 0, err.read_text(errors="replace")[-3000:]
+    deadline = time.monotonic() + 30
+    while (left := [p for p in started if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid in left:  # only processes of the recipe's and the driver's trees
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes left running: {left}"
+
+
+def _name(pid: int) -> str:
+    import psutil
+
+    try:
+        return psutil.Process(pid).name()
+    except psutil.Error:
+        return "?"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
