@@ -110,6 +110,10 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
     one_based = tsv_experiment(exp, tsv(exp, "onebased.tsv", "a b\tx y\t1-1 2-2\n"), "spaces")
     no_model_dir = exp / "empty-model"
     no_model_dir.mkdir(exist_ok=True)
+    # a readable TSV for the --tsv cases below, which are about the model named with it (a
+    # missing file is refused first, before any store is opened: tests/cli/test_fast_refusals.py)
+    examples_tsv = exp / "x.tsv"
+    examples_tsv.write_text("a b\ta b\n", encoding="utf-8")
     t = str(TINY)
     return [
         # train
@@ -347,13 +351,13 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
         # ("expected str, bytes or os.PathLike object, not NoneType", exit 1)
         (
             "ablate: --tsv on a trained model's run",
-            ["ablate", f"runs:/{model_run}", "--tsv", str(no_model_dir / "x.tsv")],
+            ["ablate", f"runs:/{model_run}", "--tsv", str(examples_tsv)],
             2,
             f"runs:/{model_run} is not a pretrained model's run (hf:FOLDER), so --tsv does not",
         ),
         (
             "ablate: --tsv on a registered model",
-            ["ablate", "models:/m/1", "--tsv", str(no_model_dir / "x.tsv")],
+            ["ablate", "models:/m/1", "--tsv", str(examples_tsv)],
             2,
             "--tsv applies to a pretrained model (hf:FOLDER or its runs:/ID); models:/m/1",
         ),
