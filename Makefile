@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXPERIMENT ?= experiments/quickstart.toml
 
-.PHONY: setup test-deps browser-deps cluster-deps nt-deps run hf-example test test-fast bench docs ui lint clean
+.PHONY: setup test-deps browser-deps cluster-deps nt-deps run hf-example test test-fast bench docs tutorial ui lint clean
 
 setup: $(STAMP)
 
@@ -101,6 +101,12 @@ docs: setup
 	$(PY) -m attnstudy.analysis.catalogue_docs docs/design.md README.md
 	$(PY) -m attnstudy.cli_docs docs/usage.md
 	$(PY) -m attnstudy.results docs/findings.md docs/benchmarks.md docs/nt-greek-english.md docs/own-model.md README.md experiments/quickstart.toml experiments/results
+
+# docs/tutorial.ipynb re-executed and written back with its outputs (a store of its own in a
+# temporary folder; needs the [dev] and [hf] extras, as `make test-deps` installs them)
+tutorial: setup
+	@$(PY) -m pip install -q -e '.[dev,hf]'
+	$(PY) tests/docs/tutorial_run.py
 
 clean:
 	rm -rf $(VENV) reports

@@ -132,14 +132,15 @@ SPEC = AblationSpec(
             MapView(
                 "gradient",
                 "|gradient × input|",
-                "first-order importance of each source token (nats), scaled so each row's "
-                "largest is 1",
+                "first-order importance of each source token, each row scaled so its largest "
+                "is 1 (no unit); hover a cell for the unscaled value, in nats",
                 scale="row",
             ),
             MapView(
                 "loo",
                 "leave-one-out",
-                "output TVD when the source token is deleted, scaled so each row's largest is 1",
+                "output TVD when the source token is deleted, each row scaled so its largest "
+                "is 1; hover a cell for the unscaled TVD",
                 scale="row",
             ),
         ),

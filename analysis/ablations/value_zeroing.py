@@ -147,7 +147,7 @@ SPEC = AblationSpec(
                 "value_zeroing",
                 "value zeroing",
                 "output TVD when the source token's value vector is zeroed (its attention weight "
-                "kept), scaled so each row's largest is 1",
+                "kept), each row scaled so its largest is 1; hover a cell for the unscaled TVD",
                 scale="row",
             ),
         ),

@@ -1,5 +1,8 @@
 """Python API with the CLI's verbs: ``train``, ``predict``, ``ablate``, ``run``, ``report``
-(docs/design.md §6).
+(docs/design.md §6), what a notebook needs to read their results (``ablation_summary``,
+``example_records``, ``ablation_table``) and a Hugging Face folder's battery
+(``load_pretrained``, ``text_examples``, ``tsv_examples``, ``ablate_pretrained``); the tutorial
+``docs/tutorial.ipynb`` uses these names only.
 
 Composition root together with :mod:`attnstudy.cli`: each verb is a thin function over the modules
 that do the work — :mod:`attnstudy.task_data` (a task's data, cached), :mod:`attnstudy.model_runs`
@@ -20,6 +23,7 @@ from .ablation_runs import ablation_key as ablation_key
 from .adversaries import run_trained_adversaries as run_trained_adversaries
 from .analysis.catalogue import AblationConfig
 from .experiment import ExperimentConfig
+from .experiment import load_experiment as load_experiment
 from .inference import predict_loaded
 from .model_runs import ModelRun as ModelRun
 from .model_runs import check_devices as check_devices
@@ -193,4 +197,118 @@ def report(
         ui_url=ui_url,
         verdict_overrides=verdict,
         results_dir=results_dir,
+    )
+
+
+# ----------------------------------------------------------------------------- reading a run
+
+
+def ablation_summary(run_id: str, *, tracker: Tracker | None = None) -> list[str]:
+    """What ``attnstudy ablate`` prints for the ablation run ``run_id``: each statistic with its
+    95 % interval, grouped by the report's questions, the verdict (each question's answer, then
+    its sentences), the example browser's path and the run (:func:`attnstudy.ablate_summary.
+    summary_lines`, default thresholds)."""
+    from .ablate_summary import summary_lines
+
+    return summary_lines(tracker or Tracker(create=False), run_id)
+
+
+def example_records(run_id: str, *, tracker: Tracker | None = None) -> list[dict]:
+    """The analysed examples' records of the ablation run ``run_id`` (``ablations/heatmaps.json``:
+    tokens, the analysed prefix's rows, attention per layer, the ablations' maps;
+    :func:`attnstudy.analysis.heatmaps.example_records`), as
+    :func:`attnstudy.analysis.figures.example_heatmaps` draws them."""
+    import json
+    import tempfile
+
+    from .tracking import Artifact
+
+    tracker = tracker or Tracker(create=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = tracker.download_artifact(run_id, Artifact.HEATMAPS, tmp)
+        return json.loads(Path(local).read_text(encoding="utf-8"))
+
+
+ABLATION_TABLES = {"steps": "STEPS", "examples": "EXAMPLES_CSV", "summary": "SUMMARY_CSV"}
+"""The tables :func:`ablation_table` reads (their :class:`~attnstudy.tracking.Artifact` paths:
+``ablations/steps.parquet``, ``ablations/examples.csv``, ``ablations/summary.csv``): one row per
+decoder step (and unit), one per analysed example (and unit), one per statistic."""
+
+
+def ablation_table(run_id: str, name: str = "examples", *, tracker: Tracker | None = None):
+    """A table of the ablation run ``run_id`` as a DataFrame: ``"steps"``, ``"examples"`` or
+    ``"summary"`` (:data:`ABLATION_TABLES`).
+
+    Raises:
+        ValueError: another name.
+    """
+    from .tracking import Artifact
+
+    if name not in ABLATION_TABLES:
+        raise ValueError(f"no ablation table {name!r}; valid: {', '.join(ABLATION_TABLES)}")
+    path = getattr(Artifact, ABLATION_TABLES[name])
+    return (tracker or Tracker(create=False)).load_table(run_id, path)
+
+
+# ----------------------------------------------------------------------------- a pretrained folder
+
+
+def load_pretrained(folder: str | Path):
+    """A ``save_pretrained`` encoder-decoder folder (Marian, BART, T5) as the battery runs it,
+    offline and safetensors only (:func:`attnstudy.models.hf.load_pretrained`; needs the ``[hf]``
+    extra)."""
+    from .models.hf import load_pretrained as load
+
+    return load(folder)
+
+
+def text_examples(model, rows, name: str = "text") -> list:
+    """Examples of raw ``(source, target[, links])`` texts as the pretrained ``model`` sees them
+    (:func:`attnstudy.pretrained.text_examples`): ids ``<name>/<n>``, the model's subwords,
+    gold links between words."""
+    from .pretrained import text_examples as examples
+
+    return examples(model, rows, name)
+
+
+def tsv_examples(model, path: str | Path) -> list:
+    """A TSV file's examples as the pretrained ``model`` sees them, as ``attnstudy ablate
+    hf:FOLDER --tsv FILE`` reads them (:func:`attnstudy.pretrained.tsv_examples`)."""
+    from .pretrained import tsv_examples as examples
+
+    return examples(model, path)
+
+
+def ablate_pretrained(
+    uri: str,
+    tsv: str | Path,
+    cfg: AblationConfig | None = None,
+    *,
+    tracker: Tracker | None = None,
+    experiment: str = "pretrained",
+    progress: bool = True,
+):
+    """``attnstudy ablate hf:FOLDER --tsv FILE``: the battery on a ``save_pretrained`` folder over
+    a TSV's examples, tracked as every ablation run is (browser, tables, verdict; the folder's
+    model run is made on first use and reused while its files are unchanged:
+    :func:`attnstudy.pretrained.ablate_pretrained`).
+
+    Args:
+        uri: ``hf:FOLDER`` or ``runs:/<model run>`` of an earlier call.
+        tsv: ``source<TAB>target[<TAB>links]`` lines; the first ``cfg.n_examples`` are analysed.
+        cfg: the battery (default :class:`AblationConfig`).
+        tracker: the store (default: the project's, created for ``hf:``).
+        experiment: the MLflow experiment of the runs.
+
+    Returns:
+        (model run id, ablation run id, :class:`~attnstudy.analysis.suite.SuiteResult`).
+
+    Raises:
+        HFError, DataError: an unusable folder or file, one line each.
+    """
+    from .pretrained import ablate_pretrained as ablate_folder
+
+    tracker = tracker or Tracker(create=uri.startswith("hf:"))
+    return ablate_folder(
+        uri, tsv, cfg or AblationConfig(), tracker, experiment=experiment, progress=progress
     )

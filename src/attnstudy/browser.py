@@ -91,6 +91,68 @@ from the model's test predictions: exact match as "correct?", the token error ra
 example's edit distance over its reference tokens."""
 
 
+SPACE = "\u2423"
+"""A space token as the list and the maps show it (the figures' ``␣``)."""
+
+
+def is_special(token: str) -> bool:
+    """A vocabulary's special token (``<unk>``, ``<bos>``, ``<eos>``, ``<pad>``)."""
+    return len(token) > 2 and token[0] == "<" and token[-1] == ">"
+
+
+def text_kinds(records: list[dict]) -> dict[str, str]:
+    """How the list shows each side's texts: ``"chars"`` where every token of that side in the
+    records (special tokens aside, :func:`is_special`) is one character — a character task's
+    text is shown as one string, a space token as ``␣``, on one line — else ``"words"``: tokens
+    separated by spaces, wrapped between tokens and never inside one. Subword tokens
+    (records with ``words``) are shown as words.
+
+    Returns:
+        ``{"source": kind, "target": kind}`` (the target side: the reference and the
+        prediction).
+    """
+    sides = {"source": ("source",), "target": ("reference", "rows")}
+    out = {}
+    for side, keys in sides.items():
+        tokens = [
+            t
+            for r in records
+            for k in keys
+            for t in r.get(k, [])
+            if not is_special(t)  # a greedy prefix's <eos>, an untrained model's <bos> or <unk>
+        ]
+        chars = bool(tokens) and all(len(t) == 1 for t in tokens)
+        out[side] = "chars" if chars and not any("words" in r for r in records) else "words"
+    return out
+
+
+def joined_tokens(text: str) -> list[str]:
+    """The tokens of a text that joined them with single spaces (the predictions table's
+    ``hypothesis``, :func:`attnstudy.metrics.per_example`), space tokens included: a space token
+    makes two empty fields of ``text.split(" ")``, so a run of 2m empty fields is m spaces."""
+    if not text:
+        return []
+    out: list[str] = []
+    empty = 0
+    for field in text.split(" "):
+        if field:
+            out.extend([" "] * (empty // 2))
+            out.append(field)
+            empty = 0
+        else:
+            empty += 1
+    out.extend([" "] * (empty // 2))
+    return out
+
+
+def list_text(tokens: list[str], kind: str) -> str:
+    """A token sequence as the list shows it (:func:`text_kinds`): ``"chars"`` one string, a
+    space token as ``␣``; ``"words"`` tokens joined by spaces."""
+    if kind == "chars":
+        return "".join(SPACE if t == " " else t for t in tokens)
+    return " ".join(tokens)
+
+
 def _num(v):
     if v is None:
         return None
@@ -354,11 +416,12 @@ def browser_data(
             file a chunk at a time); ``steps`` then need only hold the records' examples' rows.
 
     Returns:
-        ``{"meta", "columns", "outcome", "examples", "records"}``: the list (one row per example
-        and unit, ``layer`` and ``head`` 0-based, −1: all at once), its score columns, its
-        outcome column (:func:`outcome_of`, each row's value under its ``key``; None: no
-        column), and per example id its maps (:func:`page_record`: encoded, single heads only
-        where the run analysed heads) and per-step numbers (``step_values``;
+        ``{"meta", "columns", "outcome", "text", "examples", "records"}``: the list (one row
+        per example and unit, ``layer`` and ``head`` 0-based, −1: all at once), its score
+        columns, its outcome column (:func:`outcome_of`, each row's value under its ``key``;
+        None: no column), how each side's texts are shown (:func:`text_kinds`: a character
+        task's as one string), and per example id its maps (:func:`page_record`: encoded,
+        single heads only where the run analysed heads) and per-step numbers (``step_values``;
         ``reference_values`` per reference token and, for subword tokens,
         ``reference_word_values`` per target word). For subword tokens the list's source,
         reference and prediction are words (:func:`attnstudy.analysis.heatmaps.word_text`).
@@ -376,6 +439,8 @@ def browser_data(
     if summary is None:
         summary = per_example_summary(steps, examples, meta.get("prefix"))
     by_id = {r["id"]: r for r in records}
+    kinds = text_kinds(records)
+    target = kinds["target"]
     outcome = outcome_of(task)
     preds = {}
     if predictions is not None and len(predictions):
@@ -399,10 +464,16 @@ def browser_data(
             ok = toks == rec.get("reference") if hyp is not None else None
             ref = rec.get("reference") or []
             rate = _num(edit_distance(toks, ref) / len(ref)) if hyp is not None and ref else None
-        # subword tokens: the texts as words (the subword view shows the tokens)
-        text = word_text if "words" in rec else " ".join
-        if "words" in rec and isinstance(hyp, str):
-            hyp = word_text(hyp.split(" ")) if hyp else hyp
+        # subword tokens: the texts as words (the subword view shows the tokens); a character
+        # task's texts as one string each (text_kinds)
+        words = "words" in rec
+        if isinstance(hyp, str) and hyp:
+            hyp = word_text(hyp.split(" ")) if words else list_text(joined_tokens(hyp), target)
+        if words:
+            source, reference = word_text(rec["source"]), word_text(rec["reference"])
+        else:
+            source = list_text(rec.get("source", []), kinds["source"])
+            reference = list_text(rec.get("reference", []), target)
         shown = {}
         if outcome is not None:
             shown[outcome["key"]] = ok if outcome["kind"] == "match" else rate
@@ -413,8 +484,8 @@ def browser_data(
                     "id": eid,
                     "layer": int(s["layer"]) if "layer" in s and pd.notna(s.get("layer")) else 0,
                     "head": int(s["head"]) if "head" in s and pd.notna(s.get("head")) else -1,
-                    "source": text(rec.get("source", [])),
-                    "reference": text(rec.get("reference", [])),
+                    "source": source,
+                    "reference": reference,
                     "prediction": hyp,
                     **shown,
                     **{c: _num(s.get(c)) for c in cols},
@@ -482,6 +553,7 @@ def browser_data(
         ],
         "map_keys": list(map_keys()),
         "outcome": outcome,
+        "text": kinds,
         "examples": rows,
         "records": detail,
     }

@@ -41,6 +41,7 @@ __all__ = [
     "load_model_run",
     "load_recorded",
     "read_tsv",
+    "text_examples",
     "tsv_examples",
 ]
 
@@ -94,10 +95,38 @@ def tsv_examples(model, path: str | Path) -> list[Example]:
         HFError: gold links the tokenizer's subwords cannot be mapped back to.
     """
     path = Path(path)
-    return _examples(model, read_tsv(path), path)
+    return _examples(model, read_tsv(path), path.stem, lambda n: f"{path}:{n}")
 
 
-def _examples(model, rows, path: Path) -> list[Example]:
+def text_examples(model, rows, name: str = "text") -> list[Example]:
+    """Examples of raw text as the pretrained ``model`` sees them, as :func:`tsv_examples` makes
+    them from a file's lines: ids ``<name>/<n>`` (from 1), source and target re-tokenized into
+    the model's subwords (the source's end-of-sequence token included), gold links kept between
+    the space-separated words (:func:`attnstudy.models.hf.subword_examples`).
+
+    Args:
+        model: a :class:`attnstudy.models.hf.HFSeq2Seq` (:func:`attnstudy.models.hf.load_pretrained`).
+        rows: ``(source, target)`` or ``(source, target, links)`` texts; ``links``: 0-based
+            Pharaoh ``i-j`` between words (``ip j`` possible), or None.
+        name: the ids' prefix.
+
+    Raises:
+        DataError: an empty text or links that do not fit the words (naming the row).
+        HFError: gold links the tokenizer's subwords cannot be mapped back to.
+    """
+    triples = []
+    for n, row in enumerate(rows, 1):
+        if len(row) not in (2, 3) or not all(isinstance(x, str) and x.strip() for x in row[:2]):
+            raise DataError(
+                f"{name} row {n}: expected (source, target[, links]) texts, got {row!r}"
+            )
+        triples.append((row[0], row[1], row[2] if len(row) == 3 else None))
+    return _examples(model, triples, name, lambda n: f"{name} row {n}")
+
+
+def _examples(model, rows, name: str, where) -> list[Example]:
+    """``(source, target, links)`` texts as the model's examples, ids ``<name>/<n>``; an error
+    names row ``n`` as ``where(n)``."""
     from attnstudy.models.hf import subword_examples
 
     words = []
@@ -108,8 +137,8 @@ def _examples(model, rows, path: Path) -> list[Example]:
             try:
                 alignment = parse_pharaoh(links, len(s), len(t))
             except ValueError as e:
-                raise DataError(f"{path}:{n}: {e}") from None
-        words.append(Example(f"{path.stem}/{n}", s, t, alignment))
+                raise DataError(f"{where(n)}: {e}") from None
+        words.append(Example(f"{name}/{n}", s, t, alignment))
     return subword_examples(model, words, " ", " ")
 
 
@@ -225,7 +254,8 @@ def ablate_pretrained(
         exp_id = tracker.experiment_id(experiment)
         model_run_id = _model_run(tracker, exp_id, folder, model=model, digests=digests)
     tsv = Path(tsv)
-    examples = _examples(model, read_tsv(tsv), tsv)[: cfg.n_examples]
+    examples = _examples(model, read_tsv(tsv), tsv.stem, lambda n: f"{tsv}:{n}")
+    examples = examples[: cfg.n_examples]
     model_run = tracker.get_run(model_run_id)
     label = model_run.tags.get(Tag.VARIANT, f"hf-{folder.name}")
     tags = {

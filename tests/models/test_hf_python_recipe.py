@@ -105,3 +105,29 @@ def test_a_tsv_files_examples_as_ablate_reads_them(model, tmp_path, caplog):
     assert second.src == ("fi", "##re", "tree", "<eos>") and second.alignment is None
     next(prepare_batches(model, [first, second], model.vocab, model.vocab, "reference", 32))
     assert _notes(caplog) == []
+
+
+def test_api_text_examples_are_the_tsv_files_examples(model, tmp_path):
+    """``attnstudy.api.text_examples`` (public, for a notebook) makes of texts the examples
+    ``tsv_examples`` makes of the same lines in a file: the model's subwords, the links between
+    words kept; a row that is no (source, target[, links]) or links past the words say which."""
+    from attnstudy import api
+    from attnstudy.data.types import DataError
+
+    rows = [("new dog stone", "new dog stone", "0-0 1-1 2-2"), ("cat dog", "cat dog")]
+    mine = api.text_examples(model, rows, name="mine")
+    tsv = tmp_path / "mine.tsv"
+    tsv.write_text(
+        "new dog stone\tnew dog stone\t0-0 1-1 2-2\ncat dog\tcat dog\n", encoding="utf-8"
+    )
+    filed = api.tsv_examples(model, tsv)
+    assert [e.id for e in mine] == [e.id for e in filed] == ["mine/1", "mine/2"]
+    assert [(e.src, e.tgt, e.alignment) for e in mine] == [
+        (e.src, e.tgt, e.alignment) for e in filed
+    ]
+    assert mine[0].src == ("new", "d", "##o", "##g", "s", "##t", "##o", "##n", "##e", "<eos>")
+    assert mine[0].alignment is not None and mine[1].alignment is None
+    with pytest.raises(DataError, match=r"mine row 1: expected \(source, target\[, links\]\)"):
+        api.text_examples(model, [("new dog",)], name="mine")
+    with pytest.raises(DataError, match=r"mine row 1: "):
+        api.text_examples(model, [("new dog", "new dog", "0-5")], name="mine")

@@ -11,6 +11,7 @@ module is skipped, with the reason printed (under ``CI=true`` it fails: see prer
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -565,4 +566,152 @@ def test_example_browser_on_translation_decodes_maps_numbers_layers_from_1_and_s
     assert cell.text_content().endswith(": " + page.evaluate("v => fmt(v, 3)", weight))
     assert page.evaluate("v => fmt(v, 3)", 0.047) == "0.047"
     _shot(page, "example_browser_nt_layers", full_page=True)
+    assert not errors, errors
+
+
+# ----------------------------------------------------------------------------- texts read well
+
+
+def _task_page(tmp_path, name: str, splits, task: str, n: int = 8) -> Path:
+    """An example browser of an untrained small recurrent model on ``n`` test examples."""
+    import torch
+    from attnstudy.analysis.catalogue import AblationConfig
+    from attnstudy.analysis.heatmaps import Recorder
+    from attnstudy.analysis.suite import run_suite
+
+    from attnstudy.browser import browser_data, browser_html
+    from attnstudy.config import ModelConfig
+    from attnstudy.data.vocab import Vocab
+    from attnstudy.models import build_model
+
+    sv, tv = (Vocab.build(getattr(e, side) for e in splits.train) for side in ("src", "tgt"))
+    torch.manual_seed(0)
+    mcfg = ModelConfig(embedding_dim=8, encoder_hidden=8, decoder_hidden=16, attention_dim=8)
+    model = build_model(mcfg, len(sv), len(tv)).eval()
+    cfg = AblationConfig(
+        bootstrap_resamples=20, seed=3, n_examples=n, ablations=["permutation", "importance"]
+    )
+    rec = Recorder(cfg.prefix)
+    res = run_suite(model, splits.test[:n], sv, tv, cfg, progress=False, batch_size=8, recorder=rec)
+    meta = {"title": name, "eps": 0.05, "n_permutations": 50}
+    data = browser_data(rec.result(), res.table, examples=res.examples, meta=meta, task=task)
+    path = tmp_path / f"{name}.html"
+    path.write_text(browser_html(data), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def text_pages(tmp_path_factory):
+    """Example browsers of a character task (dates: characters in, characters out), a word task
+    (experiments/tsv-example: number words → digits) and Greek–English (the NT fixture's
+    untrained Transformer: subword tokens shown as words)."""
+    from attnstudy.analysis.catalogue import AblationConfig
+    from attnstudy.analysis.heatmaps import Recorder
+    from attnstudy.analysis.suite import run_suite
+
+    from attnstudy.browser import browser_data, browser_html
+    from attnstudy.config import data_config
+    from attnstudy.data import nt
+    from attnstudy.data.tasks import load_task
+
+    tmp = tmp_path_factory.mktemp("text-pages")
+    tsv = ROOT / "experiments" / "data" / "tsv-example"
+    paths = {
+        "dates": _task_page(
+            tmp, "dates", load_task(data_config(task="dates", n_train=200, n_test=20)), "dates"
+        ),
+        "tsv": _task_page(
+            tmp,
+            "tsv",
+            load_task(
+                data_config(
+                    task="tsv",
+                    alignment_base=0,
+                    **{f"{s}_path": str(tsv / f"{s}.tsv") for s in ("train", "dev", "test")},
+                )
+            ),
+            "tsv",
+        ),
+    }
+    splits, sv, tv, model = _nt_fixture_transformer()
+    cfg = AblationConfig(bootstrap_resamples=20, seed=3, ablations=["permutation", "importance"])
+    rec = Recorder(cfg.prefix)
+    res = run_suite(model, splits.dev, sv, tv, cfg, progress=False, batch_size=4, recorder=rec)
+    meta = {"title": "nt fixture", "eps": 0.05, "n_permutations": 50}
+    data = browser_data(rec.result(), res.table, meta=meta, task=nt.TASK)
+    paths["nt"] = tmp / "nt.html"
+    paths["nt"].write_text(browser_html(data), encoding="utf-8")
+    return paths
+
+
+# per token cell of the list: its text, whether it is a character task's (one string, one line),
+# each token (a character task's cell: the whole text) that is broken over lines or wider than
+# the cell's content box, and whether the cell's content runs past it
+_TOKEN_CELLS = """() => Array.from(document.querySelectorAll('#examples td.tok')).map(td => {
+  const node = td.firstChild, text = node ? node.textContent : "";
+  const chars = td.classList.contains('chars');
+  const cs = getComputedStyle(td);
+  const inner = td.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+  const units = [];
+  if (chars) { if (text) units.push([0, text.length]); }
+  else { let at = 0; for (const t of text.split(' ')) { if (t) units.push([at, at + t.length]); at += t.length + 1; } }
+  const broken = [], wider = [];
+  for (const [a, b] of units) {
+    const r = document.createRange(); r.setStart(node, a); r.setEnd(node, b);
+    const lines = Array.from(r.getClientRects()).filter(x => x.width > 0);
+    if (lines.length !== 1) broken.push(text.slice(a, b));
+    if (r.getBoundingClientRect().width > inner + 0.5) wider.push(text.slice(a, b));
+  }
+  return {col: td.dataset.col, text, chars, broken, wider, overflow: td.scrollWidth > td.clientWidth};
+})"""
+
+_SENTENCES = """() => Array.from(document.querySelectorAll('p.meta, p.note, #detail .map p'))
+  .map(p => p.innerText)"""
+
+
+@pytest.mark.parametrize(
+    ("task", "kinds"),
+    [
+        ("dates", {"source": "chars", "target": "chars"}),
+        ("tsv", {"source": "words", "target": "chars"}),
+        ("nt", {"source": "words", "target": "words"}),
+    ],
+)
+def test_example_browser_token_cells_fit_their_text_and_header_sentences_are_separate(
+    text_pages, page, task, kinds
+):
+    """At 1,400 px no token cell is narrower than its text: no token is broken over lines (a
+    character task's text is one line), none is wider than its cell; the header's sentences
+    are separated ("(TVD).Permutation" ran together) and a map scaled per row gives its numbers
+    no unit (the |gradient × input| panel said "(nats)")."""
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(text_pages[task].as_uri())
+    page.wait_for_selector("#examples tbody tr")
+    assert page.evaluate("() => DATA.text") == kinds
+    cells = page.evaluate(_TOKEN_CELLS)
+    assert len(cells) == 3 * page.locator("#examples tbody tr").count() > 0
+    assert {c["col"] for c in cells if c["chars"]} == {
+        col
+        for col, side in (("source", "source"), ("reference", "target"), ("prediction", "target"))
+        if kinds[side] == "chars"
+    }
+    bad = [c for c in cells if c["broken"] or c["wider"] or c["overflow"]]
+    assert not bad, bad
+    assert any(" " in c["text"] for c in cells if not c["chars"]) or task == "dates"
+    _shot(page, f"example_browser_text_{task}")
+    page.locator("#examples tbody tr").first.click()
+    page.wait_for_selector("#detail svg")
+    if task == "nt":
+        page.select_option("#view", "tokens")  # the per-subword maps: gradient, LOO
+    texts = page.evaluate(_SENTENCES)
+    header = " ".join(texts[0].split())
+    assert "within ε = 0.05 (TVD). Permutation scores use P = 50 random" in header, header
+    for text in texts:
+        assert not re.search(r"[^\s.]\.[A-Z]", text), text  # "word.Next" runs sentences together
+    captions = [t for t in texts if "scaled so its largest is 1" in t]
+    assert len(captions) == 2 and not any("(nats)" in t for t in captions), texts
+    assert "hover a cell for the unscaled value, in nats" in captions[0]
+    _shot(page, f"example_browser_text_{task}_open", full_page=True)
     assert not errors, errors
