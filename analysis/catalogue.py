@@ -119,6 +119,13 @@ class OutputChangeParams(Params):
         return data
 
 
+KEY_CONTEXT = "key"
+"""Serialisation context flag (``model_dump(context={KEY_CONTEXT: True})``) of the key form of
+an ablation's parameters (:meth:`AblationConfig.resolved`): a parameter model may leave out there
+a value that older stored runs lack (so they keep their key) but must keep it in every other dump,
+which is read back (a config sent to a worker process or a Ray task)."""
+
+
 @dataclass(frozen=True)
 class Question:
     """A question the report answers: one table of numbers per model and one block of the summary
@@ -820,7 +827,7 @@ class AblationConfig(_Strict):
             if k not in NOT_RESULT_SETTINGS and not (k == "rng" and self.rng == "legacy")
         }
         for name in self.ablations:
-            out[name] = self.params_for(name).model_dump(mode="json")
+            out[name] = self.params_for(name).model_dump(mode="json", context={KEY_CONTEXT: True})
         return out
 
     def flat(self) -> dict[str, str]:

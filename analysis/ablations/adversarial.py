@@ -55,6 +55,7 @@ import numpy as np
 import pandas as pd
 import torch
 from attnstudy.analysis.catalogue import (
+    KEY_CONTEXT,
     AblationSpec,
     Capture,
     ExampleColumn,
@@ -65,7 +66,13 @@ from attnstudy.analysis.catalogue import (
     Thresholds,
     VerdictRole,
 )
-from pydantic import Field, field_validator, model_serializer, model_validator
+from pydantic import (
+    Field,
+    SerializationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from torch import Tensor
 
 from attnstudy.models import Seq2Seq, eval_mode, gradients_in_eval
@@ -152,10 +159,16 @@ class AdversarialParams(OutputChangeParams):
         return value
 
     @model_serializer(mode="wrap")
-    def _solvers_settings_only(self, handler):
-        # (replaces OutputChangeParams' serializer, whose rule is kept: no scores, no key)
+    def _solvers_settings_only(self, handler, info: SerializationInfo):
+        # (replaces OutputChangeParams' serializer, whose rule is kept: no scores, no key).
+        # rprop-1 has no lr: never written (its absence reads back as the default, unused).
+        # "jw" is left out of the key form only (AblationConfig.resolved: context key=True),
+        # so a J&W run keeps the key and params of the runs stored before the setting; every
+        # other dump keeps it, or a config sent to a worker would come back as rprop-1
         data = handler(self)
-        unused = ("solver",) if self.solver == "jw" else ("lr",)
+        unused = () if self.solver == "jw" else ("lr",)
+        if self.solver == "jw" and (info.context or {}).get(KEY_CONTEXT):
+            unused += ("solver",)
         unused += () if self.scores else ("scores",)
         for name in unused:
             data.pop(name, None)

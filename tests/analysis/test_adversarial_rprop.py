@@ -324,3 +324,23 @@ def test_a_monitor_reads_the_search_without_changing_it(data, solver):
     torch.testing.assert_close(read.candidates, plain.candidates, atol=0, rtol=0)
     assert torch.equal(read.best, plain.best)
     assert float(seen[0][1][0].mean()) > float(objective.mean())  # it went somewhere
+
+
+@pytest.mark.parametrize(
+    "adversarial", [{"solver": "jw"}, {"solver": "jw", "lr": 0.02}, {}, {"steps": 7}]
+)
+def test_a_config_read_back_from_its_dump_is_the_same(adversarial):
+    """A config sent to a worker (``model_dump`` → ``model_validate``: the local and Ray
+    executors, ``ablate --data``) comes back with its solver: the J&W solver's name is left out
+    of the key form only. It came back as rprop-1 with J&W's lr and was refused (ValidationError
+    in every ablation task of a jw-pinned experiment on Ray)."""
+    cfg = AblationConfig(adversarial=adversarial)
+    for mode in ("json", "python"):
+        back = AblationConfig.model_validate(cfg.model_dump(mode=mode))
+        assert back.params_for("adversarial") == cfg.params_for("adversarial")
+        assert back.resolved() == cfg.resolved()
+    key = cfg.resolved()["adversarial"]
+    if adversarial.get("solver") == "jw":
+        assert "solver" not in key and key["lr"] == adversarial.get("lr", 0.01)
+    else:
+        assert key["solver"] == "rprop-1" and "lr" not in key
