@@ -171,3 +171,21 @@ def test_the_same_marian_built_twice_gives_the_same_lens_at_every_layer(twins):
 
 if HAS_HF:  # the twins of the ALTI+ test (issue 66): a Marian and attnstudy's copy of it
     from test_alti_plus_marian_twin import _traces, twins  # noqa: F401
+
+
+def test_the_figure_draws_each_layers_summary_numbers():
+    from attnstudy.analysis.figures.decoder_lens import layers_known
+
+    model = _transformer("post")
+    res = run_suite(model, make_examples(7), VOCAB, VOCAB, CFG, progress=False)
+    fig = layers_known(res.examples.assign(variant="m"), {"m": (0.1, 0.2, 0.7)})
+    axes = fig.axes[:3]
+    for ax, stat in zip(axes, ("exact_match", "token_error_rate", "aer")):
+        line = ax.lines[0]
+        assert list(line.get_xdata()) == [1.0, 2.0]
+        want = [res.summary[f"ablation/decoder_lens/{stat}_l{ell}"] for ell in (1, 2)]
+        assert line.get_ydata() == pytest.approx(want, abs=1e-12), stat
+    assert 0 < res.summary["ablation/decoder_lens/aer_l1"] < 1
+    # no rows: a note, not an empty axis
+    empty = layers_known(None)
+    assert "no DecoderLens rows" in empty.axes[0].texts[0].get_text()
