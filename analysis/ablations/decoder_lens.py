@@ -134,7 +134,9 @@ SPEC = AblationSpec(
     default=False,
     order=88,
     description="DecoderLens: the decoder reads each encoder layer's output in turn; per layer "
-    "greedy exact match and token error rate, teacher-forced token accuracy and attention AER",
+    "greedy exact match and token error rate, teacher-forced token accuracy and attention AER; "
+    "cost per example: one encoder pass, L greedy and L teacher-forced decodings (L encoder "
+    "layers)",
     reference="Langedijk et al. 2024 (DecoderLens, Findings of NAACL), §3",
 )
 

@@ -189,3 +189,34 @@ def test_the_figure_draws_each_layers_summary_numbers():
     # no rows: a note, not an empty axis
     empty = layers_known(None)
     assert "no DecoderLens rows" in empty.axes[0].texts[0].get_text()
+
+
+def test_its_cost_is_one_encoder_pass_and_two_decodings_per_layer(monkeypatch):
+    """docs/attribution.md, "Cost per decoder step": per example, L teacher-forced decodings of
+    the reference (T steps each) and L greedy decodings (each its own output's length), counted
+    as decoder steps (``advance`` rows), and one pass of the encoder's layers."""
+    model = _transformer("pre")
+    examples = make_examples(6)[-2:-1]  # one example of 5 tokens: T = 6 reference steps
+    batch = one_batch(model, examples)
+    greedy_steps = []
+    states = encoder_layer_states(model, batch.trace.src, batch.trace.src_lengths)
+    for state in states:
+        out = lens_decode(model, state, batch.trace.src, batch.trace.src_lengths, max_len=12)
+        greedy_steps.append(out.logits.size(1))
+    steps, encoder_calls = [0], [0]
+    advance = model.advance
+
+    def counted(y, *args, **kwargs):
+        steps[0] += y.size(0)
+        return advance(y, *args, **kwargs)
+
+    for layer in model.encoder_layers:
+        layer.register_forward_hook(lambda *_: encoder_calls.__setitem__(0, encoder_calls[0] + 1))
+    monkeypatch.setattr(model, "advance", counted)
+    from attnstudy.analysis.ablations.decoder_lens import run
+
+    run(model, batch, None, None)
+    t = int(batch.trace.step_mask.sum())
+    assert t == 6
+    assert steps[0] == model.layers * t + sum(greedy_steps)
+    assert encoder_calls[0] == model.layers  # one pass through the L encoder layers
