@@ -220,3 +220,31 @@ def test_its_cost_is_one_encoder_pass_and_two_decodings_per_layer(monkeypatch):
     assert t == 6
     assert steps[0] == model.layers * t + sum(greedy_steps)
     assert encoder_calls[0] == model.layers  # one pass through the L encoder layers
+
+
+@pytest.mark.skipif(not HAS_HF, reason="transformers is not installed")
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_a_tiny_bart_is_read_and_t5_refused_in_one_line(family, tmp_path):
+    """BART (embedding layer norm, post-LN layers, no final encoder norm): the last layer's lens
+    is the model's own greedy output exactly; T5 (pre-LN with RMSNorm) is refused."""
+    from attnstudy.models.hf import load_pretrained
+    from attnstudy.models.hf_tiny import build_tiny
+
+    model = load_pretrained(build_tiny(tmp_path / family, family=family, steps=0)).eval()
+    vocab = model.vocab
+    tr = next(prepare_batches(model, hf_examples(model, 4), vocab, vocab, "reference")).trace
+    if family == "t5":
+        with pytest.raises(DecoderLensUnsupportedError, match="Marian and BART.*'t5'") as err:
+            encoder_layer_states(model, tr.src, tr.src_lengths)
+        assert "\n" not in str(err.value)
+        return
+    with torch.no_grad():
+        states = encoder_layer_states(model, tr.src, tr.src_lengths)
+        assert len(states) == model.encoder_layers == 2
+        got = lens_decode(model, states[-1], tr.src, tr.src_lengths, max_len=12)
+        own = model.decode(tr.src, tr.src_lengths, 12)
+        first = lens_decode(model, states[0], tr.src, tr.src_lengths, max_len=12)
+    assert torch.equal(got.tokens, own.tokens) and torch.equal(got.logits, own.logits)
+    # untrained (init std 0.02): the cross-attention moves the logits little, but layer 1's
+    # lens is another function (5e-5 measured)
+    assert (first.logits - own.logits).abs().max() > 1e-6
