@@ -77,9 +77,13 @@ def layers_known(examples: pd.DataFrame | None, palette: dict | None = None) -> 
             ax.plot(x, mean, marker="o", color=palette.get(v), linewidth=1.6)
             ok = ~np.isnan(low)
             ax.vlines(x[ok], low[ok], high[ok], color=palette.get(v), linewidth=1.0)
+        if num != "edits":  # shares: the whole 0–1 scale, not a zoom on a flat line
+            ax.set_ylim(-0.02, 1.02)
         ax.set_xticks(layers)
         ax.set_xlabel("encoder layer ℓ the decoder reads")
         ax.set_ylabel(label)
     counts = rows.groupby("variant").size().to_dict()
-    _legend_below(fig, palette, order, counts=counts)
+    note = "points: corpus ratios over the examples; bars: 95 % bootstrap intervals over examples; "
+    note += "examples: " + ", ".join(f"{v} {counts.get(v, 0)}" for v in order)
+    _legend_below(fig, palette, order, note=note)
     return fig
