@@ -80,3 +80,4 @@ def test_the_table_figure_and_definition_reach_the_report(report):
     assert f"![{fig.title}](figures/decoder_lens.png)" in md
     assert (report / "figures" / "decoder_lens.png").stat().st_size > 10_000
     assert "**DecoderLens**" in md
+    assert transformer.split("|")[3].strip() == "per example"  # no decoder steps counted
