@@ -396,6 +396,8 @@ class FigureInput:
         columns: the ablation's per-step statistic columns → their labels (the generic kind).
         reference: whether the ablation reads the reference prefix (then ``steps`` of that
             prefix are drawn instead of ``analysis``).
+        examples: every per-example row of the study (the per-example ablations'), with
+            ``variant``; empty where none was read.
     """
 
     steps: pd.DataFrame
@@ -404,6 +406,7 @@ class FigureInput:
     eps: float | None = None
     columns: dict = field(default_factory=dict)
     reference: bool = False
+    examples: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _faithfulness_aopc(steps: pd.DataFrame, palette: dict) -> Figure:
@@ -419,6 +422,12 @@ def _alti_plus(d: FigureInput) -> Figure:
     if "prefix" in rows:
         rows = rows[rows["prefix"] == "reference"]
     return source_share_along_output(rows, d.palette)
+
+
+def _decoder_lens(d: FigureInput) -> Figure:
+    from .decoder_lens import layers_known
+
+    return layers_known(d.examples, d.palette)
 
 
 def _generic(d: FigureInput, title: str) -> Figure:
@@ -439,6 +448,7 @@ FIGURE_KINDS: dict[str, Callable[[FigureInput, str], Figure]] = {
     "stat_distributions": _generic,
     "faithfulness": lambda d, _: _faithfulness_aopc(d.analysis, d.palette),
     "alti_plus": lambda d, _: _alti_plus(d),
+    "decoder_lens": lambda d, _: _decoder_lens(d),
 }
 """How each kind of ablation figure (:class:`attnstudy.analysis.catalogue.Figure`) is drawn:
 ``draw(FigureInput, title) -> Figure``. ``stat_distributions`` is the generic kind, drawn from

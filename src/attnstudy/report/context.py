@@ -155,6 +155,7 @@ def _figures(data: StudyData, facts, *, layers, palette, eps) -> list[dict]:
         )
     )
     ran = [n for n in list_ablations() if any(n in e.ablations_run for e in data.entries)]
+    per_example = data.examples
     for spec, fig in catalogue.figures(ran):  # each ablation's figure, as its spec declares it
         drawn = figures.FIGURE_KINDS[fig.kind](
             figures.FigureInput(
@@ -166,6 +167,7 @@ def _figures(data: StudyData, facts, *, layers, palette, eps) -> list[dict]:
                     st.column: st.label for st in spec.stats.values() if st.column and st.label
                 },
                 reference=spec.prefix == "reference",
+                examples=per_example,
             ),
             fig.title,
         )

@@ -99,6 +99,16 @@ class StudyData:
         ]
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
+    @property
+    def examples(self) -> pd.DataFrame:
+        """Every model's per-example ablation rows, with ``variant`` and ``task``."""
+        parts = [
+            e.examples.assign(variant=e.variant, task=e.task)
+            for e in self.entries
+            if e.examples is not None and len(e.examples)
+        ]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
 
 def latest_study(tracker: Tracker, experiment: str) -> str:
     """Run id of the newest FINISHED study run of ``experiment`` (else the newest study, with a notice).

@@ -506,9 +506,15 @@ def summary_tables(
                     measured = e.ablation_status == "FINISHED"
                     why = reason(e, stats[0][0])
                     steps = _steps(ff, [key for key, _ in stats]) if ff else None
+                    per_example = measured and all(_per_example(key) for key, _ in stats)
                     row += [
                         str(ff.n_examples) if ff and ff.n_examples and measured else why,
-                        str(steps) if steps and measured else why,
+                        str(steps)
+                        if steps and measured
+                        # a question only per-example ablations answer counts no steps
+                        else "per example"
+                        if per_example and ff and ff.n_examples
+                        else why,
                     ]
                     mean_row = ff is not None and ff is not f and ff.name.endswith("layer mean")
                     row += [
