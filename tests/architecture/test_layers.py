@@ -9,7 +9,7 @@ Layers, bottom to top (a module may import its own layer and those below):
     analysis  analysis.*  (the catalogue, the ablations, the suite, figures)
     tracking  tracking.*  (client, schema, store, models)
     app       experiment, api, cli, report, serving, ui, ui_guard, server, server_app, distributed,
-              ray_head, pretrained, adversaries, results, local_workers
+              ray_head, pretrained, adversaries, results, study_tasks, local_workers
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ LAYERS = [
             "attnstudy.ablation_resume",
             "attnstudy.ablate_summary",
             "attnstudy.study",
+            "attnstudy.study_tasks",
             "attnstudy.local_workers",
         ],
     ),
