@@ -1,5 +1,6 @@
 """The architecture as tests: one import namespace, layers that import only downward, no cycles,
-mlflow only where it belongs, and the store's schema named in one place.
+the study side never reaching the report, mlflow only where it belongs, and the store's schema
+named in one place.
 
 Layers, bottom to top (a module may import its own layer and those below):
 
@@ -196,6 +197,49 @@ def test_imports_point_only_downward():
         if layer_of(b) > layer_of(a)
     ]
     assert not upward, "\n".join(upward)
+
+
+STUDY_SIDE = [
+    "attnstudy.study",
+    "attnstudy.study_tasks",
+    "attnstudy.local_workers",
+    "attnstudy.distributed",
+    "attnstudy.reference_alignment",
+    "attnstudy.model_runs",
+    "attnstudy.ablation_runs",
+    "attnstudy.adversaries",
+    "attnstudy.task_data",
+]
+"""What runs at study time. The report reads the study from the store and sits above it: the
+study side reaches no report module, at module level or in a function (the report is passed to
+:func:`attnstudy.study.run_study` by :func:`attnstudy.api.run`)."""
+NEVER_REACHES = [(STUDY_SIDE, ["attnstudy.report", "attnstudy.report.*"])]
+"""Permissions beyond the layer order: (modules, what none of them may import, directly or
+through other modules)."""
+
+
+def reachable(start: str, edges: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Every module ``start`` imports directly or through others → one import path to it."""
+    paths, todo = {start: [start]}, [start]
+    while todo:
+        here = todo.pop()
+        for there in sorted(edges.get(here, ())):
+            if there not in paths:
+                paths[there] = [*paths[here], there]
+                todo.append(there)
+    return paths
+
+
+def test_the_study_side_imports_no_report_module():
+    edges, _ = graph()
+    bad = []
+    for sources, forbidden in NEVER_REACHES:
+        for src in sources:
+            assert src in edges, f"{src} is not a module (update NEVER_REACHES)"
+            for name, path in reachable(src, edges).items():
+                if any(fnmatch(name, p) for p in forbidden):
+                    bad.append(" → ".join(path))
+    assert not bad, "\n".join(bad)
 
 
 def test_no_import_cycles():

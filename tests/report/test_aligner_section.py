@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from attnstudy.reference_alignment import side_by_side_table
+from attnstudy.report.alignment_tables import side_by_side_table
 from attnstudy.report.facts import layer_facts, model_facts, thresholds_of
 from attnstudy.report.store import load_study
 from attnstudy.tracking import Tracker

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import os
 
-from .. import reference_alignment
 from ..analysis import catalogue, figures
 from ..analysis.catalogue import list_ablations
 from ..analysis.per_example import SHOW_CRITERION, per_example_summary, pick_shown
@@ -24,6 +23,7 @@ from ..findings import (
 from ..run_pages import estimates_table, figure_png
 from ..tracking import Artifact
 from ..ui import TRAINING_VIEW_QUERY, runs_view_url
+from . import alignment_tables
 from .facts import _bootstrap_cfg, layer_facts, model_facts, thresholds_of
 from .prose import STUDY_FIGURES
 from .store import ModelEntry, StudyData
@@ -414,15 +414,13 @@ def report_context(
         if verdicts
         else "No model of this study was ablated.",
         "findings": findings,
-        "tables": reference_alignment.with_sure_only_note(
-            data, summary_tables(data, facts, layers)
-        ),
+        "tables": alignment_tables.with_sure_only_note(data, summary_tables(data, facts, layers)),
         "extra_tables": [
             t
             for t in (
                 adversary_table(data),
-                reference_alignment.side_by_side_table(data, facts, layers),
-                reference_alignment.flip_split_table(data),
+                alignment_tables.side_by_side_table(data, facts, layers),
+                alignment_tables.flip_split_table(data),
             )
             if t is not None
         ],
