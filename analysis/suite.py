@@ -7,7 +7,8 @@ permutation, uniform, erasure, adversarial and importance; the reference for ali
 links index the reference target). When both prefixes are in use the table holds both sets of
 steps, told apart by the ``prefix`` column. The summary holds micro-averages over steps (sums
 over steps / number of defined steps) with 95 % bootstrap intervals that resample EXAMPLES
-(:func:`scipy.stats.bootstrap`, percentile method, seeded by ``cfg.seed``); undefined values (NaN,
+(:mod:`attnstudy.estimates`: :func:`scipy.stats.bootstrap`, percentile method, seeded by
+``cfg.seed``); undefined values (NaN,
 ±inf, a ratio's zero denominator, a declared column the ablation did not write) are left out and
 counted in ``<stat>_n_undefined``, so no NaN/inf reaches the summary (MLflow rejects them) and no
 declared statistic is missing from it without its count.
@@ -28,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from attnstudy import estimates
 from attnstudy.data.types import Example
 from attnstudy.data.vocab import Vocab
 from attnstudy.models import ALL, eval_mode
@@ -48,8 +49,6 @@ from .catalogue import AblationConfig, AblationSpec, get_ablation
 from .contract import capabilities
 from .suite_state import BatchState, UnitState
 
-BOOTSTRAP_ELEMENTS = 1_000_000
-"""Resampled values per vectorised bootstrap call (≈ 8 MB per array), whatever the number of examples."""
 METRIC_NAME = re.compile(r"^[A-Za-z0-9_/.\-]+$")
 KEYS = ["example_id", "prefix", "layer", "head", "step"]
 
@@ -463,7 +462,8 @@ def ratio_ci(
     cfg: AblationConfig,
     transform: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[float, float, float] | None:
-    """Σ num / Σ den over groups (examples) with a 95 % percentile bootstrap interval resampling groups.
+    """Σ num / Σ den over groups (examples) with a 95 % percentile bootstrap interval resampling
+    groups: :func:`attnstudy.estimates.ratio_ci` with the config's resamples and seed.
 
     Args:
         num, den: per-example sums, shape (n_examples,); examples with den = 0 are left out.
@@ -474,29 +474,9 @@ def ratio_ci(
         (value, ci_low, ci_high); the interval is (nan, nan) with fewer than two contributing
         examples; None if Σ den = 0 (undefined).
     """
-    num, den = np.asarray(num, float), np.asarray(den, float)
-    keep = den > 0
-    n, d = num[keep], den[keep]
-    if len(n) == 0:
-        return None
-    f = transform or (lambda r: r)
-    value = float(f(np.asarray(n.sum() / d.sum())))
-    if len(n) < 2:
-        return value, math.nan, math.nan
-    # resamples are drawn `batch` at a time: memory O(batch · n_examples), bounded, same numbers
-    batch = max(1, min(cfg.bootstrap_resamples, BOOTSTRAP_ELEMENTS // len(n)))
-    res = stats.bootstrap(
-        (n, d),
-        lambda a, b, axis: f(a.sum(axis) / b.sum(axis)),
-        paired=True,
-        vectorized=True,
-        n_resamples=cfg.bootstrap_resamples,
-        method="percentile",
-        confidence_level=0.95,
-        rng=np.random.default_rng(cfg.seed),
-        batch=batch,
+    return estimates.ratio_ci(
+        num, den, resamples=cfg.bootstrap_resamples, seed=cfg.seed, transform=transform
     )
-    return value, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def step_mean_ci(

@@ -27,12 +27,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .config import ConfigError, RunSpec
+from .config import RunSpec
 from .data.batching import make_batches
 from .data.tasks import get_task
 from .data.types import Example, Splits
 from .data.vocab import PAD_ID, Vocab
 from .devices import model_device, resolve_device
+from .env import env_seconds
 from .metrics import evaluate
 from .models import Seq2Seq, build_model, eval_mode
 from .notices import notice
@@ -232,18 +233,7 @@ def training_wait(value: float | None = None) -> float:
     """
     if value is not None:
         return float(value)
-    env = os.environ.get("ATTNSTUDY_TRAINING_WAIT")
-    if env is None:
-        return TRAINING_WAIT
-    try:
-        seconds = float(env)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 <= seconds <= 7 * 86400:
-        raise ConfigError(
-            f"ATTNSTUDY_TRAINING_WAIT={env!r} is not a number of seconds in [0, 604800]"
-        )
-    return seconds
+    return env_seconds("ATTNSTUDY_TRAINING_WAIT", TRAINING_WAIT, low=0, high=7 * 86400)
 
 
 @dataclass(frozen=True)

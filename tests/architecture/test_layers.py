@@ -5,8 +5,9 @@ named in one place.
 Layers, bottom to top (a module may import its own layer and those below):
 
     base      attnstudy (the package), config, notices, signals, paths, progress, findings,
-              verdict_roles, outputs, failure_causes, store_check
-    core      data.*, models.*, hf_folder, metrics, devices, training, inference
+              verdict_roles, outputs, failure_causes, store_check, env
+    core      data.*, models.*, hf_folder, metrics, translation, estimates, devices, training,
+              inference
     analysis  analysis.*  (the catalogue, the ablations, the suite, figures)
     tracking  tracking.*  (client, schema, store, models)
     app       experiment, api, cli, report, serving, ui, ui_guard, server, server_app, distributed,
@@ -43,6 +44,7 @@ LAYERS = [
             "attnstudy.outputs",
             "attnstudy.failure_causes",
             "attnstudy.store_check",
+            "attnstudy.env",
         ],
     ),
     (
@@ -55,6 +57,7 @@ LAYERS = [
             "attnstudy.hf_folder",
             "attnstudy.metrics",
             "attnstudy.translation",
+            "attnstudy.estimates",
             "attnstudy.devices",
             "attnstudy.training",
             "attnstudy.inference",

@@ -304,5 +304,7 @@ def test_a_malformed_interval_is_refused_in_one_line(monkeypatch, value):
     from attnstudy.config import ConfigError
 
     monkeypatch.setenv("ATTNSTUDY_PROGRESS_METRIC_SECONDS", value)
-    with pytest.raises(ConfigError, match=r"^ATTNSTUDY_PROGRESS_METRIC_SECONDS=.* 0\.\.86400"):
+    with pytest.raises(
+        ConfigError, match=r"^ATTNSTUDY_PROGRESS_METRIC_SECONDS=.* in \[0, 86400\];"
+    ):
         progress.check_intervals()

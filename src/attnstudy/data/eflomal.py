@@ -190,9 +190,9 @@ def score(
     With sure links only (S = P) AER (Och & Ney 2003, eq. 7) is
     1 − 2|A∩S| / (|A| + |S|) = 1 − F1; precision = |A∩S| / |A|, recall = |A∩S| / |S|, each a
     ratio of corpus sums, with a 95 % percentile bootstrap interval resampling sentences
-    (:func:`scipy.stats.bootstrap`, paired, seeded by ``seed``: the method of the battery's
-    ``attnstudy.analysis.suite.ratio_ci``, which this data layer may not import). Sentences with a
-    zero denominator are left out of that statistic; with fewer than two the interval is NaN.
+    (:func:`attnstudy.estimates.ratio_ci`, seeded by ``seed``, as the battery's statistics).
+    Sentences with a zero denominator are left out of that statistic; with fewer than two the
+    interval is NaN.
 
     Args:
         hypotheses, gold: links per sentence, in the same order.
@@ -204,7 +204,8 @@ def score(
         ValueError: lists of different lengths.
     """
     import numpy as np
-    from scipy import stats
+
+    from attnstudy.estimates import ratio_ci
 
     if len(hypotheses) != len(gold):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(gold)} gold sentences")
@@ -212,37 +213,13 @@ def score(
     n_hyp = np.array([len(a) for a in hypotheses], float)
     n_sure = np.array([len(s) for s in gold], float)
     out = {}
-    for name, num, den, sign in (
-        ("aer", 2 * hit, n_hyp + n_sure, -1.0),
-        ("precision", hit, n_hyp, 1.0),
-        ("recall", hit, n_sure, 1.0),
+    for name, num, den, transform in (
+        ("aer", 2 * hit, n_hyp + n_sure, lambda r: 1.0 - r),
+        ("precision", hit, n_hyp, None),
+        ("recall", hit, n_sure, None),
     ):
-        keep = den > 0
-        n, d = num[keep], den[keep]
-        if not len(n):
-            out[name] = Estimate(math.nan, math.nan, math.nan)
-            continue
-
-        def ratio(a, b, axis=-1, sign=sign):
-            r = a.sum(axis) / b.sum(axis)
-            return 1.0 - r if sign < 0 else r
-
-        value = float(ratio(n, d))
-        if len(n) < 2:
-            out[name] = Estimate(value, math.nan, math.nan)
-            continue
-        res = stats.bootstrap(
-            (n, d),
-            ratio,
-            paired=True,
-            vectorized=True,
-            n_resamples=resamples,
-            method="percentile",
-            confidence_level=0.95,
-            rng=np.random.default_rng(seed),
-        )
-        ci = res.confidence_interval
-        out[name] = Estimate(value, float(ci.low), float(ci.high))
+        r = ratio_ci(num, den, resamples=resamples, seed=seed, transform=transform)
+        out[name] = Estimate(math.nan, math.nan, math.nan) if r is None else Estimate(*r)
     return out
 
 
