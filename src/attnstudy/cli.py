@@ -51,51 +51,44 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``attnstudy`` argument parser: one subcommand per job (train, run, predict, ablate,
-    report, server, ui), each with its own ``--help``; usage errors exit with code 2
-    (``EXIT_CODES_HELP``)."""
-    p = _Parser(
-        prog="attnstudy",
-        description="Train seq2seq attention models and test whether their "
-        "attention explains their output (Jain & Wallace 2019 style ablations, tracked in MLflow).",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+def _add_tracking(sp) -> None:
+    """``--tracking-uri`` and ``--tracking-timeout`` of a verb that reads the store."""
+    sp.add_argument(
+        "--tracking-uri",
+        metavar="URI",
+        default=None,
+        help="tracking store: sqlite:///PATH/mlflow.db or http(s)://server (default: the "
+        "experiment's, else $MLFLOW_TRACKING_URI, else <project>/mlruns/mlflow.db)",
     )
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sp.add_argument(
+        "--tracking-timeout",
+        metavar="SECONDS",
+        type=float,
+        default=None,
+        help="seconds to wait for a tracking server (default: the experiment's, else 10)",
+    )
 
-    def add_tracking(sp):
+
+def _add_common(sp, experiment: bool = True) -> None:
+    """The experiment file and its ``--set`` (with ``experiment``), ``--quiet`` and the store."""
+    if experiment:
+        sp.add_argument("experiment", help="experiment TOML file (see experiments/)")
         sp.add_argument(
-            "--tracking-uri",
-            metavar="URI",
-            default=None,
-            help="tracking store: sqlite:///PATH/mlflow.db or http(s)://server (default: the "
-            "experiment's, else $MLFLOW_TRACKING_URI, else <project>/mlruns/mlflow.db)",
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override a config value, e.g. --set training.epochs=3 (repeatable)",
         )
-        sp.add_argument(
-            "--tracking-timeout",
-            metavar="SECONDS",
-            type=float,
-            default=None,
-            help="seconds to wait for a tracking server (default: the experiment's, else 10)",
-        )
+    sp.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_tracking(sp)
 
-    def add_common(sp, experiment=True):
-        if experiment:
-            sp.add_argument("experiment", help="experiment TOML file (see experiments/)")
-            sp.add_argument(
-                "--set",
-                dest="overrides",
-                action="append",
-                default=[],
-                metavar="KEY=VALUE",
-                help="override a config value, e.g. --set training.epochs=3 (repeatable)",
-            )
-        sp.add_argument("--quiet", action="store_true", help="no progress bars")
-        add_tracking(sp)
 
+def _train_verb(sub) -> None:
+    """``attnstudy train``: train every model of an experiment."""
     sp = sub.add_parser("train", help="train every model of an experiment (reusing finished runs)")
-    add_common(sp)
+    _add_common(sp)
     sp.add_argument(
         "--retrain", action="store_true", help="train even if a finished run has the same model key"
     )
@@ -103,10 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume", action="store_true", help="continue from the last complete checkpoint"
     )
 
+
+def _run_verb(sub) -> None:
+    """``attnstudy run``: the main job, and where it runs (``--executor``)."""
     sp = sub.add_parser(
         "run", help="the main job: train what is missing, ablate every model, report"
     )
-    add_common(sp)
+    _add_common(sp)
     sp.add_argument(
         "--retrain", action="store_true", help="train even if a finished run has the same model key"
     )
@@ -135,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
         "this machine's loopback for the run)",
     )
 
+
+def _predict_verb(sub) -> None:
+    """``attnstudy predict``: decode inputs with a stored model."""
     sp = sub.add_parser("predict", help="decode inputs with a stored model")
     sp.add_argument(
         "model_uri",
@@ -156,8 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--force", action="store_true", help="also use the model of a run that is not FINISHED"
     )
-    add_tracking(sp)
+    _add_tracking(sp)
 
+
+def _ablate_verb(sub) -> None:
+    """``attnstudy ablate``: the battery on a stored or pretrained model."""
     sp = sub.add_parser("ablate", help="run the ablation battery on a stored or pretrained model")
     sp.add_argument(
         "model_uri",
@@ -197,8 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--force", action="store_true", help="also ablate the model of a run that is not FINISHED"
     )
-    add_tracking(sp)
+    _add_tracking(sp)
 
+
+def _report_verb(sub) -> None:
+    """``attnstudy report``: a study's report (and its result tables)."""
     sp = sub.add_parser(
         "report", help="build the HTML + Markdown report of a study from the tracking store"
     )
@@ -230,8 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a verdict threshold over the experiment's [report.verdict] (repeatable), e.g. "
         "used_flip=0.2; the report lists them all",
     )
-    add_tracking(sp)
+    _add_tracking(sp)
 
+
+def _server_verb(sub) -> None:
+    """``attnstudy server``: a team's tracking server."""
     sp = sub.add_parser(
         "server",
         help="run a team's MLflow tracking server: a database store, artifacts served through it",
@@ -266,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="MLflow's basic-auth app: users and permissions (docs/cluster.md)",
     )
 
+
+def _ui_verb(sub) -> None:
+    """``attnstudy ui``: the MLflow UI for the project's store."""
     sp = sub.add_parser("ui", help="start the MLflow UI for the project's store")
     sp.add_argument("--port", type=int, default=5000, help="port (default 5000)")
     sp.add_argument(
@@ -279,6 +290,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="the SQLite store to serve: sqlite:///PATH/mlflow.db (default: $MLFLOW_TRACKING_URI, "
         "else <project>/mlruns/mlflow.db)",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``attnstudy`` argument parser: one subcommand per job (train, run, predict, ablate,
+    report, server, ui), each with its own ``--help``; usage errors exit with code 2
+    (``EXIT_CODES_HELP``)."""
+    p = _Parser(
+        prog="attnstudy",
+        description="Train seq2seq attention models and test whether their "
+        "attention explains their output (Jain & Wallace 2019 style ablations, tracked in MLflow).",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    _train_verb(sub)
+    _run_verb(sub)
+    _predict_verb(sub)
+    _ablate_verb(sub)
+    _report_verb(sub)
+    _server_verb(sub)
+    _ui_verb(sub)
     verbose = (
         "also show what libraries print themselves: MLflow's 'View run' lines and INFO logs, "
         "warnings (or ATTNSTUDY_VERBOSE=1)"
