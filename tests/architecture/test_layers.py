@@ -71,6 +71,7 @@ LAYERS = [
             "attnstudy.experiment",
             "attnstudy.api",
             "attnstudy.cli",
+            "attnstudy.cli_args",
             "attnstudy.cli_docs",
             "attnstudy.report",
             "attnstudy.report.*",
