@@ -15,29 +15,30 @@ ROOT = Path(__file__).parents[2]
 MAX_LINES = 100
 
 ALLOWED = {
-    "src/attnstudy/data/nt.py:parse_corpus": 161,
+    "src/attnstudy/data/nt.py:parse_corpus": 165,
     "src/attnstudy/browser.py:browser_data": 159,
     "analysis/figures/examples.py:example_heatmaps": 156,
     "src/attnstudy/report/context.py:report_context": 149,
     "src/attnstudy/model_runs.py:_train_run": 144,
     "analysis/ablations/alignment.py:run": 140,
     "src/attnstudy/models/seq2seq.py:Seq2Seq._bahdanau_rows": 138,
-    "analysis/ablations/adversarial.py:_optimise": 135,
+    "analysis/ablations/adversarial.py:_optimise": 155,
     "src/attnstudy/cli.py:_execute": 132,
     "analysis/figures/per_step.py:kendall_tau": 122,
     "src/attnstudy/ablation_runs.py:ablate_run": 121,
     "src/attnstudy/model_runs.py:train_spec": 117,
     "src/attnstudy/report/context.py:_figures": 116,
-    "src/attnstudy/report/build.py:build_report": 114,
+    "src/attnstudy/report/build.py:build_report": 120,
     "src/attnstudy/data/tsv.py:read_tsv": 112,
     "analysis/figures/summary.py:estimates_plot": 107,
     "src/attnstudy/run_pages.py:log_ablation_pages": 106,
     "analysis/figures/per_step.py:_by_max_attention": 106,
     "src/attnstudy/findings.py:overall": 105,
-    "src/attnstudy/pretrained.py:ablate_pretrained": 104,
+    "src/attnstudy/pretrained.py:ablate_pretrained": 109,
 }
 """Functions over :data:`MAX_LINES` when the rule came (2026-12-07) → their length then: the most
-each may have until it is split."""
+each may have until it is split (four are at their length on main at that time, which had grown
+them meanwhile: parse_corpus, _optimise, build_report, ablate_pretrained)."""
 
 
 def function_lengths() -> dict[str, int]:
