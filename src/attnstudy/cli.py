@@ -272,7 +272,7 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
     threads = _threads(cfg)
     import torch
 
-    from . import api
+    from . import api  # noqa: F401 (the verbs use it: loaded here, before the threads are set)
 
     # one intra-op thread unless configured (training.threads): the per-step kernels are small
     torch.set_num_threads(threads)
@@ -281,110 +281,133 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
     from .progress import check_intervals
 
     check_intervals()  # a malformed progress interval, before anything runs
-    if args.command == "train":
-        runs = api.train_experiment(
-            cfg, retrain=args.retrain, resume=args.resume, progress=progress
+    verbs = {"train": _train_cmd, "run": _run_cmd, "predict": _predict_cmd}
+    verbs |= {"ablate": _ablate_cmd, "report": _report_cmd}
+    if args.command not in verbs:
+        raise UsageError(f"unknown command {args.command!r}")
+    return verbs[args.command](args, cfg, abl, progress=progress)
+
+
+def _train_cmd(args, cfg, abl, *, progress: bool) -> int:
+    """``attnstudy train``: every model of the experiment, each printed."""
+    from . import api
+
+    runs = api.train_experiment(cfg, retrain=args.retrain, resume=args.resume, progress=progress)
+    for r in runs:
+        _print_model(r)
+    return EXIT_OK
+
+
+def _run_cmd(args, cfg, abl, *, progress: bool) -> int:
+    """``attnstudy run``: the study (locally or on Ray), its summary printed."""
+    from . import api
+
+    text = Path(args.experiment).read_text(encoding="utf-8")
+    executor = None
+    if args.executor == "ray":
+        from .distributed import RayExecutor
+
+        executor = RayExecutor(args.ray_address)
+        if args.resume and executor.address is not None:  # a private head: one node
+            from .checkpoint_store import resume_note
+            from .notices import notice
+
+            notice(resume_note())
+    try:
+        out = api.run(
+            cfg,
+            retrain=args.retrain,
+            progress=progress,
+            config_text=text,
+            report=not args.no_report,
+            resume=args.resume,
+            executor=executor,
         )
-        for r in runs:
-            _print_model(r)
-        return EXIT_OK
-    if args.command == "run":
-        text = Path(args.experiment).read_text(encoding="utf-8")
-        executor = None
-        if args.executor == "ray":
-            from .distributed import RayExecutor
+    except api.StudyFailedError as err:
+        _print_study(err.result)
+        return _error_exit(str(err), EXIT_FAILED)
+    _print_study(out)
+    return EXIT_OK
 
-            executor = RayExecutor(args.ray_address)
-            if args.resume and executor.address is not None:  # a private head: one node
-                from .checkpoint_store import resume_note
-                from .notices import notice
 
-                notice(resume_note())
-        try:
-            out = api.run(
-                cfg,
-                retrain=args.retrain,
-                progress=progress,
-                config_text=text,
-                report=not args.no_report,
-                resume=args.resume,
-                executor=executor,
-            )
-        except api.StudyFailedError as err:
-            _print_study(err.result)
-            return _error_exit(str(err), EXIT_FAILED)
-        _print_study(out)
-        return EXIT_OK
-    if args.command == "predict":
-        if Path(args.model_uri).is_dir():
-            results = api.predict(
-                args.model_uri, args.inputs, beam_size=args.beam, with_attention=args.attention
-            )
-        else:
-            results = api.predict(
-                args.model_uri,
-                args.inputs,
-                beam_size=args.beam,
-                with_attention=args.attention,
-                tracker=_store(args),
-                force=args.force,
-            )
-        for r in results:
-            if args.json:
-                print(json.dumps(r, ensure_ascii=False))
-                continue
-            note = (
-                f"  ({r['n_unknown']} unknown token(s) mapped to <unk>)" if r["n_unknown"] else ""
-            )
-            print(f"{_printable(r['input'])}\t{_printable(r['output'])}{note}")
-            if args.attention and r.get("attention") is not None:
-                src = r["source_tokens"]
-                print("\t" + "\t".join(map(_printable, src)))
-                for tok, row in zip(r["tokens"] + ["<eos>"], r["attention"]):
-                    print(_printable(tok) + "\t" + "\t".join(f"{v:.2f}" for v in row))
-            elif args.attention:
-                print("\t(this model has no attention)")
-        return EXIT_OK
-    if args.command == "ablate":
-        if args.data:
-            model_run_id, run_id, result = api.ablate_pretrained_on_experiment(
-                args.model_uri, cfg, abl, progress=progress
-            )
-            print(f"model run: runs:/{model_run_id}")
-        elif args.tsv or args.model_uri.startswith("hf:"):
-            from . import pretrained
+def _predict_cmd(args, cfg, abl, *, progress: bool) -> int:
+    """``attnstudy predict``: each input decoded (and its attention), as text or JSON lines."""
+    from . import api
 
-            tracker = _store(args, create=args.model_uri.startswith("hf:"))
-            model_run_id, run_id, result = pretrained.ablate_pretrained(
-                args.model_uri, args.tsv, abl, tracker, progress=progress
-            )
-            print(f"model run: runs:/{model_run_id}")
-        else:
-            run_id, result = api.ablate(
-                args.model_uri, abl, tracker=_store(args), progress=progress, force=args.force
-            )
-        from . import ablate_summary  # the statistics with intervals, verdict, browser, run
-        from .tracking import Tracker
-
-        store = cfg.experiment if args.data else args  # where the ablation run was logged
-        tracker = Tracker(store.tracking_uri, store.tracking_timeout, create=False)
-        verdict = cfg.report.verdict if args.data else None
-        return ablate_summary.print_summary(
-            tracker, run_id, skipped=result.skipped, thresholds=verdict
+    if Path(args.model_uri).is_dir():
+        results = api.predict(
+            args.model_uri, args.inputs, beam_size=args.beam, with_attention=args.attention
         )
-    if args.command == "report":
-        path = api.report(
-            study_id=args.study,
-            experiment=args.experiment,
-            out_dir=args.out,
+    else:
+        results = api.predict(
+            args.model_uri,
+            args.inputs,
+            beam_size=args.beam,
+            with_attention=args.attention,
             tracker=_store(args),
-            ui_url=args.ui_url,
-            verdict=args.verdict,
-            results_dir=args.results,
+            force=args.force,
         )
-        print(f"{'results' if path.suffix == '.csv' else 'report'}: {path}")
-        return EXIT_OK
-    raise UsageError(f"unknown command {args.command!r}")
+    for r in results:
+        if args.json:
+            print(json.dumps(r, ensure_ascii=False))
+            continue
+        note = f"  ({r['n_unknown']} unknown token(s) mapped to <unk>)" if r["n_unknown"] else ""
+        print(f"{_printable(r['input'])}\t{_printable(r['output'])}{note}")
+        if args.attention and r.get("attention") is not None:
+            src = r["source_tokens"]
+            print("\t" + "\t".join(map(_printable, src)))
+            for tok, row in zip(r["tokens"] + ["<eos>"], r["attention"]):
+                print(_printable(tok) + "\t" + "\t".join(f"{v:.2f}" for v in row))
+        elif args.attention:
+            print("\t(this model has no attention)")
+    return EXIT_OK
+
+
+def _ablate_cmd(args, cfg, abl, *, progress: bool) -> int:
+    """``attnstudy ablate``: the battery on a stored or pretrained model, its summary printed."""
+    from . import api
+
+    if args.data:
+        model_run_id, run_id, result = api.ablate_pretrained_on_experiment(
+            args.model_uri, cfg, abl, progress=progress
+        )
+        print(f"model run: runs:/{model_run_id}")
+    elif args.tsv or args.model_uri.startswith("hf:"):
+        from . import pretrained
+
+        tracker = _store(args, create=args.model_uri.startswith("hf:"))
+        model_run_id, run_id, result = pretrained.ablate_pretrained(
+            args.model_uri, args.tsv, abl, tracker, progress=progress
+        )
+        print(f"model run: runs:/{model_run_id}")
+    else:
+        run_id, result = api.ablate(
+            args.model_uri, abl, tracker=_store(args), progress=progress, force=args.force
+        )
+    from . import ablate_summary  # the statistics with intervals, verdict, browser, run
+    from .tracking import Tracker
+
+    store = cfg.experiment if args.data else args  # where the ablation run was logged
+    tracker = Tracker(store.tracking_uri, store.tracking_timeout, create=False)
+    verdict = cfg.report.verdict if args.data else None
+    return ablate_summary.print_summary(tracker, run_id, skipped=result.skipped, thresholds=verdict)
+
+
+def _report_cmd(args, cfg, abl, *, progress: bool) -> int:
+    """``attnstudy report``: the report (or the result tables) of a study."""
+    from . import api
+
+    path = api.report(
+        study_id=args.study,
+        experiment=args.experiment,
+        out_dir=args.out,
+        tracker=_store(args),
+        ui_url=args.ui_url,
+        verdict=args.verdict,
+        results_dir=args.results,
+    )
+    print(f"{'results' if path.suffix == '.csv' else 'report'}: {path}")
+    return EXIT_OK
 
 
 def _store_of(args, cfg: ExperimentConfig | None) -> tuple[str | None, float | None, bool] | None:

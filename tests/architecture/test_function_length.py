@@ -23,7 +23,6 @@ ALLOWED = {
     "analysis/ablations/alignment.py:run": 140,
     "src/attnstudy/models/seq2seq.py:Seq2Seq._bahdanau_rows": 138,
     "analysis/ablations/adversarial.py:_optimise": 155,
-    "src/attnstudy/cli.py:_execute": 132,
     "analysis/figures/per_step.py:kendall_tau": 122,
     "src/attnstudy/ablation_runs.py:ablate_run": 121,
     "src/attnstudy/model_runs.py:train_spec": 117,
