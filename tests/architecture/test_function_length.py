@@ -28,7 +28,6 @@ ALLOWED = {
     "src/attnstudy/model_runs.py:train_spec": 117,
     "src/attnstudy/report/context.py:_figures": 116,
     "src/attnstudy/report/build.py:build_report": 120,
-    "src/attnstudy/data/tsv.py:read_tsv": 112,
     "analysis/figures/summary.py:estimates_plot": 107,
     "src/attnstudy/run_pages.py:log_ablation_pages": 106,
     "analysis/figures/per_step.py:_by_max_attention": 106,
