@@ -16,7 +16,6 @@ MAX_LINES = 100
 
 ALLOWED = {
     "src/attnstudy/data/nt.py:parse_corpus": 165,
-    "src/attnstudy/browser.py:browser_data": 159,
     "analysis/figures/examples.py:example_heatmaps": 156,
     "src/attnstudy/report/context.py:report_context": 149,
     "src/attnstudy/model_runs.py:_train_run": 144,
