@@ -17,13 +17,11 @@ MAX_LINES = 100
 ALLOWED = {
     "src/attnstudy/data/nt.py:parse_corpus": 165,
     "analysis/figures/examples.py:example_heatmaps": 156,
-    "src/attnstudy/model_runs.py:_train_run": 144,
     "analysis/ablations/alignment.py:run": 140,
     "src/attnstudy/models/seq2seq.py:Seq2Seq._bahdanau_rows": 138,
     "analysis/ablations/adversarial.py:_optimise": 155,
     "analysis/figures/per_step.py:kendall_tau": 122,
     "src/attnstudy/ablation_runs.py:ablate_run": 121,
-    "src/attnstudy/model_runs.py:train_spec": 117,
     "src/attnstudy/report/build.py:build_report": 120,
     "analysis/figures/summary.py:estimates_plot": 107,
     "src/attnstudy/run_pages.py:log_ablation_pages": 106,
