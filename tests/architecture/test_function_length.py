@@ -21,7 +21,6 @@ ALLOWED = {
     "src/attnstudy/models/seq2seq.py:Seq2Seq._bahdanau_rows": 138,
     "analysis/ablations/adversarial.py:_optimise": 155,
     "analysis/figures/per_step.py:kendall_tau": 122,
-    "src/attnstudy/ablation_runs.py:ablate_run": 121,
     "src/attnstudy/report/build.py:build_report": 120,
     "analysis/figures/summary.py:estimates_plot": 107,
     "src/attnstudy/run_pages.py:log_ablation_pages": 106,
