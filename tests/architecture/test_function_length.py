@@ -23,7 +23,6 @@ ALLOWED = {
     "analysis/figures/per_step.py:kendall_tau": 122,
     "src/attnstudy/report/build.py:build_report": 120,
     "analysis/figures/summary.py:estimates_plot": 107,
-    "src/attnstudy/run_pages.py:log_ablation_pages": 106,
     "analysis/figures/per_step.py:_by_max_attention": 106,
     "src/attnstudy/findings.py:overall": 105,
     "src/attnstudy/pretrained.py:ablate_pretrained": 109,
