@@ -19,10 +19,8 @@ ALLOWED = {
     "analysis/ablations/alignment.py:run": 140,
     "src/attnstudy/models/seq2seq.py:Seq2Seq._bahdanau_rows": 138,
     "analysis/ablations/adversarial.py:_optimise": 155,
-    "analysis/figures/per_step.py:kendall_tau": 122,
     "src/attnstudy/report/build.py:build_report": 120,
     "analysis/figures/summary.py:estimates_plot": 107,
-    "analysis/figures/per_step.py:_by_max_attention": 106,
     "src/attnstudy/findings.py:overall": 105,
     "src/attnstudy/pretrained.py:ablate_pretrained": 109,
 }
