@@ -20,7 +20,6 @@ ALLOWED = {
     "src/attnstudy/models/seq2seq.py:Seq2Seq._bahdanau_rows": 138,
     "analysis/ablations/adversarial.py:_optimise": 155,
     "src/attnstudy/report/build.py:build_report": 120,
-    "analysis/figures/summary.py:estimates_plot": 107,
     "src/attnstudy/findings.py:overall": 105,
     "src/attnstudy/pretrained.py:ablate_pretrained": 109,
 }
