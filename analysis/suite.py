@@ -285,7 +285,9 @@ class _Battery:
             cross = whole.trace.cross_attention
             self.n_layers = None if cross is None else int(cross.size(1))
         for unit in self.units:
-            unit_states.append(self.run_unit(whole, unit, prefix, names, step_specs))
+            unit_states.append(
+                self.run_unit(whole, unit, prefix=prefix, names=names, step_specs=step_specs)
+            )
         if self.journal is not None:
             ids = tuple(ex.id for ex in whole.examples)
             self.journal.finished(
@@ -304,7 +306,7 @@ class _Battery:
         self.position += 1
         self.bar.update(len(whole.examples), note="")  # between batches nothing runs
 
-    def run_unit(self, whole, unit: tuple, prefix: str, names: list[str], step_specs: list):
+    def run_unit(self, whole, unit: tuple, *, prefix: str, names: list[str], step_specs: list):
         """The ablations ``names`` on one analysis unit of a batch: their per-step columns
         merged into the base table and streamed, their per-example sums kept; returns the unit's
         state for the journal (None without one)."""
