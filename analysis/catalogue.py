@@ -120,10 +120,8 @@ class OutputChangeParams(Params):
 
 
 KEY_CONTEXT = "key"
-"""Serialisation context flag (``model_dump(context={KEY_CONTEXT: True})``) of the key form of
-an ablation's parameters (:meth:`AblationConfig.resolved`): a parameter model may leave out there
-a value that older stored runs lack (so they keep their key) but must keep it in every other dump,
-which is read back (a config sent to a worker process or a Ray task)."""
+"""``model_dump(context={KEY_CONTEXT: True})``: the key form (:meth:`AblationConfig.resolved`),
+which may leave out a value older runs lack; every other dump is read back and keeps it."""
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+
+from attnstudy.estimates import bootstrap_ci
 
 from .catalogue import AblationConfig, get_ablation
-from .suite import BOOTSTRAP_ELEMENTS, _combine, example_sums, put_estimate, summary_from_sums
+from .suite import _combine, example_sums, put_estimate, summary_from_sums
 
 
 def _joint(steps: pd.DataFrame) -> pd.DataFrame:
@@ -149,17 +150,8 @@ def mean_of_ratios_ci(
     n = len(arrays[0])
     if n < 2:
         return value, math.nan, math.nan
-    batch = max(1, min(cfg.bootstrap_resamples, BOOTSTRAP_ELEMENTS // (n * len(arrays))))
     with np.errstate(invalid="ignore", divide="ignore"):
-        res = stats.bootstrap(
-            tuple(arrays),
-            statistic,
-            paired=True,
-            vectorized=True,
-            n_resamples=cfg.bootstrap_resamples,
-            method="percentile",
-            confidence_level=0.95,
-            rng=np.random.default_rng(cfg.seed),
-            batch=batch,
+        low, high = bootstrap_ci(
+            arrays, statistic, resamples=cfg.bootstrap_resamples, seed=cfg.seed
         )
-    return value, float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return value, low, high

@@ -7,7 +7,8 @@ permutation, uniform, erasure, adversarial and importance; the reference for ali
 links index the reference target). When both prefixes are in use the table holds both sets of
 steps, told apart by the ``prefix`` column. The summary holds micro-averages over steps (sums
 over steps / number of defined steps) with 95 % bootstrap intervals that resample EXAMPLES
-(:func:`scipy.stats.bootstrap`, percentile method, seeded by ``cfg.seed``); undefined values (NaN,
+(:mod:`attnstudy.estimates`: :func:`scipy.stats.bootstrap`, percentile method, seeded by
+``cfg.seed``); undefined values (NaN,
 ±inf, a ratio's zero denominator, a declared column the ablation did not write) are left out and
 counted in ``<stat>_n_undefined``, so no NaN/inf reaches the summary (MLflow rejects them) and no
 declared statistic is missing from it without its count.
@@ -28,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from attnstudy import estimates
 from attnstudy.data.types import Example
 from attnstudy.data.vocab import Vocab
 from attnstudy.models import ALL, eval_mode
@@ -48,8 +49,6 @@ from .catalogue import AblationConfig, AblationSpec, get_ablation
 from .contract import capabilities
 from .suite_state import BatchState, UnitState
 
-BOOTSTRAP_ELEMENTS = 1_000_000
-"""Resampled values per vectorised bootstrap call (≈ 8 MB per array), whatever the number of examples."""
 METRIC_NAME = re.compile(r"^[A-Za-z0-9_/.\-]+$")
 KEYS = ["example_id", "prefix", "layer", "head", "step"]
 
@@ -146,23 +145,14 @@ def run_suite(
     examples = list(examples)[: cfg.n_examples]
     if not examples:
         raise ValueError("run_suite needs at least one example")
-    ctx = AblationContext.of(cfg)
-    skipped: dict[str, str] = {}
-    active: dict[str, tuple[AblationSpec, Callable, object]] = {}
-    for name in dict.fromkeys(cfg.ablations):
-        spec = get_ablation(name)
-        reason = _skip_reason(model, spec)
-        if reason is not None:
-            skipped[name] = reason
-            continue
-        active[name] = (spec, spec.function(), cfg.params_for(name))
+    active, skipped = _active(model, cfg)
     groups: dict[str, list[str]] = {cfg.prefix: []}
     for name, (spec, _, _) in active.items():
         groups.setdefault("reference" if spec.prefix == "reference" else cfg.prefix, []).append(
             name
         )
-
-    rounds = sum(1 for p, names in groups.items() if names or p == cfg.prefix)
+    groups = {p: names for p, names in groups.items() if names or p == cfg.prefix}
+    rounds = len(groups)
     # each prefix is a pass over the examples: the count is examples × prefixes when there are two
     bar = Progress(
         len(examples) * rounds,
@@ -176,150 +166,207 @@ def run_suite(
         from attnstudy.paths import git_commit
 
         info = {"config": cfg.resolved(), "version": __version__, "commit": git_commit()}
-    sink = _StepSink(table_path, info)
+    run = _Battery(model, cfg, active, rounds, bar, _StepSink(table_path, info), recorder, journal)
     plan = [  # (prefix, example ids) of every batch, in the order they run
         (p, tuple(ex.id for ex in examples[s : s + batch_size]))
-        for p, names in groups.items()
-        if names or p == cfg.prefix
+        for p in groups
         for s in range(0, len(examples), batch_size)
     ]
     restorable = journal.restorable(plan) if journal is not None else 0
-    position = 0  # the running batch's index in the plan
-
-    def put_back(state) -> None:  # a batch an interrupted run finished (suite_state)
-        nonlocal units, n_layers, primary
-        n_steps[state.prefix] = n_steps.get(state.prefix, 0) + state.n_steps
-        if units is None:
-            units, n_layers = [tuple(u) for u in state.units], state.n_layers
-            primary = _primary(units)
-        for us in state.unit_states:
-            parts = example_parts.setdefault(
-                us.unit, {n: [] for n, (sp, _, _) in active.items() if sp.unit == "example"}
-            )
-            for name, frame in us.parts.items():
-                parts[name].append(frame)
-            sums.setdefault(us.unit, []).append(us.sums)
-            sink.restore(us.steps)
-        if recorder is not None:
-            recorder.restore(state.records)
-        for name, s in state.seconds.items():
-            seconds[name] = seconds.get(name, 0.0) + s
-        bar.update(len(state.example_ids), note="")
-
-    sums: dict[tuple, list[pd.DataFrame]] = {}
-    seconds = dict.fromkeys(active, 0.0)
-    n_steps: dict[str, int] = {}
-    example_parts: dict[tuple, dict[str, list[pd.DataFrame]]] = {}
-    units: list[tuple] | None = None
-    n_layers: int | None = None  # of cross-attention; None: the model has none
-    primary = None
     try:
         with eval_mode(model):
             for prefix, names in groups.items():
-                if not names and prefix != cfg.prefix:
-                    continue
-                step_specs = [active[n][0] for n in names if active[n][0].unit == "step"]
-                skip = min(max(restorable - position, 0), len(range(0, len(examples), batch_size)))
-                for _ in range(skip):
-                    put_back(journal.restore(position))
-                    position += 1
-                for whole in prepare_batches(
-                    model, examples[skip * batch_size :], src_vocab, tgt_vocab, prefix, batch_size
-                ):
-                    check_interrupt()
-                    batch_steps = int(whole.trace.step_mask.sum())
-                    n_steps[prefix] = n_steps.get(prefix, 0) + batch_steps
-                    before, unit_states = dict(seconds), []
-                    if units is None:
-                        units = headline_units(analysis_units(whole.trace, cfg.layers, cfg.heads))
-                        primary = _primary(units)
-                        cross = whole.trace.cross_attention
-                        n_layers = None if cross is None else int(cross.size(1))
-                    for unit in units:
-                        batch = unit_batch(whole, *unit)
-                        steps = base_table(batch)
-                        steps.insert(1, "prefix", prefix)
-                        parts = example_parts.setdefault(
-                            unit,
-                            {n: [] for n, (sp, _, _) in active.items() if sp.unit == "example"},
-                        )
-                        # the recorder sees the primary unit's batch and what its ablations computed
-                        record = recorder is not None and unit == primary
-                        captured = {}
-                        for name in names:
-                            spec, fn, params = active[name]
-                            running = name if len(units) == 1 else f"{name} {_unit(unit)}"
-                            where = f", {prefix} prefix" if rounds > 1 else ""
-                            bar.update(0, note=running + where)  # what runs now
-                            t0 = time.perf_counter()
-                            if record and name in recorder.capture:
-                                frame, captured[name] = recorder.capture[name](
-                                    model, batch, params, ctx
-                                )
-                            else:
-                                frame = fn(model, batch, params, ctx)
-                            seconds[name] += time.perf_counter() - t0
-                            if spec.unit == "example":
-                                parts[name].append(frame)
-                            else:
-                                frame.insert(1, "prefix", prefix)
-                                frame.insert(
-                                    2, "layer", steps["layer"].iloc[0] if len(steps) else 0
-                                )
-                                frame.insert(
-                                    3, "head", steps["head"].iloc[0] if len(steps) else ALL
-                                )
-                                steps = steps.merge(
-                                    frame, on=KEYS, how="left", validate="one_to_one"
-                                )
-                        if record:
-                            recorder.add(batch, captured)
-                        sums.setdefault(unit, []).append(example_sums(steps, step_specs))
-                        sink.write(steps)
-                        if journal is not None:
-                            unit_states.append(
-                                UnitState(
-                                    unit,
-                                    sink.last_bytes(steps),
-                                    sums[unit][-1],
-                                    {n: parts[n][-1] for n in names if n in parts},
-                                )
-                            )
-                    if journal is not None:
-                        ids = tuple(ex.id for ex in whole.examples)
-                        journal.finished(
-                            BatchState(
-                                position,
-                                prefix,
-                                ids,
-                                batch_steps,
-                                units,
-                                n_layers,
-                                unit_states,
-                                recorder.part(ids) if recorder is not None else {},
-                                {n: seconds[n] - before[n] for n in names},
-                            )
-                        )
-                    position += 1
-                    bar.update(len(whole.examples), note="")  # between batches nothing runs
-        table = sink.close()
+                run.run_prefix(
+                    prefix,
+                    names,
+                    examples,
+                    (src_vocab, tgt_vocab),
+                    batch_size=batch_size,
+                    restorable=restorable,
+                )
+        table = run.sink.close()
     finally:
-        sink.discard()
+        run.sink.discard()
         bar.close()
+    return _result(run, examples, table, skipped)
 
-    units = units or [(0, ALL)]
-    specs = [active[n][0] for n in active]
+
+def _active(model, cfg: AblationConfig) -> tuple[dict[str, tuple], dict[str, str]]:
+    """The configured ablations the model can run → (spec, function, params), and those it
+    cannot → the reason (a capability it lacks)."""
+    skipped: dict[str, str] = {}
+    active: dict[str, tuple[AblationSpec, Callable, object]] = {}
+    for name in dict.fromkeys(cfg.ablations):
+        spec = get_ablation(name)
+        reason = _skip_reason(model, spec)
+        if reason is not None:
+            skipped[name] = reason
+            continue
+        active[name] = (spec, spec.function(), cfg.params_for(name))
+    return active, skipped
+
+
+@dataclass
+class _Battery:
+    """One run of the battery (:func:`run_suite`): what it runs, and what it has gathered so far
+    — per-example sums and parts per analysis unit, seconds per ablation, steps per prefix."""
+
+    model: object
+    cfg: AblationConfig
+    active: dict[str, tuple[AblationSpec, Callable, object]]
+    rounds: int
+    bar: Progress
+    sink: _StepSink
+    recorder: object = None
+    journal: object = None
+    sums: dict[tuple, list[pd.DataFrame]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    n_steps: dict[str, int] = field(default_factory=dict)
+    example_parts: dict[tuple, dict[str, list[pd.DataFrame]]] = field(default_factory=dict)
+    units: list[tuple] | None = None
+    n_layers: int | None = None  # of cross-attention; None: the model has none
+    primary: tuple | None = None
+    position: int = 0  # the running batch's index in the plan
+
+    def __post_init__(self) -> None:
+        self.ctx = AblationContext.of(self.cfg)
+        self.seconds = dict.fromkeys(self.active, 0.0)
+
+    def parts(self, unit: tuple) -> dict[str, list[pd.DataFrame]]:
+        """The per-example frames of the example-level ablations of ``unit``, so far."""
+        return self.example_parts.setdefault(
+            unit, {n: [] for n, (sp, _, _) in self.active.items() if sp.unit == "example"}
+        )
+
+    def put_back(self, state) -> None:
+        """A batch an interrupted run finished (:mod:`attnstudy.analysis.suite_state`)."""
+        self.n_steps[state.prefix] = self.n_steps.get(state.prefix, 0) + state.n_steps
+        if self.units is None:
+            self.units, self.n_layers = [tuple(u) for u in state.units], state.n_layers
+            self.primary = _primary(self.units)
+        for us in state.unit_states:
+            parts = self.parts(us.unit)
+            for name, frame in us.parts.items():
+                parts[name].append(frame)
+            self.sums.setdefault(us.unit, []).append(us.sums)
+            self.sink.restore(us.steps)
+        if self.recorder is not None:
+            self.recorder.restore(state.records)
+        for name, s in state.seconds.items():
+            self.seconds[name] = self.seconds.get(name, 0.0) + s
+        self.bar.update(len(state.example_ids), note="")
+
+    def run_prefix(
+        self, prefix: str, names: list[str], examples, vocabs, *, batch_size: int, restorable: int
+    ) -> None:
+        """One pass over the examples with ``prefix``: the batches a journal holds put back,
+        the others prepared and run."""
+        step_specs = [self.active[n][0] for n in names if self.active[n][0].unit == "step"]
+        skip = min(max(restorable - self.position, 0), len(range(0, len(examples), batch_size)))
+        for _ in range(skip):
+            self.put_back(self.journal.restore(self.position))
+            self.position += 1
+        for whole in prepare_batches(
+            self.model, examples[skip * batch_size :], *vocabs, prefix, batch_size
+        ):
+            self.run_batch(whole, prefix, names, step_specs)
+
+    def run_batch(self, whole, prefix: str, names: list[str], step_specs: list) -> None:
+        """One prepared batch through every analysis unit; its state to the journal."""
+        check_interrupt()
+        batch_steps = int(whole.trace.step_mask.sum())
+        self.n_steps[prefix] = self.n_steps.get(prefix, 0) + batch_steps
+        before, unit_states = dict(self.seconds), []
+        if self.units is None:
+            self.units = headline_units(
+                analysis_units(whole.trace, self.cfg.layers, self.cfg.heads)
+            )
+            self.primary = _primary(self.units)
+            cross = whole.trace.cross_attention
+            self.n_layers = None if cross is None else int(cross.size(1))
+        for unit in self.units:
+            unit_states.append(
+                self.run_unit(whole, unit, prefix=prefix, names=names, step_specs=step_specs)
+            )
+        if self.journal is not None:
+            ids = tuple(ex.id for ex in whole.examples)
+            self.journal.finished(
+                BatchState(
+                    self.position,
+                    prefix,
+                    ids,
+                    batch_steps,
+                    self.units,
+                    self.n_layers,
+                    unit_states,
+                    self.recorder.part(ids) if self.recorder is not None else {},
+                    {n: self.seconds[n] - before[n] for n in names},
+                )
+            )
+        self.position += 1
+        self.bar.update(len(whole.examples), note="")  # between batches nothing runs
+
+    def run_unit(self, whole, unit: tuple, *, prefix: str, names: list[str], step_specs: list):
+        """The ablations ``names`` on one analysis unit of a batch: their per-step columns
+        merged into the base table and streamed, their per-example sums kept; returns the unit's
+        state for the journal (None without one)."""
+        batch = unit_batch(whole, *unit)
+        steps = base_table(batch)
+        steps.insert(1, "prefix", prefix)
+        parts = self.parts(unit)
+        # the recorder sees the primary unit's batch and what its ablations computed
+        record = self.recorder is not None and unit == self.primary
+        captured = {}
+        for name in names:
+            spec, fn, params = self.active[name]
+            running = name if len(self.units) == 1 else f"{name} {_unit(unit)}"
+            where = f", {prefix} prefix" if self.rounds > 1 else ""
+            self.bar.update(0, note=running + where)  # what runs now
+            t0 = time.perf_counter()
+            if record and name in self.recorder.capture:
+                frame, captured[name] = self.recorder.capture[name](
+                    self.model, batch, params, self.ctx
+                )
+            else:
+                frame = fn(self.model, batch, params, self.ctx)
+            self.seconds[name] += time.perf_counter() - t0
+            if spec.unit == "example":
+                parts[name].append(frame)
+            else:
+                frame.insert(1, "prefix", prefix)
+                frame.insert(2, "layer", steps["layer"].iloc[0] if len(steps) else 0)
+                frame.insert(3, "head", steps["head"].iloc[0] if len(steps) else ALL)
+                steps = steps.merge(frame, on=KEYS, how="left", validate="one_to_one")
+        if record:
+            self.recorder.add(batch, captured)
+        self.sums.setdefault(unit, []).append(example_sums(steps, step_specs))
+        self.sink.write(steps)
+        if self.journal is None:
+            return None
+        return UnitState(
+            unit,
+            self.sink.last_bytes(steps),
+            self.sums[unit][-1],
+            {n: parts[n][-1] for n in names if n in parts},
+        )
+
+
+def _result(run: _Battery, examples: list[Example], table, skipped: dict) -> SuiteResult:
+    """The battery's result: the summary (the primary unit's statistics, and every unit's under
+    its infix), the per-example frame of every unit, the step table, times and step counts."""
+    units = run.units or [(0, ALL)]
+    specs = [run.active[n][0] for n in run.active]
     summary: dict[str, float] = {}
     frames = []
     primary = _primary(units)
     for unit in units:
         per_unit = pd.DataFrame({"example_id": [ex.id for ex in examples]})
-        unit_sums = sums.get(unit, [])
-        for name, parts in example_parts.get(unit, {}).items():
+        unit_sums = run.sums.get(unit, [])
+        for name, parts in run.example_parts.get(unit, {}).items():
             frame = pd.concat(parts, ignore_index=True)
             per_unit = per_unit.merge(frame, on="example_id", how="left", validate="one_to_one")
-            unit_sums.append(example_sums(per_unit, [active[name][0]]))
-        unit_summary = summary_from_sums(_combine(unit_sums), specs, cfg) if unit_sums else {}
+            unit_sums.append(example_sums(per_unit, [run.active[name][0]]))
+        unit_summary = summary_from_sums(_combine(unit_sums), specs, run.cfg) if unit_sums else {}
         if unit == primary:
             summary.update(unit_summary)
         if len(units) > 1:
@@ -339,9 +386,9 @@ def run_suite(
         per_example,
         summary,
         skipped,
-        seconds,
-        n_steps,
-        None if n_layers is None else unit_label(primary, n_layers),
+        run.seconds,
+        run.n_steps,
+        None if run.n_layers is None else unit_label(primary, run.n_layers),
     )
 
 
@@ -463,7 +510,8 @@ def ratio_ci(
     cfg: AblationConfig,
     transform: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[float, float, float] | None:
-    """Σ num / Σ den over groups (examples) with a 95 % percentile bootstrap interval resampling groups.
+    """Σ num / Σ den over groups (examples) with a 95 % percentile bootstrap interval resampling
+    groups: :func:`attnstudy.estimates.ratio_ci` with the config's resamples and seed.
 
     Args:
         num, den: per-example sums, shape (n_examples,); examples with den = 0 are left out.
@@ -474,29 +522,9 @@ def ratio_ci(
         (value, ci_low, ci_high); the interval is (nan, nan) with fewer than two contributing
         examples; None if Σ den = 0 (undefined).
     """
-    num, den = np.asarray(num, float), np.asarray(den, float)
-    keep = den > 0
-    n, d = num[keep], den[keep]
-    if len(n) == 0:
-        return None
-    f = transform or (lambda r: r)
-    value = float(f(np.asarray(n.sum() / d.sum())))
-    if len(n) < 2:
-        return value, math.nan, math.nan
-    # resamples are drawn `batch` at a time: memory O(batch · n_examples), bounded, same numbers
-    batch = max(1, min(cfg.bootstrap_resamples, BOOTSTRAP_ELEMENTS // len(n)))
-    res = stats.bootstrap(
-        (n, d),
-        lambda a, b, axis: f(a.sum(axis) / b.sum(axis)),
-        paired=True,
-        vectorized=True,
-        n_resamples=cfg.bootstrap_resamples,
-        method="percentile",
-        confidence_level=0.95,
-        rng=np.random.default_rng(cfg.seed),
-        batch=batch,
+    return estimates.ratio_ci(
+        num, den, resamples=cfg.bootstrap_resamples, seed=cfg.seed, transform=transform
     )
-    return value, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def step_mean_ci(

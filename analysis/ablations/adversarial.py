@@ -560,7 +560,24 @@ def _optimise(
     if active.numel():
         theta_all[active] = theta.detach()
     with torch.no_grad():
-        loss, div, out_tvd, cand = whole(theta_all)
+        evaluated = whole(theta_all)
+    return _result(batch, b_idx, t_idx, acfg=acfg, evaluated=evaluated, final_logits=final_logits)
+
+
+def _result(
+    batch: PreparedBatch,
+    b_idx: Tensor,
+    t_idx: Tensor,
+    *,
+    acfg: AdversarialParams,
+    evaluated: tuple[Tensor, Tensor, Tensor, Tensor],
+    final_logits: list[Tensor],
+) -> AdversarialResult:
+    """The search's result from its final evaluation ``evaluated`` = (objective (N,), JSD (N, K),
+    output TVD (N, K), candidates (N, K, H, T_x)): the kept candidates (TVD ≤ ε_eval), each row's
+    best (largest JSD among them; −1: none kept) and its step scores from the evaluation's
+    logits ``final_logits`` (emptied)."""
+    loss, div, out_tvd, cand = evaluated
     kept = out_tvd <= acfg.eps_eval
     score = div.masked_fill(~kept, float("-inf"))
     best = torch.where(kept.any(-1), score.argmax(-1), torch.full_like(b_idx, -1))

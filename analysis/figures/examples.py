@@ -126,6 +126,58 @@ def example_heatmaps(
         fig, ax = _subplots(figsize=(11, 2))
         _note(ax, f"{title}: no attention to show")
         return fig
+    cols = _columns(records, eps)
+    steps = [max(len(r["rows"]), len(r.get("reference_rows", []))) for r in records]
+    longest = max(len(r["source"]) for r in records)
+    # wide enough for every source token's label side by side (about 0.13 in each, vertical)
+    width = max(11.0, len(cols) * (0.13 * longest + 0.7))
+    prefixes = {r.get("prefix") == "greedy" for r in records}
+    ylabels = [
+        _example_label(rec, (shown or [{}] * len(records))[i], with_prefix=len(prefixes) > 1)
+        for i, rec in enumerate(records)
+    ]
+    # each example's panels as tall as its rows' tick labels and its own (vertical) label need,
+    # so a short example's label does not run into the next example's
+    heights = [
+        max(0.28 * h, h * ROW_LABEL_PT * 1.5 / 72, _label_height(label))
+        for h, label in zip(steps, ylabels)
+    ]
+    fig = Figure(figsize=(width, 1.0 + sum(h + 0.9 for h in heights)), layout="constrained")
+    axes = fig.subplots(len(records), len(cols), squeeze=False, height_ratios=heights)
+    last = None
+    for i, rec in enumerate(records):
+        src = visible_tokens(rec["source"])
+        for j, (key, label) in enumerate(cols):
+            ax = axes[i, j]
+            im = _panel(ax, rec, key, src, row_labels=_row_labels(rec) if j == 0 else [])
+            if im is None:
+                continue
+            if key not in ("gradient", "loo"):
+                last = im
+            if j > 0 and key != "reference_attention":
+                ax.set_yticks(range(len(rec["rows"])), [""] * len(rec["rows"]))
+            if i == 0:
+                ax.set_title(label, fontsize=FONT - 1)
+            if i == len(records) - 1:
+                words = key == "reference_attention" and "reference_words" in rec
+                ax.set_xlabel("source word" if words else "source token", fontsize=FONT - 2)
+        axes[i, 0].set_ylabel(ylabels[i], fontsize=ROW_LABEL_PT)
+    if last is not None:
+        fig.colorbar(
+            last,
+            ax=axes[:, 0].tolist(),
+            location="left",
+            shrink=0.6,
+            label="attention weight",
+            pad=0.1,
+        )
+    _legend(fig, records, one_prefix=len(prefixes) == 1)
+    fig.suptitle(title)
+    return fig
+
+
+def _columns(records: list[dict], eps: float | None) -> list[tuple[str, str]]:
+    """The panels the records have: (key, two-line title)."""
     # two-line titles: five panels share 11 inches
     cols = [("attention", "attention\n(analysed prefix)")]
     if any("adversarial" in r for r in records):
@@ -151,91 +203,61 @@ def example_heatmaps(
                 else "attention on the reference\nwith gold links",
             )
         )
-    steps = [max(len(r["rows"]), len(r.get("reference_rows", []))) for r in records]
-    longest = max(len(r["source"]) for r in records)
-    # wide enough for every source token's label side by side (about 0.13 in each, vertical)
-    width = max(11.0, len(cols) * (0.13 * longest + 0.7))
-    prefixes = {r.get("prefix") == "greedy" for r in records}
-    ylabels = [
-        _example_label(rec, (shown or [{}] * len(records))[i], with_prefix=len(prefixes) > 1)
-        for i, rec in enumerate(records)
-    ]
-    # each example's panels as tall as its rows' tick labels and its own (vertical) label need,
-    # so a short example's label does not run into the next example's
-    heights = [
-        max(0.28 * h, h * ROW_LABEL_PT * 1.5 / 72, _label_height(label))
-        for h, label in zip(steps, ylabels)
-    ]
-    fig = Figure(figsize=(width, 1.0 + sum(h + 0.9 for h in heights)), layout="constrained")
-    axes = fig.subplots(len(records), len(cols), squeeze=False, height_ratios=heights)
-    last = None
-    for i, rec in enumerate(records):
-        src = visible_tokens(rec["source"])
-        for j, (key, label) in enumerate(cols):
-            ax = axes[i, j]
-            if key == "attention":
-                layer = rec.get("layer", 0)
-                mat = rec["attention"][layer if layer < len(rec["attention"]) else -1]
-            else:
-                mat = rec.get(key)
-            if mat is None:
-                _note(ax, "not run" if key != "reference_attention" else "no gold links")
-                continue
-            if key in ("gradient", "loo"):
-                arr = np.array([[np.nan if v is None else v for v in r] for r in mat], float)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    arr = arr / np.nanmax(np.where(np.isfinite(arr), arr, np.nan), 1, keepdims=True)
-                mat = arr.tolist()
-                im = _draw(ax, mat, src, _row_labels(rec) if j == 0 else [], IMPORTANCE_CMAP)
-            elif key == "reference_attention" and "reference_words" in rec:
-                # subword tokens: the word grid the alignment ablation scores, gold word links
-                words = rec["reference_words"]
-                im = _draw(
-                    ax,
-                    words["attention"],
-                    visible_tokens(words["source"]),
-                    visible_tokens(words["rows"]),
-                    HEATMAP_CMAP,
-                    gold=words["gold"],
-                )
-                last = im
-            elif key == "reference_attention":
-                im = _draw(
-                    ax,
-                    mat,
-                    src,
-                    visible_tokens(rec["reference_rows"]),
-                    HEATMAP_CMAP,
-                    gold=rec.get("gold"),
-                )
-                last = im
-            else:
-                im = _draw(ax, mat, src, _row_labels(rec) if j == 0 else [], HEATMAP_CMAP)
-                last = im
-            if j > 0 and key != "reference_attention":
-                ax.set_yticks(range(len(rec["rows"])), [""] * len(rec["rows"]))
-            if i == 0:
-                ax.set_title(label, fontsize=FONT - 1)
-            if i == len(records) - 1:
-                words = key == "reference_attention" and "reference_words" in rec
-                ax.set_xlabel("source word" if words else "source token", fontsize=FONT - 2)
-        axes[i, 0].set_ylabel(ylabels[i], fontsize=ROW_LABEL_PT)
-    if last is not None:
-        fig.colorbar(
-            last,
-            ax=axes[:, 0].tolist(),
-            location="left",
-            shrink=0.6,
-            label="attention weight",
-            pad=0.1,
+    return cols
+
+
+def _panel(ax, rec: dict, key: str, src: list[str], *, row_labels: list[str]):
+    """One example's panel ``key`` (attention, adversarial, gradient, leave-one-out, attention on
+    the reference); returns its image, or None where the record has no such matrix (noted)."""
+    if key == "attention":
+        layer = rec.get("layer", 0)
+        mat = rec["attention"][layer if layer < len(rec["attention"]) else -1]
+    else:
+        mat = rec.get(key)
+    if mat is None:
+        _note(ax, "not run" if key != "reference_attention" else "no gold links")
+        return None
+    if key in ("gradient", "loo"):
+        arr = np.array([[np.nan if v is None else v for v in r] for r in mat], float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            arr = arr / np.nanmax(np.where(np.isfinite(arr), arr, np.nan), 1, keepdims=True)
+        mat = arr.tolist()
+        im = _draw(ax, mat, src, row_labels, IMPORTANCE_CMAP)
+    elif key == "reference_attention" and "reference_words" in rec:
+        # subword tokens: the word grid the alignment ablation scores, gold word links
+        words = rec["reference_words"]
+        im = _draw(
+            ax,
+            words["attention"],
+            visible_tokens(words["source"]),
+            visible_tokens(words["rows"]),
+            HEATMAP_CMAP,
+            gold=words["gold"],
         )
+    elif key == "reference_attention":
+        im = _draw(
+            ax,
+            mat,
+            src,
+            visible_tokens(rec["reference_rows"]),
+            HEATMAP_CMAP,
+            gold=rec.get("gold"),
+        )
+    else:
+        im = _draw(ax, mat, src, row_labels, HEATMAP_CMAP)
+    return im
+
+
+def _legend(fig: Figure, records: list[dict], *, one_prefix: bool) -> None:
+    """The legend under the panels: gold links' boxes, the prefix (when every example has the
+    same), what the marks and blank rows mean."""
     handles = []
     if any("gold" in r for r in records):
         handles = [
             Line2D([], [], color="0.2", lw=1.6, label="sure gold link (white box)"),
             Line2D([], [], color="0.2", lw=1.6, ls="--", label="possible gold link (dashed box)"),
         ]
-    if len(prefixes) == 1:  # said once for every example
+    if one_prefix:  # said once for every example
         handles.append(Patch(color="none", label=_prefix_text(records[0])))
     handles.append(
         Patch(
@@ -253,8 +275,6 @@ def example_heatmaps(
     fig.legend(
         handles=handles, loc="outside lower center", ncols=2, fontsize=FONT - 2, frameon=False
     )
-    fig.suptitle(title)
-    return fig
 
 
 def attention_heatmaps(examples: list[dict]) -> Figure:

@@ -96,33 +96,7 @@ def _by_max_attention(
                 vals = sub.loc[(sub["bin"] == b) & (sub["variant"] == v), column].to_numpy(float)
                 if len(vals) == 0:
                     continue
-                x = _group_x(i, j, width)
-                colour = palette[v]
-                if len(vals) >= MIN_N and np.ptp(vals) > 0:
-                    parts = ax.violinplot(
-                        vals, [x], widths=width * 0.95, showextrema=False, showmedians=True
-                    )
-                    for body in parts["bodies"]:
-                        body.set_facecolor(colour)
-                        body.set_edgecolor(colour)
-                        body.set_alpha(0.55)
-                    parts["cmedians"].set_color("black")
-                else:  # few values: each one as a point, so its n is visible
-                    rng = np.random.default_rng(i * 97 + j)
-                    jitter = rng.uniform(-width * 0.25, width * 0.25, len(vals))
-                    ax.scatter(x + jitter, vals, s=12, color=colour, alpha=0.8, lw=0)
-                    ax.plot([x - width * 0.3, x + width * 0.3], [np.median(vals)] * 2, color="k")
-                ax.text(
-                    x,
-                    -0.012,
-                    f"{len(vals)}",
-                    ha="center",
-                    va="top",
-                    fontsize=FONT - 3,
-                    color=colour,
-                    rotation=90 if k > 3 else 0,
-                    transform=ax.get_xaxis_transform(),
-                )
+                _draw_group(ax, vals, (i, j), width=width, colour=palette[v], rotate=k > 3)
         if reference is not None:
             ax.axhline(reference, color="0.4", lw=0.8, ls=":")
         ax.set_xticks(range(len(bins)), bins)
@@ -147,6 +121,37 @@ def _by_max_attention(
         na=set(missing),
     )
     return fig
+
+
+def _draw_group(ax, vals: np.ndarray, at: tuple[int, int], *, width, colour, rotate: bool) -> None:
+    """One model's values in one bin (``at``: the bin's and the model's index): a violin with its
+    median, or each value as a point where there are few (so its n is visible), and the count
+    under the axis."""
+    i, j = at
+    x = _group_x(i, j, width)
+    if len(vals) >= MIN_N and np.ptp(vals) > 0:
+        parts = ax.violinplot(vals, [x], widths=width * 0.95, showextrema=False, showmedians=True)
+        for body in parts["bodies"]:
+            body.set_facecolor(colour)
+            body.set_edgecolor(colour)
+            body.set_alpha(0.55)
+        parts["cmedians"].set_color("black")
+    else:  # few values: each one as a point, so its n is visible
+        rng = np.random.default_rng(i * 97 + j)
+        jitter = rng.uniform(-width * 0.25, width * 0.25, len(vals))
+        ax.scatter(x + jitter, vals, s=12, color=colour, alpha=0.8, lw=0)
+        ax.plot([x - width * 0.3, x + width * 0.3], [np.median(vals)] * 2, color="k")
+    ax.text(
+        x,
+        -0.012,
+        f"{len(vals)}",
+        ha="center",
+        va="top",
+        fontsize=FONT - 3,
+        color=colour,
+        rotation=90 if rotate else 0,
+        transform=ax.get_xaxis_transform(),
+    )
 
 
 def permutation_by_max_attention(steps: pd.DataFrame, palette: dict | None = None) -> Figure:
@@ -204,6 +209,23 @@ def kendall_tau(steps: pd.DataFrame, palette: dict | None = None) -> Figure:
     order = _with_na(_order(d, palette), missing, palette)
     d["pair"] = d["pair"].map(TAU_COLUMNS)
     pairs = [TAU_COLUMNS[c] for c in cols]
+    _tau_boxes(fig, ax, d, pairs=pairs, order=order, palette=palette)
+    _tau_significance(ax2, steps, cols, order=order, palette=palette)
+    defined, _ = per_layer(steps[steps[cols].notna().any(axis=1)], palette)
+    _legend_below(
+        fig,
+        palette,
+        order,
+        counts=defined.groupby("variant").size().to_dict(),
+        na=set(missing),
+        note=f"{NA}: no defined τ for that pair" if getattr(fig, "attnstudy_na", None) else "",
+    )
+    return fig
+
+
+def _tau_boxes(fig: Figure, ax, d: pd.DataFrame, *, pairs, order, palette) -> None:
+    """The left panel: τ per pair and model as boxes; a model without a defined τ for a pair
+    keeps its place in the pair's group, marked n/a."""
     sns.boxplot(
         data=d,
         x="pair",
@@ -243,6 +265,11 @@ def kendall_tau(steps: pd.DataFrame, palette: dict | None = None) -> Figure:
         ylim=(-1.05, 1.05),
     )
     ax.tick_params(axis="x", labelsize=FONT - 1)
+
+
+def _tau_significance(ax2, steps: pd.DataFrame, cols: list[str], *, order, palette) -> None:
+    """The right panel: per pair and model the share of steps whose τ is significant
+    (p < 0.05), n/a in the same places as the left panel; off without p-values."""
     rows = []
     for c in cols:
         p = TAU_P[c]
@@ -291,16 +318,6 @@ def kendall_tau(steps: pd.DataFrame, palette: dict | None = None) -> Figure:
         ax2.tick_params(axis="x", labelsize=FONT - 2)
     else:
         ax2.axis("off")
-    defined, _ = per_layer(steps[steps[cols].notna().any(axis=1)], palette)
-    _legend_below(
-        fig,
-        palette,
-        order,
-        counts=defined.groupby("variant").size().to_dict(),
-        na=set(missing),
-        note=f"{NA}: no defined τ for that pair" if getattr(fig, "attnstudy_na", None) else "",
-    )
-    return fig
 
 
 def stat_distributions(

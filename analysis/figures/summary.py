@@ -126,59 +126,8 @@ def estimates_plot(
         k = len(variants)
         for j, v in enumerate(variants):
             rows = sub if v == "" else sub[sub["variant"] == v]
-            for label in labels if v else []:  # no value: the model's line says so
-                if (rows["label"] == label).any():
-                    continue
-                y = labels.index(label) + (j - (k - 1) / 2) * (0.7 / max(k, 1))
-                _na_text(
-                    ax,
-                    0.005,
-                    y,
-                    v,
-                    palette,
-                    fallback="#333333",
-                    ha="left",
-                    va="center",
-                    fontsize=FONT - 2,
-                    transform=ax.get_yaxis_transform(),
-                )
-                _mark_na(fig, v, [label])
-            for _, r in rows.iterrows():
-                y = labels.index(r["label"]) + (j - (k - 1) / 2) * (0.7 / max(k, 1))
-                colour = palette.get(v, "#333333") if v else "#333333"
-                if np.isfinite(r["low"]) and np.isfinite(r["high"]):
-                    ax.plot([r["low"], r["high"]], [y, y], color=colour, lw=2)
-                ax.plot(r["value"], y, "o", color=colour, ms=6)
-                # the label right of the interval, on the model's own line: never on another's
-                end = r["high"] if np.isfinite(r["high"]) else r["value"]
-                ax.annotate(
-                    _fmt_estimate(r),
-                    (max(end, r["value"]), y),
-                    xytext=(4, 0),
-                    textcoords="offset points",
-                    ha="left",
-                    va="center",
-                    fontsize=FONT - 2,
-                    color=colour,
-                )
-        scales = _panel_scales(sub, labels)
-        if len(set(scales.values())) > 1:  # each statistic says its own scale and direction
-            ax.set_yticks(range(len(labels)), [f"{lab}\n{scales[lab]}" for lab in labels])
-            xlabel = ""
-        else:
-            ax.set_yticks(range(len(labels)), labels)
-            xlabel = next(iter(scales.values()), "")
-        ax.set_ylim(len(labels) - 0.5, -0.5)
-        ax.set(title=group, xlabel=xlabel)
-        lo = np.nanmin([sub["low"].min(), sub["value"].min()])
-        hi = np.nanmax([sub["high"].max(), sub["value"].max()])
-        pad = max((hi - lo) * 0.08, 0.02)
-        if getattr(fig, "attnstudy_na", None):  # room for the n/a marks left of the values
-            pad += max((hi - lo) * 0.08, 0.05)
-        ax.set_xlim(lo - pad, hi + max((hi - lo) * 0.45, 0.2))  # room for the labels
-        # no tick beyond the largest value shown: the room on the right holds labels, not a scale
-        ticks = [t for t in ax.get_xticks() if lo - pad <= t <= hi + 1e-9]
-        ax.set_xticks(ticks)
+            _draw_model(fig, ax, rows, v, slot=(j, k), labels=labels, palette=palette)
+        _panel_axes(fig, ax, sub, labels=labels, group=group)
     if title:
         fig.suptitle(title)
     if variants != [""]:
@@ -190,6 +139,70 @@ def estimates_plot(
 FOREST_ABOVE = 8
 """More models than this and :func:`estimates_plot` draws one forest plot per statistic."""
 FOREST_COLUMNS = 3
+
+
+def _draw_model(fig: Figure, ax, rows: pd.DataFrame, v: str, *, slot, labels, palette) -> None:
+    """One model's line in each statistic's row (``slot``: its index among ``k`` models): its
+    estimate, interval and label, or "n/a" where it has no value."""
+    j, k = slot
+    for label in labels if v else []:  # no value: the model's line says so
+        if (rows["label"] == label).any():
+            continue
+        y = labels.index(label) + (j - (k - 1) / 2) * (0.7 / max(k, 1))
+        _na_text(
+            ax,
+            0.005,
+            y,
+            v,
+            palette,
+            fallback="#333333",
+            ha="left",
+            va="center",
+            fontsize=FONT - 2,
+            transform=ax.get_yaxis_transform(),
+        )
+        _mark_na(fig, v, [label])
+    for _, r in rows.iterrows():
+        y = labels.index(r["label"]) + (j - (k - 1) / 2) * (0.7 / max(k, 1))
+        colour = palette.get(v, "#333333") if v else "#333333"
+        if np.isfinite(r["low"]) and np.isfinite(r["high"]):
+            ax.plot([r["low"], r["high"]], [y, y], color=colour, lw=2)
+        ax.plot(r["value"], y, "o", color=colour, ms=6)
+        # the label right of the interval, on the model's own line: never on another's
+        end = r["high"] if np.isfinite(r["high"]) else r["value"]
+        ax.annotate(
+            _fmt_estimate(r),
+            (max(end, r["value"]), y),
+            xytext=(4, 0),
+            textcoords="offset points",
+            ha="left",
+            va="center",
+            fontsize=FONT - 2,
+            color=colour,
+        )
+
+
+def _panel_axes(fig: Figure, ax, sub: pd.DataFrame, *, labels, group: str) -> None:
+    """A question's panel: the statistics (each with its scale where they differ), and an x
+    range with room for the n/a marks left and the labels right, ticks only under values."""
+    scales = _panel_scales(sub, labels)
+    if len(set(scales.values())) > 1:  # each statistic says its own scale and direction
+        ax.set_yticks(range(len(labels)), [f"{lab}\n{scales[lab]}" for lab in labels])
+        xlabel = ""
+    else:
+        ax.set_yticks(range(len(labels)), labels)
+        xlabel = next(iter(scales.values()), "")
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set(title=group, xlabel=xlabel)
+    lo = np.nanmin([sub["low"].min(), sub["value"].min()])
+    hi = np.nanmax([sub["high"].max(), sub["value"].max()])
+    pad = max((hi - lo) * 0.08, 0.02)
+    if getattr(fig, "attnstudy_na", None):  # room for the n/a marks left of the values
+        pad += max((hi - lo) * 0.08, 0.05)
+    ax.set_xlim(lo - pad, hi + max((hi - lo) * 0.45, 0.2))  # room for the labels
+    # no tick beyond the largest value shown: the room on the right holds labels, not a scale
+    ticks = [t for t in ax.get_xticks() if lo - pad <= t <= hi + 1e-9]
+    ax.set_xticks(ticks)
 
 
 def _forest_plot(

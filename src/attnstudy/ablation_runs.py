@@ -57,6 +57,7 @@ def ablate_run(
         (ablation run id, SuiteResult); the per-step table is streamed to the run's
         ``ablations/steps.parquet`` artifact, so ``SuiteResult.table`` is None.
     """
+    from attnstudy.analysis.heatmaps import Recorder
     from attnstudy.analysis.suite import run_suite
 
     spec = loaded.spec
@@ -71,37 +72,21 @@ def ablate_run(
     key = model_run.tags.get(Tag.MODEL_KEY) or spec.model_key(data.digest, folder_digests_of(spec))
     device = resolve_device(cfg.device, "ablation.device")
     tags = run_tags(spec, study_id=study_id, kind=Kind.ABLATION, key=key, digest=data.digest)
-    tags |= {
-        Tag.SOURCE_RUN_ID: model_run_id,
-        Tag.ABLATION_KEY: ablation_key(cfg),
-        Tag.DEVICE: str(device),
-    }
+    tags |= {Tag.SOURCE_RUN_ID: model_run_id, Tag.ABLATION_KEY: ablation_key(cfg)}
+    tags |= {Tag.DEVICE: str(device)}
     loaded.model.to(device)  # float32 whatever the training precision
-    state_key = ablation_resume.resume_key(
-        model_run_id, tags[Tag.ABLATION_KEY], tags[Tag.CODE_DIGEST]
+    run_id, journal = _open_run(
+        tracker,
+        exp_id,
+        model_run_id,
+        name=ablation_run_name(spec.name),
+        tags=tags,
+        study_id=study_id,
+        resume=resume,
     )
-    run_id = None
-    if resume:
-        run_id = ablation_resume.find_interrupted(
-            tracker,
-            exp_id,
-            model_run_id=model_run_id,
-            ablation_key=state_key["ablation_key"],
-            code_digest=state_key["code_digest"],
-            study_id=study_id,
-        )
-    resumed = run_id is not None
-    if resumed:
-        tracker.reopen_run(run_id)
-        tracker.set_tags(run_id, {Tag.DEVICE: str(device)})
-    else:
-        run_id = tracker.start_run(exp_id, ablation_run_name(spec.name), tags, model_run_id)
-    journal = ablation_resume.ArtifactJournal(tracker, run_id, state_key, resumed=resumed)
     with journal, tracker.active(run_id), tracker.system_metrics(run_id):  # CPU and memory
         tracker.log_params(run_id, cfg.flat())
         run_pages.log_analysed_dataset(tracker, run_id, spec, examples)
-        from attnstudy.analysis.heatmaps import Recorder
-
         recorder = Recorder(cfg.prefix)
         with tempfile.TemporaryDirectory(prefix="attnstudy-ablate-") as tmp:
             steps_path = Path(tmp) / "steps.parquet"  # streamed: memory stays flat in n_examples
@@ -142,15 +127,56 @@ def ablate_run(
                 thresholds=thresholds,
                 task=spec.data.task,
             )
-        if result.skipped:
-            tracker.log_text(run_id, json.dumps(result.skipped, indent=2), Artifact.SKIPPED)
-            tracker.set_tags(
-                run_id, {f"{Tag.SKIPPED_PREFIX}{k}": v[:500] for k, v in result.skipped.items()}
-            )
-        if result.primary_unit is not None:  # what the plain ablation/<name>/<stat> keys hold
-            tracker.set_tags(run_id, {Tag.PRIMARY_UNIT: result.primary_unit})
-        tracker.log_metrics(run_id, summary | timing)
+        _log_outcome(tracker, run_id, result, summary | timing)
     return run_id, result
+
+
+def _open_run(
+    tracker: Tracker,
+    exp_id: str,
+    model_run_id: str,
+    *,
+    name: str,
+    tags: dict,
+    study_id: str | None,
+    resume: bool,
+):
+    """The ablation run: with ``resume`` the newest interrupted one of the same model run, study,
+    ablation key and code digest, reopened (its device tag renewed), else a new one; returns
+    (run id, the journal that keeps its finished batches among its artifacts)."""
+    state_key = ablation_resume.resume_key(
+        model_run_id, tags[Tag.ABLATION_KEY], tags[Tag.CODE_DIGEST]
+    )
+    run_id = None
+    if resume:
+        run_id = ablation_resume.find_interrupted(
+            tracker,
+            exp_id,
+            model_run_id=model_run_id,
+            ablation_key=state_key["ablation_key"],
+            code_digest=state_key["code_digest"],
+            study_id=study_id,
+        )
+    resumed = run_id is not None
+    if resumed:
+        tracker.reopen_run(run_id)
+        tracker.set_tags(run_id, {Tag.DEVICE: tags[Tag.DEVICE]})
+    else:
+        run_id = tracker.start_run(exp_id, name, tags, model_run_id)
+    return run_id, ablation_resume.ArtifactJournal(tracker, run_id, state_key, resumed=resumed)
+
+
+def _log_outcome(tracker: Tracker, run_id: str, result, metrics: dict[str, float]) -> None:
+    """What the battery skipped and why (artifact and tags), the unit the plain
+    ``ablation/<name>/<stat>`` keys hold, and the summary and timing ``metrics``."""
+    if result.skipped:
+        tracker.log_text(run_id, json.dumps(result.skipped, indent=2), Artifact.SKIPPED)
+        tracker.set_tags(
+            run_id, {f"{Tag.SKIPPED_PREFIX}{k}": v[:500] for k, v in result.skipped.items()}
+        )
+    if result.primary_unit is not None:  # what the plain ablation/<name>/<stat> keys hold
+        tracker.set_tags(run_id, {Tag.PRIMARY_UNIT: result.primary_unit})
+    tracker.log_metrics(run_id, metrics)
 
 
 def ablate_pretrained_on_experiment(

@@ -133,12 +133,17 @@ def run(
         from .local_workers import local_executor
 
         executor = local_executor(cfg)  # None: one worker, in this process
+    reporter = None
+    if report:  # the study's last step, passed in: the study imports no report module
+        from .report import StudyReport
+
+        reporter = StudyReport()
     return run_study(
         cfg,
         retrain=retrain,
         progress=progress,
         config_text=config_text,
-        report=report,
+        report=reporter,
         resume=resume,
         executor=executor,
     )

@@ -440,7 +440,6 @@ def browser_data(
         summary = per_example_summary(steps, examples, meta.get("prefix"))
     by_id = {r["id"]: r for r in records}
     kinds = text_kinds(records)
-    target = kinds["target"]
     outcome = outcome_of(task)
     preds = {}
     if predictions is not None and len(predictions):
@@ -450,6 +449,52 @@ def browser_data(
     # the columns the run has, as the catalogue's entries declare them
     listed = {c.key: c for _, c in catalogue.example_columns() if c.listed}
     cols = [k for k in ("n_steps", *listed) if k in summary.columns]
+    rows = _list_rows(summary, by_id, preds, outcome=outcome, cols=cols, kinds=kinds)
+    # single heads where the run analysed them (a unit of one head), else the heads' mean only
+    heads = any(row["head"] >= 0 for row in rows) or any(r.get("head", -1) >= 0 for r in records)
+    meta["heads_left_out"] = not heads and any("heads" in r for r in records)
+    detail = _pages(steps, by_id, prefix=meta.get("prefix"), heads=heads)
+    eps = f" = {meta['eps']}" if meta.get("eps") is not None else ""
+    return {
+        "meta": meta | {"scale": SCALE},
+        "columns": [
+            {"key": "n_steps", "label": "steps", "unit": "decoder steps", "undefined": "none"}
+            if c == "n_steps"
+            else {
+                "key": c,
+                "label": listed[c].label,
+                "unit": listed[c].unit,
+                "undefined": listed[c].undefined,
+            }
+            for c in cols
+        ],
+        # the maps the catalogue's captures record and the run has, in its order, as drawn
+        "maps": [
+            {
+                "key": m.key,
+                "title": m.title,
+                "caption": m.caption.replace("{eps}", eps),
+                "scale": m.scale,
+            }
+            for c in catalogue.captures().values()
+            for m in c.maps
+            if any(m.key in r for r in records)  # the maps the run recorded
+        ],
+        "map_keys": list(map_keys()),
+        "outcome": outcome,
+        "text": kinds,
+        "examples": rows,
+        "records": detail,
+    }
+
+
+def _list_rows(
+    summary: pd.DataFrame, by_id: dict, preds: dict, *, outcome, cols, kinds: dict[str, str]
+) -> list[dict]:
+    """The list's rows: one per example and unit of ``summary`` (an example without summary
+    rows gets one), with its texts (as ``kinds`` says, :func:`text_kinds`), prediction,
+    outcome and score columns ``cols``."""
+    target = kinds["target"]
     rows = []
     ids = list(dict.fromkeys(summary["example_id"])) if len(summary) else list(by_id)
     # each example's rows of the list (one per unit), found once: a filter per example was
@@ -492,13 +537,16 @@ def browser_data(
                     "has_matrices": bool(rec),
                 }
             )
-    # single heads where the run analysed them (a unit of one head), else the heads' mean only
-    heads = any(row["head"] >= 0 for row in rows) or any(r.get("head", -1) >= 0 for r in records)
-    meta["heads_left_out"] = not heads and any("heads" in r for r in records)
+    return rows
+
+
+def _pages(steps: pd.DataFrame, by_id: dict, *, prefix, heads: bool) -> dict:
+    """Per recorded example its page: its maps (:func:`page_record`) and per-step numbers
+    (``step_values``, ``reference_values``, ``reference_word_values``)."""
     detail = {}
     if len(steps):  # only the recorded examples' rows are read for their pages
         steps = steps[steps["example_id"].isin(by_id)]
-    greedy = analysis_rows(steps, meta.get("prefix")) if len(steps) else steps
+    greedy = analysis_rows(steps, prefix) if len(steps) else steps
     ref = steps[steps["prefix"] == "reference"] if "prefix" in steps.columns else steps.iloc[:0]
     greedy_of = dict(tuple(greedy.groupby("example_id", sort=False))) if len(greedy) else {}
     ref_of = dict(tuple(ref.groupby("example_id", sort=False))) if len(ref) else {}
@@ -525,38 +573,7 @@ def browser_data(
             if "reference_words" in rec and "alignment_word" in r:
                 d["reference_word_values"] = _word_values(r, len(rec["reference_words"]["rows"]))
         detail[eid] = d
-    eps = f" = {meta['eps']}" if meta.get("eps") is not None else ""
-    return {
-        "meta": meta | {"scale": SCALE},
-        "columns": [
-            {"key": "n_steps", "label": "steps", "unit": "decoder steps", "undefined": "none"}
-            if c == "n_steps"
-            else {
-                "key": c,
-                "label": listed[c].label,
-                "unit": listed[c].unit,
-                "undefined": listed[c].undefined,
-            }
-            for c in cols
-        ],
-        # the maps the catalogue's captures record and the run has, in its order, as drawn
-        "maps": [
-            {
-                "key": m.key,
-                "title": m.title,
-                "caption": m.caption.replace("{eps}", eps),
-                "scale": m.scale,
-            }
-            for c in catalogue.captures().values()
-            for m in c.maps
-            if any(m.key in r for r in records)  # the maps the run recorded
-        ],
-        "map_keys": list(map_keys()),
-        "outcome": outcome,
-        "text": kinds,
-        "examples": rows,
-        "records": detail,
-    }
+    return detail
 
 
 def browser_html(data: dict) -> str:

@@ -53,16 +53,21 @@ import signal
 import socket
 import sys
 import time
-import uuid
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any
 
+from . import study_tasks
 from .checkpoint_store import CHECKPOINT_URI_VAR, CheckpointStore
 from .config import ConfigError
-from .progress import stage, task
 from .ray_head import CLUSTERS_VAR, RAY_EXTRA, ClusterError, LocalRayHead
 from .ray_head import free_port as free_port  # re-exported: importers use it from here
+from .study_tasks import (
+    Job,
+    ablate_payload,
+    common_payload,
+    end_interrupted,
+    record_jobs,
+    settle_best_aliases,
+    train_payload,
+)
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 SERVER_HINT = (
@@ -327,47 +332,20 @@ class RayExecutor:
     def run_variants(self, ctx) -> None:
         """Submit every training and its chained ablation, then collect them as they finish (see
         :meth:`attnstudy.api.Executor.run_variants`)."""
-        from .code_version import this_code
         from .devices import requests_gpu
         from .model_runs import model_task
-        from .paths import project_root
         from .progress import Progress
-        from .task_data import task_data
 
         ray = self._ray
         train_fn, ablate_fn = ray.remote(train_task), ray.remote(ablate_task)
-        common = {
-            "uri": ctx.tracker.uri,
-            "timeout": ctx.tracker.timeout,
-            "experiment_id": ctx.experiment_id,
-            "study_id": ctx.study_id,
-            "root": str(project_root()),
-            "code": asdict(this_code()),  # each task refuses a node with other code
-            # checkpoints shared through an S3-compatible store, if this driver names one
-            "checkpoint_uri": os.environ.get(CHECKPOINT_URI_VAR, ""),
-            # step scores registered in this process (a notebook's too) reach the ablations
-            "step_scores": _user_step_scores(),
-        }
-        ablation = ctx.cfg.ablation.model_dump(mode="json")
+        # checkpoints shared through an S3-compatible store, if this driver names one
+        common = common_payload(ctx, checkpoint_uri=os.environ.get(CHECKPOINT_URI_VAR, ""))
         abl_gpu = 1 if requests_gpu(ctx.cfg.ablation.device) else 0
-        jobs: list[_Job] = []
+        jobs: list[Job] = []
         for i, spec in enumerate(ctx.specs):
             threads = spec.training.threads
-            job = _Job(i, spec, f"{ctx.study_id}/{i}/train/{uuid.uuid4().hex[:8]}")
-            job.ablate_token = f"{ctx.study_id}/{i}/ablate/{uuid.uuid4().hex[:8]}"
+            job = Job.new(ctx.study_id, i, spec)
             # each task writes its start and progress lines (Ray forwards them to the driver)
-            where = {"progress": ctx.progress, "position": f"model {i + 1} of {len(ctx.specs)}"}
-            payload = (
-                common
-                | where
-                | {
-                    "spec": spec.model_dump_json(),
-                    "data_digest": task_data(spec).digest,
-                    "retrain": ctx.retrain,
-                    "resume": ctx.resume,
-                    "token": job.train_token,
-                }
-            )
             memory = task_memory(spec)
             job.train_ref = train_fn.options(
                 num_cpus=threads,
@@ -375,26 +353,14 @@ class RayExecutor:
                 max_retries=0,
                 name=f"train {spec.name}",
                 **memory,
-            ).remote(payload)
+            ).remote(train_payload(ctx, job, common))
             job.ablate_ref = ablate_fn.options(
                 num_cpus=threads,
                 num_gpus=abl_gpu,
                 max_retries=0,
                 name=f"ablate {spec.name}",
                 **memory,
-            ).remote(
-                job.train_ref,
-                common
-                | where
-                | {
-                    "spec": spec.model_dump_json(),
-                    "ablation": ablation,
-                    "verdict": ctx.cfg.report.verdict.model_dump(mode="json"),
-                    "done": ctx.done,
-                    "resume": ctx.resume,
-                    "token": job.ablate_token,
-                },
-            )
+            ).remote(job.train_ref, ablate_payload(ctx, job, common))
             jobs.append(job)
         by_ref = {}
         for job in jobs:
@@ -425,13 +391,9 @@ class RayExecutor:
             raise
         finally:
             bar.close()
-        self._settle_best_aliases(ctx, jobs)
-
-    @staticmethod
-    def _settle_best_aliases(ctx, jobs: list[_Job]) -> None:
         settle_best_aliases(ctx, jobs)
 
-    def _collect(self, ctx, job: _Job, phase: str, ref) -> None:
+    def _collect(self, ctx, job: Job, phase: str, ref) -> None:
         """Turn one finished task into a model, an ablation run or a failure."""
         ray = self._ray
         job.collected.add(phase)
@@ -445,11 +407,9 @@ class RayExecutor:
         if not out.get("skipped"):
             job.take(phase, out)
 
-    def _cancel(self, ctx, jobs: list[_Job], pending: list) -> None:
+    def _cancel(self, ctx, jobs: list[Job], pending: list) -> None:
         """Ctrl-C in the driver: cancel the tasks still running (their runs end KILLED), then close
         as KILLED what a task could not close itself."""
-        from .tracking import store
-
         for ref in pending:
             with contextlib.suppress(Exception):
                 self._ray.cancel(ref)
@@ -457,98 +417,7 @@ class RayExecutor:
         for ref in pending:
             with contextlib.suppress(Exception):
                 self._ray.wait([ref], timeout=max(0.1, deadline - time.monotonic()))
-        for job in jobs:
-            for token in (job.train_token, job.ablate_token):
-                with contextlib.suppress(Exception):
-                    store.fail_task_runs(
-                        ctx.tracker,
-                        ctx.experiment_id,
-                        token,
-                        "the study was interrupted",
-                        status="KILLED",
-                    )
-
-
-@dataclass
-class _Job:
-    """One (variant, seed): its two tasks and what came of them."""
-
-    index: int
-    spec: Any
-    train_token: str
-    ablate_token: str = ""
-    train_ref: Any = None
-    ablate_ref: Any = None
-    model: Any = None
-    ablation: str | None = None
-    failure: Any = None
-    train_failed: bool = False
-    collected: set[str] = field(default_factory=set)
-
-    def take(self, phase: str, out: dict) -> None:
-        """A task's outcome (:func:`train_task` / :func:`ablate_task`): its model or ablation run,
-        or its failure (a failed training marks the job so its ablation is not awaited)."""
-        from .model_runs import ModelRun
-        from .study import Failure
-
-        if not out.get("ok"):
-            self.failure = Failure(self.spec.name, phase, out["error"], out.get("failed_run_id"))
-            self.train_failed = self.train_failed or phase == "training"
-        elif phase == "training":
-            self.model = ModelRun(
-                out["run_id"], self.spec, out["reused"], out["metrics"], out["key"], out["reason"]
-            )
-        else:
-            self.ablation = out["run_id"]
-
-    def lose(self, ctx, phase: str, reason: str) -> None:
-        """A task whose result never came back (its worker died): the runs it left RUNNING end
-        FAILED with ``reason`` (a FINISHED one stays FINISHED) and the job records the failure."""
-        from .study import Failure
-        from .tracking import store
-
-        token = self.train_token if phase == "training" else self.ablate_token
-        closed = store.fail_task_runs(ctx.tracker, ctx.experiment_id, token, reason)
-        self.failure = Failure(self.spec.name, phase, reason, closed[0] if closed else None)
-        self.train_failed = self.train_failed or phase == "training"
-
-
-def record_jobs(ctx, jobs: list[_Job]) -> None:
-    """Write what has come in to ``ctx.result`` (models in spec order) and to the study run."""
-    result = ctx.result
-    result.models[:] = [j.model for j in jobs if j.model is not None]
-    result.ablations.clear()
-    result.ablations.update({j.model.run_id: j.ablation for j in jobs if j.ablation})
-    failures = [f for f in result.failures if f.phase not in ("training", "ablation")]
-    result.failures[:] = failures + [j.failure for j in jobs if j.failure is not None]
-    ctx.record()
-
-
-def settle_best_aliases(ctx, jobs: list[_Job]) -> None:
-    """Set each registered model's ``best`` alias once more, serially, from all its versions.
-
-    Every worker sets ``best`` when its seed is registered, from the versions it sees then;
-    two seeds registered at once can leave the alias on the one whose worker wrote last
-    having seen fewer versions (a wrong answer, not an error). Models reused from the store
-    got no new version and are left alone.
-    """
-    from . import run_pages
-    from .model_runs import registered_name
-    from .training import early_stopping_metric
-
-    trained = {
-        registered_name(j.spec): j.spec for j in jobs if j.model is not None and not j.model.reused
-    }
-    for name, spec in trained.items():
-        run_pages.set_best_alias(ctx.tracker, name, early_stopping_metric(spec))
-
-
-def _user_step_scores() -> bytes | None:
-    """The driver's user-registered step scores for the workers
-    (:func:`attnstudy.analysis.step_scores.user_scores_payload`), or None when the registry was
-    never imported here (then no score can have been registered)."""
-    registry = sys.modules.get("attnstudy.analysis.step_scores")
-    return None if registry is None else registry.user_scores_payload()
+        end_interrupted(ctx, jobs)
 
 
 def _first_line(err: BaseException) -> str:
@@ -573,159 +442,13 @@ def placed_here():
     return placed_by_scheduler(gpu=bool(ray.get_gpu_ids()))
 
 
-@contextlib.contextmanager
-def _worker(job: dict):
-    """A task's surroundings on its worker: its own tracker (runs marked with the task's token),
-    the intra-op threads of its spec, the scheduler's GPU placement, a project root for the
-    checkpoints (``$ATTNSTUDY_ROOT`` of the node, else the driver's root if it exists here, else a
-    cache folder) and the driver's shared checkpoint store (``$ATTNSTUDY_CHECKPOINT_URI``)."""
-    import torch
-
-    from .config import RunSpec
-    from .tracking import Tag, Tracker
-
-    spec = RunSpec.model_validate_json(job["spec"])
-    os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"  # the driver prints the run ids
-    before = os.environ.get("ATTNSTUDY_ROOT")
-    if before is None:
-        root = Path(job["root"])
-        if not (root.is_dir() and os.access(root, os.W_OK)):
-            root = Path.home() / ".cache" / "attnstudy" / "cluster"
-            root.mkdir(parents=True, exist_ok=True)
-        os.environ["ATTNSTUDY_ROOT"] = str(root)
-    torch.set_num_threads(spec.training.threads)
-    shared_before = os.environ.get(CHECKPOINT_URI_VAR)
-    if job.get("checkpoint_uri"):  # the driver's store, whatever this node's environment says
-        os.environ[CHECKPOINT_URI_VAR] = job["checkpoint_uri"]
-    try:
-        tracker = Tracker(job["uri"], job["timeout"], run_tags={Tag.CLUSTER_TASK: job["token"]})
-        # a local worker process (attnstudy.local_workers) resolves devices as the driver would
-        with placed_here() if job.get("scheduled", True) else contextlib.nullcontext():
-            yield spec, tracker
-    finally:
-        if before is None:
-            os.environ.pop("ATTNSTUDY_ROOT", None)
-        if shared_before is None:
-            os.environ.pop(CHECKPOINT_URI_VAR, None)
-        else:
-            os.environ[CHECKPOINT_URI_VAR] = shared_before
-
-
-def _other_code(job: dict) -> dict | None:
-    """A task's refusal when its node runs other attnstudy code than the driver
-    (:func:`attnstudy.code_version.check_same_code`), before it starts any run; None when the
-    code is the same."""
-    from .code_version import CodeVersion, CodeVersionError, check_same_code, this_code
-
-    try:
-        check_same_code(CodeVersion(**job["code"]), this_code(), socket.gethostname())
-    except CodeVersionError as err:
-        return {"ok": False, "error": str(err), "failed_run_id": None}
-    return None
-
-
 def train_task(job: dict) -> dict:
-    """One training on a Ray worker (:func:`attnstudy.model_runs.train_spec`): its start line
-    and plain progress lines (``job["progress"]``, naming ``job["position"]``, model k of N) on
-    this process's stderr, which Ray forwards to the driver (a local worker's go to the driver
-    through :func:`attnstudy.progress.set_stream`).
-
-    Returns:
-        ``{"ok": True, run_id, reused, metrics, key, reason}``, or ``{"ok": False, error,
-        failed_run_id}`` when the training failed (its run is then FAILED with the error).
-    """
-    from . import model_runs
-    from .data.types import DataError
-    from .study import error_text
-    from .task_data import task_data
-
-    if (refused := _other_code(job)) is not None:
-        return refused
-    with (
-        _worker(job) as (spec, tracker),
-        stage(job.get("position", "")),
-        task(f"{model_runs.model_task(spec)} {spec.name}", job.get("progress", False)),
-    ):
-        try:
-            digest = task_data(spec).digest
-            if digest != job["data_digest"]:
-                raise DataError(
-                    f"{spec.name}: the data on this node (digest {digest[:12]}) differ from the "
-                    f"driver's ({job['data_digest'][:12]}); give every node the same data files"
-                )
-            m = model_runs.train_spec(
-                spec,
-                tracker,
-                experiment_id=job["experiment_id"],
-                study_id=job["study_id"],
-                retrain=job["retrain"],
-                resume=job["resume"],
-                progress=job.get("progress", False),
-            )
-        except Exception as err:
-            return {
-                "ok": False,
-                "error": error_text(err),
-                "failed_run_id": getattr(err, "failed_run_id", None),
-            }
-        return {
-            "ok": True,
-            "run_id": m.run_id,
-            "reused": m.reused,
-            "metrics": dict(m.metrics),
-            "key": m.key,
-            "reason": m.reason,
-        }
+    """One training as a Ray task: :func:`attnstudy.study_tasks.train_task` with this task's
+    device placement (:func:`placed_here`)."""
+    return study_tasks.train_task(job, placed_here)
 
 
 def ablate_task(trained: dict, job: dict) -> dict:
-    """The ablations of one trained model on a Ray worker (:func:`attnstudy.ablation_runs.ablate_run`),
-    started as soon as its training task returned; its start and progress lines as
-    :func:`train_task`'s.
-
-    Returns:
-        ``{"ok": True, run_id}``; ``{"skipped": True}`` when its training failed; ``{"ok": False,
-        error, failed_run_id}`` when the ablations failed.
-    """
-    from . import ablation_runs, model_runs
-    from .analysis.catalogue import AblationConfig
-    from .findings import VerdictThresholds
-    from .study import error_text
-
-    if not trained.get("ok"):
-        return {"skipped": True}
-    model_run_id = trained["run_id"]
-    if model_run_id in job["done"]:  # a resumed study's finished ablation
-        return {"ok": True, "run_id": job["done"][model_run_id]}
-    if (refused := _other_code(job)) is not None:
-        return refused
-    from .analysis.step_scores import register_payload
-
-    register_payload(job.get("step_scores"))  # the driver's own, before the config names them
-    with (
-        _worker(job) as (spec, tracker),
-        stage(job.get("position", "")),
-        task(f"ablate {spec.name}", job.get("progress", False)),
-    ):
-        try:
-            cfg = AblationConfig.model_validate(job["ablation"])
-            thresholds = VerdictThresholds.model_validate(job["verdict"])
-            _, loaded = model_runs.load_model(f"runs:/{model_run_id}", tracker)
-            run_id, _ = ablation_runs.ablate_run(
-                model_run_id,
-                loaded,
-                cfg,
-                tracker,
-                study_id=job["study_id"],
-                progress=job.get("progress", False),
-                thresholds=thresholds,  # the experiment's [report.verdict], as the local executor
-                # an interrupted ablation run (another node's too) continues from its last batch
-                resume=job.get("resume", False),
-            )
-        except Exception as err:
-            return {
-                "ok": False,
-                "error": error_text(err),
-                "failed_run_id": getattr(err, "failed_run_id", None),
-            }
-        return {"ok": True, "run_id": run_id}
+    """One model's ablations as a Ray task, chained to its training task:
+    :func:`attnstudy.study_tasks.ablate_task` with this task's device placement."""
+    return study_tasks.ablate_task(trained, job, placed_here)

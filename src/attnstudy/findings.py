@@ -645,7 +645,9 @@ def _faithful(f: ModelFacts, v: Verdict) -> None:
         refs = {m: e for m, (e, _) in ref.items()}
         lower = next(iter(group.values()))[1].direction == "lower"
         ref_lower = bool(ref) and next(iter(ref.values()))[1].direction == "lower"
-        v.sentences.append(criterion_sentence(criterion, values, versus, refs, lower, ref_lower))
+        v.sentences.append(
+            criterion_sentence(criterion, values, versus, refs, lower=lower, first_lower=ref_lower)
+        )
 
 
 def _notes(f: ModelFacts, t: VerdictThresholds, v: Verdict) -> None:

@@ -1,8 +1,8 @@
 """The local executor on several worker processes: a study's independent models trained and
 ablated side by side on this machine (``experiment.workers``; ``--set experiment.workers=N``).
 
-* **Task units.** The same two tasks as on a Ray cluster (:func:`attnstudy.distributed.train_task`
-  and :func:`~attnstudy.distributed.ablate_task`), run in a pool of ``spawn``-started worker
+* **Task units.** The same two tasks as on a Ray cluster (:func:`attnstudy.study_tasks.train_task`
+  and :func:`~attnstudy.study_tasks.ablate_task`), run in a pool of ``spawn``-started worker
   processes: every training is submitted at once, a model's ablation as soon as its training has
   come back. Each task sets its spec's intra-op threads (``training.threads``, 1 by default) as
   the one-process study does, so every stored table and metric is bit-identical to the
@@ -21,7 +21,8 @@ ablated side by side on this machine (``experiment.workers``; ``--set experiment
   token, ``attnstudy.cluster_task``) are ended FAILED; the other models' finished runs are kept
   (``--resume`` reuses them).
 * **Ctrl-C / SIGTERM** reach the driver only (the workers run in their own process group); it
-  passes an interrupt to every worker — a busy one's run ends KILLED as in the one-process study,
+  passes an interrupt to every worker (each reports its PID when it starts) — a busy one's run
+  ends KILLED as in the one-process study,
   and no worker starts a task after it (one the pool had already handed over returns
   "interrupted" without a run) —, ends KILLED what a worker could not close within
   :data:`STOP_WAIT` seconds, and the study run ends KILLED.
@@ -36,23 +37,25 @@ One worker (``experiment.workers = 1``) is the one-process study itself
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
 import time
-import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import asdict
 
-from .distributed import (
-    _Job,
-    _user_step_scores,
+from .experiment import ExperimentConfig
+from .study_tasks import (
+    Job,
+    ablate_payload,
     ablate_task,
+    common_payload,
+    end_interrupted,
     record_jobs,
     settle_best_aliases,
+    train_payload,
     train_task,
 )
-from .experiment import ExperimentConfig
 
 STOP_WAIT = 20.0
 """Seconds an interrupted study waits for its busy workers to close their runs KILLED."""
@@ -155,16 +158,19 @@ class _LineSender:
         return False
 
 
-def _init_worker(policy: str | None, said: tuple[str, ...] = (), lines=None) -> None:
+def _init_worker(policy: str | None, said: tuple[str, ...] = (), lines=None, pids=None) -> None:
     """A worker process's start: its own process group (a terminal's Ctrl-C reaches the driver,
     which passes it on), an interrupt between tasks remembered (no task starts after it:
     :data:`_stopped`), the driver's library-output policy and,
     under the command line, its ``attnstudy: note:`` lines without the notices the driver already
     gave (``said``: each worker loads the same data again); its progress lines go to the driver
-    through the pipe ``lines`` (a connection's sending end)."""
+    through the pipe ``lines`` (a connection's sending end), and its PID through the pipe ``pids``
+    (one atomic write: the driver interrupts its workers by PID, :class:`_Workers`)."""
     from .notices import skip_said
     from .progress import set_stream
 
+    if pids is not None:
+        pids.send_bytes(str(os.getpid()).encode())
     if lines is not None:
         set_stream(_LineSender(lines))
     os.setpgrp()
@@ -233,73 +239,31 @@ class LocalPoolExecutor:
     def run_variants(self, ctx) -> None:
         """Train every model and ablate it as soon as it is trained, ``workers`` at a time,
         recording into ``ctx.result`` (see :meth:`attnstudy.study.Executor.run_variants`)."""
-        import multiprocessing
-
         from . import notices
-        from .code_version import this_code
         from .model_runs import model_task
-        from .paths import project_root
         from .progress import Progress
 
-        common = {
-            "uri": ctx.tracker.uri,
-            "timeout": ctx.tracker.timeout,
-            "experiment_id": ctx.experiment_id,
-            "study_id": ctx.study_id,
-            "root": str(project_root()),
-            "code": asdict(this_code()),
-            "checkpoint_uri": "",
-            "scheduled": False,  # devices resolve as in this process (no scheduler's GPU)
-            # step scores registered in this process (a notebook's too) reach the ablations
-            "step_scores": _user_step_scores(),
+        common = common_payload(ctx)  # devices resolve as in this process (no scheduler's GPU)
+        jobs = [Job.new(ctx.study_id, i, spec) for i, spec in enumerate(ctx.specs)]
+        payloads = {  # job index → (training, ablation) task
+            job.index: (train_payload(ctx, job, common), ablate_payload(ctx, job, common))
+            for job in jobs
         }
-        ablation = ctx.cfg.ablation.model_dump(mode="json")
-        verdict = ctx.cfg.report.verdict.model_dump(mode="json")
-        jobs: list[_Job] = []
-        payloads: dict[int, tuple[dict, dict]] = {}  # job index → (training, ablation) task
-        for i, spec in enumerate(ctx.specs):
-            tag = f"{ctx.study_id}/{i}/%s/{uuid.uuid4().hex[:8]}"
-            job = _Job(i, spec, tag % "train", ablate_token=tag % "ablate")
-            where = {"progress": ctx.progress, "position": f"model {i + 1} of {len(ctx.specs)}"}
-            train = (
-                common
-                | where
-                | {
-                    "spec": spec.model_dump_json(),
-                    "data_digest": _digest(spec),
-                    "retrain": ctx.retrain,
-                    "resume": ctx.resume,
-                    "token": job.train_token,
-                }
-            )
-            ablate = (
-                common
-                | where
-                | {
-                    "spec": spec.model_dump_json(),
-                    "ablation": ablation,
-                    "verdict": verdict,
-                    "done": ctx.done,
-                    "resume": ctx.resume,
-                    "token": job.ablate_token,
-                }
-            )
-            payloads[i] = (train, ablate)
-            jobs.append(job)
         spawn = multiprocessing.get_context("spawn")
         # the workers' progress lines: one pipe, one atomic write per line
         inbox, lines = spawn.Pipe(duplex=False) if ctx.progress else (None, None)
+        workers = _Workers(spawn)
         pool = ProcessPoolExecutor(
             max_workers=self.workers,
             mp_context=spawn,
             initializer=_init_worker,
-            initargs=(notices._policy, tuple(notices.said()), lines),
+            initargs=(notices.library_output(), tuple(notices.said()), lines, workers.sender),
         )
         bar = Progress(
             2 * len(jobs), "local tasks", enabled=ctx.progress, unit="task", heartbeat=False
         )
         relay = _relay(inbox, bar) if inbox is not None else None
-        running: dict[Future, tuple[_Job, str]] = {}
+        running: dict[Future, tuple[Job, str]] = {}
         try:
             for job in jobs:
                 running[pool.submit(_run_task, "training", payloads[job.index][0])] = (
@@ -329,10 +293,11 @@ class LocalPoolExecutor:
                             running[nxt] = (job, "ablation")
                 record_jobs(ctx, jobs)
         except KeyboardInterrupt:
-            self._stop(ctx, pool, jobs, running)
+            self._stop(ctx, workers, jobs, running)
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+            workers.close()
             if relay is not None:  # every worker has exited: what they wrote is in the pipe
                 lines.send_bytes(_END)
                 relay.join(timeout=10)
@@ -341,7 +306,7 @@ class LocalPoolExecutor:
             bar.close()
         settle_best_aliases(ctx, jobs)
 
-    def _collect(self, ctx, job: _Job, phase: str, fut: Future) -> dict:
+    def _collect(self, ctx, job: Job, phase: str, fut: Future) -> dict:
         """Turn one finished task into a model, an ablation run or a failure; returns its outcome."""
         try:
             out = fut.result()
@@ -354,7 +319,7 @@ class LocalPoolExecutor:
         return out
 
     @staticmethod
-    def _fail(ctx, job: _Job, phase: str, err: BaseException) -> None:
+    def _fail(ctx, job: Job, phase: str, err: BaseException) -> None:
         """A task lost when a worker process died (the pool then stops every worker and every task
         not yet back, queued ones included, is lost): its runs left RUNNING end FAILED, with the
         reason; a run it had already FINISHED stays FINISHED (``--resume`` reuses it)."""
@@ -366,11 +331,10 @@ class LocalPoolExecutor:
         )
 
     @staticmethod
-    def _stop(ctx, pool: ProcessPoolExecutor, jobs: list[_Job], running: dict) -> None:
+    def _stop(ctx, workers: _Workers, jobs: list[Job], running: dict) -> None:
         """Ctrl-C or SIGTERM in the driver: interrupt every worker (its run ends KILLED), wait up
         to :data:`STOP_WAIT` seconds, then end KILLED what a worker could not close."""
         from .signals import acknowledge_interrupt
-        from .tracking import store
 
         # handled here: else every store call below raises it again and nothing is closed (the
         # study run still ends KILLED: the interrupt is raised again after this)
@@ -378,25 +342,38 @@ class LocalPoolExecutor:
 
         for fut in running:
             fut.cancel()  # the ones still queued
-        for proc in list(getattr(pool, "_processes", {}).values()):  # the busy ones
+        for proc in workers.alive():  # the busy ones
             with contextlib.suppress(OSError):
                 os.kill(proc.pid, signal.SIGINT)
         deadline = time.monotonic() + STOP_WAIT
         with contextlib.suppress(Exception):
             wait(running, timeout=max(0.1, deadline - time.monotonic()))
-        for proc in list(getattr(pool, "_processes", {}).values()):
-            if proc.is_alive():  # it did not stop in time: its runs are ended below
-                proc.kill()
-        for job in jobs:
-            for token in (job.train_token, job.ablate_token):
-                with contextlib.suppress(Exception):
-                    store.fail_task_runs(
-                        ctx.tracker,
-                        ctx.experiment_id,
-                        token,
-                        "the study was interrupted",
-                        status="KILLED",
-                    )
+        for proc in workers.alive():  # it did not stop in time: its runs are ended below
+            proc.kill()
+        end_interrupted(ctx, jobs)
+
+
+class _Workers:
+    """The pool's worker processes, as they report themselves: each sends its PID through the pipe
+    :attr:`sender` when it starts (:func:`_init_worker`); :meth:`alive` gives those of them that
+    are still running children of this process (:func:`multiprocessing.active_children`, which
+    also keeps a PID the system gave to another process out of reach)."""
+
+    def __init__(self, context):
+        self._inbox, self.sender = context.Pipe(duplex=False)
+        self._pids: set[int] = set()
+
+    def alive(self) -> list:
+        """The reported workers still running (:class:`multiprocessing.Process` objects)."""
+        with contextlib.suppress(EOFError, OSError):
+            while self._inbox.poll():
+                self._pids.add(int(self._inbox.recv_bytes()))
+        return [p for p in multiprocessing.active_children() if p.pid in self._pids]
+
+    def close(self) -> None:
+        """Close both ends of the pipe (every worker has exited)."""
+        self._inbox.close()
+        self.sender.close()
 
 
 _END = b"\x00"
@@ -422,10 +399,3 @@ def _relay(inbox, bar):
     thread = threading.Thread(target=run, name="attnstudy-worker-lines", daemon=True)
     thread.start()
     return thread
-
-
-def _digest(spec) -> str:
-    """The data digest of ``spec`` as this process loaded it (each task checks that it loads the same)."""
-    from .task_data import task_data
-
-    return task_data(spec).digest

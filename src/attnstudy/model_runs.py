@@ -188,19 +188,15 @@ def train_spec(
     if not retrain and (reused := reuse()) is not None:
         return reused
     if digests is not None:
-        from .pretrained import evaluate_pretrained
-
-        run_id, final = evaluate_pretrained(
+        return _evaluate(
             spec,
-            data.splits,
-            data_digest=data.digest,
-            digests=digests,
-            tracker=tracker,
+            tracker,
             experiment_id=experiment_id,
             study_id=study_id,
-            tags=run_tags(spec, study_id=study_id, kind=Kind.MODEL, key=key, digest=data.digest),
+            key=key,
+            data=data,
+            digests=digests,
         )
-        return ModelRun(run_id, spec, False, final, key, "")
     ckpt_dir = checkpoint_dir(spec.experiment, key)  # per experiment: the key is shared
     # a second training of the same model waits for the first (bounded) instead of tearing files
     with checkpoint_lock(
@@ -214,16 +210,7 @@ def train_spec(
                 f"{spec.experiment!r} has no finished run of it (it stopped or failed): this "
                 "process trains it"
             )
-        store = CheckpointStore.from_env()  # checkpoints shared by the nodes of a cluster
-        shared = None if store is None else store.for_experiment(spec.experiment)
-        if resume and not (ckpt_dir / "last.pt").is_file():
-            # another node's interrupted training: its last checkpoint from the store
-            if shared is None or not shared.download(key, ckpt_dir / "last.pt"):
-                _note_old_checkpoint(spec, key, ckpt_dir, store)
-        if resume and (ckpt_dir / "last.pt").is_file():
-            read_checkpoint(
-                ckpt_dir / "last.pt"
-            )  # a broken checkpoint is reported before any run exists
+        shared = _shared_checkpoints(spec, key, ckpt_dir, resume=resume)
         run_id, version = "", ""
         try:
             # signals wait from the end of the training block (the run's closing FINISHED) to
@@ -244,23 +231,50 @@ def train_spec(
                 )
                 # registered only once the run is FINISHED: a version never points at an
                 # unfinished run
-                version = run_pages.register_version(
-                    tracker,
-                    run_id,
-                    model_id,
-                    name=registered_name(spec),
-                    spec=spec,
-                    tags=run_tags(
-                        spec, study_id=None, kind=Kind.MODEL, key=key, digest=data.digest
-                    ),
-                    metrics=final,
-                    early_stopping=early_stopping_metric(spec),
+                version = _register(
+                    spec, tracker, run_id, model_id, key=key, data=data, final=final
                 )
         except KeyboardInterrupt:
             if not run_id:
                 raise  # it stopped the training: its run is KILLED
             raise Interrupted(_finished_note(spec, run_id, version, study_id)) from None
     return ModelRun(run_id, spec, False, final, key, "")
+
+
+def _evaluate(
+    spec: RunSpec, tracker: Tracker, *, experiment_id: str, study_id, key: str, data, digests
+) -> ModelRun:
+    """A pretrained variant evaluated and logged as its model run
+    (:func:`attnstudy.pretrained.evaluate_pretrained`); ``data`` its task's data, ``digests``
+    its folder's."""
+    from .pretrained import evaluate_pretrained
+
+    run_id, final = evaluate_pretrained(
+        spec,
+        data.splits,
+        data_digest=data.digest,
+        digests=digests,
+        tracker=tracker,
+        experiment_id=experiment_id,
+        study_id=study_id,
+        tags=run_tags(spec, study_id=study_id, kind=Kind.MODEL, key=key, digest=data.digest),
+    )
+    return ModelRun(run_id, spec, False, final, key, "")
+
+
+def _shared_checkpoints(spec: RunSpec, key: str, ckpt_dir: Path, *, resume: bool):
+    """The experiment's part of the checkpoint store the nodes of a cluster share (None: none);
+    with ``resume``, another node's last checkpoint fetched from it when this node has none, and
+    a broken checkpoint reported before any run exists."""
+    store = CheckpointStore.from_env()
+    shared = None if store is None else store.for_experiment(spec.experiment)
+    if resume and not (ckpt_dir / "last.pt").is_file():
+        # another node's interrupted training: its last checkpoint from the store
+        if shared is None or not shared.download(key, ckpt_dir / "last.pt"):
+            _note_old_checkpoint(spec, key, ckpt_dir, store)
+    if resume and (ckpt_dir / "last.pt").is_file():
+        read_checkpoint(ckpt_dir / "last.pt")
+    return shared
 
 
 def _note_old_checkpoint(
@@ -359,6 +373,87 @@ def _finished_note(spec: RunSpec, run_id: str, version: str, study_id: str | Non
     return f"{done}; {then}"
 
 
+def _register(
+    spec: RunSpec, tracker: Tracker, run_id: str, model_id: str, *, key: str, data, final: dict
+) -> str:
+    """Register a FINISHED model run's logged model as a new version of its registered model
+    (:func:`attnstudy.run_pages.register_version`); returns the version."""
+    return run_pages.register_version(
+        tracker,
+        run_id,
+        model_id,
+        name=registered_name(spec),
+        spec=spec,
+        tags=run_tags(spec, study_id=None, kind=Kind.MODEL, key=key, digest=data.digest),
+        metrics=final,
+        early_stopping=early_stopping_metric(spec),
+    )
+
+
+def _log_inputs(tracker: Tracker, run_id: str, spec: RunSpec, data: TaskData) -> dict:
+    """What a model run trains on: its splits as datasets (returned: split → dataset), the used
+    config as params (the long ones in full as an artifact), the data's sizes and digest, the
+    unknown-token counts, and the config itself."""
+    splits = data.splits
+    datasets = run_pages.log_model_datasets(tracker, run_id, spec, splits)
+    params, full = spec.flat_params()
+    tracker.log_params(run_id, params)
+    if full:
+        tracker.log_text(run_id, json.dumps(full, indent=2), Artifact.PARAMS_FULL)
+    tracker.log_params(
+        run_id,
+        {
+            "data.n_train_examples": len(splits.train),
+            "data.n_dev_examples": len(splits.dev),
+            "data.n_test_examples": len(splits.test),
+            "src_vocab_size": len(data.src_vocab),
+            "tgt_vocab_size": len(data.tgt_vocab),
+            "data.digest": data.digest,
+            "training.early_stopping_metric": early_stopping_metric(spec),
+        },
+    )
+    tracker.log_metrics(
+        run_id,
+        {
+            f"data/{k}_unknown" if not k.endswith("_tokens") else f"data/{k}": v
+            for k, v in data.unknown.items()
+        },
+    )
+    tracker.log_text(run_id, spec.model_dump_json(indent=2), Artifact.CONFIG)
+    return datasets
+
+
+def _evaluate_trained(spec: RunSpec, data: TaskData, result, final: dict) -> list:
+    """The trained model's test metrics (greedy, held-out part, BLEU and chrF, beam) and its best
+    dev metrics, added to ``final``; returns the greedy test hypotheses."""
+    splits, src_vocab, tgt_vocab = data.splits, data.src_vocab, data.tgt_vocab
+    test_metrics, hyps = evaluate_split(result.model, splits.test, src_vocab, tgt_vocab, spec)
+    final.update({f"test/{k}": v for k, v in test_metrics.items()})
+    final.update(translation_scores(spec.data, splits.test, hyps, "test"))  # BLEU, chrF
+    task = get_task(spec.data.task)
+    final.update(heldout_metrics(hyps, splits.test, task.heldout, task.error_rate))
+    # the best epoch's dev metrics were computed during training: no second decode of dev;
+    # where the average of the last epochs beat it, the model is that average
+    best = result.averaged or result.history[result.best_epoch - 1]
+    final.update(
+        {f"best_dev/{k[len('dev/') :]}": v for k, v in best.items() if k.startswith("dev/")}
+    )
+    if spec.training.average_last > 1:
+        final["train/averaged_epochs"] = float(len(result.averaged_epochs))
+    if spec.training.beam_size > 1:
+        beam_metrics, beam_hyps = evaluate_split(
+            result.model,
+            splits.test,
+            src_vocab,
+            tgt_vocab,
+            spec,
+            beam_size=spec.training.beam_size,
+        )
+        final.update({f"test_beam/{k}": v for k, v in beam_metrics.items()})
+        final.update(translation_scores(spec.data, splits.test, beam_hyps, "test_beam"))
+    return hyps
+
+
 def _train_run(
     spec: RunSpec,
     tracker: Tracker,
@@ -386,31 +481,7 @@ def _train_run(
     tags |= {Tag.DEVICE: str(device)}
     run_id = tracker.start_run(experiment_id, spec.name, tags, study_id)
     with tracker.active(run_id), tracker.system_metrics(run_id):  # CPU and memory as system/*
-        datasets = run_pages.log_model_datasets(tracker, run_id, spec, splits)
-        params, full = spec.flat_params()
-        tracker.log_params(run_id, params)
-        if full:
-            tracker.log_text(run_id, json.dumps(full, indent=2), Artifact.PARAMS_FULL)
-        tracker.log_params(
-            run_id,
-            {
-                "data.n_train_examples": len(splits.train),
-                "data.n_dev_examples": len(splits.dev),
-                "data.n_test_examples": len(splits.test),
-                "src_vocab_size": len(src_vocab),
-                "tgt_vocab_size": len(tgt_vocab),
-                "data.digest": data.digest,
-                "training.early_stopping_metric": early_stopping_metric(spec),
-            },
-        )
-        tracker.log_metrics(
-            run_id,
-            {
-                f"data/{k}_unknown" if not k.endswith("_tokens") else f"data/{k}": v
-                for k, v in data.unknown.items()
-            },
-        )
-        tracker.log_text(run_id, spec.model_dump_json(indent=2), Artifact.CONFIG)
+        datasets = _log_inputs(tracker, run_id, spec, data)
         cpu_start = time.process_time()
         with reporting(tracker.progress_sink(run_id)):  # progress/fraction while it trains
             result = train(
@@ -432,30 +503,7 @@ def _train_run(
             "train/best_epoch": result.best_epoch,
             "train/epochs": len(result.history),
         }
-        test_metrics, hyps = evaluate_split(result.model, splits.test, src_vocab, tgt_vocab, spec)
-        final.update({f"test/{k}": v for k, v in test_metrics.items()})
-        final.update(translation_scores(spec.data, splits.test, hyps, "test"))  # BLEU, chrF
-        task = get_task(spec.data.task)
-        final.update(heldout_metrics(hyps, splits.test, task.heldout, task.error_rate))
-        # the best epoch's dev metrics were computed during training: no second decode of dev;
-        # where the average of the last epochs beat it, the model is that average
-        best = result.averaged or result.history[result.best_epoch - 1]
-        final.update(
-            {f"best_dev/{k[len('dev/') :]}": v for k, v in best.items() if k.startswith("dev/")}
-        )
-        if spec.training.average_last > 1:
-            final["train/averaged_epochs"] = float(len(result.averaged_epochs))
-        if spec.training.beam_size > 1:
-            beam_metrics, beam_hyps = evaluate_split(
-                result.model,
-                splits.test,
-                src_vocab,
-                tgt_vocab,
-                spec,
-                beam_size=spec.training.beam_size,
-            )
-            final.update({f"test_beam/{k}": v for k, v in beam_metrics.items()})
-            final.update(translation_scores(spec.data, splits.test, beam_hyps, "test_beam"))
+        hyps = _evaluate_trained(spec, data, result, final)
         preds = pd.DataFrame(per_example(hyps, splits.test))
         preds.insert(0, "example_id", [ex.id for ex in splits.test])
         preds.insert(1, "src_len", [len(ex.src) for ex in splits.test])

@@ -85,6 +85,13 @@ def verbose_from_env() -> bool:
     return os.environ.get(VERBOSE_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
+def library_output() -> str | None:
+    """The library-output policy :func:`set_library_output` set in this process: ``"quiet"``,
+    ``"verbose"``, or None (a library user's process, left as it is); a study's worker processes
+    take the driver's."""
+    return _policy
+
+
 def set_library_output(verbose: bool) -> None:
     """The command line's policy for what libraries print themselves (D23).
 

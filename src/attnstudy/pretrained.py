@@ -271,8 +271,7 @@ def ablate_pretrained(
     run_id = tracker.start_run(
         model_run.experiment_id, ablation_run_name(label), tags, model_run_id
     )
-    # CPU and memory as system/*, progress/fraction while it runs (as a trained model's run)
-    with (
+    with (  # CPU and memory as system/*, progress/fraction, as a trained model's run
         tracker.active(run_id),
         tracker.system_metrics(run_id),
         reporting(tracker.progress_sink(run_id)),

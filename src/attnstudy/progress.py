@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 import sys
 import threading
 import time
 from collections.abc import Callable
 
 from tqdm.auto import tqdm
+
+from .env import env_seconds
 
 LOG_INTERVAL = 10.0
 """Seconds between two progress lines when stderr is not a terminal (``$ATTNSTUDY_PROGRESS_SECONDS``
@@ -47,21 +48,7 @@ _last_line = time.monotonic()  # when this process last wrote a plain progress l
 
 
 def _seconds(var: str, default: float) -> float:
-    text = os.environ.get(var, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 86_400:
-        from .config import ConfigError
-
-        raise ConfigError(
-            f"{var}={text!r} is not a number of seconds in 0..86400; unset it for the default "
-            f"({default:g} s)"
-        )
-    return value
+    return env_seconds(var, default, low=0, high=86_400)
 
 
 def line_interval() -> float:
@@ -69,7 +56,7 @@ def line_interval() -> float:
     :data:`LOG_INTERVAL`.
 
     Raises:
-        ConfigError: a value that is not a number of seconds in 0..86400 (one line).
+        ConfigError: a value that is not a number of seconds in [0, 86400] (one line).
     """
     return _seconds(LINE_VAR, LOG_INTERVAL)
 
@@ -79,7 +66,7 @@ def metric_interval() -> float:
     else :data:`METRIC_INTERVAL`.
 
     Raises:
-        ConfigError: a value that is not a number of seconds in 0..86400 (one line).
+        ConfigError: a value that is not a number of seconds in [0, 86400] (one line).
     """
     return _seconds(METRIC_VAR, METRIC_INTERVAL)
 

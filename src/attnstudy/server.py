@@ -86,7 +86,7 @@ MAX_WORKERS = 64
 """The most ``--workers`` accepted (each is a process holding MLflow's server: ~200 MiB)."""
 
 
-def check_args(uri: str | None, artifacts: str, host: str, port: int, workers: int = 1) -> None:
+def check_args(uri: str | None, artifacts: str, host: str, port: int, *, workers: int = 1) -> None:
     """Validate ``attnstudy server``'s arguments (torch- and mlflow-free).
 
     Raises:

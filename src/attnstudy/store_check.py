@@ -9,8 +9,9 @@ runs the same checks when it opens the store (its module re-exports these names)
 
 from __future__ import annotations
 
-import os
 import time
+
+from .env import env_seconds
 
 
 class TrackingError(RuntimeError):
@@ -29,24 +30,13 @@ def resolve_timeout(timeout: float | None = None) -> float:
     """The tracking timeout: ``timeout`` if given, else ``$ATTNSTUDY_TRACKING_TIMEOUT``, else 10 s.
 
     Raises:
-        ValueError: the variable is not a positive number (the message names it).
+        ConfigError: the variable is not a number of seconds in (0, 3600] (one line naming it).
     """
     if timeout is not None:
         return float(timeout)
-    env = os.environ.get("ATTNSTUDY_TRACKING_TIMEOUT")
-    if env is None:
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(env)
-    except ValueError:
-        value = float("nan")
-    if not (0 < value <= 3600):
-        from .config import ConfigError
-
-        raise ConfigError(
-            f"ATTNSTUDY_TRACKING_TIMEOUT={env!r} is not a number of seconds in (0, 3600]"
-        )
-    return value
+    return env_seconds(
+        "ATTNSTUDY_TRACKING_TIMEOUT", DEFAULT_TIMEOUT, low=0, high=3600, low_open=True
+    )
 
 
 def check_server(uri: str, timeout: float) -> None:

@@ -112,7 +112,7 @@ class StudyOptions:
         resume: continue the newest interrupted study of the same configuration.
         progress: show progress bars.
         config_text: the experiment's TOML, logged to the study run (None: not logged).
-        report: build the report at the end.
+        report: the report built at the end (None: none).
         executor: where the trainings and ablations run (None: in this process).
     """
 
@@ -120,7 +120,7 @@ class StudyOptions:
     resume: bool = False
     progress: bool = True
     config_text: str | None = None
-    report: bool = True
+    report: Reporter | None = None
     executor: Executor | None = None
 
 
@@ -179,6 +179,18 @@ class StudyContext:
         if self.recorded is None:
             self.recorded = store.StudyRecord(self.tracker, self.study_id, self.experiment_id)
         self.recorded.write(members, (Role.MODEL, Role.ABLATION, Role.FAILED))
+
+
+class Reporter(Protocol):
+    """The report a study builds at its end (:class:`attnstudy.report.StudyReport`), passed in:
+    the report reads the study from the store and sits above it, so the study imports none of it.
+    """
+
+    def check(self, cfg: ExperimentConfig, tracker: Tracker) -> None:
+        """Refuse, before the study starts, what would make the report fail at its end."""
+
+    def build(self, tracker: Tracker, study_id: str) -> Path:
+        """Build the report of study ``study_id``; returns its ``report.html``."""
 
 
 class Executor(Protocol):
@@ -249,7 +261,7 @@ def run_study(
     retrain: bool = False,
     progress: bool = True,
     config_text: str | None = None,
-    report: bool = True,
+    report: Reporter | None = None,
     resume: bool = False,
     executor: Executor | None = None,
 ) -> StudyResult:
@@ -264,6 +276,9 @@ def run_study(
     interrupted training resumes from its checkpoint.
 
     Args:
+        report: the report built at the end (:func:`attnstudy.api.run` passes
+            :class:`attnstudy.report.StudyReport`); its folder is checked before the study starts.
+            None: no report.
         executor: where the trainings and ablations run; None: in this process, one after
             another (:func:`attnstudy.api.run` passes the local executor's worker processes,
             :mod:`attnstudy.local_workers`, for ``experiment.workers`` > 1); the devices are
@@ -284,16 +299,8 @@ def run_study(
     # the work runs on this machine (in this process or its worker processes): devices first
     here = executor is None or getattr(executor, "on_this_machine", False)
     tracker = open_tracker(cfg, devices_here=here)
-    if report:  # a report folder that would be refused at the end is refused before the study
-        from attnstudy.outputs import REPORT_KIND, check_replace, store_folders_of
-        from attnstudy.report import report_dir
-
-        check_replace(
-            report_dir(cfg.experiment.name),
-            kind=REPORT_KIND,
-            option="the report folder",
-            store_folders=store_folders_of(tracker.uri),
-        )
+    if report is not None:  # a report folder that would be refused at the end, refused now
+        report.check(cfg, tracker)
     exp_id = tracker.experiment_id(cfg.experiment.name)
     try:
         if executor is not None:
@@ -346,12 +353,10 @@ def _run(
             _run_study(ctx)
     except StudyFailedError:
         pass  # the study run is FAILED with the list; the report is still built
-    if options.report:
-        from attnstudy.report import build_report
-
+    if options.report is not None:
         try:  # minutes on a big study: its start line and running lines (a sign of life)
             with task(f"report {cfg.experiment.name}", options.progress):
-                result.report = build_report(tracker, study_id)
+                result.report = options.report.build(tracker, study_id)
         except Exception as err:
             result.failures.append(Failure("report", "report", error_text(err)))
             tracker.set_tags(study_id, {Tag.FAILED: "; ".join(map(str, result.failures))[:5000]})

@@ -27,12 +27,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .config import ConfigError, RunSpec
+from .config import RunSpec
 from .data.batching import make_batches
 from .data.tasks import get_task
 from .data.types import Example, Splits
 from .data.vocab import PAD_ID, Vocab
 from .devices import model_device, resolve_device
+from .env import env_seconds
 from .metrics import evaluate
 from .models import Seq2Seq, build_model, eval_mode
 from .notices import notice
@@ -232,18 +233,7 @@ def training_wait(value: float | None = None) -> float:
     """
     if value is not None:
         return float(value)
-    env = os.environ.get("ATTNSTUDY_TRAINING_WAIT")
-    if env is None:
-        return TRAINING_WAIT
-    try:
-        seconds = float(env)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 <= seconds <= 7 * 86400:
-        raise ConfigError(
-            f"ATTNSTUDY_TRAINING_WAIT={env!r} is not a number of seconds in [0, 604800]"
-        )
-    return seconds
+    return env_seconds("ATTNSTUDY_TRAINING_WAIT", TRAINING_WAIT, low=0, high=7 * 86400)
 
 
 @dataclass(frozen=True)
@@ -397,6 +387,239 @@ class _Amp:
         return torch.autocast(self.device.type, dtype=self.dtype, enabled=self.enabled)
 
 
+@dataclass
+class _Training:
+    """One training's parts and its state between epochs (what ``last.pt`` holds)."""
+
+    spec: RunSpec
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    amp: _Amp
+    scheduler: object | None
+    device: torch.device
+    metric: str  # the early-stopping metric
+    sign: float  # 1: lower is better, -1: higher is better
+    best_state: dict[str, torch.Tensor]
+    recent: collections.deque  # (epoch, CPU weights) of the last epochs, for averaging
+    start_epoch: int = 1
+    history: list[dict[str, float]] = field(default_factory=list)
+    best: float = math.inf
+    best_epoch: int = 0
+    bad_epochs: int = 0
+
+    @property
+    def per_update(self) -> bool:
+        """The schedule steps per update (``inverse_sqrt``), not per epoch."""
+        return self.spec.training.scheduling == "inverse_sqrt"
+
+    @property
+    def stopped(self) -> bool:
+        """Early stopping's patience is spent."""
+        return self.bad_epochs >= self.spec.training.patience
+
+
+def _start(spec: RunSpec, n_src: int, n_tgt: int, device: torch.device) -> _Training:
+    """A fresh training: threads, the seed, the model built on the CPU after the seed (the same
+    initial weights on every device) and moved, the optimiser, mixed precision and schedule."""
+    torch.set_num_threads(spec.training.threads)
+    torch.manual_seed(spec.seed)
+    model = build_model(spec.model, n_src, n_tgt).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=spec.training.lr)
+    metric = early_stopping_metric(spec)
+    return _Training(
+        spec,
+        model,
+        optimizer,
+        _Amp(spec.training.amp, device),
+        _make_scheduler(spec, optimizer),
+        device,
+        metric,
+        1.0 if metric in LOWER_IS_BETTER else -1.0,
+        {k: v.clone() for k, v in model.state_dict().items()},
+        collections.deque(maxlen=spec.training.average_last),
+    )
+
+
+def _resume(t: _Training, ckpt_path: Path, on_epoch) -> None:
+    """Continue ``t`` from its checkpoint: weights, optimiser, schedule, RNG, history and early
+    stopping's state; ``on_epoch`` is given the whole history again.
+
+    Raises:
+        CheckpointError: the checkpoint does not fit this model.
+    """
+    ckpt = read_checkpoint(ckpt_path)
+    try:
+        t.model.load_state_dict(ckpt["model"])
+    except RuntimeError as err:
+        raise CheckpointError(
+            f"checkpoint {ckpt_path} does not fit this model "
+            f"({str(err).splitlines()[0][:160]}); delete it or train without --resume"
+        ) from None
+    if t.scheduler is not None:
+        if "scheduler" in ckpt:
+            t.scheduler.load_state_dict(ckpt["scheduler"])
+        elif t.spec.training.scheduling == "plateau":  # written without a schedule: replay
+            for past in ckpt["history"]:
+                t.scheduler.step(t.sign * past[f"dev/{t.metric}"])
+    t.optimizer.load_state_dict(ckpt["optimizer"])  # after the replay: the saved lr wins
+    torch.set_rng_state(ckpt["rng"])
+    if t.device.type == "cuda" and "cuda_rng" in ckpt:  # dropout draws on the GPU
+        torch.cuda.set_rng_state(ckpt["cuda_rng"], t.device)
+    if "scaler" in ckpt:
+        t.amp.scaler.load_state_dict(ckpt["scaler"])
+    t.start_epoch, t.history = ckpt["epoch"] + 1, ckpt["history"]
+    t.recent.extend((e, w) for e, w in ckpt.get("recent", []))
+    t.best, t.best_epoch, t.bad_epochs, t.best_state = (
+        ckpt["best"],
+        ckpt["best_epoch"],
+        ckpt["bad_epochs"],
+        ckpt["best_state"],
+    )
+    if on_epoch is not None:  # the resumed run carries the whole history
+        for epoch, metrics in enumerate(t.history, start=1):
+            on_epoch(epoch, metrics)
+
+
+def _train_epoch(
+    t: _Training, splits: Splits, vocabs: tuple[Vocab, Vocab], *, epoch: int, progress: bool
+) -> tuple[float, int, Progress]:
+    """One epoch of teacher-forced updates; returns (summed loss, target tokens, its bar)."""
+    spec = t.spec
+    t.model.train()
+    batches = make_batches(
+        splits.train,
+        *vocabs,
+        spec.training.batch_size,
+        shuffle=True,
+        seed=spec.seed * 100_003 + epoch,
+        bucket=spec.training.bucket_batches,
+    )
+    total, tokens = 0.0, 0
+    bar = Progress(
+        len(batches),
+        f"train {spec.name} epoch {epoch}",
+        enabled=progress,
+        unit="batch",
+        span=((epoch - 1) / spec.training.epochs, epoch / spec.training.epochs),
+    )
+    for batch in batches:
+        check_interrupt()  # an interrupt a finalizer swallowed is acted on here
+        batch = batch.to(t.device)
+        with t.amp.autocast():
+            logits = t.model(batch.src, batch.src_lengths, batch.tgt_in)
+        n_tok = int((batch.tgt_out != PAD_ID).sum())
+        loss = nn.functional.cross_entropy(
+            logits.float().transpose(1, 2),
+            batch.tgt_out,
+            ignore_index=PAD_ID,
+            reduction="sum",
+            label_smoothing=spec.training.label_smoothing,
+        )
+        t.optimizer.zero_grad(set_to_none=True)
+        t.amp.scaler.scale(loss / n_tok).backward()
+        t.amp.scaler.unscale_(t.optimizer)  # clip the true gradients
+        nn.utils.clip_grad_norm_(t.model.parameters(), spec.training.clip_norm)
+        t.amp.scaler.step(t.optimizer)
+        t.amp.scaler.update()
+        if t.per_update:
+            t.scheduler.step()
+        total += loss.item()
+        tokens += n_tok
+        bar.update(1, note=f"loss {total / tokens:.3f}")
+    bar.close()
+    return total, tokens, bar
+
+
+def _epoch_metrics(
+    t: _Training, splits: Splits, vocabs: tuple[Vocab, Vocab], *, epoch: int, loss: float
+) -> dict[str, float]:
+    """An epoch's train and dev metrics.
+
+    Raises:
+        NonFiniteError: a loss, the early-stopping metric or a weight is NaN/inf.
+    """
+    metrics = {
+        "train/loss": loss,
+        "train/lr": t.optimizer.param_groups[0]["lr"],
+        "dev/loss": dev_loss(t.model, splits.dev, *vocabs),
+    }
+    dev_metrics, _ = evaluate_split(t.model, splits.dev, *vocabs, t.spec)
+    metrics.update({f"dev/{k}": v for k, v in dev_metrics.items() if k != "n"})
+    bad = [
+        k for k in ("train/loss", "dev/loss", f"dev/{t.metric}") if not math.isfinite(metrics[k])
+    ]
+    if bad or not all(bool(torch.isfinite(p).all()) for p in t.model.parameters()):
+        what = ", ".join(f"{k} = {metrics[k]}" for k in bad) or "the weights hold NaN/inf"
+        raise NonFiniteError(
+            f"{t.spec.name} epoch {epoch}: {what}; training diverged (lower training.lr or "
+            "training.clip_norm, or resume from an earlier checkpoint)"
+        )
+    return metrics
+
+
+def _record_epoch(t: _Training, epoch: int, metrics: dict[str, float]) -> None:
+    """Early stopping's bookkeeping (the best weights), the per-epoch schedule, the history and
+    the weights kept for averaging."""
+    score = t.sign * metrics[f"dev/{t.metric}"]
+    if score < t.best:
+        t.best, t.best_epoch, t.bad_epochs = score, epoch, 0
+        t.best_state = {k: v.detach().clone() for k, v in t.model.state_dict().items()}
+    else:
+        t.bad_epochs += 1
+    if t.scheduler is not None and not t.per_update:
+        t.scheduler.step(score)
+    t.history.append(metrics)
+    if t.spec.training.average_last > 1:
+        t.recent.append(
+            (epoch, {k: v.detach().cpu().clone() for k, v in t.model.state_dict().items()})
+        )
+
+
+def _checkpoint(t: _Training, epoch: int) -> dict:
+    """What ``last.pt`` holds after ``epoch``: everything :func:`_resume` reads."""
+    state = {
+        "model": t.model.state_dict(),
+        "optimizer": t.optimizer.state_dict(),
+        "rng": torch.get_rng_state(),
+        "epoch": epoch,
+        "history": t.history,
+        "best": t.best,
+        "best_epoch": t.best_epoch,
+        "bad_epochs": t.bad_epochs,
+        "best_state": t.best_state,
+    }
+    if t.scheduler is not None:
+        state["scheduler"] = t.scheduler.state_dict()
+    if t.spec.training.average_last > 1:
+        state["recent"] = list(t.recent)
+    if t.device.type == "cuda":
+        state["cuda_rng"] = torch.cuda.get_rng_state(t.device)
+    if t.amp.scaler.is_enabled():
+        state["scaler"] = t.amp.scaler.state_dict()
+    return state
+
+
+def _final_weights(
+    t: _Training, splits: Splits, vocabs: tuple[Vocab, Vocab]
+) -> tuple[dict[str, float] | None, tuple[int, ...]]:
+    """Load the weights the training keeps: the average of the last epochs' weights where it
+    beats the best epoch on dev (returns its dev metrics and epochs), else the best epoch's
+    (returns None, ())."""
+    averaged, averaged_epochs = None, ()
+    if t.spec.training.average_last > 1 and len(t.recent) > 1:
+        t.model.load_state_dict(average_states([w for _, w in t.recent]))
+        t.model.eval()
+        dev_metrics, _ = evaluate_split(t.model, splits.dev, *vocabs, t.spec)
+        if t.sign * dev_metrics[t.metric] < t.best:
+            averaged = {f"dev/{k}": v for k, v in dev_metrics.items() if k != "n"}
+            averaged["dev/loss"] = dev_loss(t.model, splits.dev, *vocabs)
+            averaged_epochs = tuple(e for e, _ in t.recent)
+    if averaged is None:
+        t.model.load_state_dict(t.best_state)
+    t.model.eval()
+    return averaged, averaged_epochs
+
+
 def train(
     spec: RunSpec,
     splits: Splits,
@@ -434,186 +657,43 @@ def train(
     if not splits.train:
         raise ValueError("the training split is empty")
     device = resolve_device(spec.training.device) if device is None else torch.device(device)
-    torch.set_num_threads(spec.training.threads)
-    torch.manual_seed(spec.seed)
-    # built on the CPU after the seed, then moved: the same initial weights on every device
-    model = build_model(spec.model, len(src_vocab), len(tgt_vocab)).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=spec.training.lr)
-    amp = _Amp(spec.training.amp, device)
-    metric = early_stopping_metric(spec)
-    sign = 1.0 if metric in LOWER_IS_BETTER else -1.0
-    scheduler = _make_scheduler(spec, optimizer)
-    per_update = spec.training.scheduling == "inverse_sqrt"
+    t = _start(spec, len(src_vocab), len(tgt_vocab), device)
+    vocabs = (src_vocab, tgt_vocab)
     ckpt_dir = Path(checkpoint_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = ckpt_dir / "last.pt"
-
-    start_epoch, history, best, best_epoch, bad_epochs = 1, [], math.inf, 0, 0
-    n_average = spec.training.average_last
-    recent: collections.deque = collections.deque(maxlen=n_average)  # (epoch, CPU weights)
-    best_state = {k: v.clone() for k, v in model.state_dict().items()}
     if resume and ckpt_path.is_file():
-        ckpt = read_checkpoint(ckpt_path)
-        try:
-            model.load_state_dict(ckpt["model"])
-        except RuntimeError as err:
-            raise CheckpointError(
-                f"checkpoint {ckpt_path} does not fit this model "
-                f"({str(err).splitlines()[0][:160]}); delete it or train without --resume"
-            ) from None
-        if scheduler is not None:
-            if "scheduler" in ckpt:
-                scheduler.load_state_dict(ckpt["scheduler"])
-            elif spec.training.scheduling == "plateau":  # written without a schedule: replay
-                for past in ckpt["history"]:
-                    scheduler.step(sign * past[f"dev/{metric}"])
-        optimizer.load_state_dict(ckpt["optimizer"])  # after the replay: the saved lr wins
-        torch.set_rng_state(ckpt["rng"])
-        if device.type == "cuda" and "cuda_rng" in ckpt:  # dropout draws on the GPU
-            torch.cuda.set_rng_state(ckpt["cuda_rng"], device)
-        if "scaler" in ckpt:
-            amp.scaler.load_state_dict(ckpt["scaler"])
-        start_epoch, history = ckpt["epoch"] + 1, ckpt["history"]
-        recent.extend((e, w) for e, w in ckpt.get("recent", []))
-        best, best_epoch, bad_epochs, best_state = (
-            ckpt["best"],
-            ckpt["best_epoch"],
-            ckpt["bad_epochs"],
-            ckpt["best_state"],
-        )
-        if on_epoch is not None:  # the resumed run carries the whole history
-            for epoch, metrics in enumerate(history, start=1):
-                on_epoch(epoch, metrics)
-
+        _resume(t, ckpt_path, on_epoch)
     t0 = time.perf_counter()
-    stopped_early = bad_epochs >= spec.training.patience
-    for epoch in range(start_epoch, spec.training.epochs + 1):
+    stopped_early = t.stopped
+    for epoch in range(t.start_epoch, spec.training.epochs + 1):
         if stopped_early:
             break
-        model.train()
-        batches = make_batches(
-            splits.train,
-            src_vocab,
-            tgt_vocab,
-            spec.training.batch_size,
-            shuffle=True,
-            seed=spec.seed * 100_003 + epoch,
-            bucket=spec.training.bucket_batches,
-        )
-        total, tokens = 0.0, 0
-        bar = Progress(
-            len(batches),
-            f"train {spec.name} epoch {epoch}",
-            enabled=progress,
-            unit="batch",
-            span=((epoch - 1) / spec.training.epochs, epoch / spec.training.epochs),
-        )
-        for batch in batches:
-            check_interrupt()  # an interrupt a finalizer swallowed is acted on here
-            batch = batch.to(device)
-            with amp.autocast():
-                logits = model(batch.src, batch.src_lengths, batch.tgt_in)
-            n_tok = int((batch.tgt_out != PAD_ID).sum())
-            loss = nn.functional.cross_entropy(
-                logits.float().transpose(1, 2),
-                batch.tgt_out,
-                ignore_index=PAD_ID,
-                reduction="sum",
-                label_smoothing=spec.training.label_smoothing,
-            )
-            optimizer.zero_grad(set_to_none=True)
-            amp.scaler.scale(loss / n_tok).backward()
-            amp.scaler.unscale_(optimizer)  # clip the true gradients
-            nn.utils.clip_grad_norm_(model.parameters(), spec.training.clip_norm)
-            amp.scaler.step(optimizer)
-            amp.scaler.update()
-            if per_update:
-                scheduler.step()
-            total += loss.item()
-            tokens += n_tok
-            bar.update(1, note=f"loss {total / tokens:.3f}")
-        bar.close()
-        metrics = {
-            "train/loss": total / max(tokens, 1),
-            "train/lr": optimizer.param_groups[0]["lr"],
-            "dev/loss": dev_loss(model, splits.dev, src_vocab, tgt_vocab),
-        }
-        dev_metrics, _ = evaluate_split(model, splits.dev, src_vocab, tgt_vocab, spec)
-        metrics.update({f"dev/{k}": v for k, v in dev_metrics.items() if k != "n"})
-        bad = [
-            k for k in ("train/loss", "dev/loss", f"dev/{metric}") if not math.isfinite(metrics[k])
-        ]
-        if bad or not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
-            what = ", ".join(f"{k} = {metrics[k]}" for k in bad) or "the weights hold NaN/inf"
-            raise NonFiniteError(
-                f"{spec.name} epoch {epoch}: {what}; training diverged (lower training.lr or "
-                "training.clip_norm, or resume from an earlier checkpoint)"
-            )
-        score = sign * metrics[f"dev/{metric}"]
-        if score < best:
-            best, best_epoch, bad_epochs = score, epoch, 0
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        else:
-            bad_epochs += 1
-        if scheduler is not None and not per_update:
-            scheduler.step(score)
-        history.append(metrics)
-        if n_average > 1:
-            recent.append(
-                (epoch, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()})
-            )
-        state = {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "rng": torch.get_rng_state(),
-            "epoch": epoch,
-            "history": history,
-            "best": best,
-            "best_epoch": best_epoch,
-            "bad_epochs": bad_epochs,
-            "best_state": best_state,
-        }
-        if scheduler is not None:
-            state["scheduler"] = scheduler.state_dict()
-        if n_average > 1:
-            state["recent"] = list(recent)
-        if device.type == "cuda":
-            state["cuda_rng"] = torch.cuda.get_rng_state(device)
-        if amp.scaler.is_enabled():
-            state["scaler"] = amp.scaler.state_dict()
-        _atomic_save(state, ckpt_path)
+        total, tokens, bar = _train_epoch(t, splits, vocabs, epoch=epoch, progress=progress)
+        metrics = _epoch_metrics(t, splits, vocabs, epoch=epoch, loss=total / max(tokens, 1))
+        _record_epoch(t, epoch, metrics)
+        _atomic_save(_checkpoint(t, epoch), ckpt_path)
         if on_checkpoint is not None:
             on_checkpoint(ckpt_path)
         bar.write(
             f"{spec.name} epoch {epoch}: train/loss {metrics['train/loss']:.4f} "
-            f"dev/{metric} {metrics[f'dev/{metric}']:.4f}"
+            f"dev/{t.metric} {metrics[f'dev/{t.metric}']:.4f}"
         )
         if on_epoch is not None:
             on_epoch(epoch, metrics)
-        stopped_early = bad_epochs >= spec.training.patience
-    if stopped_early and len(history) < spec.training.epochs and progress:
+        stopped_early = t.stopped
+    if stopped_early and len(t.history) < spec.training.epochs and progress:
         print(
-            f"{spec.name}: stopped early after epoch {len(history)} of {spec.training.epochs}: "
-            f"dev/{metric} did not improve for {spec.training.patience} epochs",
+            f"{spec.name}: stopped early after epoch {len(t.history)} of {spec.training.epochs}: "
+            f"dev/{t.metric} did not improve for {spec.training.patience} epochs",
             file=sys.stderr,
             flush=True,
         )
-    averaged, averaged_epochs = None, ()
-    if n_average > 1 and len(recent) > 1:
-        model.load_state_dict(average_states([w for _, w in recent]))
-        model.eval()
-        dev_metrics, _ = evaluate_split(model, splits.dev, src_vocab, tgt_vocab, spec)
-        if sign * dev_metrics[metric] < best:
-            averaged = {f"dev/{k}": v for k, v in dev_metrics.items() if k != "n"}
-            averaged["dev/loss"] = dev_loss(model, splits.dev, src_vocab, tgt_vocab)
-            averaged_epochs = tuple(e for e, _ in recent)
-    if averaged is None:
-        model.load_state_dict(best_state)
-    model.eval()
+    averaged, averaged_epochs = _final_weights(t, splits, vocabs)
     return TrainResult(
-        model,
-        history,
-        best_epoch,
+        t.model,
+        t.history,
+        t.best_epoch,
         stopped_early,
         time.perf_counter() - t0,
         averaged,

@@ -9,13 +9,13 @@ text (for ``nt-greek-english``: subwords joined into words, English punctuation 
 the BSB's ``skip_space_after``; :func:`attnstudy.data.nt.translation_texts`). Every other task
 gets none.
 
-The bootstrap: the per-verse sufficient statistics sacrebleu computes for its own corpus score
-(n-gram matches and lengths for BLEU, character n-gram matches for chrF) are summed over
-:data:`RESAMPLES` resamples of the verses drawn with replacement (numpy, seed :data:`SEED`),
-each resample scored by sacrebleu from its summed statistics, and the 2.5th and 97.5th
-percentiles are the interval (a percentile bootstrap; sacrebleu's own ``n_bootstrap`` reports a
-symmetric half-width around the resamples' mean instead, seeded through an environment
-variable).
+The bootstrap is the one of every interval (:func:`attnstudy.estimates.bootstrap_ci`, scipy's
+percentile bootstrap): the per-verse sufficient statistics sacrebleu computes for its own corpus
+score (n-gram matches and lengths for BLEU, character n-gram matches for chrF) are summed over
+:data:`RESAMPLES` resamples of the verses drawn with replacement (seed :data:`SEED`), each
+resample scored by sacrebleu from its summed statistics, and the 2.5th and 97.5th percentiles are
+the interval (sacrebleu's own ``n_bootstrap`` reports a symmetric half-width around the
+resamples' mean instead, seeded through an environment variable).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import numpy as np
 from attnstudy.config import DataConfig
 from attnstudy.data.tasks import TRANSLATION_METRICS, get_task
 from attnstudy.data.types import DataError, Example
+from attnstudy.estimates import bootstrap_ci
 
 RESAMPLES = 1000
 """Bootstrap resamples of the test verses."""
@@ -101,12 +102,20 @@ def corpus_score(
     # the per-segment statistics sacrebleu's own corpus score and bootstrap sum
     stats = np.asarray(metric._extract_corpus_statistics(hyps, refs), dtype=np.float64)
     n = len(stats)
-    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-    counts = np.stack([np.bincount(row, minlength=n) for row in draws]).astype(np.float64)
-    sums = counts @ stats  # (resamples, statistics)
-    scores = np.array([metric._compute_score_from_stats(list(s)).score for s in sums])
-    low, high = np.percentile(scores, [2.5, 97.5])
-    return score, float(low), float(high)
+
+    def resampled_scores(idx: np.ndarray, axis: int = -1) -> np.ndarray:
+        """Each resample of the segments (indices, last axis) scored from its summed statistics."""
+        rows = np.asarray(idx).reshape(-1, n)
+        counts = np.stack([np.bincount(row, minlength=n) for row in rows]).astype(np.float64)
+        sums = counts @ stats  # (resamples, statistics)
+        scores = np.array([metric._compute_score_from_stats(list(s)).score for s in sums])
+        return scores.reshape(np.shape(idx)[:-1])
+
+    if n < 2:  # every resample is the one segment
+        one = float(resampled_scores(np.zeros(n, dtype=np.int64)))
+        return score, one, one
+    low, high = bootstrap_ci((np.arange(n),), resampled_scores, resamples=resamples, seed=seed)
+    return score, low, high
 
 
 def translation_scores(

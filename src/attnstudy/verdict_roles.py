@@ -205,6 +205,7 @@ def criterion_sentence(
     values: dict,
     first: str,
     first_values: dict,
+    *,
     lower: bool = False,
     first_lower: bool = False,
 ) -> str:

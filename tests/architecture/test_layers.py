@@ -1,15 +1,18 @@
 """The architecture as tests: one import namespace, layers that import only downward, no cycles,
-mlflow only where it belongs, and the store's schema named in one place.
+the study side never reaching the report, mlflow only where it belongs, and the store's schema
+named in one place.
 
 Layers, bottom to top (a module may import its own layer and those below):
 
     base      attnstudy (the package), config, notices, signals, paths, progress, findings,
-              verdict_roles, outputs, failure_causes, store_check
-    core      data.*, models.*, hf_folder, metrics, devices, training, inference
+              verdict_roles, outputs, failure_causes, store_check, env
+    core      data.*, models.*, hf_folder, metrics, translation, estimates, devices, training,
+              inference
     analysis  analysis.*  (the catalogue, the ablations, the suite, figures)
     tracking  tracking.*  (client, schema, store, models)
     app       experiment, api, cli, report, serving, ui, ui_guard, server, server_app, distributed,
-              ray_head, loopback_cluster, pretrained, adversaries, results, local_workers
+              ray_head, loopback_cluster, pretrained, adversaries, results, study_tasks,
+              local_workers
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ LAYERS = [
             "attnstudy.outputs",
             "attnstudy.failure_causes",
             "attnstudy.store_check",
+            "attnstudy.env",
         ],
     ),
     (
@@ -54,6 +58,7 @@ LAYERS = [
             "attnstudy.hf_folder",
             "attnstudy.metrics",
             "attnstudy.translation",
+            "attnstudy.estimates",
             "attnstudy.devices",
             "attnstudy.training",
             "attnstudy.inference",
@@ -67,6 +72,7 @@ LAYERS = [
             "attnstudy.experiment",
             "attnstudy.api",
             "attnstudy.cli",
+            "attnstudy.cli_args",
             "attnstudy.cli_docs",
             "attnstudy.report",
             "attnstudy.report.*",
@@ -92,6 +98,7 @@ LAYERS = [
             "attnstudy.ablation_resume",
             "attnstudy.ablate_summary",
             "attnstudy.study",
+            "attnstudy.study_tasks",
             "attnstudy.local_workers",
         ],
     ),
@@ -196,6 +203,49 @@ def test_imports_point_only_downward():
         if layer_of(b) > layer_of(a)
     ]
     assert not upward, "\n".join(upward)
+
+
+STUDY_SIDE = [
+    "attnstudy.study",
+    "attnstudy.study_tasks",
+    "attnstudy.local_workers",
+    "attnstudy.distributed",
+    "attnstudy.reference_alignment",
+    "attnstudy.model_runs",
+    "attnstudy.ablation_runs",
+    "attnstudy.adversaries",
+    "attnstudy.task_data",
+]
+"""What runs at study time. The report reads the study from the store and sits above it: the
+study side reaches no report module, at module level or in a function (the report is passed to
+:func:`attnstudy.study.run_study` by :func:`attnstudy.api.run`)."""
+NEVER_REACHES = [(STUDY_SIDE, ["attnstudy.report", "attnstudy.report.*"])]
+"""Permissions beyond the layer order: (modules, what none of them may import, directly or
+through other modules)."""
+
+
+def reachable(start: str, edges: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Every module ``start`` imports directly or through others → one import path to it."""
+    paths, todo = {start: [start]}, [start]
+    while todo:
+        here = todo.pop()
+        for there in sorted(edges.get(here, ())):
+            if there not in paths:
+                paths[there] = [*paths[here], there]
+                todo.append(there)
+    return paths
+
+
+def test_the_study_side_imports_no_report_module():
+    edges, _ = graph()
+    bad = []
+    for sources, forbidden in NEVER_REACHES:
+        for src in sources:
+            assert src in edges, f"{src} is not a module (update NEVER_REACHES)"
+            for name, path in reachable(src, edges).items():
+                if any(fnmatch(name, p) for p in forbidden):
+                    bad.append(" → ".join(path))
+    assert not bad, "\n".join(bad)
 
 
 def test_no_import_cycles():

@@ -128,3 +128,54 @@ def test_no_comparison_of_the_architecture_with_a_literal_outside_the_registry()
     files = [*(ROOT / "src" / "attnstudy").rglob("*.py"), *(ROOT / "analysis").rglob("*.py")]
     found = [f for p in files for f in _literal_comparisons(p)]
     assert found == []
+
+
+def _task_name_comparisons(path: Path, tasks: set[str]) -> list[str]:
+    """Comparisons with a task's name as a literal (``task == "g2p"``, ``x in ("g2p", …)``), and
+    literal tables keyed by task names (``(("g2p", "cmudict"), …)``)."""
+
+    def literals(node: ast.AST) -> set[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return {node.value}
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return set().union(*(literals(e) for e in node.elts)) if node.elts else set()
+        return set()
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare):
+            named = set().union(*(literals(s) for s in [node.left, *node.comparators])) & tasks
+        elif isinstance(node, ast.For):
+            named = literals(node.iter) & tasks
+        else:
+            continue
+        if named:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {sorted(named)}")
+    return found
+
+
+def test_task_names_are_compared_only_in_the_task_registry():
+    """What a task means elsewhere (its label, its data package, its metrics) is an attribute of
+    its registry entry (the report called the Greek–English task "synthetic nt-greek-english")."""
+    from attnstudy.data.tasks import TASKS
+
+    registry = ROOT / "src" / "attnstudy" / "data" / "tasks.py"
+    files = [*(ROOT / "src" / "attnstudy").rglob("*.py"), *(ROOT / "analysis").rglob("*.py")]
+    found = [f for p in files if p != registry for f in _task_name_comparisons(p, set(TASKS))]
+    assert found == []
+
+
+def test_every_task_has_a_label_and_no_real_task_is_called_synthetic():
+    from attnstudy.data import synthetic
+    from attnstudy.data.tasks import TASKS, data_label
+
+    for name in TASKS:
+        label = data_label({"data.task": name})
+        assert label and (label.startswith("synthetic ") == (name in synthetic.ORDERS)), label
+    nt = data_label({"data.task": "nt-greek-english", "data.direction": "en-grc"})
+    assert nt == "New Testament, SBLGNT Greek and BSB English (en-grc)"
+    assert data_label({"data.task": "g2p"}) == "CMUdict"
+    assert data_label({"data.task": "copy", "data.vocab_size": "20"}) == (
+        "synthetic copy, vocabulary 20"
+    )
+    assert data_label({}) == "synthetic ?"  # a run that logged no task, as before

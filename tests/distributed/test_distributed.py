@@ -220,7 +220,7 @@ def test_the_driver_settles_best_on_the_best_version_after_racing_workers(tmp_pa
     from types import SimpleNamespace
 
     from attnstudy import api
-    from attnstudy.distributed import RayExecutor, _Job
+    from attnstudy.study_tasks import Job, settle_best_aliases
     from attnstudy.tracking import Tracker
 
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")  # its own store: no earlier versions
@@ -235,10 +235,10 @@ def test_the_driver_settles_best_on_the_best_version_after_racing_workers(tmp_pa
         tracker.client.create_model_version(name, source="file:///nowhere", run_id=run)
     tracker.set_alias(name, "best", "1")  # the racing worker's stale choice
     jobs = [
-        _Job(0, spec, "t0", model=SimpleNamespace(reused=False)),
-        _Job(1, spec, "t1", model=SimpleNamespace(reused=False)),
+        Job(0, spec, "t0", model=SimpleNamespace(reused=False)),
+        Job(1, spec, "t1", model=SimpleNamespace(reused=False)),
     ]
-    RayExecutor._settle_best_aliases(SimpleNamespace(tracker=tracker), jobs)
+    settle_best_aliases(SimpleNamespace(tracker=tracker), jobs)
     assert str(tracker.client.get_model_version_by_alias(name, "best").version) == "2"
 
 
@@ -287,20 +287,21 @@ def test_a_ray_ablation_task_uses_the_experiments_verdict_thresholds(monkeypatch
     import contextlib
     import types
 
-    from attnstudy import ablation_runs, distributed, model_runs
+    from attnstudy import ablation_runs, distributed, model_runs, study_tasks
     from attnstudy.findings import VerdictThresholds
 
     seen = {}
 
     @contextlib.contextmanager
-    def worker(job):  # the task's progress line names the spec's model
+    def worker(job, placement):  # the task's progress line names the spec's model
+        assert placement is distributed.placed_here  # a Ray task's devices: its placement
         yield types.SimpleNamespace(name="copy additive-bahdanau"), "tracker"
 
     def ablate_run(model_run_id, loaded, cfg, tracker, **kw):
         seen.update(kw)
         return "ablation-run", None
 
-    monkeypatch.setattr(distributed, "_worker", worker)
+    monkeypatch.setattr(study_tasks, "_worker", worker)
     monkeypatch.setattr(model_runs, "load_model", lambda uri, tracker: ("m", "loaded"))
     monkeypatch.setattr(ablation_runs, "ablate_run", ablate_run)
     from dataclasses import asdict

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from attnstudy.reference_alignment import side_by_side_table
+from attnstudy.report.alignment_tables import side_by_side_table
 from attnstudy.report.facts import layer_facts, model_facts, thresholds_of
 from attnstudy.report.store import load_study
 from attnstudy.tracking import Tracker
@@ -82,7 +82,7 @@ def test_a_task_with_word_tags_gets_attention_s_breakdowns(golden_study, golden_
 
     from attnstudy.data import breakdowns
     from attnstudy.data.tasks import TASKS, WordTags, load_task
-    from attnstudy.reference_alignment import breakdown_rows, stored_examples
+    from attnstudy.report.alignment_tables import breakdown_rows, stored_examples
 
     data, _, _ = golden_study
     tracker, _ = golden_store
@@ -131,7 +131,7 @@ def test_one_tag_for_every_word_gives_the_battery_s_own_alignment_numbers(
 
     from attnstudy.data.tasks import TASKS, WordTags, load_task
     from attnstudy.findings import Estimate
-    from attnstudy.reference_alignment import breakdown_rows, stored_examples
+    from attnstudy.report.alignment_tables import breakdown_rows, stored_examples
 
     data, _, _ = golden_study
     tracker, _ = golden_store

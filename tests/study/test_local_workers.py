@@ -179,14 +179,14 @@ def test_a_dead_worker_fails_its_model_and_ends_its_runs_failed(fresh_root):
     from concurrent.futures.process import BrokenProcessPool
     from types import SimpleNamespace
 
-    from attnstudy.distributed import _Job
     from attnstudy.local_workers import LocalPoolExecutor
+    from attnstudy.study_tasks import Job
     from attnstudy.tracking import Tag, Tracker
 
     tracker = Tracker()
     exp_id = tracker.experiment_id("tiny")
     spec = _tiny(2).runs()[0]
-    job = _Job(0, spec, "study/0/train/aaaa", ablate_token="study/0/ablate/aaaa")
+    job = Job(0, spec, "study/0/train/aaaa", ablate_token="study/0/ablate/aaaa")
     left = Tracker(run_tags={Tag.CLUSTER_TASK: job.train_token}).start_run(exp_id, spec.name)
     other = Tracker(run_tags={Tag.CLUSTER_TASK: "study/1/train/bbbb"}).start_run(exp_id, "other")
     fut: Future = Future()
@@ -359,3 +359,29 @@ def test_a_score_that_cannot_travel_is_refused_only_for_worker_processes():
             _check_step_scores(ablation, in_workers=True)
     finally:
         step_scores.unregister_step_score("locked_gap")
+
+
+def test_workers_report_their_pids_and_the_driver_finds_them_alive():
+    """The driver interrupts its workers by the PIDs they report when they start (it read the
+    pool's private ``_processes`` before): every started worker is found, alive, and a worker
+    that has exited is not."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    from attnstudy import local_workers as lw
+
+    spawn = multiprocessing.get_context("spawn")
+    workers = lw._Workers(spawn)
+    with ProcessPoolExecutor(
+        max_workers=2,
+        mp_context=spawn,
+        initializer=lw._init_worker,
+        initargs=(None, (), None, workers.sender),
+    ) as pool:
+        pids = {pool.submit(os.getpid).result(timeout=120) for _ in range(4)}
+        found = {p.pid for p in workers.alive()}
+        assert pids <= found and len(found) <= 2
+        assert all(p.is_alive() for p in workers.alive())
+    assert workers.alive() == []  # shut down: none is a running child any more
+    workers.close()

@@ -191,9 +191,9 @@ def score(
     With sure links only (S = P) AER (Och & Ney 2003, eq. 7) is
     1 − 2|A∩S| / (|A| + |S|) = 1 − F1; precision = |A∩S| / |A|, recall = |A∩S| / |S|, each a
     ratio of corpus sums, with a 95 % percentile bootstrap interval resampling sentences
-    (:func:`scipy.stats.bootstrap`, paired, seeded by ``seed``: the method of the battery's
-    ``attnstudy.analysis.suite.ratio_ci``, which this data layer may not import). Sentences with a
-    zero denominator are left out of that statistic; with fewer than two the interval is NaN.
+    (:func:`attnstudy.estimates.ratio_ci`, seeded by ``seed``, as the battery's statistics).
+    Sentences with a zero denominator are left out of that statistic; with fewer than two the
+    interval is NaN.
 
     Args:
         hypotheses, gold: links per sentence, in the same order.

@@ -1,6 +1,6 @@
 """Ratios of corpus sums with a bootstrap interval over sentences: the aligners' AER, precision
 and recall (:mod:`attnstudy.data.eflomal`) and their breakdowns (:mod:`attnstudy.data.breakdowns`)
-in the data layer, by the method of the battery's ``attnstudy.analysis.suite.ratio_ci``."""
+in the data layer, through the one bootstrap of :mod:`attnstudy.estimates`."""
 
 from __future__ import annotations
 
@@ -21,9 +21,8 @@ def ratio_estimate(
     num, den, *, complement: bool = False, resamples: int = 1000, seed: int = 0
 ) -> Estimate:
     """Σ num / Σ den over sentences (or 1 − that, ``complement``) with a 95 % percentile bootstrap
-    interval resampling sentences (:func:`scipy.stats.bootstrap`, paired, seeded by ``seed``: the
-    method of the battery's ``attnstudy.analysis.suite.ratio_ci``, which this data layer may not
-    import). Sentences with ``den`` = 0 are left out.
+    interval resampling sentences (:func:`attnstudy.estimates.ratio_ci`, the one bootstrap behind
+    every interval). Sentences with ``den`` = 0 are left out.
 
     Args:
         num, den: per-sentence sums, shape (n_sentences,).
@@ -34,34 +33,16 @@ def ratio_estimate(
         The :class:`Estimate`; all NaN where no sentence has ``den`` > 0, the interval NaN with
         fewer than two.
     """
-    import numpy as np
-    from scipy import stats
+    from attnstudy.estimates import ratio_ci
 
-    num, den = np.asarray(num, float), np.asarray(den, float)
-    keep = den > 0
-    n, d = num[keep], den[keep]
-    if not len(n):
-        return Estimate(math.nan, math.nan, math.nan)
-
-    def ratio(a, b, axis=-1):
-        r = a.sum(axis) / b.sum(axis)
-        return 1.0 - r if complement else r
-
-    value = float(ratio(n, d))
-    if len(n) < 2:
-        return Estimate(value, math.nan, math.nan)
-    res = stats.bootstrap(
-        (n, d),
-        ratio,
-        paired=True,
-        vectorized=True,
-        n_resamples=resamples,
-        method="percentile",
-        confidence_level=0.95,
-        rng=np.random.default_rng(seed),
+    r = ratio_ci(
+        num,
+        den,
+        resamples=resamples,
+        seed=seed,
+        transform=(lambda x: 1.0 - x) if complement else None,
     )
-    ci = res.confidence_interval
-    return Estimate(value, float(ci.low), float(ci.high))
+    return Estimate(math.nan, math.nan, math.nan) if r is None else Estimate(*r)
 
 
 def cell(e: Estimate) -> str:

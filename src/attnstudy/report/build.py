@@ -13,14 +13,14 @@ import pandas as pd
 
 from ..outputs import REPORT_KIND, check_files, replace_folder, store_folders_of, write_files
 from ..paths import project_root
-from ..reference_alignment import (
+from ..templating import render
+from ..tracking import Artifact
+from .alignment_tables import (
     breakdown_rows,
     flip_split_rows,
     side_by_side_rows,
     stored_examples,
 )
-from ..templating import render
-from ..tracking import Artifact
 from .context import report_context, ui_base_url
 from .facts import layer_facts, model_facts, thresholds_of
 from .store import load_study
@@ -115,7 +115,7 @@ def build_report(
             ``<experiment>-adversaries.csv``, ``<experiment>-alignment.csv`` (attention's alignment
             beside the reference aligner's and the attribution argmaxes) and
             ``<experiment>-alignment-flips.csv`` (flip rates where attention aligns and where it
-            does not: :mod:`attnstudy.reference_alignment`), and for a task with word tags
+            does not: :mod:`attnstudy.report.alignment_tables`), and for a task with word tags
             ``<experiment>-alignment-tags.csv`` and ``-alignment-shape.csv`` (attention's alignment
             by the source word's tag and by link shape)
             (:func:`attnstudy.results.write_results`), each row naming the study run.
@@ -228,3 +228,27 @@ def _log_report(tracker, study_id: str, out: Path, *, figures: list[dict], table
             f"the report is written to {out} but not logged to the study run {study_id}: the "
             f"tracking store {err.store} is read-only ({err.reason})"
         )
+
+
+class StudyReport:
+    """The report as a study's last step (:func:`attnstudy.study.run_study`'s ``report``): the
+    study calls it without importing the report, which sits above it."""
+
+    def check(self, cfg, tracker) -> None:
+        """Refuse, before the study starts, a report folder that would be refused at its end.
+
+        Raises:
+            attnstudy.outputs.OutputError: the folder may not be replaced.
+        """
+        from ..outputs import check_replace
+
+        check_replace(
+            report_dir(cfg.experiment.name),
+            kind=REPORT_KIND,
+            option="the report folder",
+            store_folders=store_folders_of(tracker.uri),
+        )
+
+    def build(self, tracker, study_id: str) -> Path:
+        """:func:`build_report` of study ``study_id`` into its default folder."""
+        return build_report(tracker, study_id)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import os
 
-from .. import reference_alignment
 from ..analysis import catalogue, figures
 from ..analysis.catalogue import list_ablations
 from ..analysis.per_example import SHOW_CRITERION, per_example_summary, pick_shown
@@ -24,6 +23,7 @@ from ..findings import (
 from ..run_pages import estimates_table, figure_png
 from ..tracking import Artifact
 from ..ui import TRAINING_VIEW_QUERY, runs_view_url
+from . import alignment_tables
 from .facts import _bootstrap_cfg, layer_facts, model_facts, thresholds_of
 from .prose import STUDY_FIGURES
 from .store import ModelEntry, StudyData
@@ -118,35 +118,16 @@ def page_names(names: list[str]) -> dict[str, str]:
 
 
 def _figures(data: StudyData, facts, *, layers, palette, eps) -> list[dict]:
+    """The report's figures, in its order: the summary of estimates, accuracy by length, each
+    ablation's own figure (as its catalogue entry declares it), each model's heatmaps, seed
+    variance and the trained adversaries; rendered (:func:`_rendered`)."""
     steps = data.steps
     analysis = (
         steps[steps["prefix"] == steps["analysis_prefix"]]
         if len(steps) and "prefix" in steps
         else steps
     )
-    out = []
-    pages = page_names([e.variant for e in data.entries])
-    all_facts = [f for e in data.entries if (f := facts.get(e.model_run_id))]
-    # a model with several layers: its layers and their mean (its own row is one of its layers)
-    all_facts = [x for f in all_facts for x in (layers.get(_run_of(data, f)) or [f])]
-    # every model, the one without attention too (its τ gradient–LOO is a value; the rest n/a)
-    est = estimates_table(all_facts)
-    layer_pal = dict(palette)
-    for f in all_facts:
-        if f.name not in layer_pal:
-            base = f.name.split(" · ")[0]
-            shades = [x.name for x in all_facts if x.name.split(" · ")[0] == base]
-            layer_pal[f.name] = figures._shade(
-                palette.get(base, (0.3, 0.3, 0.3)), shades.index(f.name), len(shades)
-            )
-    if len(est):
-        out.append(
-            (
-                "summary",
-                figures.estimates_plot(est, layer_pal, models=[f.name for f in all_facts]),
-                STUDY_FIGURES["summary"],
-            )
-        )
+    out = _summary_figure(data, facts, layers=layers, palette=palette)
     out.append(
         (
             "accuracy_by_length",
@@ -173,6 +154,62 @@ def _figures(data: StudyData, facts, *, layers, palette, eps) -> list[dict]:
         )
         key = fig.kind if fig.kind != "stat_distributions" else spec.name
         out.append((key, drawn, (fig.title, fig.caption)))
+    out += _heatmap_figures(data, facts, eps=eps)
+    if not data.seed_variance.empty:
+        out.append(
+            (
+                "seed_variance",
+                figures.seed_variance(data.seed_variance, palette),
+                STUDY_FIGURES["seed_variance"],
+            )
+        )
+    if not data.adversaries.empty:
+        out.append(
+            (
+                "trained_adversary",
+                figures.trained_adversaries(
+                    data.adversaries,
+                    per_instance_adversary(data),
+                    data.seed_variance,
+                    palette,
+                ),
+                STUDY_FIGURES["trained_adversary"],
+            )
+        )
+    return _rendered(data, out)
+
+
+def _summary_figure(data: StudyData, facts, *, layers, palette) -> list[tuple]:
+    """The summary of estimates (none without estimates): every model, the one without attention
+    too (its τ gradient–LOO is a value; the rest n/a), a model with several layers as its layers
+    and their mean (its own row is one of its layers), in shades of its colour."""
+    all_facts = [f for e in data.entries if (f := facts.get(e.model_run_id))]
+    all_facts = [x for f in all_facts for x in (layers.get(_run_of(data, f)) or [f])]
+    est = estimates_table(all_facts)
+    layer_pal = dict(palette)
+    for f in all_facts:
+        if f.name not in layer_pal:
+            base = f.name.split(" · ")[0]
+            shades = [x.name for x in all_facts if x.name.split(" · ")[0] == base]
+            layer_pal[f.name] = figures._shade(
+                palette.get(base, (0.3, 0.3, 0.3)), shades.index(f.name), len(shades)
+            )
+    if not len(est):
+        return []
+    return [
+        (
+            "summary",
+            figures.estimates_plot(est, layer_pal, models=[f.name for f in all_facts]),
+            STUDY_FIGURES["summary"],
+        )
+    ]
+
+
+def _heatmap_figures(data: StudyData, facts, *, eps) -> list[tuple]:
+    """Each model's heatmaps: its recorded examples (the best, median and worst picks), or the
+    heatmaps a run logged before records existed."""
+    out = []
+    pages = page_names([e.variant for e in data.entries])
     for e in data.entries:
         if e.records:
             table = per_example_summary(e.steps, e.examples, e.analysis_prefix)
@@ -197,27 +234,12 @@ def _figures(data: StudyData, facts, *, layers, palette, eps) -> list[dict]:
                     _heatmaps_caption(e),
                 )
             )
-    if not data.seed_variance.empty:
-        out.append(
-            (
-                "seed_variance",
-                figures.seed_variance(data.seed_variance, palette),
-                STUDY_FIGURES["seed_variance"],
-            )
-        )
-    if not data.adversaries.empty:
-        out.append(
-            (
-                "trained_adversary",
-                figures.trained_adversaries(
-                    data.adversaries,
-                    per_instance_adversary(data),
-                    data.seed_variance,
-                    palette,
-                ),
-                STUDY_FIGURES["trained_adversary"],
-            )
-        )
+    return out
+
+
+def _rendered(data: StudyData, out: list[tuple]) -> list[dict]:
+    """The figures ``(key, figure, (title, caption))`` as PNG files and data URIs, each caption
+    saying what its n/a marks stand for."""
     result = []
     for key, fig, (title, caption) in out:
         caption = caption + _na_caption(
@@ -314,6 +336,73 @@ def report_context(
     palette = figures.variant_palette([e.variant for e in data.entries])
     facts = {e.model_run_id: model_facts(e, t) for e in data.entries}
     layers = {e.model_run_id: layer_facts(e, facts[e.model_run_id]) for e in data.entries}
+    findings, verdicts, vfacts, vconfigs = _findings(data, facts, layers, t)
+    eps_values = {f.eps for f in facts.values() if f.eps is not None}
+    eps = next(iter(eps_values)) if len(eps_values) == 1 else None
+    p_values = {f.n_permutations for f in facts.values() if f.n_permutations}
+    prefixes = {e.analysis_prefix for e in data.entries if e.ablation_run_id}
+    seeds = {e.seed for e in data.entries}
+    by_config = {}
+    for e in data.entries:
+        by_config.setdefault(e.config, set()).add(e.seed)
+    one_seed = all(len(s) == 1 for s in by_config.values())
+    figs = _figures(data, facts, layers=layers, palette=palette, eps=eps)
+    runs = _runs(data, facts, links)
+    return {
+        "title": f"Is this model's attention an explanation? — {data.experiment}",
+        "experiment": data.experiment,
+        "experiment_id": data.experiment_id,
+        "study_id": data.study_id,
+        "study_url": links.run(data.study_id),
+        "runs_url": links.runs(),
+        "ui_url": links.base,
+        "status_lines": status_lines(data),
+        "overall": overall(verdicts, vfacts, vconfigs)
+        if verdicts
+        else "No model of this study was ablated.",
+        "findings": findings,
+        "tables": alignment_tables.with_sure_only_note(data, summary_tables(data, facts, layers)),
+        "extra_tables": [
+            t
+            for t in (
+                adversary_table(data),
+                alignment_tables.side_by_side_table(data, facts, layers),
+                alignment_tables.flip_split_table(data),
+            )
+            if t is not None
+        ],
+        "figures": figs,
+        "runs": runs,
+        "settings": {
+            "eps": ", ".join(f"{x:g}" for x in sorted(eps_values)) or None,
+            "permutations": ", ".join(str(x) for x in sorted(p_values)) or None,
+            "prefix": ", ".join(sorted(prefixes)) or None,
+            "units": units_line(data),
+            "seeds": ", ".join(sorted(seeds)),
+            "one_seed": one_seed,
+            "bootstrap": _bootstrap_cfg(data.entries[0]).bootstrap_resamples
+            if data.entries
+            else 1000,
+            "criterion": SHOW_CRITERION,
+        },
+        "thresholds": [
+            {"key": k, "value": getattr(t, k), "description": fld.description}
+            for k, fld in VerdictThresholds.model_fields.items()
+        ],
+        "definitions": catalogue.definitions(
+            {n for e in data.entries for n in e.ablations_run} | set(list_ablations(True))
+        ),
+        "references": REFERENCES,
+        "literature": LITERATURE,
+        "literature_context": LITERATURE_CONTEXT,
+        "config_text": data.config_text or "(not logged)",
+    }
+
+
+def _findings(data: StudyData, facts: dict, layers: dict, t: VerdictThresholds):
+    """Per model its finding (the verdict, per layer too; or why it has none: training or
+    ablations failed, not ablated), and the verdicts with their facts and configurations for
+    the overall paragraph: ``(findings, verdicts, facts, configs)``."""
     findings = []
     verdicts, vfacts, vconfigs = [], [], []
     for e in data.entries:
@@ -365,16 +454,11 @@ def report_context(
                 "categories": v.answers,
             }
         )
-    eps_values = {f.eps for f in facts.values() if f.eps is not None}
-    eps = next(iter(eps_values)) if len(eps_values) == 1 else None
-    p_values = {f.n_permutations for f in facts.values() if f.n_permutations}
-    prefixes = {e.analysis_prefix for e in data.entries if e.ablation_run_id}
-    seeds = {e.seed for e in data.entries}
-    by_config = {}
-    for e in data.entries:
-        by_config.setdefault(e.config, set()).add(e.seed)
-    one_seed = all(len(s) == 1 for s in by_config.values())
-    figs = _figures(data, facts, layers=layers, palette=palette, eps=eps)
+    return findings, verdicts, vfacts, vconfigs
+
+
+def _runs(data: StudyData, facts: dict, links: Links) -> list[dict]:
+    """The runs table: per model its data, runs, example browser, registered version and links."""
     runs = []
     pages = page_names([e.variant for e in data.entries])
     for e in data.entries:
@@ -403,54 +487,4 @@ def report_context(
                 "n_steps": f.n_steps,
             }
         )
-    return {
-        "title": f"Is this model's attention an explanation? — {data.experiment}",
-        "experiment": data.experiment,
-        "experiment_id": data.experiment_id,
-        "study_id": data.study_id,
-        "study_url": links.run(data.study_id),
-        "runs_url": links.runs(),
-        "ui_url": links.base,
-        "status_lines": status_lines(data),
-        "overall": overall(verdicts, vfacts, vconfigs)
-        if verdicts
-        else "No model of this study was ablated.",
-        "findings": findings,
-        "tables": reference_alignment.with_sure_only_note(
-            data, summary_tables(data, facts, layers)
-        ),
-        "extra_tables": [
-            t
-            for t in (
-                adversary_table(data),
-                reference_alignment.side_by_side_table(data, facts, layers),
-                reference_alignment.flip_split_table(data),
-            )
-            if t is not None
-        ],
-        "figures": figs,
-        "runs": runs,
-        "settings": {
-            "eps": ", ".join(f"{x:g}" for x in sorted(eps_values)) or None,
-            "permutations": ", ".join(str(x) for x in sorted(p_values)) or None,
-            "prefix": ", ".join(sorted(prefixes)) or None,
-            "units": units_line(data),
-            "seeds": ", ".join(sorted(seeds)),
-            "one_seed": one_seed,
-            "bootstrap": _bootstrap_cfg(data.entries[0]).bootstrap_resamples
-            if data.entries
-            else 1000,
-            "criterion": SHOW_CRITERION,
-        },
-        "thresholds": [
-            {"key": k, "value": getattr(t, k), "description": fld.description}
-            for k, fld in VerdictThresholds.model_fields.items()
-        ],
-        "definitions": catalogue.definitions(
-            {n for e in data.entries for n in e.ablations_run} | set(list_ablations(True))
-        ),
-        "references": REFERENCES,
-        "literature": LITERATURE,
-        "literature_context": LITERATURE_CONTEXT,
-        "config_text": data.config_text or "(not logged)",
-    }
+    return runs

@@ -17,6 +17,7 @@ from ..adversaries import STATS as ADVERSARY_STATS
 from ..analysis import catalogue
 from ..analysis.attribution_params import METHODS as ATTRIBUTION_METHODS
 from ..analysis.catalogue import list_ablations
+from ..data import tasks
 from ..data.tasks import METRICS, TASKS, TRANSLATION_METRICS, report_metrics, task_metrics
 from ..findings import Estimate, ModelFacts, estimate, layer_name
 from ..run_pages import variant_name
@@ -396,35 +397,10 @@ def _summary_rows(st: pd.DataFrame, prefix: str) -> pd.DataFrame:
 
 def data_label(params: dict[str, str]) -> str:
     """The data set a model was trained on, from its run's ``data.*`` params, for headings and
-    the runs table: ``CMUdict`` (G2P), ``CLDR dates, locales …``, the TSV training file as
-    recorded, ``TSV file /absolute/path`` (an experiment file's relative paths are made absolute
-    against its folder before a run records them; a path recorded relative is said to be
-    relative to the run's working directory), or the synthetic task with its vocabulary size and
-    lengths; ``?`` when the run logged no task."""
-    task = params.get("data.task", "?")
-    if task == "tsv":
-        path = params.get("data.train_path", "")
-        if not path:
-            return "tsv"
-        if path.startswith(("/", "\\")) or path[1:3] in (":\\", ":/"):
-            return f"TSV file {path}"
-        return f"TSV file {path} (relative to the folder its run was started in)"
-    if task == "g2p":
-        return "CMUdict"
-    if task == "dates":
-        locales = [
-            x.strip(" '\"")
-            for x in params.get("data.dates_locales", "").strip("[]()").split(",")
-            if x.strip(" '\"")
-        ]
-        shown = ", ".join(locales[:3]) + (", …" if len(locales) > 3 else "")
-        return f"CLDR dates, locales {shown}" if shown else "CLDR dates"
-    extra = []
-    if "data.vocab_size" in params:
-        extra.append(f"vocabulary {params['data.vocab_size']}")
-    if "data.min_len" in params and "data.max_len" in params:
-        extra.append(f"lengths {params['data.min_len']}–{params['data.max_len']}")
-    return ", ".join([f"synthetic {task}", *extra])
+    the runs table: the task registry's label (:func:`attnstudy.data.tasks.data_label`:
+    ``CMUdict`` (G2P), ``CLDR dates, locales …``, the TSV training file as recorded, the
+    Greek–English New Testament, or the synthetic task with its vocabulary size and lengths)."""
+    return tasks.data_label(params)
 
 
 def model_label(e: ModelEntry, experiment: str) -> str:

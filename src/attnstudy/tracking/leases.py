@@ -19,11 +19,11 @@ expired, whichever node it ran on; on its own host a dead owner PID closes it at
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
 
+from ..env import env_seconds
 from .schema import Tag
 
 LEASE_VAR = "ATTNSTUDY_LEASE_SECONDS"
@@ -38,21 +38,13 @@ def lease_seconds() -> float:
     Raises:
         ConfigError: the variable is not a number of seconds in [4, 86400] (one line naming it).
     """
-    text = os.environ.get(LEASE_VAR)
-    if text is None:
-        return DEFAULT_LEASE_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not (MIN_LEASE_S <= value <= MAX_LEASE_S):
-        from ..config import ConfigError
-
-        raise ConfigError(
-            f"{LEASE_VAR}={text!r} is not a number of seconds in [{MIN_LEASE_S:g}, "
-            f"{MAX_LEASE_S:g}] (the time a run's owner has to renew its lease)"
-        )
-    return value
+    return env_seconds(
+        LEASE_VAR,
+        DEFAULT_LEASE_S,
+        low=MIN_LEASE_S,
+        high=MAX_LEASE_S,
+        why="the time a run's owner has to renew its lease",
+    )
 
 
 def heartbeat_seconds(lease: float) -> float:

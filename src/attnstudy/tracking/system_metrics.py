@@ -26,6 +26,8 @@ import os
 import threading
 import time
 
+from ..env import env_seconds
+
 ENABLED_VAR = "ATTNSTUDY_SYSTEM_METRICS"
 INTERVAL_VAR = "ATTNSTUDY_SYSTEM_METRICS_SECONDS"
 INTERVAL = 30.0
@@ -51,19 +53,7 @@ def sampling_interval() -> float | None:
             f"{ENABLED_VAR}={on!r}: give 1 to log the CPU and memory of every run as system/* "
             "metrics, 0 to not"
         )
-    text = os.environ.get(INTERVAL_VAR, "").strip()
-    if not text:
-        return INTERVAL
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = 0.0
-    if not 0.1 <= seconds <= 86_400:
-        raise ConfigError(
-            f"{INTERVAL_VAR}={text!r} is not a number of seconds in 0.1..86400; unset it for "
-            f"the default ({INTERVAL:g} s)"
-        )
-    return seconds
+    return env_seconds(INTERVAL_VAR, INTERVAL, low=0.1, high=86_400)
 
 
 class Sampler:
