@@ -338,22 +338,10 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
     # per-token bookkeeping on host copies (one transfer, not one per step on a GPU)
     att = att.cpu()
     mean = att.mean(1)
-    # row t of the shifted attention is step t + 1's: the step fed the token emitted at t
-    shifted = torch.cat([att[:, :, 1:], torch.zeros_like(att[:, :, :1])], 2)
-    shift_mean = shifted.mean(1)
-    next_real = torch.cat([tr.step_mask[:, 1:], torch.zeros_like(tr.step_mask[:, :1])], 1).tolist()
     valid = (~tr.pad_mask).cpu()
-    # its unique argmax per row, -1 on a tie, computed once (a per-row call doubled the run time)
-    masked = shift_mean.masked_fill(~valid[:, None, :], float("-inf"))
-    is_max = masked == masked.max(-1, keepdim=True).values
-    shift_link = torch.where(is_max.sum(-1) == 1, is_max.int().argmax(-1), -1).tolist()
+    shift_mean, next_real, shift_link = _next_step_links(att, tr.step_mask, valid)
     lengths, tgt_out = tr.src_lengths.tolist(), tr.tgt_out.tolist()
-    cols: dict[str, list[float]] = {"alignment_linked": []}
-    cols.update({f"alignment_{c}": [] for c in COUNTS})
-    cols.update({f"alignment_{c}": [] for c in SHIFT_COUNTS})
-    cols.update({"alignment_gold_mass": [], "alignment_argmax_on_gold": []})
-    head_cols = [f"alignment_head{k}_{c}" for k in range(h) for c in COUNTS[:3]] if h > 1 else []
-    cols.update({c: [] for c in head_cols})
+    cols = _empty_columns(h)
     skipped = []
     subword = any(ex.tgt_words for ex in batch.examples)
     # each row's target word; NaN on the rows of an example without word maps (one without gold
@@ -367,12 +355,7 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
         unit = t  # the target unit of this row: the token, or the word of a subword
         if ex.tgt_words:
             if b not in words:
-                heads_w = word_attention(att[b], ex.src_words, ex.tgt_words)  # (H, J, I)
-                first = {}
-                for j, w in enumerate(ex.tgt_words):
-                    first.setdefault(w, j)
-                shift_w = word_attention(shift_mean[b], ex.src_words, ex.tgt_words)  # (J, I)
-                words[b] = (heads_w.mean(0), heads_w, first, shift_w)
+                words[b] = _word_maps(att[b], shift_mean[b], ex)
             unit = ex.tgt_words[t] if t < len(ex.tgt_words) else -1
         word_col.append(float(unit) if ex.tgt_words else np.nan)
         if gold is None:
@@ -381,14 +364,7 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
             continue
         eos = int(tgt_out[b][t]) == EOS_ID
         if eos or (ex.tgt_words and (unit < 0 or words[b][2].get(unit) != t)):
-            # <eos>, or a subword after its word's first: the word is counted once, on its first
-            for name, v in cols.items():
-                if name == "alignment_linked":
-                    v.append(0.0 if eos else np.nan)
-                elif name in ("alignment_gold_mass", "alignment_argmax_on_gold"):
-                    v.append(np.nan)
-                else:
-                    v.append(0.0)
+            _append_nothing(cols, eos)  # <eos>, or a subword after its word's first
             continue
         if ex.tgt_words:
             row_mean, row_heads = words[b][0][unit], words[b][1][:, unit]
@@ -403,28 +379,11 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
             row_shift = None
         sure_t = {i for i, j in gold.sure if j == unit and i < n_x}
         poss_t = {i for i, j in gold.possible | gold.sure if j == unit and i < n_x}
-        link = _argmax_link(row_mean, row_valid)
-        cols["alignment_linked"].append(float(bool(poss_t)))
-        cols["alignment_n_hyp"].append(float(link is not None))
-        cols["alignment_n_hyp_sure"].append(float(link in sure_t))
-        cols["alignment_n_hyp_possible"].append(float(link in poss_t))
-        cols["alignment_n_sure"].append(float(len(sure_t)))
         if ex.tgt_words:
             shift = None if row_shift is None else _argmax_link(row_shift, row_valid)
         else:
             shift = shift_link[b][t] if next_real[b][t] and shift_link[b][t] >= 0 else None
-        cols["alignment_shift_n_hyp"].append(float(shift is not None))
-        cols["alignment_shift_n_hyp_sure"].append(float(shift in sure_t))
-        cols["alignment_shift_n_hyp_possible"].append(float(shift in poss_t))
-        cols["alignment_gold_mass"].append(
-            float(row_mean[sorted(poss_t)].double().sum()) if poss_t else np.nan
-        )
-        cols["alignment_argmax_on_gold"].append(float(link in poss_t) if poss_t else np.nan)
-        for k in range(h if h > 1 else 0):
-            lk = _argmax_link(row_heads[k], row_valid)
-            cols[f"alignment_head{k}_n_hyp"].append(float(lk is not None))
-            cols[f"alignment_head{k}_n_hyp_sure"].append(float(lk in sure_t))
-            cols[f"alignment_head{k}_n_hyp_possible"].append(float(lk in poss_t))
+        _append_row(cols, (row_mean, row_heads, row_valid), gold=(sure_t, poss_t), shift=shift)
     for name, values in cols.items():
         frame[name] = np.asarray(values, dtype=float)
     frame["alignment_linked"] = (
@@ -435,6 +394,80 @@ def run(model: Seq2Seq, batch: PreparedBatch, params, ctx: AblationContext) -> p
         word = np.asarray(word_col, dtype=float)
         frame["alignment_word"] = word if np.isnan(word).any() else word.astype(np.int64)
     return frame
+
+
+def _next_step_links(att: Tensor, step_mask: Tensor, valid: Tensor):
+    """The next step's head-mean attention per row (row t is step t + 1's: the step fed the token
+    emitted at t), whether that step is real, and its unique argmax per row (−1 on a tie),
+    computed once (a per-row call doubled the run time)."""
+    shifted = torch.cat([att[:, :, 1:], torch.zeros_like(att[:, :, :1])], 2)
+    shift_mean = shifted.mean(1)
+    next_real = torch.cat([step_mask[:, 1:], torch.zeros_like(step_mask[:, :1])], 1).tolist()
+    masked = shift_mean.masked_fill(~valid[:, None, :], float("-inf"))
+    is_max = masked == masked.max(-1, keepdim=True).values
+    shift_link = torch.where(is_max.sum(-1) == 1, is_max.int().argmax(-1), -1).tolist()
+    return shift_mean, next_real, shift_link
+
+
+def _empty_columns(h: int) -> dict[str, list[float]]:
+    """The ablation's columns, empty, in their order (per-head counts for ``h`` > 1 heads)."""
+    cols: dict[str, list[float]] = {"alignment_linked": []}
+    cols.update({f"alignment_{c}": [] for c in COUNTS})
+    cols.update({f"alignment_{c}": [] for c in SHIFT_COUNTS})
+    cols.update({"alignment_gold_mass": [], "alignment_argmax_on_gold": []})
+    head_cols = [f"alignment_head{k}_{c}" for k in range(h) for c in COUNTS[:3]] if h > 1 else []
+    cols.update({c: [] for c in head_cols})
+    return cols
+
+
+def _word_maps(att_b: Tensor, shift_mean_b: Tensor, ex):
+    """A subword example's word grids: (head-mean, per head, each word's first subword, the next
+    step's head-mean)."""
+    heads_w = word_attention(att_b, ex.src_words, ex.tgt_words)  # (H, J, I)
+    first = {}
+    for j, w in enumerate(ex.tgt_words):
+        first.setdefault(w, j)
+    shift_w = word_attention(shift_mean_b, ex.src_words, ex.tgt_words)  # (J, I)
+    return heads_w.mean(0), heads_w, first, shift_w
+
+
+def _append_nothing(cols: dict[str, list[float]], eos: bool) -> None:
+    """A row that counts nothing: ``<eos>`` (linked: False) or a subword after its word's first
+    (the word is counted once, on its first; linked: NaN)."""
+    for name, v in cols.items():
+        if name == "alignment_linked":
+            v.append(0.0 if eos else np.nan)
+        elif name in ("alignment_gold_mass", "alignment_argmax_on_gold"):
+            v.append(np.nan)
+        else:
+            v.append(0.0)
+
+
+def _append_row(cols: dict[str, list[float]], rows, *, gold, shift: int | None) -> None:
+    """One target unit's values: the hard link of its head-mean attention row and of each head's
+    (``rows``: head-mean row, per-head rows, valid source positions) against its gold links
+    (``gold``: sure, possible), the next step's link ``shift``, the attention mass on gold."""
+    row_mean, row_heads, row_valid = rows
+    sure_t, poss_t = gold
+    link = _argmax_link(row_mean, row_valid)
+    cols["alignment_linked"].append(float(bool(poss_t)))
+    cols["alignment_n_hyp"].append(float(link is not None))
+    cols["alignment_n_hyp_sure"].append(float(link in sure_t))
+    cols["alignment_n_hyp_possible"].append(float(link in poss_t))
+    cols["alignment_n_sure"].append(float(len(sure_t)))
+    cols["alignment_shift_n_hyp"].append(float(shift is not None))
+    cols["alignment_shift_n_hyp_sure"].append(float(shift in sure_t))
+    cols["alignment_shift_n_hyp_possible"].append(float(shift in poss_t))
+    cols["alignment_gold_mass"].append(
+        float(row_mean[sorted(poss_t)].double().sum()) if poss_t else np.nan
+    )
+    cols["alignment_argmax_on_gold"].append(float(link in poss_t) if poss_t else np.nan)
+    h = row_heads.shape[0]
+    for k in range(h if h > 1 else 0):
+        lk = _argmax_link(row_heads[k], row_valid)
+        cols[f"alignment_head{k}_n_hyp"].append(float(lk is not None))
+        cols[f"alignment_head{k}_n_hyp_sure"].append(float(lk in sure_t))
+        cols[f"alignment_head{k}_n_hyp_possible"].append(float(lk in poss_t))
 
 
 def _heads(columns) -> list[int]:

@@ -455,108 +455,7 @@ class Seq2Seq(Decoding, nn.Module):
             :class:`RowLogits`: ``logits(weights (N, K, H, T_x)) -> (N, K, V)``, differentiable in
             ``weights``, and its ``with_vjp``.
         """
-        dec, rnn = self.decoder, self.decoder.rnn
-        n, hid, ctx_size = prefix.size(0), dec.hidden, self.attention.context_size
-        emb_size = dec.embedding.embedding_dim
-        states = prefix[:, : dec.layers * dec.state_size].view(n, dec.layers, dec.state_size)
-        emb = prefix[:, dec.layers * dec.state_size :]
-        lstm = dec.cell == "lstm"
-
-        def bias(name: str, layer: int) -> Tensor | None:
-            return getattr(rnn, f"{name}_l{layer}", None)
-
-        def affine(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-            return x @ w.T if b is None else torch.addmm(b, x, w.T)
-
-        w_ie, w_ic = rnn.weight_ih_l0.split([emb_size, ctx_size], 1)  # input [e; c]
-        w_rs, w_rc, w_re = dec.readout.weight.split([hid, ctx_size, emb_size], 1)
-        w_ih = [getattr(rnn, f"weight_ih_l{layer}") for layer in range(dec.layers)]
-        recurrent, cells, hs = [], [], []  # per layer; recurrent: W_hh s + b_hh, one per gate
-        for layer in range(dec.layers):
-            h = states[:, layer, :hid]
-            hs.append(h.unsqueeze(1))
-            cells.append(states[:, layer, hid:].unsqueeze(1) if lstm else None)
-            w_hh = getattr(rnn, f"weight_hh_l{layer}")
-            full = affine(h, w_hh, bias("bias_hh", layer)).unsqueeze(1)  # (N, 1, gates·hidden)
-            recurrent.append([q.contiguous() for q in full.split(hid, -1)])
-        # the first layer's gates and the readout, one block each: the α-independent part of
-        # the pre-activation (N, 1, hidden) and the projected values (N, H·T_x, hidden)
-        first = affine(emb, w_ie, bias("bias_ih", 0)).unsqueeze(1).split(hid, -1)
-        fixed = [
-            q.contiguous() if not lstm and gate == 2 else q + recurrent[0][gate]  # GRU's n: r ⊙ ·
-            for gate, q in enumerate(first)
-        ]
-        fixed.append(affine(emb, w_re, dec.readout.bias).unsqueeze(1))  # W_re e + b_r
-        # W_ic c and W_rc c as α (g Wᵀ), one batched product per gate and for the readout: each
-        # result is its gate's own contiguous tensor, and on the CPU a product `hidden` columns
-        # wide took less time per column than one over all of them (quickstart sizes)
-        projected = [(g @ w.T).index_select(0, b_idx) for w in (*w_ic.split(hid), w_rc)]
-
-        def cell(a: list[Tensor], layer: int) -> tuple[Tensor, tuple]:
-            """One layer's cell from its gates' pre-activations (fresh tensors, overwritten)."""
-            if lstm:
-                i, f, g_, o = a[0].sigmoid_(), a[1].sigmoid_(), a[2].tanh_(), a[3].sigmoid_()
-                tanh_c = torch.addcmul(f * cells[layer], i, g_).tanh_()
-                return o * tanh_c, (i, f, g_, o, tanh_c)
-            r, z = a[0].sigmoid_(), a[1].sigmoid_()
-            cand = torch.addcmul(a[2], r, recurrent[layer][2]).tanh_()
-            step = hs[layer] - cand
-            return torch.addcmul(cand, z, step), (r, z, cand, step)  # (1 − z) n + z h
-
-        def forward(weights: Tensor) -> tuple[Tensor, tuple]:
-            rows = weights.flatten(2)  # (N, K, H·T_x)
-            # in place only on fresh results whose op keeps no output for autograd
-            pre = [torch.baddbmm(f, rows, p) for f, p in zip(fixed, projected)]
-            x, saved = None, []
-            for layer in range(dec.layers):
-                if layer:
-                    b_ih = bias("bias_ih", layer)
-                    gi = x @ w_ih[layer].T if b_ih is None else torch.add(x @ w_ih[layer].T, b_ih)
-                    gi = gi.split(hid, -1)
-                    a = [
-                        q if not lstm and gate == 2 else q + recurrent[layer][gate]
-                        for gate, q in enumerate(gi)
-                    ]
-                else:
-                    a = pre[:-1]
-                x, kept = cell(a, layer)
-                saved.append(kept)
-            read = pre[-1]
-            top = torch.addmm(read.flatten(0, 1), x.flatten(0, 1), w_rs.T).view_as(read).tanh_()
-            return dec.output(top), (saved, top)
-
-        def backward(g_logits: Tensor, saved: tuple) -> Tensor:
-            # _tanh_backward(g, y) = g (1 − y²) and _sigmoid_backward(g, y) = g y (1 − y): the
-            # derivatives of y = tanh(a) and y = σ(a) from their outputs, one kernel each
-            per_layer, top = saved
-            g_pre = _tanh_backward(g_logits @ dec.output.weight, top)  # (N, K, hidden)
-            g_x = g_pre @ w_rs
-            for layer in reversed(range(dec.layers)):
-                if lstm:
-                    i, f, g_, o, tanh_c = per_layer[layer]
-                    g_c = _tanh_backward(g_x * o, tanh_c)
-                    g_a = [
-                        _sigmoid_backward(g_c * g_, i),
-                        _sigmoid_backward(g_c * cells[layer], f),
-                        _tanh_backward(g_c * i, g_),
-                        _sigmoid_backward(g_x * tanh_c, o),
-                    ]
-                else:
-                    r, z, cand, step = per_layer[layer]
-                    g_an = _tanh_backward(torch.addcmul(g_x, g_x, z, value=-1), cand)
-                    g_a = [
-                        _sigmoid_backward(g_an * recurrent[layer][2], r),
-                        _sigmoid_backward(g_x * step, z),
-                        g_an,
-                    ]
-                if layer:
-                    g_x = torch.cat(g_a, -1) @ w_ih[layer]
-            out = torch.bmm(g_pre, projected[-1].mT)  # (N, K, H·T_x)
-            for g_gate, p in zip(g_a, projected):
-                out.baddbmm_(g_gate, p.mT)
-            return out
-
-        return RowLogits(forward, backward)
+        return _BahdanauRows(self, g, b_idx, prefix).row_logits()
 
     # --- 3. decoding and global intervention (Decoding.decode / greedy / beam_search) -------
     def begin(self, src: Tensor, src_lengths: Tensor) -> _RecurrentState:
@@ -585,3 +484,122 @@ class Seq2Seq(Decoding, nn.Module):
             raise ValueError(f"layer {layer} out of range: the model has 1 layer(s) of attention")
         out = self.decoder.step(y, state.decoder, state.memory, intervene=intervene)
         return out.logits, out.weights, _RecurrentState(out.state, state.memory)
+
+
+def _affine(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    return x @ w.T if b is None else torch.addmm(b, x, w.T)
+
+
+class _BahdanauRows:
+    """What :meth:`Seq2Seq._bahdanau_rows` computes once per set of rows (the α-independent
+    terms, the rows' projected values), and the logits and vector–Jacobian product from it (the
+    equations: that method's docstring)."""
+
+    def __init__(self, model: Seq2Seq, g: Tensor, b_idx: Tensor, prefix: Tensor):
+        dec, rnn = model.decoder, model.decoder.rnn
+        self.dec, self.rnn = dec, rnn
+        n, hid, ctx_size = prefix.size(0), dec.hidden, model.attention.context_size
+        emb_size = dec.embedding.embedding_dim
+        states = prefix[:, : dec.layers * dec.state_size].view(n, dec.layers, dec.state_size)
+        emb = prefix[:, dec.layers * dec.state_size :]
+        self.hid, self.lstm = hid, dec.cell == "lstm"
+        w_ie, w_ic = rnn.weight_ih_l0.split([emb_size, ctx_size], 1)  # input [e; c]
+        self.w_rs, w_rc, w_re = dec.readout.weight.split([hid, ctx_size, emb_size], 1)
+        self.w_ih = [getattr(rnn, f"weight_ih_l{layer}") for layer in range(dec.layers)]
+        # per layer; recurrent: W_hh s + b_hh, one per gate
+        self.recurrent, self.cells, self.hs = [], [], []
+        for layer in range(dec.layers):
+            h = states[:, layer, :hid]
+            self.hs.append(h.unsqueeze(1))
+            self.cells.append(states[:, layer, hid:].unsqueeze(1) if self.lstm else None)
+            w_hh = getattr(rnn, f"weight_hh_l{layer}")
+            full = _affine(h, w_hh, self.bias("bias_hh", layer)).unsqueeze(1)  # (N, 1, gates·hid)
+            self.recurrent.append([q.contiguous() for q in full.split(hid, -1)])
+        # the first layer's gates and the readout, one block each: the α-independent part of
+        # the pre-activation (N, 1, hidden) and the projected values (N, H·T_x, hidden)
+        first = _affine(emb, w_ie, self.bias("bias_ih", 0)).unsqueeze(1).split(hid, -1)
+        self.fixed = [
+            q.contiguous() if not self.lstm and gate == 2 else q + self.recurrent[0][gate]
+            for gate, q in enumerate(first)  # GRU's n: r ⊙ ·
+        ]
+        self.fixed.append(_affine(emb, w_re, dec.readout.bias).unsqueeze(1))  # W_re e + b_r
+        # W_ic c and W_rc c as α (g Wᵀ), one batched product per gate and for the readout: each
+        # result is its gate's own contiguous tensor, and on the CPU a product `hidden` columns
+        # wide took less time per column than one over all of them (quickstart sizes)
+        self.projected = [(g @ w.T).index_select(0, b_idx) for w in (*w_ic.split(hid), w_rc)]
+
+    def bias(self, name: str, layer: int) -> Tensor | None:
+        """A bias of the decoder's RNN (None where it has none)."""
+        return getattr(self.rnn, f"{name}_l{layer}", None)
+
+    def row_logits(self) -> RowLogits:
+        """:class:`RowLogits` of :meth:`forward` and :meth:`backward`."""
+        return RowLogits(self.forward, self.backward)
+
+    def cell(self, a: list[Tensor], layer: int) -> tuple[Tensor, tuple]:
+        """One layer's cell from its gates' pre-activations (fresh tensors, overwritten)."""
+        if self.lstm:
+            i, f, g_, o = a[0].sigmoid_(), a[1].sigmoid_(), a[2].tanh_(), a[3].sigmoid_()
+            tanh_c = torch.addcmul(f * self.cells[layer], i, g_).tanh_()
+            return o * tanh_c, (i, f, g_, o, tanh_c)
+        r, z = a[0].sigmoid_(), a[1].sigmoid_()
+        cand = torch.addcmul(a[2], r, self.recurrent[layer][2]).tanh_()
+        step = self.hs[layer] - cand
+        return torch.addcmul(cand, z, step), (r, z, cand, step)  # (1 − z) n + z h
+
+    def forward(self, weights: Tensor) -> tuple[Tensor, tuple]:
+        """The logits of the rows given attention ``weights`` (N, K, H, T_x), and what the
+        vector–Jacobian product needs."""
+        hid, lstm, w_ih = self.hid, self.lstm, self.w_ih
+        rows = weights.flatten(2)  # (N, K, H·T_x)
+        # in place only on fresh results whose op keeps no output for autograd
+        pre = [torch.baddbmm(f, rows, p) for f, p in zip(self.fixed, self.projected)]
+        x, saved = None, []
+        for layer in range(self.dec.layers):
+            if layer:
+                b_ih = self.bias("bias_ih", layer)
+                gi = x @ w_ih[layer].T if b_ih is None else torch.add(x @ w_ih[layer].T, b_ih)
+                gi = gi.split(hid, -1)
+                a = [
+                    q if not lstm and gate == 2 else q + self.recurrent[layer][gate]
+                    for gate, q in enumerate(gi)
+                ]
+            else:
+                a = pre[:-1]
+            x, kept = self.cell(a, layer)
+            saved.append(kept)
+        read = pre[-1]
+        top = torch.addmm(read.flatten(0, 1), x.flatten(0, 1), self.w_rs.T).view_as(read).tanh_()
+        return self.dec.output(top), (saved, top)
+
+    def backward(self, g_logits: Tensor, saved: tuple) -> Tensor:
+        """∂/∂weights from ``g_logits`` = ∂/∂logits (the chain rule through :meth:`forward`)."""
+        # _tanh_backward(g, y) = g (1 − y²) and _sigmoid_backward(g, y) = g y (1 − y): the
+        # derivatives of y = tanh(a) and y = σ(a) from their outputs, one kernel each
+        per_layer, top = saved
+        g_pre = _tanh_backward(g_logits @ self.dec.output.weight, top)  # (N, K, hidden)
+        g_x = g_pre @ self.w_rs
+        for layer in reversed(range(self.dec.layers)):
+            if self.lstm:
+                i, f, g_, o, tanh_c = per_layer[layer]
+                g_c = _tanh_backward(g_x * o, tanh_c)
+                g_a = [
+                    _sigmoid_backward(g_c * g_, i),
+                    _sigmoid_backward(g_c * self.cells[layer], f),
+                    _tanh_backward(g_c * i, g_),
+                    _sigmoid_backward(g_x * tanh_c, o),
+                ]
+            else:
+                r, z, cand, step = per_layer[layer]
+                g_an = _tanh_backward(torch.addcmul(g_x, g_x, z, value=-1), cand)
+                g_a = [
+                    _sigmoid_backward(g_an * self.recurrent[layer][2], r),
+                    _sigmoid_backward(g_x * step, z),
+                    g_an,
+                ]
+            if layer:
+                g_x = torch.cat(g_a, -1) @ self.w_ih[layer]
+        out = torch.bmm(g_pre, self.projected[-1].mT)  # (N, K, H·T_x)
+        for g_gate, p in zip(g_a, self.projected):
+            out.baddbmm_(g_gate, p.mT)
+        return out
