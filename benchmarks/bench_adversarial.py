@@ -106,7 +106,8 @@ def run(args) -> dict:
     iters = 4 if args.smoke else 100
     repeats = args.repeats or (2 if args.smoke else 3)
     prefix = "reference" if args.smoke else "greedy"
-    cfg = common.ablation_cfg(seed=0)
+    # Jain & Wallace's solver: the fast path, its loop reference and early stopping are its own
+    cfg = common.ablation_cfg(seed=0, adversarial={"solver": "jw"})
     rows, origins, checks, ready = [], {}, {}, {}
     for flow in common.FLOWS:
         bm = common.get_model(args, flow)
