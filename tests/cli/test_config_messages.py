@@ -77,7 +77,15 @@ def test_a_file_nested_too_deeply_is_one_line(tmp_path, capfd):
     deep.write_text("x = " + "[" * 1000 + "]" * 1000 + "\n" + TINY.read_text(encoding="utf-8"))
     out = run_cli(capfd, ["train", str(deep)], cwd=tmp_path, env={"ATTNSTUDY_ROOT": str(tmp_path)})
     assert out.returncode == cli.EXIT_USAGE
-    assert out.stderr.splitlines() == [
-        f"attnstudy: error: {deep}: a value is nested too deeply (more than 32 levels of arrays "
-        "or tables; no setting needs more than a few): correct the file"
-    ]
+    # tomllib's parser recurses: under the default recursion limit it fails on the file itself
+    # ("a value … correct the file"); where a library imported earlier in the process raised the
+    # limit, the file parses and the depth check names the key ("'x' … correct the value")
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(f"attnstudy: error: {deep}: "), line
+    assert line.endswith(
+        "is nested too deeply (more than 32 levels of arrays or tables; no setting needs more "
+        "than a few): correct the file"
+    ) or line.endswith(
+        "'x' is nested too deeply (more than 32 levels of arrays or tables; no setting needs "
+        "more than a few): correct the value"
+    ), line

@@ -26,7 +26,11 @@ def test_study_hierarchy_tags_and_metrics(tiny_study):
         assert abl.tags["study_id"] == tiny_study["study_run_id"]
         assert abl.name == f"ablations of {model_run.name}"  # the kind first: the UI cuts the end
         assert all(math.isfinite(v) for v in abl.metrics.values())
-        assert all(k.startswith(("ablation/", "seed_variance/", "timing/")) for k in abl.metrics)
+        # the results, and how far it got (progress/fraction) and its resources (system/*, off
+        # in the suite) while it ran
+        kinds = ("ablation/", "seed_variance/", "timing/", "progress/", "system/")
+        assert all(k.startswith(kinds) for k in abl.metrics), sorted(abl.metrics)
+        assert abl.metrics["progress/fraction"] == 1.0
         # where the time went: seconds per ablation that ran, and steps per second
         assert abl.metrics["timing/steps_per_second"] > 0
         timed = {k.removeprefix("timing/").removesuffix("_seconds") for k in abl.metrics}
