@@ -55,35 +55,18 @@ def database_problem(uri: str, timeout: float = CHECK_BOUND_S) -> str | None:
     """
     if uri.startswith("sqlite:"):
         return None
-    box: list[str | None] = []
 
     def check() -> None:
+        from sqlalchemy import text
+
+        engine = _engine(uri)
         try:
-            from sqlalchemy import create_engine, text
-            from sqlalchemy.pool import NullPool
+            with engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+        finally:
+            engine.dispose()
 
-            family = uri.split(":", 1)[0].split("+", 1)[0]
-            arg = _TIMEOUT_ARG.get(family)
-            engine = create_engine(
-                uri,
-                poolclass=NullPool,
-                connect_args={arg: CONNECT_TIMEOUT_S} if arg else {},
-            )
-            try:
-                with engine.connect() as conn:
-                    conn.execute(text("SELECT 1"))
-            finally:
-                engine.dispose()
-            box.append(None)
-        except Exception as err:  # noqa: BLE001 - every failure is the answer
-            box.append(_cause(err))
-
-    worker = threading.Thread(target=check, name="attnstudy-db-check", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if not box:
-        return f"no answer within {timeout:g} s"
-    return box[0]
+    return _bounded(check, timeout, "attnstudy-db-check")
 
 
 def artifact_store_problem(destination: str, timeout: float = CHECK_BOUND_S) -> str | None:
@@ -105,20 +88,11 @@ def artifact_store_problem(destination: str, timeout: float = CHECK_BOUND_S) -> 
     scheme = destination.split("://", 1)[0] if "://" in destination else "file"
     if scheme not in ("s3", "file"):
         return None
-    box: list[str | None] = []
-
-    def check() -> None:
-        try:
-            box.append(_s3_problem(destination) if scheme == "s3" else _folder_problem(destination))
-        except Exception as err:  # noqa: BLE001 - every failure is the answer
-            box.append(_cause(err))
-
-    worker = threading.Thread(target=check, name="attnstudy-artifacts-check", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if not box:
-        return f"no answer within {timeout:g} s"
-    return box[0]
+    return _bounded(
+        lambda: _s3_problem(destination) if scheme == "s3" else _folder_problem(destination),
+        timeout,
+        "attnstudy-artifacts-check",
+    )
 
 
 def schema_problem(uri: str, timeout: float = CHECK_BOUND_S) -> str | None:
@@ -134,41 +108,57 @@ def schema_problem(uri: str, timeout: float = CHECK_BOUND_S) -> str | None:
         None when the schema is current; else one line: ``it holds no MLflow schema``, ``its
         MLflow schema is at revision X, this MLflow needs Y``, or why the check failed.
     """
+
+    def check() -> str | None:
+        from alembic.runtime.migration import MigrationContext
+        from mlflow.store.db.utils import _get_latest_schema_revision
+
+        engine = _engine(uri)
+        try:
+            with engine.connect() as conn:
+                current = MigrationContext.configure(conn).get_current_revision()
+        finally:
+            engine.dispose()
+        head = _get_latest_schema_revision()
+        if current is None:
+            return "it holds no MLflow schema"
+        if current != head:
+            return f"its MLflow schema is at revision {current}, this MLflow needs {head}"
+        return None
+
+    return _bounded(
+        check, timeout, "attnstudy-schema-check", failed="its schema could not be read: "
+    )
+
+
+def _engine(uri: str):
+    """An SQLAlchemy engine of ``uri`` without a pool, its driver's connect timeout
+    :data:`CONNECT_TIMEOUT_S` where it has one (:data:`_TIMEOUT_ARG`)."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    arg = _TIMEOUT_ARG.get(uri.split(":", 1)[0].split("+", 1)[0])
+    return create_engine(
+        uri, poolclass=NullPool, connect_args={arg: CONNECT_TIMEOUT_S} if arg else {}
+    )
+
+
+def _bounded(check, timeout: float, name: str, *, failed: str = "") -> str | None:
+    """``check()`` (None: fine, else the problem in one line) in a daemon thread named ``name``,
+    waited for at most ``timeout`` seconds: its answer, else ``failed`` followed by the cause of
+    what it raised (:func:`_cause`) or ``no answer within T s`` (the thread is abandoned)."""
     box: list[str | None] = []
 
-    def check() -> None:
+    def run() -> None:
         try:
-            from alembic.runtime.migration import MigrationContext
-            from mlflow.store.db.utils import _get_latest_schema_revision
-            from sqlalchemy import create_engine
-            from sqlalchemy.pool import NullPool
-
-            family = uri.split(":", 1)[0].split("+", 1)[0]
-            arg = _TIMEOUT_ARG.get(family)
-            engine = create_engine(
-                uri, poolclass=NullPool, connect_args={arg: CONNECT_TIMEOUT_S} if arg else {}
-            )
-            try:
-                with engine.connect() as conn:
-                    current = MigrationContext.configure(conn).get_current_revision()
-            finally:
-                engine.dispose()
-            head = _get_latest_schema_revision()
-            if current is None:
-                box.append("it holds no MLflow schema")
-            elif current != head:
-                box.append(f"its MLflow schema is at revision {current}, this MLflow needs {head}")
-            else:
-                box.append(None)
+            box.append(check())
         except Exception as err:  # noqa: BLE001 - every failure is the answer
-            box.append(f"its schema could not be read: {_cause(err)}")
+            box.append(failed + _cause(err))
 
-    worker = threading.Thread(target=check, name="attnstudy-schema-check", daemon=True)
+    worker = threading.Thread(target=run, name=name, daemon=True)
     worker.start()
     worker.join(timeout)
-    if not box:
-        return f"its schema could not be read: no answer within {timeout:g} s"
-    return box[0]
+    return box[0] if box else f"{failed}no answer within {timeout:g} s"
 
 
 def schema_error_line(masked_uri: str, workers: int, cause: str) -> str:
