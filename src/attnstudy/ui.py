@@ -246,15 +246,38 @@ _ADDRESS = re.compile(r"^https?://[^\s/#?]+$")
 
 def record_address(database: Path, base_url: str) -> None:
     """Write ``base_url`` into :data:`UI_ADDRESS_FILE` beside ``database`` (atomically: a
-    temporary file renamed over it). A store that cannot be written keeps no record: the report
-    then links to the default address."""
+    temporary file of its own, renamed over it). A file of that name that is not such a record
+    (another address line is one) is a user's and is left as it is, as is a store that cannot be
+    written: the report then links to the default address."""
+    import tempfile
+
     target = database.parent / UI_ADDRESS_FILE
-    tmp = target.with_name(f".{UI_ADDRESS_FILE}.{os.getpid()}.tmp")
+    if (target.exists() or target.is_symlink()) and not _is_record(target):
+        return
     try:
-        tmp.write_text(base_url + "\n", encoding="utf-8")
+        fd, name = tempfile.mkstemp(prefix=f".{UI_ADDRESS_FILE}.", dir=database.parent)
+    except OSError:
+        return
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(base_url + "\n")
         os.replace(tmp, target)
     except OSError:
         tmp.unlink(missing_ok=True)
+
+
+def _is_record(path: Path) -> bool:
+    """Whether ``path`` is a plain file holding one address line as :func:`record_address`
+    writes it (read at most 1 kB)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with path.open("rb") as f:
+            text = f.read(1024).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return text.endswith("\n") and text.count("\n") == 1 and bool(_ADDRESS.match(text[:-1]))
 
 
 def recorded_address(database: Path) -> str | None:

@@ -45,3 +45,30 @@ def test_attnstudy_ui_records_the_address_it_serves(fresh_root, monkeypatch, cap
     store = fresh_root / "mlruns"
     assert (store / ui.UI_ADDRESS_FILE).read_text() == f"http://127.0.0.1:{port}\n"
     assert ui_base_url(None, f"sqlite:///{store / 'mlflow.db'}") == f"http://127.0.0.1:{port}"
+
+
+def test_a_users_file_named_ui_address_is_never_replaced(tmp_path):
+    """``record_address`` replaced any file named ``ui-address`` beside the store: a user's notes
+    of that name were lost. Only its own record (one address line) is replaced; a user's file, a
+    symbolic link (and the file it points to) are left byte for byte, and no record is kept."""
+    db = tmp_path / "mlflow.db"
+    target = tmp_path / ui.UI_ADDRESS_FILE
+    ui.record_address(db, "http://127.0.0.1:5055")
+    ui.record_address(db, "http://127.0.0.1:6066")  # its own earlier record: replaced
+    assert target.read_text() == "http://127.0.0.1:6066\n"
+
+    notes = b"my notes\nhttp://127.0.0.1:5055\n"
+    target.write_bytes(notes)
+    ui.record_address(db, "http://127.0.0.1:7077")
+    assert target.read_bytes() == notes
+    assert ui.recorded_address(db) is None
+
+    target.unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "address.txt").write_text("http://127.0.0.1:5055\n")
+    target.symlink_to(elsewhere / "address.txt")
+    ui.record_address(db, "http://127.0.0.1:7077")
+    assert target.is_symlink()
+    assert (elsewhere / "address.txt").read_text() == "http://127.0.0.1:5055\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", ui.UI_ADDRESS_FILE]
