@@ -274,8 +274,8 @@ def profile(args) -> None:
 def run(args) -> dict:
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else list(SIZES)
     if args.smoke:
-        sizes = [8, 24]
-    adv_max = 16 if args.smoke else args.max_adversarial
+        sizes = [4, 8]
+    adv_max = 8 if args.smoke else args.max_adversarial
     rows = []
     with tempfile.TemporaryDirectory(prefix="attnstudy-bench-memory-") as tmp:
         tmp = args.root or tmp  # --root: a store kept between runs (its model trained once)
@@ -285,6 +285,8 @@ def run(args) -> dict:
             return {"run_id": run_id}
         train_s = time.perf_counter() - t0
         plan = [(n, True) for n in sizes if n <= adv_max] + [(n, False) for n in sizes]
+        if args.smoke:  # two workers (each ~14 s of fixed cost): the curve with adversarial
+            plan = [(n, True) for n in sizes]
         for n, adversarial in plan:
             cmd = [
                 sys.executable,

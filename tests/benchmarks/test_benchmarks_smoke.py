@@ -53,7 +53,7 @@ def test_memory_curve_runs_each_size_in_a_fresh_worker(results):
     # later test in the worker at the benchmark's deleted store)
     assert os.environ.get("ATTNSTUDY_ROOT") == root_before
     sizes = [(r["examples"], r["adversarial"]) for r in out["rows"]]
-    assert sizes == [(8, True), (8, False), (24, False)]
+    assert sizes == [(4, True), (8, True)]
     assert all(r["peak MiB"] >= r["peak at the suite's end MiB"] > 0 for r in out["rows"])
     assert "Memory: an ablation worker's peak" in results.read_text()
 
@@ -190,16 +190,6 @@ def test_flop_count_of_the_layers():
     assert fl["context"] == 2 * 4 * 64  # 2·d per head and valid position
 
 
-def test_scaling_runs_children(results):
-    from benchmarks import bench_scaling
-
-    out = bench_scaling.main(smoke(results))
-    for r in out["examples"] + out["lengths"] + [out["adversarial"]]:
-        assert r["steps"] > 0 and r["wall"] > 0 and r["peak_rss_kb"] > 0
-    assert set(out["examples"][0]["ablations"]) == set(bench_scaling.SUITE)
-    assert "Log-log slopes" in results.read_text()
-
-
 def test_long_example_battery(results):
     from benchmarks import bench_long
 
@@ -277,7 +267,12 @@ def test_run_all_rejects_unknown_names(capsys):
 
 
 def test_run_all_in_two_lanes_appends_whole_sections(results):
-    from benchmarks import run_all
+    """run_all's two lanes (bench_scaling alone in one, the rest in the other) append whole
+    sections; bench_scaling's children (one per size and ablation) each report their steps and
+    peak memory (the benchmark's only smoke run in the suite)."""
+    import re
+
+    from benchmarks import bench_scaling, run_all
 
     assert (
         run_all.main(["--smoke", "--only", "loo,scaling", "--jobs", "2", "--results", str(results)])
@@ -290,6 +285,22 @@ def test_run_all_in_two_lanes_appends_whole_sections(results):
     # each section is written in one locked append: the leave-one-out table is not cut by the other
     loo = text[text.index("## Leave-one-out") :]
     assert "## Scaling" not in loo.split("\n## ")[0]
+    scaling = text[text.index("## Scaling of the ablation suite") :]
+    assert "Log-log slopes" in scaling
+    # one child per size: its steps, suite time and peak memory positive
+    rows = [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in scaling.split("**Log-log slopes**")[0].splitlines()
+        if re.match(r"\| \d", line)
+    ]
+    assert [r[0] for r in rows] == ["6", "12", "5", "10"], scaling
+    assert all(int(r[1]) > 0 and float(r[2]) > 0 and float(r[-2]) > 0 for r in rows)
+    header = next(line for line in scaling.splitlines() if line.startswith("| examples"))
+    assert {f"{name} s" for name in bench_scaling.SUITE} <= {
+        c.strip() for c in header.strip("|").split("|")
+    }
+    adversarial = scaling.split("**Adversarial search")[1]
+    assert re.search(r"^\| 3 +\| [1-9]\d* +\| 3 ", adversarial, re.M), adversarial
 
 
 def test_hf_fast_path_equals_naive_re_decode(results):
