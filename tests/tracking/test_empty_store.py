@@ -1,0 +1,78 @@
+"""A new SQLite store is a copy of the cached empty store (MLflow's migrations run once per MLflow
+version, not once per store): held equal to a store made by MLflow's own migrations, with the
+``Default`` experiment at the new store's artifact location; a cached file that is not an empty store is
+rebuilt with a notice, and a cache that cannot be written falls back to MLflow's creation."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+from attnstudy.tracking import Tracker, empty_store
+
+
+def _dump(db: Path, root: Path) -> list[str]:
+    """The database's statements, sorted (VACUUM reorders the schema's entries), with the root
+    and the 13-digit millisecond times taken out."""
+    with sqlite3.connect(db) as c:
+        text = "\n".join(c.iterdump())
+    return sorted(re.sub(r"\b\d{13}\b", "T", text.replace(str(root), "ROOT")).splitlines())
+
+
+def _new_store(root: Path, monkeypatch) -> Tracker:
+    (root / "mlruns").mkdir(parents=True)
+    monkeypatch.setenv("ATTNSTUDY_ROOT", str(root))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    tracker = Tracker()
+    tracker.experiment_id("an-experiment")
+    return tracker
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("ATTNSTUDY_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_a_copied_store_equals_one_made_by_mlflows_migrations(tmp_path, cache, monkeypatch):
+    copied = tmp_path / "copied"
+    _new_store(copied, monkeypatch)
+    assert empty_store.cached_path().is_file()  # built on first use, in the cache
+    _new_store(tmp_path / "copied-again", monkeypatch)  # from the cached file this time
+
+    with monkeypatch.context() as m:  # the reference: MLflow's own creation
+        m.setattr(empty_store, "copy_into", lambda target: False)
+        _new_store(tmp_path / "migrated", monkeypatch)
+    reference = _dump(tmp_path / "migrated" / "mlruns" / "mlflow.db", tmp_path / "migrated")
+    for name in ("copied", "copied-again"):
+        assert _dump(tmp_path / name / "mlruns" / "mlflow.db", tmp_path / name) == reference
+    with sqlite3.connect(copied / "mlruns" / "mlflow.db") as c:
+        (location,) = c.execute("SELECT artifact_location FROM experiments WHERE experiment_id = 0")
+    # where MLflow's own creation puts it (the dumps are equal), never under the cache
+    assert not location[0].startswith(str(cache)) and location[0].endswith("/0")
+    with sqlite3.connect(empty_store.cached_path()) as c:
+        assert c.execute("SELECT count(*) FROM experiments").fetchone() == (0,)
+
+
+def test_a_cached_file_that_is_not_an_empty_store_is_rebuilt_with_a_notice(
+    tmp_path, cache, monkeypatch, caplog
+):
+    cache.mkdir()
+    empty_store.cached_path().write_bytes(b"not a database\n" * 100)
+    tracker = _new_store(tmp_path / "store", monkeypatch)
+    assert tracker.experiment_id("an-experiment") == "1"
+    assert "is not one: rebuilding it" in caplog.text
+    with sqlite3.connect(empty_store.cached_path()) as c:  # a real empty store again
+        assert c.execute("SELECT count(*) FROM experiments").fetchone() == (0,)
+    assert not [p.name for p in (tmp_path / "store" / "mlruns").iterdir() if "creating" in p.name]
+
+
+def test_a_cache_that_cannot_be_written_falls_back_to_mlflows_creation(tmp_path, monkeypatch):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("mine\n")
+    monkeypatch.setenv("ATTNSTUDY_CACHE", str(blocked / "cache"))  # under a file: no folder
+    tracker = _new_store(tmp_path / "store", monkeypatch)
+    assert tracker.experiment_id("an-experiment") == "1"
+    assert blocked.read_text() == "mine\n"
