@@ -22,6 +22,12 @@ from attnstudy.cli import main
 from attnstudy.outputs import MARKER, OutputError
 
 
+@pytest.fixture(autouse=True)
+def _undrawn(figures_not_drawn):
+    """Files kept or replaced, not pixels: figures here are saved as blank PNGs of their sizes
+    (the report and figure tests draw the same figures in full)."""
+
+
 def sentinels(folder: Path) -> dict[str, bytes]:
     """Fill ``folder`` with a user's files (one in a subfolder, one hidden); return a snapshot."""
     (folder / "sub").mkdir(parents=True, exist_ok=True)

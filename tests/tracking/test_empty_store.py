@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+
 from attnstudy.tracking import Tracker, empty_store
 
 
