@@ -305,7 +305,7 @@ class Tracker:
         os.unlink(tmp)  # SQLite creates it; the name is ours
         try:
             with deferred_signals():
-                self._create_schema(Path(tmp))
+                empty_store.create(Path(tmp))
             os.replace(tmp, db)
         except MlflowException as err:
             raise TrackingError(
@@ -314,14 +314,6 @@ class Tracker:
         finally:
             for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
                 Path(leftover).unlink(missing_ok=True)
-
-    @staticmethod
-    def _create_schema(tmp: Path) -> None:
-        """MLflow's schema and ``Default`` experiment in the new file ``tmp``: a copy of the cached
-        empty store (:mod:`attnstudy.tracking.empty_store`) opened by MLflow, or MLflow's own
-        migrations when the cache cannot be used."""
-        empty_store.copy_into(tmp)
-        MlflowClient(f"sqlite:///{tmp}").search_experiments(max_results=1)
 
     def _check_open(self, db: Path) -> None:
         from sqlalchemy.exc import DatabaseError

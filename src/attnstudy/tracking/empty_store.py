@@ -99,3 +99,16 @@ def copy_into(target: Path) -> bool:
     except Exception:  # noqa: BLE001  only speed is at stake: MLflow's own creation follows
         Path(target).unlink(missing_ok=True)
         return False
+
+
+def create(tmp: Path) -> None:
+    """MLflow's schema and ``Default`` experiment in the new file ``tmp``: a copy of the cached
+    empty store opened by MLflow, or MLflow's own migrations when the cache cannot be used.
+
+    Raises:
+        mlflow.exceptions.MlflowException: MLflow could not create or open the store.
+    """
+    from mlflow.tracking import MlflowClient
+
+    copy_into(tmp)
+    MlflowClient(f"sqlite:///{tmp}").search_experiments(max_results=1)
