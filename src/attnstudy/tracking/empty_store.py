@@ -9,7 +9,7 @@ it. MLflow then creates the ``Default`` experiment on the first open, as it woul
 migrated store: with the artifact location of the store being created, never the cache's.
 
 Anything unexpected (a cache that cannot be written, a cached file that is not such a store) falls
-back to MLflow's own creation; a cached file that does not open is rebuilt with a notice.
+back to MLflow's own creation; a cached file that is not an empty store is rebuilt with a notice.
 """
 
 from __future__ import annotations
