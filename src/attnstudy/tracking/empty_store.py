@@ -8,8 +8,8 @@ the schema, MLflow's ``default`` workspace row and no experiment), and every new
 it. MLflow then creates the ``Default`` experiment on the first open, as it would have in a
 migrated store: with the artifact location of the store being created, never the cache's.
 
-Anything unexpected (a cache that cannot be written, a cached file that is not such a store) falls
-back to MLflow's own creation; a cached file that is not an empty store is rebuilt with a notice.
+A cached file that is not an empty store is rebuilt with a notice; a cache that cannot be written
+or read leaves the creation to MLflow's migrations, as before.
 """
 
 from __future__ import annotations
