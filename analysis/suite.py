@@ -72,6 +72,9 @@ class SuiteResult:
         primary_unit: the unit the plain ``ablation/<name>/<stat>`` keys hold, as a person reads
             it (:func:`unit_label`: ``"layer 2 of 2, all heads"``), or None for a model without
             attention.
+        earlier_seconds: wall-clock seconds the processes before this one spent on the run, up
+            to the last batch the journal put back (0 for a run that was not resumed): a run's
+            whole time is this plus the resuming process's own.
     """
 
     table: pd.DataFrame | None
@@ -81,6 +84,7 @@ class SuiteResult:
     seconds: dict[str, float] = field(default_factory=dict)
     steps: dict[str, int] = field(default_factory=dict)
     primary_unit: str | None = None
+    earlier_seconds: float = 0.0
 
 
 def _skip_reason(model, spec: AblationSpec) -> str | None:
@@ -227,10 +231,16 @@ class _Battery:
     n_layers: int | None = None  # of cross-attention; None: the model has none
     primary: tuple | None = None
     position: int = 0  # the running batch's index in the plan
+    earlier: float = 0.0  # seconds of the processes before this one (a resumed run)
 
     def __post_init__(self) -> None:
         self.ctx = AblationContext.of(self.cfg)
         self.seconds = dict.fromkeys(self.active, 0.0)
+        self.t0 = time.perf_counter()
+
+    def elapsed(self) -> float:
+        """Wall-clock seconds of the run so far, earlier processes included."""
+        return self.earlier + time.perf_counter() - self.t0
 
     def parts(self, unit: tuple) -> dict[str, list[pd.DataFrame]]:
         """The per-example frames of the example-level ablations of ``unit``, so far."""
@@ -252,6 +262,7 @@ class _Battery:
             self.sink.restore(us.steps)
         if self.recorder is not None:
             self.recorder.restore(state.records)
+        self.earlier = max(self.earlier, state.elapsed)
         for name, s in state.seconds.items():
             self.seconds[name] = self.seconds.get(name, 0.0) + s
         self.bar.update(len(state.example_ids), note="")
@@ -301,6 +312,7 @@ class _Battery:
                     unit_states,
                     self.recorder.part(ids) if self.recorder is not None else {},
                     {n: self.seconds[n] - before[n] for n in names},
+                    self.elapsed(),
                 )
             )
         self.position += 1
@@ -389,6 +401,7 @@ def _result(run: _Battery, examples: list[Example], table, skipped: dict) -> Sui
         run.seconds,
         run.n_steps,
         None if run.n_layers is None else unit_label(primary, run.n_layers),
+        run.earlier,
     )
 
 

@@ -71,6 +71,9 @@ class BatchState:
         records: what the example recorder took from the batch
             (:meth:`attnstudy.analysis.heatmaps.Recorder.part`).
         seconds: ablation → wall-clock seconds spent on the batch (timing, never a result).
+        elapsed: wall-clock seconds of the run when the batch finished, from the battery's start,
+            earlier processes of a resumed run included (timing; 0 in a batch file written
+            before it was recorded).
     """
 
     index: int
@@ -82,6 +85,7 @@ class BatchState:
     unit_states: list[UnitState]
     records: dict = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    elapsed: float = 0.0
 
 
 def _canonical(key: dict) -> dict:
@@ -116,6 +120,7 @@ def write_batch(state: BatchState, path: str | Path, key: dict) -> None:
         "units": [list(u) for u in state.units],
         "n_layers": state.n_layers,
         "seconds": state.seconds,
+        "elapsed": state.elapsed,
         "unit_states": [
             {"unit": list(u.unit), "parts": sorted(u.parts)} for u in state.unit_states
         ],
@@ -205,6 +210,7 @@ def read_batch(
             unit_states=units,
             records=records,
             seconds={k: float(v) for k, v in meta["seconds"].items()},
+            elapsed=float(meta.get("elapsed", 0.0)),
         )
     except (OSError, zipfile.BadZipFile, KeyError, ValueError, TypeError, zlib.error) as err:
         raise StateError(f"batch {index} does not read ({type(err).__name__}: {err})") from None

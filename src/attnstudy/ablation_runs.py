@@ -105,7 +105,7 @@ def ablate_run(
                     journal=journal,
                 )
             summary = dict(result.summary) | {
-                "ablation/seconds": time.perf_counter() - t0,
+                "ablation/seconds": result.earlier_seconds + time.perf_counter() - t0,
                 "ablation/n_examples": float(len(examples)),
             }
             timing = timing_metrics(result, cfg.prefix, summary["ablation/seconds"])

@@ -151,3 +151,35 @@ def _plan(setup):
     return [
         (p, tuple(ids[s : s + BATCH])) for p in ("greedy", "reference") for s in range(0, 9, BATCH)
     ]
+
+
+def test_a_resumed_run_counts_the_earlier_processes_seconds(setup, tmp_path, monkeypatch):
+    """A resumed run's whole time is the earlier process's (up to its last kept batch) plus its
+    own: ``ablation/seconds`` counted the resuming process only while ``timing/*`` added both.
+    The clock is a fake one that advances 10 s per reading."""
+    import attnstudy.analysis.suite as suite_module
+
+    clock = iter(range(0, 10**6, 10))
+
+    class FakeTime:
+        @staticmethod
+        def perf_counter():
+            return float(next(clock))
+
+    monkeypatch.setattr(suite_module, "time", FakeTime)
+    with pytest.raises(Stop):
+        suite(setup, tmp_path / "steps.parquet", KillAfter(tmp_path / "j", KEY, 3))
+    import json
+
+    def elapsed(k: int) -> float:
+        with zipfile.ZipFile(tmp_path / "j" / Journal.name(k)) as z:
+            return json.loads(z.read("meta.json"))["elapsed"]
+
+    kept = [elapsed(k) for k in range(4)]
+    assert kept == sorted(kept) and kept[0] > 0 and len(set(kept)) == 4  # each batch later
+    res, _, _ = suite(setup, tmp_path / "steps2.parquet", Journal(tmp_path / "j", KEY))
+    assert res.earlier_seconds == kept[3]
+    assert elapsed(4) > kept[3]  # the resuming process's batches count on from there
+
+    whole, _, _ = suite(setup, tmp_path / "steps3.parquet")  # not resumed
+    assert whole.earlier_seconds == 0.0
