@@ -62,15 +62,6 @@ AGREEMENT_FORMER_LABELS: dict[str, tuple[str, ...]] = {
 """The labels the agreement matrix's result tables used before they came from this registry
 ("IG", "LOO"), per pair (none where the label is unchanged): its ``Stat.former_labels``."""
 
-IG_METHODS = (
-    "gausslegendre",
-    "riemann_trapezoid",
-    "riemann_left",
-    "riemann_right",
-    "riemann_middle",
-)
-"""Captum's integral approximations (``IntegratedGradients.attribute(method=…)``)."""
-
 
 class GradientParams(Params):
     """A gradient method's settings.
@@ -99,7 +90,8 @@ class IntegratedGradientsParams(GradientParams):
         baseline: the baseline embedding of every real source position: ``"zero"`` (the zero
             vector), ``"unk"`` (the ``<unk>`` token's embedding; a Hugging Face model's unknown
             token, or its pad token where it has none) or ``"pad"`` (the pad token's embedding).
-        approximation: Captum's integral approximation (its ``method=``).
+        approximation: Captum's integral approximation (``IntegratedGradients.attribute``'s
+            ``method=``), one of the five it names.
     """
 
     n_steps: int = Field(50, ge=2, le=10_000)

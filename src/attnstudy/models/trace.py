@@ -247,11 +247,6 @@ def gradients_in_eval():
         torch.backends.cudnn.enabled = previous
 
 
-def causal_mask(t: int, device=None) -> Tensor:
-    """bool (T, T), True above the diagonal: position i may not attend to j > i."""
-    return torch.ones(t, t, dtype=torch.bool, device=device).triu(1)
-
-
 def folded_rows(
     weights: Tensor,
     mask: Tensor,
