@@ -128,7 +128,8 @@ def test_study_shows_attention_beside_eflomal_and_reuses_the_reference_run(
     assert load_study(tracker, second.study_run_id).references[0]["run_id"] == refs[0].run_id
 
     results = tmp_path / "results"
-    html = build_report(tracker, first.study_run_id, tmp_path / "report", results_dir=results)
+    with figures_undrawn():  # tables here; the report tests draw the same kinds of figure
+        html = build_report(tracker, first.study_run_id, tmp_path / "report", results_dir=results)
     page = html.read_text(encoding="utf-8")
     assert "Attention&#39;s alignment beside a statistical aligner&#39;s" in page or (
         "Attention's alignment beside a statistical aligner's" in page
