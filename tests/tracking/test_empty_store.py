@@ -1,7 +1,7 @@
 """A new SQLite store is a copy of the cached empty store (MLflow's migrations run once per MLflow
 version, not once per store): held equal to a store made by MLflow's own migrations, with the
-``Default`` experiment at the new store's artifact location; a cached file that is not an empty store is
-rebuilt with a notice, and a cache that cannot be written falls back to MLflow's creation."""
+``Default`` experiment at the new store's artifact location; a file of the cached name that is not an
+empty store is never replaced, and a cache that cannot be written falls back to MLflow's creation."""
 
 from __future__ import annotations
 
@@ -57,16 +57,24 @@ def test_a_copied_store_equals_one_made_by_mlflows_migrations(tmp_path, cache, m
         assert c.execute("SELECT count(*) FROM experiments").fetchone() == (0,)
 
 
-def test_a_cached_file_that_is_not_an_empty_store_is_rebuilt_with_a_notice(
+def test_a_file_of_the_cached_name_that_is_not_an_empty_store_is_never_replaced(
     tmp_path, cache, monkeypatch, caplog
 ):
+    """A file the tool did not make (not an empty MLflow store: a user's, or a damaged one) is
+    left byte for byte, with a notice naming it; the store is created by MLflow's migrations."""
     cache.mkdir()
-    empty_store.cached_path().write_bytes(b"not a database\n" * 100)
+    sentinel = b"not a database\n" * 100
+    empty_store.cached_path().write_bytes(sentinel)
+    (cache / "notes.txt").write_text("mine\n")
     tracker = _new_store(tmp_path / "store", monkeypatch)
     assert tracker.experiment_id("an-experiment") == "1"
-    assert "is not one: rebuilding it" in caplog.text
-    with sqlite3.connect(empty_store.cached_path()) as c:  # a real empty store again
-        assert c.execute("SELECT count(*) FROM experiments").fetchone() == (0,)
+    assert "is not an empty MLflow store attnstudy made: it is left as it is" in caplog.text
+    assert empty_store.cached_path().read_bytes() == sentinel
+    assert sorted(p.name for p in cache.iterdir()) == [
+        empty_store.cached_path().name,
+        "notes.txt",
+    ]
+    assert (cache / "notes.txt").read_text() == "mine\n"
     assert not [p.name for p in (tmp_path / "store" / "mlruns").iterdir() if "creating" in p.name]
 
 

@@ -300,20 +300,15 @@ class Tracker:
             ) from None
 
     def _create_sqlite(self, db: Path) -> None:
-        fd, tmp = tempfile.mkstemp(dir=db.parent, prefix=".mlflow.db.", suffix=".creating")
-        os.close(fd)
-        os.unlink(tmp)  # SQLite creates it; the name is ours
         try:
-            with deferred_signals():
-                empty_store.create(Path(tmp))
-            os.replace(tmp, db)
+            with empty_store.new_sqlite_file(db.parent, ".mlflow.db.") as tmp:
+                with deferred_signals():
+                    empty_store.create(tmp)
+                os.replace(tmp, db)
         except MlflowException as err:
             raise TrackingError(
                 f"cannot create the tracking store {db}: {_disk_message(err, db.parent)}"
             ) from None
-        finally:
-            for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
-                Path(leftover).unlink(missing_ok=True)
 
     def _check_open(self, db: Path) -> None:
         from sqlalchemy.exc import DatabaseError

@@ -8,8 +8,9 @@ the schema, MLflow's ``default`` workspace row and no experiment), and every new
 it. MLflow then creates the ``Default`` experiment on the first open, as it would have in a
 migrated store: with the artifact location of the store being created, never the cache's.
 
-A cached file that is not an empty store is rebuilt with a notice; a cache that cannot be written
-or read leaves the creation to MLflow's migrations, as before.
+A file of the cached store's name that is not such an empty store is not the tool's: it is left as
+it is, with a notice, and so is the creation to MLflow's migrations (as when the cache cannot be
+written or read).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import os
 import shutil
 import sqlite3
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 MAX_BYTES = 16 * 2**20
@@ -33,6 +36,25 @@ def cached_path() -> Path:
     return cache_dir() / f"mlflow-empty-store-{mlflow.__version__}.db"
 
 
+@contextmanager
+def new_sqlite_file(folder: Path, prefix: str) -> Iterator[Path]:
+    """A free name in ``folder`` for a SQLite file being created (``mkstemp``'s, the file itself
+    removed: SQLite creates it). On leaving, what is still at that name — the file unless it was
+    renamed away, its journal, WAL and shared-memory files — is removed.
+
+    Raises:
+        OSError: ``folder`` cannot be written.
+    """
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".creating")
+    os.close(fd)
+    os.unlink(tmp)  # SQLite creates it; the name is ours
+    try:
+        yield Path(tmp)
+    finally:
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            Path(tmp + suffix).unlink(missing_ok=True)
+
+
 def _build(path: Path) -> None:
     """Create the empty store at ``path`` (atomically: a temporary file of its own, renamed):
     MLflow's migrations, then its ``Default`` experiment removed so that the first open of each
@@ -45,10 +67,7 @@ def _build(path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".creating")
-    os.close(fd)
-    os.unlink(tmp)  # SQLite creates it; the name is ours
-    try:
+    with new_sqlite_file(path.parent, f".{path.name}.") as tmp:
         MlflowClient(f"sqlite:///{tmp}").search_experiments(max_results=1)
         with sqlite3.connect(tmp) as db:
             db.execute("DELETE FROM experiment_tags")
@@ -56,9 +75,6 @@ def _build(path: Path) -> None:
         with sqlite3.connect(tmp) as db:
             db.execute("VACUUM")
         os.replace(tmp, path)
-    finally:
-        for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
-            Path(leftover).unlink(missing_ok=True)
 
 
 def _is_empty_store(path: Path) -> bool:
@@ -77,22 +93,21 @@ def _is_empty_store(path: Path) -> bool:
 
 
 def copy_into(target: Path) -> bool:
-    """Copy the cached empty store to ``target``, a new file of the caller's: built on first use,
-    rebuilt with a notice when the cached file is not an empty store. Returns whether it did;
-    False (``target`` absent) when the cache cannot be used: the caller then creates the store
-    as MLflow does."""
+    """Copy the cached empty store (built on first use) to ``target``, a new file of the
+    caller's. Returns whether it did; False (``target`` absent) when the cache cannot be used,
+    or when a file of its name is not an empty store (left as it is, with a notice): the caller
+    then creates the store as MLflow does."""
     from ..notices import notice
 
     try:
         path = cached_path()
-        if path.is_symlink():
-            return False
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():
             _build(path)
         elif not _is_empty_store(path):
-            notice(f"the cached empty tracking store {path} is not one: rebuilding it")
-            _build(path)
-        if not _is_empty_store(path):
+            notice(
+                f"{path} is not an empty MLflow store attnstudy made: it is left as it is, and new "
+                "tracking stores are created by MLflow's migrations (slower) until it is removed"
+            )
             return False
         shutil.copyfile(path, target)
         return True
