@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .analysis import catalogue, figures
+from .analysis import catalogue
 from .analysis.per_example import per_example_summary_file, pick_shown, steps_of_examples
 from .config import RunSpec
 from .data.tasks import TASKS, TRANSLATION_METRICS, get_task
@@ -96,6 +96,8 @@ def log_training_pages(
     predictions: pd.DataFrame,
 ) -> None:
     """The learning curve (``figures/learning_curve.png``) and the test predictions as CSV."""
+    from .analysis import figures  # matplotlib and seaborn: only for a process that draws
+
     fig = figures.learning_curve(history, metric, best_epoch)
     tracker.log_figure(run_id, fig, Artifact.LEARNING_CURVE)
     tracker.log_table(run_id, predictions, Artifact.PREDICTIONS_CSV)
@@ -577,6 +579,8 @@ def _log_figures(
 ) -> None:
     """The run's figures: its estimates with 95 % intervals, and the heatmaps of the best,
     median and worst recorded examples."""
+    from .analysis import figures
+
     est = estimates_table([facts])
     if len(est):
         fig = figures.estimates_plot(
