@@ -78,6 +78,7 @@ from torch import Tensor
 from attnstudy.models import Seq2Seq, eval_mode, gradients_in_eval
 
 from .. import adversarial_rprop as rprop_solver
+from .. import adversarial_steps as solver_steps
 from .._chunks import ELEMENT_BUDGET, rows_given_attention
 from ..adversarial_objective import (  # noqa: F401 (re-exported: tests and benchmarks name them here)
     _fixed_terms,
@@ -380,45 +381,6 @@ def _initial_logits(
     return out.to(tr.src.device)
 
 
-class _AmsGrad:
-    """Adam with the AMSGrad maximum (Kingma & Ba 2015, alg. 1; Reddi et al. 2018), the update of
-    ``torch.optim.Adam(amsgrad=True)`` (its single-tensor form, no weight decay) written out on one
-    tensor updated in place, without the optimiser's per-step bookkeeping: the same operations in
-    the same order, so the same θ bit for bit (``tests/analysis/test_adversarial.py``).
-
-    Args:
-        param: the tensor updated in place (not a leaf needing grad: gradients are passed in).
-        lr, betas, eps: as ``torch.optim.Adam``.
-    """
-
-    def __init__(self, param: Tensor, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
-        self.param, self.lr, self.betas, self.eps = param, lr, betas, eps
-        self.exp_avg = torch.zeros_like(param)
-        self.exp_avg_sq = torch.zeros_like(param)
-        self.max_exp_avg_sq = torch.zeros_like(param)
-        self.steps = 0
-
-    def step(self, grad: Tensor) -> None:
-        """One update of ``param`` from its gradient ``grad`` (same shape)."""
-        beta1, beta2 = self.betas
-        self.steps += 1
-        self.exp_avg.lerp_(grad, 1 - beta1)
-        self.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        step = float(self.steps)
-        step_size = self.lr / (1 - beta1**step)
-        bias_correction2_sqrt = (1 - beta2**step) ** 0.5
-        torch.maximum(self.max_exp_avg_sq, self.exp_avg_sq, out=self.max_exp_avg_sq)
-        denom = (self.max_exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(self.eps)
-        self.param.addcdiv_(self.exp_avg, denom, value=-step_size)
-
-    def keep(self, rows: Tensor) -> None:
-        """Go on with the rows ``rows`` (bool (N,)) of ``param`` and of the moments only."""
-        self.param = self.param[rows]
-        self.exp_avg = self.exp_avg[rows]
-        self.exp_avg_sq = self.exp_avg_sq[rows]
-        self.max_exp_avg_sq = self.max_exp_avg_sq[rows]
-
-
 def _optimise(
     model: Seq2Seq,
     batch: PreparedBatch,
@@ -441,8 +403,8 @@ def _optimise(
     ``plain``: the reference — the objective's plain form :func:`_row_objective_reference`
     under autograd, stepped by ``torch.optim.Adam`` (``torch.optim.Rprop``) — instead of the fast
     path: the fused objective's loss and gradient from :func:`_objective_and_grad` (autograd
-    through the model only), stepped by :class:`_AmsGrad` (:class:`.adversarial_rprop.Rprop`),
-    the same update. The final evaluation is the fused :func:`_row_objective` (the plain one for
+    through the model only), stepped by :class:`..adversarial_steps.AmsGrad`
+    (:class:`.adversarial_rprop.Rprop`), the same update. The final evaluation is the fused :func:`_row_objective` (the plain one for
     ``plain``) of J&W's objective, whichever the solver.
 
     ``early_stop`` (:class:`EarlyStop`): every ``every`` iterations, a row whose loss (at the
@@ -471,47 +433,22 @@ def _optimise(
     )
     # masked once: at −inf the softmax is exactly 0, its gradient exactly 0, and Adam leaves
     # θ = −inf there (a zero moment moves nothing)
-    theta_all = theta_all.masked_fill(batch.trace.pad_mask[b_idx][:, None, None, :], float("-inf"))
+    theta_all.masked_fill_(batch.trace.pad_mask[b_idx][:, None, None, :], float("-inf"))
     theta = theta_all.clone()
-    if plain:  # the reference: autograd through the whole objective, torch's optimiser
-        theta.requires_grad_(True)
-        if rprop:
-            optim = rprop_solver.torch_rprop(theta)
-        else:
-            optim = torch.optim.Adam([theta], lr=acfg.lr, amsgrad=True)
-    else:
-        adam = rprop_solver.Rprop(theta) if rprop else _AmsGrad(theta, acfg.lr)
+    optim, adam = solver_steps.optimisers(theta, acfg.lr, plain=plain, rprop=rprop)
 
     final_logits: list[Tensor] = []  # the final evaluation's logits (N, K, V), for the scores
-
-    def prepared(rows: Tensor):
-        """(value, step) of the rows ``rows``: the per-row objective (its value, the final
-        evaluation, which keeps its logits in ``final_logits``) and what one iteration calls
-        (the plain objective under autograd, or the loss and gradient of
-        :func:`_objective_and_grad`)."""
-        logits_of = rows_given_attention(
-            model, batch.trace, b_idx[rows], t_idx[rows], ctx.chunk_rows
-        )
-
-        def kept_logits(cand: Tensor) -> Tensor:
-            final_logits[:] = [logits_of(cand)]
-            return final_logits[0]
-
-        if plain:
-
-            def reference(th: Tensor, smooth=None, logits=logits_of):
-                return _row_objective_reference(
-                    logits, batch, th, b_idx[rows], t_idx[rows], acfg, smoothing=smooth
-                )
-
-            return functools.partial(reference, logits=kept_logits), reference
-        fixed = _fixed_terms(batch, b_idx[rows], t_idx[rows])
-        return (
-            lambda th: _row_objective(
-                kept_logits, batch, th, b_idx[rows], t_idx[rows], acfg, fixed=fixed
-            ),
-            lambda th, smooth=None: _objective_and_grad(logits_of, th, fixed, acfg, smooth),
-        )
+    prepared = functools.partial(
+        _row_functions,
+        model=model,
+        batch=batch,
+        b_idx=b_idx,
+        t_idx=t_idx,
+        acfg=acfg,
+        ctx=ctx,
+        plain=plain,
+        final_logits=final_logits,
+    )
 
     active = torch.arange(len(b_idx), device=b_idx.device)
     whole, step = prepared(active)
@@ -519,49 +456,67 @@ def _optimise(
     with gradients_in_eval():
         for it in range(n_iter):
             smooth = rprop_solver.smoothing(it, n_iter) if rprop else None
-            if plain:
-                loss, *_ = step(theta, smooth)
-                optim.zero_grad(set_to_none=True)
-                loss.sum().backward()
-                optim.step()
-            else:
-                loss, grad = step(theta, smooth)
-                adam.step(grad)
-            if rprop:
-                rprop_solver.bound_spread_(theta if plain else adam.param)
+            loss = solver_steps.iteration(step, theta, smooth, optim=optim, adam=adam, rprop=rprop)
             if monitor is not None:
                 monitor(it + 1, functools.partial(_evaluate, whole, theta))
             if early_stop is None or it % early_stop.every:
                 continue
-            now = loss.detach()
-            if previous is None:
-                previous = now
-                continue
-            done = previous - now <= early_stop.tol * now.abs().clamp(min=1.0)
-            previous = now
-            if not bool(done.any()):
+            done, previous = solver_steps.stopped(loss, previous, early_stop.tol)
+            if done is None or not bool(done.any()):
                 continue
             # the rows that stopped keep their θ (after this iteration's update); the others
             # go on with their slice of θ and of Adam's moments
             theta_all[active[done]] = theta.detach()[done]
             keep = ~done
-            active, previous = active[keep], now[keep]
+            active, previous = active[keep], previous[keep]
             if active.numel() == 0:
                 break
-            if plain:
-                state = optim.state.pop(theta)
-                theta = theta.detach()[keep].requires_grad_(True)
-                optim.param_groups[0]["params"] = [theta]
-                optim.state[theta] = {k: v[keep] if v.dim() else v for k, v in state.items()}
-            else:
-                adam.keep(keep)
-                theta = adam.param
+            theta = solver_steps.keep_rows(keep, theta, optim=optim, adam=adam)
             _, step = prepared(active)
     if active.numel():
         theta_all[active] = theta.detach()
     with torch.no_grad():
         evaluated = whole(theta_all)
     return _result(batch, b_idx, t_idx, acfg=acfg, evaluated=evaluated, final_logits=final_logits)
+
+
+def _row_functions(
+    rows: Tensor,
+    *,
+    model: Seq2Seq,
+    batch: PreparedBatch,
+    b_idx: Tensor,
+    t_idx: Tensor,
+    acfg: AdversarialParams,
+    ctx: AblationContext,
+    plain: bool,
+    final_logits: list[Tensor],
+):
+    """(value, step) of the rows ``rows``: the per-row objective (its value, the final
+    evaluation, which keeps its logits in ``final_logits``) and what one iteration calls
+    (the plain objective under autograd, or the loss and gradient of
+    :func:`_objective_and_grad`)."""
+    logits_of = rows_given_attention(model, batch.trace, b_idx[rows], t_idx[rows], ctx.chunk_rows)
+
+    def kept_logits(cand: Tensor) -> Tensor:
+        final_logits[:] = [logits_of(cand)]
+        return final_logits[0]
+
+    if plain:
+
+        def reference(th: Tensor, smooth=None, logits=logits_of):
+            return _row_objective_reference(
+                logits, batch, th, b_idx[rows], t_idx[rows], acfg, smoothing=smooth
+            )
+
+        return functools.partial(reference, logits=kept_logits), reference
+    fixed = _fixed_terms(batch, b_idx[rows], t_idx[rows])
+    return (
+        lambda th: _row_objective(
+            kept_logits, batch, th, b_idx[rows], t_idx[rows], acfg, fixed=fixed
+        ),
+        lambda th, smooth=None: _objective_and_grad(logits_of, th, fixed, acfg, smooth),
+    )
 
 
 def _result(

@@ -21,7 +21,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, field_validator
+from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, field_validator
 
 from .analysis.catalogue import AblationConfig
 from .config import (
@@ -169,14 +169,23 @@ class ExperimentConfig(_Strict):
     report: ReportConfig = Field(default_factory=ReportConfig)
     trained_adversary: TrainedAdversaryConfig = Field(default_factory=TrainedAdversaryConfig)
     models: list[ModelVariant] = Field(default_factory=lambda: [ModelVariant()], min_length=1)
+    _resolved: tuple[str, tuple[RunSpec, ...]] | None = PrivateAttr(default=None)
 
     def runs(self) -> list[RunSpec]:
         """Resolve every variant × seed into a validated :class:`RunSpec`.
+
+        Built once per content: the specs are kept with the config's JSON, and a later call (the
+        CLI, the checks, the executors all ask) returns them again while the content is the same
+        (a :meth:`model_copy` with other values, or a section dict changed in place, builds them
+        anew). A new list each call; the specs themselves are frozen.
 
         Raises:
             ConfigError: if a merged section is invalid (names the variant and the field), or
                 the entries × their seeds are more than :data:`MAX_MODELS`.
         """
+        key = self.model_dump_json()
+        if self._resolved is not None and self._resolved[0] == key:
+            return list(self._resolved[1])
         count = sum(len(v.seeds or self.experiment.seeds) for v in self.models)
         if count > MAX_MODELS:
             raise ConfigError(
@@ -226,6 +235,7 @@ class ExperimentConfig(_Strict):
                     'names (name = "…" in [[models]])'
                 )
             seen[label] = i
+        self._resolved = (key, tuple(specs))
         return specs
 
 

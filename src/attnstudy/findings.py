@@ -685,34 +685,13 @@ def overall(
     def count(attr: str, value: str) -> int:
         return sum(getattr(v, attr) == value for v, _ in tested)
 
-    def summary(question: str, names: list[str]) -> str:
-        # the first measure of the question with a summary that these models measured
-        roles = {k: r for _, f in tested for k, r in f.roles.items()}
-        for k, r in roles.items():
-            if r.question != question or r.role != "measure" or not r.summary:
-                continue
-            vals = [f.stats[k] for v, f in tested if v.name in names and k in f.stats]
-            if vals:
-                lo, hi = min(e.value for e in vals), max(e.value for e in vals)
-                span = f" {100 * lo:.0f}–{100 * hi:.0f} %" if lo != hi else f" {100 * lo:.0f} %"
-                return r.summary.format(span=span)
-        return ""
-
     used = [v.name for v, _ in tested if v.used == "yes"]
     not_unique = [v.name for v, _ in tested if v.unique == "no"]
     gold = [v for v, _ in tested if v.aligns != "n/a"]
-    scope = f"{n} model{'s' if n > 1 else ''} with attention"
-    tested_configs = None
-    if configs is not None:
-        tested_configs = [configs[i] for i in keep]
-        seeds = collections.Counter(tested_configs)
-        if max(seeds.values()) > 1:  # each seed is a model: say so where it matters
-            lo, hi = min(seeds.values()), max(seeds.values())
-            each = f"{lo} seeds each" if lo == hi else f"{lo}–{hi} seeds each"
-            k = len(seeds)
-            scope += f" ({k} configuration{'s' if k > 1 else ''}, {each})"
+    tested_configs = None if configs is None else [configs[i] for i in keep]
+    scope = _scope(n, tested_configs)
     if used:
-        how = summary("used", used)
+        how = _question_summary(tested, "used", used)
         parts = [
             f"Of the {scope}, {len(used)} use{'s' if len(used) == 1 else ''} it"
             + (f": {how}" if how else "")
@@ -723,8 +702,9 @@ def overall(
         k = count("used", "no")
         parts.append(f"{k} do{'es' if k == 1 else ''} not use it")
     measured_u = [v for v, _ in tested if v.unique != "n/a"]
+    not_unique_all = len(not_unique) == len(measured_u)
     if measured_u:
-        how = summary("unique", not_unique)
+        how = _question_summary(tested, "unique", not_unique)
         parts.append(
             f"it is not a unique explanation for {len(not_unique)} of {len(measured_u)}"
             + (f" ({how})" if how else "")
@@ -745,24 +725,55 @@ def overall(
             f"and it aligns with gold links for {count('aligns', 'yes')} of the {len(gold)} with "
             "gold alignments"
         )
-    text = "; ".join(parts) + "."
-    if used and len(not_unique) == len(measured_u) and measured_u:
-        text += (
+    text = "; ".join(parts) + "." + _answer(bool(used), bool(measured_u) and not_unique_all)
+    if tested_configs is not None:
+        text += across_seeds([v for v, _ in tested], tested_configs)
+    return text
+
+
+def _question_summary(tested: list, question: str, names: list[str]) -> str:
+    """The summary sentence part of the first measure of ``question`` that the models ``names``
+    (of ``tested``: (verdict, facts) pairs) measured, with their span in %; "" if none did."""
+    roles = {k: r for _, f in tested for k, r in f.roles.items()}
+    for k, r in roles.items():
+        if r.question != question or r.role != "measure" or not r.summary:
+            continue
+        vals = [f.stats[k] for v, f in tested if v.name in names and k in f.stats]
+        if vals:
+            lo, hi = min(e.value for e in vals), max(e.value for e in vals)
+            span = f" {100 * lo:.0f}–{100 * hi:.0f} %" if lo != hi else f" {100 * lo:.0f} %"
+            return r.summary.format(span=span)
+    return ""
+
+
+def _scope(n: int, configs: list[str] | None) -> str:
+    """ "N models with attention", with the configurations and their seeds where a configuration
+    of ``configs`` (one per model) has more than one seed (each seed is a model)."""
+    scope = f"{n} model{'s' if n > 1 else ''} with attention"
+    seeds = collections.Counter(configs or [])
+    if seeds and max(seeds.values()) > 1:
+        lo, hi = min(seeds.values()), max(seeds.values())
+        each = f"{lo} seeds each" if lo == hi else f"{lo}–{hi} seeds each"
+        k = len(seeds)
+        scope += f" ({k} configuration{'s' if k > 1 else ''}, {each})"
+    return scope
+
+
+def _answer(used: bool, none_unique: bool) -> str:
+    """The overall paragraph's closing sentence: the answer to the report's question."""
+    if used and none_unique:
+        return (
             " So the answer to this report's question is: the attention is causally used, but it "
             "is not the one explanation — other, very different weights would explain the same "
             "outputs — and its value as an explanation rests on its agreement with other "
             "importance measures and with alignments, reported per model below."
         )
-    elif used:
-        text += (
+    if used:
+        return (
             " Attention is used; whether it explains the output depends on the model, as the "
             "per-model findings say."
         )
-    else:
-        text += " Without a causal effect, attention cannot explain these models' outputs."
-    if tested_configs is not None:
-        text += across_seeds([v for v, _ in tested], tested_configs)
-    return text
+    return " Without a causal effect, attention cannot explain these models' outputs."
 
 
 def across_seeds(verdicts: list[Verdict], configs: list[str]) -> str:

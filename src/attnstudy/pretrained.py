@@ -31,7 +31,7 @@ from attnstudy.hf_folder import HF_PREFIX
 from attnstudy.progress import reporting
 from attnstudy.run_pages import timing_metrics
 from attnstudy.tracking import Tracker
-from attnstudy.tracking.schema import Artifact, Kind, Tag, ablation_run_name
+from attnstudy.tracking.schema import Artifact, Kind, RunRecord, Tag, ablation_run_name
 
 __all__ = [
     "HF_PREFIX",
@@ -239,20 +239,7 @@ def ablate_pretrained(
     Raises:
         HFError, DataError: an unusable folder or file, one line each.
     """
-    from attnstudy.analysis.heatmaps import Recorder
-    from attnstudy.analysis.suite import run_suite
-    from attnstudy.models.hf import folder_digests, load_pretrained
-
-    if uri.startswith("runs:/"):
-        model_run_id = uri.removeprefix("runs:/").strip("/")
-        model = load_recorded(tracker, model_run_id)
-        folder = Path(tracker.get_run(model_run_id).tags[TAG_FOLDER])
-    else:
-        folder = Path(uri.removeprefix(HF_PREFIX)).expanduser().resolve()
-        digests = folder_digests(folder)
-        model = load_pretrained(folder)
-        exp_id = tracker.experiment_id(experiment)
-        model_run_id = _model_run(tracker, exp_id, folder, model=model, digests=digests)
+    model_run_id, model, folder = _pretrained_model_run(uri, tracker, experiment)
     tsv = Path(tsv)
     examples = _examples(model, read_tsv(tsv), tsv.stem, lambda n: f"{tsv}:{n}")
     examples = examples[: cfg.n_examples]
@@ -276,52 +263,103 @@ def ablate_pretrained(
         tracker.system_metrics(run_id),
         reporting(tracker.progress_sink(run_id)),
     ):
-        params = cfg.flat() | {"data": str(tsv.resolve())}  # absolute: no working directory
-        tracker.log_params(run_id, params)
-        recorder = Recorder(cfg.prefix)
-        with tempfile.TemporaryDirectory(prefix="attnstudy-ablate-") as tmp:
-            steps_path = Path(tmp) / "steps.parquet"
-            t0 = time.perf_counter()
-            result = run_suite(
-                model,
-                examples,
-                model.vocab,
-                model.vocab,
-                cfg,
-                progress=progress,
-                table_path=steps_path,
-                label=label,
-                recorder=recorder,
-            )
-            summary = dict(result.summary) | {
-                "ablation/seconds": result.earlier_seconds + time.perf_counter() - t0,
-                "ablation/n_examples": float(len(examples)),  # the header's count, not the cap
-            }
-            summary |= timing_metrics(result, cfg.prefix, summary["ablation/seconds"])
-            tracker.log_artifact(run_id, steps_path, "ablations")
-            if result.examples is not None and len(result.examples):
-                tracker.log_table(run_id, result.examples, Artifact.EXAMPLES)
-            # the example browser, tables, figures and verdict of every other ablation run
-            run_pages.log_ablation_pages(
-                tracker,
-                run_id,
-                model_run_id,
-                name=run_pages.variant_name(tags),
-                attention=model_run.tags.get(Tag.ATTENTION, "pretrained"),
-                examples=examples,
-                params=params,
-                summary=summary,
-                steps_path=steps_path,
-                per_example=result.examples,
-                records=recorder.result(),
-                task="tsv",
-            )
-        if result.skipped:
-            tracker.log_text(run_id, json.dumps(result.skipped, indent=2), Artifact.SKIPPED)
-        if result.primary_unit is not None:  # what the plain ablation/<name>/<stat> keys hold
-            tracker.set_tags(run_id, {Tag.PRIMARY_UNIT: result.primary_unit})
-        tracker.log_metrics(run_id, summary)
+        result = _ablate_logged(
+            tracker,
+            run_id,
+            model_run=model_run,
+            model=model,
+            examples=examples,
+            cfg=cfg,
+            tsv=tsv,
+            tags=tags,
+            progress=progress,
+        )
     return model_run_id, run_id, result
+
+
+def _pretrained_model_run(uri: str, tracker: Tracker, experiment: str) -> tuple[str, object, Path]:
+    """The model of :func:`ablate_pretrained`'s ``uri`` and its model run: the recorded run of
+    ``runs:/<id>``, or a ``hf:FOLDER`` loaded and recorded in ``experiment`` (a run of its own,
+    reused when the folder's digests match). Returns (model run id, model, folder)."""
+    from attnstudy.models.hf import folder_digests, load_pretrained
+
+    if uri.startswith("runs:/"):
+        model_run_id = uri.removeprefix("runs:/").strip("/")
+        model = load_recorded(tracker, model_run_id)
+        return model_run_id, model, Path(tracker.get_run(model_run_id).tags[TAG_FOLDER])
+    folder = Path(uri.removeprefix(HF_PREFIX)).expanduser().resolve()
+    digests = folder_digests(folder)
+    model = load_pretrained(folder)
+    exp_id = tracker.experiment_id(experiment)
+    return _model_run(tracker, exp_id, folder, model=model, digests=digests), model, folder
+
+
+def _ablate_logged(
+    tracker: Tracker,
+    run_id: str,
+    *,
+    model_run: RunRecord,
+    model,
+    examples: list[Example],
+    cfg: AblationConfig,
+    tsv: Path,
+    tags: dict[str, str],
+    progress: bool,
+):
+    """:func:`ablate_pretrained`'s battery inside its open ablation run ``run_id``: the params,
+    the per-step table, the examples, the run's pages, skipped ablations and the summary metrics
+    logged. Returns the :class:`~attnstudy.analysis.suite.SuiteResult`."""
+    from attnstudy.analysis.heatmaps import Recorder
+    from attnstudy.analysis.suite import run_suite
+
+    model_run_id = model_run.run_id
+    label = tags[Tag.VARIANT]
+    params = cfg.flat() | {"data": str(tsv.resolve())}  # absolute: no working directory
+    tracker.log_params(run_id, params)
+    recorder = Recorder(cfg.prefix)
+    with tempfile.TemporaryDirectory(prefix="attnstudy-ablate-") as tmp:
+        steps_path = Path(tmp) / "steps.parquet"
+        t0 = time.perf_counter()
+        result = run_suite(
+            model,
+            examples,
+            model.vocab,
+            model.vocab,
+            cfg,
+            progress=progress,
+            table_path=steps_path,
+            label=label,
+            recorder=recorder,
+        )
+        summary = dict(result.summary) | {
+            "ablation/seconds": result.earlier_seconds + time.perf_counter() - t0,
+            "ablation/n_examples": float(len(examples)),  # the header's count, not the cap
+        }
+        summary |= timing_metrics(result, cfg.prefix, summary["ablation/seconds"])
+        tracker.log_artifact(run_id, steps_path, "ablations")
+        if result.examples is not None and len(result.examples):
+            tracker.log_table(run_id, result.examples, Artifact.EXAMPLES)
+        # the example browser, tables, figures and verdict of every other ablation run
+        run_pages.log_ablation_pages(
+            tracker,
+            run_id,
+            model_run_id,
+            name=run_pages.variant_name(tags),
+            attention=model_run.tags.get(Tag.ATTENTION, "pretrained"),
+            examples=examples,
+            params=params,
+            summary=summary,
+            steps_path=steps_path,
+            per_example=result.examples,
+            records=recorder.result(),
+            task="tsv",
+        )
+    if result.skipped:
+        tracker.log_text(run_id, json.dumps(result.skipped, indent=2), Artifact.SKIPPED)
+    if result.primary_unit is not None:  # what the plain ablation/<name>/<stat> keys hold
+        tracker.set_tags(run_id, {Tag.PRIMARY_UNIT: result.primary_unit})
+    tracker.log_metrics(run_id, summary)
+    return result
 
 
 # --- pretrained variants of a study (``[model] source = "hf:FOLDER"``) -----------------------------

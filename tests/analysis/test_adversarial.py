@@ -459,7 +459,7 @@ def test_bahdanau_search_with_the_written_out_backward_equals_the_plain_search(d
 def test_written_out_amsgrad_is_torch_adam_bit_for_bit():
     """:class:`_AmsGrad` makes the updates of ``torch.optim.Adam(amsgrad=True)`` exactly, with
     −inf entries (padding) left at −inf."""
-    from attnstudy.analysis.ablations.adversarial import _AmsGrad
+    from attnstudy.analysis.adversarial_steps import AmsGrad as _AmsGrad
 
     g = torch.Generator().manual_seed(0)
     start = torch.randn(6, 5, 7, generator=g)

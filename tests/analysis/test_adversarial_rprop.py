@@ -255,12 +255,12 @@ def test_jw_solver_is_amsgrad_on_the_exact_objective_bit_for_bit(data):
     exact objective's gradient (no smoothing, no bound), equal bit for bit to a hand loop."""
     from attnstudy.analysis._chunks import rows_given_attention
     from attnstudy.analysis.ablations.adversarial import (
-        _AmsGrad,
         _fixed_terms,
         _initial_logits,
         _objective_and_grad,
         _searched_rows,
     )
+    from attnstudy.analysis.adversarial_steps import AmsGrad
 
     cfg = rprop_cfg(solver="jw", steps=25)
     acfg = cfg.params_for("adversarial")
@@ -272,7 +272,7 @@ def test_jw_solver_is_amsgrad_on_the_exact_objective_bit_for_bit(data):
     theta = theta.masked_fill(batch.trace.pad_mask[b_idx][:, None, None, :], float("-inf"))
     logits_of = rows_given_attention(model, batch.trace, b_idx, t_idx)
     fixed = _fixed_terms(batch, b_idx, t_idx)
-    adam = _AmsGrad(theta, 0.01)
+    adam = AmsGrad(theta, 0.01)
     for _ in range(25):
         adam.step(_objective_and_grad(logits_of, adam.param, fixed, acfg)[1])
     assert torch.equal(res.candidates, torch.softmax(adam.param, -1))

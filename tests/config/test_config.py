@@ -466,3 +466,24 @@ def test_the_deepest_shipped_experiment_is_far_from_the_nesting_limit():
     shipped = (Path(__file__).parents[2] / "experiments").glob("*.toml")
     deepest = max(nesting_depth(tomllib.loads(p.read_text(encoding="utf-8"))) for p in shipped)
     assert deepest <= 6 < MAX_NESTING
+
+
+def test_the_specs_are_built_once_per_content(monkeypatch):
+    """``runs()`` is asked by the CLI, the checks and the executors: the specs are built once and
+    handed out again while the config's content is the same; a copy with another experiment name
+    or a section dict changed in place gets specs of its own (never a stale spec)."""
+    import attnstudy.experiment as experiment
+
+    cfg = experiment.load_experiment(Path(__file__).parents[2] / "experiments" / "quickstart.toml")
+    built = []
+    real = experiment.RunSpec
+    monkeypatch.setattr(experiment, "RunSpec", lambda **kw: built.append(kw) or real(**kw))
+    first = cfg.runs()  # load_experiment's own check built them: none built here
+    again = cfg.runs()
+    assert built == [] and len(first) == 6 and again == first and again is not first
+    assert all(a is b for a, b in zip(again, first))
+    renamed = cfg.model_copy(update={"experiment": cfg.experiment.model_copy(update={"name": "x"})})
+    assert [s.experiment for s in renamed.runs()] == ["x"] * 6 and len(built) == 6
+    assert renamed.runs() == renamed.runs() and len(built) == 6
+    cfg.data["n_train"] = 123
+    assert 123 in {s.data.n_train for s in cfg.runs()} and len(built) == 12

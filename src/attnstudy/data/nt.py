@@ -38,6 +38,7 @@ from attnstudy.config import DataConfig
 from attnstudy.data.alignment import Alignment
 from attnstudy.data.disk_cache import file_digest, load_or_build, sources_digest
 from attnstudy.data.g2p_align import cache_dir
+from attnstudy.data.nt_groups import VerseUnion, group_examples, verse_groups
 from attnstudy.data.subwords import SubwordTokenizer, merge_subwords, train_tokenizer
 from attnstudy.data.types import SPLITS, DataError, Example, Splits
 from attnstudy.notices import notice
@@ -230,119 +231,16 @@ def parse_corpus(nt_files: NTFiles) -> Corpus:
     src_rows = _read_tsv(nt_files.source, SOURCE_COLUMNS)
     tgt_rows = _read_tsv(nt_files.target, TARGET_COLUMNS)
     records = _read_records(nt_files.alignment)
-    greek: dict[str, tuple[str, str]] = {}  # token id → (verse, text)
-    greek_pos: dict[str, str] = {}  # token id → part of speech
-    for r in src_rows:
-        greek[r["id"]] = (_verse_of(r["id"], nt_files.source, True), r["text"])
-        greek_pos[r["id"]] = r["pos"]
-    english: dict[str, tuple[str, dict[str, str]]] = {}  # token id → (Greek verse, row)
-    for r in tgt_rows:
-        _verse_of(r["id"], nt_files.target, False)
-        sv = r["source_verse"]
-        if len(sv) != 8 or not sv.isdigit():
-            raise _bad(nt_files.target, f"token {r['id']}: source_verse {sv!r} is not BBCCCVVV")
-        english[r["id"]] = (sv, r)
-    empty = next((t for t, (_, text) in greek.items() if not text.strip()), None)
-    if empty is not None:
-        raise _bad(nt_files.source, f"token {empty} is empty")
-    empty = next((t for t, (_, row) in english.items() if not row["text"].strip()), None)
-    if empty is not None:
-        raise _bad(nt_files.target, f"token {empty} is empty")
+    greek, greek_pos, english = _tokens(nt_files, src_rows, tgt_rows)
     # union-find over verse ids: a record joins the verses of all its words
-    parent: dict[str, str] = {}
-
-    def find(v: str) -> str:
-        parent.setdefault(v, v)
-        while parent[v] != v:
-            parent[v] = parent[parent[v]]
-            v = parent[v]
-        return v
-
+    union = VerseUnion()
     for verse, _ in greek.values():
-        find(verse)
+        union.find(verse)
     for verse, _ in english.values():
-        find(verse)
-    crossing = 0
-    started: set[str] = set()  # verses of a record's id (BBCCCVVV.NNN)
-    named: set[str] = set()  # Greek verses a record names a word of
-    parsed = []
-    for k, rec in enumerate(records):
-        try:
-            process = rec["meta"]["process"]
-            src_ids, tgt_ids = list(rec["source"]), list(rec["target"])
-        except (KeyError, TypeError):
-            raise _bad(
-                nt_files.alignment, f"record {k} has no meta.process, source or target"
-            ) from None
-        if process != "manual":
-            raise DataError(
-                f"{nt_files.alignment}: record {rec['meta'].get('id', k)} has process {process!r}; "
-                f"only 'manual' (human) alignments are gold for task {TASK!r}: give the manual "
-                f"alignment file of {PACKAGE} {PACKAGE_VERSION} ({INSTALL})"
-            )
-        missing = next((t for t in src_ids if t not in greek), None) or next(
-            (t for t in tgt_ids if t not in english), None
-        )
-        if missing is not None:
-            raise _bad(
-                nt_files.alignment,
-                f"record {rec['meta'].get('id', k)} names token {missing!r}, which the word files lack",
-            )
-        verses = {greek[t][0] for t in src_ids} | {english[t][0] for t in tgt_ids}
-        if len(verses) > 1:
-            crossing += 1
-        started.add(str(rec["meta"].get("id", ""))[:8])
-        named.update(greek[t][0] for t in src_ids)
-        first = find(min(verses)) if verses else None
-        for v in verses:
-            root = find(v)
-            if root != first:
-                parent[root] = first
-        parsed.append((src_ids, tgt_ids))
-    groups: dict[str, dict] = {}
-    for tid, (verse, text) in sorted(greek.items()):
-        groups.setdefault(find(verse), {"verses": set(), "g": [], "e": [], "recs": 0})
-        g = groups[find(verse)]
-        g["verses"].add(verse)
-        g["g"].append((tid, text))
-    for tid, (verse, row) in sorted(english.items()):
-        g = groups.setdefault(find(verse), {"verses": set(), "g": [], "e": [], "recs": 0})
-        g["e"].append((tid, row))
-    for src_ids, tgt_ids in parsed:  # the records with links (a Greek and an English side)
-        if src_ids and tgt_ids:
-            groups[find(greek[src_ids[0]][0])]["recs"] += 1
-    out, dropped_verses, dropped_english = [], 0, 0
-    merged_examples = merged_verses = across = 0
-    index: dict[str, tuple[int, int]] = {}  # token id → (example, position)
-    for key in sorted(groups, key=lambda k: min(groups[k]["verses"] or {k})):
-        g = groups[key]
-        if not g["g"] or not g["e"] or not g["recs"]:
-            dropped_verses += len(g["verses"])
-            dropped_english += len(g["e"])
-            continue
-        verses = sorted(g["verses"])
-        if len(verses) > 1:
-            merged_examples += 1
-            merged_verses += len(verses)
-        if len({v[:5] for v in verses}) > 1:
-            across += 1
-        n = len(out)
-        for pos, (tid, _) in enumerate(g["g"]):
-            index[tid] = (n, pos)
-        for pos, (tid, _) in enumerate(g["e"]):
-            index[tid] = (n, pos)
-        out.append(
-            {
-                "id": "+".join(verses),
-                "chapter": verses[0][:5],
-                "greek": tuple(t for _, t in g["g"]),
-                "pos": tuple(greek_pos[tid] for tid, _ in g["g"]),
-                "english": tuple(r["text"] for _, r in g["e"]),
-                "exclude": tuple(r["exclude"] == "y" for _, r in g["e"]),
-                "skip": tuple(r["skip_space_after"] == "y" for _, r in g["e"]),
-                "links": set(),
-            }
-        )
+        union.find(verse)
+    parsed, record_stats = _records(nt_files.alignment, records, greek, english, union)
+    groups = verse_groups(greek, english, parsed, union)
+    out, index, group_stats = group_examples(groups, greek_pos)
     n_links = 0
     for src_ids, tgt_ids in parsed:
         for s in src_ids:
@@ -372,18 +270,90 @@ def parse_corpus(nt_files: NTFiles) -> Corpus:
         "english_punctuation": sum(r["exclude"] == "y" for _, r in english.values()),
         "records": len(records),
         "links": n_links,
-        "crossing_records": crossing,
-        "merged_examples": merged_examples,
-        "merged_verses": merged_verses,
-        "verses_without_record": len(greek_verses - started),
-        "verses_without_linked_word": len(greek_verses - named),
-        "dropped_verses": dropped_verses,
-        "dropped_english_tokens": dropped_english,
+        "crossing_records": record_stats["crossing"],
+        "merged_examples": group_stats["merged_examples"],
+        "merged_verses": group_stats["merged_verses"],
+        "verses_without_record": len(greek_verses - record_stats["started"]),
+        "verses_without_linked_word": len(greek_verses - record_stats["named"]),
+        "dropped_verses": group_stats["dropped_verses"],
+        "dropped_english_tokens": group_stats["dropped_english"],
         "examples": len(verses_out),
         "chapters": len({v.chapter for v in verses_out}),
-        "examples_across_chapters": across,
+        "examples_across_chapters": group_stats["across"],
     }
     return Corpus(verses_out, stats)
+
+
+def _tokens(nt_files: NTFiles, src_rows: list[dict], tgt_rows: list[dict]):
+    """The word files' tokens, checked: (Greek token id → (verse, text), Greek token id → part
+    of speech, English token id → (Greek verse, row)).
+
+    Raises:
+        DataError: a token id that is not a verse's, a ``source_verse`` that is not BBCCCVVV, an
+            empty token.
+    """
+    greek: dict[str, tuple[str, str]] = {}
+    greek_pos: dict[str, str] = {}
+    for r in src_rows:
+        greek[r["id"]] = (_verse_of(r["id"], nt_files.source, True), r["text"])
+        greek_pos[r["id"]] = r["pos"]
+    english: dict[str, tuple[str, dict[str, str]]] = {}
+    for r in tgt_rows:
+        _verse_of(r["id"], nt_files.target, False)
+        sv = r["source_verse"]
+        if len(sv) != 8 or not sv.isdigit():
+            raise _bad(nt_files.target, f"token {r['id']}: source_verse {sv!r} is not BBCCCVVV")
+        english[r["id"]] = (sv, r)
+    empty = next((t for t, (_, text) in greek.items() if not text.strip()), None)
+    if empty is not None:
+        raise _bad(nt_files.source, f"token {empty} is empty")
+    empty = next((t for t, (_, row) in english.items() if not row["text"].strip()), None)
+    if empty is not None:
+        raise _bad(nt_files.target, f"token {empty} is empty")
+    return greek, greek_pos, english
+
+
+def _records(path: Path, records: list, greek: dict, english: dict, union: VerseUnion):
+    """Check each alignment record and join the verses it spans. Returns ([(source token ids,
+    target token ids)] per record, {"crossing": records spanning verses, "started": verses of
+    a record's id, "named": Greek verses a record names a word of}).
+
+    Raises:
+        DataError: a record without ``meta.process``, source or target; a process other than
+            ``manual``; a token id the word files lack.
+    """
+    crossing = 0
+    started: set[str] = set()  # verses of a record's id (BBCCCVVV.NNN)
+    named: set[str] = set()  # Greek verses a record names a word of
+    parsed = []
+    for k, rec in enumerate(records):
+        try:
+            process = rec["meta"]["process"]
+            src_ids, tgt_ids = list(rec["source"]), list(rec["target"])
+        except (KeyError, TypeError):
+            raise _bad(path, f"record {k} has no meta.process, source or target") from None
+        if process != "manual":
+            raise DataError(
+                f"{path}: record {rec['meta'].get('id', k)} has process {process!r}; "
+                f"only 'manual' (human) alignments are gold for task {TASK!r}: give the manual "
+                f"alignment file of {PACKAGE} {PACKAGE_VERSION} ({INSTALL})"
+            )
+        missing = next((t for t in src_ids if t not in greek), None) or next(
+            (t for t in tgt_ids if t not in english), None
+        )
+        if missing is not None:
+            raise _bad(
+                path,
+                f"record {rec['meta'].get('id', k)} names token {missing!r}, which the word files lack",
+            )
+        verses = {greek[t][0] for t in src_ids} | {english[t][0] for t in tgt_ids}
+        if len(verses) > 1:
+            crossing += 1
+        started.add(str(rec["meta"].get("id", ""))[:8])
+        named.update(greek[t][0] for t in src_ids)
+        union.join(verses)
+        parsed.append((src_ids, tgt_ids))
+    return parsed, {"crossing": crossing, "started": started, "named": named}
 
 
 @functools.lru_cache(maxsize=8)

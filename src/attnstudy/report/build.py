@@ -129,8 +129,6 @@ def build_report(
         attnstudy.outputs.ReplacedMeanwhileError: another process replaced the report folder
             meanwhile.
     """
-    from ..browser import browser_data, browser_html
-
     data = load_study(tracker, study_id)
     ui = ui_base_url(ui_url, tracker.uri)
     context = report_context(data, ui, thresholds_of(data, verdict_overrides))
@@ -141,61 +139,18 @@ def build_report(
     table = summary_frame(context)
 
     def build(tmp: Path) -> None:
-        (tmp / "figures").mkdir()
-        for fig in context["figures"]:
-            (tmp / fig["file"]).write_bytes(fig["png"])
-        (tmp / "examples").mkdir()
-        for e, run in zip(data.entries, context["runs"]):
-            if run["browser_file"]:
-                f = model_facts(e, thresholds_of(data, verdict_overrides))
-                meta = {
-                    "title": e.variant,
-                    "run_id": e.ablation_run_id,
-                    "model_run_id": e.model_run_id,
-                    "prefix": e.analysis_prefix,
-                    "eps": f.eps,
-                    "n_permutations": f.n_permutations,
-                    "n_examples": f.n_examples,
-                }
-                page = browser_html(
-                    browser_data(
-                        e.records,
-                        e.steps,
-                        examples=e.examples,
-                        predictions=e.predictions,
-                        meta=meta,
-                        task=e.task,
-                    )
-                )
-                (tmp / run["browser_file"]).write_text(page, encoding="utf-8")
-        (tmp / "summary.csv").write_text(table.to_csv(index=False), encoding="utf-8")
-        if not data.adversaries.empty:
-            pd.DataFrame(adversary_rows(data)).to_csv(tmp / "adversaries.csv", index=False)
-        (tmp / "report.html").write_text(render_html(context), encoding="utf-8")
-        (tmp / "report.md").write_text(render_markdown(context), encoding="utf-8")
+        _write_report_folder(
+            tmp,
+            data,
+            context=context,
+            table=table,
+            thresholds=thresholds_of(data, verdict_overrides),
+        )
 
     stores = store_folders_of(tracker.uri)
     results = None
     if results_dir is not None:  # checked before the report is written, written after
-        from ..results import result_files
-
-        study = {"study run": study_id}
-        results = result_files(
-            data.experiment,
-            {
-                "": [r | study for r in summary_cells(table)],
-                "-adversaries": [r | study for r in adversary_rows(data)],
-                "-models": [r | study for r in model_rows(data)],
-                "-seed-variance": [r | study for r in seed_variance_rows(data)],
-                "-timing": [r | study for r in timing_rows(data)],
-                "-alignment": [r | study for r in side_by_side_rows(data, facts, layers)],
-                "-alignment-flips": [r | study for r in flip_split_rows(data)],
-                **{
-                    suffix: [r | study for r in rows]
-                    for suffix, rows in breakdown_rows(data, stored_examples(tracker)).items()
-                },
-            },
-        )
+        results = _result_files(tracker, study_id, data, table, facts=facts, layers=layers)
         check_files(results_dir, results, option="--results", store_folders=stores)
     out = replace_folder(
         out_dir if out_dir else report_dir(data.experiment),
@@ -208,6 +163,73 @@ def build_report(
         write_files(results_dir, results, option="--results", store_folders=stores)
     _log_report(tracker, study_id, out, figures=context["figures"], table=table)
     return out / "report.html"
+
+
+def _write_report_folder(tmp: Path, data, *, context: dict, table, thresholds) -> None:
+    """The report's files into the new folder ``tmp``: figures, each model's example browser,
+    ``summary.csv``, ``adversaries.csv`` (when the study has adversaries), ``report.html`` and
+    ``report.md``."""
+    from ..browser import browser_data, browser_html
+
+    (tmp / "figures").mkdir()
+    for fig in context["figures"]:
+        (tmp / fig["file"]).write_bytes(fig["png"])
+    (tmp / "examples").mkdir()
+    for e, run in zip(data.entries, context["runs"]):
+        if run["browser_file"]:
+            f = model_facts(e, thresholds)
+            meta = {
+                "title": e.variant,
+                "run_id": e.ablation_run_id,
+                "model_run_id": e.model_run_id,
+                "prefix": e.analysis_prefix,
+                "eps": f.eps,
+                "n_permutations": f.n_permutations,
+                "n_examples": f.n_examples,
+            }
+            page = browser_html(
+                browser_data(
+                    e.records,
+                    e.steps,
+                    examples=e.examples,
+                    predictions=e.predictions,
+                    meta=meta,
+                    task=e.task,
+                )
+            )
+            (tmp / run["browser_file"]).write_text(page, encoding="utf-8")
+    (tmp / "summary.csv").write_text(table.to_csv(index=False), encoding="utf-8")
+    if not data.adversaries.empty:
+        pd.DataFrame(adversary_rows(data)).to_csv(tmp / "adversaries.csv", index=False)
+    (tmp / "report.html").write_text(render_html(context), encoding="utf-8")
+    (tmp / "report.md").write_text(render_markdown(context), encoding="utf-8")
+
+
+def _result_files(
+    tracker, study_id: str, data, table, *, facts: dict, layers: dict
+) -> dict[str, bytes]:
+    """``--results``' files (file name → contents, :func:`attnstudy.results.result_files`): the
+    summary, adversaries, models, seed variance, timing and alignment tables, each row naming the
+    study run."""
+    from ..results import result_files
+
+    study = {"study run": study_id}
+    return result_files(
+        data.experiment,
+        {
+            "": [r | study for r in summary_cells(table)],
+            "-adversaries": [r | study for r in adversary_rows(data)],
+            "-models": [r | study for r in model_rows(data)],
+            "-seed-variance": [r | study for r in seed_variance_rows(data)],
+            "-timing": [r | study for r in timing_rows(data)],
+            "-alignment": [r | study for r in side_by_side_rows(data, facts, layers)],
+            "-alignment-flips": [r | study for r in flip_split_rows(data)],
+            **{
+                suffix: [r | study for r in rows]
+                for suffix, rows in breakdown_rows(data, stored_examples(tracker)).items()
+            },
+        },
+    )
 
 
 def _log_report(tracker, study_id: str, out: Path, *, figures: list[dict], table) -> None:
