@@ -135,3 +135,23 @@ def test_full_corpus_cached_keeps_the_digest(cache, monkeypatch):
     nt.read_corpus.cache_clear()
     _forbid_parsing(monkeypatch)
     assert splits_digest(nt.build_splits(files, c)) == digest
+
+
+def test_every_data_module_the_loader_imports_is_part_of_the_code_version():
+    """The cache key's code version covers every ``attnstudy.data`` module that nt.py imports
+    (a module left out could change what is parsed without changing the key: a stale cache);
+    ``g2p_align`` gives only the cache folder's location."""
+    import ast
+
+    from attnstudy.data import nt
+
+    tree = ast.parse(Path(nt.__file__).read_text(encoding="utf-8"))
+    imported = {
+        node.module.rsplit(".", 1)[-1] + ".py"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        and node.module
+        and node.module.startswith("attnstudy.data.")
+    }
+    assert imported - {"g2p_align.py"} <= set(nt.LOADER_MODULES), imported
+    assert "nt_groups.py" in imported

@@ -658,7 +658,14 @@ def corpus_table(nt_files: NTFiles, cfg: DataConfig) -> dict[str, int]:
 
 CACHE_FORMAT = 2
 """The layout of the cache files (part of their keys)."""
-LOADER_MODULES = ("nt.py", "subwords.py", "alignment.py", "types.py", "disk_cache.py")
+LOADER_MODULES = (
+    "nt.py",
+    "nt_groups.py",
+    "subwords.py",
+    "alignment.py",
+    "types.py",
+    "disk_cache.py",
+)
 """The modules whose sources make what is cached: their digest is part of every key, so a change
 of the loader's code never reads a cache the old code wrote."""
 
