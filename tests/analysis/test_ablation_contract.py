@@ -127,7 +127,8 @@ def test_every_ablation_keeps_the_contract(name, attention, flow, request):
 
 
 def _check_runs(name, model, examples, vocab, cfg, res):
-    """The checks past the first run ``res`` (batch size 5: every example in one batch, started in train mode)."""
+    """The checks past the first run ``res`` (batch size 5, every example in one batch; started
+    in train mode)."""
     if not _runnable(name, model):
         assert name in res.skipped and not any(
             k.startswith(f"ablation/{name}/") for k in res.summary
