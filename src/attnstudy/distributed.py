@@ -403,6 +403,7 @@ class RayExecutor:
             if phase == "ablation" and job.train_failed:
                 return  # not run because its training failed: recorded there
             job.lose(ctx, phase, f"the Ray worker running it died ({_first_line(err)})")
+            _report_lost(job, phase)
             return
         if not out.get("skipped"):
             job.take(phase, out)
@@ -418,6 +419,19 @@ class RayExecutor:
             with contextlib.suppress(Exception):
                 self._ray.wait([ref], timeout=max(0.1, deadline - time.monotonic()))
         end_interrupted(ctx, jobs)
+
+
+def _report_lost(job: Job, phase: str) -> None:
+    """Say at once that a task was lost with its worker (the study goes on; its end repeats it
+    among the failures): the variant, the phase, the run it took down and the cause."""
+    from .notices import notice
+
+    failure = job.failure
+    run = f"run {failure.run_id} closed FAILED" if failure.run_id else "no run of it was open"
+    notice(
+        f"{job.spec.name}: its {phase} task was lost ({failure.error}); {run}; the rest of the "
+        "study goes on (attnstudy run … --resume then redoes it)"
+    )
 
 
 def _first_line(err: BaseException) -> str:

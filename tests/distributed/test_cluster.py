@@ -355,6 +355,11 @@ def test_a_dead_worker_fails_its_variant_alone(cluster, tmp_path):
     dead = runs["copy/additive-bahdanau/seed1"]
     assert dead.status == "FAILED" and dead.tags["error.class"] == "WorkerDied"
     assert dead.tags["mlflow.note.content"].startswith("Failed: the Ray worker running it died")
+    # a note line of its own with the run it took down, printed when the driver collects the task
+    # (tests/distributed/test_lost_task_reported.py), not only in the end line
+    lost = [ln for ln in res.stderr.splitlines() if "its training task was lost" in ln]
+    assert len(lost) == 1 and f"run {dead.run_id} closed FAILED" in lost[0], res.stderr[-3000:]
+    assert lost[0].startswith("attnstudy: ") and "copy/additive-bahdanau/seed1" in lost[0]
     assert "ablations of copy/additive-bahdanau/seed1" not in runs
     assert runs["copy/none-bahdanau/seed1"].status == "FINISHED"
     assert runs["ablations of copy/none-bahdanau/seed1"].status == "FINISHED"

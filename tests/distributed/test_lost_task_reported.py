@@ -1,0 +1,68 @@
+"""A task lost with its Ray worker is reported when the driver learns of it, not when the study
+ends (a field case: the line came 97 s after the kill, once every other variant had finished;
+hours in a big study). The driver collects each task as it finishes (``ray.wait`` one at a time);
+``RayExecutor._collect`` of a task whose worker died closes the runs it left RUNNING and says so
+at once, naming the variant, the phase, the run it took down and the cause. Ray itself is
+replaced by a stand-in whose ``get`` raises Ray's error (no cluster: fast, deterministic); the
+real kill is tests/distributed/test_cluster.py::test_a_dead_worker_fails_its_variant_alone."""
+
+from __future__ import annotations
+
+import types
+
+from attnstudy.distributed import RayExecutor
+from attnstudy.notices import said
+from attnstudy.study_tasks import Job
+from attnstudy.tracking import Tag, Tracker
+
+
+class _RayError(Exception):
+    pass
+
+
+class _FakeRay:
+    exceptions = types.SimpleNamespace(RayError=_RayError)
+
+    def get(self, ref):
+        raise _RayError(
+            "Task failed because the node it was running on is dead or unavailable.\nmore"
+        )
+
+
+def test_a_lost_training_is_reported_at_once_with_its_run(fresh_root, tiny_config):
+    tracker = Tracker(f"sqlite:///{fresh_root / 'mlruns' / 'mlflow.db'}")
+    exp = tracker.experiment_id("lost-task")
+    spec = tiny_config.runs()[0]
+    job = Job.new("study0", 0, spec)
+    # the run the dead worker left RUNNING (its task token), and one of another task
+    dead = tracker.start_run(exp, spec.name, {Tag.CLUSTER_TASK: job.train_token})
+    other = tracker.start_run(exp, "other", {Tag.CLUSTER_TASK: job.ablate_token})
+    ctx = types.SimpleNamespace(tracker=tracker, experiment_id=exp)
+    executor = RayExecutor("127.0.0.1:1")
+    executor._ray = _FakeRay()
+    before = len(said())
+    executor._collect(ctx, job, "training", object())
+    lines = said()[before:]
+    assert lines == [
+        f"{spec.name}: its training task was lost (the Ray worker running it died (_RayError: "
+        "Task failed because the node it was running on is dead or unavailable.)); "
+        f"run {dead} closed FAILED; the rest of the study goes on (attnstudy run … --resume "
+        "then redoes it)"
+    ]
+    assert tracker.get_run(dead).status == "FAILED"
+    assert tracker.get_run(other).status == "RUNNING"  # another task's run is not touched
+    assert job.failure.run_id == dead and job.train_failed
+
+
+def test_an_ablation_not_run_after_its_lost_training_is_not_reported_twice(fresh_root, tiny_config):
+    tracker = Tracker(f"sqlite:///{fresh_root / 'mlruns' / 'mlflow.db'}")
+    exp = tracker.experiment_id("lost-task")
+    job = Job.new("study0", 0, tiny_config.runs()[0])
+    ctx = types.SimpleNamespace(tracker=tracker, experiment_id=exp)
+    executor = RayExecutor("127.0.0.1:1")
+    executor._ray = _FakeRay()
+    before = len(said())
+    executor._collect(ctx, job, "training", object())
+    executor._collect(ctx, job, "ablation", object())
+    lines = said()[before:]
+    assert len(lines) == 1 and "no run of it was open" in lines[0], lines
