@@ -215,8 +215,8 @@ SPEC = AblationSpec(
             "(comprehensiveness) or q_j (sufficiency), q the ranking's scores min–max normalised "
             "over the source; Soft-NC = max(0, p_t(y_t) − p'_t(y_t)) / (1 − S_0), Soft-NS = "
             "max(0, Soft-S − S_0) / (1 − S_0) with Soft-S = 1 − max(0, p_t(y_t) − p'_t(y_t)) and "
-            "S_0 that sufficiency with every embedding zeroed, the mean over the draws (Zhao & "
-            "Aletras 2023, §3); higher is more faithful for both.",
+            "S_0 that sufficiency with every embedding zeroed, each the mean over the draws of its "
+            "value under one mask (Zhao & Aletras 2023, §3); higher is more faithful for both.",
         ),
     ),
     terms=("95 % interval",),
@@ -577,8 +577,9 @@ def soft_drops(
         Soft-NC = max(0, p − p') / (1 − S_0),
         Soft-NS = max(0, Soft-S − S_0) / (1 − S_0),  Soft-S = 1 − max(0, p − p'),
 
-    each Soft-C / Soft-S the mean over the draws before normalising. Both are higher where the
-    scores are more faithful.
+    each the mean over the draws of its value under one mask (the paper's form, one mask per
+    instance, for every number of draws: Soft-NS clipped per draw, so its expectation does not
+    depend on ``draws``, only its noise). Both are higher where the scores are more faithful.
 
     Args:
         model: a model with ``embed`` and ``trace(embedded=…)`` (eval mode during the call).
@@ -629,12 +630,14 @@ def soft_drops(
                 )
                 p = torch.softmax(out.logits[:, t].double(), -1)
                 p = p.gather(-1, tr.tgt_out[rows[gi], t][:, None])[:, 0]
-                drop = (base[rows[gi], t] - p).clamp_min(0.0) / draws  # max(0, p − p') / D
-                mean.index_put_((mi, oi, rows[gi], torch.full_like(r, t)), drop, accumulate=True)
+                drop = (base[rows[gi], t] - p).clamp_min(0.0)  # max(0, p − p')
+                # comprehensiveness: max(0, p − p'); sufficiency: max(0, Soft-S − S_0) with
+                # Soft-S − S_0 = (1 − max(0, p − p')) − (1 − (1 − S_0)) = (1 − S_0) − drop
+                kept = (denom[rows[gi], t] - drop).clamp_min(0.0)
+                value = torch.where(mi == 0, drop, kept) / draws
+                mean.index_put_((mi, oi, rows[gi], torch.full_like(r, t)), value, accumulate=True)
     ok = tr.step_mask & (denom >= SOFT_MIN_DROP)
-    nc = mean[0] / denom
-    ns = (denom - mean[1]).clamp_min(0.0) / denom  # Soft-S − S_0 = (1 − 𝔼 max(0, p − p')) − S_0
-    return torch.stack([nc, ns]).masked_fill(~ok, math.nan)
+    return (mean / denom).masked_fill(~ok, math.nan)
 
 
 def reference_soft_drops(model, batch: PreparedBatch, q: Tensor, draws: int, seed: int) -> Tensor:
@@ -667,7 +670,7 @@ def reference_soft_drops(model, batch: PreparedBatch, q: Tensor, draws: int, see
                     seed, batch.example_ids, [i], t, n, emb.size(-1), draws, device=emb.device
                 )[0]
                 for k in range(o):
-                    soft_c, soft_s = 0.0, 0.0
+                    soft_c, soft_ns = 0.0, 0.0
                     for d in range(draws):
                         for m in range(2):
                             keep = q[k, i, t, :n].double()
@@ -681,10 +684,11 @@ def reference_soft_drops(model, batch: PreparedBatch, q: Tensor, draws: int, see
                             p1 = float(torch.softmax(lp.double(), -1)[y])
                             if m == 0:
                                 soft_c += max(0.0, p - p1) / draws
-                            else:
-                                soft_s += (1.0 - max(0.0, p - p1)) / draws
+                            else:  # this draw's Soft-S, then max(0, Soft-S − S_0)
+                                soft_s = 1.0 - max(0.0, p - p1)
+                                soft_ns += max(0.0, soft_s - s0) / draws
                     out[0, k, i, t] = soft_c / (1.0 - s0)
-                    out[1, k, i, t] = max(0.0, soft_s - s0) / (1.0 - s0)
+                    out[1, k, i, t] = soft_ns / (1.0 - s0)
     return out
 
 
