@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, field_validator
+from pydantic_core import PydanticSerializationError
 
 from .analysis.catalogue import AblationConfig
 from .config import (
@@ -183,8 +184,11 @@ class ExperimentConfig(_Strict):
             ConfigError: if a merged section is invalid (names the variant and the field), or
                 the entries × their seeds are more than :data:`MAX_MODELS`.
         """
-        key = self.model_dump_json()
-        if self._resolved is not None and self._resolved[0] == key:
+        try:
+            key = self.model_dump_json()
+        except PydanticSerializationError:  # a value JSON cannot hold (Python API): no reuse
+            key = None
+        if key is not None and self._resolved is not None and self._resolved[0] == key:
             return list(self._resolved[1])
         count = sum(len(v.seeds or self.experiment.seeds) for v in self.models)
         if count > MAX_MODELS:
@@ -235,7 +239,8 @@ class ExperimentConfig(_Strict):
                     'names (name = "…" in [[models]])'
                 )
             seen[label] = i
-        self._resolved = (key, tuple(specs))
+        if key is not None:
+            self._resolved = (key, tuple(specs))
         return specs
 
 

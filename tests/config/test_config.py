@@ -487,3 +487,18 @@ def test_the_specs_are_built_once_per_content(monkeypatch):
     assert renamed.runs() == renamed.runs() and len(built) == 6
     cfg.data["n_train"] = 123
     assert 123 in {s.data.n_train for s in cfg.runs()} and len(built) == 12
+
+
+def test_a_value_json_cannot_hold_is_still_refused_by_name():
+    """The specs' reuse keys on the config's JSON; a value JSON cannot hold (a Python object
+    given through the API) skips the reuse and gets the same one-line refusal as before, not a
+    serialisation error."""
+
+    class Odd:
+        pass
+
+    from attnstudy.experiment import ExperimentConfig
+
+    cfg = ExperimentConfig(data={"n_train": Odd()})  # built directly: no section check first
+    with pytest.raises(ConfigError, match="n_train"):
+        cfg.runs()
