@@ -19,9 +19,8 @@ from .model_runs import folder_digests_of, run_tags, train_spec
 from .models.io import LoadedModel
 from .paths import default_tracking_uri
 from .progress import reporting
-from .run_pages import timing_metrics
 from .task_data import checked_task_data, load_data
-from .tracking import Artifact, Kind, Tag, Tracker, check_server, resolve_timeout
+from .tracking import Kind, Tag, Tracker, check_server, resolve_timeout
 from .tracking.schema import ablation_run_name
 
 
@@ -104,14 +103,15 @@ def ablate_run(
                     recorder=recorder,
                     journal=journal,
                 )
-            summary = dict(result.summary) | {
-                "ablation/seconds": result.earlier_seconds + time.perf_counter() - t0,
-                "ablation/n_examples": float(len(examples)),
-            }
-            timing = timing_metrics(result, cfg.prefix, summary["ablation/seconds"])
-            tracker.log_artifact(run_id, steps_path, "ablations")
-            if result.examples is not None and len(result.examples):
-                tracker.log_table(run_id, result.examples, Artifact.EXAMPLES)
+            summary, timing = run_pages.log_battery(
+                tracker,
+                run_id,
+                result,
+                prefix=cfg.prefix,
+                started=t0,
+                n_examples=len(examples),
+                steps_path=steps_path,
+            )
             run_pages.log_ablation_pages(
                 tracker,
                 run_id,
@@ -127,7 +127,7 @@ def ablate_run(
                 thresholds=thresholds,
                 task=spec.data.task,
             )
-        _log_outcome(tracker, run_id, result, summary | timing)
+        run_pages.log_outcome(tracker, run_id, result, summary | timing)
     return run_id, result
 
 
@@ -164,19 +164,6 @@ def _open_run(
     else:
         run_id = tracker.start_run(exp_id, name, tags, model_run_id)
     return run_id, ablation_resume.ArtifactJournal(tracker, run_id, state_key, resumed=resumed)
-
-
-def _log_outcome(tracker: Tracker, run_id: str, result, metrics: dict[str, float]) -> None:
-    """What the battery skipped and why (artifact and tags), the unit the plain
-    ``ablation/<name>/<stat>`` keys hold, and the summary and timing ``metrics``."""
-    if result.skipped:
-        tracker.log_text(run_id, json.dumps(result.skipped, indent=2), Artifact.SKIPPED)
-        tracker.set_tags(
-            run_id, {f"{Tag.SKIPPED_PREFIX}{k}": v[:500] for k, v in result.skipped.items()}
-        )
-    if result.primary_unit is not None:  # what the plain ablation/<name>/<stat> keys hold
-        tracker.set_tags(run_id, {Tag.PRIMARY_UNIT: result.primary_unit})
-    tracker.log_metrics(run_id, metrics)
 
 
 def ablate_pretrained_on_experiment(

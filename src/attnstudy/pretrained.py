@@ -29,7 +29,6 @@ from attnstudy.data.alignment import parse_pharaoh
 from attnstudy.data.types import DataError, Example
 from attnstudy.hf_folder import HF_PREFIX
 from attnstudy.progress import reporting
-from attnstudy.run_pages import timing_metrics
 from attnstudy.tracking import Tracker
 from attnstudy.tracking.schema import Artifact, Kind, RunRecord, Tag, ablation_run_name
 
@@ -331,14 +330,16 @@ def _ablate_logged(
             label=label,
             recorder=recorder,
         )
-        summary = dict(result.summary) | {
-            "ablation/seconds": result.earlier_seconds + time.perf_counter() - t0,
-            "ablation/n_examples": float(len(examples)),  # the header's count, not the cap
-        }
-        summary |= timing_metrics(result, cfg.prefix, summary["ablation/seconds"])
-        tracker.log_artifact(run_id, steps_path, "ablations")
-        if result.examples is not None and len(result.examples):
-            tracker.log_table(run_id, result.examples, Artifact.EXAMPLES)
+        summary, timing = run_pages.log_battery(
+            tracker,
+            run_id,
+            result,
+            prefix=cfg.prefix,
+            started=t0,
+            n_examples=len(examples),
+            steps_path=steps_path,
+        )
+        summary |= timing
         # the example browser, tables, figures and verdict of every other ablation run
         run_pages.log_ablation_pages(
             tracker,
@@ -354,11 +355,7 @@ def _ablate_logged(
             records=recorder.result(),
             task="tsv",
         )
-    if result.skipped:
-        tracker.log_text(run_id, json.dumps(result.skipped, indent=2), Artifact.SKIPPED)
-    if result.primary_unit is not None:  # what the plain ablation/<name>/<stat> keys hold
-        tracker.set_tags(run_id, {Tag.PRIMARY_UNIT: result.primary_unit})
-    tracker.log_metrics(run_id, summary)
+    run_pages.log_outcome(tracker, run_id, result, summary)
     return result
 
 

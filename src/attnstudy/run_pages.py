@@ -16,6 +16,7 @@ import io
 import json
 import math
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -655,6 +656,44 @@ def figure_png(fig, dpi: int = 100) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     return buf.getvalue()
+
+
+def log_battery(
+    tracker: Tracker,
+    run_id: str,
+    result,
+    *,
+    prefix: str,
+    started: float,
+    n_examples: int,
+    steps_path: Path,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """An ablation run's battery just ended: its per-step table (``steps_path``, Parquet) and
+    per-example table logged; returns (the summary with ``ablation/seconds`` — this process's
+    seconds since ``started``, a ``time.perf_counter()`` value, plus those of earlier processes of
+    a resumed run — and ``ablation/n_examples``, the examples analysed; :func:`timing_metrics`)."""
+    summary = dict(result.summary) | {
+        "ablation/seconds": result.earlier_seconds + time.perf_counter() - started,
+        "ablation/n_examples": float(n_examples),  # the header's count, not the cap
+    }
+    timing = timing_metrics(result, prefix, summary["ablation/seconds"])
+    tracker.log_artifact(run_id, steps_path, "ablations")
+    if result.examples is not None and len(result.examples):
+        tracker.log_table(run_id, result.examples, Artifact.EXAMPLES)
+    return summary, timing
+
+
+def log_outcome(tracker: Tracker, run_id: str, result, metrics: dict[str, float]) -> None:
+    """What the battery skipped and why (artifact and ``skipped.*`` tags), the unit the plain
+    ``ablation/<name>/<stat>`` keys hold, and the summary and timing ``metrics``."""
+    if result.skipped:
+        tracker.log_text(run_id, json.dumps(result.skipped, indent=2), Artifact.SKIPPED)
+        tracker.set_tags(
+            run_id, {f"{Tag.SKIPPED_PREFIX}{k}": v[:500] for k, v in result.skipped.items()}
+        )
+    if result.primary_unit is not None:  # what the plain ablation/<name>/<stat> keys hold
+        tracker.set_tags(run_id, {Tag.PRIMARY_UNIT: result.primary_unit})
+    tracker.log_metrics(run_id, metrics)
 
 
 def timing_metrics(result, prefix: str, seconds: float) -> dict[str, float]:
