@@ -85,3 +85,30 @@ def test_a_cache_that_cannot_be_written_falls_back_to_mlflows_creation(tmp_path,
     tracker = _new_store(tmp_path / "store", monkeypatch)
     assert tracker.experiment_id("an-experiment") == "1"
     assert blocked.read_text() == "mine\n"
+
+
+def test_a_sqlite_file_being_created_removes_only_its_own_names(tmp_path):
+    """``new_sqlite_file`` cleans up what it made — its own name and that name's journal, WAL and
+    shared-memory files — and nothing else in the folder: a store, its journal and any file
+    beside it keep their bytes, also when the creation fails half-way."""
+    sentinels = {
+        "mlflow.db": b"a user's store\n",
+        "mlflow.db-journal": b"its journal\n",
+        "mlflow.db-wal": b"its write-ahead log\n",
+        ".mlflow.db.notes": b"a file with the prefix\n",
+    }
+    for name, data in sentinels.items():
+        (tmp_path / name).write_bytes(data)
+    with pytest.raises(RuntimeError, match="half-way"):
+        with empty_store.new_sqlite_file(tmp_path, ".mlflow.db.") as tmp:
+            assert not tmp.exists() and tmp.parent == tmp_path
+            c = sqlite3.connect(tmp)  # SQLite creates the file, then a WAL beside it
+            try:
+                c.execute("PRAGMA journal_mode=WAL")
+                c.execute("CREATE TABLE t (x)")
+                assert Path(f"{tmp}-wal").exists()
+                raise RuntimeError("half-way")
+            finally:
+                c.close()
+    left = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert left == sentinels
