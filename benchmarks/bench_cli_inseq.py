@@ -12,7 +12,8 @@ the child, ``resource.getrusage(RUSAGE_CHILDREN)``), median of ``--repeats`` run
   (greedy generation, then saliency; the JSON written);
 * **one example, attnstudy's default battery** — the same ``ablate`` without ``--ablations``
   (permutation, uniform, erasure, the adversarial search, importance, alignment: what the
-  review timed at 23.6 s against inseq's 9.8 s), beside inseq's saliency;
+  review timed at 23.6 s against inseq's 9.8 s); inseq has no battery (its one-example time is
+  the saliency job's, not run again);
 * **N sentences, saliency** — both on ``--sentences`` sentences (inseq's ``--batch_size`` 8, its
   default; attnstudy's default batching).
 
@@ -66,9 +67,9 @@ def jobs(folder: str, data: Path, sentences: list[str], n: int) -> dict:
             + ["--ablations", "saliency"],
             "inseq": [*attribute, "-o", "ROOT/out.json", "-i", *first],
         },
+        # inseq has no battery: its one-example time is the saliency job's, not run twice
         "one example, attnstudy's default battery": {
             "attnstudy": [*ablate, "--tsv", str(data / "one.tsv"), "--n-examples", "1"],
-            "inseq": [*attribute, "-o", "ROOT/out.json", "-i", *first],
         },
         f"{n} sentences, saliency": {
             "attnstudy": [*ablate, "--tsv", str(data / "all.tsv"), "--n-examples", str(n)]
@@ -101,7 +102,7 @@ def run(args) -> dict:
         runs = 0
         for _ in range(repeats):  # interleaved: each job's tools back to back
             for job, argv_of in todo.items():
-                for tool in tools:
+                for tool in (t for t in tools if t in argv_of):
                     runs += 1
                     root = base / f"run{runs}"
                     root.mkdir()
@@ -113,11 +114,17 @@ def run(args) -> dict:
     for job in todo:
         row: dict[str, object] = {"job": job}
         for tool in tools:
+            if (job, tool) not in times:  # inseq has no counterpart of the battery
+                row |= {f"{tool} wall s": "—", f"{tool} CPU s": "—"}
+                continue
             walls, cpus = zip(*times[(job, tool)])
             row[f"{tool} wall s"] = statistics.median(walls)
             row[f"{tool} CPU s"] = statistics.median(cpus)
         if "inseq" in tools:
-            row["inseq / attnstudy (wall)"] = row["inseq wall s"] / row["attnstudy wall s"]
+            inseq = row["inseq wall s"]
+            row["inseq / attnstudy (wall)"] = (
+                inseq / row["attnstudy wall s"] if isinstance(inseq, float) else "—"
+            )
         rows.append(row)
     notes = [
         f"each a fresh process, median of {repeats}, interleaved; model {folder} "
@@ -127,7 +134,7 @@ def run(args) -> dict:
     ]
     if "inseq" in tools:
         for r in rows:
-            if r["job"] == "one example, attnstudy's default battery":
+            if not isinstance(r["inseq wall s"], float):
                 continue
             ok = r["attnstudy wall s"] <= r["inseq wall s"]
             notes.append(
