@@ -77,12 +77,15 @@ hf-example: setup
 	@[ -f build/tiny-marian/config.json ] || $(PY) -m attnstudy.models.hf_tiny build/tiny-marian
 	$(VENV)/bin/attnstudy run experiments/hf-example.toml
 
-# one pytest-xdist worker per core; idle workers take tests from busy ones (worksteal)
+# one pytest-xdist worker per core; idle workers take tests from busy ones (worksteal). Bytecode is
+# cached for the run even where PYTHONDONTWRITEBYTECODE is set: otherwise each of the suite's ~230
+# child processes compiles the package again (0.12 CPU s each) and each worker rewrites every test
+# module (4.4 CPU s); the caches go to __pycache__/ folders, which git ignores.
 test: setup test-deps lint
-	$(PY) -m pytest -n auto --dist worksteal
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n auto --dist worksteal
 
 test-fast: setup
-	$(PY) -m pytest -m "not slow" -n auto --dist worksteal
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -m "not slow" -n auto --dist worksteal
 
 bench: setup
 	$(PY) -m benchmarks.run_all
