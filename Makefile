@@ -105,8 +105,8 @@ lint: setup
 # from experiments/results/*.csv
 docs: setup
 	$(PY) -m attnstudy.analysis.catalogue_docs docs/design.md README.md
-	$(PY) -m attnstudy.cli_docs docs/usage.md
-	$(PY) -m attnstudy.results docs/findings.md docs/benchmarks.md docs/nt-greek-english.md docs/own-model.md README.md experiments/quickstart.toml experiments/results
+	$(PY) -m attnstudy.cli.docs docs/usage.md
+	$(PY) -m attnstudy.report.results docs/findings.md docs/benchmarks.md docs/nt-greek-english.md docs/own-model.md README.md experiments/quickstart.toml experiments/results
 
 # docs/tutorial.ipynb re-executed and written back with its outputs (a store of its own in a
 # temporary folder; needs the [dev] and [hf] extras, as `make test-deps` installs them)

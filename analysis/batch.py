@@ -20,8 +20,8 @@ from torch import Tensor
 from attnstudy.data.batching import collate
 from attnstudy.data.types import Example
 from attnstudy.data.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab
-from attnstudy.devices import model_device
 from attnstudy.models import ALL, Seq2Seq, Trace, eval_mode
+from attnstudy.models.devices import model_device
 
 from .divergences import entropy
 from .interventions import permutation_indices
@@ -194,7 +194,7 @@ def prepare_batches(
     With ``prefix="greedy"`` the trace follows the model's own greedy output (the step that emits
     ``<eos>`` included); with ``"reference"`` it follows the first reference. ``layer`` chooses the
     cross-attention layer the ablations analyse (default the last; the recurrent family has one).
-    The batch's tensors are on the model's device (:func:`attnstudy.devices.model_device`).
+    The batch's tensors are on the model's device (:func:`attnstudy.models.devices.model_device`).
 
     A model that tokenises text itself (a pretrained Hugging Face model: it has
     ``source_tokens``) reads its tokenizer's subwords: examples of words it does not know get a
@@ -233,7 +233,8 @@ def prepare_batches(
 def unknown_token_notice(
     examples: Sequence[Example], src_vocab: Vocab, tgt_vocab: Vocab | None = None
 ) -> int:
-    """Say (one notice, :func:`attnstudy.notices.notice`) how many of the examples' source tokens
+    """Say (one notice, :func:`attnstudy.runtime.notices.notice`) how many of the examples' source
+    tokens
     (and target tokens, given ``tgt_vocab``) are not in the vocabulary and so read as ``<unk>``.
 
     For a pretrained model's examples: words where its tokenizer's subwords are expected
@@ -253,7 +254,7 @@ def unknown_token_notice(
             parts.append(f"{len(missing):,} of {len(tokens):,} {side} tokens")
             unknown += missing
     if unknown:
-        from attnstudy.notices import notice
+        from attnstudy.runtime.notices import notice
 
         shown = ", ".join(repr(t) for t in list(dict.fromkeys(unknown))[:3])
         notice(
@@ -325,12 +326,12 @@ def check_finite(trace: Trace, examples: Sequence[Example]) -> None:
     """Refuse a trace whose logits, attention or output probabilities hold NaN/inf (or do not
     sum to 1): every ablation number built on it (a flip rate of 0, an AER of 1) would look
     meaningful and mean nothing. The check is ``predict``'s
-    (:func:`attnstudy.inference.check_finite`).
+    (:func:`attnstudy.models.inference.check_finite`).
 
     Raises:
         NonFiniteError: naming the first example concerned.
     """
-    from attnstudy.inference import check_finite as check
+    from attnstudy.models.inference import check_finite as check
 
     check(trace, [f"example {e.id!r}" for e in examples], "no ablation of it would mean anything")
 
@@ -352,7 +353,8 @@ def base_table(batch: PreparedBatch) -> pd.DataFrame:
     """The columns every per-step record carries.
 
     Columns: example_id, step, layer (the analysed layer of cross-attention; 0 for the recurrent
-    family, −1 for all layers at once), head (the analysed head; −1 for all heads jointly), src_len, target_token (the prefix token at this step), predicted_token (argmax),
+    family, −1 for all layers at once), head (the analysed head; −1 for all heads jointly), src_len,
+    target_token (the prefix token at this step), predicted_token (argmax),
     is_eos, max_attention and attention_entropy (head mean; NaN without attention).
     """
     tr = batch.trace

@@ -36,9 +36,9 @@ from pydantic import (
 )
 
 from attnstudy.config import Device, _Strict
-from attnstudy.verdict_roles import Drop as Drop
-from attnstudy.verdict_roles import Thresholds as Thresholds
-from attnstudy.verdict_roles import VerdictRole as VerdictRole
+from attnstudy.verdict.roles import Drop as Drop
+from attnstudy.verdict.roles import Thresholds as Thresholds
+from attnstudy.verdict.roles import VerdictRole as VerdictRole
 
 from .example_spec import Capture as Capture
 from .example_spec import ExampleColumn as ExampleColumn
@@ -210,15 +210,15 @@ class Stat:
             or of its spec's :attr:`AblationSpec.questions`); None: logged, but not a column of
             the report.
         verdict: which verdict question it feeds and its role there
-            (:class:`~attnstudy.verdict_roles.VerdictRole`, with its rule: :class:`~attnstudy.
-            verdict_roles.Thresholds`, :class:`~attnstudy.verdict_roles.Drop`); None: the verdict does not
-            read it. Independent of ``question`` (the report's table).
+            (:class:`~attnstudy.verdict.roles.VerdictRole`, its rule a ``Thresholds`` or a ``Drop``
+            of :mod:`attnstudy.verdict.roles`); None: the verdict does not read it. Independent of
+            ``question`` (the report's table).
         order: its column's position in the question's table (default: its spec's ``order``).
         optional: a statistic the ablation's settings select (a faithfulness ranking): a column
             of the report only where some model of the study logged it (its value or its count
             of undefined steps), not a column of reasons where the study left it out.
         former_labels: labels it had in result tables written by earlier versions (``report
-            --results``); reading such a table (:func:`attnstudy.results.read_rows`) renames
+            --results``); reading such a table (:func:`attnstudy.report.results.read_rows`) renames
             them to ``label``, so a committed table need not be rebuilt when a label changes.
     """
 
@@ -528,10 +528,10 @@ def stat_keys(names: Iterable[str] | None = None) -> list[str]:
 
 def verdict_roles(names: Iterable[str] | None = None) -> dict[str, VerdictRole]:
     """Every statistic with a verdict role of the ablations ``names`` (default: all): its metric
-    key (``ablation/<name>/<stat>``) → its :class:`~attnstudy.findings.VerdictRole`, the
+    key (``ablation/<name>/<stat>``) → its :class:`~attnstudy.verdict.findings.VerdictRole`, the
     statistic's direction filled in, in the report's column order (each statistic's ``order``,
     default its spec's, then the battery order and the order they are declared in): what
-    :func:`attnstudy.findings.verdict` reads (:attr:`attnstudy.findings.ModelFacts.roles`)."""
+    :func:`attnstudy.verdict.findings.verdict` reads (``ModelFacts.roles``)."""
     from dataclasses import replace
 
     rows = []

@@ -33,7 +33,7 @@ from attnstudy.data.batching import make_batches
 from attnstudy.data.types import Example
 from attnstudy.data.vocab import Vocab
 from attnstudy.models.trace import eval_mode
-from attnstudy.progress import Progress
+from attnstudy.runtime.progress import Progress
 
 from .divergences import _smallest_positive, tvd
 from .errors import NoAttentionError

@@ -5,7 +5,7 @@ per-example columns (:class:`ExampleColumn`) and the maps it records while it ru
 Declared in the ablation's catalogue entry (``AblationSpec(examples=…, captures=…)``,
 :mod:`attnstudy.analysis.catalogue`, which re-exports these names for the spec headers) and read by
 :func:`attnstudy.analysis.per_example.per_example_summary`, :mod:`attnstudy.analysis.heatmaps`
-and :mod:`attnstudy.browser`; nothing else lists them. An entry without ``examples`` gets one
+and :mod:`attnstudy.pages.browser`; nothing else lists them. An entry without ``examples`` gets one
 column per statistic the report shows that averages a per-step column
 (:func:`attnstudy.analysis.catalogue.example_columns`). This module imports only the standard
 library.

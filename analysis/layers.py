@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from attnstudy.estimates import bootstrap_ci
+from attnstudy.scoring.estimates import bootstrap_ci
 
 from .catalogue import AblationConfig, get_ablation
 from .suite import _combine, example_sums, put_estimate, summary_from_sums

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from attnstudy import __version__
-from attnstudy.paths import git_commit
+from attnstudy.runtime.paths import git_commit
 
 from .batch import AblationContext, PreparedBatch
 from .catalogue import get_ablation

@@ -1,13 +1,15 @@
 """Run the configured ablation battery on one model → tidy per-step table + summary metrics.
 
-Batches are prepared and consumed one at a time (:func:`attnstudy.analysis.batch.prepare_batches`); each
+Batches are prepared and consumed one at a time (:func:`attnstudy.analysis.batch.prepare_batches`);
+each
 is reduced to per-example sums of the summary statistics and its per-step rows go to a sink (a
-Parquet file when ``table_path`` is given), so memory stays flat in the number of examples. Prefix policy (docs/design.md §4): ``cfg.prefix`` for
+Parquet file when ``table_path`` is given), so memory stays flat in the number of examples. Prefix
+policy (docs/design.md §4): ``cfg.prefix`` for
 permutation, uniform, erasure, adversarial and importance; the reference for alignment (gold
 links index the reference target). When both prefixes are in use the table holds both sets of
 steps, told apart by the ``prefix`` column. The summary holds micro-averages over steps (sums
 over steps / number of defined steps) with 95 % bootstrap intervals that resample EXAMPLES
-(:mod:`attnstudy.estimates`: :func:`scipy.stats.bootstrap`, percentile method, seeded by
+(:mod:`attnstudy.scoring.estimates`: :func:`scipy.stats.bootstrap`, percentile method, seeded by
 ``cfg.seed``); undefined values (NaN,
 ±inf, a ratio's zero denominator, a declared column the ablation did not write) are left out and
 counted in ``<stat>_n_undefined``, so no NaN/inf reaches the summary (MLflow rejects them) and no
@@ -30,12 +32,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnstudy import estimates
 from attnstudy.data.types import Example
 from attnstudy.data.vocab import Vocab
 from attnstudy.models import ALL, eval_mode
-from attnstudy.progress import Progress
-from attnstudy.signals import check_interrupt
+from attnstudy.runtime.progress import Progress
+from attnstudy.runtime.signals import check_interrupt
+from attnstudy.scoring import estimates
 
 from .batch import (
     AblationContext,
@@ -59,7 +61,8 @@ class SuiteResult:
 
     Attributes:
         table: one row per real decoder step (``example_id``, ``prefix``, ``step``, the
-            :func:`attnstudy.analysis.batch.base_table` columns, then every per-step ablation's columns);
+            :func:`attnstudy.analysis.batch.base_table` columns, then every per-step ablation's
+            columns);
             None when the suite streamed it to ``table_path``.
         examples: one row per example (``example_id`` and the per-example ablations, e.g.
             global permutation).
@@ -167,7 +170,7 @@ def run_suite(
     )
     if info is None:
         from attnstudy import __version__
-        from attnstudy.paths import git_commit
+        from attnstudy.runtime.paths import git_commit
 
         info = {"config": cfg.resolved(), "version": __version__, "commit": git_commit()}
     run = _Battery(model, cfg, active, rounds, bar, _StepSink(table_path, info), recorder, journal)
@@ -442,10 +445,12 @@ def unit_label(unit: tuple, n_layers: int) -> str:
 
 
 class _StepSink:
-    """Per-batch step tables: kept in memory, or streamed to Parquet part files and joined at the end.
+    """Per-batch step tables: kept in memory, or streamed to Parquet part files and joined at the
+    end.
 
     Batches of the two prefix groups carry different ablation columns, so the parts are joined
-    under :func:`pyarrow.unify_schemas` (missing columns become nulls), one part in memory at a time.
+    under :func:`pyarrow.unify_schemas` (missing columns become nulls), one part in memory at a
+    time.
     """
 
     def __init__(self, path: str | Path | None, info: dict | None = None):
@@ -524,7 +529,7 @@ def ratio_ci(
     transform: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[float, float, float] | None:
     """Σ num / Σ den over groups (examples) with a 95 % percentile bootstrap interval resampling
-    groups: :func:`attnstudy.estimates.ratio_ci` with the config's resamples and seed.
+    groups: :func:`attnstudy.scoring.estimates.ratio_ci` with the config's resamples and seed.
 
     Args:
         num, den: per-example sums, shape (n_examples,); examples with den = 0 are left out.
@@ -577,7 +582,8 @@ def example_sums(rows: pd.DataFrame, specs: Sequence[AblationSpec]) -> pd.DataFr
 
     Args:
         rows: per-step rows of one prefix (or the per-example table for per-example ablations).
-        specs: ablations whose statistics to sum (their :attr:`AblationSpec.derive` is applied first).
+        specs: ablations whose statistics to sum (their :attr:`AblationSpec.derive` is applied
+        first).
 
     Returns:
         DataFrame indexed by ``example_id`` (order of first appearance) with columns
@@ -631,7 +637,8 @@ def example_sums(rows: pd.DataFrame, specs: Sequence[AblationSpec]) -> pd.DataFr
                 num = r[st.num].astype(float)
                 den = r[st.den].astype(float)
                 # a row whose denominator is 0 (AER at <eos>) adds nothing to the ratio: the
-                # statistic is not computed on it (attnstudy.findings.steps_computed_on); nor on
+                # statistic is not computed on it (attnstudy.verdict.findings.steps_computed_on);
+                # nor on
                 # a row whose numerator or denominator is no finite number
                 defined = np.isfinite(num) & np.isfinite(den) & (den > 0)
                 cols[f"{name}|{stat}_n_undefined"] = (~defined & ~skipped).astype(float)

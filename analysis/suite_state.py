@@ -222,7 +222,7 @@ class Journal:
     The suite calls :meth:`restorable` once with its plan (``(prefix, example ids)`` per batch,
     in order), :meth:`restore` for each batch it puts back, and :meth:`finished` after each batch
     it computed. A subclass keeps the files elsewhere (the ablation run's artifacts:
-    :class:`attnstudy.ablation_resume.ArtifactJournal`).
+    :class:`attnstudy.study.ablation_resume.ArtifactJournal`).
 
     Args:
         folder: where the batch files are (``batch-000000.zip``, …).

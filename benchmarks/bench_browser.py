@@ -171,7 +171,7 @@ def translation_run(
 
 def page_of(records, steps, predictions, task: str = "nt-greek-english") -> str:
     """The browser page of a run (``prefix`` reference, as the Greek–English study ran)."""
-    from attnstudy.browser import browser_data, browser_html
+    from attnstudy.pages.browser import browser_data, browser_html
 
     data = browser_data(
         records,

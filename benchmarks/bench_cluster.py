@@ -1,7 +1,8 @@
 """Local executor against Ray with N workers: a study's wall time, and what a worker costs.
 
 On this machine's loopback (:mod:`benchmarks.cluster_kit`): a throwaway PostgreSQL, ``attnstudy
-server`` on it and a Ray head with ``--workers`` CPUs (:class:`attnstudy.distributed.LocalRayHead`).
+server`` on it and a Ray head with ``--workers`` CPUs
+(:class:`attnstudy.executors.distributed.LocalRayHead`).
 The same experiment runs twice as ``attnstudy run … --no-report``, each in its own process and
 store: once with the local executor (SQLite, one variant after another), once with ``--executor
 ray --ray-address HEAD`` against the server. Reported: both wall times and their ratio (local /
@@ -73,7 +74,7 @@ def worker_startup(address: str, env: dict[str, str], n: int) -> list[float]:
         f"ray.init(address={address!r}, logging_level='ERROR')\n"
         "@ray.remote(num_cpus=1)\n"
         "def first():\n"
-        "    import attnstudy.training, attnstudy.tracking.client, attnstudy.api\n"
+        "    import attnstudy.models.training, attnstudy.tracking.client, attnstudy.api\n"
         "    return 0\n"
         "t0 = time.perf_counter()\n"
         f"refs = [first.remote() for _ in range({n})]\n"
@@ -97,7 +98,7 @@ def run(args) -> dict:
     """Start the loopback set-up, run the study with both executors, report. Returns the rows."""
     import psutil
 
-    from attnstudy.distributed import LocalRayHead
+    from attnstudy.executors.distributed import LocalRayHead
     from benchmarks.cluster_kit import ThrowawayPostgres, start_tracking_server, stop_process
 
     experiment, overrides = SMOKE if args.smoke else FULL

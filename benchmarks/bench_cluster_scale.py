@@ -2,7 +2,8 @@
 
 On this machine's loopback (:mod:`benchmarks.cluster_kit`): a throwaway PostgreSQL, ``mlflow db
 upgrade``, ``attnstudy server --workers W`` on it, and a Ray head
-(:class:`attnstudy.distributed.LocalRayHead`) with ``--ray-cpus`` logical CPUs. The driver creates
+(:class:`attnstudy.executors.distributed.LocalRayHead`) with ``--ray-cpus`` logical CPUs. The driver
+creates
 the study run as ``attnstudy run`` does (:func:`attnstudy.tracking.store.start_study`), then submits
 one stub training task per model and chains its stub ablation task to it, as the Ray executor
 chains a model's ablation to its training. A stub training trains nothing: it opens a
@@ -132,7 +133,7 @@ def _tasks():
 
 def run(args) -> dict:
     """Start the set-up, run the study, read it back, stop everything; report the figures."""
-    from attnstudy.distributed import LocalRayHead, _ray
+    from attnstudy.executors.distributed import LocalRayHead, _ray
     from attnstudy.report.store import load_study
     from attnstudy.tracking import Role, Tracker, store
 

@@ -1,4 +1,5 @@
-"""GPU against one CPU thread: the permutation fast path, the adversarial search, one training epoch.
+"""GPU against one CPU thread: the permutation fast path, the adversarial search, one training
+epoch.
 
 A tracking-free entry point (``PYTHONPATH=src:. python -m benchmarks.bench_gpu``, run by
 ``benchmarks/gpu.sh``) for a machine with one GPU, no network and no mlflow: it imports only the
@@ -13,7 +14,8 @@ does not depend on the weights, and the traces follow the reference prefix so bo
 the same steps. The data is a fixed CMUdict subset (``--words`` training words, the task's own
 seeded split). Each workload runs first with one CPU thread, then on the device, in this process,
 and is reported as the ratio ``CPU 1 thread / device`` (the CPU timed once, the device the best
-of ``--repeats`` after a warm-up; CUDA synchronised before every clock read). The permutation results of the two devices are compared too (max abs
+of ``--repeats`` after a warm-up; CUDA synchronised before every clock read). The permutation
+results of the two devices are compared too (max abs
 difference of the per-step statistics): the device must compute the same numbers.
 
 ``--dry-run`` times the same code on the CPU with every thread as the "device" (sizes cut down;
@@ -148,7 +150,8 @@ def adversarial_workload(model, examples, src, tgt, iters: int):
 
 
 def epoch_workload(model, examples, src, tgt, device, batch_size: int = 128) -> int:
-    """One training epoch as :func:`attnstudy.training.train` runs it (float32, Adam, clipping);
+    """One training epoch as :func:`attnstudy.models.training.train` runs it (float32, Adam,
+    clipping);
     the model is a fresh copy each call. Returns the target tokens seen."""
     import copy
 
@@ -238,7 +241,7 @@ def battery_differences(cpu, dev) -> dict:
 
 def amp_check(splits, src, tgt, device, epochs: int = 2) -> dict:
     """``training.amp`` on ``device`` against float32 training there: ``epochs`` epochs of
-    :func:`attnstudy.training.train` on the training subset (batch 128), the g2p model.
+    :func:`attnstudy.models.training.train` on the training subset (batch 128), the g2p model.
 
     Returns the train loss of the last epoch and the dev WER (%) for both, the seconds per epoch,
     and whether every stored weight is float32 after the mixed-precision training.
@@ -248,7 +251,7 @@ def amp_check(splits, src, tgt, device, epochs: int = 2) -> dict:
     import torch
 
     from attnstudy.config import ModelConfig, RunSpec, TrainingConfig, data_config
-    from attnstudy.training import train
+    from attnstudy.models.training import train
 
     out = {}
     for amp in (False, True):

@@ -470,7 +470,7 @@ def profile(fn, top: int = 12) -> str:
 
 def write_csv(path: Path, rows: list[dict]) -> None:
     """The comparison table as CSV (numbers as the report prints them), for
-    :mod:`attnstudy.results` to put into docs/benchmarks.md."""
+    :mod:`attnstudy.report.results` to put into docs/benchmarks.md."""
     import csv
 
     path.parent.mkdir(parents=True, exist_ok=True)

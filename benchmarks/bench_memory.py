@@ -1,7 +1,8 @@
 """Benchmark — an ablation worker's peak memory against the number of analysed examples.
 
 One G2P model (the quickstart sizes, ``additive``/``bahdanau``, trained here for a few epochs in a
-throwaway store) is ablated by :func:`attnstudy.ablation_runs.ablate_run` — the default battery,
+throwaway store) is ablated by :func:`attnstudy.study.ablation_runs.ablate_run` — the default
+battery,
 the example browser, the tables, figures and verdict, everything an ablation run of a study
 does — on 100, 300, 1,000 and 3,000 test examples, each in a fresh process, whose peak resident
 memory (``VmHWM``) is read at its end. Target: the peak grows by at most 10 % from 100 to 3,000
@@ -52,7 +53,7 @@ def _train(root: Path, n_test: int, epochs: int, smoke: bool) -> str:
         run_id, have = mark.read_text().split()
         if int(have) >= n_test:
             return run_id
-    from attnstudy.model_runs import train_spec
+    from attnstudy.study.model_runs import train_spec
     from attnstudy.tracking import Tracker
 
     spec = common.run_spec(
@@ -85,8 +86,8 @@ def worker(args) -> dict:
     os.environ["ATTNSTUDY_ROOT"] = args.root
     from attnstudy.analysis.catalogue import AblationConfig
 
-    from attnstudy.ablation_runs import ablate_run
-    from attnstudy.model_runs import load_model
+    from attnstudy.study.ablation_runs import ablate_run
+    from attnstudy.study.model_runs import load_model
     from attnstudy.tracking import Tracker
 
     tracker = Tracker(create=False)
@@ -152,8 +153,8 @@ def _watch_phases(marks: dict) -> None:
     before each), for finding what holds memory without tracemalloc's cost."""
     import attnstudy.analysis.figures as figures
 
-    import attnstudy.browser as browser
-    import attnstudy.run_pages as run_pages
+    import attnstudy.pages.browser as browser
+    import attnstudy.pages.run_pages as run_pages
     import attnstudy.tracking.client as client
 
     phases = marks.setdefault("phases", {})
@@ -200,8 +201,8 @@ def profile(args) -> None:
 
     import attnstudy.analysis.suite as suite
 
-    import attnstudy.browser as browser
-    import attnstudy.run_pages as run_pages
+    import attnstudy.pages.browser as browser
+    import attnstudy.pages.run_pages as run_pages
 
     snapshots: dict[str, tracemalloc.Snapshot] = {}
     peaks: dict[str, float] = {}

@@ -78,7 +78,7 @@ def run_study(experiment: Path, sets: list[str], workers: int, root: Path) -> di
     env = dict(os.environ, ATTNSTUDY_ROOT=str(root))
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("ATTNSTUDY_WORKERS", None)
-    cmd = [sys.executable, "-c", "from attnstudy.cli import entry; entry()", "run"]
+    cmd = [sys.executable, "-c", "from attnstudy.cli.main import entry; entry()", "run"]
     cmd += [str(experiment), "--quiet", "--set", f"experiment.workers={workers}"]
     for s in sets:
         cmd += ["--set", s]
@@ -159,13 +159,14 @@ def _sum(rows: list[dict], column: str) -> float:
 
 
 def record(path: Path, run: dict, models: int) -> None:
-    """Write the quickstart's time record (``attnstudy.results.QUICKSTART_TIME``, one row) from
+    """Write the quickstart's time record (``attnstudy.report.results.QUICKSTART_TIME``, one row)
+    from
     one study run; ``make docs`` then quotes it in README, docs/benchmarks.md and
     ``experiments/quickstart.toml``."""
     import csv
     import datetime as dt
 
-    from attnstudy.paths import git_commit
+    from attnstudy.runtime.paths import git_commit
 
     row = {
         "date": dt.date.today().isoformat(),

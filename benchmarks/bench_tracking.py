@@ -7,7 +7,7 @@ call it makes, against
 
 * the SQLite store (``sqlite:///…/mlflow.db`` in a temporary project root), and
 * a local ``mlflow server`` (one worker, 127.0.0.1, free port) in front of a SQLite store,
-  started with :func:`attnstudy.ui.start_server` and stopped afterwards.
+  started with :func:`attnstudy.serving.ui.start_server` and stopped afterwards.
 
 Metrics and params go through ``MlflowClient.log_batch`` (``MLFLOW_ENABLE_ASYNC_LOGGING`` as set
 in the environment; the project does not turn it on). Target: ≤ 5 % of the wall time.
@@ -116,7 +116,7 @@ def warm_up(bm) -> None:
 
 
 def run(args) -> dict:
-    from attnstudy import ui
+    from attnstudy.serving import ui
 
     if args.smoke:
         cfg = common.ablation_cfg(

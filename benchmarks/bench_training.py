@@ -1,7 +1,7 @@
 """Benchmark 6 — training throughput.
 
 Target-side tokens per second (real tokens, the ``<eos>`` step included; padding not counted)
-of the training step of :func:`attnstudy.training.train` (forward, summed cross-entropy,
+of the training step of :func:`attnstudy.models.training.train` (forward, summed cross-entropy,
 backward, gradient clipping, Adam step) on G2P, for each decoder flow at the quickstart sizes,
 with length-bucketed batches (``bucket_batches = true``, the default) against batches padded to
 the longest sequence of a random set (``bucket_batches = false``). Epochs of the two batchings
@@ -39,7 +39,7 @@ def epoch(
     seed: int,
     clip: float = 1.0,
 ) -> dict:
-    """One training epoch as in :func:`attnstudy.training.train`; returns tokens, padded cells, seconds."""
+    """One training epoch as in :func:`attnstudy.models.training.train`; returns tokens, padded cells, seconds."""
     batches = make_batches(
         examples, src_vocab, tgt_vocab, batch_size, shuffle=True, seed=seed, bucket=bucket
     )

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnstudy.distributed import free_port
+from attnstudy.executors.distributed import free_port
 
 
 def initdb_path() -> Path | None:
@@ -206,7 +206,7 @@ def start_tracking_server(
     """``attnstudy server`` on a free loopback port, as a team would start it (``workers``:
     its ``--workers``; more than one needs :func:`mlflow_db_upgrade` first). Returns (process,
     base URL); stop it with :func:`stop_process`."""
-    from attnstudy import ui
+    from attnstudy.serving import ui
 
     port = free_port()
     log = open(log_path, "wb")

@@ -500,7 +500,7 @@ def get_model(
         return BenchModel(
             loaded.model, spec, splits, src_vocab, tgt_vocab, f"cached ({cache.name})"
         )
-    from attnstudy.training import train
+    from attnstudy.models.training import train
 
     threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory() as ckpt:

@@ -8,7 +8,8 @@ stderr read at the file descriptors, so a C library's or a child process's outpu
 and everything process-wide that ``cli.main`` and what it calls set is put back after each call:
 the environment, the working directory, torch's thread count, the logging configuration, the
 warning filters, the signal and unraisable hooks, MLflow's process-wide tracking and registry URIs
-and the globals of :mod:`attnstudy.notices` (the output policy, the notices said). An exception
+and the globals of :mod:`attnstudy.runtime.notices` (the output policy, the notices said). An
+exception
 that escapes ``cli.main`` (a real process would print a traceback and exit 1) comes back as exit 1
 with its traceback on stderr.
 
@@ -68,7 +69,7 @@ def process_state_restored():
     """Put back, on exit, the process-wide state ``cli.main`` changes (see the module docstring)."""
     import torch
 
-    from attnstudy import notices, signals
+    from attnstudy.runtime import notices, signals
 
     env = dict(os.environ)
     cwd = os.getcwd()
@@ -129,7 +130,7 @@ def run_cli(
     # the tracking client is imported before the state is saved: what a module sets when it is
     # imported (its MLflow variables: no artifact progress bars…) stays set, as in a process
     import attnstudy.tracking.client  # noqa: F401
-    from attnstudy import cli
+    from attnstudy.cli import main as cli
 
     with process_state_restored():
         for name, value in env.items():

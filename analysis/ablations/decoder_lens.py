@@ -319,8 +319,8 @@ def run(model, batch, params, ctx) -> pd.DataFrame:
         NoAttentionError: a model without cross-attention.
         DecoderLensUnsupportedError: a model DecoderLens does not read (one line).
     """
-    from attnstudy.metrics import closest_reference
     from attnstudy.models import ALL, eval_mode
+    from attnstudy.scoring.metrics import closest_reference
 
     from .attribution_alignment import argmax_counts
 

@@ -7,8 +7,8 @@ import pandas as pd
 import torch
 from attnstudy.analysis.catalogue import AblationSpec, Drop, ExampleColumn, Stat, VerdictRole
 
-from attnstudy.metrics import edit_distance
 from attnstudy.models import ALL, Seq2Seq, eval_mode
+from attnstudy.scoring.metrics import edit_distance
 
 from .._chunks import require_attention
 from ..batch import AblationContext, PreparedBatch, step_streams
@@ -88,7 +88,8 @@ def run(
     """Global permutation: free-running greedy decoding with α_t permuted at every step.
 
     One permutation per step and head (stream (ctx.seed, example_id, t, "permutation_global")
-    of ``ctx.rng``'s scheme, :func:`attnstudy.analysis.batch.step_streams`), applied inside :meth:`Seq2Seq.decode` so the changed outputs feed
+    of ``ctx.rng``'s scheme, :func:`attnstudy.analysis.batch.step_streams`), applied inside
+    :meth:`Seq2Seq.decode` so the changed outputs feed
     the following steps. The original output is the model's greedy decode without intervention.
 
     Args:

@@ -4,10 +4,13 @@
 (``load_pretrained``, ``text_examples``, ``tsv_examples``, ``ablate_pretrained``); the tutorial
 ``docs/tutorial.ipynb`` uses these names only.
 
-Composition root together with :mod:`attnstudy.cli`: each verb is a thin function over the modules
-that do the work — :mod:`attnstudy.task_data` (a task's data, cached), :mod:`attnstudy.model_runs`
-(training and loading models), :mod:`attnstudy.ablation_runs` (the battery on a stored model),
-:mod:`attnstudy.study` (a whole study) and :mod:`attnstudy.adversaries` (trained adversaries).
+Composition root together with :mod:`attnstudy.cli.main`: each verb is a thin function over the
+modules
+that do the work — :mod:`attnstudy.study.task_data` (a task's data, cached),
+:mod:`attnstudy.study.model_runs`
+(training and loading models), :mod:`attnstudy.study.ablation_runs` (the battery on a stored model),
+:mod:`attnstudy.study.driver` (a whole study) and :mod:`attnstudy.study.adversaries` (trained
+adversaries).
 Everything here takes validated configs. The names those modules define that callers of earlier
 versions imported from here are re-exported.
 """
@@ -16,36 +19,40 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnstudy.models.inference import predict_loaded
+
 # what callers of earlier versions imported from here ("as" marks a re-export)
-from .ablation_runs import ablate_pretrained_on_experiment as ablate_pretrained_on_experiment
-from .ablation_runs import ablate_run as ablate_run
-from .ablation_runs import ablation_key as ablation_key
-from .adversaries import run_trained_adversaries as run_trained_adversaries
+from attnstudy.study.ablation_runs import (
+    ablate_pretrained_on_experiment as ablate_pretrained_on_experiment,
+)
+from attnstudy.study.ablation_runs import ablate_run as ablate_run
+from attnstudy.study.ablation_runs import ablation_key as ablation_key
+from attnstudy.study.adversaries import run_trained_adversaries as run_trained_adversaries
+from attnstudy.study.driver import Executor, StudyResult, run_study
+from attnstudy.study.driver import Failure as Failure
+from attnstudy.study.driver import StudyContext as StudyContext
+from attnstudy.study.driver import StudyFailedError as StudyFailedError
+from attnstudy.study.driver import error_text as _error_text  # noqa: F401 (its earlier name)
+from attnstudy.study.driver import study_key as study_key
+from attnstudy.study.model_runs import ModelRun as ModelRun
+from attnstudy.study.model_runs import check_devices as check_devices
+from attnstudy.study.model_runs import folder_digests_of as folder_digests_of
+from attnstudy.study.model_runs import load_model, train_experiment
+from attnstudy.study.model_runs import model_key as model_key
+from attnstudy.study.model_runs import open_tracker as open_tracker
+from attnstudy.study.model_runs import registered_name as registered_name
+from attnstudy.study.model_runs import run_tags as _run_tags  # noqa: F401 (its earlier name)
+from attnstudy.study.model_runs import train_spec as train_spec
+from attnstudy.study.model_runs import variant_slug as variant_slug
+from attnstudy.study.task_data import TaskData as TaskData
+from attnstudy.study.task_data import check_data as check_data
+from attnstudy.study.task_data import checked_task_data as checked_task_data
+from attnstudy.study.task_data import load_data as load_data
+from attnstudy.study.task_data import task_data as task_data
+
 from .analysis.catalogue import AblationConfig
 from .experiment import ExperimentConfig
 from .experiment import load_experiment as load_experiment
-from .inference import predict_loaded
-from .model_runs import ModelRun as ModelRun
-from .model_runs import check_devices as check_devices
-from .model_runs import folder_digests_of as folder_digests_of
-from .model_runs import load_model, train_experiment
-from .model_runs import model_key as model_key
-from .model_runs import open_tracker as open_tracker
-from .model_runs import registered_name as registered_name
-from .model_runs import run_tags as _run_tags  # noqa: F401 (its earlier name)
-from .model_runs import train_spec as train_spec
-from .model_runs import variant_slug as variant_slug
-from .study import Executor, StudyResult, run_study
-from .study import Failure as Failure
-from .study import StudyContext as StudyContext
-from .study import StudyFailedError as StudyFailedError
-from .study import error_text as _error_text  # noqa: F401 (its earlier name)
-from .study import study_key as study_key
-from .task_data import TaskData as TaskData
-from .task_data import check_data as check_data
-from .task_data import checked_task_data as checked_task_data
-from .task_data import load_data as load_data
-from .task_data import task_data as task_data
 from .tracking import Tracker, store
 
 
@@ -58,7 +65,8 @@ def train(
     progress: bool = True,
 ) -> list[ModelRun]:
     """``attnstudy train``: train (or reuse) every model of an experiment
-    (:func:`attnstudy.model_runs.train_experiment`). Returns one :class:`ModelRun` per variant ×
+    (:func:`attnstudy.study.model_runs.train_experiment`). Returns one :class:`ModelRun` per variant
+    ×
     seed.
 
     Raises:
@@ -117,9 +125,11 @@ def run(
     executor: Executor | None = None,
 ) -> StudyResult:
     """``attnstudy run``, the main job: a study run that trains what is missing, ablates every
-    model and reports (:func:`attnstudy.study.run_study`, which says what is checked first and
+    model and reports (:func:`attnstudy.study.driver.run_study`, which says what is checked first
+    and
     how failures and ``resume`` behave). Without an ``executor``, ``experiment.workers`` models
-    run side by side in worker processes of this machine (:mod:`attnstudy.local_workers`; one
+    run side by side in worker processes of this machine (:mod:`attnstudy.executors.local_workers`;
+    one
     worker: in this process).
 
     Returns:
@@ -130,7 +140,7 @@ def run(
         StudyFailedError: some variants failed (its ``result`` holds what was done).
     """
     if executor is None:
-        from .local_workers import local_executor
+        from attnstudy.executors.local_workers import local_executor
 
         executor = local_executor(cfg)  # None: one worker, in this process
     reporter = None
@@ -159,20 +169,21 @@ def report(
     verdict: dict[str, float] | None = None,
     results_dir: str | None = None,
 ) -> Path:
-    """Build the report of a study (default: the latest study of ``experiment``, default quickstart).
+    """Build the report of a study (default: the latest study of ``experiment``, default
+    quickstart).
 
     Args:
         ui_url: the MLflow UI its links point to (default :func:`attnstudy.report.ui_base_url`).
         verdict: verdict thresholds over the study's ``[report.verdict]``.
-        results_dir: also write its summary tables there as CSV (:mod:`attnstudy.results`);
+        results_dir: also write its summary tables there as CSV (:mod:`attnstudy.report.results`);
             for an experiment without a study (trained by ``attnstudy train``), only its table of
             trainings, ``<experiment>-models.csv``, whose path is then returned.
 
     Raises:
         LookupError: no such experiment or study run, or no store.
-        attnstudy.outputs.OutputError: ``out_dir`` or ``results_dir`` may not be written (a
+        attnstudy.runtime.outputs.OutputError: ``out_dir`` or ``results_dir`` may not be written (a
             protected place, or what attnstudy did not write or a user changed); nothing written.
-        attnstudy.outputs.ReplacedMeanwhileError: another process replaced the report folder
+        attnstudy.runtime.outputs.ReplacedMeanwhileError: another process replaced the report folder
             while this one was writing it.
     """
     from attnstudy.report import build_report, latest_study
@@ -182,9 +193,9 @@ def report(
         try:
             study_id = latest_study(tracker, experiment or "quickstart")
         except LookupError:  # trained by `attnstudy train` only: the table of trainings
-            from attnstudy.outputs import store_folders_of
             from attnstudy.report import experiment_training_rows
-            from attnstudy.results import write_results
+            from attnstudy.report.results import write_results
+            from attnstudy.runtime.outputs import store_folders_of
 
             name = experiment or "quickstart"
             rows = experiment_training_rows(tracker, name)
@@ -211,9 +222,9 @@ def report(
 def ablation_summary(run_id: str, *, tracker: Tracker | None = None) -> list[str]:
     """What ``attnstudy ablate`` prints for the ablation run ``run_id``: each statistic with its
     95 % interval, grouped by the report's questions, the verdict (each question's answer, then
-    its sentences), the example browser's path and the run (:func:`attnstudy.ablate_summary.
+    its sentences), the example browser's path and the run (:func:`attnstudy.report.ablate_summary.
     summary_lines`, default thresholds)."""
-    from .ablate_summary import summary_lines
+    from attnstudy.report.ablate_summary import summary_lines
 
     return summary_lines(tracker or Tracker(create=False), run_id)
 
@@ -269,17 +280,17 @@ def load_pretrained(folder: str | Path):
 
 def text_examples(model, rows, name: str = "text") -> list:
     """Examples of raw ``(source, target[, links])`` texts as the pretrained ``model`` sees them
-    (:func:`attnstudy.pretrained.text_examples`): ids ``<name>/<n>``, the model's subwords,
+    (:func:`attnstudy.study.pretrained.text_examples`): ids ``<name>/<n>``, the model's subwords,
     gold links between words."""
-    from .pretrained import text_examples as examples
+    from attnstudy.study.pretrained import text_examples as examples
 
     return examples(model, rows, name)
 
 
 def tsv_examples(model, path: str | Path) -> list:
     """A TSV file's examples as the pretrained ``model`` sees them, as ``attnstudy ablate
-    hf:FOLDER --tsv FILE`` reads them (:func:`attnstudy.pretrained.tsv_examples`)."""
-    from .pretrained import tsv_examples as examples
+    hf:FOLDER --tsv FILE`` reads them (:func:`attnstudy.study.pretrained.tsv_examples`)."""
+    from attnstudy.study.pretrained import tsv_examples as examples
 
     return examples(model, path)
 
@@ -296,7 +307,7 @@ def ablate_pretrained(
     """``attnstudy ablate hf:FOLDER --tsv FILE``: the battery on a ``save_pretrained`` folder over
     a TSV's examples, tracked as every ablation run is (browser, tables, verdict; the folder's
     model run is made on first use and reused while its files are unchanged:
-    :func:`attnstudy.pretrained.ablate_pretrained`).
+    :func:`attnstudy.study.pretrained.ablate_pretrained`).
 
     Args:
         uri: ``hf:FOLDER`` or ``runs:/<model run>`` of an earlier call.
@@ -311,7 +322,7 @@ def ablate_pretrained(
     Raises:
         HFError, DataError: an unusable folder or file, one line each.
     """
-    from .pretrained import ablate_pretrained as ablate_folder
+    from attnstudy.study.pretrained import ablate_pretrained as ablate_folder
 
     tracker = tracker or Tracker(create=uri.startswith("hf:"))
     return ablate_folder(

@@ -24,6 +24,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, field_validator
 from pydantic_core import PydanticSerializationError
 
+from attnstudy.verdict.findings import ReportConfig, VerdictThresholds
+
 from .analysis.catalogue import AblationConfig
 from .config import (
     DATA_CONFIGS,
@@ -46,7 +48,6 @@ from .config import (
     validate_data_config,
     validate_model_config,
 )
-from .findings import ReportConfig, VerdictThresholds
 
 
 def _distinct_seeds(v: list[int]) -> list[int]:
@@ -80,7 +81,7 @@ class ExperimentMeta(_Strict):
     tracking_timeout: float | None = Field(None, gt=0, le=3600)
     # worker processes of the local executor (models trained and ablated side by side); None:
     # the cores divided by training.threads, capped by the models; 1: one after another in this
-    # process (attnstudy.local_workers)
+    # process (attnstudy.executors.local_workers)
     workers: int | None = Field(None, ge=1, le=256)
 
     @field_validator("name")
@@ -309,7 +310,8 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
             f'{p}: the file holds no settings; give at least [data] task = "…" ({examples_hint()})'
         )
     raw = resolve_data_paths(raw, p.resolve().parent, source=str(p))
-    # --set values are the user's own typing: their relative paths are relative to the working directory
+    # --set values are the user's own typing: their relative paths are relative to the working
+    # directory
     raw = resolve_data_paths(apply_overrides(raw, overrides or []), Path.cwd(), check=False)
     return parse_experiment(raw, [], source=str(p))
 

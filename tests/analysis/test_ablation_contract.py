@@ -167,7 +167,7 @@ def _check_runs(name, model, examples, vocab, cfg, res):
 
 def test_the_catalogue_is_the_only_list_of_ablations():
     """Config validation, the CLI help and the default battery come from the catalogue."""
-    from attnstudy.cli import build_parser
+    from attnstudy.cli.main import build_parser
 
     names = list_ablations()
     assert AblationConfig().ablations == list_ablations(default_only=True)

@@ -1,4 +1,5 @@
-"""Contrastive questions (Yin & Neubig 2022): the foil, the contrastive gradient as the difference of
+"""Contrastive questions (Yin & Neubig 2022): the foil, the contrastive gradient as the difference
+of
 two plain gradients, and interventions that move the argmax to the foil."""
 
 from __future__ import annotations
@@ -340,7 +341,7 @@ def test_an_experiment_names_its_contrast_file_relative_to_itself_and_a_bad_one_
     line, exit 2."""
     from cli_in_process import run_cli
 
-    from attnstudy import cli
+    from attnstudy.cli import main as cli
     from attnstudy.experiment import load_experiment
 
     tiny = (Path(__file__).parents[2] / "experiments" / "tiny.toml").read_text(encoding="utf-8")

@@ -25,8 +25,8 @@ from attnstudy.analysis.catalogue import AblationConfig
 from attnstudy.analysis.suite import run_suite
 
 from attnstudy.config import TransformerConfig
-from attnstudy.metrics import evaluate
 from attnstudy.models import build_model
+from attnstudy.scoring.metrics import evaluate
 
 HAS_HF = importlib.util.find_spec("transformers") is not None
 CFG = AblationConfig(ablations=["decoder_lens"], bootstrap_resamples=20)

@@ -15,7 +15,7 @@ from attnstudy.analysis.catalogue import AblationConfig
 from attnstudy.analysis.heatmaps import Recorder
 from attnstudy.analysis.suite import run_suite
 
-from attnstudy.browser import browser_data, browser_html, step_columns
+from attnstudy.pages.browser import browser_data, browser_html, step_columns
 
 
 def _run(model, examples, **cfg):

@@ -23,7 +23,7 @@ from attnstudy.analysis.heatmaps import Recorder
 from attnstudy.analysis.per_example import per_example_summary
 from attnstudy.analysis.suite import run_suite
 
-from attnstudy.browser import browser_data, browser_html, step_columns
+from attnstudy.pages.browser import browser_data, browser_html, step_columns
 
 
 def _run(ablations: list[str], n: int = 6):

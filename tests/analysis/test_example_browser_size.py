@@ -13,7 +13,9 @@ import re
 
 import pytest
 
-from attnstudy.browser import (
+from attnstudy.data import nt
+from attnstudy.data.tasks import TOKEN_ERROR_RATE
+from attnstudy.pages.browser import (
     browser_data,
     browser_html,
     decode_map,
@@ -22,8 +24,6 @@ from attnstudy.browser import (
     outcome_of,
     page_record,
 )
-from attnstudy.data import nt
-from attnstudy.data.tasks import TOKEN_ERROR_RATE
 from benchmarks.bench_browser import bytes_by_key, page_of, translation_run
 
 

@@ -11,7 +11,7 @@ import re
 import pandas as pd
 import pytest
 
-from attnstudy.browser import (
+from attnstudy.pages.browser import (
     SPACE,
     browser_data,
     browser_html,

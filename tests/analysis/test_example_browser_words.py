@@ -17,12 +17,12 @@ from attnstudy.analysis.catalogue import AblationConfig
 from attnstudy.analysis.heatmaps import Recorder, output_word_index, word_labels, word_text
 from attnstudy.analysis.suite import run_suite
 
-from attnstudy.browser import browser_data, browser_html
 from attnstudy.config import ModelConfig, TransformerConfig, data_config
 from attnstudy.data import nt
 from attnstudy.data.subwords import merge_subwords, subword_word_index
 from attnstudy.data.vocab import Vocab
 from attnstudy.models import build_model
+from attnstudy.pages.browser import browser_data, browser_html
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "nt"
 FILES = nt.NTFiles(

@@ -188,7 +188,7 @@ def test_the_figure_draws_each_ranking_with_intervals():
 def test_the_verdict_names_the_most_faithful_ranking_with_its_interval():
     from attnstudy.analysis.catalogue import verdict_roles
 
-    from attnstudy.findings import Estimate, ModelFacts, verdict
+    from attnstudy.verdict.findings import Estimate, ModelFacts, verdict
 
     def facts(attention_low: float) -> ModelFacts:
         key = "ablation/faithfulness/comprehensiveness_"

@@ -80,7 +80,7 @@ def test_the_list_read_a_chunk_at_a_time_is_the_whole_tables(streamed, chunk, mo
 
 
 def test_the_steps_csv_written_a_part_at_a_time_is_the_whole_tables(streamed, tmp_path):
-    from attnstudy.run_pages import write_steps_csv
+    from attnstudy.pages.run_pages import write_steps_csv
 
     path, _, _ = streamed
     want = pd.read_parquet(path).round(4).to_csv(index=False)
@@ -92,7 +92,7 @@ def test_the_steps_csv_written_a_part_at_a_time_is_the_whole_tables(streamed, tm
 def test_the_browser_reads_only_the_recorded_examples_rows(streamed):
     from attnstudy.analysis.per_example import per_example_summary_file, steps_of_examples
 
-    from attnstudy.browser import browser_data
+    from attnstudy.pages.browser import browser_data
 
     path, res, records = streamed
     steps = pd.read_parquet(path)
@@ -114,8 +114,8 @@ def test_an_ablation_runs_pages_never_read_the_whole_step_table(
     rounded copy for the CSV, the browser's per-example frames); now only chunks are read."""
     import pyarrow.parquet as pq
 
-    from attnstudy.ablation_runs import ablate_run
-    from attnstudy.model_runs import load_model
+    from attnstudy.study.ablation_runs import ablate_run
+    from attnstudy.study.model_runs import load_model
     from attnstudy.tracking import Tracker
 
     real_pd, real_pq = pd.read_parquet, pq.read_table

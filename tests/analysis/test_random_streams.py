@@ -1,4 +1,5 @@
-"""The counter-based random streams (``rng = "counter-1"``, analysis/random_streams.py): Philox4x32-10
+"""The counter-based random streams (``rng = "counter-1"``, analysis/random_streams.py):
+Philox4x32-10
 against the published Random123 known answers; a stream's draws are a function of its key and
 index alone (batch size, batch-mates, order and worker processes change nothing); 10⁶ keys give
 distinct streams; the permutations are uniform."""
@@ -175,7 +176,7 @@ def test_rng_is_a_logged_ablation_setting_and_legacy_keeps_the_earlier_key():
     from attnstudy.analysis.batch import AblationContext
     from attnstudy.analysis.catalogue import AblationConfig
 
-    from attnstudy.ablation_runs import ablation_key
+    from attnstudy.study.ablation_runs import ablation_key
 
     new, legacy = AblationConfig(seed=4), AblationConfig(seed=4, rng="legacy")
     assert new.rng == "counter-1" and new.flat()["ablation.rng"] == "counter-1"

@@ -303,7 +303,7 @@ def test_soft_erasure_is_on_by_default_and_soft_draws_0_keeps_the_former_setting
 def test_the_verdict_says_where_soft_erasure_orders_the_rankings_otherwise():
     from attnstudy.analysis.catalogue import verdict_roles
 
-    from attnstudy.findings import Estimate, ModelFacts, verdict
+    from attnstudy.verdict.findings import Estimate, ModelFacts, verdict
 
     key = "ablation/faithfulness/"
 
@@ -343,7 +343,7 @@ def test_the_verdict_compares_soft_sufficiency_with_deletions_sufficiency():
     that they agree where they do. Deletion's sufficiency gives no sentence of its own."""
     from attnstudy.analysis.catalogue import verdict_roles
 
-    from attnstudy.findings import Estimate, ModelFacts, verdict
+    from attnstudy.verdict.findings import Estimate, ModelFacts, verdict
 
     key = "ablation/faithfulness/"
 

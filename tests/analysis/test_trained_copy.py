@@ -12,7 +12,7 @@ from attnstudy.analysis.catalogue import AblationConfig
 
 from attnstudy.api import load_data
 from attnstudy.experiment import parse_experiment
-from attnstudy.training import train
+from attnstudy.models.training import train
 
 pytestmark = pytest.mark.slow
 

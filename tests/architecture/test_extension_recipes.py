@@ -121,7 +121,7 @@ def test_the_ablation_recipe_by_hand_and_its_verdict(entropy):
     _analysis_tests()
     from analysis_testkit import call, make_examples, one_batch, tiny_model
 
-    from attnstudy.findings import facts_from_metrics, verdict
+    from attnstudy.verdict.findings import facts_from_metrics, verdict
 
     model = tiny_model("uniform")
     rows = call("entropy", model, one_batch(model, make_examples(7)))

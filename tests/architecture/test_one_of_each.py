@@ -1,5 +1,6 @@
-"""One of each: one bootstrap behind every interval (attnstudy.estimates), one parser for the
-seconds-valued environment variables (attnstudy.env)."""
+"""One of each: one bootstrap behind every interval (attnstudy.scoring.estimates), one parser for
+the
+seconds-valued environment variables (attnstudy.runtime.env)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ def _calls(path: Path, names: set[str]) -> list[str]:
 
 
 def test_one_bootstrap():
-    """scipy's bootstrap, and a percentile of resamples, only in attnstudy.estimates (the
+    """scipy's bootstrap, and a percentile of resamples, only in attnstudy.scoring.estimates (the
     battery, the layer mean, the reference aligner and the translation metrics each had one)."""
-    home = ROOT / "src" / "attnstudy" / "estimates.py"
+    home = ROOT / "src" / "attnstudy" / "scoring" / "estimates.py"
     found = [
         c
         for p in LIBRARY
@@ -37,8 +38,8 @@ def test_one_bootstrap():
 
 
 def test_one_parser_of_seconds_from_the_environment():
-    """No module but attnstudy.env turns an environment variable into a number."""
-    home = ROOT / "src" / "attnstudy" / "env.py"
+    """No module but attnstudy.runtime.env turns an environment variable into a number."""
+    home = ROOT / "src" / "attnstudy" / "runtime" / "env.py"
     found = []
     for p in LIBRARY:
         if p == home:
@@ -56,11 +57,19 @@ def test_one_parser_of_seconds_from_the_environment():
 @pytest.mark.parametrize(
     "var, read, shown",
     [
-        ("ATTNSTUDY_TRACKING_TIMEOUT", "attnstudy.store_check:resolve_timeout", "(0, 3600]"),
-        ("ATTNSTUDY_TRAINING_WAIT", "attnstudy.training:training_wait", "[0, 604800]"),
+        (
+            "ATTNSTUDY_TRACKING_TIMEOUT",
+            "attnstudy.runtime.store_check:resolve_timeout",
+            "(0, 3600]",
+        ),
+        ("ATTNSTUDY_TRAINING_WAIT", "attnstudy.models.training:training_wait", "[0, 604800]"),
         ("ATTNSTUDY_LEASE_SECONDS", "attnstudy.tracking.leases:lease_seconds", "[4, 86400]"),
-        ("ATTNSTUDY_PROGRESS_SECONDS", "attnstudy.progress:line_interval", "[0, 86400]"),
-        ("ATTNSTUDY_PROGRESS_METRIC_SECONDS", "attnstudy.progress:metric_interval", "[0, 86400]"),
+        ("ATTNSTUDY_PROGRESS_SECONDS", "attnstudy.runtime.progress:line_interval", "[0, 86400]"),
+        (
+            "ATTNSTUDY_PROGRESS_METRIC_SECONDS",
+            "attnstudy.runtime.progress:metric_interval",
+            "[0, 86400]",
+        ),
         (
             "ATTNSTUDY_SYSTEM_METRICS_SECONDS",
             "attnstudy.tracking.system_metrics:sampling_interval",

@@ -1,6 +1,6 @@
 """The study's tasks have one home: the executors that run models side by side (the local worker
 processes and Ray) take the tasks, the job records, the interrupt clean-up and the best-alias
-settling from :mod:`attnstudy.study_tasks` by public names, and neither reaches into another
+settling from :mod:`attnstudy.study.tasks` by public names, and neither reaches into another
 module's private names nor the standard library's (``ProcessPoolExecutor._processes``)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).parents[2] / "src" / "attnstudy"
-EXECUTORS = ("local_workers.py", "distributed.py", "study_tasks.py")
+EXECUTORS = ("executors/local_workers.py", "executors/distributed.py", "study/tasks.py")
 
 
 def _private_reaches(path: Path) -> list[str]:
@@ -38,7 +38,8 @@ def test_the_executors_reach_no_private_names():
 
 
 def test_the_tasks_live_in_study_tasks_and_the_executors_share_them():
-    from attnstudy import distributed, local_workers, study_tasks
+    from attnstudy.executors import distributed, local_workers
+    from attnstudy.study import tasks as study_tasks
 
     for name in ("Job", "record_jobs", "settle_best_aliases", "end_interrupted"):
         assert getattr(local_workers, name) is getattr(study_tasks, name)
@@ -46,6 +47,6 @@ def test_the_tasks_live_in_study_tasks_and_the_executors_share_them():
     assert local_workers.train_task is study_tasks.train_task
     assert local_workers.ablate_task is study_tasks.ablate_task
     # the Ray tasks are the same functions with the Ray task's device placement
-    text = (SRC / "distributed.py").read_text(encoding="utf-8")
+    text = (SRC / "executors" / "distributed.py").read_text(encoding="utf-8")
     assert "study_tasks.train_task(job, placed_here)" in text
     assert "study_tasks.ablate_task(trained, job, placed_here)" in text

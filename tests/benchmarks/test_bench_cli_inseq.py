@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnstudy.cli import build_parser
+from attnstudy.cli.main import build_parser
 from benchmarks.bench_cli_inseq import jobs
 
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from attnstudy.ablate_summary import summary_lines
+from attnstudy.report.ablate_summary import summary_lines
 from attnstudy.tracking import Tag
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from attnstudy.analysis import catalogue
 
-from attnstudy.cli import main
-from attnstudy.findings import VERDICT_QUESTIONS, estimate
+from attnstudy.cli.main import main
 from attnstudy.tracking import Tag, Tracker
+from attnstudy.verdict.findings import VERDICT_QUESTIONS, estimate
 
 
 def test_ablate_prints_intervals_verdict_browser_and_run(tiny_models, capsys):

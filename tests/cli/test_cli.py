@@ -11,7 +11,7 @@ ROOT = Path(__file__).parents[2]
 
 def run_cli(*args, cwd=None, env=None):
     code = (
-        "import sys; from attnstudy.cli import main; rc = main(sys.argv[1:]); "
+        "import sys; from attnstudy.cli.main import main; rc = main(sys.argv[1:]); "
         "print('HEAVY' if ('torch' in sys.modules or 'mlflow' in sys.modules) else 'LIGHT'); sys.exit(rc)"
     )
     return subprocess.run(
@@ -76,7 +76,7 @@ def test_malformed_toml_names_file(tmp_path):
 
 @pytest.mark.slow
 def test_report_verdict_and_ui_url_reach_the_report(tiny_study, tmp_path):
-    from attnstudy import cli
+    from attnstudy.cli import main as cli
 
     out = tmp_path / "report"
     code = cli.main(
@@ -107,7 +107,7 @@ def test_a_signal_while_the_exit_switches_handlers_off_still_exits_with_the_code
     off: an uncaught KeyboardInterrupt ended the process by SIGINT (-2) instead of exit 1."""
     import signal as signal_module
 
-    from attnstudy import cli
+    from attnstudy.cli import main as cli
 
     real = signal_module.signal
     calls = {"n": 0}
@@ -139,7 +139,7 @@ def test_notices_go_to_the_stderr_of_the_moment(monkeypatch):
     import io
     import logging
 
-    from attnstudy import cli
+    from attnstudy.cli import main as cli
 
     first = io.StringIO()
     monkeypatch.setattr("sys.stderr", first)

@@ -584,7 +584,7 @@ def test_ui_that_cannot_start_exits_1(store_root, capfd):
 def test_every_verb_has_both_exit_codes_tested(tmp_path):
     """The rule (2: what the user named is missing or malformed; 1: a run failed) is tested on
     every verb: each verb of the CLI has a case of each code above (ui's 1 in its own test)."""
-    from attnstudy.cli import build_parser
+    from attnstudy.cli.main import build_parser
 
     verbs = set(build_parser()._subparsers._group_actions[0].choices)
     cases = _cases(tmp_path, "run", "study")

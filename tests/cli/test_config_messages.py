@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from cli_in_process import run_cli
 
-from attnstudy import cli
+from attnstudy.cli import main as cli
 
 ROOT = Path(__file__).parents[2]
 TINY = ROOT / "experiments" / "tiny.toml"

@@ -21,7 +21,7 @@ TINY = ROOT / "experiments" / "tiny.toml"
 HEAVY = ("torch", "mlflow", "matplotlib", "pandas")
 
 WRAPPER = (
-    "import sys; from attnstudy.cli import main; rc = main(sys.argv[1:]); "
+    "import sys; from attnstudy.cli.main import main; rc = main(sys.argv[1:]); "
     f"print(','.join(m for m in {HEAVY!r} if m in sys.modules) or 'LIGHT'); sys.exit(rc)"
 )
 

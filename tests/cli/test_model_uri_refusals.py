@@ -1,4 +1,5 @@
-"""Model URIs of ``predict`` and ``ablate`` that name a folder: ``ablate FOLDER`` said "unknown model
+"""Model URIs of ``predict`` and ``ablate`` that name a folder: ``ablate FOLDER`` said "unknown
+model
 URI" of a folder ``predict`` accepts (ablate logs under the model's run, which a folder lacks: it
 now says so and what to do), and ``predict ./nonexist`` said "unknown model URI" of a path."""
 
@@ -6,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnstudy import cli
+from attnstudy.cli import main as cli
 
 
 def main(capsys, *argv: str) -> tuple[int, list[str]]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from attnstudy import progress
-from attnstudy.progress import Progress
+from attnstudy.runtime import progress
+from attnstudy.runtime.progress import Progress
 
 ROOT = Path(__file__).parents[2]  # not conftest's: tests/analysis has its own conftest
 
@@ -59,7 +59,7 @@ def test_training_log_is_a_few_lines_naming_model_and_epoch(tmp_path, capsys):
     2-minute training)."""
     from attnstudy import api
     from attnstudy.experiment import load_experiment
-    from attnstudy.training import train
+    from attnstudy.models.training import train
 
     spec = load_experiment(ROOT / "experiments" / "tiny.toml").runs()[0]
     splits, src, tgt = api.load_data(spec)
@@ -112,7 +112,7 @@ def test_ablation_progress_counts_examples_times_prefixes_and_names_what_runs(
     from attnstudy.analysis.catalogue import AblationConfig
     from attnstudy.analysis.suite import run_suite
 
-    from attnstudy.model_runs import load_model
+    from attnstudy.study.model_runs import load_model
 
     monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)  # a line at every update
     monkeypatch.setattr(progress.time, "monotonic", Clock())

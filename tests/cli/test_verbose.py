@@ -31,7 +31,8 @@ ADDITIVE_ONLY = 'models=[{model={attention="additive",flow="bahdanau"}}]'
 NOISY = """
 import json, logging, os, sys, warnings
 from pathlib import Path
-from attnstudy import api, cli
+from attnstudy import api
+from attnstudy.cli import main as cli
 
 def report(*args, **kwargs):
     warnings.warn("torch says: this is deprecated", UserWarning)
@@ -109,7 +110,7 @@ def test_view_run_lines_only_with_verbose(fresh_root, tmp_path, capfd):
     each run's end, from ``$MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT`` as the CLI set it, whether it
     writes the lines to stdout, so no process boundary is tested; ~5 s CPU of imports saved
     per training."""
-    from attnstudy import ui
+    from attnstudy.serving import ui
 
     port = ui.free_port()
     server = ui.start_server(

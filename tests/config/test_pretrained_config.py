@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from attnstudy.config import ConfigError, PretrainedConfig, RunSpec
+from attnstudy.data.hf_folder import HFError, check_folder, decoder_shape, folder_digests
 from attnstudy.experiment import load_experiment, parse_experiment
-from attnstudy.hf_folder import HFError, check_folder, decoder_shape, folder_digests
 
 DATA = {"task": "copy", "vocab_size": 8, "min_len": 3, "max_len": 6, "n_train": 50}
 
@@ -137,7 +137,7 @@ def test_folder_checks_without_transformers(tmp_path):
 
 def test_the_families_match_the_adapter():
     pytest.importorskip("transformers")
-    from attnstudy.hf_folder import SUPPORTED_FAMILIES
+    from attnstudy.data.hf_folder import SUPPORTED_FAMILIES
     from attnstudy.models.hf import FAMILIES
 
     assert sorted(FAMILIES) == list(SUPPORTED_FAMILIES)

@@ -120,7 +120,7 @@ def test_config_errors():
 def test_heldout_metrics_split_the_test_set_by_id():
     from attnstudy.data.dates import is_heldout
     from attnstudy.data.types import Example
-    from attnstudy.metrics import heldout_metrics
+    from attnstudy.scoring.metrics import heldout_metrics
 
     test = [
         Example("dates/test/en_US/yMd/0", ("a",), ("x",)),

@@ -152,7 +152,7 @@ def test_the_command_writes_every_row_and_the_breakdowns(monkeypatch, tmp_path, 
     words); refused before aligning when one of its files exists."""
     from attnstudy.data import breakdowns
     from attnstudy.data.symmetrise import SYMMETRISATIONS
-    from attnstudy.results import read_rows
+    from attnstudy.report.results import read_rows
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

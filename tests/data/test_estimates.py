@@ -1,4 +1,5 @@
-"""One bootstrap behind every interval (attnstudy.estimates): scipy's percentile bootstrap itself,
+"""One bootstrap behind every interval (attnstudy.scoring.estimates): scipy's percentile bootstrap
+itself,
 the ratio estimate the battery, the layer mean and the reference aligner share, and the
 translation metrics' interval on the same resamples."""
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from attnstudy import estimates
+from attnstudy.scoring import estimates
 
 
 def _scipy_ci(samples, statistic, resamples, seed):
@@ -95,7 +96,7 @@ def test_translation_intervals_are_scipys_on_the_same_resamples():
     bootstrap it replaced (numpy draws, np.percentile at 2.5/97.5) differs from it only in the
     last bits (scipy's lower percentile is at 2.5000000000000022)."""
     sacrebleu = pytest.importorskip("sacrebleu")
-    from attnstudy import translation
+    from attnstudy.scoring import translation
 
     hyps = ["the light shines", "in him was life", "he was with god", "all things were made"]
     refs = ["the light shines in the dark", "in him was life", "he was with god", "all things"]

@@ -19,7 +19,7 @@ from prerequisites import require
 from attnstudy.api import load_data
 from attnstudy.data import eflomal, nt
 from attnstudy.experiment import load_experiment
-from attnstudy.training import train
+from attnstudy.models.training import train
 
 EXPERIMENT = Path(__file__).parents[2] / "experiments" / "nt-greek-english.toml"
 

@@ -11,10 +11,11 @@ import pytest
 
 pytest.importorskip("sacrebleu")
 
-from attnstudy import api, results  # noqa: E402
+from attnstudy import api
 from attnstudy.data import nt  # noqa: E402
 from attnstudy.data.tasks import TRANSLATION_METRICS  # noqa: E402
 from attnstudy.experiment import ExperimentConfig  # noqa: E402
+from attnstudy.report import results  # noqa: E402
 from attnstudy.tracking import Tag, Tracker  # noqa: E402
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "nt"

@@ -1,4 +1,4 @@
-"""BLEU and chrF (attnstudy.translation) against sacrebleu called directly, the bootstrap
+"""BLEU and chrF (attnstudy.scoring.translation) against sacrebleu called directly, the bootstrap
 against sacrebleu rescoring each resample, the task registry's say on which tasks get them, and
 the NT task's detokenised texts on the committed fixture."""
 
@@ -11,11 +11,11 @@ import pytest
 
 sacrebleu = pytest.importorskip("sacrebleu")
 
-from attnstudy import translation  # noqa: E402
 from attnstudy.config import data_config  # noqa: E402
 from attnstudy.data import nt  # noqa: E402
 from attnstudy.data.tasks import TASKS, TRANSLATION_METRICS  # noqa: E402
 from attnstudy.data.types import DataError, Example  # noqa: E402
+from attnstudy.scoring import translation  # noqa: E402
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "nt"
 FILES = nt.NTFiles(

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from prerequisites import require
 
-from attnstudy.code_version import (
+from attnstudy.runtime.code_version import (
     CodeVersion,
     CodeVersionError,
     check_same_code,
@@ -99,8 +99,8 @@ def test_a_node_with_other_code_is_refused_in_one_line_naming_both_versions():
 
 
 def test_every_run_records_the_code_version(tiny_config):
-    from attnstudy.code_version import code_commit
-    from attnstudy.model_runs import run_tags
+    from attnstudy.runtime.code_version import code_commit
+    from attnstudy.study.model_runs import run_tags
     from attnstudy.tracking import Kind, Tag
 
     tags = run_tags(tiny_config.runs()[0], study_id=None, kind=Kind.MODEL, key="k", digest="d")
@@ -110,7 +110,7 @@ def test_every_run_records_the_code_version(tiny_config):
 
 
 def test_a_model_reused_across_code_changes_is_noted_not_refused():
-    from attnstudy.model_runs import _other_code_note
+    from attnstudy.study.model_runs import _other_code_note
     from attnstudy.tracking import Tag
     from attnstudy.tracking.schema import RunRecord
 
@@ -133,7 +133,7 @@ def test_a_model_reused_across_code_changes_is_noted_not_refused():
 
 
 def test_num_gpus_is_a_training_setting_each_task_asks_for():
-    from attnstudy.distributed import check_placeable, task_requests
+    from attnstudy.executors.distributed import check_placeable, task_requests
     from attnstudy.experiment import parse_experiment
 
     raw = {
@@ -182,8 +182,8 @@ _RAY_PROBE = """
 import json, os, sys
 from unittest import mock
 
-from attnstudy import distributed
-from attnstudy.distributed import LocalRayHead, train_task
+from attnstudy.executors import distributed
+from attnstudy.executors.distributed import LocalRayHead, train_task
 
 head = LocalRayHead(num_cpus=1, num_gpus=1)  # a CPU machine offering one (pretend) GPU
 head.start()
@@ -195,7 +195,7 @@ try:
     def probe():
         import torch
 
-        from attnstudy.devices import resolve_device
+        from attnstudy.models.devices import resolve_device
 
         # CUDA mocked inside the task: the placement decides; no tensor is moved
         with mock.patch.object(torch.cuda, "is_available", return_value=True):

@@ -77,7 +77,7 @@ def test_server_arguments_are_checked_before_anything_starts(tmp_path, args, exp
 
 
 def test_a_database_password_is_never_printed():
-    from attnstudy.server import mask
+    from attnstudy.serving.server import mask
 
     assert mask("postgresql+psycopg://ann:s3cr3t@db:5432/mlflow") == (
         "postgresql+psycopg://ann:***@db:5432/mlflow"
@@ -87,9 +87,9 @@ def test_a_database_password_is_never_printed():
 
 def test_the_default_install_needs_neither_ray_nor_a_database_driver():
     """The CLI, the executor's and the server's modules import without Ray, psycopg, torch or
-    mlflow (Ray is imported inside functions of attnstudy.distributed only)."""
+    mlflow (Ray is imported inside functions of attnstudy.executors.distributed only)."""
     code = (
-        "import sys, attnstudy.cli, attnstudy.distributed, attnstudy.server\n"
+        "import sys, attnstudy.cli.main, attnstudy.executors.distributed, attnstudy.serving.server\n"
         "print(sorted(m for m in ('ray', 'psycopg', 'torch', 'mlflow') if m in sys.modules))"
     )
     out = subprocess.run(
@@ -100,7 +100,7 @@ def test_the_default_install_needs_neither_ray_nor_a_database_driver():
 
 def test_artifacts_must_live_behind_the_server():
     from attnstudy.config import ConfigError
-    from attnstudy.distributed import check_artifact_location
+    from attnstudy.executors.distributed import check_artifact_location
 
     check_artifact_location("mlflow-artifacts:/3", "tiny", "http://h:5000")  # proxied: fine
     with pytest.raises(ConfigError, match=r"keeps its artifacts at /srv/art/3, a path workers"):
@@ -146,7 +146,7 @@ def test_no_ray_head_at_the_address_fails_fast_in_one_line():
     require(importlib.util.find_spec("ray") is not None, "the [distributed] extra (ray)")
     import time
 
-    from attnstudy.distributed import ClusterNotFoundError, RayExecutor, free_port
+    from attnstudy.executors.distributed import ClusterNotFoundError, RayExecutor, free_port
 
     t0 = time.monotonic()
     # a ClusterNotFoundError: the CLI exits 2 (what the user named is not there)
@@ -162,7 +162,7 @@ import os, sys
 os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
 if sys.argv[1] == "ray-first":
     import ray  # a notebook's own import, before attnstudy could set Ray up
-from attnstudy.distributed import ClusterError, _ray
+from attnstudy.executors.distributed import ClusterError, _ray
 try:
     _ray(loopback=True)
 except ClusterError as err:
@@ -194,7 +194,7 @@ def test_a_loopback_head_is_looked_for_on_loopback_whatever_the_import_order(ord
 
 def test_a_task_no_node_can_run_is_refused_instead_of_waiting_for_ever(tiny_config):
     from attnstudy.config import ConfigError
-    from attnstudy.distributed import check_placeable, task_requests
+    from attnstudy.executors.distributed import check_placeable, task_requests
     from attnstudy.experiment import parse_experiment
 
     raw = {"training": {"threads": 2}, "models": [{"model": {"attention": "additive"}}]}
@@ -220,7 +220,7 @@ def test_the_driver_settles_best_on_the_best_version_after_racing_workers(tmp_pa
     from types import SimpleNamespace
 
     from attnstudy import api
-    from attnstudy.study_tasks import Job, settle_best_aliases
+    from attnstudy.study.tasks import Job, settle_best_aliases
     from attnstudy.tracking import Tracker
 
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")  # its own store: no earlier versions
@@ -244,7 +244,7 @@ def test_the_driver_settles_best_on_the_best_version_after_racing_workers(tmp_pa
 
 _HEAD_THEN_WAIT = """
 import json, sys, time
-from attnstudy.distributed import LocalRayHead
+from attnstudy.executors.distributed import LocalRayHead
 head = LocalRayHead(num_cpus=1)
 head.start()
 print(json.dumps({"head": head.proc.pid, "pids": sorted(head.pids())}), flush=True)
@@ -262,7 +262,7 @@ def test_a_private_head_does_not_outlive_its_driver_killed_with_sigkill():
     import signal
     import time
 
-    from attnstudy.ui_guard import session_members
+    from attnstudy.serving.ui_guard import session_members
 
     driver = subprocess.Popen(
         [sys.executable, "-c", _HEAD_THEN_WAIT], stdout=subprocess.PIPE, text=True
@@ -287,8 +287,10 @@ def test_a_ray_ablation_task_uses_the_experiments_verdict_thresholds(monkeypatch
     import contextlib
     import types
 
-    from attnstudy import ablation_runs, distributed, model_runs, study_tasks
-    from attnstudy.findings import VerdictThresholds
+    from attnstudy.executors import distributed
+    from attnstudy.study import ablation_runs, model_runs
+    from attnstudy.study import tasks as study_tasks
+    from attnstudy.verdict.findings import VerdictThresholds
 
     seen = {}
 
@@ -306,7 +308,7 @@ def test_a_ray_ablation_task_uses_the_experiments_verdict_thresholds(monkeypatch
     monkeypatch.setattr(ablation_runs, "ablate_run", ablate_run)
     from dataclasses import asdict
 
-    from attnstudy.code_version import this_code
+    from attnstudy.runtime.code_version import this_code
 
     job = {
         "code": asdict(this_code()),

@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-from attnstudy.failure_causes import (
+from attnstudy.runtime.failure_causes import (
     CAUSES,
     RESUME,
     classify,
@@ -25,7 +25,7 @@ from attnstudy.failure_causes import (
     command_line,
     study_failed_line,
 )
-from attnstudy.study import Failure, StudyFailedError, StudyResult, error_text
+from attnstudy.study.driver import Failure, StudyFailedError, StudyResult, error_text
 
 LABELS = {c.label for c in CAUSES}
 
@@ -41,7 +41,7 @@ def _mlflow_error(uri: str, monkeypatch) -> Exception:
 
 
 def _refused_uri() -> str:
-    from attnstudy.distributed import free_port
+    from attnstudy.executors.distributed import free_port
 
     return f"http://127.0.0.1:{free_port()}"
 
@@ -230,7 +230,7 @@ def test_a_dead_worker_is_named_first():
 def test_a_silent_checkpoint_store_is_named_not_the_tracking_server(monkeypatch):
     """NEW-13: a checkpoint store's read timeout was labelled "tracking server down", with the
     advice to restart the tracking server."""
-    from attnstudy.checkpoint_store import CheckpointStore
+    from attnstudy.study.checkpoint_store import CheckpointStore
 
     class ReadTimeoutError(Exception):  # botocore's, by name (no boto3 needed here)
         pass

@@ -48,7 +48,7 @@ def test_a_run_on_a_killed_node_is_closed_when_its_lease_expires(server, monkeyp
     require(not missing, f"the [distributed] extra is not installed (no {', '.join(missing)})")
     monkeypatch.setenv("ATTNSTUDY_LEASE_SECONDS", str(LEASE_S))  # the nodes' workers inherit it
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    from attnstudy.distributed import _ray
+    from attnstudy.executors.distributed import _ray
 
     ray = _ray(loopback=True)
     from ray.cluster_utils import Cluster

@@ -1,6 +1,7 @@
 """The cluster chapter's one-machine recipe binds loopback only.
 
-``python -m attnstudy.loopback_cluster --nodes 2 --num-cpus 1`` (docs/cluster.md, "Two nodes on one
+``python -m attnstudy.executors.loopback_cluster --nodes 2 --num-cpus 1`` (docs/cluster.md, "Two
+nodes on one
 machine") is started as the chapter says; a driver connects with the variables it prints and runs
 one task on each node; meanwhile every listening socket of every process of the recipe (the GCS,
 both raylets, their agents and workers) and of the driver is recorded with psutil, and each must be
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.slow
 DRIVER = """
 import json, os, sys
 import ray
-from attnstudy.loopback_cluster import NODE_RESOURCE
+from attnstudy.executors.loopback_cluster import NODE_RESOURCE
 ray.init(address=sys.argv[1], logging_level="WARNING")
 nodes = [n for n in ray.nodes() if n["Alive"]]
 where = ray.remote(num_cpus=1)(lambda: (ray.get_runtime_context().get_node_id(), os.getpid()))
@@ -62,14 +63,22 @@ def _wait_for_line(path, prefix: str, proc: subprocess.Popen, timeout: float) ->
 def test_the_two_node_recipe_listens_on_loopback_only(tmp_path):
     missing = [m for m in ("ray", "psutil") if importlib.util.find_spec(m) is None]
     require(not missing, f"the [distributed] extra is not installed (no {', '.join(missing)})")
-    from attnstudy.loopback_cluster import READY
+    from attnstudy.executors.loopback_cluster import READY
     from benchmarks.cluster_kit import is_loopback, listeners, tree_pids
 
     out, err = tmp_path / "recipe.out", tmp_path / "recipe.err"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     with open(out, "wb") as o, open(err, "wb") as e:
         recipe = subprocess.Popen(
-            [sys.executable, "-m", "attnstudy.loopback_cluster", "--nodes", "2", "--num-cpus", "1"],
+            [
+                sys.executable,
+                "-m",
+                "attnstudy.executors.loopback_cluster",
+                "--nodes",
+                "2",
+                "--num-cpus",
+                "1",
+            ],
             env=env,
             stdout=o,
             stderr=e,

@@ -1,4 +1,5 @@
-"""The one-machine recipe's refusals (``python -m attnstudy.loopback_cluster``): each in one line,
+"""The one-machine recipe's refusals (``python -m attnstudy.executors.loopback_cluster``): each in
+one line,
 exit 2, before Ray starts anything (seconds)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 
 def _refusal(*args: str) -> tuple[int, str]:
     res = subprocess.run(
-        [sys.executable, "-m", "attnstudy.loopback_cluster", *args],
+        [sys.executable, "-m", "attnstudy.executors.loopback_cluster", *args],
         capture_output=True,
         text=True,
         timeout=120,

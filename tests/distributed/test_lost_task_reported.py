@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import types
 
-from attnstudy.distributed import RayExecutor
-from attnstudy.notices import said
-from attnstudy.study_tasks import Job
+from attnstudy.executors.distributed import RayExecutor
+from attnstudy.runtime.notices import said
+from attnstudy.study.tasks import Job
 from attnstudy.tracking import Tag, Tracker
 
 

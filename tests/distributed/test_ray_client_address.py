@@ -41,7 +41,7 @@ def test_a_ray_client_address_is_refused_naming_the_gcs_address(tmp_path, how):
 
 
 def test_other_schemes_are_not_taken_for_host_and_port():
-    from attnstudy.distributed import _host_port
+    from attnstudy.executors.distributed import _host_port
 
     assert _host_port("http://head:6380") is None
     assert _host_port("head:6380") == ("head", 6380)

@@ -8,8 +8,8 @@ import importlib.util
 
 import pytest
 
-from attnstudy import ray_head
-from attnstudy.ray_head import ClusterError, LocalRayHead, free_ports
+from attnstudy.executors import ray_head
+from attnstudy.executors.ray_head import ClusterError, LocalRayHead, free_ports
 
 
 def test_free_ports_are_distinct():

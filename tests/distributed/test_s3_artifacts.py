@@ -40,7 +40,7 @@ def s3():
     )
     from moto.server import ThreadedMotoServer
 
-    from attnstudy.ray_head import free_port
+    from attnstudy.executors.ray_head import free_port
 
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
@@ -79,8 +79,8 @@ def _node(tmp_path, monkeypatch, name: str):
 
 
 def test_a_malformed_checkpoint_uri_is_refused_in_one_line(monkeypatch):
-    from attnstudy.checkpoint_store import CheckpointStore
     from attnstudy.config import ConfigError
+    from attnstudy.study.checkpoint_store import CheckpointStore
 
     for bad in ("/srv/ckpt", "s3://", "s3://Upper_Case/x", "gs://bucket/x"):
         monkeypatch.setenv("ATTNSTUDY_CHECKPOINT_URI", bad)
@@ -97,8 +97,8 @@ def test_a_malformed_checkpoint_uri_is_refused_in_one_line(monkeypatch):
 
 
 def test_an_unreachable_store_fails_in_one_line_naming_the_object(monkeypatch, tmp_path):
-    from attnstudy.checkpoint_store import CheckpointStore, CheckpointStoreError
-    from attnstudy.ray_head import free_port
+    from attnstudy.executors.ray_head import free_port
+    from attnstudy.study.checkpoint_store import CheckpointStore, CheckpointStoreError
 
     require(importlib.util.find_spec("boto3") is not None, "boto3 ([distributed] extra)")
     monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nobody
@@ -170,7 +170,7 @@ def silent_store(monkeypatch):
     require(importlib.util.find_spec("boto3") is not None, "boto3 ([distributed] extra)")
     from botocore.retries.standard import ExponentialBackoff
 
-    from attnstudy import checkpoint_store
+    from attnstudy.study import checkpoint_store
 
     monkeypatch.setattr(checkpoint_store, "CONNECT_TIMEOUT_S", 0.5)
     monkeypatch.setattr(checkpoint_store, "READ_TIMEOUT_S", 0.3)
@@ -193,7 +193,7 @@ def _bound_s() -> float:
     """docs/cluster.md's bound on one request that gets no answer: MAX_ATTEMPTS × (connect +
     read), with the timeouts as patched, plus a second a try for an upload's wait for
     ``100 Continue`` (botocore's fixed 1 s) and one for a loaded machine."""
-    from attnstudy import checkpoint_store as cs
+    from attnstudy.study import checkpoint_store as cs
 
     return cs.MAX_ATTEMPTS * (cs.CONNECT_TIMEOUT_S + cs.READ_TIMEOUT_S + 1.0) + 1.0
 
@@ -201,7 +201,7 @@ def _bound_s() -> float:
 def test_a_silent_store_fails_a_download_after_three_tries(silent_store, tmp_path):
     """NEW-13: a store that accepts and never answers took 5 tries of 60 s and more; now the
     whole download gives up after MAX_ATTEMPTS tries, leaving nothing behind."""
-    from attnstudy.checkpoint_store import MAX_ATTEMPTS, CheckpointStore, CheckpointStoreError
+    from attnstudy.study.checkpoint_store import MAX_ATTEMPTS, CheckpointStore, CheckpointStoreError
 
     endpoint = silent_store()
     start = time.monotonic()
@@ -218,7 +218,7 @@ def test_a_silent_store_fails_a_download_after_three_tries(silent_store, tmp_pat
 
 def test_a_store_that_never_answers_a_get_fails_after_three_tries(silent_store, tmp_path):
     """S3Transfer retried a GET that timed out 5 times, each after botocore's own tries."""
-    from attnstudy.checkpoint_store import MAX_ATTEMPTS, CheckpointStore, CheckpointStoreError
+    from attnstudy.study.checkpoint_store import MAX_ATTEMPTS, CheckpointStore, CheckpointStoreError
 
     endpoint = silent_store(head=True)
     with pytest.raises(CheckpointStoreError, match=r"^cannot download checkpoint .*ReadTimeout"):
@@ -228,7 +228,7 @@ def test_a_store_that_never_answers_a_get_fails_after_three_tries(silent_store, 
 
 
 def test_a_silent_store_fails_an_upload_after_three_tries(silent_store, tmp_path):
-    from attnstudy.checkpoint_store import MAX_ATTEMPTS, CheckpointStore, CheckpointStoreError
+    from attnstudy.study.checkpoint_store import MAX_ATTEMPTS, CheckpointStore, CheckpointStoreError
 
     endpoint = silent_store()
     (tmp_path / "last.pt").write_bytes(b"x" * 100)
@@ -241,7 +241,7 @@ def test_a_silent_store_fails_an_upload_after_three_tries(silent_store, tmp_path
 
 
 def test_artifacts_on_s3_are_accepted_for_a_cluster():
-    from attnstudy.distributed import check_artifact_location
+    from attnstudy.executors.distributed import check_artifact_location
 
     check_artifact_location("s3://bucket/mlflow/3", "tiny", "http://h:5000")
 
@@ -252,8 +252,8 @@ def test_a_training_interrupted_on_one_node_resumes_from_the_bucket_on_another(
 ):
     from mlflow import MlflowClient
 
-    from attnstudy import model_runs
-    from attnstudy.paths import checkpoint_dir as checkpoint_dir_of
+    from attnstudy.runtime.paths import checkpoint_dir as checkpoint_dir_of
+    from attnstudy.study import model_runs
     from attnstudy.tracking import Tracker
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -349,8 +349,10 @@ def test_the_resume_note_says_where_a_training_resumes(monkeypatch, capfd, tmp_p
     so is the tracking server's health check that comes before it (no server listens here)."""
     from cli_in_process import run_cli
 
-    from attnstudy import api, distributed, store_check
+    from attnstudy import api
     from attnstudy.config import ConfigError
+    from attnstudy.executors import distributed
+    from attnstudy.runtime import store_check
 
     class Executor:  # no Ray: the note comes before the study
         def __init__(self, address=None):
@@ -399,8 +401,8 @@ def test_a_resume_never_takes_another_experiments_checkpoint_from_the_bucket(
 
     import boto3
 
-    from attnstudy import model_runs
     from attnstudy.experiment import load_experiment
+    from attnstudy.study import model_runs
     from attnstudy.tracking import Tracker
 
     caplog.set_level(logging.WARNING, logger="attnstudy")

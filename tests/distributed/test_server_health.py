@@ -21,7 +21,7 @@ import urllib.request
 import pytest
 from prerequisites import require
 
-from attnstudy.distributed import free_port
+from attnstudy.executors.distributed import free_port
 
 
 def test_a_server_whose_database_refuses_stops_in_one_line(tmp_path):
@@ -47,7 +47,7 @@ def test_a_server_whose_database_refuses_stops_in_one_line(tmp_path):
 
 
 def test_the_database_bound_is_in_the_help():
-    from attnstudy.server_app import CHECK_BOUND_S
+    from attnstudy.serving.server_app import CHECK_BOUND_S
 
     res = subprocess.run(
         [sys.executable, "-m", "attnstudy.cli", "server", "--help"],
@@ -126,8 +126,10 @@ def test_health_names_a_down_artifact_store(monkeypatch, tmp_path):
     )
     from moto.server import ThreadedMotoServer
 
-    from attnstudy.server_app import ARTIFACTS_DESTINATION_VAR as ARTIFACTS_DESTINATION_ENV_VAR
-    from attnstudy.server_app import health
+    from attnstudy.serving.server_app import (
+        ARTIFACTS_DESTINATION_VAR as ARTIFACTS_DESTINATION_ENV_VAR,
+    )
+    from attnstudy.serving.server_app import health
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -175,8 +177,10 @@ def test_health_names_a_down_artifact_store(monkeypatch, tmp_path):
 def test_health_names_each_part_that_is_down(monkeypatch, tmp_path):
     """Database and artifact store both down: one line each, the database first (the client
     names the first)."""
-    from attnstudy.server_app import ARTIFACTS_DESTINATION_VAR as ARTIFACTS_DESTINATION_ENV_VAR
-    from attnstudy.server_app import health
+    from attnstudy.serving.server_app import (
+        ARTIFACTS_DESTINATION_VAR as ARTIFACTS_DESTINATION_ENV_VAR,
+    )
+    from attnstudy.serving.server_app import health
 
     uri = f"postgresql+psycopg://u@127.0.0.1:{free_port()}/mlflow"
     require(importlib.util.find_spec("psycopg") is not None, "psycopg ([distributed] extra)")
@@ -196,7 +200,7 @@ def test_the_artifacts_variable_is_mlflows():
     workers, read from MLflow's source (importing it would import the whole server)."""
     from pathlib import Path
 
-    from attnstudy.server_app import ARTIFACTS_DESTINATION_VAR
+    from attnstudy.serving.server_app import ARTIFACTS_DESTINATION_VAR
 
     (package,) = importlib.util.find_spec("mlflow").submodule_search_locations  # not imported
     constants = (Path(package) / "server" / "constants.py").read_text()
@@ -211,7 +215,7 @@ def test_the_schema_check_names_the_revision_found_and_the_one_needed(tmp_path):
 
     from mlflow.store.db.utils import _get_latest_schema_revision
 
-    from attnstudy.server_app import schema_problem
+    from attnstudy.serving.server_app import schema_problem
 
     head = _get_latest_schema_revision()
     db = tmp_path / "old.db"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnstudy.config import ConfigError
-from attnstudy.distributed import GIB, check_memory, task_memory
+from attnstudy.executors.distributed import GIB, check_memory, task_memory
 from attnstudy.experiment import load_experiment
 
 TINY = Path(__file__).parents[2] / "experiments" / "tiny.toml"
@@ -40,7 +40,7 @@ def test_a_bad_memory_setting_is_refused(bad):
 
 
 def test_memory_is_not_part_of_the_model_key():
-    from attnstudy.model_runs import model_key
+    from attnstudy.study.model_runs import model_key
 
     plain = [model_key(s) for s in load_experiment(TINY).runs()]
     with_memory = [model_key(s) for s in load_experiment(TINY, ["training.memory_gib=2"]).runs()]

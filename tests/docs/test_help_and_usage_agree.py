@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from attnstudy import cli_docs
+from attnstudy.cli import docs as cli_docs
 
 ROOT = Path(__file__).parents[2]
 USAGE = ROOT / "docs" / "usage.md"

@@ -39,7 +39,7 @@ def test_batched_prediction_equals_one_input_at_a_time(tiny_models):
     """Inputs of different lengths decoded together give what each gives alone (greedy and beam,
     attention included)."""
     from attnstudy import api
-    from attnstudy.inference import predict_loaded
+    from attnstudy.models.inference import predict_loaded
 
     _, loaded = api.load_model(f"runs:/{tiny_models[0].run_id}")
     inputs = ["abc", "abcdef", "ba", "cab", "fedcba", "a", "eeeeee", "bad"]

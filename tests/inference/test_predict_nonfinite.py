@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnstudy.training import NonFiniteError
+from attnstudy.models.training import NonFiniteError
 
 ROOT = Path(__file__).parents[2]
 
@@ -53,7 +53,7 @@ def overflowing(tiny_models, tmp_path_factory):
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_predict_refuses_overflowing_logits(overflowing, beam):
-    from attnstudy.inference import predict_loaded
+    from attnstudy.models.inference import predict_loaded
 
     loaded, _ = overflowing
     with pytest.raises(NonFiniteError) as info:
@@ -80,7 +80,7 @@ def test_the_message_is_ablates(overflowing):
 
 def test_a_sound_model_still_predicts(tiny_models):
     from attnstudy import api
-    from attnstudy.inference import predict_loaded
+    from attnstudy.models.inference import predict_loaded
 
     _, loaded = api.load_model(f"runs:/{tiny_models[0].run_id}")
     out = predict_loaded(loaded, ["abcd"], 1, with_attention=True)

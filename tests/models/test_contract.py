@@ -177,7 +177,7 @@ def test_beam_search_does_not_depend_on_batch_mates(attention, flow):
     from attnstudy.data.synthetic import symbols
     from attnstudy.data.types import Example
     from attnstudy.data.vocab import Vocab
-    from attnstudy.training import translate
+    from attnstudy.models.training import translate
 
     names = symbols(6)
     vocab = Vocab.build([names])

@@ -396,7 +396,7 @@ def test_ablate_hf_folder_from_the_command_line(tmp_path, folders, capsys):
 
     import mlflow
 
-    from attnstudy.cli import main
+    from attnstudy.cli.main import main
 
     folder = tmp_path / "tiny-marian"
     shutil.copytree(folders[("marian", "word")], folder)

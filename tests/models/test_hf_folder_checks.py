@@ -33,7 +33,7 @@ def _copy(base, tmp_path, edit_config=None):
 
 
 def _refused(folder, needle):
-    from attnstudy.hf_folder import HFError
+    from attnstudy.data.hf_folder import HFError
     from attnstudy.models.hf import load_pretrained
 
     with pytest.raises(HFError) as err:

@@ -94,7 +94,7 @@ def test_the_notice_counts_each_side_by_hand(caplog):
 
 
 def test_a_tsv_files_examples_as_ablate_reads_them(model, tmp_path, caplog):
-    from attnstudy.pretrained import tsv_examples
+    from attnstudy.study.pretrained import tsv_examples
 
     tsv = tmp_path / "mine.tsv"
     tsv.write_text("new dog stone\tnew dog stone\t0-0 1-1 2-2\nfire tree\tfire tree\n")

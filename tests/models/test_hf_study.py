@@ -171,8 +171,8 @@ def test_a_study_evaluates_ablates_and_reports_a_pretrained_variant(tmp_path, ro
     import pandas as pd
 
     from attnstudy import api
+    from attnstudy.data.hf_folder import folder_digests
     from attnstudy.experiment import load_experiment
-    from attnstudy.hf_folder import folder_digests
 
     toml = _experiment(tmp_path, tiny_marian)
     cfg = load_experiment(toml)
@@ -232,7 +232,7 @@ def test_a_study_evaluates_ablates_and_reports_a_pretrained_variant(tmp_path, ro
 
 
 def test_a_missing_folder_is_refused_before_anything_is_written(tmp_path, root, capsys):
-    from attnstudy.cli import main
+    from attnstudy.cli.main import main
 
     toml = tmp_path / "missing.toml"
     toml.write_text(
@@ -249,7 +249,7 @@ def test_a_missing_folder_is_refused_before_anything_is_written(tmp_path, root, 
 def test_ablate_a_folder_on_an_experiments_data(tmp_path, root, tiny_marian, capsys):
     import mlflow
 
-    from attnstudy.cli import main
+    from attnstudy.cli.main import main
 
     toml = _experiment(tmp_path, tiny_marian, rnn=False)
     folder = tmp_path / tiny_marian.parent.name / tiny_marian.name

@@ -70,7 +70,7 @@ def test_a_pretrained_variant_is_evaluated_not_trained(fresh_root, tmp_path, fol
 
 
 def test_the_task_words_of_a_trained_and_a_pretrained_model(tmp_path, folder):
-    from attnstudy.model_runs import model_task
+    from attnstudy.study.model_runs import model_task
 
     (hf,) = _experiment(tmp_path, folder).runs()
     (rnn,) = _experiment(tmp_path, folder, ['models=[{model={attention="dot"}}]']).runs()

@@ -1,12 +1,13 @@
 """A writer of one folder among several at once, for test_outputs' race test: run in a process of
-its own (``multiprocessing``'s spawn: this module imports nothing but :mod:`attnstudy.outputs`)."""
+its own (``multiprocessing``'s spawn: this module imports nothing but
+:mod:`attnstudy.runtime.outputs`)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from attnstudy import outputs
+from attnstudy.runtime import outputs
 
 FILES = 20
 """Files each writer's folder holds (beside a sub-folder with one more)."""

@@ -73,7 +73,7 @@ def _replace(path: Path, how: str) -> None:
 @pytest.mark.parametrize("how", ["/dev/zero", "fifo", "dangling"])
 @pytest.mark.parametrize("name", ["model.safetensors", "tokenizer.json", "config.json"])
 def test_a_file_that_is_not_a_regular_file_is_refused_at_once(tmp_path, name, how):
-    from attnstudy.hf_folder import HFError, check_folder, folder_digests
+    from attnstudy.data.hf_folder import HFError, check_folder, folder_digests
 
     folder = _hf_folder(tmp_path / "m")
     _replace(folder / name, how)
@@ -88,7 +88,7 @@ def test_a_file_that_is_not_a_regular_file_is_refused_at_once(tmp_path, name, ho
 
 
 def test_other_json_files_transformers_reads_are_checked_too(tmp_path):
-    from attnstudy.hf_folder import HFError, folder_files
+    from attnstudy.data.hf_folder import HFError, folder_files
 
     folder = _hf_folder(tmp_path / "m")
     (folder / "generation_config.json").symlink_to("/dev/zero")
@@ -98,8 +98,8 @@ def test_other_json_files_transformers_reads_are_checked_too(tmp_path):
 
 def test_a_file_over_its_bound_is_refused_before_reading(tmp_path):
     """Sparse files: no disk used, nothing read (hashing them would take minutes)."""
-    from attnstudy import paths
-    from attnstudy.hf_folder import HFError, folder_digests, folder_files
+    from attnstudy.data.hf_folder import HFError, folder_digests, folder_files
+    from attnstudy.runtime import paths
 
     folder = _hf_folder(tmp_path / "m")
     os.truncate(folder / "model.safetensors", paths.MAX_WEIGHTS_FILE_BYTES + 1)
@@ -120,7 +120,7 @@ def test_a_file_over_its_bound_is_refused_before_reading(tmp_path):
 def test_a_link_to_a_regular_file_is_read_through(tmp_path):
     """A hub snapshot (snapshots/<rev>/model.safetensors → ../../blobs/<sha>) is a folder of
     links: they are followed, and the digests are those of the files they point to."""
-    from attnstudy.hf_folder import folder_digests
+    from attnstudy.data.hf_folder import folder_digests
 
     folder = _hf_folder(tmp_path / "m")
     blobs = tmp_path / "blobs"
@@ -207,8 +207,8 @@ def test_own_model_folder_files_must_be_regular(model_folder, tmp_path, name, ho
 
 
 def test_own_model_folder_file_over_its_bound(model_folder, tmp_path):
-    from attnstudy import paths
     from attnstudy.models.io import ModelLoadError, load_model_dir
+    from attnstudy.runtime import paths
 
     folder = shutil.copytree(model_folder, tmp_path / "m")
     assert load_model_dir(folder).spec.model.attention  # loads as it is

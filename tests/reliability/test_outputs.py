@@ -1,4 +1,4 @@
-"""Nothing of the user's is ever deleted or overwritten (attnstudy.outputs).
+"""Nothing of the user's is ever deleted or overwritten (attnstudy.runtime.outputs).
 
 Every verb that writes a folder is pointed at a folder full of sentinel files, and at the store, the
 current directory, the project root and ``$HOME``: it refuses (exit 2, one line) and every sentinel
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from cli_in_process import run_cli
 
-from attnstudy import outputs
-from attnstudy.cli import main
-from attnstudy.outputs import MARKER, OutputError
+from attnstudy.cli.main import main
+from attnstudy.runtime import outputs
+from attnstudy.runtime.outputs import MARKER, OutputError
 
 
 @pytest.fixture(autouse=True)
@@ -330,7 +330,7 @@ def test_run_refuses_a_report_folder_it_did_not_make_before_training(
 def test_server_artifacts_refuses_protected_places_and_keeps_a_users_files(
     fresh_root, tmp_path, monkeypatch, capsys
 ):
-    from attnstudy import server
+    from attnstudy.serving import server
 
     monkeypatch.chdir(tmp_path)
     for where in (".", str(fresh_root), str(fresh_root / "mlruns"), os.environ["HOME"]):
@@ -350,7 +350,7 @@ def test_server_on_a_folder_of_the_users_keeps_every_file(fresh_root, tmp_path):
     import time
     import urllib.request
 
-    from attnstudy import server, ui
+    from attnstudy.serving import server, ui
 
     user = tmp_path / "art"
     before = sentinels(user)
@@ -405,7 +405,8 @@ def test_hf_tiny_replaces_only_its_own_folder(tmp_path):
     assert (folder / "README.md").read_text() == "my notes"
 
 
-# --- a changed file is never replaced: the marker's digests are compared ---------------------------
+# --- a changed file is never replaced: the marker's digests are compared
+# ---------------------------
 
 
 def made_by_the_tool(folder: Path, kind: str, files: dict[str, str]) -> Path:
@@ -617,7 +618,8 @@ def test_writers_racing_for_one_folder_succeed_or_say_so_in_one_line(tmp_path):
 
 def test_a_writer_that_lost_the_race_exits_1_in_one_line(fresh_root, tmp_path, monkeypatch, capfd):
     """``report --out`` and ``hf_tiny``: another process's replace is not bad input (exit 1)."""
-    from attnstudy import api, cli
+    from attnstudy import api
+    from attnstudy.cli import main as cli
 
     rep = tmp_path / "rep"
 

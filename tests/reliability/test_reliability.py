@@ -253,7 +253,7 @@ def test_interrupt_inside_exec_code_still_exits_1_under_python_m(tmp_path):
     died by SIGINT (-2) after printing the one-line message. Deterministic stand-in for a Ctrl-C
     landing in such code: the verb raises KeyboardInterrupt from inside exec."""
     (tmp_path / "interrupt_in_exec.py").write_text(
-        "import sys\nfrom attnstudy import cli\n"
+        "import sys\nfrom attnstudy.cli import main as cli\n"
         "cli._execute = lambda *a: exec('raise KeyboardInterrupt')\n"
         "sys.exit(cli.main(['report']))\n"
     )
@@ -385,7 +385,7 @@ def test_real_tracking_server_then_dead_server(tmp_path, capfd):
     """A study against a real MLflow server (a real ``attnstudy run`` process), then calls to
     the server once it is stopped. The prediction and the calls to the dead server run in the
     test process (:func:`cli_here`): the server and what it answers are tested, not a process."""
-    from attnstudy import ui
+    from attnstudy.serving import ui
 
     port = ui.free_port()
     base = f"http://127.0.0.1:{port}"
@@ -479,9 +479,9 @@ def test_two_trackers_in_one_process_log_models_to_their_own_store(tmp_path, mon
 
     from attnstudy.api import load_data
     from attnstudy.experiment import load_experiment
-    from attnstudy.model_runs import SERVING_CODE
     from attnstudy.models import build_model
     from attnstudy.models.io import save_model_dir
+    from attnstudy.study.model_runs import SERVING_CODE
     from attnstudy.tracking import Tracker
     from attnstudy.tracking import models as packaging
 
@@ -689,7 +689,7 @@ def test_an_interrupt_dropped_in_a_finalizer_prints_no_traceback(capsys):
     import sys
     import weakref
 
-    from attnstudy.signals import quiet_dropped_interrupts
+    from attnstudy.runtime.signals import quiet_dropped_interrupts
 
     class Thing:
         pass

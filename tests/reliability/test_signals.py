@@ -14,7 +14,7 @@ import types
 
 import pytest
 
-from attnstudy import signals
+from attnstudy.runtime import signals
 
 
 class _Interrupted(KeyboardInterrupt):
@@ -40,7 +40,8 @@ def handlers():
 
 
 def _send_after(monkeypatch, call: int, signum: int) -> None:
-    """Make the ``call``-th ``signal.signal`` made by attnstudy.signals send ``signum`` to this
+    """Make the ``call``-th ``signal.signal`` made by attnstudy.runtime.signals send ``signum`` to
+    this
     process right after it returns; the handler runs at the next bytecode boundary, i.e. before
     the following swap."""
     calls = {"n": 0}

@@ -130,8 +130,8 @@ def test_one_tag_for_every_word_gives_the_battery_s_own_alignment_numbers(
     import dataclasses
 
     from attnstudy.data.tasks import TASKS, WordTags, load_task
-    from attnstudy.findings import Estimate
     from attnstudy.report.alignment_tables import breakdown_rows, stored_examples
+    from attnstudy.verdict.findings import Estimate
 
     data, _, _ = golden_study
     tracker, _ = golden_store

@@ -7,7 +7,7 @@ import re
 import pytest
 from attnstudy.analysis.catalogue import stat_keys, verdict_roles
 
-from attnstudy.findings import (
+from attnstudy.verdict.findings import (
     Drop,
     Thresholds,
     VerdictRole,
@@ -475,7 +475,8 @@ def test_facts_with_statistics_but_no_verdict_roles_are_refused():
 
 
 def test_the_verdict_reads_the_statistics_the_catalogue_gives_roles():
-    """The roles, not names in findings.py: the same numbers under a role-less key say nothing,
+    """The roles, not names in verdict/findings.py: the same numbers under a role-less key say
+    nothing,
     and a catalogue without the uniform statistic's role leaves it out of the used sentence."""
     roles = dict(ROLES)
     del roles["ablation/uniform/flip_rate"]

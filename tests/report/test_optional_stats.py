@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from attnstudy.analysis import catalogue
 
-from attnstudy import results
+from attnstudy.report import results
 from attnstudy.report.tables import measured_somewhere
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from attnstudy import results
+from attnstudy.report import results
 
 ROOT = Path(__file__).parents[2]
 RESULTS = ROOT / "experiments" / "results"

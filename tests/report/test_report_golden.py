@@ -48,12 +48,12 @@ def test_the_report_is_byte_identical_to_the_golden_file(golden_report, name):
 
 def test_every_published_summary_column_is_a_label_of_the_catalogue_or_the_tasks():
     """The committed result tables (``report --results``) keep their headers: each statistic's
-    column, as :func:`attnstudy.results.read_rows` reads it (a former label of a statistic
+    column, as :func:`attnstudy.report.results.read_rows` reads it (a former label of a statistic
     renamed to its label now), is a label the catalogue or the task registry declares."""
     from attnstudy.analysis.catalogue import shown_stats
 
     from attnstudy.data.tasks import TASKS
-    from attnstudy.results import read_rows
+    from attnstudy.report.results import read_rows
 
     labels = {s.stat.label for s in shown_stats()}
     labels |= {m.label for t in TASKS.values() for m in t.metrics}
@@ -81,12 +81,12 @@ def test_each_tables_steps_are_those_its_statistics_were_computed_on(golden_repo
     """The alignment table counted the greedy steps (110 for a model whose AER used 55 reference
     steps), then every analysed step (55, where gold mass has no value at the 8 <eos> steps):
     each question's steps column is the steps its statistics have a value at, as
-    ``attnstudy ablate`` prints them (:func:`attnstudy.findings.steps_computed_on`)."""
+    ``attnstudy ablate`` prints them (:func:`attnstudy.verdict.findings.steps_computed_on`)."""
     import re
 
-    from attnstudy.findings import steps_computed_on
     from attnstudy.report import load_study
     from attnstudy.tracking import Tracker
+    from attnstudy.verdict.findings import steps_computed_on
 
     md = (golden_report / "report.md").read_text(encoding="utf-8")
     aligns = md.split("### Does it align with gold links?")[1].split("\n### ")[0]

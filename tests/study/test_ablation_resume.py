@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from attnstudy.analysis.suite_state import StateError, batch_meta
 
-from attnstudy import ablation_resume
-from attnstudy.ablation_resume import PARTIAL, ArtifactJournal, is_timing_metric
+from attnstudy.study import ablation_resume
+from attnstudy.study.ablation_resume import PARTIAL, ArtifactJournal, is_timing_metric
 
 BATCH = 4  # 10 examples: 3 batches of the greedy prefix, 3 of the reference (alignment)
 ROOT = Path(__file__).parents[2]
@@ -42,8 +42,8 @@ def _cfg(tiny_config, **kw):
 
 
 def _ablate(tracker, model_run_id, cfg, **kw):
-    from attnstudy.ablation_runs import ablate_run
-    from attnstudy.model_runs import load_model
+    from attnstudy.study.ablation_runs import ablate_run
+    from attnstudy.study.model_runs import load_model
 
     _, loaded = load_model(f"runs:/{model_run_id}", tracker)
     return ablate_run(model_run_id, loaded, cfg, tracker, progress=False, **kw)[0]
@@ -150,11 +150,11 @@ WORKER = textwrap.dedent(
     import functools, sys, time
     import torch
     import attnstudy.analysis.suite as suite
-    import attnstudy.code_version as code_version
-    from attnstudy.ablation_resume import ArtifactJournal
-    from attnstudy.ablation_runs import ablate_run
+    import attnstudy.runtime.code_version as code_version
+    from attnstudy.study.ablation_resume import ArtifactJournal
+    from attnstudy.study.ablation_runs import ablate_run
     from attnstudy.experiment import load_experiment
-    from attnstudy.model_runs import load_model
+    from attnstudy.study.model_runs import load_model
     from attnstudy.tracking import Tracker
 
     suite.run_suite = functools.partial(suite.run_suite, batch_size={batch})
@@ -183,7 +183,7 @@ def test_a_sigkilled_worker_is_resumed(uninterrupted, tiny_config, tmp_path):
     RUNNING): the resume closes the orphan and continues it."""
     tracker, model, want = uninterrupted
     script = tmp_path / "worker.py"
-    from attnstudy.code_version import code_digest
+    from attnstudy.runtime.code_version import code_digest
 
     script.write_text(WORKER.format(batch=BATCH, k=2))
     # the worker runs under this process's code digest: files of a working tree being edited

@@ -15,8 +15,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, monkeypatch):
-    from attnstudy import adversaries, api
+    from attnstudy import api
     from attnstudy.experiment import load_experiment
+    from attnstudy.study import adversaries
     from attnstudy.tracking import Tracker, store
 
     # CPU and memory and progress on every run (a trained adversary's run had neither)
@@ -78,11 +79,11 @@ def test_a_study_trains_tracks_reports_and_reuses_its_adversaries(fresh_root, mo
     assert (report / "figures" / "trained_adversary.png").stat().st_size > 10_000
 
     # the committed-results form of the same tables
-    from attnstudy import results
-    from attnstudy.findings import Estimate
+    from attnstudy.report import results
+    from attnstudy.verdict.findings import Estimate
 
     assert sorted(p.name for p in out.iterdir()) == [
-        ".attnstudy-output",  # the marker listing what attnstudy wrote (attnstudy.outputs)
+        ".attnstudy-output",  # the marker listing what attnstudy wrote (attnstudy.runtime.outputs)
         "tiny-adversaries.csv",
         "tiny-alignment.csv",  # attention's alignment (and a reference aligner's) side by side
         "tiny-models.csv",

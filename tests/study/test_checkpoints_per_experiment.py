@@ -4,7 +4,8 @@ The model key leaves out the experiment, and the checkpoints were kept under it 
 (``mlruns/checkpoints/<model key>/``, ``PREFIX/<model key>/last.pt`` in a shared store), so a
 ``--resume`` in one experiment continued another experiment's training: a finished 12-epoch
 checkpoint was replayed, 12 epochs re-logged in under a second. Now the path carries the
-experiment (:func:`attnstudy.paths.experiment_folder`); a checkpoint of the old layout is not
+experiment (:func:`attnstudy.runtime.paths.experiment_folder`); a checkpoint of the old layout is
+not
 resumed, with a note naming it. The bucket's side is in tests/distributed/test_s3_artifacts.py.
 """
 
@@ -70,13 +71,13 @@ def _losses(run_id: str) -> list[float]:
     ],
 )
 def test_the_experiment_folder_of_a_name(name, folder):
-    from attnstudy.paths import experiment_folder
+    from attnstudy.runtime.paths import experiment_folder
 
     assert experiment_folder(name) == folder
 
 
 def test_experiment_folders_are_one_to_one_also_ignoring_case():
-    from attnstudy.paths import EXPERIMENT_FOLDER_MAX, experiment_folder
+    from attnstudy.runtime.paths import EXPERIMENT_FOLDER_MAX, experiment_folder
 
     long = "Å" * 150
     names = [
@@ -97,7 +98,7 @@ def test_a_resume_never_takes_another_experiments_checkpoint(fresh_root, caplog)
     model in experiment beta took alpha's finished checkpoint and re-logged its epochs. Beta now
     trains from epoch 1, and a checkpoint of the old layout (any experiment's) is not taken
     either, with a note naming it."""
-    from attnstudy.paths import checkpoint_dir, old_checkpoint_dir
+    from attnstudy.runtime.paths import checkpoint_dir, old_checkpoint_dir
 
     caplog.set_level(logging.WARNING, logger="attnstudy")
     alpha, beta = _spec("alpha"), _spec("beta")
@@ -126,8 +127,8 @@ def test_a_resume_never_takes_another_experiments_checkpoint(fresh_root, caplog)
 def test_a_resume_still_takes_its_own_experiments_checkpoint(fresh_root, monkeypatch):
     """An interrupted training of one experiment resumes from its checkpoint (the mark shows
     that the first epoch came from it)."""
-    from attnstudy import model_runs
-    from attnstudy.paths import checkpoint_dir
+    from attnstudy.runtime.paths import checkpoint_dir
+    from attnstudy.study import model_runs
     from attnstudy.tracking import Tracker
 
     spec = _spec("alpha")

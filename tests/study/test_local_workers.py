@@ -1,4 +1,5 @@
-"""The local executor with several worker processes (attnstudy.local_workers): the same store as
+"""The local executor with several worker processes (attnstudy.executors.local_workers): the same
+store as
 the one-process study, and the number of workers it picks."""
 
 from __future__ import annotations
@@ -152,8 +153,8 @@ def notebook_gap(probs, reference, target):
 def test_workers_default_to_the_cores_capped_by_the_models(monkeypatch):
     """``experiment.workers`` wins, then ``$ATTNSTUDY_WORKERS``, then the cores divided by the
     threads per model; always capped by the models and at least 1."""
-    from attnstudy import local_workers as lw
     from attnstudy.config import ConfigError
+    from attnstudy.executors import local_workers as lw
 
     monkeypatch.setattr(lw, "available_cores", lambda: 16)
     monkeypatch.delenv(lw.WORKERS_VAR, raising=False)
@@ -179,8 +180,8 @@ def test_a_dead_worker_fails_its_model_and_ends_its_runs_failed(fresh_root):
     from concurrent.futures.process import BrokenProcessPool
     from types import SimpleNamespace
 
-    from attnstudy.local_workers import LocalPoolExecutor
-    from attnstudy.study_tasks import Job
+    from attnstudy.executors.local_workers import LocalPoolExecutor
+    from attnstudy.study.tasks import Job
     from attnstudy.tracking import Tag, Tracker
 
     tracker = Tracker()
@@ -210,8 +211,8 @@ def test_a_worker_refuses_sources_changed_since_the_study_started():
     study records: its task is refused in one line, before any run starts."""
     from dataclasses import asdict
 
-    from attnstudy.code_version import this_code
-    from attnstudy.local_workers import _run_task
+    from attnstudy.executors.local_workers import _run_task
+    from attnstudy.runtime.code_version import this_code
 
     driver = asdict(this_code()) | {"digest": "0" * 64}
     out = _run_task("training", {"code": driver, "spec": "{}"})
@@ -238,7 +239,7 @@ def test_sigterm_stops_the_workers_and_ends_their_runs_killed(fresh_root):
 
     env = dict(os.environ, ATTNSTUDY_ROOT=str(fresh_root))
     env.pop("ATTNSTUDY_WORKERS", None)
-    cmd = [sys.executable, "-c", "from attnstudy.cli import entry; entry()", "run"]
+    cmd = [sys.executable, "-c", "from attnstudy.cli.main import entry; entry()", "run"]
     cmd += [str(ROOT / "experiments" / "tiny.toml"), "--quiet", "--no-report"]
     cmd += ["--set", "experiment.workers=2", "--set", "experiment.seeds=[1,2]"]
     cmd += ["--set", "training.epochs=500", "--set", "training.patience=500"]
@@ -277,8 +278,8 @@ def test_a_worker_does_not_repeat_the_notices_its_driver_gave():
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from attnstudy import notices
-    from attnstudy.local_workers import _init_worker
+    from attnstudy.executors.local_workers import _init_worker
+    from attnstudy.runtime import notices
 
     with ProcessPoolExecutor(
         max_workers=1,
@@ -298,8 +299,8 @@ def test_a_workers_progress_lines_reach_the_drivers_stderr_whole():
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from attnstudy import local_workers as lw
-    from attnstudy import progress
+    from attnstudy.executors import local_workers as lw
+    from attnstudy.runtime import progress
 
     spawn = multiprocessing.get_context("spawn")
     inbox, lines = spawn.Pipe(duplex=False)
@@ -321,7 +322,7 @@ def test_a_workers_progress_lines_reach_the_drivers_stderr_whole():
 
 
 def test_notices_are_recorded_in_order_and_skipped_only_when_said_elsewhere(caplog, monkeypatch):
-    from attnstudy import notices
+    from attnstudy.runtime import notices
 
     monkeypatch.setattr(notices, "_said", [])
     monkeypatch.setattr(notices, "_said_elsewhere", frozenset({"old"}))
@@ -341,7 +342,7 @@ def test_a_score_that_cannot_travel_is_refused_only_for_worker_processes():
     from attnstudy.analysis import step_scores
 
     from attnstudy.config import ConfigError
-    from attnstudy.study import _check_step_scores
+    from attnstudy.study.driver import _check_step_scores
 
     lock = threading.Lock()
 
@@ -369,7 +370,7 @@ def test_workers_report_their_pids_and_the_driver_finds_them_alive():
     import os
     from concurrent.futures import ProcessPoolExecutor
 
-    from attnstudy import local_workers as lw
+    from attnstudy.executors import local_workers as lw
 
     spawn = multiprocessing.get_context("spawn")
     workers = lw._Workers(spawn)

@@ -42,7 +42,7 @@ def _spec(experiment: str = "tiny"):
 
 def _lock_file(spec) -> Path:
     from attnstudy import api
-    from attnstudy.paths import checkpoint_dir
+    from attnstudy.runtime.paths import checkpoint_dir
 
     return checkpoint_dir(spec.experiment, api.model_key(spec)) / ".lock"
 
@@ -82,7 +82,7 @@ class _Trainer(threading.Thread):
 @pytest.fixture
 def slow_training_in_threads(monkeypatch):
     """Training in a non-main thread first sleeps, so the main thread meets it holding the lock."""
-    from attnstudy import model_runs
+    from attnstudy.study import model_runs
 
     train = model_runs.train
 
@@ -156,7 +156,7 @@ def test_two_experiments_sharing_a_model_both_succeed(fresh_root, slow_training_
 
 def test_when_the_holder_leaves_no_finished_run_the_second_trains(fresh_root, caplog):
     """The first training fails or dies (here: it holds the lock and lets go without a run)."""
-    from attnstudy.training import checkpoint_lock
+    from attnstudy.models.training import checkpoint_lock
 
     caplog.set_level(logging.WARNING, logger="attnstudy")
     spec = _spec()
@@ -185,7 +185,7 @@ def test_when_the_holder_leaves_no_finished_run_the_second_trains(fresh_root, ca
 @pytest.fixture
 def held_lock(fresh_root):
     """The tiny model's lock held by a thread of this process until the test ends."""
-    from attnstudy.training import checkpoint_lock
+    from attnstudy.models.training import checkpoint_lock
 
     spec = _spec()
     _store()
@@ -205,7 +205,7 @@ def held_lock(fresh_root):
 
 
 def test_the_wait_is_bounded_with_one_clear_error(fresh_root, held_lock, monkeypatch):
-    from attnstudy.training import TrainingConflictError
+    from attnstudy.models.training import TrainingConflictError
 
     monkeypatch.setenv("ATTNSTUDY_TRAINING_WAIT", "0.5")
     t0 = time.monotonic()
@@ -218,7 +218,7 @@ def test_the_wait_is_bounded_with_one_clear_error(fresh_root, held_lock, monkeyp
 
 
 def test_the_cli_says_the_wait_ran_out_in_one_line(fresh_root, held_lock, monkeypatch, capsys):
-    from attnstudy import cli
+    from attnstudy.cli import main as cli
 
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     hook = sys.unraisablehook
@@ -243,7 +243,7 @@ def test_the_cli_says_the_wait_ran_out_in_one_line(fresh_root, held_lock, monkey
 
 def test_a_malformed_wait_setting_is_refused(monkeypatch):
     from attnstudy.config import ConfigError
-    from attnstudy.training import training_wait
+    from attnstudy.models.training import training_wait
 
     monkeypatch.setenv("ATTNSTUDY_TRAINING_WAIT", "soon")
     with pytest.raises(ConfigError, match="ATTNSTUDY_TRAINING_WAIT"):

@@ -16,7 +16,7 @@ from figures import figures_undrawn
 from prerequisites import require
 
 from attnstudy import api
-from attnstudy.cli import main
+from attnstudy.cli.main import main
 from attnstudy.data import eflomal, nt
 from attnstudy.experiment import load_experiment
 from attnstudy.report import build_report

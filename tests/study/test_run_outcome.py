@@ -1,5 +1,5 @@
 """The end of an ablation run, one helper for the study's runs and ``ablate hf:FOLDER``'s
-(:func:`attnstudy.run_pages.log_outcome`): what the battery skipped (an artifact and a
+(:func:`attnstudy.pages.run_pages.log_outcome`): what the battery skipped (an artifact and a
 ``skipped.<ablation>`` tag each, cut at 500 characters), the unit of the plain keys, and the
 metrics. ``ablate`` on a pretrained folder logged the artifact but not the tags before."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import types
 
-from attnstudy import run_pages
+from attnstudy.pages import run_pages
 from attnstudy.tracking import Tracker
 from attnstudy.tracking.schema import Artifact, Tag
 

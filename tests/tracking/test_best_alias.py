@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from attnstudy.run_pages import set_best_alias
+from attnstudy.pages.run_pages import set_best_alias
 from attnstudy.tracking import RunRecord
 
 

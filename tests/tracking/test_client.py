@@ -79,7 +79,8 @@ def test_unknown_uris_fail_with_one_clear_message(tiny_models):
 
 @pytest.mark.parametrize("kind", ["closed port", "listens but never answers"])
 def test_unreachable_server_fails_within_the_configured_deadline(kind):
-    """Loopback only: a closed port, and a socket that accepts connections but never answers. It took
+    """Loopback only: a closed port, and a socket that accepts connections but never answers. It
+    took
     39 s and 47 s with the old defaults; the message names the configured deadline."""
     import socket
 
@@ -106,8 +107,9 @@ def test_unreachable_server_fails_within_the_configured_deadline(kind):
 
 
 def test_server_is_checked_before_the_data_is_read(tmp_path, monkeypatch):
-    from attnstudy import api, model_runs
+    from attnstudy import api
     from attnstudy.experiment import parse_experiment
+    from attnstudy.study import model_runs
     from attnstudy.tracking import TrackingError
 
     cfg = parse_experiment(

@@ -9,7 +9,8 @@ ignores permission bits, and a mount namespace is not available everywhere): the
 answer is replaced at the two places the store meets it. ``os.access`` says the store's folder and
 database are not writable, so the tracker opens SQLite in its read-only mode (``mode=ro``) and
 SQLite itself refuses every write ("attempt to write a readonly database"); and the local artifact
-repository's writes raise ``EROFS``, as a read-only file system does. Where ``unshare -m`` works, one
+repository's writes raise ``EROFS``, as a read-only file system does. Where ``unshare -m`` works,
+one
 more test mounts the store read-only for real.
 """
 
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from attnstudy import cli
+from attnstudy.cli import main as cli
 
 
 @pytest.fixture
@@ -118,7 +119,7 @@ def test_a_read_only_mount_gives_the_same_lines(tiny_study, tiny_models, store_r
     undrawn = shlex.quote(
         "import sys; from matplotlib.figure import Figure; "
         "Figure.draw = lambda self, renderer: None; sys.argv[0] = 'attnstudy'; "
-        "from attnstudy.cli import entry; entry()"
+        "from attnstudy.cli.main import entry; entry()"
     )
     script = (
         f"mount --bind {store} {store} && mount -o remount,bind,ro {store} && "

@@ -48,7 +48,7 @@ def sigint_as_in_a_terminal():
     handler (it raises KeyboardInterrupt) and no deferred-signals block open, whatever a test
     before it on the same pytest worker left behind (CI once saw these tests' SIGINT held: 'DID
     NOT RAISE KeyboardInterrupt'); both put back afterwards."""
-    from attnstudy import signals
+    from attnstudy.runtime import signals
 
     saved = signal.getsignal(signal.SIGINT)
     state = (signals._requested, signals._depth, dict(signals._saved), list(signals._pending))
@@ -79,7 +79,7 @@ def handlers():
         signal.signal(s, h)
     sys.unraisablehook = hook
     logger.handlers[:], logger.propagate = log_handlers, propagate
-    from attnstudy.signals import acknowledge_interrupt
+    from attnstudy.runtime.signals import acknowledge_interrupt
 
     acknowledge_interrupt()
 
@@ -205,7 +205,7 @@ def test_the_interrupt_message_says_the_run_finished_and_was_registered(
     fresh_root, monkeypatch, handlers, capsys
 ):
     """The CLI said "the current run is marked KILLED (resume with --resume)": no run was killed."""
-    from attnstudy import cli
+    from attnstudy.cli import main as cli
 
     _arm(monkeypatch, "create_model_version", _sigint)
     code = cli.main(

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from attnstudy import signals
+from attnstudy.runtime import signals
 from attnstudy.tracking import Tracker
 
 

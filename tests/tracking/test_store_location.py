@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from attnstudy import cli
+from attnstudy.cli import main as cli
 from attnstudy.config import ConfigError, sqlite_database
 from attnstudy.tracking import Tracker
 

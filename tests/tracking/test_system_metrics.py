@@ -76,9 +76,9 @@ def test_a_training_and_its_ablation_log_system_metrics(fresh_root, sampling_on)
     """Both kinds of run carry the figures (the wiring in model_runs and ablation_runs)."""
     from attnstudy.analysis.catalogue import AblationConfig
 
-    from attnstudy.ablation_runs import ablate_run
     from attnstudy.experiment import load_experiment
-    from attnstudy.model_runs import load_model, train_spec
+    from attnstudy.study.ablation_runs import ablate_run
+    from attnstudy.study.model_runs import load_model, train_spec
     from attnstudy.tracking import Tracker
 
     cfg = load_experiment(ROOT / "experiments" / "tiny.toml", overrides=["training.epochs=1"])

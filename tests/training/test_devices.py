@@ -330,7 +330,12 @@ def test_permutations_are_drawn_on_the_cpu_whatever_the_device():
 
 
 def test_device_names_resolve_on_this_machine(monkeypatch):
-    from attnstudy.devices import DeviceError, placed_by_scheduler, requests_gpu, resolve_device
+    from attnstudy.models.devices import (
+        DeviceError,
+        placed_by_scheduler,
+        requests_gpu,
+        resolve_device,
+    )
 
     assert resolve_device("cpu") == torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -404,7 +409,7 @@ def test_device_settings_are_validated_before_anything_runs():
     torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA"
 )
 def test_cuda_on_a_machine_without_one_is_refused_before_the_store_is_touched(tmp_path, capsys):
-    from attnstudy import cli
+    from attnstudy.cli import main as cli
 
     (tmp_path / "mlruns").mkdir()
     import os
@@ -433,12 +438,14 @@ def test_cuda_on_a_machine_without_one_is_refused_before_the_store_is_touched(tm
 
 
 def test_mixed_precision_trains_on_the_cpu_and_keeps_float32_weights(tmp_path):
-    """``training.amp`` under the CPU's bfloat16 autocast: the loss is finite, the stored weights and
-    the model's outputs stay float32, and the numbers differ from a float32 training (it did run)."""
+    """``training.amp`` under the CPU's bfloat16 autocast: the loss is finite, the stored weights
+    and
+    the model's outputs stay float32, and the numbers differ from a float32 training (it did
+    run)."""
     from attnstudy.config import ModelConfig, RunSpec, TrainingConfig, data_config
     from attnstudy.data.tasks import load_task
     from attnstudy.data.vocab import Vocab
-    from attnstudy.training import train
+    from attnstudy.models.training import train
 
     def spec(amp: bool) -> RunSpec:
         return RunSpec(

@@ -9,8 +9,8 @@ import pytest
 from attnstudy.config import RunSpec
 from attnstudy.data.tasks import TASKS, error_rate_name, report_metrics
 from attnstudy.data.types import Example
-from attnstudy.metrics import evaluate, heldout_metrics
-from attnstudy.training import LOWER_IS_BETTER, early_stopping_metric
+from attnstudy.models.training import LOWER_IS_BETTER, early_stopping_metric
+from attnstudy.scoring.metrics import evaluate, heldout_metrics
 
 
 def test_each_task_names_its_error_rate():

@@ -3,7 +3,7 @@ import re
 import pytest
 
 from attnstudy.data.types import Example
-from attnstudy.metrics import edit_distance, evaluate, per_example
+from attnstudy.scoring.metrics import edit_distance, evaluate, per_example
 
 
 def ex(src, *refs):

@@ -3,7 +3,7 @@ import torch
 
 from attnstudy.api import load_data
 from attnstudy.experiment import load_experiment
-from attnstudy.training import train, translate
+from attnstudy.models.training import train, translate
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_resume_with_plateau_schedule_matches_uninterrupted(plateau_spec, tmp_pa
 
 
 def test_inverse_sqrt_factor_warms_up_linearly_then_decays_as_the_inverse_square_root():
-    from attnstudy.training import inverse_sqrt_factor
+    from attnstudy.models.training import inverse_sqrt_factor
 
     assert [inverse_sqrt_factor(s, 4) for s in (0, 1, 2, 3)] == [0.25, 0.25, 0.5, 0.75]
     assert inverse_sqrt_factor(4, 4) == 1.0  # the peak is the configured lr
@@ -114,7 +114,7 @@ def warmup_spec(spec):
 
 def test_inverse_sqrt_schedule_steps_once_per_update_and_resumes(warmup_spec, tmp_path):
     from attnstudy.data.batching import make_batches
-    from attnstudy.training import inverse_sqrt_factor
+    from attnstudy.models.training import inverse_sqrt_factor
 
     splits, sv, tv = load_data(warmup_spec)
     full = train(warmup_spec, splits, sv, tv, tmp_path / "full", progress=False)
@@ -133,7 +133,7 @@ def test_inverse_sqrt_schedule_steps_once_per_update_and_resumes(warmup_spec, tm
 
 
 def test_average_states_is_the_elementwise_mean():
-    from attnstudy.training import average_states
+    from attnstudy.models.training import average_states
 
     a = {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(3)}
     b = {"w": torch.tensor([3.0, 6.0]), "n": torch.tensor(5)}
@@ -147,7 +147,7 @@ def test_average_states_is_the_elementwise_mean():
 def test_checkpoint_averaging_keeps_the_average_only_where_it_beats_the_best_epoch(
     spec, tmp_path, monkeypatch, forced
 ):
-    import attnstudy.training as training
+    import attnstudy.models.training as training
 
     avg_spec = spec.model_copy(
         update={

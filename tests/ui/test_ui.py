@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from attnstudy import ui
-from attnstudy.ui_guard import proc_table
+from attnstudy.serving import ui
+from attnstudy.serving.ui_guard import proc_table
 
 ROOT = Path(__file__).parents[2]
-# the training views, sorted by run name: every run a row (MLflow nests them only when sorted by time)
+# the training views, sorted by run name: every run a row (MLflow nests them only when sorted by
+# time)
 SUFFIX = "runs?workflowType=machine_learning&orderByKey=tags.%60mlflow.runName%60&orderByAsc=true"
 
 
@@ -27,7 +28,11 @@ def _cli() -> list[str]:
     )  # the installed entry point, as a user runs it
     if script.is_file():
         return [str(script)]
-    return [sys.executable, "-c", "import sys; from attnstudy.cli import main; sys.exit(main())"]
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from attnstudy.cli.main import main; sys.exit(main())",
+    ]
 
 
 def _sigint_default():
@@ -119,7 +124,8 @@ def survivors(pids: set[int], pgids: set[int], port: int | None) -> list[str]:
 def interrupt_and_check_gone(
     proc: subprocess.Popen, port: int | None, timeout: float = 30
 ) -> float:
-    """SIGINT (Ctrl-C) the CLI; assert it exits 0 and leaves no process behind. Returns the seconds it took.
+    """SIGINT (Ctrl-C) the CLI; assert it exits 0 and leaves no process behind. Returns the seconds
+    it took.
 
     ``timeout`` tells a hang from a slow stop, not a speed target: a Ctrl-C during start-up waits
     for the store check in flight (signals are held during store calls) and then for the
@@ -270,7 +276,7 @@ def test_ui_prints_its_url_and_how_to_stop_it_before_the_server_answers(
     project, monkeypatch, capsys
 ):
     """The URL came only once MLflow answered: nothing for up to 45 s on a busy machine."""
-    from attnstudy import cli
+    from attnstudy.cli import main as cli
 
     root, exp_id = project
     port = ui.free_port()
@@ -298,8 +304,8 @@ def test_ui_prints_its_url_and_how_to_stop_it_before_the_server_answers(
 def test_ui_names_a_missing_or_deleted_experiment_and_opens_the_list(project, monkeypatch, capsys):
     from mlflow.tracking import MlflowClient
 
-    from attnstudy import cli
-    from attnstudy.paths import default_tracking_uri
+    from attnstudy.cli import main as cli
+    from attnstudy.runtime.paths import default_tracking_uri
 
     root, exp_id = project
     MlflowClient(default_tracking_uri()).delete_experiment(exp_id)
@@ -324,7 +330,7 @@ def test_ui_names_a_missing_or_deleted_experiment_and_opens_the_list(project, mo
 def test_ui_without_experiment_opens_the_list_in_the_training_views(project, monkeypatch, capsys):
     """``attnstudy ui`` (no ``--experiment``, no experiment 'quickstart') printed
     ``…/#/experiments`` without ``?workflowType=machine_learning``: MLflow opened in GenAI mode."""
-    from attnstudy import cli
+    from attnstudy.cli import main as cli
 
     monkeypatch.setattr(ui, "start_server", lambda *args, **kwargs: object())
     monkeypatch.setattr(ui, "wait_healthy", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))

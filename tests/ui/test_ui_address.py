@@ -4,8 +4,8 @@ whatever port the UI ran on)."""
 
 from __future__ import annotations
 
-from attnstudy import ui
 from attnstudy.report.context import DEFAULT_UI_URL, ui_base_url
+from attnstudy.serving import ui
 
 
 def test_the_recorded_address_is_read_back_and_a_bad_one_ignored(tmp_path):
@@ -33,7 +33,7 @@ def test_the_report_links_to_the_recorded_port_unless_told_otherwise(tmp_path, m
 
 
 def test_attnstudy_ui_records_the_address_it_serves(fresh_root, monkeypatch, capsys):
-    from attnstudy import cli
+    from attnstudy.cli import main as cli
     from attnstudy.tracking import Tracker
 
     Tracker().experiment_id("uitest")  # the store

@@ -366,10 +366,11 @@ def decoder_shape(config: dict[str, Any]) -> tuple[int, int]:
 class PretrainedConfig(_Strict):
     """A researcher's own Hugging Face encoder-decoder, ``source = "hf:FOLDER"`` (Marian, BART
     or T5 saved with ``save_pretrained``): evaluated and ablated on the experiment's data, not
-    trained (:mod:`attnstudy.pretrained`). ``architecture = "hf"`` is implied by ``source``.
+    trained (:mod:`attnstudy.study.pretrained`). ``architecture = "hf"`` is implied by ``source``.
 
     The model key covers the folder's config, tokenizer and weight digests
-    (:func:`attnstudy.hf_folder.folder_digests`), not its path: the same files elsewhere are the
+    (:func:`attnstudy.data.hf_folder.folder_digests`), not its path: the same files elsewhere are
+    the
     same model, a changed file is another one.
     """
 
@@ -420,7 +421,7 @@ class PretrainedConfig(_Strict):
         if folder_digests is None:
             raise ValueError(
                 "the model key of a pretrained model needs its folder's digests "
-                "(attnstudy.hf_folder.folder_digests)"
+                "(attnstudy.data.hf_folder.folder_digests)"
             )
         return dict(folder_digests)
 
@@ -441,7 +442,7 @@ class PretrainedConfig(_Strict):
         return f"hf-{PurePath(self.folder).name}"
 
     def _config(self) -> dict[str, Any]:
-        from ..paths import InputFileError, read_input_text
+        from attnstudy.runtime.paths import InputFileError, read_input_text
 
         path = PurePath(self.folder) / "config.json"
         try:

@@ -33,7 +33,8 @@ class TrainingConfig(_Strict):
     # linearly from 0 to lr over warmup_steps updates, then decays it as lr·√(warmup_steps/step)
     scheduling: Literal["constant", "plateau", "inverse_sqrt"] = "constant"
     warmup_steps: int = Field(4000, ge=1, le=10_000_000, json_schema_extra={"key_neutral": 4000})
-    # checkpoint averaging (Vaswani et al. 2017, §6.1; fairseq's average_checkpoints): the weights of
+    # checkpoint averaging (Vaswani et al. 2017, §6.1; fairseq's average_checkpoints): the weights
+    # of
     # the last N epochs averaged after training, kept where the average beats the best epoch on dev
     average_last: int = Field(1, ge=1, le=50, json_schema_extra={"key_neutral": 1})
     decrease_factor: float = Field(0.5, gt=0, lt=1)
@@ -44,10 +45,12 @@ class TrainingConfig(_Strict):
         "auto", "loss", "exact_match", "per", "token_error_rate", "wer", "token_accuracy"
     ] = "auto"
     beam_size: int = Field(1, ge=1, le=64)
-    # free-running decoding stops after ceil(factor × source length) + 2 steps (and max_target_len + 1)
+    # free-running decoding stops after ceil(factor × source length) + 2 steps (and max_target_len +
+    # 1)
     max_decode_factor: float = Field(2.0, gt=0, le=100)
     bucket_batches: bool = True
-    # intra-op threads: small recurrent models gain little from more, and lose badly on a busy machine
+    # intra-op threads: small recurrent models gain little from more, and lose badly on a busy
+    # machine
     threads: int = Field(1, ge=1, le=256)
     # label smoothing of the training loss (Szegedy et al. 2016, §7); dev/loss stays cross-entropy
     label_smoothing: float = Field(0.0, ge=0.0, lt=1.0, json_schema_extra={"key_neutral": 0.0})
@@ -183,7 +186,7 @@ class RunSpec(_Strict):
         Args:
             data_digest: hex SHA-256 of the train/dev/test examples.
             folder_digests: a pretrained model's config, tokenizer and weight digests
-                (:func:`attnstudy.hf_folder.folder_digests`), which replace its folder's path.
+                (:func:`attnstudy.data.hf_folder.folder_digests`), which replace its folder's path.
 
         Raises:
             ValueError: a pretrained model without ``folder_digests``.
@@ -226,7 +229,8 @@ class RunSpec(_Strict):
 
 
 def shorten_params(flat: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """Shorten param values over MLflow's limit: ``prefix… [sha256 <hex>, N chars: see params_full.json]``.
+    """Shorten param values over MLflow's limit: ``prefix… [sha256 <hex>, N chars: see
+    params_full.json]``.
 
     Returns:
         (params that fit, the full values of those that were shortened).

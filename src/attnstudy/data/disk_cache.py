@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
-from attnstudy.notices import notice
+from attnstudy.runtime.notices import notice
 
 T = TypeVar("T")
 

@@ -191,7 +191,7 @@ def score(
     With sure links only (S = P) AER (Och & Ney 2003, eq. 7) is
     1 − 2|A∩S| / (|A| + |S|) = 1 − F1; precision = |A∩S| / |A|, recall = |A∩S| / |S|, each a
     ratio of corpus sums, with a 95 % percentile bootstrap interval resampling sentences
-    (:func:`attnstudy.estimates.ratio_ci`, seeded by ``seed``, as the battery's statistics).
+    (:func:`attnstudy.scoring.estimates.ratio_ci`, seeded by ``seed``, as the battery's statistics).
     Sentences with a zero denominator are left out of that statistic; with fewer than two the
     interval is NaN.
 
@@ -420,7 +420,7 @@ def format_table(rows: Sequence[dict[str, str]]) -> str:
 
 def write_csv(path: Path, rows: Sequence[dict[str, str]]) -> None:
     """Rows of cell text as a CSV file (header from the first row), as ``attnstudy report
-    --results`` writes its tables (read back by :func:`attnstudy.results.read_rows`)."""
+    --results`` writes its tables (read back by :func:`attnstudy.report.results.read_rows`)."""
     import csv
 
     with open(path, "w", encoding="utf-8", newline="") as f:

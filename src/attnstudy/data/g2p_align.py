@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from attnstudy.data.alignment import Alignment
-from attnstudy.notices import notice
+from attnstudy.runtime.notices import notice
 
 VERSION = 1
 OPS: tuple[tuple[int, int], ...] = ((1, 0), (1, 1), (1, 2), (2, 1))

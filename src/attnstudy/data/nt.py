@@ -4,7 +4,8 @@ alignments, as a translation task with human gold links (``nt-greek-english``).
 The data come from the ``bible-alignments`` package (0.4.2, read from its files; installed with
 ``make test-deps``): ``sources/SBLGNT.tsv`` (the Greek words, id ``nBBCCCVVVWWW``),
 ``eng/targets/BSB/nt_BSB.tsv`` (the English tokens, each with the Greek verse it translates,
-``skip_space_after`` and ``exclude`` for punctuation) and ``eng/alignments/BSB/SBLGNT-BSB-manual.json``
+``skip_space_after`` and ``exclude`` for punctuation) and
+``eng/alignments/BSB/SBLGNT-BSB-manual.json``
 (Scripture Burrito 0.3 records, each a set of Greek words linked to a set of English words; every
 Greek × English pair of a record is one sure link). Licences: SBLGNT CC BY 4.0, BSB public domain,
 the alignments CC BY 4.0 (:data:`ATTRIBUTION`; docs/nt-greek-english.md).
@@ -41,7 +42,7 @@ from attnstudy.data.g2p_align import cache_dir
 from attnstudy.data.nt_groups import VerseUnion, group_examples, verse_groups
 from attnstudy.data.subwords import SubwordTokenizer, merge_subwords, train_tokenizer
 from attnstudy.data.types import SPLITS, DataError, Example, Splits
-from attnstudy.notices import notice
+from attnstudy.runtime.notices import notice
 
 TASK = "nt-greek-english"
 PACKAGE = "bible-alignments"
@@ -571,7 +572,7 @@ def detokenize_english(words: Sequence[str], skip_space_after: Sequence[bool] | 
 def translation_texts(
     cfg: DataConfig, examples: Sequence[Example], hypotheses: Sequence[Sequence[str]]
 ) -> tuple[list[str], list[str]]:
-    """Hypothesis and reference texts for BLEU and chrF (:mod:`attnstudy.translation`).
+    """Hypothesis and reference texts for BLEU and chrF (:mod:`attnstudy.scoring.translation`).
 
     A hypothesis's subwords are joined into words (:func:`~attnstudy.data.subwords.
     merge_subwords`; ``words`` tokenization: the tokens are the words), English detokenised with

@@ -1,6 +1,6 @@
 """Ratios of corpus sums with a bootstrap interval over sentences: the aligners' AER, precision
 and recall (:mod:`attnstudy.data.eflomal`) and their breakdowns (:mod:`attnstudy.data.breakdowns`)
-in the data layer, through the one bootstrap of :mod:`attnstudy.estimates`."""
+in the data layer, through the one bootstrap of :mod:`attnstudy.scoring.estimates`."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ def ratio_estimate(
     num, den, *, complement: bool = False, resamples: int = 1000, seed: int = 0
 ) -> Estimate:
     """Σ num / Σ den over sentences (or 1 − that, ``complement``) with a 95 % percentile bootstrap
-    interval resampling sentences (:func:`attnstudy.estimates.ratio_ci`, the one bootstrap behind
+    interval resampling sentences (:func:`attnstudy.scoring.estimates.ratio_ci`, the one bootstrap
+    behind
     every interval). Sentences with ``den`` = 0 are left out.
 
     Args:
@@ -33,7 +34,7 @@ def ratio_estimate(
         The :class:`Estimate`; all NaN where no sentence has ``den`` > 0, the interval NaN with
         fewer than two.
     """
-    from attnstudy.estimates import ratio_ci
+    from attnstudy.scoring.estimates import ratio_ci
 
     r = ratio_ci(
         num,
@@ -47,8 +48,9 @@ def ratio_estimate(
 
 def cell(e: Estimate) -> str:
     """An estimate as a result table's cell: ``value [low, high]`` to three significant digits
-    (:meth:`attnstudy.findings.Estimate.fmt`, as the report writes it), the value alone without
+    (:meth:`attnstudy.verdict.findings.Estimate.fmt`, as the report writes it), the value alone
+    without
     an interval, ``undefined`` for NaN."""
-    from attnstudy.findings import Estimate as Shown
+    from attnstudy.verdict.findings import Estimate as Shown
 
     return Shown(e.value, e.low, e.high).fmt(3) if math.isfinite(e.value) else "undefined"

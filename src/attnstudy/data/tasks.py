@@ -63,7 +63,7 @@ HELD_OUT = TaskMetric(
     "test_heldout/exact_match", "exact match, held-out", "share of examples (0–1)", "higher"
 )
 METRICS = (EXACT_MATCH, TOKEN_ERROR_RATE)
-"""What every task logs (:mod:`attnstudy.metrics`), and what the report shows of a task that
+"""What every task logs (:mod:`attnstudy.scoring.metrics`), and what the report shows of a task that
 names no other metrics."""
 _SACREBLEU = "sacrebleu 2.6.0 on detokenised text, 0–100"
 TRANSLATION_METRICS = (
@@ -72,7 +72,8 @@ TRANSLATION_METRICS = (
     TaskMetric("test_beam/bleu", "BLEU, beam", _SACREBLEU, "higher"),
     TaskMetric("test_beam/chrf", "chrF, beam", _SACREBLEU, "higher"),
 )
-"""BLEU and chrF of greedy and beam decoding (:mod:`attnstudy.translation`), for a task whose
+"""BLEU and chrF of greedy and beam decoding (:mod:`attnstudy.scoring.translation`), for a task
+whose
 entry sets ``translation_texts`` and lists them among its ``metrics``; logged with ``_ci_low`` /
 ``_ci_high`` (95 % percentile bootstrap over test examples). The beam rows exist where the run
 decodes with ``training.beam_size`` > 1."""
@@ -157,7 +158,8 @@ class TaskSpec:
         load: ``DataConfig -> Splits``.
         tokenization: ``DataConfig -> (source, target)``, each ``"chars"`` or ``"spaces"``: how raw
             input text is split (``predict``) and how output tokens are joined.
-        early_stopping_metric: the dev metric that selects the model under ``early_stopping = auto``.
+        early_stopping_metric: the dev metric that selects the model under ``early_stopping =
+        auto``.
         heldout: example id → whether it belongs to the held-out part of the test split (its
             metrics are logged apart), or None when the task has none.
         normalize: applied to raw input text before it is tokenized (G2P lower-cases words).

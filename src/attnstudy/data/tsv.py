@@ -15,7 +15,7 @@ from attnstudy.config.data import SPLIT_HINT
 from attnstudy.data.alignment import Alignment
 from attnstudy.data.types import SPLITS, DataError, Example, Splits, tokenize
 from attnstudy.data.vocab import SPECIALS
-from attnstudy.notices import notice
+from attnstudy.runtime.notices import notice
 
 _LINK = re.compile(r"^(-?\d+)([-p])(-?\d+)$")
 _BOM = b"\xef\xbb\xbf"
@@ -224,11 +224,12 @@ def read_tsv(
     A final line ending and a UTF-8 byte-order mark are fine; any other blank line is an error.
     What the reader cannot interpret with certainty is refused (a special token in the data, a link
     past a field or on a space character, an empty alignment field in a file whose other lines have
-    links); doubtful tokenizations get a one-line hint (:func:`attnstudy.notices.notice`).
+    links); doubtful tokenizations get a one-line hint (:func:`attnstudy.runtime.notices.notice`).
 
     Args:
         path: a UTF-8 text file.
-        source_tokenization, target_tokenization: ``"chars"`` or ``"spaces"`` (see :func:`tokenize`).
+        source_tokenization, target_tokenization: ``"chars"`` or ``"spaces"`` (see
+        :func:`tokenize`).
         split: used in example ids, ``"tsv/<split>/<line number>"``.
         alignment_base: 0 (Pharaoh, fast_align, awesome-align) or 1 (indices counted from 1);
             None: 0, unless not one link of the file uses index 0 (on either side), which under

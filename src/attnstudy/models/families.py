@@ -55,7 +55,7 @@ class ModelFamily:
 
 
 def _check_pretrained(spec) -> None:
-    from ..hf_folder import HFError, check_folder
+    from attnstudy.data.hf_folder import HFError, check_folder
 
     check_folder(spec.model.folder)
     if importlib.util.find_spec("transformers") is None:

@@ -42,14 +42,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnstudy.data.types import Example
-from attnstudy.data.vocab import EOS, PAD, SPECIALS, UNK, Vocab
-from attnstudy.hf_folder import (
+from attnstudy.data.hf_folder import (
     TOKENIZER_FILES,
     HFError,
     check_model_files,
     folder_digests,
 )
+from attnstudy.data.types import Example
+from attnstudy.data.vocab import EOS, PAD, SPECIALS, UNK, Vocab
 
 from .decoding import BOS_ID, EOS_ID, PAD_ID, Decoding
 from .trace import ALL, Trace

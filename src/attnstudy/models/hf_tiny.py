@@ -2,7 +2,8 @@
 example's model and the test fixtures of :mod:`attnstudy.models.hf`.
 
 :func:`build_tiny` writes a ``save_pretrained`` folder holding a randomly initialised Marian, BART
-or T5 model, a tokenizer trained here with ``tokenizers`` (word-level, or BPE so that words split into
+or T5 model, a tokenizer trained here with ``tokenizers`` (word-level, or BPE so that words split
+into
 subwords), fine-tuned for a few seconds on a copy task over a small lexicon.
 
 A build is deterministic: the same arguments give byte-identical files (``tokenizer.json``, the
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from ..outputs import (
+from attnstudy.runtime.outputs import (
     HF_MODEL_KIND,
     OutputError,
     ReplacedMeanwhileError,
@@ -219,7 +220,7 @@ def build_tiny(
 ) -> Path:
     """Build, fine-tune on the copy task and ``save_pretrained`` a tiny model with its tokenizer.
 
-    The folder is written whole or not at all (:func:`attnstudy.outputs.replace_folder`): a
+    The folder is written whole or not at all (:func:`attnstudy.runtime.outputs.replace_folder`): a
     folder that exists is replaced only if this function made it, and one holding anything else
     is refused before training.
 
@@ -238,9 +239,11 @@ def build_tiny(
 
     Raises:
         ValueError: an unknown family or tokenizer kind.
-        attnstudy.outputs.OutputError: ``folder`` is not empty and was not made here, or is a
+        attnstudy.runtime.outputs.OutputError: ``folder`` is not empty and was not made here, or is
+        a
             protected place (the store, the current directory, the project root, ``$HOME``).
-        attnstudy.outputs.ReplacedMeanwhileError: another process replaced ``folder`` while this
+        attnstudy.runtime.outputs.ReplacedMeanwhileError: another process replaced ``folder`` while
+        this
             one was writing it.
     """
     check_replace(folder, kind=HF_MODEL_KIND, option="FOLDER")  # before the minutes of training

@@ -13,9 +13,15 @@ from pathlib import Path
 
 import torch
 
+from attnstudy.runtime.paths import (
+    InputFileError,
+    check_input_file,
+    open_input_file,
+    read_input_text,
+)
+
 from ..config import RunSpec, load_run_spec
 from ..data.vocab import Vocab
-from ..paths import InputFileError, check_input_file, open_input_file, read_input_text
 from .families import build_model
 from .seq2seq import Seq2Seq
 
@@ -61,7 +67,8 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
 
     Raises:
         ModelLoadError: a file is missing, not a regular file (a FIFO, ``/dev/zero``) or larger
-            than its bound (:func:`attnstudy.paths.check_input_file`; checked before any file is
+            than its bound (:func:`attnstudy.runtime.paths.check_input_file`; checked before any
+            file is
             read), the config or vocabulary is invalid, the weights are not a plain state_dict
             (e.g. a pickle that would run code is refused), or they hold NaN/inf.
     """

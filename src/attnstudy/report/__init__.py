@@ -1,7 +1,7 @@
 """The study report, built from the tracking store alone (docs/design.md §5).
 
 Search the study's runs → load their tables (test predictions, per-step ablation tables, example
-records) → findings (:mod:`attnstudy.findings`), tables with intervals, figures
+records) → findings (:mod:`attnstudy.verdict.findings`), tables with intervals, figures
 (:mod:`attnstudy.analysis.figures`) → one context → ``report.html`` (Jinja2 template, figures
 embedded as data URIs, so it renders from disk and inside MLflow's sandboxed artifact frame) and its
 Markdown twin ``report.md`` from the same context, the figures as PNG files, the example browser of
@@ -23,7 +23,8 @@ The names below are this package's public interface: import them from ``attnstud
 
 from __future__ import annotations
 
-from ..run_pages import variant_name
+from attnstudy.pages.run_pages import variant_name
+
 from .build import StudyReport, build_report, render_html, render_markdown, report_dir
 from .context import DEFAULT_UI_URL, ML_VIEW, Links, report_context, ui_base_url
 from .facts import (

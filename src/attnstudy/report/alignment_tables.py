@@ -1,5 +1,5 @@
 """The report's tables of attention's alignment beside a statistical aligner's, and beside the
-output change (the reference aligner's runs themselves: :mod:`attnstudy.reference_alignment`).
+output change (the reference aligner's runs themselves: :mod:`attnstudy.study.reference_alignment`).
 
 * :func:`side_by_side_rows`: the reference aligner's AER, precision and recall and, per model
   (and per layer of a multi-layer model), attention's ``aer``, ``aer_linked``, ``aer_shift``,
@@ -15,9 +15,10 @@ Every number is ``value [low, high]``: a 95 % percentile bootstrap over examples
 
 from __future__ import annotations
 
+from attnstudy.verdict.findings import Estimate
+
 from ..analysis.attribution_params import METHOD_LABELS
 from ..data.tasks import get_task
-from ..findings import Estimate
 from .tables import reason  # why a cell has no number: failed, not run, skipped …
 
 ATTENTION_KEYS = {
@@ -52,7 +53,8 @@ def side_by_side_rows(data, facts: dict, layers: dict) -> list[dict[str, str]]:
 
     Args:
         data: the study (:class:`attnstudy.report.store.StudyData`).
-        facts, layers: model run id → :class:`attnstudy.findings.ModelFacts` (the model's primary
+        facts, layers: model run id → :class:`attnstudy.verdict.findings.ModelFacts` (the model's
+        primary
             unit) and → its per-layer facts with the layer mean (the report's).
     """
     rows = []
@@ -231,12 +233,14 @@ def flip_split_rows(data) -> list[dict[str, str]]:
 def stored_examples(tracker):
     """``examples_of`` of :func:`breakdown_rows` from the store: a model entry's run config
     (``Artifact.CONFIG``), its data section and its task's test examples (loaded once per data
-    section, :func:`attnstudy.task_data.task_data`); None for a run without a stored config."""
+    section, :func:`attnstudy.study.task_data.task_data`); None for a run without a stored
+    config."""
     import tempfile
     from pathlib import Path
 
+    from attnstudy.study.task_data import task_data
+
     from ..config.run import load_run_spec
-    from ..task_data import task_data
     from ..tracking import Artifact
 
     def examples_of(entry):

@@ -11,9 +11,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..outputs import REPORT_KIND, check_files, replace_folder, store_folders_of, write_files
-from ..paths import project_root
-from ..templating import render
+from attnstudy.pages.templating import render
+from attnstudy.runtime.outputs import (
+    REPORT_KIND,
+    check_files,
+    replace_folder,
+    store_folders_of,
+    write_files,
+)
+from attnstudy.runtime.paths import project_root
+
 from ..tracking import Artifact
 from .alignment_tables import (
     breakdown_rows,
@@ -79,7 +86,8 @@ def report_dir(experiment: str) -> Path:
     (:func:`report_folder_name`) and the result is checked to stay inside ``reports/``.
 
     Raises:
-        ValueError: if the folder would leave ``reports/`` (cannot happen for a slug; checked anyway).
+        ValueError: if the folder would leave ``reports/`` (cannot happen for a slug; checked
+        anyway).
     """
     root = (project_root() / "reports").resolve()
     out = (root / report_folder_name(experiment)).resolve()
@@ -118,15 +126,16 @@ def build_report(
             does not: :mod:`attnstudy.report.alignment_tables`), and for a task with word tags
             ``<experiment>-alignment-tags.csv`` and ``-alignment-shape.csv`` (attention's alignment
             by the source word's tag and by link shape)
-            (:func:`attnstudy.results.write_results`), each row naming the study run.
+            (:func:`attnstudy.report.results.write_results`), each row naming the study run.
 
     Returns:
         Path of ``report.html``.
 
     Raises:
-        attnstudy.outputs.OutputError: the report or results folder may not be written
-            (:func:`attnstudy.outputs.replace_folder`, :func:`attnstudy.outputs.write_files`).
-        attnstudy.outputs.ReplacedMeanwhileError: another process replaced the report folder
+        attnstudy.runtime.outputs.OutputError: the report or results folder may not be written
+            (:func:`attnstudy.runtime.outputs.replace_folder`,
+            :func:`attnstudy.runtime.outputs.write_files`).
+        attnstudy.runtime.outputs.ReplacedMeanwhileError: another process replaced the report folder
             meanwhile.
     """
     data = load_study(tracker, study_id)
@@ -169,7 +178,7 @@ def _write_report_folder(tmp: Path, data, *, context: dict, table, thresholds) -
     """The report's files into the new folder ``tmp``: figures, each model's example browser,
     ``summary.csv``, ``adversaries.csv`` (when the study has adversaries), ``report.html`` and
     ``report.md``."""
-    from ..browser import browser_data, browser_html
+    from attnstudy.pages.browser import browser_data, browser_html
 
     (tmp / "figures").mkdir()
     for fig in context["figures"]:
@@ -208,10 +217,11 @@ def _write_report_folder(tmp: Path, data, *, context: dict, table, thresholds) -
 def _result_files(
     tracker, study_id: str, data, table, *, facts: dict, layers: dict
 ) -> dict[str, bytes]:
-    """``--results``' files (file name → contents, :func:`attnstudy.results.result_files`): the
+    """``--results``' files (file name → contents, :func:`attnstudy.report.results.result_files`):
+    the
     summary, adversaries, models, seed variance, timing and alignment tables, each row naming the
     study run."""
-    from ..results import result_files
+    from attnstudy.report.results import result_files
 
     study = {"study run": study_id}
     return result_files(
@@ -235,7 +245,8 @@ def _result_files(
 def _log_report(tracker, study_id: str, out: Path, *, figures: list[dict], table) -> None:
     """Log the written report, its figures and summary table to the study run; a read-only store
     leaves the report written and says so in one notice (the report is what was asked for)."""
-    from ..notices import notice
+    from attnstudy.runtime.notices import notice
+
     from ..tracking import StoreReadOnlyError
 
     try:
@@ -253,16 +264,17 @@ def _log_report(tracker, study_id: str, out: Path, *, figures: list[dict], table
 
 
 class StudyReport:
-    """The report as a study's last step (:func:`attnstudy.study.run_study`'s ``report``): the
+    """The report as a study's last step (:func:`attnstudy.study.driver.run_study`'s ``report``):
+    the
     study calls it without importing the report, which sits above it."""
 
     def check(self, cfg, tracker) -> None:
         """Refuse, before the study starts, a report folder that would be refused at its end.
 
         Raises:
-            attnstudy.outputs.OutputError: the folder may not be replaced.
+            attnstudy.runtime.outputs.OutputError: the folder may not be replaced.
         """
-        from ..outputs import check_replace
+        from attnstudy.runtime.outputs import check_replace
 
         check_replace(
             report_dir(cfg.experiment.name),

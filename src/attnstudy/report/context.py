@@ -8,10 +8,9 @@ from __future__ import annotations
 import base64
 import os
 
-from ..analysis import catalogue, figures
-from ..analysis.catalogue import list_ablations
-from ..analysis.per_example import SHOW_CRITERION, per_example_summary, pick_shown
-from ..findings import (
+from attnstudy.pages.run_pages import estimates_table, figure_png
+from attnstudy.serving.ui import TRAINING_VIEW_QUERY, runs_view_url
+from attnstudy.verdict.findings import (
     LITERATURE,
     LITERATURE_CONTEXT,
     REFERENCES,
@@ -20,9 +19,11 @@ from ..findings import (
     overall,
     verdict,
 )
-from ..run_pages import estimates_table, figure_png
+
+from ..analysis import catalogue, figures
+from ..analysis.catalogue import list_ablations
+from ..analysis.per_example import SHOW_CRITERION, per_example_summary, pick_shown
 from ..tracking import Artifact
-from ..ui import TRAINING_VIEW_QUERY, runs_view_url
 from . import alignment_tables
 from .facts import _bootstrap_cfg, layer_facts, model_facts, thresholds_of
 from .prose import STUDY_FIGURES
@@ -48,7 +49,7 @@ def ui_base_url(ui_url: str | None = None, tracking_uri: str | None = None) -> s
     In order: ``ui_url`` (``--ui-url``), ``$ATTNSTUDY_UI_URL``, the tracking URI when it is an
     http(s) tracking server (``attnstudy server`` / ``mlflow server`` serve the UI at the same
     address), for a SQLite store the address ``attnstudy ui`` last served it at (its port:
-    :func:`attnstudy.ui.recorded_address`), else http://127.0.0.1:5000 (``attnstudy ui``'s
+    :func:`attnstudy.serving.ui.recorded_address`), else http://127.0.0.1:5000 (``attnstudy ui``'s
     default).
 
     Args:
@@ -63,8 +64,9 @@ def ui_base_url(ui_url: str | None = None, tracking_uri: str | None = None) -> s
     )
     served = None
     if not (ui_url or os.environ.get("ATTNSTUDY_UI_URL") or server) and tracking_uri:
+        from attnstudy.serving.ui import recorded_address
+
         from ..config import sqlite_database
-        from ..ui import recorded_address
 
         database = sqlite_database(tracking_uri)
         served = recorded_address(database) if database is not None else None

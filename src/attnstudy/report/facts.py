@@ -1,5 +1,6 @@
 """The numbers the verdicts and the tables read, per model: task metrics with bootstrap
-intervals (:func:`task_estimates`), the ablation statistics as :class:`attnstudy.findings.ModelFacts`
+intervals (:func:`task_estimates`), the ablation statistics as
+:class:`attnstudy.verdict.findings.ModelFacts`
 (:func:`model_facts`, :func:`facts_from`), per layer (:func:`layer_facts`), the shifted alignment
 check, and the verdict's thresholds (:func:`thresholds_of`)."""
 
@@ -9,11 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..analysis import catalogue
-from ..analysis.catalogue import AblationConfig
-from ..analysis.per_example import gold_mass_by_offset
-from ..data.tasks import task_metrics
-from ..findings import (
+from attnstudy.verdict.findings import (
     Estimate,
     ModelFacts,
     VerdictThresholds,
@@ -21,6 +18,11 @@ from ..findings import (
     facts_from_metrics,
     layer_name,
 )
+
+from ..analysis import catalogue
+from ..analysis.catalogue import AblationConfig
+from ..analysis.per_example import gold_mass_by_offset
+from ..data.tasks import task_metrics
 from .store import ModelEntry, StudyData
 
 
@@ -42,7 +44,7 @@ def task_estimates(e: ModelEntry) -> dict[str, Estimate]:
     run's predictions): exact match (mean of ``correct``) and PER (Σ edit distance / Σ reference
     length). A point value is shown with an interval only if it reproduces the logged metric.
     The task's other metrics logged with ``_ci_low`` / ``_ci_high`` (BLEU and chrF,
-    :mod:`attnstudy.translation`) are shown with the logged interval."""
+    :mod:`attnstudy.scoring.translation`) are shown with the logged interval."""
     from ..analysis.suite import ratio_ci
 
     m = e.model_metrics
@@ -143,7 +145,8 @@ def shifted_alignment(e: ModelEntry, t: VerdictThresholds):
 
 
 def facts_from(name: str, e: ModelEntry, metrics: dict) -> ModelFacts:
-    """:func:`attnstudy.findings.facts_from_metrics` of a model's entry: every statistic of the
+    """:func:`attnstudy.verdict.findings.facts_from_metrics` of a model's entry: every statistic of
+    the
     catalogue, and its task's metrics (the task registry's)."""
     return facts_from_metrics(
         name,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tomllib
 
-from ..templating import TEMPLATES
+from attnstudy.pages.templating import TEMPLATES
 
 PROSE: dict = tomllib.loads((TEMPLATES / "report.toml").read_text(encoding="utf-8"))
 """``templates/report.toml`` as read: ``figures.<key>.title``/``caption``,

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..adversaries import STATS as ADVERSARY_STATS
+from attnstudy.pages.run_pages import config_name, variant_name
+from attnstudy.runtime.notices import notice
+from attnstudy.study.adversaries import STATS as ADVERSARY_STATS
+
 from ..data.tasks import report_metrics
-from ..notices import notice
-from ..run_pages import config_name, variant_name
 from ..tracking import Artifact, Tag, Tracker, store
 
 
@@ -79,7 +80,7 @@ class StudyData:
     experiment_json: dict = field(default_factory=dict)
     adversaries: pd.DataFrame = field(default_factory=pd.DataFrame)
     references: list[dict] = field(default_factory=list)
-    """The reference aligners' scores (:mod:`attnstudy.reference_alignment`), one dict each."""
+    """The reference aligners' scores (:mod:`attnstudy.study.reference_alignment`), one dict each."""
 
     @property
     def predictions(self) -> pd.DataFrame:
@@ -111,7 +112,8 @@ class StudyData:
 
 
 def latest_study(tracker: Tracker, experiment: str) -> str:
-    """Run id of the newest FINISHED study run of ``experiment`` (else the newest study, with a notice).
+    """Run id of the newest FINISHED study run of ``experiment`` (else the newest study, with a
+    notice).
 
     Raises:
         LookupError: no such experiment, or it has no study run.
@@ -221,7 +223,7 @@ def load_study(tracker: Tracker, study_id: str) -> StudyData:
 
 
 def adversary_frame(runs: list, variants: dict[str, str]) -> pd.DataFrame:
-    """One row per trained adversary run (:mod:`attnstudy.adversaries`): ``variant``,
+    """One row per trained adversary run (:mod:`attnstudy.study.adversaries`): ``variant``,
     ``model_run_id``, ``run_id``, ``status``, ``lambda``, ``init``, ``epochs``, ``n_examples``,
     ``n_steps`` and, per statistic of :data:`ADVERSARY_STATS`, its value with ``_ci_low`` /
     ``_ci_high`` (NaN where the run has none)."""

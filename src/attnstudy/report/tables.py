@@ -13,14 +13,15 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from ..adversaries import STATS as ADVERSARY_STATS
+from attnstudy.pages.run_pages import variant_name
+from attnstudy.study.adversaries import STATS as ADVERSARY_STATS
+from attnstudy.verdict.findings import Estimate, ModelFacts, estimate, layer_name
+
 from ..analysis import catalogue
 from ..analysis.attribution_params import METHODS as ATTRIBUTION_METHODS
 from ..analysis.catalogue import list_ablations
 from ..data import tasks
 from ..data.tasks import METRICS, TASKS, TRANSLATION_METRICS, report_metrics, task_metrics
-from ..findings import Estimate, ModelFacts, estimate, layer_name
-from ..run_pages import variant_name
 from ..tracking import Tag, Tracker
 from .facts import _bootstrap_cfg
 from .prose import ADVERSARY_TABLE

@@ -1,4 +1,5 @@
-"""MLflow tracking: the only package of attnstudy (with :mod:`attnstudy.serving`) that imports mlflow.
+"""MLflow tracking: the only package of attnstudy (with :mod:`attnstudy.serving.pyfunc`) that
+imports mlflow.
 
 * :mod:`.client` — :class:`Tracker`, the thin client every store call goes through;
 * :mod:`.schema` — run kinds, tag names, artifact paths and :class:`RunRecord`, named once;

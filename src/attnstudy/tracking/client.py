@@ -3,7 +3,8 @@ every store call passes, so timeouts, retries, signal handling and error message
 one place; searches return plain :class:`~attnstudy.tracking.schema.RunRecord` objects.
 
 Store: SQLite ``mlruns/mlflow.db`` with artifacts under ``mlruns/artifacts/``, both absolute,
-resolved from the project root (:mod:`attnstudy.paths`); any tracking URI (``http://…`` included)
+resolved from the project root (:mod:`attnstudy.runtime.paths`); any tracking URI (``http://…``
+included)
 can replace it. Metrics and params are logged in batches.
 """
 
@@ -31,10 +32,10 @@ from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from ..notices import library_log_levels  # noqa: E402
-from ..paths import artifact_root, default_tracking_uri  # noqa: E402
-from ..signals import acknowledge_interrupt, check_interrupt, deferred_signals  # noqa: E402
-from ..store_check import (  # noqa: E402, F401  checked before mlflow loads; re-exported here
+from attnstudy.runtime.notices import library_log_levels  # noqa: E402
+from attnstudy.runtime.paths import artifact_root, default_tracking_uri  # noqa: E402
+from attnstudy.runtime.signals import acknowledge_interrupt, check_interrupt, deferred_signals  # noqa: E402
+from attnstudy.runtime.store_check import (  # noqa: E402, F401  checked before mlflow loads; re-exported here
     DEFAULT_TIMEOUT,
     StoreNotFoundError,
     TrackingError,
@@ -43,6 +44,7 @@ from ..store_check import (  # noqa: E402, F401  checked before mlflow loads; re
     server_answer,
     store_not_found,
 )
+
 from . import empty_store  # noqa: E402
 from .leases import keeper_for  # noqa: E402
 from .schema import Metric as MetricName  # noqa: E402
@@ -51,7 +53,7 @@ from .system_metrics import sampling, sampling_interval  # noqa: E402
 
 # no INFO chatter; store errors reach the user as one TrackingError line (MLflow's own ERROR
 # tracebacks, with SQL, would print hundreds of lines for one full disk); the CLI's --verbose
-# lets them through (attnstudy.notices)
+# lets them through (attnstudy.runtime.notices)
 library_log_levels()
 
 
@@ -176,7 +178,8 @@ def owner_tags() -> dict[str, str]:
 
 def owner_alive(tags: dict[str, str]) -> bool | None:
     """Whether the process named by a run's owner tags still runs: None if it is on another host
-    (or the run has no owner tags), else True/False (a reused PID is told apart by its start time)."""
+    (or the run has no owner tags), else True/False (a reused PID is told apart by its start
+    time)."""
     import socket
 
     host, pid, start = tags.get(Tag.OWNER_HOST), tags.get(Tag.OWNER_PID), tags.get(Tag.OWNER_START)
@@ -470,7 +473,8 @@ class Tracker:
 
         An interrupt always ends the run before it travels on: one Python dropped inside a
         finalizer during the block (it is only remembered, see
-        :func:`attnstudy.signals.request_interrupt`) is raised before the run is closed, so the run
+        :func:`attnstudy.runtime.signals.request_interrupt`) is raised before the run is closed, so
+        the run
         ends KILLED; one arriving while the block's run is being closed FINISHED lets that write
         finish (or redoes it) and is raised after it.
 
@@ -569,7 +573,8 @@ class Tracker:
     ) -> None:
         """Log finite metrics in batches (MLflow refuses NaN/inf).
 
-        A non-finite value is never dropped silently: the run's ``n_nonfinite_dropped`` metric counts
+        A non-finite value is never dropped silently: the run's ``n_nonfinite_dropped`` metric
+        counts
         them and its ``nonfinite_metrics`` tag names the keys.
 
         Args:
@@ -612,7 +617,8 @@ class Tracker:
         return sampling(self.client, run_id, self.system_interval)
 
     def progress_sink(self, run_id: str):
-        """A sink for :func:`attnstudy.progress.reporting`: logs the run's ``progress/fraction``
+        """A sink for :func:`attnstudy.runtime.progress.reporting`: logs the run's
+        ``progress/fraction``
         (0 to 1; its step is the whole seconds since the sink was made), so the MLflow UI shows
         how far a RUNNING run is."""
         t0 = time.monotonic()
@@ -883,7 +889,7 @@ def _finite(v: Any) -> bool:
 
 
 def _first_line(err: Exception) -> str:
-    from ..failure_causes import clip
+    from attnstudy.runtime.failure_causes import clip
 
     text = str(err).strip().splitlines()
     return clip(text[0]) if text else type(err).__name__

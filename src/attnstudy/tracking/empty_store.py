@@ -97,7 +97,7 @@ def copy_into(target: Path) -> bool:
     caller's. Returns whether it did; False (``target`` absent) when the cache cannot be used,
     or when a file of its name is not an empty store (left as it is, with a notice): the caller
     then creates the store as MLflow does."""
-    from ..notices import notice
+    from attnstudy.runtime.notices import notice
 
     try:
         path = cached_path()

@@ -23,7 +23,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..env import env_seconds
+from attnstudy.runtime.env import env_seconds
+
 from .schema import Tag
 
 LEASE_VAR = "ATTNSTUDY_LEASE_SECONDS"

@@ -12,9 +12,10 @@ from pathlib import Path
 import mlflow
 from mlflow.exceptions import MlflowException
 
+from attnstudy.runtime.signals import deferred_signals
+
 from ..config import ConfigError, split_runs_uri
 from ..models.io import MODEL_FILES
-from ..signals import deferred_signals
 from .client import (
     ModelNotFoundError,
     Tracker,
@@ -38,7 +39,8 @@ def log_model_dir(
 ) -> str:
     """Log the plain model files under ``model/`` and a "models from code" pyfunc logged model.
 
-    The pyfunc (``attnstudy.serving``, listed in the Models tab, servable with ``mlflow models
+    The pyfunc (``attnstudy.serving.pyfunc``, listed in the Models tab, servable with ``mlflow
+    models
     serve``) carries the same four files, the attnstudy package it was logged with (``code/``)
     and pip requirements pinned to the versions installed when it was logged; its ``MLmodel``
     records no path of this machine. Loading it with ``mlflow.pyfunc.load_model`` runs that
@@ -48,7 +50,8 @@ def log_model_dir(
     Args:
         run_id: the (running) model run.
         model_dir: folder holding the four model files.
-        code_path: the pyfunc's code (``attnstudy/serving.py``; passed in by the app layer, which
+        code_path: the pyfunc's code (``attnstudy/serving/pyfunc.py``; passed in by the app layer,
+        which
             owns it, so tracking never imports the app).
         package_dir: the attnstudy package folder, logged as the model's ``code/``.
         name: the logged model's name (e.g. the variant, ``copy-additive-bahdanau``).
@@ -206,7 +209,8 @@ def download_model_dir(
     Raises:
         ModelNotFoundError: missing run/model/version/alias (a registered model without
             versions says so), a path leaving the run, or no model files.
-        DeletedError: the run (or the version's run) or its experiment is deleted, even with ``allow_unfinished``.
+        DeletedError: the run (or the version's run) or its experiment is deleted, even with
+        ``allow_unfinished``.
         UnfinishedRunError: the run is not FINISHED (unless ``allow_unfinished``).
         TrackingError: the store failed (the message gives the server's answer).
     """

@@ -20,7 +20,7 @@ class Kind(StrEnum):
     STUDY = "study"
     MODEL = "model"
     ABLATION = "ablation"
-    ADVERSARY = "adversary"  # a model-consistent adversary (attnstudy.adversaries)
+    ADVERSARY = "adversary"  # a model-consistent adversary (attnstudy.study.adversaries)
     REFERENCE_ALIGNMENT = "reference_alignment"  # a task's reference aligner (eflomal) scored
 
 
@@ -100,8 +100,11 @@ class Tag:
     OWNER_START = "attnstudy.owner.start"
     LEASE_EXPIRES = "attnstudy.lease_expires"  # Unix seconds; renewed while running (leases.py)
     DEVICE = "device"  # where the run's training or analysis ran (cpu, cuda:0, …)
-    CLUSTER_TASK = "attnstudy.cluster_task"  # the cluster task that wrote the run (distributed.py)
-    # the attnstudy code that wrote the run (attnstudy.code_version): its sources' digest and the
+    CLUSTER_TASK = (
+        "attnstudy.cluster_task"  # the cluster task that wrote the run (executors/distributed.py)
+    )
+    # the attnstudy code that wrote the run (attnstudy.runtime.code_version): its sources' digest
+    # and the
     # git commit of its checkout ("unknown" for a wheel)
     CODE_DIGEST = "attnstudy.code_digest"
     CODE_COMMIT = "attnstudy.code_commit"

@@ -26,7 +26,7 @@ import os
 import threading
 import time
 
-from ..env import env_seconds
+from attnstudy.runtime.env import env_seconds
 
 ENABLED_VAR = "ATTNSTUDY_SYSTEM_METRICS"
 INTERVAL_VAR = "ATTNSTUDY_SYSTEM_METRICS_SECONDS"

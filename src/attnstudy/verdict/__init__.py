@@ -1,0 +1,2 @@
+"""The verdict's rules: the findings drawn from the battery's statistics and the roles a statistic
+plays in them."""
