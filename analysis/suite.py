@@ -597,6 +597,8 @@ def example_sums(rows: pd.DataFrame, specs: Sequence[AblationSpec]) -> pd.DataFr
         statistic's column is missing.
     """
     cols: dict[str, pd.Series] = {}
+    rows = rows.copy()  # one block per dtype: a step table built column by column has hundreds,
+    # and each derive's new columns would be inserted into it one at a time (pandas warns)
     for spec in specs:
         name = spec.name
         derive = spec.derive_function()

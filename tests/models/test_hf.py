@@ -269,6 +269,9 @@ def test_digests_change_with_the_weights(tmp_path, folders):
     assert cfg["model_type"] == "marian"
 
 
+# the summaries' derived columns were inserted one at a time into a step table of hundreds of
+# blocks: 416 "DataFrame is highly fragmented" warnings in this module (analysis/suite.py)
+@pytest.mark.filterwarnings("error::pandas.errors.PerformanceWarning")
 def test_the_whole_battery_runs_on_a_pretrained_model(models):
     """Every registered ablation runs on a pretrained model as on attnstudy's own, per layer and
     head, and a row's numbers do not depend on its batch-mates."""
