@@ -353,8 +353,7 @@ def base_table(batch: PreparedBatch) -> pd.DataFrame:
     """The columns every per-step record carries.
 
     Columns: example_id, step, layer (the analysed layer of cross-attention; 0 for the recurrent
-    family, −1 for all layers at once), head (the analysed head; −1 for all heads jointly), src_len,
-    target_token (the prefix token at this step), predicted_token (argmax),
+    family, −1 for all layers at once), head (the analysed head; −1 for all heads jointly), src_len, target_token (the prefix token at this step), predicted_token (argmax),
     is_eos, max_attention and attention_entropy (head mean; NaN without attention).
     """
     tr = batch.trace

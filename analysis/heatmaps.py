@@ -2,8 +2,7 @@
 the best adversarial attention, gradient × input and leave-one-out importance on the analysis
 prefix, and the attention over the reference with its gold links. An example of subword tokens
 (``Example.src_words`` / ``tgt_words``: the ``nt-greek-english`` task, a pretrained model's
-tokenizer) also gets the attention maps over *words* (:func:`word_view`,
-:func:`reference_word_view`):
+tokenizer) also gets the attention maps over *words* (:func:`word_view`, :func:`reference_word_view`):
 a source word's subword attention summed, a target word's subword rows averaged
 (:func:`attnstudy.analysis.ablations.alignment.word_attention`, the alignment metric's rule), with
 the gold links between words.
@@ -293,8 +292,7 @@ def example_records(
     Returns:
         One dict per example: ``id``, ``source`` (T_x tokens), ``reference`` (tokens), ``prefix``
         (``greedy``: the model's own output, or ``reference``), ``rows`` (the T prefix tokens
-        analysed, ``<eos>`` last) at positions ``steps`` (the table's ``step``), ``p`` (T,: the
-        model's probability of each row's token),
+        analysed, ``<eos>`` last) at positions ``steps`` (the table's ``step``), ``p`` (T,: the model's probability of each row's token),
         ``layer`` (the analysed layer), ``attention`` (L × T × T_x head-mean cross-attention of
         every layer), ``heads`` (L × H × T × T_x, only when H > 1), ``adversarial`` (T × T_x, the
         kept candidate with the largest JSD, a null row where none was found within ε_eval;

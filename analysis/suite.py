@@ -1,10 +1,8 @@
 """Run the configured ablation battery on one model → tidy per-step table + summary metrics.
 
-Batches are prepared and consumed one at a time (:func:`attnstudy.analysis.batch.prepare_batches`);
-each
+Batches are prepared and consumed one at a time (:func:`attnstudy.analysis.batch.prepare_batches`); each
 is reduced to per-example sums of the summary statistics and its per-step rows go to a sink (a
-Parquet file when ``table_path`` is given), so memory stays flat in the number of examples. Prefix
-policy (docs/design.md §4): ``cfg.prefix`` for
+Parquet file when ``table_path`` is given), so memory stays flat in the number of examples. Prefix policy (docs/design.md §4): ``cfg.prefix`` for
 permutation, uniform, erasure, adversarial and importance; the reference for alignment (gold
 links index the reference target). When both prefixes are in use the table holds both sets of
 steps, told apart by the ``prefix`` column. The summary holds micro-averages over steps (sums
@@ -61,8 +59,7 @@ class SuiteResult:
 
     Attributes:
         table: one row per real decoder step (``example_id``, ``prefix``, ``step``, the
-            :func:`attnstudy.analysis.batch.base_table` columns, then every per-step ablation's
-            columns);
+            :func:`attnstudy.analysis.batch.base_table` columns, then every per-step ablation's columns);
             None when the suite streamed it to ``table_path``.
         examples: one row per example (``example_id`` and the per-example ablations, e.g.
             global permutation).
@@ -445,12 +442,10 @@ def unit_label(unit: tuple, n_layers: int) -> str:
 
 
 class _StepSink:
-    """Per-batch step tables: kept in memory, or streamed to Parquet part files and joined at the
-    end.
+    """Per-batch step tables: kept in memory, or streamed to Parquet part files and joined at the end.
 
     Batches of the two prefix groups carry different ablation columns, so the parts are joined
-    under :func:`pyarrow.unify_schemas` (missing columns become nulls), one part in memory at a
-    time.
+    under :func:`pyarrow.unify_schemas` (missing columns become nulls), one part in memory at a time.
     """
 
     def __init__(self, path: str | Path | None, info: dict | None = None):
@@ -582,8 +577,7 @@ def example_sums(rows: pd.DataFrame, specs: Sequence[AblationSpec]) -> pd.DataFr
 
     Args:
         rows: per-step rows of one prefix (or the per-example table for per-example ablations).
-        specs: ablations whose statistics to sum (their :attr:`AblationSpec.derive` is applied
-        first).
+        specs: ablations whose statistics to sum (their :attr:`AblationSpec.derive` is applied first).
 
     Returns:
         DataFrame indexed by ``example_id`` (order of first appearance) with columns

@@ -1,5 +1,4 @@
-"""GPU against one CPU thread: the permutation fast path, the adversarial search, one training
-epoch.
+"""GPU against one CPU thread: the permutation fast path, the adversarial search, one training epoch.
 
 A tracking-free entry point (``PYTHONPATH=src:. python -m benchmarks.bench_gpu``, run by
 ``benchmarks/gpu.sh``) for a machine with one GPU, no network and no mlflow: it imports only the
@@ -14,8 +13,7 @@ does not depend on the weights, and the traces follow the reference prefix so bo
 the same steps. The data is a fixed CMUdict subset (``--words`` training words, the task's own
 seeded split). Each workload runs first with one CPU thread, then on the device, in this process,
 and is reported as the ratio ``CPU 1 thread / device`` (the CPU timed once, the device the best
-of ``--repeats`` after a warm-up; CUDA synchronised before every clock read). The permutation
-results of the two devices are compared too (max abs
+of ``--repeats`` after a warm-up; CUDA synchronised before every clock read). The permutation results of the two devices are compared too (max abs
 difference of the per-step statistics): the device must compute the same numbers.
 
 ``--dry-run`` times the same code on the CPU with every thread as the "device" (sizes cut down;

@@ -88,8 +88,7 @@ def run(
     """Global permutation: free-running greedy decoding with α_t permuted at every step.
 
     One permutation per step and head (stream (ctx.seed, example_id, t, "permutation_global")
-    of ``ctx.rng``'s scheme, :func:`attnstudy.analysis.batch.step_streams`), applied inside
-    :meth:`Seq2Seq.decode` so the changed outputs feed
+    of ``ctx.rng``'s scheme, :func:`attnstudy.analysis.batch.step_streams`), applied inside :meth:`Seq2Seq.decode` so the changed outputs feed
     the following steps. The original output is the model's greedy decode without intervention.
 
     Args:

@@ -169,8 +169,7 @@ def report(
     verdict: dict[str, float] | None = None,
     results_dir: str | None = None,
 ) -> Path:
-    """Build the report of a study (default: the latest study of ``experiment``, default
-    quickstart).
+    """Build the report of a study (default: the latest study of ``experiment``, default quickstart).
 
     Args:
         ui_url: the MLflow UI its links point to (default :func:`attnstudy.report.ui_base_url`).

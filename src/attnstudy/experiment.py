@@ -310,8 +310,7 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
             f'{p}: the file holds no settings; give at least [data] task = "…" ({examples_hint()})'
         )
     raw = resolve_data_paths(raw, p.resolve().parent, source=str(p))
-    # --set values are the user's own typing: their relative paths are relative to the working
-    # directory
+    # --set values are the user's own typing: their relative paths are relative to the working directory
     raw = resolve_data_paths(apply_overrides(raw, overrides or []), Path.cwd(), check=False)
     return parse_experiment(raw, [], source=str(p))
 

@@ -1,5 +1,4 @@
-"""Contrastive questions (Yin & Neubig 2022): the foil, the contrastive gradient as the difference
-of
+"""Contrastive questions (Yin & Neubig 2022): the foil, the contrastive gradient as the difference of
 two plain gradients, and interventions that move the argmax to the foil."""
 
 from __future__ import annotations

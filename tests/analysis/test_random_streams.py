@@ -1,5 +1,4 @@
-"""The counter-based random streams (``rng = "counter-1"``, analysis/random_streams.py):
-Philox4x32-10
+"""The counter-based random streams (``rng = "counter-1"``, analysis/random_streams.py): Philox4x32-10
 against the published Random123 known answers; a stream's draws are a function of its key and
 index alone (batch size, batch-mates, order and worker processes change nothing); 10⁶ keys give
 distinct streams; the permutations are uniform."""

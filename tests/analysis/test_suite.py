@@ -326,8 +326,7 @@ def test_step_mean_ci_is_the_step_micro_average_with_an_example_bootstrap():
 
 def test_undefined_values_are_counted_per_statistic():
     """The uniform model's attention is constant, so τ(attention, ·) is undefined on every step, but
-    its τ gradient–LOO is defined: it used to be counted as 8 undefined steps of the whole
-    ablation."""
+    its τ gradient–LOO is defined: it used to be counted as 8 undefined steps of the whole ablation."""
     model = sharpen(tiny_model("uniform"))
     examples = [ex for ex in make_examples(9) if len(ex.src) >= 3]
     res = run_suite(model, examples, VOCAB, VOCAB, _cfg(ablations=["importance"]), progress=False)

@@ -323,8 +323,7 @@ def test_artifact_paths_and_store_tags_are_named_once():
 
 
 def test_a_users_own_analysis_module_does_not_shadow_the_library(tmp_path):
-    """With a user's analysis.py in the working directory, the library still imports (it used to be
-    a
+    """With a user's analysis.py in the working directory, the library still imports (it used to be a
     top-level package `analysis` that such a file shadowed)."""
     (tmp_path / "analysis.py").write_text("SHADOW = True\n")
     env = dict(os.environ)

@@ -1,5 +1,4 @@
-"""Signatures and module sizes of the app layer (issue 37): a function of the app layer takes at
-most
+"""Signatures and module sizes of the app layer (issue 37): a function of the app layer takes at most
 four positional parameters (the rest are keyword-only; state that travels together travels as one
 object, e.g. :class:`attnstudy.study.driver.StudyContext`), and no module of ``src/attnstudy/`` or
 ``analysis/`` is over 900 lines."""

@@ -1,5 +1,4 @@
-"""Model URIs of ``predict`` and ``ablate`` that name a folder: ``ablate FOLDER`` said "unknown
-model
+"""Model URIs of ``predict`` and ``ablate`` that name a folder: ``ablate FOLDER`` said "unknown model
 URI" of a folder ``predict`` accepts (ablate logs under the model's run, which a folder lacks: it
 now says so and what to do), and ``predict ./nonexist`` said "unknown model URI" of a path."""
 

@@ -4,8 +4,7 @@ A throwaway PostgreSQL cluster (Debian's ``initdb`` into a temporary folder), ``
 on it, a Ray head on 127.0.0.1 with free ports and two CPUs, then ``attnstudy run --executor ray``
 of the tiny experiment (one variant) with two seeds: every run FINISHED with the right links, the
 report built, the per-step tables and summaries equal to the local executor's (timing metrics
-aside), every listener on loopback; a worker killed mid-training fails its variant alone. Everything
-started
+aside), every listener on loopback; a worker killed mid-training fails its variant alone. Everything started
 here is stopped here, by handle and PID (``ray stop`` would stop every Ray process of the machine).
 
 Prerequisites (``make test`` installs them): Debian's ``postgresql`` and the ``[distributed]``

@@ -405,8 +405,7 @@ def test_hf_tiny_replaces_only_its_own_folder(tmp_path):
     assert (folder / "README.md").read_text() == "my notes"
 
 
-# --- a changed file is never replaced: the marker's digests are compared
-# ---------------------------
+# --- a changed file is never replaced: the marker's digests are compared ---------------------------
 
 
 def made_by_the_tool(folder: Path, kind: str, files: dict[str, str]) -> Path:

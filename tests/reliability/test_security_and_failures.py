@@ -128,8 +128,7 @@ def test_paths_stay_where_they_belong(tiny_models, store_root, tmp_path, capfd):
 
 
 def test_ui_server_dies_with_the_cli_and_host_is_validated(tiny_models, store_root):
-    """D9: `kill -9` of `attnstudy ui` left a writable MLflow server running; `--host ""` listened
-    on all
+    """D9: `kill -9` of `attnstudy ui` left a writable MLflow server running; `--host ""` listened on all
     interfaces and then waited 90 s."""
     from attnstudy.serving import ui
 
@@ -152,8 +151,7 @@ def test_ui_server_dies_with_the_cli_and_host_is_validated(tiny_models, store_ro
 
 
 def test_registered_pyfunc_is_pinned_and_records_no_machine_path(tiny_models, store_root):
-    """D22: requirements.txt named a bare `attnstudy` (resolved from a public index by `mlflow
-    models
+    """D22: requirements.txt named a bare `attnstudy` (resolved from a public index by `mlflow models
     serve`) and MLmodel recorded the absolute source path."""
     t = tracker(store_root)
     mv = t.client.get_model_version("tiny-copy-additive-bahdanau", "1")
@@ -177,8 +175,7 @@ def test_registered_pyfunc_is_pinned_and_records_no_machine_path(tiny_models, st
 
 @pytest.mark.parametrize("delay", [0.0, 0.01, 0.03])
 def test_interrupt_during_registration_leaves_a_consistent_store(tmp_path, delay):
-    """D5: a READY version pointed at a KILLED run, an empty registered model was left behind, or
-    the
+    """D5: a READY version pointed at a KILLED run, an empty registered model was left behind, or the
     process locked itself out of its own store."""
     root = tmp_path / "r"
     # one epoch: the interrupt is aimed at the registration, whatever the training's length
@@ -415,8 +412,7 @@ def test_read_only_store_can_be_read(tiny_models, store_root, tmp_path):
 
 
 def test_full_disk_is_one_line_and_never_bricks_the_store(tmp_path):
-    """D14: a disk that filled during schema creation left a store that said
-    `_alembic_tmp_experiments
+    """D14: a disk that filled during schema creation left a store that said `_alembic_tmp_experiments
     already exists` forever; a full disk during training printed 212 lines."""
     if not _unshare_available():
         pytest.skip("needs a mount namespace (unshare -m) to mount a small tmpfs")
@@ -453,8 +449,7 @@ def test_full_disk_is_one_line_and_never_bricks_the_store(tmp_path):
 
 
 def test_nan_weights_are_refused_not_reported_as_attention_does_not_matter(tmp_path, capfd):
-    """D7: NaN weights gave flip rate 0.0 and AER 1.0 ("attention does not matter"), `predict` an
-    empty
+    """D7: NaN weights gave flip rate 0.0 and AER 1.0 ("attention does not matter"), `predict` an empty
     output with exit 0."""
     import torch
 

@@ -32,8 +32,7 @@ def _tracker():
 
 
 def test_one_failing_variant_does_not_stop_the_study(fresh_root, monkeypatch, capsys):
-    """The first failing variant used to end the whole `attnstudy run`: later variants never ran and
-    the
+    """The first failing variant used to end the whole `attnstudy run`: later variants never ran and the
     failed run carried no reason."""
     from attnstudy.analysis.ablations import erase_max as erase_module
 
@@ -94,8 +93,7 @@ def test_one_failing_variant_does_not_stop_the_study(fresh_root, monkeypatch, ca
 
 
 def test_an_interrupted_study_resumes(fresh_root, figures_not_drawn, monkeypatch):
-    """`run --resume` continues the interrupted study: finished models and their finished ablations
-    are
+    """`run --resume` continues the interrupted study: finished models and their finished ablations are
     reused, the interrupted training resumes from its checkpoint, its ablations run (figures saved
     undrawn)."""
     from attnstudy import api
@@ -199,8 +197,7 @@ def test_resume_that_finds_no_matching_study_says_so(fresh_root, caplog):
     ],
 )
 def test_report_of_a_partial_study_says_why_numbers_are_missing(fresh_root, overrides, expect):
-    """With no permutation results (a subset without it, a study of `none` models) the report ended
-    in a
+    """With no permutation results (a subset without it, a study of `none` models) the report ended in a
     bare AssertionError, the study FAILED and reports/<experiment>/ half-overwritten."""
     from attnstudy import api
 
@@ -258,8 +255,7 @@ def test_a_later_ad_hoc_ablation_never_changes_a_studys_report(
 
 
 def test_replaced_data_files_are_not_reused_and_old_models_refuse_new_data(fresh_root, tmp_path):
-    """Replacing the TSV files at the same paths printed "reused" and reported the old model's test
-    metrics
+    """Replacing the TSV files at the same paths printed "reused" and reported the old model's test metrics
     beside ablations run on the new file."""
     from attnstudy.analysis.catalogue import AblationConfig
 

@@ -79,8 +79,7 @@ def test_unknown_uris_fail_with_one_clear_message(tiny_models):
 
 @pytest.mark.parametrize("kind", ["closed port", "listens but never answers"])
 def test_unreachable_server_fails_within_the_configured_deadline(kind):
-    """Loopback only: a closed port, and a socket that accepts connections but never answers. It
-    took
+    """Loopback only: a closed port, and a socket that accepts connections but never answers. It took
     39 s and 47 s with the old defaults; the message names the configured deadline."""
     import socket
 

@@ -9,8 +9,7 @@ ignores permission bits, and a mount namespace is not available everywhere): the
 answer is replaced at the two places the store meets it. ``os.access`` says the store's folder and
 database are not writable, so the tracker opens SQLite in its read-only mode (``mode=ro``) and
 SQLite itself refuses every write ("attempt to write a readonly database"); and the local artifact
-repository's writes raise ``EROFS``, as a read-only file system does. Where ``unshare -m`` works,
-one
+repository's writes raise ``EROFS``, as a read-only file system does. Where ``unshare -m`` works, one
 more test mounts the store read-only for real.
 """
 

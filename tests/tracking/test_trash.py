@@ -3,8 +3,7 @@ model whose versions were deleted (field cases: MLflow issues 2651/6223, 8205, P
 
 Before: ``run`` on a deleted experiment printed MLflow's "The experiment 1 must be in the 'active'
 state…" (exit 1), ``report --experiment`` said it "has no study run"; ``predict`` and ``ablate``
-used a deleted run without a word (``ablate`` even logged a new run under it);
-``models:/NAME/latest``
+used a deleted run without a word (``ablate`` even logged a new run under it); ``models:/NAME/latest``
 said "no registered model" of a name that exists with no versions left.
 
 Each test works on a copy of the session store's database (its artifacts stay where they are, read

@@ -438,10 +438,8 @@ def test_cuda_on_a_machine_without_one_is_refused_before_the_store_is_touched(tm
 
 
 def test_mixed_precision_trains_on_the_cpu_and_keeps_float32_weights(tmp_path):
-    """``training.amp`` under the CPU's bfloat16 autocast: the loss is finite, the stored weights
-    and
-    the model's outputs stay float32, and the numbers differ from a float32 training (it did
-    run)."""
+    """``training.amp`` under the CPU's bfloat16 autocast: the loss is finite, the stored weights and
+    the model's outputs stay float32, and the numbers differ from a float32 training (it did run)."""
     from attnstudy.config import ModelConfig, RunSpec, TrainingConfig, data_config
     from attnstudy.data.tasks import load_task
     from attnstudy.data.vocab import Vocab

@@ -1,7 +1,6 @@
 """The MLflow UI and the report in a real browser (Debian's chromium driven by Playwright).
 
-Against the tiny study logged in the session store: ``attnstudy ui`` is started as a user runs it,
-the
+Against the tiny study logged in the session store: ``attnstudy ui`` is started as a user runs it, the
 study run, its model runs and their ablation runs are each reached by run page (MLflow's runs table
 nests runs only in some sort orders and does not indent grandchildren), the nesting is checked where
 the UI shows it (the runs table's expander under the study; "Parent run" on each run page), a figure
@@ -130,8 +129,7 @@ def _shot(page, name: str, full_page: bool = False) -> None:
 
 
 def test_run_names_and_links_in_the_store(runs, tiny_study):
-    """What the UI should show. Nesting is for browsing: a model trained before this study (reused
-    by
+    """What the UI should show. Nesting is for browsing: a model trained before this study (reused by
     it) is not the study's child, but carries the study's id in its membership tag
     ``attnstudy.study.<study id>`` (docs/design.md §5)."""
     study = tiny_study["study_run_id"]
@@ -174,8 +172,7 @@ def test_every_run_page_shows_the_run_its_parent_and_children(server, runs, tiny
         page.goto(f"{server['base']}/#/experiments/{server['exp_id']}/runs/{rid}")
         page.get_by_role("heading", name=name, exact=True).wait_for()
         page.get_by_text(rid, exact=True).first.wait_for()  # the overview's run ID
-        # the overview lists "Parent run" then the parent's name, and "Child runs" then the
-        # children;
+        # the overview lists "Parent run" then the parent's name, and "Child runs" then the children;
         # the tags link runs whatever the nesting (names and tags arrive after the page renders)
         expected = [f"Parent run\n{runs[parent][0]}"] if parent else []
         children = [c for c, (_, p, _) in runs.items() if p == rid]
@@ -218,8 +215,7 @@ def test_figure_artifact_image_loads(server, tiny_study, page):
         """async (url) => {
         const r = await fetch(url);
         const b = new Uint8Array(await r.arrayBuffer());
-        return {status: r.status, type: r.headers.get('content-type'), head: Array.from(b.slice(0,
-        8))};
+        return {status: r.status, type: r.headers.get('content-type'), head: Array.from(b.slice(0, 8))};
     }""",
         f"{server['base']}/get-artifact?path=figures/permutation.png&run_uuid={study}",
     )
@@ -242,8 +238,7 @@ def test_report_html_images_load_and_tables_have_rows(tiny_study, page):
     _shot(page, "report", full_page=True)
 
 
-# ----------------------------------------------------------------------------- inside MLflow's
-# frame
+# ----------------------------------------------------------------------------- inside MLflow's frame
 
 
 def _artifact_frame(page, server, run_id: str, path: str):
@@ -659,8 +654,7 @@ _TOKEN_CELLS = """() => Array.from(document.querySelectorAll('#examples td.tok')
   const inner = td.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
   const units = [];
   if (chars) { if (text) units.push([0, text.length]); }
-  else { let at = 0; for (const t of text.split(' ')) { if (t) units.push([at, at + t.length]); at
-  += t.length + 1; } }
+  else { let at = 0; for (const t of text.split(' ')) { if (t) units.push([at, at + t.length]); at += t.length + 1; } }
   const broken = [], wider = [];
   for (const [a, b] of units) {
     const r = document.createRange(); r.setStart(node, a); r.setEnd(node, b);
@@ -668,8 +662,7 @@ _TOKEN_CELLS = """() => Array.from(document.querySelectorAll('#examples td.tok')
     if (lines.length !== 1) broken.push(text.slice(a, b));
     if (r.getBoundingClientRect().width > inner + 0.5) wider.push(text.slice(a, b));
   }
-  return {col: td.dataset.col, text, chars, broken, wider, overflow: td.scrollWidth >
-  td.clientWidth};
+  return {col: td.dataset.col, text, chars, broken, wider, overflow: td.scrollWidth > td.clientWidth};
 })"""
 
 _SENTENCES = """() => Array.from(document.querySelectorAll('p.meta, p.note, #detail .map p'))

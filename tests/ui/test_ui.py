@@ -17,8 +17,7 @@ from attnstudy.serving import ui
 from attnstudy.serving.ui_guard import proc_table
 
 ROOT = Path(__file__).parents[2]
-# the training views, sorted by run name: every run a row (MLflow nests them only when sorted by
-# time)
+# the training views, sorted by run name: every run a row (MLflow nests them only when sorted by time)
 SUFFIX = "runs?workflowType=machine_learning&orderByKey=tags.%60mlflow.runName%60&orderByAsc=true"
 
 
@@ -124,8 +123,7 @@ def survivors(pids: set[int], pgids: set[int], port: int | None) -> list[str]:
 def interrupt_and_check_gone(
     proc: subprocess.Popen, port: int | None, timeout: float = 30
 ) -> float:
-    """SIGINT (Ctrl-C) the CLI; assert it exits 0 and leaves no process behind. Returns the seconds
-    it took.
+    """SIGINT (Ctrl-C) the CLI; assert it exits 0 and leaves no process behind. Returns the seconds it took.
 
     ``timeout`` tells a hang from a slow stop, not a speed target: a Ctrl-C during start-up waits
     for the store check in flight (signals are held during store calls) and then for the

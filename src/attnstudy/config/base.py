@@ -17,12 +17,10 @@ from pydantic import (
 )
 
 SCHEMA_VERSION = 2
-"""Version of the stored run config (``config.json``); :func:`migrate_run_config` upgrades older
-ones.
+"""Version of the stored run config (``config.json``); :func:`migrate_run_config` upgrades older ones.
 
 1: the layout up to the split of ``data.tokenization`` (one setting for both fields, default chars).
-2: ``data.source_tokenization``/``data.target_tokenization`` (default spaces),
-``data.alignment_base``,
+2: ``data.source_tokenization``/``data.target_tokenization`` (default spaces), ``data.alignment_base``,
    ``data.g2p_split_key``, ``data.max_source_len``/``max_target_len``; ``schema_version`` stored.
 """
 
@@ -100,8 +98,7 @@ def refuse_coercion(cls: type[BaseModel], value: Any, info: ValidationInfo) -> A
 
 
 class _Strict(BaseModel):
-    # finite floats only: inf/NaN would pass a range check (gt=0) and fail after the store is
-    # touched
+    # finite floats only: inf/NaN would pass a range check (gt=0) and fail after the store is touched
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     _no_coercion = field_validator("*", mode="before")(classmethod(refuse_coercion))

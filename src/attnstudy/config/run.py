@@ -33,8 +33,7 @@ class TrainingConfig(_Strict):
     # linearly from 0 to lr over warmup_steps updates, then decays it as lr·√(warmup_steps/step)
     scheduling: Literal["constant", "plateau", "inverse_sqrt"] = "constant"
     warmup_steps: int = Field(4000, ge=1, le=10_000_000, json_schema_extra={"key_neutral": 4000})
-    # checkpoint averaging (Vaswani et al. 2017, §6.1; fairseq's average_checkpoints): the weights
-    # of
+    # checkpoint averaging (Vaswani et al. 2017, §6.1; fairseq's average_checkpoints): the weights of
     # the last N epochs averaged after training, kept where the average beats the best epoch on dev
     average_last: int = Field(1, ge=1, le=50, json_schema_extra={"key_neutral": 1})
     decrease_factor: float = Field(0.5, gt=0, lt=1)
@@ -45,12 +44,10 @@ class TrainingConfig(_Strict):
         "auto", "loss", "exact_match", "per", "token_error_rate", "wer", "token_accuracy"
     ] = "auto"
     beam_size: int = Field(1, ge=1, le=64)
-    # free-running decoding stops after ceil(factor × source length) + 2 steps (and max_target_len +
-    # 1)
+    # free-running decoding stops after ceil(factor × source length) + 2 steps (and max_target_len + 1)
     max_decode_factor: float = Field(2.0, gt=0, le=100)
     bucket_batches: bool = True
-    # intra-op threads: small recurrent models gain little from more, and lose badly on a busy
-    # machine
+    # intra-op threads: small recurrent models gain little from more, and lose badly on a busy machine
     threads: int = Field(1, ge=1, le=256)
     # label smoothing of the training loss (Szegedy et al. 2016, §7); dev/loss stays cross-entropy
     label_smoothing: float = Field(0.0, ge=0.0, lt=1.0, json_schema_extra={"key_neutral": 0.0})
@@ -229,8 +226,7 @@ class RunSpec(_Strict):
 
 
 def shorten_params(flat: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """Shorten param values over MLflow's limit: ``prefix… [sha256 <hex>, N chars: see
-    params_full.json]``.
+    """Shorten param values over MLflow's limit: ``prefix… [sha256 <hex>, N chars: see params_full.json]``.
 
     Returns:
         (params that fit, the full values of those that were shortened).

@@ -4,8 +4,7 @@ alignments, as a translation task with human gold links (``nt-greek-english``).
 The data come from the ``bible-alignments`` package (0.4.2, read from its files; installed with
 ``make test-deps``): ``sources/SBLGNT.tsv`` (the Greek words, id ``nBBCCCVVVWWW``),
 ``eng/targets/BSB/nt_BSB.tsv`` (the English tokens, each with the Greek verse it translates,
-``skip_space_after`` and ``exclude`` for punctuation) and
-``eng/alignments/BSB/SBLGNT-BSB-manual.json``
+``skip_space_after`` and ``exclude`` for punctuation) and ``eng/alignments/BSB/SBLGNT-BSB-manual.json``
 (Scripture Burrito 0.3 records, each a set of Greek words linked to a set of English words; every
 Greek × English pair of a record is one sure link). Licences: SBLGNT CC BY 4.0, BSB public domain,
 the alignments CC BY 4.0 (:data:`ATTRIBUTION`; docs/nt-greek-english.md).

@@ -158,8 +158,7 @@ class TaskSpec:
         load: ``DataConfig -> Splits``.
         tokenization: ``DataConfig -> (source, target)``, each ``"chars"`` or ``"spaces"``: how raw
             input text is split (``predict``) and how output tokens are joined.
-        early_stopping_metric: the dev metric that selects the model under ``early_stopping =
-        auto``.
+        early_stopping_metric: the dev metric that selects the model under ``early_stopping = auto``.
         heldout: example id → whether it belongs to the held-out part of the test split (its
             metrics are logged apart), or None when the task has none.
         normalize: applied to raw input text before it is tokenized (G2P lower-cases words).

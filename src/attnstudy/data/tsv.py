@@ -228,8 +228,7 @@ def read_tsv(
 
     Args:
         path: a UTF-8 text file.
-        source_tokenization, target_tokenization: ``"chars"`` or ``"spaces"`` (see
-        :func:`tokenize`).
+        source_tokenization, target_tokenization: ``"chars"`` or ``"spaces"`` (see :func:`tokenize`).
         split: used in example ids, ``"tsv/<split>/<line number>"``.
         alignment_base: 0 (Pharaoh, fast_align, awesome-align) or 1 (indices counted from 1);
             None: 0, unless not one link of the file uses index 0 (on either side), which under

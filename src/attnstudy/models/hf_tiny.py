@@ -2,8 +2,7 @@
 example's model and the test fixtures of :mod:`attnstudy.models.hf`.
 
 :func:`build_tiny` writes a ``save_pretrained`` folder holding a randomly initialised Marian, BART
-or T5 model, a tokenizer trained here with ``tokenizers`` (word-level, or BPE so that words split
-into
+or T5 model, a tokenizer trained here with ``tokenizers`` (word-level, or BPE so that words split into
 subwords), fine-tuned for a few seconds on a copy task over a small lexicon.
 
 A build is deterministic: the same arguments give byte-identical files (``tokenizer.json``, the

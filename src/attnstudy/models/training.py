@@ -181,8 +181,7 @@ class TrainingConflictError(RuntimeError):
 
 
 def _atomic_save(obj, path: Path) -> None:
-    """Write ``obj`` to ``path`` through a temporary file of this process, then rename it into
-    place,
+    """Write ``obj`` to ``path`` through a temporary file of this process, then rename it into place,
     so a reader (or a second writer) never sees a torn file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -195,8 +194,7 @@ def _atomic_save(obj, path: Path) -> None:
 
 
 def read_checkpoint(path: str | Path) -> dict:
-    """Load and check a training checkpoint (``weights_only=True``: tensors and plain containers
-    only).
+    """Load and check a training checkpoint (``weights_only=True``: tensors and plain containers only).
 
     Raises:
         CheckpointError: the file is unreadable, truncated, not a plain checkpoint or lacks entries

@@ -86,8 +86,7 @@ def report_dir(experiment: str) -> Path:
     (:func:`report_folder_name`) and the result is checked to stay inside ``reports/``.
 
     Raises:
-        ValueError: if the folder would leave ``reports/`` (cannot happen for a slug; checked
-        anyway).
+        ValueError: if the folder would leave ``reports/`` (cannot happen for a slug; checked anyway).
     """
     root = (project_root() / "reports").resolve()
     out = (root / report_folder_name(experiment)).resolve()

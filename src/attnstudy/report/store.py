@@ -112,8 +112,7 @@ class StudyData:
 
 
 def latest_study(tracker: Tracker, experiment: str) -> str:
-    """Run id of the newest FINISHED study run of ``experiment`` (else the newest study, with a
-    notice).
+    """Run id of the newest FINISHED study run of ``experiment`` (else the newest study, with a notice).
 
     Raises:
         LookupError: no such experiment, or it has no study run.

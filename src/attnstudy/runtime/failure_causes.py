@@ -2,8 +2,7 @@
 
 A study on a cluster fails for reasons outside attnstudy: the tracking server's database stops
 answering, its artifact store does, the tracking server itself stops or fails, the S3 store of
-the shared checkpoints stops answering, or a Ray worker dies. MLflow's own message puts the cause
-last (``API request to … failed with exception
+the shared checkpoints stops answering, or a Ray worker dies. MLflow's own message puts the cause last (``API request to … failed with exception
 HTTPConnectionPool(…): Max retries exceeded … (Caused by NewConnectionError(…))``), and the error
 line used to be cut at a fixed length exactly there (``…NewConnectionErro``). Here each cause is
 recognised from the text once (:data:`CAUSES`), named first, with what to do, and long text is cut

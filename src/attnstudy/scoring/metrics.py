@@ -142,8 +142,7 @@ def per_example(
 def heldout_metrics(
     hyps: list[list[str]], test: list, is_heldout, error_rate: str = "per"
 ) -> dict[str, float]:
-    """``test_heldin/*`` and ``test_heldout/*`` metrics when the test split mixes both (the dates
-    task
+    """``test_heldin/*`` and ``test_heldout/*`` metrics when the test split mixes both (the dates task
     holds out locales/patterns; ``is_heldout`` is its registry entry's test, None for tasks without
     a held-out part); empty otherwise. Reuses the decoded ``hyps``; ``error_rate`` names the token
     error rate as in :func:`evaluate`."""

@@ -11,8 +11,7 @@ lam<λ>``, nested under its base model's run (kind ``adversary``, tags ``source_
 ``adversary/attention_jsd``, ``adversary/output_tvd``, ``adversary/argmax_differs``. A finished run
 with the same key (the base model's key, λ and every setting that changes the result) is reused,
 so ``attnstudy run … --resume`` trains only what is missing. The study records its adversaries
-as its members (``attnstudy.study.<id> = "adversary <k>"``); the report draws them as a curve beside
-the seed variance and Jain &
+as its members (``attnstudy.study.<id> = "adversary <k>"``); the report draws them as a curve beside the seed variance and Jain &
 Wallace's per-instance adversary.
 """
 

@@ -11,8 +11,7 @@ model
 key alone is shared by every experiment that trains the same model), and ``--resume`` on a node
 without the local file downloads it first. A checkpoint stored before the experiment was part of
 the key (``PREFIX/<model key>/last.pt``) is never resumed: nothing in it says which experiment
-wrote it; :meth:`CheckpointStore.holds` finds it for a note. The setting is an environment variable,
-not an experiment setting, because
+wrote it; :meth:`CheckpointStore.holds` finds it for a note. The setting is an environment variable, not an experiment setting, because
 where checkpoints go belongs to the machines (a laptop, a cluster), not to the experiment, like
 the tracking URI; the Ray driver passes its value to every task.
 

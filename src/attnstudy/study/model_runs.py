@@ -480,8 +480,7 @@ def _train_run(
     hold: ExitStack | None = None,
     on_checkpoint=None,
 ) -> tuple[str, str, dict[str, float]]:
-    """Train one model inside its own run (see :func:`train_spec`). Returns (run id, logged model
-    id, metrics).
+    """Train one model inside its own run (see :func:`train_spec`). Returns (run id, logged model id, metrics).
 
     ``hold``: signals are held from the end of the run's block (its closing FINISHED included)
     until ``hold`` closes (the caller registers the model meanwhile). ``on_checkpoint``: called
@@ -637,8 +636,7 @@ def load_model(
     uri: str, tracker: Tracker | None = None, force: bool = False
 ) -> tuple[str, LoadedModel]:
     """Load a model from ``runs:/…``, ``models:/name/version``, ``models:/name/latest``,
-    ``models:/name@alias`` or a local directory holding the model files. Returns (run id or "",
-    model).
+    ``models:/name@alias`` or a local directory holding the model files. Returns (run id or "", model).
 
     Args:
         force: also load the model of a run that is not FINISHED (RUNNING, KILLED, FAILED).

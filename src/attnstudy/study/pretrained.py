@@ -86,8 +86,7 @@ def tsv_examples(model, path: str | Path) -> list[Example]:
     (:func:`attnstudy.models.hf.subword_examples`).
 
     Args:
-        model: a :class:`attnstudy.models.hf.HFSeq2Seq`
-        (:func:`attnstudy.models.hf.load_pretrained`).
+        model: a :class:`attnstudy.models.hf.HFSeq2Seq` (:func:`attnstudy.models.hf.load_pretrained`).
         path: the UTF-8 TSV file, ``source<TAB>target[<TAB>links]`` per line.
 
     Raises:
@@ -105,8 +104,7 @@ def text_examples(model, rows, name: str = "text") -> list[Example]:
     the space-separated words (:func:`attnstudy.models.hf.subword_examples`).
 
     Args:
-        model: a :class:`attnstudy.models.hf.HFSeq2Seq`
-        (:func:`attnstudy.models.hf.load_pretrained`).
+        model: a :class:`attnstudy.models.hf.HFSeq2Seq` (:func:`attnstudy.models.hf.load_pretrained`).
         rows: ``(source, target)`` or ``(source, target, links)`` texts; ``links``: 0-based
             Pharaoh ``i-j`` between words (``ip j`` possible), or None.
         name: the ids' prefix.
@@ -361,8 +359,7 @@ def _ablate_logged(
     return result
 
 
-# --- pretrained variants of a study (``[model] source = "hf:FOLDER"``)
-# -----------------------------
+# --- pretrained variants of a study (``[model] source = "hf:FOLDER"``) -----------------------------
 JOIN = {"spaces": " ", "chars": ""}
 """How a tokenization's tokens make the text again (what the model's tokenizer reads)."""
 

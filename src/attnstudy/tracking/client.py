@@ -178,8 +178,7 @@ def owner_tags() -> dict[str, str]:
 
 def owner_alive(tags: dict[str, str]) -> bool | None:
     """Whether the process named by a run's owner tags still runs: None if it is on another host
-    (or the run has no owner tags), else True/False (a reused PID is told apart by its start
-    time)."""
+    (or the run has no owner tags), else True/False (a reused PID is told apart by its start time)."""
     import socket
 
     host, pid, start = tags.get(Tag.OWNER_HOST), tags.get(Tag.OWNER_PID), tags.get(Tag.OWNER_START)
@@ -573,8 +572,7 @@ class Tracker:
     ) -> None:
         """Log finite metrics in batches (MLflow refuses NaN/inf).
 
-        A non-finite value is never dropped silently: the run's ``n_nonfinite_dropped`` metric
-        counts
+        A non-finite value is never dropped silently: the run's ``n_nonfinite_dropped`` metric counts
         them and its ``nonfinite_metrics`` tag names the keys.
 
         Args:

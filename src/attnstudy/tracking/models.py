@@ -209,8 +209,7 @@ def download_model_dir(
     Raises:
         ModelNotFoundError: missing run/model/version/alias (a registered model without
             versions says so), a path leaving the run, or no model files.
-        DeletedError: the run (or the version's run) or its experiment is deleted, even with
-        ``allow_unfinished``.
+        DeletedError: the run (or the version's run) or its experiment is deleted, even with ``allow_unfinished``.
         UnfinishedRunError: the run is not FINISHED (unless ``allow_unfinished``).
         TrackingError: the store failed (the message gives the server's answer).
     """

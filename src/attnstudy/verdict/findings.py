@@ -336,8 +336,7 @@ def verdict(f: ModelFacts, t: VerdictThresholds | None = None) -> Verdict:
         t: the thresholds (defaults: :class:`VerdictThresholds`).
 
     Returns:
-        :class:`Verdict`; a model without attention gets one sentence saying there is nothing to
-        test.
+        :class:`Verdict`; a model without attention gets one sentence saying there is nothing to test.
 
     Raises:
         ValueError: ``f`` has statistics but no verdict roles (every question would read
