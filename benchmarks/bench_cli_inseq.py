@@ -98,7 +98,6 @@ def run(args) -> dict:
         env |= {"OMP_NUM_THREADS": "1", "ATTNSTUDY_THREADS": "1", "HF_HUB_OFFLINE": "1"}
         env |= {"TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         todo = jobs(folder, base, sentences, n)
-        load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
         runs = 0
         for _ in range(repeats):  # interleaved: each job's tools back to back
             for job, argv_of in todo.items():
@@ -109,7 +108,6 @@ def run(args) -> dict:
                     argv = [a.replace("ROOT", str(root)) for a in argv_of[tool]]
                     env_run = env | {"ATTNSTUDY_ROOT": str(root)}
                     times.setdefault((job, tool), []).append(timed_command(argv, root, env_run))
-        load_end = " ".join(f"{x:.2f}" for x in os.getloadavg())
     rows = []
     for job in todo:
         row: dict[str, object] = {"job": job}
@@ -130,16 +128,16 @@ def run(args) -> dict:
         f"each a fresh process, median of {repeats}, interleaved; model {folder} "
         f"(tiny Marian, word tokenizer); sentences: bench_inseq's copy pairs (seed "
         f"{SENTENCE_SEED}); one thread",
-        f"load average (1/5/15 min) at start {load_start}, at end {load_end}",
+        common.load_note(args),
     ]
     if "inseq" in tools:
         for r in rows:
             if not isinstance(r["inseq wall s"], float):
                 continue
-            ok = r["attnstudy wall s"] <= r["inseq wall s"]
+            met = common.verdict(r["attnstudy wall s"], r["inseq wall s"], higher_is_better=False)
             notes.append(
                 f"{r['job']}: attnstudy {r['attnstudy wall s']:.1f} s, inseq "
-                f"{r['inseq wall s']:.1f} s (target: no slower, {'met' if ok else 'NOT met'})"
+                f"{r['inseq wall s']:.1f} s (target: no slower, {met})"
             )
     common.report(
         "A command against inseq's command: attnstudy ablate and inseq attribute",
