@@ -233,8 +233,9 @@ BUILT_IN = tuple(_REGISTRY)
 def user_scores_payload() -> bytes | None:
     """The user-registered step scores (every one not built in), pickled by value for worker
     processes (``cloudpickle``: a function defined in a notebook or ``python -c`` travels as its
-    code, which plain pickle cannot send to a ``spawn``-started or Ray worker). None when there
-    are none. :func:`register_payload` registers them in the worker.
+    code, which plain pickle cannot send to a ``spawn``-started or Ray worker; so does one defined
+    in the user's own module file, which a Ray node need not have). None when there are none.
+    :func:`register_payload` registers them in the worker.
 
     Raises:
         ValueError: a score's function cannot be pickled (the message names it).
@@ -244,7 +245,13 @@ def user_scores_payload() -> bytes | None:
         return None
     import cloudpickle
 
+    # a score defined in the user's own module file (imported by their script or notebook)
+    # travels by value too: a worker, a Ray node above all, may not have that file
+    own = {m for s in user.values() if (m := _own_module(s.fn)) is not None}
+    own = {m for m in own if m.__name__ not in cloudpickle.list_registry_pickle_by_value()}
     try:
+        for module in own:
+            cloudpickle.register_pickle_by_value(module)
         return cloudpickle.dumps(user)
     except Exception as err:  # a closure over an unpicklable object, …
         names = ", ".join(user)
@@ -252,6 +259,26 @@ def user_scores_payload() -> bytes | None:
             f"the registered step scores ({names}) cannot be sent to worker processes "
             f"({type(err).__name__}: {err}); run with experiment.workers = 1"
         ) from None
+    finally:
+        for module in own:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _own_module(fn):
+    """The module of ``fn`` when it is a user's own file (neither ``__main__``, which cloudpickle
+    sends by value anyway, nor attnstudy, nor an installed package); else None."""
+    import sys
+    import sysconfig
+
+    name = getattr(fn, "__module__", None) or ""
+    module = sys.modules.get(name)
+    path = getattr(module, "__file__", None)
+    if module is None or path is None or name == "__main__" or name.split(".")[0] == "attnstudy":
+        return None
+    installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
+    if any(path.startswith(p) for p in installed):
+        return None
+    return module
 
 
 def register_payload(blob: bytes | None) -> None:

@@ -427,6 +427,39 @@ def test_the_attribution_benchmark_runs_in_smoke_mode(tmp_path):
     assert "peak RSS at L = 12" in text
 
 
+def test_a_score_in_the_users_own_module_file_reaches_workers_by_value(tmp_path, monkeypatch):
+    """A score defined in a module file of the user's (imported by their script) travels by value:
+    a worker without that file (a Ray node) still gets it; an installed or attnstudy module's
+    function stays a reference, and cloudpickle's registry is left as it was."""
+    import pickle
+    import sys
+
+    import cloudpickle
+
+    (tmp_path / "my_scores_61.py").write_text(
+        "def gap(probs, reference, target):\n"
+        "    return reference.max(-1).values - probs.max(-1).values\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import my_scores_61
+
+    step_scores.register_step_score("my_gap_61", my_scores_61.gap)
+    try:
+        blob = step_scores.user_scores_payload()
+    finally:
+        step_scores.unregister_step_score("my_gap_61")
+    assert "my_scores_61" not in cloudpickle.list_registry_pickle_by_value()
+    # the worker: neither the module nor its file
+    monkeypatch.delitem(sys.modules, "my_scores_61")
+    (tmp_path / "my_scores_61.py").unlink()
+    got = pickle.loads(blob)["my_gap_61"]
+    probs, ref = torch.tensor([[0.5, 0.5]]), torch.tensor([[0.9, 0.1]])
+    assert torch.allclose(got.fn(probs, ref, torch.tensor([0])), torch.tensor([0.4]))
+    assert step_scores._own_module(torch.nn.functional.softmax) is None  # installed
+    assert step_scores._own_module(step_scores.register_step_score) is None  # attnstudy
+
+
 def test_ablations_report_registered_step_scores_named_in_their_settings():
     """``[ablation.<name>] scores``: permutation (median over permutations), uniform and erase_max
     report any registered score beside their TVD; a score equal to TVD gives their TVD exactly,

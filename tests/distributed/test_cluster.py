@@ -221,6 +221,7 @@ def _local_study(tmp_path: Path, overrides: list[str], monkeypatch) -> str:
 def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_path, monkeypatch):
     import pandas as pd
 
+    from attnstudy.runtime.code_version import code_commit, code_digest
     from attnstudy.tracking import Tracker
     from attnstudy.tracking.store import study_runs
 
@@ -259,6 +260,10 @@ def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_
         assert a.tags["source_run_id"] == m.run_id and a.tags["mlflow.parentRunId"] == m.run_id
         assert a.tags["study_id"] == study.run_id and m.tags["device"] == a.tags["device"] == "cpu"
         assert m.tags["attnstudy.cluster_task"].startswith(f"{study.run_id}/")
+        # the code Ray shipped (a copy of this checkout): its digest, and the commit it names
+        # (a copy has no git: it carries the commit in a file)
+        assert m.tags["attnstudy.code_digest"] == a.tags["attnstudy.code_digest"] == code_digest()
+        assert m.tags["attnstudy.code_commit"] == code_commit()
         worker_pids.add(int(m.tags["attnstudy.owner.pid"]))
     # trained by (at least) two of our head's workers, not by the driver
     assert len(worker_pids) >= 2 and cluster.driver_pid not in worker_pids

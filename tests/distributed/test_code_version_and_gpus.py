@@ -190,7 +190,16 @@ head.start()
 try:
     os.environ.update(head.driver_env())
     ray = distributed._ray(loopback=True)
-    ray.init(address=head.address, logging_level="ERROR", log_to_driver=False)
+    # the job ships a staged copy of the code, as the executor does; a module only the copy has
+    import tempfile
+    from pathlib import Path
+
+    from attnstudy.runtime.code_version import digest_of, stage_code, staged_folders
+
+    staged = stage_code(Path(tempfile.mkdtemp()))
+    (staged / "only_in_the_shipped_copy.py").write_text("HERE = True\\n")
+    env = {"py_modules": [str(staged)]}
+    ray.init(address=head.address, logging_level="ERROR", log_to_driver=False, runtime_env=env)
 
     def probe():
         import torch
@@ -213,6 +222,21 @@ try:
     # the driver's code version as the payload carries it, but from other sources
     job = {"code": {"digest": "0" * 64, "commit": "unknown"}, "spec": "not reached"}
     out["other_code"] = ray.get(ray.remote(train_task).options(num_cpus=1).remote(job))
+    out["other_code_shipped"] = ray.get(
+        ray.remote(train_task).options(num_cpus=1).remote({**job, "shipped": True})
+    )
+
+    def where():
+        import attnstudy
+        import attnstudy.analysis
+        import attnstudy.only_in_the_shipped_copy
+        from attnstudy.runtime.code_version import this_code
+
+        return {"package": attnstudy.__file__, "analysis": attnstudy.analysis.__file__,
+                "code": this_code().digest, "commit": this_code().commit}
+
+    out["shipped"] = ray.get(ray.remote(where).options(num_cpus=1).remote())
+    out["staged"] = {"dir": str(staged), "code": digest_of(staged_folders(staged))}
     print("RESULT " + json.dumps(out), flush=True)
     ray.shutdown()
 finally:
@@ -244,6 +268,65 @@ def test_auto_trains_on_the_gpu_a_ray_task_was_given_and_on_the_cpu_otherwise(ra
 
 
 @pytest.mark.slow
+def test_the_code_shipped_by_ray_wins_over_the_nodes_own_install(ray_probe):
+    """A task given the driver's staged copy through ``runtime_env`` imports attnstudy (and
+    attnstudy.analysis inside it) from that copy, not from this checkout's editable install, and
+    its code version is the copy's, commit included (time bound: the module's one private head,
+    300 s in all)."""
+    from attnstudy.runtime.code_version import code_commit
+
+    got, staged = ray_probe["shipped"], ray_probe["staged"]
+    assert not got["package"].startswith(str(ROOT)), got
+    assert Path(got["analysis"]).parent.parent == Path(got["package"]).parent
+    assert got["code"] == staged["code"] and got["commit"] == code_commit()
+
+
+@pytest.mark.slow
+def test_a_worker_that_did_not_take_the_shipped_code_says_so(ray_probe):
+    error = ray_probe["other_code_shipped"]["error"]
+    assert "\n" not in error
+    assert re.search(
+        r"differs from the driver's \(code 000000000000, no git commit\): the code the driver "
+        r"ships through Ray's runtime_env did not reach this worker, which imported attnstudy "
+        r"from /\S+; check that the node's Ray version takes runtime_env py_modules",
+        error,
+    ), error
+
+
+def test_the_shipped_copy_is_the_package_as_one_folder_taken_once(tmp_path):
+    """stage_code: attnstudy.analysis inside the copy, no bytecode, the commit named, the same
+    digest as the running package's; a source edited afterwards does not reach the copy."""
+    from attnstudy.runtime.code_version import (
+        SHIPPED_COMMIT,
+        code_commit,
+        stage_code,
+        staged_folders,
+    )
+
+    (tmp_path / "a").mkdir()
+    staged = stage_code(tmp_path / "a")
+    assert staged == tmp_path / "a" / "attnstudy"
+    assert (staged / "analysis" / "catalogue.py").is_file()
+    assert not list(staged.rglob("__pycache__")) and not list(staged.rglob("*.pyc"))
+    assert (staged / SHIPPED_COMMIT).read_text().strip() == code_commit()
+    assert digest_of(staged_folders(staged)) == code_digest()
+    with pytest.raises(FileExistsError, match="stage the code into an empty folder"):
+        stage_code(tmp_path / "a")
+    # a package of our own, edited after its copy was taken
+    src = _package(tmp_path / "src")
+    (tmp_path / "analysis").mkdir()
+    (tmp_path / "analysis" / "c.py").write_text("z = 3\n")
+    folders = {**src, "analysis/": tmp_path / "analysis"}
+    (tmp_path / "b").mkdir()
+    copy = stage_code(tmp_path / "b", folders)
+    before = digest_of(folders)
+    (src[""] / "a.py").write_text("x = 99\n")
+    assert digest_of(staged_folders(copy)) == before != digest_of(folders)
+    assert (copy / "analysis" / "c.py").read_text() == "z = 3\n"
+    assert (copy / SHIPPED_COMMIT).read_text().strip() == "unknown"  # not the running package
+
+
+@pytest.mark.slow
 def test_a_ray_task_on_a_node_with_other_code_refuses_before_any_run(ray_probe):
     out = ray_probe["other_code"]
     assert out["ok"] is False and out["failed_run_id"] is None
@@ -255,3 +338,31 @@ def test_a_ray_task_on_a_node_with_other_code_refuses_before_any_run(ray_probe):
         r"differs from the driver's \(code 000000000000, no git commit\); install the same ",
         error,
     ), error
+
+
+def test_sources_edited_since_the_driver_started_are_refused_before_any_task(monkeypatch):
+    """The driver ships a copy of the sources on disk; when they differ from the code the driver
+    itself runs (edited since it started), the study is refused in one line, and the copy's
+    folder (the executor's own) is removed on close."""
+    from attnstudy.config import ConfigError
+    from attnstudy.executors import distributed
+    from attnstudy.runtime import code_version
+
+    ex = distributed.RayExecutor(address="127.0.0.1:1")
+    runtime_env, code = ex._ship_code()
+    staged = Path(runtime_env["py_modules"][0])
+    assert code == {"digest": code_digest(), "commit": code_version.code_commit()}
+    assert staged.name == "attnstudy" and staged.is_dir()
+    ex.close()
+    assert not staged.parent.exists()
+    running = CodeVersion("e" * 64, "unknown")
+    monkeypatch.setattr(code_version, "this_code", lambda: running)
+    ex = distributed.RayExecutor(address="127.0.0.1:1")
+    with pytest.raises(ConfigError) as err:
+        ex._ship_code()
+    ex.close()
+    assert str(err.value).startswith(
+        "the attnstudy sources changed since this command started (code eeeeeeeeeeee, no git "
+        "commit running, code "
+    )
+    assert str(err.value).endswith("so that every task runs the code the study records")

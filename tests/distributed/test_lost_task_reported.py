@@ -20,13 +20,20 @@ class _RayError(Exception):
     pass
 
 
-class _FakeRay:
-    exceptions = types.SimpleNamespace(RayError=_RayError)
+class _EnvError(_RayError):
+    pass
 
-    def get(self, ref):
-        raise _RayError(
+
+class _FakeRay:
+    exceptions = types.SimpleNamespace(RayError=_RayError, RuntimeEnvSetupError=_EnvError)
+
+    def __init__(self, error: _RayError | None = None):
+        self.error = error or _RayError(
             "Task failed because the node it was running on is dead or unavailable.\nmore"
         )
+
+    def get(self, ref):
+        raise self.error
 
 
 def test_a_lost_training_is_reported_at_once_with_its_run(fresh_root, tiny_config):
@@ -66,3 +73,22 @@ def test_an_ablation_not_run_after_its_lost_training_is_not_reported_twice(fresh
     executor._collect(ctx, job, "ablation", object())
     lines = said()[before:]
     assert len(lines) == 1 and "no run of it was open" in lines[0], lines
+
+
+def test_a_node_that_cannot_take_the_shipped_code_is_named_as_the_cause(fresh_root, tiny_config):
+    """Ray's runtime-env setup failing on a node (the code the driver ships could not be
+    installed there) is said as that, not as a dead worker."""
+    tracker = Tracker(f"sqlite:///{fresh_root / 'mlruns' / 'mlflow.db'}")
+    exp = tracker.experiment_id("lost-task")
+    job = Job.new("study0", 0, tiny_config.runs()[0])
+    ctx = types.SimpleNamespace(tracker=tracker, experiment_id=exp)
+    executor = RayExecutor("127.0.0.1:1")
+    executor._ray = _FakeRay(_EnvError("Failed to set up runtime environment.\ndetails"))
+    before = len(said())
+    executor._collect(ctx, job, "training", object())
+    (line,) = said()[before:]
+    assert (
+        "its training task was lost (its node could not take the code the driver ships "
+        "through Ray's runtime_env (_EnvError: Failed to set up runtime environment.)); no run "
+        "of it was open" in line
+    ), line

@@ -22,10 +22,19 @@ run ids as tasks finish, then computes seed variance and the report from the sto
   seeds, threads and data; each task checks that its node loads the same data (digest) as the
   driver did, since a data file that differs between nodes would otherwise train another model
   under the same name.
-* **One code version.** The driver sends its code version (:mod:`attnstudy.runtime.code_version`: a
-  digest of the package's sources and its git commit) with every task; a task whose node runs
-  other code fails before it starts a run, with one line naming both versions, so no node trains
-  other code under the same model key.
+* **Code shipped by Ray.** The driver copies its attnstudy package once, when the study starts
+  (:func:`attnstudy.runtime.code_version.stage_code`: ``attnstudy.analysis`` inside it, the
+  commit named), and every task runs that copy through Ray's ``runtime_env``
+  (``py_modules``), ahead of whatever attnstudy a node has installed: nodes need the
+  dependencies, not a checkout at the driver's commit, and a file edited after the study
+  started cannot reach a later task. A copy that differs from the code the driver itself runs
+  (a source edited between the driver's start and the copy) is refused before any task. User
+  step scores travel with the tasks by value (:func:`attnstudy.analysis.step_scores.user_scores_payload`).
+* **One code version.** The driver sends the copy's code version (:mod:`attnstudy.runtime.code_version`: a
+  digest of the package's sources and its git commit) with every task; a task whose worker runs
+  other code (a node that could not take the shipped copy) fails before it starts a run, with
+  one line naming both versions and where its attnstudy came from, so no node trains other code
+  under the same model key.
 * **Devices** resolve on the worker (:mod:`attnstudy.models.devices`); a training task requests
   ``training.num_gpus`` GPUs (default: 1 for an explicit ``cuda``/``cuda:N``, else 0), and
   ``auto`` trains on the GPU the task was given, on the CPU in a task that got none, so CPU-only
@@ -53,6 +62,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 
 from attnstudy.config import ConfigError
 from attnstudy.executors.ray_head import CLUSTERS_VAR, RAY_EXTRA, ClusterError, LocalRayHead
@@ -261,6 +271,8 @@ class RayExecutor:
         self.head: LocalRayHead | None = None
         self._ray = None
         self._connected_here = False
+        self._staged: str | None = None  # the folder holding the shipped copy (ours: removed)
+        self._shipped: tuple[dict, dict] = ({}, {})  # the tasks' runtime_env, the copy's version
 
     # --- connection ---------------------------------------------------------------------
     def prepare(self, cfg, tracker, experiment_id: str) -> None:
@@ -268,9 +280,10 @@ class RayExecutor:
         run exists.
 
         Raises:
-            ConfigError: the store cannot be shared by workers, or no node of the cluster can run
-                some task (a task Ray cannot place would wait for ever). ClusterError: no Ray
-                cluster.
+            ConfigError: the store cannot be shared by workers, no node of the cluster can run
+                some task (a task Ray cannot place would wait for ever), or the attnstudy
+                sources changed since the command started (:meth:`_ship_code`). ClusterError:
+                no Ray cluster.
         """
         require_server_uri(tracker.uri)
         CheckpointStore.from_env()  # a malformed $ATTNSTUDY_CHECKPOINT_URI, before any task
@@ -285,7 +298,13 @@ class RayExecutor:
     def _connect(self) -> None:
         ray = sys.modules.get("ray")
         if ray is not None and ray.is_initialized():  # a notebook that called ray.init() itself
-            self._ray = ray
+            # its job's runtime_env is its own: the tasks run the nodes' installed code, which
+            # the tasks compare with this process's (a node with other code refuses)
+            from dataclasses import asdict
+
+            from attnstudy.runtime.code_version import this_code
+
+            self._ray, self._shipped = ray, ({}, asdict(this_code()))
             return
         if self.address is None:
             # the private head's environment (token authentication, loopback) before Ray is
@@ -304,9 +323,15 @@ class RayExecutor:
                 f"no Ray head answers at {self.address}; start one with 'ray start --head "
                 "--node-ip-address HOST --port PORT' (docs/cluster.md)"
             ) from None
+        runtime_env, code = self._ship_code()
         handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
-            ray.init(address=self.address, logging_level=logging.WARNING, log_to_driver=True)
+            ray.init(
+                address=self.address,
+                logging_level=logging.WARNING,
+                log_to_driver=True,
+                runtime_env=runtime_env,  # Ray uploads the copy once; each task imports it
+            )
         except Exception as err:
             text = str(err).strip().splitlines()
             raise ClusterError(
@@ -319,6 +344,7 @@ class RayExecutor:
                 if signal.getsignal(s) is not h and h is not None:
                     signal.signal(s, h)
         self._ray, self._connected_here = ray, True
+        self._shipped = (runtime_env, code)
 
     def close(self) -> None:
         """Disconnect, and stop the private head if this executor started one."""
@@ -329,6 +355,11 @@ class RayExecutor:
         if self.head is not None:
             self.head.stop()
             self.head = None
+        if self._staged is not None:
+            import shutil
+
+            shutil.rmtree(self._staged, ignore_errors=True)  # the temporary folder we made
+            self._staged = None
 
     # --- the study ----------------------------------------------------------------------
     def run_variants(self, ctx) -> None:
@@ -340,8 +371,13 @@ class RayExecutor:
 
         ray = self._ray
         train_fn, ablate_fn = ray.remote(train_task), ray.remote(ablate_task)
+        if self._ray is None:  # prepare() not called: connect (and ship the code) now
+            self._connect()
+        runtime_env, code = self._shipped
+        shipped = bool(runtime_env)
         # checkpoints shared through an S3-compatible store, if this driver names one
         common = common_payload(ctx, checkpoint_uri=os.environ.get(CHECKPOINT_URI_VAR, ""))
+        common.update(code=code, shipped=shipped)
         abl_gpu = 1 if requests_gpu(ctx.cfg.ablation.device) else 0
         jobs: list[Job] = []
         for i, spec in enumerate(ctx.specs):
@@ -395,6 +431,39 @@ class RayExecutor:
             bar.close()
         settle_best_aliases(ctx, jobs)
 
+    def _ship_code(self) -> tuple[dict, dict]:
+        """Copy the running package once (:func:`attnstudy.runtime.code_version.stage_code`) into
+        a temporary folder of ours, removed by :meth:`close`; returns the job's ``runtime_env``
+        (Ray takes a folder to upload only at ``ray.init``, for the whole job, not per task) and
+        the copy's code version as the payload carries it.
+
+        Raises:
+            ConfigError: the copy differs from the code this process runs (a source edited since
+                the command started).
+        """
+        import tempfile
+        from dataclasses import asdict
+
+        from attnstudy.runtime.code_version import (
+            CodeVersion,
+            digest_of,
+            stage_code,
+            staged_folders,
+            this_code,
+        )
+
+        self._staged = tempfile.mkdtemp(prefix="attnstudy-shipped-code-")
+        staged = stage_code(Path(self._staged))
+        running = this_code()
+        copied = CodeVersion(digest_of(staged_folders(staged)), running.commit)
+        if copied.digest != running.digest:
+            raise ConfigError(
+                f"the attnstudy sources changed since this command started ({running.describe()} "
+                f"running, {copied.describe()} on disk): run the study again, so that every "
+                "task runs the code the study records"
+            )
+        return {"py_modules": [str(staged)]}, asdict(copied)
+
     def _collect(self, ctx, job: Job, phase: str, ref) -> None:
         """Turn one finished task into a model, an ablation run or a failure."""
         ray = self._ray
@@ -404,7 +473,13 @@ class RayExecutor:
         except ray.exceptions.RayError as err:  # the worker died or the task never ran
             if phase == "ablation" and job.train_failed:
                 return  # not run because its training failed: recorded there
-            job.lose(ctx, phase, f"the Ray worker running it died ({_first_line(err)})")
+            reason = f"the Ray worker running it died ({_first_line(err)})"
+            if isinstance(err, ray.exceptions.RuntimeEnvSetupError):
+                reason = (
+                    "its node could not take the code the driver ships through Ray's "
+                    f"runtime_env ({_first_line(err)})"
+                )
+            job.lose(ctx, phase, reason)
             _report_lost(job, phase)
             return
         if not out.get("skipped"):

@@ -106,7 +106,12 @@ def code_digest() -> str:
 def code_commit() -> str:
     """The git commit of the checkout the running package lives in, or ``"unknown"``: an
     installed wheel, no git, or a package folder that git does not track (a ``site-packages``
-    inside some other repository is not that repository's code)."""
+    inside some other repository is not that repository's code). A copy made by
+    :func:`stage_code` (the code a Ray driver ships to its tasks) names the commit it was copied
+    from in its :data:`SHIPPED_COMMIT` file."""
+    shipped = PACKAGE_DIR / SHIPPED_COMMIT
+    if shipped.is_file():
+        return shipped.read_text(encoding="utf-8").strip() or UNKNOWN
     try:
         tracked = subprocess.run(
             ["git", "ls-files", "--error-unmatch", "__init__.py"],
@@ -123,6 +128,52 @@ def code_commit() -> str:
         return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else UNKNOWN
     except (OSError, subprocess.SubprocessError):
         return UNKNOWN
+
+
+SHIPPED_COMMIT = "SHIPPED_COMMIT"
+"""The file in a :func:`stage_code` copy that names the commit it was copied from (not a source
+file: it does not enter the digest)."""
+
+
+def stage_code(dest: Path, folders: dict[str, Path] | None = None) -> Path:
+    """Copy the running package into ``dest/attnstudy`` as one importable folder: the package's
+    files with ``attnstudy.analysis`` inside it (an editable install maps it to the checkout's
+    top-level ``analysis/``), ``__pycache__`` left out, and a :data:`SHIPPED_COMMIT` file naming
+    the commit. This is what a Ray driver ships to its tasks (``runtime_env={"py_modules": …}``,
+    :mod:`attnstudy.executors.distributed`): the copy is taken once, so a file edited after the
+    study started cannot reach a later task, and :func:`digest_of` the copy's folders equals the
+    running package's digest when nothing was edited since the process started.
+
+    Args:
+        dest: an existing, empty folder (the caller's; the copy is made inside it).
+        folders: the package's folders (default: :func:`package_folders`, the running package).
+
+    Returns:
+        ``dest/attnstudy``.
+
+    Raises:
+        FileExistsError: ``dest/attnstudy`` exists.
+    """
+    import shutil
+
+    folders = package_folders() if folders is None else folders
+    target = Path(dest) / "attnstudy"
+    if target.exists():
+        raise FileExistsError(f"{target} exists: stage the code into an empty folder")
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(folders[""], target, ignore=skip)
+    for place, folder in folders.items():
+        inside = target / place.rstrip("/")
+        if place and not inside.exists():  # a wheel keeps analysis/ inside already: copied
+            shutil.copytree(folder, inside, ignore=skip)
+    commit = code_commit() if folders.get("") == PACKAGE_DIR else UNKNOWN
+    (target / SHIPPED_COMMIT).write_text(commit + "\n", encoding="utf-8")
+    return target
+
+
+def staged_folders(staged: Path) -> dict[str, Path]:
+    """The folders of a :func:`stage_code` copy as :func:`digest_of` reads them."""
+    return {"": staged, "analysis/": staged / "analysis"}
 
 
 def this_code() -> CodeVersion:

@@ -258,8 +258,8 @@ def _worker(job: dict, placement: Placement | None):
 def _other_code(job: dict) -> dict | None:
     """A task's refusal when its node runs other attnstudy code than the driver
     (:func:`attnstudy.runtime.code_version.check_same_code`), before it starts any run; None when
-    the
-    code is the same."""
+    the code is the same. When the driver shipped its code (``job["shipped"]``) the refusal says
+    that the shipped copy did not reach this worker, and where its attnstudy came from."""
     from attnstudy.runtime.code_version import (
         CodeVersion,
         CodeVersionError,
@@ -270,7 +270,17 @@ def _other_code(job: dict) -> dict | None:
     try:
         check_same_code(CodeVersion(**job["code"]), this_code(), socket.gethostname())
     except CodeVersionError as err:
-        return {"ok": False, "error": str(err), "failed_run_id": None}
+        error = str(err)
+        if job.get("shipped"):  # the driver shipped its code: this worker did not run it
+            from attnstudy.runtime.code_version import PACKAGE_DIR
+
+            error = (
+                f"{error.split('; ')[0]}: the code the driver ships through Ray's runtime_env "
+                f"did not reach this worker, which imported attnstudy from {PACKAGE_DIR}; check "
+                "that the node's Ray version takes runtime_env py_modules, then run again with "
+                "--resume"
+            )
+        return {"ok": False, "error": error, "failed_run_id": None}
     return None
 
 
