@@ -83,6 +83,10 @@ class ExperimentMeta(_Strict):
     # the cores divided by training.threads, capped by the models; 1: one after another in this
     # process (attnstudy.executors.local_workers)
     workers: int | None = Field(None, ge=1, le=256)
+    # Ray executor: how often Ray runs a training or ablation task again after its worker or node
+    # died (an error the task raises is never retried); a retry takes over its earlier attempt's
+    # run and continues it (executors/distributed.py)
+    task_retries: int = Field(2, ge=0, le=10)
 
     @field_validator("name")
     @classmethod

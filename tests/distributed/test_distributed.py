@@ -304,6 +304,7 @@ def test_a_ray_ablation_task_uses_the_experiments_verdict_thresholds(monkeypatch
         return "ablation-run", None
 
     monkeypatch.setattr(study_tasks, "_worker", worker)
+    monkeypatch.setattr(study_tasks, "_take_over", lambda *a: None)  # a first attempt
     monkeypatch.setattr(model_runs, "load_model", lambda uri, tracker: ("m", "loaded"))
     monkeypatch.setattr(ablation_runs, "ablate_run", ablate_run)
     from dataclasses import asdict

@@ -92,3 +92,38 @@ def test_a_node_that_cannot_take_the_shipped_code_is_named_as_the_cause(fresh_ro
         "through Ray's runtime_env (_EnvError: Failed to set up runtime environment.)); no run "
         "of it was open" in line
     ), line
+
+
+def test_a_retry_takes_over_the_runs_its_dead_attempt_left_running(fresh_root, tiny_config):
+    """A task run again by Ray finds its dead attempt's RUNNING runs by its token: a training
+    gets its model run back to continue; every other run (an ablation's) is ended KILLED so the
+    ablation resumes it; another task's runs are not touched; a first attempt finds nothing."""
+    from attnstudy.study.tasks import _take_over
+    from attnstudy.tracking import Kind
+
+    tracker = Tracker(f"sqlite:///{fresh_root / 'mlruns' / 'mlflow.db'}")
+    exp = tracker.experiment_id("retry")
+    spec = tiny_config.runs()[0]
+    job = Job.new("study0", 0, spec)
+    train_job = {"experiment_id": exp, "token": job.train_token}
+    ablate_job = {"experiment_id": exp, "token": job.ablate_token}
+    assert _take_over(tracker, train_job, spec, "training") is None  # a first attempt
+    model = tracker.start_run(
+        exp, spec.name, {Tag.CLUSTER_TASK: job.train_token, Tag.KIND: Kind.MODEL}
+    )
+    ablation = tracker.start_run(
+        exp, f"ablations of {spec.name}", {Tag.CLUSTER_TASK: job.ablate_token, Tag.KIND: "ablation"}
+    )
+    before = len(said())
+    assert _take_over(tracker, train_job, spec, "training") == model
+    assert tracker.get_run(model).status == "RUNNING"  # reopened by the training itself
+    assert tracker.get_run(ablation).status == "RUNNING"  # another task's
+    assert _take_over(tracker, ablate_job, spec, "ablation") == ""
+    assert tracker.get_run(ablation).status == "KILLED"
+    lines = said()[before:]
+    assert lines == [
+        f"{spec.name}: its training task was run again after its worker died; the retry "
+        f"continues run {model} from its last checkpoint",
+        f"{spec.name}: its ablation task was run again after its worker died; the retry "
+        f"resumes run {ablation} from its last finished batch",
+    ]

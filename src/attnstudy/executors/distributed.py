@@ -12,12 +12,16 @@ run ids as tasks finish, then computes seed variance and the report from the sto
   (``mlflow-artifacts:`` proxying, ``mlflow server --artifacts-destination`` a folder or
   ``s3://``) or on an S3-compatible store every node reaches (an ``s3://`` artifact location),
   never on a disk path of some machine.
-* **Failures.** Tasks run with ``max_retries=0`` (a retry would create a second run while the
-  crashed attempt's run stays RUNNING). A training or ablation that raises fails alone, its run
-  FAILED with the error, as in the local executor. A worker that dies (killed, out of memory, its
-  node lost) leaves its run RUNNING: every run a task starts carries the task's token
-  (``attnstudy.cluster_task``), and the driver ends those runs FAILED with the reason. The other
-  tasks go on; the study's summary and the exit code say what failed.
+* **Failures.** A training or ablation that raises fails alone, its run FAILED with the error,
+  as in the local executor (Ray does not retry it). A worker that dies (killed, out of memory,
+  its node lost) leaves its run RUNNING; every run a task starts carries the task's token
+  (``attnstudy.cluster_task``). Ray runs such a task again, up to ``experiment.task_retries``
+  times (default 2), and the retry takes over its dead attempt's runs by that token
+  (:func:`attnstudy.study.tasks.train_task`): a training reopens its model run and continues
+  from the last checkpoint, an ablation resumes its run from the last finished batch, so the
+  study finishes without ``--resume`` and with one run per model. Once the retries are spent the
+  driver ends the runs left RUNNING as FAILED with the reason. The other tasks go on; the
+  study's summary and the exit code say what failed.
 * **Same numbers.** A task trains and ablates exactly as the local executor does, with the same
   seeds, threads and data; each task checks that its node loads the same data (digest) as the
   driver did, since a data file that differs between nodes would otherwise train another model
@@ -388,14 +392,14 @@ class RayExecutor:
             job.train_ref = train_fn.options(
                 num_cpus=threads,
                 num_gpus=spec.training.gpus_per_task(),
-                max_retries=0,
+                max_retries=ctx.cfg.experiment.task_retries,
                 name=f"train {spec.name}",
                 **memory,
             ).remote(train_payload(ctx, job, common))
             job.ablate_ref = ablate_fn.options(
                 num_cpus=threads,
                 num_gpus=abl_gpu,
-                max_retries=0,
+                max_retries=ctx.cfg.experiment.task_retries,
                 name=f"ablate {spec.name}",
                 **memory,
             ).remote(job.train_ref, ablate_payload(ctx, job, common))

@@ -4,7 +4,7 @@
 a row per model (and layer, where the tables have one) and statistic: the cell before, the cell
 after, and whether their 95 % intervals overlap. docs/findings.md shows such a table for each
 study regenerated with the rprop-1 solver and the counter-based random streams (the tables before
-are kept in ``experiments/results/jw-legacy/``), so every number of the comparison is a committed
+are in the repository's history), so every number of the comparison is a committed
 cell.
 """
 

@@ -162,10 +162,13 @@ def train_spec(
     retrain: bool = False,
     resume: bool = False,
     progress: bool = True,
+    continue_run: str | None = None,
 ) -> ModelRun:
     """Train one model (or reuse a finished run with the same model key) and log it; a
     pretrained variant (``model.source = "hf:FOLDER"``) is evaluated instead
     (:func:`attnstudy.study.pretrained.evaluate_pretrained`).
+    ``continue_run``: a model run to reopen and train on into from the last checkpoint (a Ray
+    task's retry takes over its dead attempt's run, :func:`attnstudy.study.tasks.train_task`).
 
     The model key (:meth:`RunSpec.model_key`) covers the used config fields and the data digest;
     a finished run with that key whose model files are in the store is reused (``ModelRun.reason``
@@ -180,9 +183,8 @@ def train_spec(
         process still trains the same key after the wait. ConfigError: a malformed
         ``$ATTNSTUDY_TRAINING_WAIT``. KeyboardInterrupt: the run is marked KILLED and the last
         complete checkpoint is kept for ``resume``; :class:`attnstudy.runtime.signals.Interrupted`
-        when
-        the interrupt took effect after the run had FINISHED (its message says whether it is
-        registered).
+        when the interrupt took effect after the run had FINISHED (its message says whether it
+        is registered).
     """
     data = task_data(spec)
     digests = folder_digests_of(spec)  # a pretrained model: evaluated, not trained
@@ -235,9 +237,10 @@ def train_spec(
                     data=data,
                     key=key,
                     ckpt_dir=ckpt_dir,
-                    resume=resume,
+                    resume=resume or continue_run is not None,
                     progress=progress,
                     hold=hold,
+                    continue_run=continue_run,
                     on_checkpoint=None if shared is None else functools.partial(shared.upload, key),
                 )
                 # registered only once the run is FINISHED: a version never points at an
@@ -466,6 +469,14 @@ def _evaluate_trained(spec: RunSpec, data: TaskData, result, final: dict) -> lis
     return hyps
 
 
+def _open_run(tracker, experiment_id, name, tags, study_id, continue_run) -> str:
+    """A new model run, or ``continue_run`` reopened (:meth:`Tracker.reopen_run`)."""
+    if continue_run is None:
+        return tracker.start_run(experiment_id, name, tags, study_id)
+    tracker.reopen_run(continue_run)
+    return continue_run
+
+
 def _train_run(
     spec: RunSpec,
     tracker: Tracker,
@@ -479,19 +490,21 @@ def _train_run(
     progress: bool,
     hold: ExitStack | None = None,
     on_checkpoint=None,
+    continue_run: str | None = None,
 ) -> tuple[str, str, dict[str, float]]:
     """Train one model inside its own run (see :func:`train_spec`). Returns (run id, logged model id, metrics).
 
     ``hold``: signals are held from the end of the run's block (its closing FINISHED included)
     until ``hold`` closes (the caller registers the model meanwhile). ``on_checkpoint``: called
-    with each ``last.pt`` written (:func:`attnstudy.models.training.train`).
+    with each ``last.pt`` written (:func:`attnstudy.models.training.train`). ``continue_run``:
+    reopen that run (:meth:`attnstudy.tracking.Tracker.reopen_run`) instead of starting one.
     """
     splits, src_vocab, tgt_vocab = data.splits, data.src_vocab, data.tgt_vocab
     device = resolve_device(spec.training.device)  # where this process trains, before any run
     check_installed(spec.data)  # sacrebleu for a translation task, before any run or training
     tags = run_tags(spec, study_id=study_id, kind=Kind.MODEL, key=key, digest=data.digest)
     tags |= {Tag.DEVICE: str(device)}
-    run_id = tracker.start_run(experiment_id, spec.name, tags, study_id)
+    run_id = _open_run(tracker, experiment_id, spec.name, tags, study_id, continue_run)
     with tracker.active(run_id), tracker.system_metrics(run_id):  # CPU and memory as system/*
         datasets = _log_inputs(tracker, run_id, spec, data)
         cpu_start = time.process_time()

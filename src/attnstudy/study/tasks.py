@@ -284,6 +284,39 @@ def _other_code(job: dict) -> dict | None:
     return None
 
 
+def _take_over(tracker, job: dict, spec, phase: str) -> str | None:
+    """A retry of this task (Ray runs it again after its worker or node died): the runs its earlier
+    attempt left RUNNING, found by the task's token (``attnstudy.cluster_task``), are this
+    attempt's to continue, whatever their lease says (Ray retries only once it knows the worker
+    is dead). A training's model run is returned, to be reopened and trained into from the last
+    checkpoint; every other such run (an ablation run, an adversary's) is ended KILLED, so that
+    this attempt resumes the ablation run from its last batch
+    (:func:`attnstudy.study.ablation_resume.find_interrupted`). One line says so on stderr (Ray
+    forwards it to the driver). None on a first attempt, ``""`` on a retry with no model run
+    to continue.
+    """
+    from attnstudy.runtime.notices import notice
+    from attnstudy.tracking import Kind, Tag, store
+
+    left = store.running_task_runs(tracker, job["experiment_id"], job["token"])
+    if not left:
+        return None
+    model = next((r.run_id for r in left if phase == "training" and r.kind == Kind.MODEL), None)
+    reason = "its worker died; a retry of its task took over"
+    for r in left:
+        if r.run_id != model:
+            tracker.set_tags(
+                r.run_id, {Tag.ERROR_CLASS: "Interrupted", Tag.NOTE: f"Killed: {reason}"}
+            )
+            tracker.end_run(r.run_id, "KILLED")
+    if model is not None:
+        what = f"the retry continues run {model} from its last checkpoint"
+    else:
+        what = f"the retry resumes run {left[0].run_id} from its last finished batch"
+    notice(f"{spec.name}: its {phase} task was run again after its worker died; {what}")
+    return model or ""
+
+
 def train_task(job: dict, placement: Placement | None = None) -> dict:
     """One training in a worker (:func:`attnstudy.study.model_runs.train_spec`): its start line and
     plain progress lines (``job["progress"]``, naming ``job["position"]``, model k of N) on this
@@ -311,6 +344,7 @@ def train_task(job: dict, placement: Placement | None = None) -> dict:
         task(f"{model_runs.model_task(spec)} {spec.name}", job.get("progress", False)),
     ):
         try:
+            earlier = _take_over(tracker, job, spec, "training")
             digest = task_data(spec).digest
             if digest != job["data_digest"]:
                 raise DataError(
@@ -325,6 +359,7 @@ def train_task(job: dict, placement: Placement | None = None) -> dict:
                 retrain=job["retrain"],
                 resume=job["resume"],
                 progress=job.get("progress", False),
+                continue_run=earlier or None,
             )
         except Exception as err:
             return {
@@ -378,6 +413,7 @@ def ablate_task(trained: dict, job: dict, placement: Placement | None = None) ->
         task(f"ablate {spec.name}", job.get("progress", False)),
     ):
         try:
+            retried = _take_over(tracker, job, spec, "ablation") is not None
             cfg = AblationConfig.model_validate(job["ablation"])
             thresholds = VerdictThresholds.model_validate(job["verdict"])
             _, loaded = model_runs.load_model(f"runs:/{model_run_id}", tracker)
@@ -390,7 +426,7 @@ def ablate_task(trained: dict, job: dict, placement: Placement | None = None) ->
                 progress=job.get("progress", False),
                 thresholds=thresholds,  # the experiment's [report.verdict], in every executor
                 # an interrupted ablation run (another node's too) continues from its last batch
-                resume=job.get("resume", False),
+                resume=job.get("resume", False) or retried,
             )
         except Exception as err:
             return {

@@ -338,6 +338,15 @@ def study_runs(tracker: Tracker, study_id: str) -> StudyRuns:
     )
 
 
+def running_task_runs(tracker: Tracker, experiment_id: str, token: str) -> list[RunRecord]:
+    """The RUNNING runs a cluster task started (its ``attnstudy.cluster_task`` tag is ``token``),
+    newest first."""
+    return tracker.search_runs(
+        [experiment_id],
+        f"tags.`{Tag.CLUSTER_TASK}` = {_q(token)} and attributes.status = 'RUNNING'",
+    )
+
+
 def fail_task_runs(
     tracker: Tracker, experiment_id: str, token: str, reason: str, status: str = "FAILED"
 ) -> list[str]:
@@ -351,10 +360,7 @@ def fail_task_runs(
     Returns:
         The run ids ended, innermost (newest) first.
     """
-    runs = tracker.search_runs(
-        [experiment_id],
-        f"tags.`{Tag.CLUSTER_TASK}` = {_q(token)} and attributes.status = 'RUNNING'",
-    )
+    runs = running_task_runs(tracker, experiment_id, token)
     for r in runs:
         tracker.set_tags(
             r.run_id,
