@@ -340,6 +340,8 @@ def test_a_dead_worker_is_retried_and_the_retry_continues_its_run(cluster, tmp_p
         f"models.0.training.epochs={epochs}",
         "--set",
         f"models.0.training.patience={epochs}",
+        "--set",  # one cheap ablation: the battery is not what is tested here
+        'ablation.ablations=["uniform"]',
         on_poll=kill_the_long_training,
         own_head=True,
     )
