@@ -5,6 +5,7 @@ quotes a few) is a cell of a committed table (experiments/results/*.csv, written
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -96,13 +97,17 @@ def _section(text: str, title: str) -> str:
     return _prose(body)
 
 
-def _cells() -> set[str]:
-    return {
-        cell
-        for csv in [*RESULTS.glob("*.csv"), *RESULTS.glob("*/*.csv")]
-        for row in results.read_rows(csv)
-        for cell in row.values()
-    }
+@functools.cache
+def _cells() -> frozenset[str]:
+    """Every cell of every committed table (read once per test process)."""
+    return frozenset(
+        {
+            cell
+            for csv in [*RESULTS.glob("*.csv"), *RESULTS.glob("*/*.csv")]
+            for row in results.read_rows(csv)
+            for cell in row.values()
+        }
+    )
 
 
 def test_every_number_with_an_interval_in_the_findings_is_a_committed_cell():
