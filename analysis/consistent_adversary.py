@@ -117,7 +117,9 @@ def train_consistent_adversary(
     Both models share the vocabularies; the base runs in eval mode without gradients and gets
     its mode back; the adversary trains with Adam (``lr``), gradient-norm clipping and its own
     dropout, on batches of ``examples`` drawn as in training (bucketed, shuffled with ``seed``
-    and the epoch), and is left in eval mode.
+    and the epoch), and is left in eval mode. Its dropout masks are drawn from torch's generator
+    seeded with ``seed`` (inside ``torch.random.fork_rng``: the caller's stream is untouched), so
+    the result does not depend on what the process ran before.
 
     Args:
         base, adversary: two models of one family and configuration, on one device.
@@ -143,7 +145,12 @@ def train_consistent_adversary(
     device = next(adversary.parameters()).device
     optimizer = torch.optim.Adam(adversary.parameters(), lr=lr)
     history = []
-    with eval_mode(base):
+    # the adversary's dropout masks come from ``seed`` alone, not from whatever the process drew
+    # before (an ablation, another adversary): torch's global generator is seeded inside a fork,
+    # so the caller's stream is left as it was
+    forked = [device.index or 0] if device.type == "cuda" else []
+    with eval_mode(base), torch.random.fork_rng(devices=forked):
+        torch.manual_seed(seed)
         for epoch in range(1, epochs + 1):
             adversary.train()
             batches = make_batches(

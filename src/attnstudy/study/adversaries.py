@@ -111,12 +111,16 @@ def adversary_key(
     base_key: str, lam: float, adv: TrainedAdversaryConfig, settings: dict[str, float | int]
 ) -> str:
     """SHA-256 of what decides an adversary's result: the base model's key, λ, ``init``, the
-    layer and the resolved optimisation and evaluation settings."""
+    layer and the resolved optimisation and evaluation settings, and ``"dropout": "seeded"``:
+    since 2026-12-07 the adversary's dropout masks come from its seed alone
+    (:func:`attnstudy.analysis.consistent_adversary.train_consistent_adversary`); before, from the
+    process's torch generator as earlier work left it, so an adversary stored then is not reused."""
     payload = {
         "base": base_key,
         "lambda": lam,
         "init": adv.init,
         "layer": adv.layer,
+        "dropout": "seeded",
         **settings,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
