@@ -34,6 +34,22 @@ def test_overlap_reads_scientific_notation_and_negative_values():
     assert ba.overlap("12", "13") == ""
 
 
+def test_a_trained_adversarys_lambda_names_its_row():
+    before = [
+        {"model": "a", "λ": "0.1", "JSD": "0.2 [0.1, 0.3]"},
+        {"model": "a", "λ": "1", "JSD": "0.9"},
+    ]
+    after = [
+        {"model": "a", "λ": "0.1", "JSD": "0.25 [0.2, 0.3]"},
+        {"model": "a", "λ": "1", "JSD": "0.8"},
+    ]
+    rows = ba.before_after(before, after, ["JSD"])
+    assert [(r["λ"], r["before"], r["after"]) for r in rows] == [
+        ("0.1", "0.2 [0.1, 0.3]", "0.25 [0.2, 0.3]"),
+        ("1", "0.9", "0.8"),
+    ]
+
+
 def test_layers_name_rows_and_tables_of_other_models_are_refused():
     before = [{"model": "t", "layer": "1", "x": "1 [0, 2]"}, {"model": "t", "layer": "2", "x": "5"}]
     after = [

@@ -1,7 +1,7 @@
 """Two versions of one committed result table side by side: what a regeneration changed.
 
 ``python -m attnstudy.report.before_after BEFORE.csv AFTER.csv OUT.csv --columns "a,b"`` writes
-a row per model (and layer, where the tables have one) and statistic: the cell before, the cell
+a row per model (and layer, λ or aligner, where the tables have them) and statistic: the cell before, the cell
 after, and whether their 95 % intervals overlap. docs/findings.md shows such a table for each
 study regenerated with the rprop-1 solver and the counter-based random streams (the tables before
 are in the repository's history), so every number of the comparison is a committed
@@ -24,8 +24,9 @@ CELL = re.compile(
 )
 """A statistic with its 95 % interval as the report writes it: ``0.586 [0.573, 0.598]``."""
 
-KEYS = ("model", "layer")
-"""The columns that name a row (``layer`` only where a table has it)."""
+KEYS = ("model", "layer", "λ", "aligner", "attention argmax")
+"""The columns that name a row, those a table has: the model and, where the table has them, its
+layer, a trained adversary's λ, the aligner, the alignment split."""
 
 
 def overlap(before: str, after: str) -> str:
@@ -41,7 +42,7 @@ def overlap(before: str, after: str) -> str:
 def before_after(
     before: list[dict[str, str]], after: list[dict[str, str]], columns: list[str]
 ) -> list[dict[str, str]]:
-    """Rows ``model [, layer], statistic, before, after, intervals overlap`` for each row of
+    """Rows ``model [, layer, λ, …], statistic, before, after, intervals overlap`` for each row of
     ``after`` (in its order) and each of ``columns`` (in that order).
 
     Raises:

@@ -469,12 +469,12 @@ def _evaluate_trained(spec: RunSpec, data: TaskData, result, final: dict) -> lis
     return hyps
 
 
-def _open_run(tracker, experiment_id, name, tags, study_id, continue_run) -> str:
-    """A new model run, or ``continue_run`` reopened (:meth:`Tracker.reopen_run`)."""
-    if continue_run is None:
-        return tracker.start_run(experiment_id, name, tags, study_id)
-    tracker.reopen_run(continue_run)
-    return continue_run
+def _open_run(tracker, experiment_id, name, tags, *, study, reopen) -> str:
+    """A new model run in ``study``, or the run ``reopen`` reopened (:meth:`Tracker.reopen_run`)."""
+    if reopen is None:
+        return tracker.start_run(experiment_id, name, tags, study)
+    tracker.reopen_run(reopen)
+    return reopen
 
 
 def _train_run(
@@ -504,7 +504,7 @@ def _train_run(
     check_installed(spec.data)  # sacrebleu for a translation task, before any run or training
     tags = run_tags(spec, study_id=study_id, kind=Kind.MODEL, key=key, digest=data.digest)
     tags |= {Tag.DEVICE: str(device)}
-    run_id = _open_run(tracker, experiment_id, spec.name, tags, study_id, continue_run)
+    run_id = _open_run(tracker, experiment_id, spec.name, tags, study=study_id, reopen=continue_run)
     with tracker.active(run_id), tracker.system_metrics(run_id):  # CPU and memory as system/*
         datasets = _log_inputs(tracker, run_id, spec, data)
         cpu_start = time.process_time()
