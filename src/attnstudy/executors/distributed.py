@@ -373,15 +373,12 @@ class RayExecutor:
         from attnstudy.runtime.progress import Progress
         from attnstudy.study.model_runs import model_task
 
-        ray = self._ray
+        ray = self._ray  # connected by prepare(), which shipped the code
         train_fn, ablate_fn = ray.remote(train_task), ray.remote(ablate_task)
-        if self._ray is None:  # prepare() not called: connect (and ship the code) now
-            self._connect()
         runtime_env, code = self._shipped
-        shipped = bool(runtime_env)
         # checkpoints shared through an S3-compatible store, if this driver names one
         common = common_payload(ctx, checkpoint_uri=os.environ.get(CHECKPOINT_URI_VAR, ""))
-        common.update(code=code, shipped=shipped)
+        common.update(code=code, shipped=bool(runtime_env))
         abl_gpu = 1 if requests_gpu(ctx.cfg.ablation.device) else 0
         jobs: list[Job] = []
         for i, spec in enumerate(ctx.specs):

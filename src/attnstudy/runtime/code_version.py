@@ -181,7 +181,16 @@ def this_code() -> CodeVersion:
     return CodeVersion(code_digest(), code_commit())
 
 
-def check_same_code(driver: CodeVersion, node: CodeVersion, where: str) -> None:
+INSTALL_REMEDY = (
+    "; install the same attnstudy on every node (pip install -e . at the driver's commit), "
+    "restart its Ray worker, then run again with --resume"
+)
+"""What :func:`check_same_code` says to do, by default: the node runs its own installed code."""
+
+
+def check_same_code(
+    driver: CodeVersion, node: CodeVersion, where: str, *, remedy: str | None = None
+) -> None:
     """Refuse to work on a node whose code differs from the driver's.
 
     Only the digests are compared: two checkouts at different commits with the same sources run
@@ -191,6 +200,9 @@ def check_same_code(driver: CodeVersion, node: CodeVersion, where: str) -> None:
         driver: the driver's code version (sent with the task).
         node: this node's (:func:`this_code`).
         where: the node, for the message (its host name).
+        remedy: the end of the message, from its separator on: what went wrong and what to do
+            (default :data:`INSTALL_REMEDY`; a driver that ships its code says that it did not
+            reach the worker).
 
     Raises:
         CodeVersionError: one line naming both versions and what to do.
@@ -198,6 +210,5 @@ def check_same_code(driver: CodeVersion, node: CodeVersion, where: str) -> None:
     if driver.digest != node.digest:
         raise CodeVersionError(
             f"the attnstudy code on node {where} ({node.describe()}) differs from the driver's "
-            f"({driver.describe()}); install the same attnstudy on every node (pip install -e . "
-            "at the driver's commit), restart its Ray worker, then run again with --resume"
+            f"({driver.describe()}){INSTALL_REMEDY if remedy is None else remedy}"
         )

@@ -267,20 +267,21 @@ def _other_code(job: dict) -> dict | None:
         this_code,
     )
 
-    try:
-        check_same_code(CodeVersion(**job["code"]), this_code(), socket.gethostname())
-    except CodeVersionError as err:
-        error = str(err)
-        if job.get("shipped"):  # the driver shipped its code: this worker did not run it
-            from attnstudy.runtime.code_version import PACKAGE_DIR
+    remedy = None
+    if job.get("shipped"):  # the driver shipped its code: this worker did not run it
+        from attnstudy.runtime.code_version import PACKAGE_DIR
 
-            error = (
-                f"{error.split('; ')[0]}: the code the driver ships through Ray's runtime_env "
-                f"did not reach this worker, which imported attnstudy from {PACKAGE_DIR}; check "
-                "that the node's Ray version takes runtime_env py_modules, then run again with "
-                "--resume"
-            )
-        return {"ok": False, "error": error, "failed_run_id": None}
+        remedy = (
+            ": the code the driver ships through Ray's runtime_env did not reach this worker, "
+            f"which imported attnstudy from {PACKAGE_DIR}; check that the node's Ray version "
+            "takes runtime_env py_modules, then run again with --resume"
+        )
+    try:
+        check_same_code(
+            CodeVersion(**job["code"]), this_code(), socket.gethostname(), remedy=remedy
+        )
+    except CodeVersionError as err:
+        return {"ok": False, "error": str(err), "failed_run_id": None}
     return None
 
 
@@ -296,19 +297,18 @@ def _take_over(tracker, job: dict, spec, phase: str) -> str | None:
     to continue.
     """
     from attnstudy.runtime.notices import notice
-    from attnstudy.tracking import Kind, Tag, store
+    from attnstudy.tracking import Kind, store
 
     left = store.running_task_runs(tracker, job["experiment_id"], job["token"])
     if not left:
         return None
     model = next((r.run_id for r in left if phase == "training" and r.kind == Kind.MODEL), None)
-    reason = "its worker died; a retry of its task took over"
-    for r in left:
-        if r.run_id != model:
-            tracker.set_tags(
-                r.run_id, {Tag.ERROR_CLASS: "Interrupted", Tag.NOTE: f"Killed: {reason}"}
-            )
-            tracker.end_run(r.run_id, "KILLED")
+    store.end_task_runs(
+        tracker,
+        [r for r in left if r.run_id != model],
+        "its worker died; a retry of its task took over",
+        "KILLED",
+    )
     if model is not None:
         what = f"the retry continues run {model} from its last checkpoint"
     else:

@@ -361,6 +361,16 @@ def fail_task_runs(
         The run ids ended, innermost (newest) first.
     """
     runs = running_task_runs(tracker, experiment_id, token)
+    end_task_runs(tracker, runs, reason, status)
+    return [r.run_id for r in runs]
+
+
+def end_task_runs(
+    tracker: Tracker, runs: list[RunRecord], reason: str, status: str = "FAILED"
+) -> None:
+    """End ``runs`` (left RUNNING by a cluster task's dead attempt) with ``status`` — ``FAILED``
+    (a dead worker) or ``KILLED`` (an interrupted study, or a retry taking over) — and ``reason``
+    in their error tags and description."""
     for r in runs:
         tracker.set_tags(
             r.run_id,
@@ -371,4 +381,3 @@ def fail_task_runs(
             },
         )
         tracker.end_run(r.run_id, status)
-    return [r.run_id for r in runs]
