@@ -1,8 +1,8 @@
 """Two versions of one committed result table side by side: what a regeneration changed.
 
 ``python -m attnstudy.report.before_after BEFORE.csv AFTER.csv OUT.csv --columns "a,b"`` writes
-a row per model (and layer, λ or aligner, where the tables have them) and statistic: the cell before, the cell
-after, and whether their 95 % intervals overlap. docs/findings.md shows such a table for each
+a row per model (and layer, λ or aligner, where the tables have them) and statistic: the cell
+before, the cell after, and whether their 95 % intervals overlap. docs/findings.md shows such a table for each
 study regenerated with the rprop-1 solver and the counter-based random streams (the tables before
 are in the repository's history), so every number of the comparison is a committed
 cell.
@@ -16,13 +16,10 @@ import re
 import sys
 from pathlib import Path
 
-from attnstudy.report.results import read_rows, result_files
+from attnstudy.report.results import NUMBER, read_rows, result_files
 
-CELL = re.compile(
-    r"^(?P<value>-?\d+(?:\.\d+)?(?:e-?\d+)?) "
-    r"\[(?P<low>-?\d+(?:\.\d+)?(?:e-?\d+)?), (?P<high>-?\d+(?:\.\d+)?(?:e-?\d+)?)\]$"
-)
-"""A statistic with its 95 % interval as the report writes it: ``0.586 [0.573, 0.598]``."""
+CELL = re.compile(rf"(?P<value>{NUMBER}) \[(?P<low>{NUMBER}), (?P<high>{NUMBER})\]")
+"""A statistic with its 95 % interval (:data:`attnstudy.report.results.INTERVAL`, with groups)."""
 
 KEYS = ("model", "layer", "λ", "aligner", "attention argmax")
 """The columns that name a row, those a table has: the model and, where the table has them, its
@@ -32,7 +29,7 @@ layer, a trained adversary's λ, the aligner, the alignment split."""
 def overlap(before: str, after: str) -> str:
     """``"yes"`` when the two cells' 95 % intervals overlap, ``"no"`` when they are apart, ``""``
     when either cell has no interval (a count, ``undefined …``, ``no attention``)."""
-    a, b = CELL.match(before.strip()), CELL.match(after.strip())
+    a, b = CELL.fullmatch(before.strip()), CELL.fullmatch(after.strip())
     if not (a and b):
         return ""
     apart = float(a["high"]) < float(b["low"]) or float(b["high"]) < float(a["low"])

@@ -37,9 +37,10 @@ holds the tables of a second study of the same experiment: ``<folder>/<experimen
 no ``..``), the columns shown (comma-separated as in a CSV row: a column whose name holds a comma
 is quoted, ``"AER, linked targets"``), its body."""
 
-INTERVAL = re.compile(
-    r"-?\d+(?:\.\d+)?(?:e-?\d+)? \[-?\d+(?:\.\d+)?(?:e-?\d+)?, -?\d+(?:\.\d+)?(?:e-?\d+)?\]"
-)
+NUMBER = r"-?\d+(?:\.\d+)?(?:e-?\d+)?"
+"""A number as a results table writes it: ``0.586``, ``-0.2``, ``1.04e-09``."""
+
+INTERVAL = re.compile(rf"{NUMBER} \[{NUMBER}, {NUMBER}\]")
 """A number with its 95 % interval as the report writes it: ``0.586 [0.573, 0.598]``."""
 
 
