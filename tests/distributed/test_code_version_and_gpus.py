@@ -366,3 +366,26 @@ def test_sources_edited_since_the_driver_started_are_refused_before_any_task(mon
         "commit running, code "
     )
     assert str(err.value).endswith("so that every task runs the code the study records")
+
+
+def test_closing_removes_only_the_folder_the_executor_made_for_the_copy(tmp_path, monkeypatch):
+    """The shipped copy lives in a temporary folder the executor created (``mkdtemp``); closing
+    removes that folder and nothing beside it (sentinel files and a folder of the same prefix)."""
+    import tempfile
+
+    from attnstudy.executors import distributed
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "sentinel.txt").write_text("keep")
+    other = tmp_path / "attnstudy-shipped-code-not-ours"
+    other.mkdir()
+    (other / "sentinel.py").write_text("keep = True\n")
+    ex = distributed.RayExecutor(address="127.0.0.1:1")
+    runtime_env, _ = ex._ship_code()
+    staged = Path(runtime_env["py_modules"][0])
+    assert staged.parent.parent == tmp_path
+    ex.close()
+    ex.close()  # twice: nothing more goes
+    assert sorted(p.name for p in tmp_path.iterdir()) == [other.name, "sentinel.txt"]
+    assert (other / "sentinel.py").read_text() == "keep = True\n"
+    assert (tmp_path / "sentinel.txt").read_text() == "keep"
