@@ -230,8 +230,13 @@ def test_mlflow_only_in_tracking_and_serving():
     assert not bad, f"mlflow imported outside tracking/serving: {bad}"
 
 
-RAY_ALLOWED = ("attnstudy.executors.distributed", "attnstudy.executors.loopback_cluster")
-"""The Ray executor, and the one-machine recipe's nodes (docs/cluster.md)."""
+RAY_ALLOWED = (
+    "attnstudy.executors.distributed",
+    "attnstudy.executors.loopback_cluster",
+    "attnstudy.executors.ray_jobs",
+)
+"""The Ray executor, the one-machine recipe's nodes and the job client of ``run --submit``
+(docs/cluster.md)."""
 
 
 def test_ray_only_in_the_ray_modules_and_only_inside_functions():

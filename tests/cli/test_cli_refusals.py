@@ -116,6 +116,13 @@ def _cases(tmp: Path, model_run: str, study_run: str) -> list[tuple[str, list[st
     examples_tsv.write_text("a b\ta b\n", encoding="utf-8")
     t = str(TINY)
     return [
+        # job (its exit 1: tests/distributed/test_ray_jobs.py, a stand-in job server)
+        (
+            "job: not a job server's URL",
+            ["job", "status", "x", "--ray-address", "127.0.0.1:6380"],
+            2,
+            "is not a job server's URL",
+        ),
         # train
         ("train: malformed TOML", ["train", str(bad_toml)], 2, "malformed TOML"),
         ("train: not UTF-8", ["train", str(latin)], 2, "not UTF-8"),
@@ -591,6 +598,7 @@ def test_every_verb_has_both_exit_codes_tested(tmp_path):
     codes = {v: {c for n, _, c, _ in cases if n.split(":")[0] == v} for v in verbs}
     codes["ui"].add(1)  # test_ui_that_cannot_start_exits_1
     codes["server"].add(1)  # test_server_that_cannot_start_exits_1
+    codes["job"].add(1)  # tests/distributed/test_ray_jobs.py: a job server's error, a failed job
     assert all(codes[v] >= {1, 2} for v in verbs), codes
     assert REAL_PROCESS <= {n for n, _, _, _ in cases}, "REAL_PROCESS names no such case"
     assert {c for n, _, c, _ in cases if n in REAL_PROCESS} == {1, 2}

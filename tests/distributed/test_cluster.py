@@ -43,7 +43,9 @@ pytestmark = pytest.mark.slow
 
 
 def _prerequisites() -> None:
-    missing = [m for m in ("ray", "psycopg", "psutil") if importlib.util.find_spec(m) is None]
+    # aiohttp_cors and opencensus: ray[default], which the head's dashboard (run --submit) needs
+    modules = ("ray", "psycopg", "psutil", "aiohttp_cors", "opencensus")
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
     require(not missing, f"the [distributed] extra is not installed (no {', '.join(missing)})")
     from benchmarks.cluster_kit import initdb_path
 
@@ -158,7 +160,9 @@ def cluster(tmp_path_factory):
         c.server, c.url = start_tracking_server(
             c.pg.uri, c.base / "artifacts", c.base / "server.log", c.pg.env
         )
-        c.head = LocalRayHead(num_cpus=2)
+        # with its job server (the dashboard) for run --submit; the job's `python` is this one
+        path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        c.head = LocalRayHead(num_cpus=2, dashboard=True, env={"PATH": path})
         c.head.start()
         started = c.pids()
         c.watch()
@@ -378,3 +382,77 @@ def test_a_dead_worker_is_retried_and_the_retry_continues_its_run(cluster, tmp_p
     assert study.status == "FINISHED"
     assert study.metrics["study/n_ok"] == 2 and study.metrics["study/n_failed"] == 0
     assert (tmp_path / "crash" / "reports" / "tiny-crash" / "report.md").is_file()
+
+
+def _cli(cluster, *args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``attnstudy ARGS`` as a process with the cluster's token, as a user's shell runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "attnstudy.cli", *args],
+        cwd=cwd,
+        env=cluster.env(cwd),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_a_study_submitted_as_a_ray_job_finishes_without_its_submitter(cluster, tmp_path):
+    """``run --submit`` hands the study to the head's job server and exits; the study runs on
+    as a Ray job (its driver on the head, the submitter's code shipped with it) and ``job logs
+    --follow`` follows it to the end with the job's exit code. Time bound: the job server has
+    60 s to answer after the head started, the submission 120 s, the follower 600 s; about 20 s
+    of CPU (the job's driver and its workers start Python and torch)."""
+    from attnstudy.runtime.code_version import code_digest
+
+    url = cluster.head.dashboard_url
+    deadline = time.monotonic() + 60  # the dashboard starts after the head said it is up
+    while True:
+        listed = _cli(cluster, "job", "status", "none", "--ray-address", url, cwd=tmp_path)
+        if "no job 'none'" in listed.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert listed.returncode == 2 and listed.stderr.strip() == (
+        "attnstudy: error: no job 'none' on this job server ('ray job list' lists them)"
+    )
+    args = ["run", str(TINY), "--executor", "ray", "--submit", "--ray-address", url]
+    args += ["--tracking-uri", cluster.url, "--set", "experiment.name=tiny-job"]
+    args += ["--set", 'models=[{model={attention="additive",flow="bahdanau"}}]']
+    args += ["--set", 'ablation.ablations=["uniform"]']
+    sent = _cli(cluster, *args, cwd=tmp_path)  # another folder than the experiment's
+    assert sent.returncode == 0, sent.stderr[-3000:]
+    assert sent.stderr == ""  # Ray's "Uploading package" lines are not ours to print
+    job_id = sent.stdout.split("job: ", 1)[1].split()[0]
+    assert sent.stdout.splitlines()[1] == (
+        f"follow it: attnstudy job logs {job_id} --follow --ray-address {url}"
+    )
+    early = _cli(cluster, "job", "status", job_id, "--ray-address", url, cwd=tmp_path)
+    assert early.stdout.split()[1] in ("PENDING", "RUNNING"), early  # the submitter is gone
+    followed = _cli(
+        cluster, "job", "logs", job_id, "--follow", "--ray-address", url, cwd=tmp_path, timeout=600
+    )
+    assert followed.returncode == 0, (followed.stdout[-3000:], followed.stderr[-3000:])
+    assert followed.stderr.strip() == f"job {job_id}: SUCCEEDED"
+    log = followed.stdout
+    assert "train copy/additive-bahdanau/seed1" in log and "study: runs:/" in log
+    study_id = log.split("study: runs:/", 1)[1].split()[0]
+    assert (
+        f"report: in the study run's artifacts (report/); 'attnstudy report --study {study_id}' "
+        "writes it where you run it"
+    ) in log
+    done = _cli(cluster, "job", "status", job_id, "--ray-address", url, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith(f"{job_id}: SUCCEEDED")
+    assert _cli(cluster, "job", "logs", job_id, "--ray-address", url, cwd=tmp_path).stdout == log
+
+    t = _tracker(cluster.url)
+    runs = _runs(t, "tiny-job")
+    assert {n: r.status for n, r in runs.items() if r.kind != "study"} == {
+        "copy/additive-bahdanau/seed1": "FINISHED",
+        "ablations of copy/additive-bahdanau/seed1": "FINISHED",
+    }
+    study = runs[next(n for n, r in runs.items() if r.kind == "study")]
+    assert study.run_id == study_id and study.status == "FINISHED"
+    model = runs["copy/additive-bahdanau/seed1"]
+    assert model.tags["attnstudy.code_digest"] == code_digest()  # the submitter's code
+    artifacts = {a.path for a in t.client.list_artifacts(study_id, "report")}
+    assert "report/report.html" in artifacts
+    assert not (tmp_path / "reports").exists() and not (tmp_path / "mlruns").exists()

@@ -1,5 +1,5 @@
 """The ``attnstudy`` command's arguments, one verb a function (train, run, predict, ablate,
-report, server, ui), and :func:`build_parser` that puts them together; :mod:`attnstudy.cli.main`
+report, server, ui, job), and :func:`build_parser` that puts them together; :mod:`attnstudy.cli.main`
 runs
 the verbs. Standard library, pydantic and the catalogue only: the arguments are parsed before
 torch or mlflow load.
@@ -107,7 +107,36 @@ def _run_verb(sub) -> None:
         metavar="HOST:PORT",
         default=None,
         help="the Ray head for --executor ray (default: $RAY_ADDRESS, else a private Ray head on "
-        "this machine's loopback for the run)",
+        "this machine's loopback for the run); with --submit, the head's job server "
+        "http://HEAD:8265",
+    )
+    sp.add_argument(
+        "--submit",
+        action="store_true",
+        help="with --executor ray: hand the study to the head's job server as a Ray job and "
+        "return; its driver runs on the head, so this machine may disconnect (the job verb "
+        "follows it; needs the dashboard on the head: ray[default])",
+    )
+
+
+def _job_verb(sub) -> None:
+    """``attnstudy job``: a study submitted with ``run --submit``: its status, log, or stop."""
+    sp = sub.add_parser(
+        "job", help="a study submitted with 'run --submit': its status, its log, or stop it"
+    )
+    sp.add_argument("action", choices=["status", "logs", "stop"], help="what to do")
+    sp.add_argument("job_id", metavar="ID", help="the job's id ('run --submit' prints it)")
+    sp.add_argument(
+        "--follow",
+        action="store_true",
+        help="logs: print the log as it grows until the job ends; the exit code is the job's "
+        "(0 succeeded, 1 failed or stopped); Ctrl-C stops following, not the job",
+    )
+    sp.add_argument(
+        "--ray-address",
+        metavar="URL",
+        default=None,
+        help="the head's job server, http://HEAD:8265 (default: $RAY_ADDRESS)",
     )
 
 
@@ -282,7 +311,7 @@ def _ui_verb(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``attnstudy`` argument parser: one subcommand per job (train, run, predict, ablate,
-    report, server, ui), each with its own ``--help``; usage errors exit with code 2
+    report, server, ui, job), each with its own ``--help``; usage errors exit with code 2
     (``EXIT_CODES_HELP``)."""
     p = _Parser(
         prog="attnstudy",
@@ -300,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     _report_verb(sub)
     _server_verb(sub)
     _ui_verb(sub)
+    _job_verb(sub)
     verbose = (
         "also show what libraries print themselves: MLflow's 'View run' lines and INFO logs, "
         "warnings (or ATTNSTUDY_VERBOSE=1)"

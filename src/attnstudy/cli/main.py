@@ -9,6 +9,7 @@ not answer, variants of a study failed).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -186,15 +187,50 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
         _check_report_outputs(args)
     cfg = _tracking_overrides(args, cfg)
     if args.command == "run":
-        if args.ray_address is not None and args.executor != "ray":
-            raise UsageError("--ray-address is for --executor ray")
-        if args.executor == "ray":
-            from attnstudy.executors import distributed  # standard library only
-            from attnstudy.runtime.paths import default_tracking_uri
+        _validate_executor(args, cfg)
+    if args.command == "job":
+        from attnstudy.executors import ray_jobs  # standard library only
 
-            distributed.require_server_uri(cfg.experiment.tracking_uri or default_tracking_uri())
-            distributed.check_ray_address(args.ray_address or os.environ.get("RAY_ADDRESS") or None)
+        if args.follow and args.action != "logs":
+            raise UsageError("--follow is for 'attnstudy job logs'")
+        args.ray_address = ray_jobs.check_job_address(args.ray_address)
     return cfg, abl
+
+
+def _validate_executor(args, cfg: ExperimentConfig) -> None:
+    """``--executor ray`` (and ``--submit``): a server store, a Ray address of the right kind,
+    and (submitting) files that travel with the experiment's folder."""
+    if args.ray_address is not None and args.executor != "ray":
+        raise UsageError("--ray-address is for --executor ray")
+    if args.submit and args.executor != "ray":
+        raise UsageError("--submit is for --executor ray: add --executor ray")
+    if args.executor != "ray":
+        return
+    from attnstudy.executors import distributed  # standard library only
+    from attnstudy.runtime.paths import default_tracking_uri
+
+    distributed.require_server_uri(cfg.experiment.tracking_uri or default_tracking_uri())
+    if not args.submit:
+        distributed.check_ray_address(args.ray_address or os.environ.get("RAY_ADDRESS") or None)
+        return
+    from attnstudy.executors import ray_jobs
+
+    args.ray_address = ray_jobs.check_job_address(args.ray_address)
+    experiment = Path(args.experiment)
+    ray_jobs.check_files_travel(cfg, experiment)
+    # the job runs in a copy of the experiment's folder: a --set path relative to this working
+    # directory would name another file there
+    try:
+        with contextlib.chdir(experiment.resolve().parent):
+            there = load_experiment(experiment.resolve(), args.overrides).model_dump()
+    except ConfigError:  # a file the job would not find
+        there = None
+    if there != cfg_here(experiment, args.overrides):
+        raise UsageError(
+            "a --set path is relative to this working directory, but the submitted job runs in "
+            f"the experiment's folder ({experiment.resolve().parent}): give it relative to that "
+            "folder"
+        )
 
 
 def _check_report_outputs(args) -> None:
@@ -264,6 +300,10 @@ def _store(args, create: bool = False):
 def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> int:
     if args.command == "ui":  # needs neither torch nor the models
         return _ui(args)
+    if args.command == "job":  # needs neither torch nor the store
+        return _job(args)
+    if args.command == "run" and args.submit:
+        return _submit(args, cfg)
     if args.command == "server":
         from attnstudy.serving import server
 
@@ -337,6 +377,78 @@ def _run_cmd(args, cfg, abl, *, progress: bool) -> int:
         return _error_exit(str(err), EXIT_FAILED)
     _print_study(out)
     return EXIT_OK
+
+
+def cfg_here(experiment: Path, overrides: list[str]) -> dict:
+    """The experiment as this working directory reads it (every path absolute)."""
+    return load_experiment(experiment, overrides).model_dump()
+
+
+def _submit(args, cfg: ExperimentConfig) -> int:
+    """``attnstudy run --executor ray --submit``: the study sent to the head's job server as a Ray
+    job (:mod:`attnstudy.executors.ray_jobs`), its id and how to follow it printed."""
+    import shutil
+    import tempfile
+
+    from attnstudy.executors import ray_jobs
+    from attnstudy.executors.distributed import stage_checked
+    from attnstudy.runtime.paths import default_tracking_uri
+
+    job_client = ray_jobs.client(args.ray_address)
+    flags = [
+        flag
+        for flag, given in (
+            ("--retrain", args.retrain),
+            ("--resume", args.resume),
+            ("--no-report", args.no_report),
+            ("--quiet", args.quiet),
+        )
+        if given
+    ]
+    folder = tempfile.mkdtemp(prefix="attnstudy-submitted-code-")
+    try:
+        code, _ = stage_checked(Path(folder))
+        job = ray_jobs.study_job(
+            Path(args.experiment),
+            args.overrides,
+            tracking_uri=cfg.experiment.tracking_uri or default_tracking_uri(),
+            flags=flags,
+            code=code,
+        )
+        job_id = ray_jobs.submit(job_client, job)  # uploads the copy before it returns
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # the temporary folder made here
+    print(f"job: {job_id}")
+    print(f"follow it: attnstudy job logs {job_id} --follow --ray-address {args.ray_address}")
+    return EXIT_OK
+
+
+def _job(args) -> int:
+    """``attnstudy job status|logs|stop ID``: a submitted study on the head's job server."""
+    from attnstudy.executors import ray_jobs
+
+    job_client = ray_jobs.client(args.ray_address)
+    if args.action == "status":
+        info = ray_jobs.status(job_client, args.job_id)
+        said = f" ({_printable(info.message)})" if info.message else ""
+        print(f"{args.job_id}: {info.status.value}{said}")
+        return EXIT_OK
+    if args.action == "stop":
+        stopped = ray_jobs.stop(job_client, args.job_id)
+        print(f"{args.job_id}: {'stopping' if stopped else 'not running'}")
+        return EXIT_OK
+    if not args.follow:
+        sys.stdout.write(ray_jobs.logs(job_client, args.job_id))
+        return EXIT_OK
+    try:
+        state = ray_jobs.follow_job(job_client, args.job_id)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(
+            f"stopped following; job {args.job_id} goes on ('attnstudy job stop "
+            f"{args.job_id}' stops it)"
+        ) from None
+    print(f"job {args.job_id}: {state}", file=sys.stderr)
+    return EXIT_OK if state == "SUCCEEDED" else EXIT_FAILED
 
 
 def _predict_cmd(args, cfg, abl, *, progress: bool) -> int:
@@ -524,7 +636,15 @@ def _print_study(out) -> None:
         print(f"failed {f}" + (f": runs:/{f.run_id}" if f.run_id else ""))
     print(f"study: runs:/{out.study_run_id}" + (" (resumed)" if out.resumed else ""))
     if out.report:
-        print(f"report: {out.report}")
+        from attnstudy.executors.distributed import submitted_job_env
+
+        if submitted_job_env() is None:
+            print(f"report: {out.report}")
+        else:  # a submitted job's folder on the head goes when the job ends: say where it stays
+            print(
+                f"report: in the study run's artifacts (report/); 'attnstudy report --study "
+                f"{out.study_run_id}' writes it where you run it"
+            )
 
 
 def _ui(args) -> int:
@@ -642,6 +762,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         from attnstudy.data.types import DataError
         from attnstudy.executors.distributed import ClusterNotFoundError
+        from attnstudy.executors.ray_jobs import JobServerError
         from attnstudy.models.io import ModelLoadError
         from attnstudy.runtime.outputs import OutputError
         from attnstudy.tracking.client import StoreDamagedError
@@ -656,6 +777,8 @@ def main(argv: list[str] | None = None) -> int:
             | OutputError
         )
         code = EXIT_USAGE if isinstance(err, named) else EXIT_FAILED
+        if isinstance(err, JobServerError):  # says itself what happened and what to do
+            return _error_exit(str(err).strip().splitlines()[0], code)
         from attnstudy.runtime.failure_causes import (
             command_line,  # a cluster cause first, with what to do
         )

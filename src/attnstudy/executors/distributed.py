@@ -180,6 +180,22 @@ def _ray(loopback: bool = False):
     return ray
 
 
+JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+"""What Ray's job supervisor sets for a submitted job's driver: the job's ``runtime_env``."""
+
+
+def submitted_job_env() -> dict | None:
+    """The ``runtime_env`` of the Ray job this process is the driver of, when it was submitted by
+    ``attnstudy run --submit`` (it ships the code: ``py_modules``); ``None`` otherwise."""
+    import json
+
+    try:
+        env = json.loads(os.environ.get(JOB_CONFIG_VAR) or "{}").get("runtime_env") or {}
+    except (ValueError, AttributeError):
+        return None
+    return env if isinstance(env, dict) and env.get("py_modules") else None
+
+
 def _host_port(address: str) -> tuple[str, int] | None:
     if "://" in address:  # ray://, http://: not a GCS address
         return None
@@ -327,14 +343,25 @@ class RayExecutor:
                 f"no Ray head answers at {self.address}; start one with 'ray start --head "
                 "--node-ip-address HOST --port PORT' (docs/cluster.md)"
             ) from None
-        runtime_env, code = self._ship_code()
+        job_env = submitted_job_env()
+        if job_env is not None:  # the driver of a submitted job (run --submit): the job's
+            # runtime_env carries the submitter's copy, which this process runs and the job's
+            # tasks inherit (a runtime_env given to ray.init here would clash with the job's)
+            from dataclasses import asdict
+
+            from attnstudy.runtime.code_version import this_code
+
+            runtime_env, code, init_env = job_env, asdict(this_code()), None
+        else:
+            runtime_env, code = self._ship_code()
+            init_env = runtime_env  # Ray uploads the copy once; each task imports it
         handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             ray.init(
                 address=self.address,
                 logging_level=logging.WARNING,
                 log_to_driver=True,
-                runtime_env=runtime_env,  # Ray uploads the copy once; each task imports it
+                runtime_env=init_env,
             )
         except Exception as err:
             text = str(err).strip().splitlines()
@@ -443,27 +470,10 @@ class RayExecutor:
                 the command started).
         """
         import tempfile
-        from dataclasses import asdict
-
-        from attnstudy.runtime.code_version import (
-            CodeVersion,
-            digest_of,
-            stage_code,
-            staged_folders,
-            this_code,
-        )
 
         self._staged = tempfile.mkdtemp(prefix="attnstudy-shipped-code-")
-        staged = stage_code(Path(self._staged))
-        running = this_code()
-        copied = CodeVersion(digest_of(staged_folders(staged)), running.commit)
-        if copied.digest != running.digest:
-            raise ConfigError(
-                f"the attnstudy sources changed since this command started ({running.describe()} "
-                f"running, {copied.describe()} on disk): run the study again, so that every "
-                "task runs the code the study records"
-            )
-        return {"py_modules": [str(staged)]}, asdict(copied)
+        staged, copied = stage_checked(Path(self._staged))
+        return {"py_modules": [str(staged)]}, copied
 
     def _collect(self, ctx, job: Job, phase: str, ref) -> None:
         """Turn one finished task into a model, an ablation run or a failure."""
@@ -497,6 +507,37 @@ class RayExecutor:
             with contextlib.suppress(Exception):
                 self._ray.wait([ref], timeout=max(0.1, deadline - time.monotonic()))
         end_interrupted(ctx, jobs)
+
+
+def stage_checked(dest: Path) -> tuple[Path, dict]:
+    """Copy the running attnstudy package into ``dest``
+    (:func:`attnstudy.runtime.code_version.stage_code`) and check that the copy is the code this
+    process runs; returns the copy's folder and its code version as a task payload carries it.
+
+    Raises:
+        ConfigError: the copy differs from the running code (a source edited since the command
+            started).
+    """
+    from dataclasses import asdict
+
+    from attnstudy.runtime.code_version import (
+        CodeVersion,
+        digest_of,
+        stage_code,
+        staged_folders,
+        this_code,
+    )
+
+    staged = stage_code(dest)
+    running = this_code()
+    copied = CodeVersion(digest_of(staged_folders(staged)), running.commit)
+    if copied.digest != running.digest:
+        raise ConfigError(
+            f"the attnstudy sources changed since this command started ({running.describe()} "
+            f"running, {copied.describe()} on disk): run the study again, so that every "
+            "task runs the code the study records"
+        )
+    return staged, asdict(copied)
 
 
 def _report_lost(job: Job, phase: str) -> None:
