@@ -37,10 +37,18 @@ nodes = [n for n in ray.nodes() if n["Alive"]]
 where = ray.remote(num_cpus=1)(lambda: (ray.get_runtime_context().get_node_id(), os.getpid()))
 placed = [where.options(resources={NODE_RESOURCE.format(i): 1}).remote() for i in range(2)]
 ran = ray.get(placed, timeout=180)
+# what the Ray executor does with the nodes: a probe pinned to each node by its id label, and the
+# study's tasks with a selector that leaves a refusing node (here: the first) out
+from attnstudy.executors.distributed import NODE_ID_LABEL
+pinned = [where.options(label_selector={NODE_ID_LABEL: n}).remote() for n in [r[0] for r in ran]]
+leave_out = {"label_selector": {NODE_ID_LABEL: f"!in({ran[0][0]})"}}
+rest = [where.options(**leave_out).remote() for _ in range(4)]
 print(json.dumps({
     "addresses": sorted(n["NodeManagerAddress"] for n in nodes),
     "nodes": [r[0] for r in ran],
     "workers": [r[1] for r in ran],
+    "pinned": [r[0] for r in ray.get(pinned, timeout=180)],
+    "rest": [r[0] for r in ray.get(rest, timeout=180)],
 }), flush=True)
 sys.stdin.readline()  # stays connected (and listening) until the test has looked
 ray.shutdown()
@@ -115,6 +123,8 @@ def test_the_two_node_recipe_listens_on_loopback_only(tmp_path):
 
         assert answer["addresses"] == ["127.0.0.1", "127.0.0.1"]  # two nodes, both on loopback
         assert len(set(answer["nodes"])) == 2  # one task ran on each node
+        assert answer["pinned"] == answer["nodes"]  # a probe runs on the node it was pinned to
+        assert answer["rest"] == [answer["nodes"][1]] * 4  # the node left out got none
         assert set(answer["workers"]) <= started  # workers of the recipe's nodes
         names = {pid: _name(pid) for pid in seen}
         assert "gcs_server" in names.values(), names

@@ -180,6 +180,11 @@ def _ray(loopback: bool = False):
     return ray
 
 
+NODE_ID_LABEL = "ray.io/node-id"
+"""The label every Ray node carries with its id (a task's ``label_selector`` reads it)."""
+PROBE_SECONDS = 120.0
+"""How long the nodes have to say whether they can run the study's tasks (starting a worker and
+loading the data included)."""
 JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 """What Ray's job supervisor sets for a submitted job's driver: the job's ``runtime_env``."""
 
@@ -406,6 +411,7 @@ class RayExecutor:
         # checkpoints shared through an S3-compatible store, if this driver names one
         common = common_payload(ctx, checkpoint_uri=os.environ.get(CHECKPOINT_URI_VAR, ""))
         common.update(code=code, shipped=bool(runtime_env))
+        leave_out = self._leave_out_refusing(ctx, common)  # options of every task
         abl_gpu = 1 if requests_gpu(ctx.cfg.ablation.device) else 0
         jobs: list[Job] = []
         for i, spec in enumerate(ctx.specs):
@@ -419,6 +425,7 @@ class RayExecutor:
                 max_retries=ctx.cfg.experiment.task_retries,
                 name=f"train {spec.name}",
                 **memory,
+                **leave_out,
             ).remote(train_payload(ctx, job, common))
             job.ablate_ref = ablate_fn.options(
                 num_cpus=threads,
@@ -426,6 +433,7 @@ class RayExecutor:
                 max_retries=ctx.cfg.experiment.task_retries,
                 name=f"ablate {spec.name}",
                 **memory,
+                **leave_out,
             ).remote(job.train_ref, ablate_payload(ctx, job, common))
             jobs.append(job)
         by_ref = {}
@@ -458,6 +466,64 @@ class RayExecutor:
         finally:
             bar.close()
         settle_best_aliases(ctx, jobs)
+
+    def _leave_out_refusing(self, ctx, common: dict) -> dict:
+        """Ask every alive node with CPUs, once, whether it can run the study's tasks
+        (:func:`attnstudy.study.tasks.probe_node`: the driver's code, torch, the same data), and
+        leave the nodes that cannot out of the study, each named in one note line with its
+        reason; the others are given the whole queue. A node that does not answer within
+        :data:`PROBE_SECONDS` is not left out (its tasks say themselves what is wrong). A
+        cluster of one node is not asked. Nodes that join later are not asked either.
+
+        Returns:
+            The options every task gets: ``label_selector`` leaving the refusing nodes out
+            (Ray's ``ray.io/node-id`` label), or none.
+
+        Raises:
+            ClusterError: every node refuses (each one's reason). ConfigError: the nodes left
+                cannot place some task (:func:`check_placeable`).
+        """
+        from attnstudy.runtime.notices import notice
+        from attnstudy.study.tasks import probe_payload
+
+        ray = self._ray
+        alive = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU")]
+        if len(alive) < 2:
+            return {}
+        where = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in alive}
+        payload = probe_payload(ctx, common)
+        probe = ray.remote(probe_task)
+        refs = {
+            probe.options(
+                num_cpus=0, max_retries=0, name="probe node", label_selector={NODE_ID_LABEL: nid}
+            ).remote(payload): nid
+            for nid in where
+        }
+        ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=PROBE_SECONDS)
+        for ref in late:
+            ray.cancel(ref)
+        refusing = {}
+        for ref in ready:
+            try:
+                out = ray.get(ref)
+            except Exception as err:  # its worker could not start (runtime_env), or died
+                out = {"ok": False, "error": _first_line(err)}
+            if not out.get("ok"):
+                refusing[refs[ref]] = out.get("error", "refused")
+        if not refusing:
+            return {}
+        said = [f"node {where[nid]} ({nid[:12]}): {why}" for nid, why in sorted(refusing.items())]
+        if len(refusing) == len(where):
+            raise ClusterError(
+                "no node of the cluster can run the study's tasks: " + "; ".join(said)
+            )
+        for line in said:
+            notice(f"{line}; it is left out of this study, the other nodes take its tasks")
+        check_placeable(
+            task_requests(ctx.cfg),
+            [n.get("Resources", {}) for n in alive if n["NodeID"] not in refusing],
+        )
+        return {"label_selector": {NODE_ID_LABEL: f"!in({','.join(sorted(refusing))})"}}
 
     def _ship_code(self) -> tuple[dict, dict]:
         """Copy the running package once (:func:`attnstudy.runtime.code_version.stage_code`) into
@@ -574,6 +640,12 @@ def placed_here():
     from attnstudy.models.devices import placed_by_scheduler
 
     return placed_by_scheduler(gpu=bool(ray.get_gpu_ids()))
+
+
+def probe_task(job: dict) -> dict:
+    """Whether this node can run the study's tasks, as a Ray task
+    (:func:`attnstudy.study.tasks.probe_node`)."""
+    return study_tasks.probe_node(job)
 
 
 def train_task(job: dict) -> dict:

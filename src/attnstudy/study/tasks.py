@@ -231,6 +231,26 @@ def _worker(job: dict, placement: Placement | None):
 
     spec = RunSpec.model_validate_json(job["spec"])
     os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"  # the driver prints the run ids
+    torch.set_num_threads(spec.training.threads)
+    shared_before = os.environ.get(CHECKPOINT_URI_VAR)
+    if job.get("checkpoint_uri"):  # the driver's store, whatever this node's environment says
+        os.environ[CHECKPOINT_URI_VAR] = job["checkpoint_uri"]
+    try:
+        with _node_root(job):
+            tracker = Tracker(job["uri"], job["timeout"], run_tags={Tag.CLUSTER_TASK: job["token"]})
+            with placement() if placement is not None else contextlib.nullcontext():
+                yield spec, tracker
+    finally:
+        if shared_before is None:
+            os.environ.pop(CHECKPOINT_URI_VAR, None)
+        else:
+            os.environ[CHECKPOINT_URI_VAR] = shared_before
+
+
+@contextlib.contextmanager
+def _node_root(job: dict):
+    """``$ATTNSTUDY_ROOT`` for a task: the node's own, else the driver's root if it exists here
+    and is writable, else a cache folder (put back afterwards)."""
     before = os.environ.get("ATTNSTUDY_ROOT")
     if before is None:
         root = Path(job["root"])
@@ -238,21 +258,61 @@ def _worker(job: dict, placement: Placement | None):
             root = Path.home() / ".cache" / "attnstudy" / "cluster"
             root.mkdir(parents=True, exist_ok=True)
         os.environ["ATTNSTUDY_ROOT"] = str(root)
-    torch.set_num_threads(spec.training.threads)
-    shared_before = os.environ.get(CHECKPOINT_URI_VAR)
-    if job.get("checkpoint_uri"):  # the driver's store, whatever this node's environment says
-        os.environ[CHECKPOINT_URI_VAR] = job["checkpoint_uri"]
     try:
-        tracker = Tracker(job["uri"], job["timeout"], run_tags={Tag.CLUSTER_TASK: job["token"]})
-        with placement() if placement is not None else contextlib.nullcontext():
-            yield spec, tracker
+        yield
     finally:
         if before is None:
             os.environ.pop("ATTNSTUDY_ROOT", None)
-        if shared_before is None:
-            os.environ.pop(CHECKPOINT_URI_VAR, None)
-        else:
-            os.environ[CHECKPOINT_URI_VAR] = shared_before
+
+
+def probe_payload(ctx, common: dict) -> dict:
+    """What :func:`probe_node` checks a node against: the driver's code version (``common``) and
+    the digest of each distinct data set of study ``ctx`` (one spec for each)."""
+    from attnstudy.data.tasks import source_key
+    from attnstudy.study.task_data import task_data
+
+    data, seen = [], set()
+    for spec in ctx.specs:
+        key = source_key(spec.data)
+        if key not in seen:
+            seen.add(key)
+            data.append((spec.model_dump_json(), task_data(spec).digest))
+    keep = ("code", "shipped", "root")
+    return {k: common[k] for k in keep if k in common} | {"data": data}
+
+
+def probe_node(job: dict) -> dict:
+    """Whether the node running this can run the study's tasks, before any is given to it: the
+    driver's code (:func:`_other_code`), torch importable, and the same data as the driver's for
+    each of the study's data sets (:func:`probe_payload`). The worker keeps what it loaded (the
+    data are cached per process), so a task that lands on it later does not load them again.
+
+    Returns:
+        ``{"ok": True}``, or ``{"ok": False, "error": …}``: why the node cannot take the study.
+    """
+    from attnstudy.config import RunSpec
+    from attnstudy.study.driver import error_text
+    from attnstudy.study.task_data import task_data
+
+    if (refused := _other_code(job)) is not None:
+        return refused
+    try:
+        import torch  # noqa: F401 (every task needs it: a node whose torch is broken refuses here)
+
+        with _node_root(job):
+            for spec_json, digest in job["data"]:
+                spec = RunSpec.model_validate_json(spec_json)
+                here = task_data(spec).digest
+                if here != digest:
+                    return {
+                        "ok": False,
+                        "error": f"{spec.name}: the data on this node (digest {here[:12]}) "
+                        f"differ from the driver's ({digest[:12]}); give every node the same "
+                        "data files",
+                    }
+    except Exception as err:
+        return {"ok": False, "error": error_text(err)}
+    return {"ok": True}
 
 
 def _other_code(job: dict) -> dict | None:
