@@ -101,12 +101,12 @@ lint: setup
 	$(VENV)/bin/ruff check src analysis tests benchmarks
 
 # the ablation tables of docs/design.md and README.md, generated from the catalogue, and the
-# result tables of docs/findings.md, docs/benchmarks.md, docs/nt-greek-english.md and docs/own-model.md,
+# result tables of docs/findings.md, docs/benchmarks.md, docs/nt-greek-english.md, docs/own-model.md and docs/own-data.md,
 # from experiments/results/*.csv
 docs: setup
 	$(PY) -m attnstudy.analysis.catalogue_docs docs/design.md README.md
 	$(PY) -m attnstudy.cli.docs docs/usage.md
-	$(PY) -m attnstudy.report.results docs/findings.md docs/benchmarks.md docs/nt-greek-english.md docs/own-model.md README.md experiments/quickstart.toml experiments/results
+	$(PY) -m attnstudy.report.results docs/findings.md docs/benchmarks.md docs/nt-greek-english.md docs/own-model.md docs/own-data.md README.md experiments/quickstart.toml experiments/results
 
 # docs/tutorial.ipynb re-executed and written back with its outputs (a store of its own in a
 # temporary folder; needs the [dev] and [hf] extras, as `make test-deps` installs them)
