@@ -17,6 +17,10 @@ the child, ``resource.getrusage(RUSAGE_CHILDREN)``), median of ``--repeats`` run
 * **N sentences, saliency** — both on ``--sentences`` sentences (inseq's ``--batch_size`` 8, its
   default; attnstudy's default batching).
 
+Each ``ablate`` runs twice: recorded (the default: a store, the run, its pages) and with
+``--no-store`` (the statistics and verdict printed, nothing recorded, MLflow not imported), the
+like of inseq's command, which records nothing either.
+
 Both commands run from the same virtualenv (``benchmarks/inseq_env.sh`` makes ``.venv-inseq``
 with attnstudy editable and inseq 0.7.1), one thread each (``OMP_NUM_THREADS=1``, attnstudy's
 ``ATTNSTUDY_THREADS=1``). Targets (#63): one example no slower than inseq's command, the
@@ -65,15 +69,27 @@ def jobs(folder: str, data: Path, sentences: list[str], n: int) -> dict:
         "one example, saliency": {
             "attnstudy": [*ablate, "--tsv", str(data / "one.tsv"), "--n-examples", "1"]
             + ["--ablations", "saliency"],
+            "attnstudy --no-store": [*ablate, "--tsv", str(data / "one.tsv"), "--n-examples", "1"]
+            + ["--ablations", "saliency", "--no-store"],
             "inseq": [*attribute, "-o", "ROOT/out.json", "-i", *first],
         },
         # inseq has no battery: its one-example time is the saliency job's, not run twice
         "one example, attnstudy's default battery": {
             "attnstudy": [*ablate, "--tsv", str(data / "one.tsv"), "--n-examples", "1"],
+            "attnstudy --no-store": [*ablate, "--tsv", str(data / "one.tsv"), "--n-examples", "1"]
+            + ["--no-store"],
         },
         f"{n} sentences, saliency": {
             "attnstudy": [*ablate, "--tsv", str(data / "all.tsv"), "--n-examples", str(n)]
             + ["--ablations", "saliency"],
+            "attnstudy --no-store": [
+                *ablate,
+                "--tsv",
+                str(data / "all.tsv"),
+                "--n-examples",
+                str(n),
+            ]
+            + ["--ablations", "saliency", "--no-store"],
             "inseq": [*attribute, "-o", "ROOT/out.json", "-bs", "8", "-i", *every],
         },
     }
@@ -84,7 +100,8 @@ def run(args) -> dict:
 
     n = args.sentences or (4 if args.smoke else 100)
     repeats = args.repeats or (1 if args.smoke else 3)
-    tools = ["attnstudy"] if args.tools == "attnstudy" else ["attnstudy", "inseq"]
+    tools = ["attnstudy", "attnstudy --no-store"]
+    tools += [] if args.tools == "attnstudy" else ["inseq"]
     times: dict[tuple[str, str], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="attnstudy-bench-cli-") as tmp:
         base = Path(tmp)
@@ -120,9 +137,10 @@ def run(args) -> dict:
             row[f"{tool} CPU s"] = statistics.median(cpus)
         if "inseq" in tools:
             inseq = row["inseq wall s"]
-            row["inseq / attnstudy (wall)"] = (
-                inseq / row["attnstudy wall s"] if isinstance(inseq, float) else "—"
-            )
+            for tool in ("attnstudy", "attnstudy --no-store"):
+                row[f"inseq / {tool} (wall)"] = (
+                    inseq / row[f"{tool} wall s"] if isinstance(inseq, float) else "—"
+                )
         rows.append(row)
     notes = [
         f"each a fresh process, median of {repeats}, interleaved; model {folder} "
@@ -134,11 +152,12 @@ def run(args) -> dict:
         for r in rows:
             if not isinstance(r["inseq wall s"], float):
                 continue
-            met = common.verdict(r["attnstudy wall s"], r["inseq wall s"], higher_is_better=False)
-            notes.append(
-                f"{r['job']}: attnstudy {r['attnstudy wall s']:.1f} s, inseq "
-                f"{r['inseq wall s']:.1f} s (target: no slower, {met})"
-            )
+            for tool in ("attnstudy", "attnstudy --no-store"):
+                met = common.verdict(r[f"{tool} wall s"], r["inseq wall s"], higher_is_better=False)
+                notes.append(
+                    f"{r['job']}: {tool} {r[f'{tool} wall s']:.1f} s, inseq "
+                    f"{r['inseq wall s']:.1f} s (target: no slower, {met})"
+                )
     common.report(
         "A command against inseq's command: attnstudy ablate and inseq attribute",
         args,

@@ -279,17 +279,17 @@ def load_pretrained(folder: str | Path):
 
 def text_examples(model, rows, name: str = "text") -> list:
     """Examples of raw ``(source, target[, links])`` texts as the pretrained ``model`` sees them
-    (:func:`attnstudy.study.pretrained.text_examples`): ids ``<name>/<n>``, the model's subwords,
+    (:func:`attnstudy.study.pretrained_examples.text_examples`): ids ``<name>/<n>``, the model's subwords,
     gold links between words."""
-    from attnstudy.study.pretrained import text_examples as examples
+    from attnstudy.study.pretrained_examples import text_examples as examples
 
     return examples(model, rows, name)
 
 
 def tsv_examples(model, path: str | Path) -> list:
     """A TSV file's examples as the pretrained ``model`` sees them, as ``attnstudy ablate
-    hf:FOLDER --tsv FILE`` reads them (:func:`attnstudy.study.pretrained.tsv_examples`)."""
-    from attnstudy.study.pretrained import tsv_examples as examples
+    hf:FOLDER --tsv FILE`` reads them (:func:`attnstudy.study.pretrained_examples.tsv_examples`)."""
+    from attnstudy.study.pretrained_examples import tsv_examples as examples
 
     return examples(model, path)
 

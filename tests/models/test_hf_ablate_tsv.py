@@ -77,3 +77,55 @@ def test_the_ablation_run_logs_system_metrics_and_progress(capfd, fresh_root, fo
     assert metrics["system/process_memory_rss_megabytes"] > 50  # torch and transformers loaded
     assert "system/process_cpu_utilization_percentage" in metrics
     assert [m.value for m in client.get_metric_history(run_id, "progress/fraction")][-1] == 1.0
+
+
+def test_no_store_prints_what_the_recorded_ablate_prints_and_records_nothing(
+    capfd, fresh_root, folder
+):
+    """``--no-store`` (a quick look, as inseq's ``attribute`` command gives one): the same
+    statistics and verdict as the recorded ``ablate`` of the same model and examples, without
+    the lines naming the runs and the browser; no store created, and MLflow never imported (a
+    process of its own: the process boundary is what is tested)."""
+    import os
+    import subprocess
+
+    tsv = fresh_root / "three.tsv"
+    tsv.write_text(LINES, encoding="utf-8")
+    argv = ["ablate", f"hf:{folder}", "--tsv", str(tsv), "--prefix", "reference", "--quiet"]
+    argv += ["--ablations", "permutation,saliency"]
+    recorded = run_cli(capfd, argv, cwd=fresh_root, env={})
+    assert recorded.returncode == 0, recorded.stderr
+    quick_root = fresh_root / "quick"
+    quick_root.mkdir()
+    wrapper = (
+        "import sys; from attnstudy.cli.main import main; rc = main(sys.argv[1:]); "
+        "print('MLFLOW' if 'mlflow' in sys.modules else 'NO MLFLOW'); sys.exit(rc)"
+    )
+    env = dict(os.environ, ATTNSTUDY_ROOT=str(quick_root))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    quick = subprocess.run(
+        [sys.executable, "-c", wrapper, *argv, "--no-store"],
+        cwd=quick_root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert quick.returncode == 0, quick.stderr[-3000:]
+    *lines, imported = quick.stdout.splitlines()
+    assert imported == "NO MLFLOW"
+    shown = recorded.stdout.splitlines()
+    assert shown[0].startswith("model run: runs:/")
+    assert shown[-2].startswith("example browser: ") and shown[-1].startswith("ablation run: ")
+    assert lines == shown[1:-2]
+    assert "permutation flip rate" in quick.stdout and "τ attention–saliency" in quick.stdout
+    assert list(quick_root.iterdir()) == []  # no store, no run folder, no browser
+
+
+def test_no_store_is_for_a_pretrained_model_with_its_examples(capfd, fresh_root, folder):
+    res = run_cli(capfd, ["ablate", "runs:/0123abcd", "--no-store"], cwd=fresh_root, env={})
+    assert res.returncode == 2
+    assert res.stderr.strip() == (
+        "attnstudy: error: --no-store applies to a pretrained model with its examples: ablate "
+        "hf:FOLDER --tsv FILE --no-store (a stored model's ablation is recorded in its store)"
+    )

@@ -207,6 +207,12 @@ def _ablate_verb(sub) -> None:
     sp.add_argument(
         "--force", action="store_true", help="also ablate the model of a run that is not FINISHED"
     )
+    sp.add_argument(
+        "--no-store",
+        action="store_true",
+        help="with hf:FOLDER and --tsv: print the statistics and the verdict only, recording "
+        "nothing (no store opened, no run, pages or example browser): a quick look",
+    )
     _add_tracking(sp)
 
 

@@ -131,6 +131,13 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
             raise UsageError(
                 f"--tsv {args.tsv}: {what}; pass a TSV of source<TAB>target lines (UTF-8)"
             )
+        if args.command == "ablate" and args.no_store and not (uri.startswith("hf:") and args.tsv):
+            raise UsageError(
+                "--no-store applies to a pretrained model with its examples: ablate hf:FOLDER "
+                "--tsv FILE --no-store (a stored model's ablation is recorded in its store)"
+            )
+        if args.command == "ablate" and args.no_store and args.tracking_uri is not None:
+            raise UsageError("--no-store records nothing: drop --tracking-uri")
         if args.command == "ablate" and args.tsv and uri.startswith("models:/"):
             raise UsageError(
                 f"--tsv applies to a pretrained model (hf:FOLDER or its runs:/ID); {uri} already "
@@ -315,6 +322,8 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
             app_name=args.app_name,
             workers=args.workers,
         )
+    if args.command == "ablate" and args.no_store:  # no store: neither opened nor checked
+        return _ablate_unrecorded(args, abl)
     refused = _check_store(args, cfg)  # before torch and mlflow load: a refusal in a second
     if refused is not None:
         return refused
@@ -514,6 +523,21 @@ def _ablate_cmd(args, cfg, abl, *, progress: bool) -> int:
     tracker = Tracker(store.tracking_uri, store.tracking_timeout, create=False)
     verdict = cfg.report.verdict if args.data else None
     return ablate_summary.print_summary(tracker, run_id, skipped=result.skipped, thresholds=verdict)
+
+
+def _ablate_unrecorded(args, abl) -> int:
+    """``attnstudy ablate hf:FOLDER --tsv FILE --no-store``: the battery's statistics and verdict
+    printed, nothing recorded (:mod:`attnstudy.study.unrecorded`; MLflow never imported)."""
+    import torch
+
+    from attnstudy.runtime.progress import check_intervals
+    from attnstudy.study.unrecorded import ablate_unrecorded
+
+    torch.set_num_threads(_threads(None))
+    check_intervals()
+    lines = ablate_unrecorded(args.model_uri, args.tsv, abl, progress=not args.quiet)
+    print("\n".join(lines))
+    return EXIT_OK
 
 
 def _report_cmd(args, cfg, abl, *, progress: bool) -> int:

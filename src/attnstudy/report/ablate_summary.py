@@ -16,13 +16,10 @@ import sys
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from attnstudy.analysis import catalogue
 from attnstudy.pages.run_pages import variant_name
+from attnstudy.pages.summary_lines import battery_lines
 from attnstudy.tracking import Artifact, Tag, Tracker
-from attnstudy.verdict.findings import VerdictThresholds, facts_from_metrics, verdict
-
-DIRECTION = {"higher": "higher = yes", "lower": "lower = yes", "": ""}
-"""How a :data:`attnstudy.analysis.catalogue.Direction` is printed beside a statistic's unit."""
+from attnstudy.verdict.findings import VerdictThresholds
 
 
 def summary_lines(
@@ -51,38 +48,14 @@ def summary_lines(
     """
     run = tracker.get_run(run_id)
     metrics, params, tags = run.metrics, run.params, run.tags
-    name = variant_name(tags)
-    facts = facts_from_metrics(
-        name,
+    lines = battery_lines(
+        variant_name(tags),
         tags.get(Tag.ATTENTION, ""),
         metrics,
-        stat_keys=catalogue.stat_keys(),
-        labels=catalogue.stat_labels(),
-        roles=catalogue.verdict_roles(),
-        params=params,
+        params,
+        skipped=skipped,
+        thresholds=thresholds,
     )
-    prefix = params.get("ablation.prefix", "greedy")
-    lines = [
-        f"{name}: {facts.n_examples or '?'} test examples, prefix {prefix}; "
-        "each statistic with its 95 % bootstrap interval over examples"
-    ]
-    shown = [s for s in catalogue.shown_stats() if s.key in facts.stats]
-    titles = catalogue.questions()
-    width = max((len(s.stat.label) for s in shown), default=0)
-    question = None
-    for s in shown:
-        if s.stat.question != question:
-            question = s.stat.question
-            lines.append(titles[question].title if question in titles else question)
-        est = facts.stats[s.key]
-        what = "; ".join(x for x in (s.stat.unit, DIRECTION[s.stat.direction]) if x)
-        lines.append(
-            f"  {s.stat.label:<{width}}  {est.fmt()}  ({what}; {_counted(s, facts.stat_steps, metrics)})"
-        )
-    v = verdict(facts, thresholds)
-    lines.append("verdict: " + ", ".join(f"{q} {a}" for q, a in v.answers.items()))
-    lines += [f"  {sentence}" for sentence in v.sentences]
-    lines += [f"skipped {ablation}: {reason}" for ablation, reason in (skipped or {}).items()]
     lines.append(
         f"example browser: {_artifact(tracker, run.experiment_id, run_id, Artifact.BROWSER)}"
     )
@@ -104,19 +77,6 @@ def print_summary(
         file=stream or sys.stdout,
     )
     return 0
-
-
-def _counted(
-    shown: catalogue.ShownStat, stat_steps: dict[str, int], metrics: dict[str, float]
-) -> str:
-    """What a statistic was computed on: ``198 decoder steps`` (its steps with a value,
-    :func:`attnstudy.verdict.findings.steps_computed_on`) or ``20 examples``."""
-    if shown.key in stat_steps:
-        return f"{stat_steps[shown.key]} decoder steps"
-    examples = metrics.get(f"ablation/{shown.ablation}/n_examples") or metrics.get(
-        "ablation/n_examples"
-    )
-    return f"{int(examples)} examples" if examples else "n not logged"
 
 
 def _artifact(tracker: Tracker, experiment_id: str, run_id: str, path: str) -> str:
