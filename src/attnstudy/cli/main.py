@@ -117,53 +117,7 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
     elif args.command == "ablate":
         abl = _ablation_config(args)
     if args.command in ("predict", "ablate"):
-        uri = args.model_uri
-        if args.command == "predict" and args.beam < 1:
-            raise UsageError(f"--beam must be at least 1, got {args.beam}")
-        if args.command == "ablate" and args.tsv and args.data:
-            raise UsageError("give the examples once: --tsv FILE or --data EXPERIMENT.toml")
-        if args.command == "ablate" and args.data and not uri.startswith("hf:"):
-            raise UsageError(
-                f"--data applies to a pretrained model (hf:FOLDER); {uri} already names its data"
-            )
-        if args.command == "ablate" and args.tsv and not Path(args.tsv).is_file():
-            what = "is a folder" if Path(args.tsv).is_dir() else "no such file"
-            raise UsageError(
-                f"--tsv {args.tsv}: {what}; pass a TSV of source<TAB>target lines (UTF-8)"
-            )
-        if args.command == "ablate" and args.no_store and not (uri.startswith("hf:") and args.tsv):
-            raise UsageError(
-                "--no-store applies to a pretrained model with its examples: ablate hf:FOLDER "
-                "--tsv FILE --no-store (a stored model's ablation is recorded in its store)"
-            )
-        if args.command == "ablate" and args.no_store and args.tracking_uri is not None:
-            raise UsageError("--no-store records nothing: drop --tracking-uri")
-        if args.command == "ablate" and args.tsv and uri.startswith("models:/"):
-            raise UsageError(
-                f"--tsv applies to a pretrained model (hf:FOLDER or its runs:/ID); {uri} already "
-                "names its data: drop --tsv"
-            )
-        if args.command == "ablate" and uri.startswith("hf:"):
-            if not (args.tsv or args.data):
-                raise UsageError(
-                    f"{uri}: a pretrained model needs its examples: add --tsv FILE or "
-                    "--data EXPERIMENT.toml"
-                )
-            from attnstudy.data.hf_folder import HFError, check_folder  # standard library only
-
-            try:
-                check_folder(Path(uri.removeprefix("hf:")).expanduser().resolve())
-            except HFError as err:
-                raise UsageError(str(err)) from None
-        else:
-            check_model_uri(uri, args.command)  # ConfigError: exit 2
-        if args.command == "predict":
-            if args.input_file is not None:
-                args.inputs = [*args.inputs, *_read_inputs(args.input_file)]
-            if not args.inputs:
-                raise UsageError("give inputs as arguments or with --input FILE (- for stdin)")
-            if any(not s.strip() for s in args.inputs):
-                raise UsageError("an input is empty: give at least one token per input")
+        _validate_model_verb(args)
     if args.command == "ui":
         if not 0 < args.port < 65536:
             raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
@@ -202,6 +156,55 @@ def _validate(args) -> tuple[ExperimentConfig | None, AblationConfig | None]:
             raise UsageError("--follow is for 'attnstudy job logs'")
         args.ray_address = ray_jobs.check_job_address(args.ray_address)
     return cfg, abl
+
+
+def _validate_model_verb(args) -> None:
+    """``predict`` and ``ablate``: the model URI, the examples given and how (no model loaded)."""
+    uri = args.model_uri
+    if args.command == "predict" and args.beam < 1:
+        raise UsageError(f"--beam must be at least 1, got {args.beam}")
+    if args.command == "ablate" and args.tsv and args.data:
+        raise UsageError("give the examples once: --tsv FILE or --data EXPERIMENT.toml")
+    if args.command == "ablate" and args.data and not uri.startswith("hf:"):
+        raise UsageError(
+            f"--data applies to a pretrained model (hf:FOLDER); {uri} already names its data"
+        )
+    if args.command == "ablate" and args.tsv and not Path(args.tsv).is_file():
+        what = "is a folder" if Path(args.tsv).is_dir() else "no such file"
+        raise UsageError(f"--tsv {args.tsv}: {what}; pass a TSV of source<TAB>target lines (UTF-8)")
+    if args.command == "ablate" and args.no_store and not (uri.startswith("hf:") and args.tsv):
+        raise UsageError(
+            "--no-store applies to a pretrained model with its examples: ablate hf:FOLDER "
+            "--tsv FILE --no-store (a stored model's ablation is recorded in its store)"
+        )
+    if args.command == "ablate" and args.no_store and args.tracking_uri is not None:
+        raise UsageError("--no-store records nothing: drop --tracking-uri")
+    if args.command == "ablate" and args.tsv and uri.startswith("models:/"):
+        raise UsageError(
+            f"--tsv applies to a pretrained model (hf:FOLDER or its runs:/ID); {uri} already "
+            "names its data: drop --tsv"
+        )
+    if args.command == "ablate" and uri.startswith("hf:"):
+        if not (args.tsv or args.data):
+            raise UsageError(
+                f"{uri}: a pretrained model needs its examples: add --tsv FILE or "
+                "--data EXPERIMENT.toml"
+            )
+        from attnstudy.data.hf_folder import HFError, check_folder  # standard library only
+
+        try:
+            check_folder(Path(uri.removeprefix("hf:")).expanduser().resolve())
+        except HFError as err:
+            raise UsageError(str(err)) from None
+    else:
+        check_model_uri(uri, args.command)  # ConfigError: exit 2
+    if args.command == "predict":
+        if args.input_file is not None:
+            args.inputs = [*args.inputs, *_read_inputs(args.input_file)]
+        if not args.inputs:
+            raise UsageError("give inputs as arguments or with --input FILE (- for stdin)")
+        if any(not s.strip() for s in args.inputs):
+            raise UsageError("an input is empty: give at least one token per input")
 
 
 def _validate_executor(args, cfg: ExperimentConfig) -> None:
