@@ -6,7 +6,11 @@ machine") is started as the chapter says; a driver connects with the variables i
 one task on each node; meanwhile every listening socket of every process of the recipe (the GCS,
 both raylets, their agents and workers) and of the driver is recorded with psutil, and each must be
 on 127.0.0.0/8 (the recipe it replaces, ``ray start`` with the machine's address, made the GCS
-and the raylets listen on every interface). SIGTERM then stops it with nothing left running.
+and the raylets listen on every interface). With ``--dashboard`` the head's job server (``run
+--submit``, ``attnstudy job``) answers on loopback with the recipe's token. The driver also
+places a probe on each node by its ``ray.io/node-id`` label and keeps four tasks off the first
+node with the label selector the Ray executor gives a refusing node. SIGTERM then stops it with
+nothing left running.
 
 Time bound: the nodes start within 180 s, the driver's tasks within 180 s, the stop within 60 s
 (about 40 s in all on this 2-core machine under a load of 3-4). Not skipped under ``CI=true``: a
@@ -71,7 +75,7 @@ def _wait_for_line(path, prefix: str, proc: subprocess.Popen, timeout: float) ->
 def test_the_two_node_recipe_listens_on_loopback_only(tmp_path):
     missing = [m for m in ("ray", "psutil") if importlib.util.find_spec(m) is None]
     require(not missing, f"the [distributed] extra is not installed (no {', '.join(missing)})")
-    from attnstudy.executors.loopback_cluster import READY
+    from attnstudy.executors.loopback_cluster import JOB_SERVER, READY
     from benchmarks.cluster_kit import is_loopback, listeners, tree_pids
 
     out, err = tmp_path / "recipe.out", tmp_path / "recipe.err"
@@ -86,6 +90,7 @@ def test_the_two_node_recipe_listens_on_loopback_only(tmp_path):
                 "2",
                 "--num-cpus",
                 "1",
+                "--dashboard",  # the job server of run --submit, on loopback too
             ],
             env=env,
             stdout=o,
@@ -106,6 +111,8 @@ def test_the_two_node_recipe_listens_on_loopback_only(tmp_path):
         address = ready[len(READY) :].split()[0]
         exports = _wait_for_line(out, "export ", recipe, 5)
         driver_env = env | dict(kv.split("=", 1) for kv in exports.split()[1:])
+        job_server = _wait_for_line(out, JOB_SERVER, recipe, 5)[len(JOB_SERVER) :].split()[0]
+        assert job_server.startswith("http://127.0.0.1:")
         assert driver_env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
         assert len(driver_env["RAY_AUTH_TOKEN"]) == 48 and driver_env["RAY_AUTH_MODE"] == "token"
         driver = subprocess.Popen(
@@ -125,6 +132,22 @@ def test_the_two_node_recipe_listens_on_loopback_only(tmp_path):
         assert len(set(answer["nodes"])) == 2  # one task ran on each node
         assert answer["pinned"] == answer["nodes"]  # a probe runs on the node it was pinned to
         assert answer["rest"] == [answer["nodes"][1]] * 4  # the node left out got none
+        # the job server answers `attnstudy job` with the recipe's token (a job it does not have)
+        deadline = time.monotonic() + 60  # the dashboard comes up after the nodes
+        while True:
+            asked = subprocess.run(
+                [sys.executable, "-m", "attnstudy.cli", "job", "status", "none"]
+                + ["--ray-address", job_server],
+                env=driver_env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            if "no job 'none'" in asked.stderr or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert asked.returncode == 2 and "no job 'none' on this job server" in asked.stderr, asked
+        watch(tree_pids(recipe))  # the dashboard's processes listen on loopback too
         assert set(answer["workers"]) <= started  # workers of the recipe's nodes
         names = {pid: _name(pid) for pid in seen}
         assert "gcs_server" in names.values(), names

@@ -19,9 +19,14 @@ TINY = ROOT / "experiments" / "tiny.toml"
 SERVER = "http://127.0.0.1:1"  # a tracking server's URL (never contacted: refused before)
 
 
+LOOPBACK_RAY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+"""Set while a test's command may import ray in this process (the job client does): ray reads it
+once, at import, and the Ray tests that share the worker need it 0 (loopback)."""
+
+
 def _cli(capfd, tmp_path, *argv: str, cwd: Path | None = None):
     env = {"ATTNSTUDY_ROOT": str(tmp_path), "MLFLOW_TRACKING_URI": None, "RAY_ADDRESS": None}
-    return run_cli(capfd, list(argv), cwd=cwd or tmp_path, env=env)
+    return run_cli(capfd, list(argv), cwd=cwd or tmp_path, env=env | LOOPBACK_RAY)
 
 
 def _closed_port() -> int:
@@ -155,7 +160,10 @@ def test_the_job_runs_the_study_in_the_experiments_folder_with_the_shipped_code(
         "py_modules": [str(tmp_path / "attnstudy")],
         "working_dir": str(TINY.parent),
         "excludes": LEFT_OUT,
-        "env_vars": {"ATTNSTUDY_CHECKPOINT_URI": "s3://bucket/checkpoints"},  # no credentials
+        "env_vars": {  # no credentials; the driver's time to end its runs KILLED on job stop
+            "ATTNSTUDY_CHECKPOINT_URI": "s3://bucket/checkpoints",
+            "RAY_JOB_STOP_WAIT_TIME_S": "60",
+        },
     }
     assert job.submission_id.startswith("attnstudy-tiny-") and len(job.submission_id) == 23
 
@@ -184,7 +192,7 @@ class _FakeJobServer:
     through ``states`` (one per status request) with a log that grows with it, and HTTP 500 for
     ``broken``."""
 
-    def __init__(self, states: list[str], broken: str = "broken"):
+    def __init__(self, states: list[str], broken: str = "broken", deny: bool = False):
         import http.server
         import json
         import threading
@@ -205,6 +213,8 @@ class _FakeJobServer:
                 self.wfile.write(data)
 
             def do_GET(self):
+                if self.path == "/api/version" and deny:
+                    return self._send(403, "Forbidden")
                 if self.path == "/api/version":
                     return self._send(200, {"version": "4", "ray_version": "2.60.0",
                                             "ray_commit": "x", "session_name": "s"})  # fmt: skip
@@ -268,4 +278,82 @@ def test_a_job_server_error_exits_1_and_a_missing_job_2(capfd, tmp_path):
     assert missing.returncode == 2
     assert missing.stderr.strip() == (
         "attnstudy: error: no job 'nope' on this job server ('ray job list' lists them)"
+    )
+
+
+def test_a_relative_experiment_path_is_read_as_given(capfd, tmp_path):
+    """``run exps/tiny.toml --submit`` from the folder above: the path is resolved before the check
+    of ``--set`` paths changes into the experiment's folder (it was resolved inside it, read as
+    exps/exps/tiny.toml, and refused as a --set path although none was given)."""
+    (tmp_path / "exps").mkdir()
+    (tmp_path / "exps" / "tiny.toml").write_text(TINY.read_text(encoding="utf-8"), encoding="utf-8")
+    url = f"http://127.0.0.1:{_closed_port()}"
+    args = ["run", "exps/tiny.toml", "--executor", "ray", "--submit", "--ray-address", url]
+    res = _cli(capfd, tmp_path, *args, "--tracking-uri", SERVER)
+    assert res.returncode == 2, res.stderr
+    assert f"no Ray job server answers at {url}" in res.stderr, res.stderr
+
+
+def test_something_that_is_not_http_is_one_clear_line(capfd, tmp_path):
+    """The head's GCS port given as the job server: it answers in gRPC; the line said its bytes."""
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        conn.recv(1024)
+        conn.sendall(b"\x00\x00\x18\x04\x00\x00\x00\x00\x00garbage")
+        conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        res = _cli(capfd, tmp_path, "job", "status", "x", "--ray-address", url)
+    finally:
+        listener.close()
+    assert res.returncode == 2
+    assert res.stderr.startswith(
+        f"attnstudy: error: what answers at {url} does not speak HTTP (BadStatusLine): it is not "
+        "a Ray job server (the head's GCS port?); give --ray-address http://HEAD:8265"
+    ), res.stderr
+    assert "\x00" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("token", [None, "not-the-clusters"])
+def test_a_refused_token_is_told_from_a_missing_one(capfd, tmp_path, token):
+    server = _FakeJobServer(["RUNNING"], deny=True)
+    env = {"ATTNSTUDY_ROOT": str(tmp_path), "RAY_ADDRESS": None, "RAY_AUTH_TOKEN": token}
+    env |= LOOPBACK_RAY
+    try:
+        res = run_cli(
+            capfd, ["job", "status", "x", "--ray-address", server.url], cwd=tmp_path, env=env
+        )
+    finally:
+        server.close()
+    assert res.returncode == 1
+    said = (
+        "the RAY_AUTH_TOKEN of this environment is not the cluster's: give the token the head "
+        "was started with"
+        if token
+        else "a cluster with token authentication needs its RAY_AUTH_TOKEN in this environment"
+    )
+    assert res.stderr.strip() == (
+        f"attnstudy: error: the job server at {server.url} refused this client (403): {said}"
+    )
+
+
+def test_a_job_servers_url_in_ray_address_is_named_where_it_came_from(capfd, tmp_path):
+    """``$RAY_ADDRESS=http://…:8265`` (what Ray's own job CLI reads) with plain ``--executor ray``:
+    the line names the variable, not an option the user never passed, and says what to do."""
+    env = {"ATTNSTUDY_ROOT": str(tmp_path), "RAY_ADDRESS": "http://127.0.0.1:8265"}
+    args = ["run", str(TINY), "--executor", "ray", "--tracking-uri", SERVER]
+    res = run_cli(capfd, args, cwd=tmp_path, env=env | {"MLFLOW_TRACKING_URI": None})
+    assert res.returncode == 2
+    assert res.stderr.strip() == (
+        "attnstudy: error: $RAY_ADDRESS 'http://127.0.0.1:8265' is a job server's URL (for "
+        "--submit and attnstudy job); --executor ray without --submit joins the cluster at the "
+        "head's GCS address: pass --ray-address HOST:PORT, or add --submit"
     )

@@ -221,7 +221,8 @@ def _validate_executor(args, cfg: ExperimentConfig) -> None:
 
     distributed.require_server_uri(cfg.experiment.tracking_uri or default_tracking_uri())
     if not args.submit:
-        distributed.check_ray_address(args.ray_address or os.environ.get("RAY_ADDRESS") or None)
+        given, env = args.ray_address, os.environ.get("RAY_ADDRESS") or None
+        distributed.check_ray_address(given or env, "--ray-address" if given else "$RAY_ADDRESS")
         return
     from attnstudy.executors import ray_jobs
 
@@ -230,9 +231,10 @@ def _validate_executor(args, cfg: ExperimentConfig) -> None:
     ray_jobs.check_files_travel(cfg, experiment)
     # the job runs in a copy of the experiment's folder: a --set path relative to this working
     # directory would name another file there
+    absolute = experiment.resolve()  # before the folder changes: a relative path is this one's
     try:
-        with contextlib.chdir(experiment.resolve().parent):
-            there = load_experiment(experiment.resolve(), args.overrides).model_dump()
+        with contextlib.chdir(absolute.parent):
+            there = load_experiment(absolute, args.overrides).model_dump()
     except ConfigError:  # a file the job would not find
         there = None
     if there != cfg_here(experiment, args.overrides):

@@ -96,14 +96,21 @@ class ClusterNotFoundError(ClusterError):
     """No Ray head answers at the address the user gave (exit code 2: what was named is missing)."""
 
 
-def check_ray_address(address: str | None) -> None:
-    """Validate ``--ray-address`` (or ``$RAY_ADDRESS``) and that Ray is installed, before anything
-    runs; standard library only.
+def check_ray_address(address: str | None, where: str = "--ray-address") -> None:
+    """Validate ``--ray-address`` (or ``$RAY_ADDRESS``: ``where`` says which gave ``address``) and
+    that Ray is installed, before anything runs; standard library only.
 
     Raises:
         ConfigError: not ``HOST:PORT``, or the ``[distributed]`` extra is missing (one line).
     """
     import importlib.util
+
+    if address is not None and address.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"{where} {address!r} is a job server's URL (for --submit and attnstudy job); "
+            "--executor ray without --submit joins the cluster at the head's GCS address: pass "
+            "--ray-address HOST:PORT, or add --submit"
+        )
 
     if address is not None and address.startswith("ray://"):
         raise ConfigError(
@@ -113,7 +120,7 @@ def check_ray_address(address: str | None) -> None:
             "attnstudy on a machine that reaches every node (docs/cluster.md)"
         )
     if address is not None and _host_port(address) is None:
-        raise ConfigError(f"--ray-address {address!r}: give HOST:PORT of the Ray head")
+        raise ConfigError(f"{where} {address!r}: give HOST:PORT of the Ray head")
     if importlib.util.find_spec("ray") is None:
         raise ConfigError(RAY_EXTRA)
 

@@ -29,10 +29,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from attnstudy.executors.ray_head import CLUSTERS_VAR, RAY_EXTRA
+from attnstudy.executors.ray_head import CLUSTERS_VAR, RAY_EXTRA, free_port
 
 READY = "Ray cluster on loopback: "
 """The line that starts the output once every node is up (a test waits for it)."""
+JOB_SERVER = "job server: "
+"""The line naming the head's job server, with ``--dashboard`` (a test reads it)."""
 NODE_RESOURCE = "loopback_node_{}"
 """A custom resource of 1 on node i (0 is the head): a task asking for it runs on that node."""
 
@@ -56,6 +58,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=0, help="the GCS port (default: a free one)")
     p.add_argument(
         "--object-store-mb", type=int, default=150, help="each node's object store (default 150)"
+    )
+    p.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="also start the head's dashboard on loopback, a free port: the job server of "
+        "'attnstudy run --submit' and 'attnstudy job' (needs ray[default]; the job's driver is "
+        "the `python` of this shell's PATH)",
     )
     args = p.parse_args(argv)
     if args.nodes < 1:
@@ -126,8 +135,14 @@ def main(argv: list[str] | None = None) -> int:
             "object_store_memory": args.object_store_mb * 1024 * 1024,
             "temp_dir": str(temp_dir),
         }
+        dashboard_port = free_port() if args.dashboard else None
         head = node | {
-            "include_dashboard": False,
+            "include_dashboard": args.dashboard,
+            **(
+                {"dashboard_host": "127.0.0.1", "dashboard_port": dashboard_port}
+                if args.dashboard
+                else {}
+            ),
             "resources": {NODE_RESOURCE.format(0): 1},
             **({"gcs_server_port": args.port} if args.port else {}),
         }
@@ -143,7 +158,14 @@ def main(argv: list[str] | None = None) -> int:
             "point a driver at it with --ray-address "
             f"{cluster.address} and, in its environment:\n"
             f"export {CLUSTERS_VAR}=0 RAY_AUTH_MODE=token RAY_AUTH_TOKEN={token} "
-            "RAY_USAGE_STATS_ENABLED=0\nCtrl-C stops it",
+            "RAY_USAGE_STATS_ENABLED=0\n"
+            + (
+                f"{JOB_SERVER}http://127.0.0.1:{dashboard_port} (run --executor ray --submit "
+                "--ray-address it; attnstudy job … --ray-address it)\n"
+                if args.dashboard
+                else ""
+            )
+            + "Ctrl-C stops it",
             flush=True,
         )
         signal.pause()

@@ -57,6 +57,10 @@ LEFT_OUT = [".git", "mlruns", "reports", "build", "__pycache__", "*.pyc", ".venv
 FORWARDED_ENV = ("ATTNSTUDY_CHECKPOINT_URI", "MLFLOW_S3_ENDPOINT_URL", "ATTNSTUDY_PROGRESS_SECONDS")
 """Settings of this environment the job's driver gets (never credentials: a job's
 ``runtime_env`` is shown on the dashboard; put those in the head's environment)."""
+STOP_GRACE_SECONDS = 60
+"""How long ``attnstudy job stop`` lets the job's driver end its runs KILLED after SIGTERM before
+Ray kills it (Ray's ``RAY_JOB_STOP_WAIT_TIME_S``, 3 s by default: too short to close a study's
+runs, which then stayed RUNNING until a lease or ``--resume`` closed them)."""
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 _ADDRESS = re.compile(r"^https?://[^\s/:]+(:\d{1,5})?/?$")
 
@@ -162,11 +166,12 @@ def study_job(
     for item in overrides:
         cmd += ["--set", item]
     env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
+    env["RAY_JOB_STOP_WAIT_TIME_S"] = str(STOP_GRACE_SECONDS)  # read by the job's supervisor
     runtime_env = {
         "py_modules": [str(code)],
         "working_dir": str(experiment.resolve().parent),
         "excludes": LEFT_OUT,
-        **({"env_vars": env} if env else {}),
+        "env_vars": env,
     }
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", experiment.stem)[:40]
     return StudyJob(shlex.join(cmd), runtime_env, f"attnstudy-{name}-{secrets.token_hex(4)}")
@@ -204,6 +209,7 @@ def client(address: str):
 def _answers(address: str) -> None:
     """Ask the job server for its version within :data:`CONNECT_TIMEOUT` s (the token, if this
     environment has one, sent as Ray sends it)."""
+    import http.client
     import json
     import urllib.error
     import urllib.request
@@ -217,12 +223,23 @@ def _answers(address: str) -> None:
             json.loads(r.read(65536))["ray_version"]
     except urllib.error.HTTPError as err:
         if err.code in (401, 403):
+            said = (
+                "the RAY_AUTH_TOKEN of this environment is not the cluster's: give the token the "
+                "head was started with"
+                if token
+                else "a cluster with token authentication needs its RAY_AUTH_TOKEN in this "
+                "environment"
+            )
             raise JobServerError(
-                f"the job server at {address} refused this client ({err.code}): a cluster with "
-                "token authentication needs its RAY_AUTH_TOKEN in this environment"
+                f"the job server at {address} refused this client ({err.code}): {said}"
             ) from None
         raise JobServerNotFoundError(
             f"no Ray job server at {address} (HTTP {err.code}); {JOB_SERVER_HINT}"
+        ) from None
+    except http.client.HTTPException as err:  # something answers, not in HTTP (its bytes unsaid)
+        raise JobServerNotFoundError(
+            f"what answers at {address} does not speak HTTP ({type(err).__name__}): it is not "
+            f"a Ray job server (the head's GCS port?); {JOB_SERVER_HINT}"
         ) from None
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise JobServerNotFoundError(
