@@ -6,6 +6,7 @@ tests/distributed/test_cluster.py::test_a_study_submitted_as_a_ray_job_finishes_
 
 from __future__ import annotations
 
+import os
 import shlex
 import socket
 import time
@@ -357,3 +358,23 @@ def test_a_job_servers_url_in_ray_address_is_named_where_it_came_from(capfd, tmp
         "--submit and attnstudy job); --executor ray without --submit joins the cluster at the "
         "head's GCS address: pass --ray-address HOST:PORT, or add --submit"
     )
+
+
+def test_forwarded_lines_carry_no_colour_codes_outside_a_terminal(monkeypatch):
+    """A submitted job's log (a file) had Ray's ``\\x1b[36m(train … pid=…)\\x1b[0m`` prefixes."""
+    import io
+
+    from attnstudy.executors.distributed import plain_log_prefixes
+
+    class _Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.delenv("RAY_COLOR_PREFIX", raising=False)
+    plain_log_prefixes(_Terminal())
+    assert "RAY_COLOR_PREFIX" not in os.environ  # a terminal keeps Ray's colours
+    plain_log_prefixes(io.StringIO())
+    assert os.environ["RAY_COLOR_PREFIX"] == "0"
+    monkeypatch.setenv("RAY_COLOR_PREFIX", "1")  # the user's choice stays
+    plain_log_prefixes(io.StringIO())
+    assert os.environ["RAY_COLOR_PREFIX"] == "1"

@@ -196,6 +196,16 @@ JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 """What Ray's job supervisor sets for a submitted job's driver: the job's ``runtime_env``."""
 
 
+def plain_log_prefixes(stream=None) -> None:
+    """Ray prefixes each line a task prints with ``(train … pid=…)`` in terminal colours; where
+    the driver's output is not a terminal (a file, a pipe, a submitted job's log) the colour codes
+    are noise, so ``RAY_COLOR_PREFIX=0`` (read by Ray for each line it forwards) unless the user
+    set it."""
+    stream = stream or sys.stderr
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+
+
 def submitted_job_env() -> dict | None:
     """The ``runtime_env`` of the Ray job this process is the driver of, when it was submitted by
     ``attnstudy run --submit`` (it ships the code: ``py_modules``); ``None`` otherwise."""
@@ -367,6 +377,7 @@ class RayExecutor:
         else:
             runtime_env, code = self._ship_code()
             init_env = runtime_env  # Ray uploads the copy once; each task imports it
+        plain_log_prefixes()
         handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             ray.init(
