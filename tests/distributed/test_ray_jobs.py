@@ -378,3 +378,24 @@ def test_forwarded_lines_carry_no_colour_codes_outside_a_terminal(monkeypatch):
     monkeypatch.setenv("RAY_COLOR_PREFIX", "1")  # the user's choice stays
     plain_log_prefixes(io.StringIO())
     assert os.environ["RAY_COLOR_PREFIX"] == "1"
+
+
+def test_the_experiments_folder_travels_without_its_gitignore(monkeypatch):
+    """Ray packs a ``working_dir`` without what its ``.gitignore`` lists — often the very data or
+    model folder the experiment names (``build/``, ``data/``): the job would not find it on the
+    head. The folder is sent with ``RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1``, put back afterwards."""
+    from attnstudy.executors.ray_jobs import IGNORE_GITIGNORE, StudyJob, submit
+
+    seen = {}
+
+    class _Client:
+        def submit_job(self, **kwargs):
+            seen["env"] = os.environ.get(IGNORE_GITIGNORE)
+            seen["kwargs"] = kwargs
+            return kwargs["submission_id"]
+
+    monkeypatch.delenv(IGNORE_GITIGNORE, raising=False)
+    job = StudyJob("python -m attnstudy.cli run x.toml", {"working_dir": "/x"}, "attnstudy-x-1")
+    assert submit(_Client(), job) == "attnstudy-x-1"
+    assert seen["env"] == "1" and IGNORE_GITIGNORE not in os.environ
+    assert seen["kwargs"]["runtime_env"] == {"working_dir": "/x"}

@@ -11,8 +11,10 @@ run by Ray on the head, in a job whose ``runtime_env`` carries
   (:func:`attnstudy.runtime.code_version.stage_code`, ``attnstudy.analysis`` inside it), so the
   job's driver and every task it starts run the submitter's code, whatever a node has installed
   (the job's tasks inherit the job's ``runtime_env``; the driver does not ship a copy of its own);
-* ``working_dir``: the experiment file's folder (Ray honours a ``.gitignore`` in it; ``mlruns/``,
-  ``reports/``, ``build/`` and ``.git/`` are left out besides), so relative data paths resolve as
+* ``working_dir``: the experiment file's folder (its ``.gitignore`` is *not* honoured — a data
+  file or model folder the experiment names is often git-ignored, and must travel — its
+  ``.rayignore`` is; ``mlruns/``, ``reports/``, ``.git/`` and virtualenvs are left out), so
+  relative data paths resolve as
   they do here. A file the experiment names outside that folder is refused before anything is
   sent (an absolute path on this machine means nothing on the head).
 
@@ -52,8 +54,10 @@ TIMEOUT = (CONNECT_TIMEOUT, 300.0)
 """(connect, read) seconds of every other request (an upload of the code copy included)."""
 POLL_SECONDS = 2.0
 """How often :func:`follow_job` asks for the job's status and new log lines."""
-LEFT_OUT = [".git", "mlruns", "reports", "build", "__pycache__", "*.pyc", ".venv*"]
-"""What of the experiment's folder never travels (Ray's ``runtime_env`` ``excludes``)."""
+LEFT_OUT = [".git", "mlruns", "reports", "__pycache__", "*.pyc", ".venv*"]
+"""What of the experiment's folder never travels (Ray's ``runtime_env`` ``excludes``): the store,
+the reports, bytecode, virtualenvs — never a folder an experiment may name (a model folder in
+``build/`` travels)."""
 FORWARDED_ENV = ("ATTNSTUDY_CHECKPOINT_URI", "MLFLOW_S3_ENDPOINT_URL", "ATTNSTUDY_PROGRESS_SECONDS")
 """Settings of this environment the job's driver gets (never credentials: a job's
 ``runtime_env`` is shown on the dashboard; put those in the head's environment)."""
@@ -62,6 +66,8 @@ STOP_GRACE_SECONDS = 60
 Ray kills it (Ray's ``RAY_JOB_STOP_WAIT_TIME_S``, 3 s by default: too short to close a study's
 runs, which then stayed RUNNING until a lease or ``--resume`` closed them)."""
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+IGNORE_GITIGNORE = "RAY_RUNTIME_ENV_IGNORE_GITIGNORE"
+"""Set to 1 while the job is sent: Ray packs the experiment's folder without its .gitignore."""
 _ADDRESS = re.compile(r"^https?://[^\s/:]+(:\d{1,5})?/?$")
 
 
@@ -85,11 +91,12 @@ def check_job_address(address: str | None) -> str:
     Raises:
         ConfigError: no address, or not ``http(s)://HOST[:PORT]`` (one line saying what to give).
     """
+    where = "--ray-address" if address else "$RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is None:
         raise ConfigError(f"the job server is not named: {JOB_SERVER_HINT}")
     if not _ADDRESS.match(address):
-        raise ConfigError(f"--ray-address {address!r} is not a job server's URL: {JOB_SERVER_HINT}")
+        raise ConfigError(f"{where} {address!r} is not a job server's URL: {JOB_SERVER_HINT}")
     return address.rstrip("/")
 
 
@@ -257,6 +264,9 @@ def submit(job_client, job: StudyJob) -> str:
     import logging
 
     logging.disable(logging.INFO)  # Ray's "Uploading package …" lines: its loggers, not ours
+    # Ray leaves out what a .gitignore lists: often the very data or model folder named
+    gitignore = os.environ.get(IGNORE_GITIGNORE)
+    os.environ[IGNORE_GITIGNORE] = "1"
     try:
         return job_client.submit_job(
             entrypoint=job.entrypoint,
@@ -268,6 +278,10 @@ def submit(job_client, job: StudyJob) -> str:
         raise JobServerError(f"the job server refused the study: {_first_line(err)}") from None
     finally:
         logging.disable(logging.NOTSET)
+        if gitignore is None:
+            os.environ.pop(IGNORE_GITIGNORE, None)
+        else:
+            os.environ[IGNORE_GITIGNORE] = gitignore
 
 
 def status(job_client, job_id: str):
