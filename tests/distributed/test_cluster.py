@@ -1,16 +1,19 @@
 """A study on a Ray cluster against a team's tracking server, for real, on loopback.
 
 A throwaway PostgreSQL cluster (Debian's ``initdb`` into a temporary folder), ``attnstudy server``
-on it, a Ray head on 127.0.0.1 with free ports and two CPUs, then ``attnstudy run --executor ray``
-of the tiny experiment (one variant) with two seeds: every run FINISHED with the right links, the
-report built, the per-step tables and summaries equal to the local executor's (timing metrics
-aside), every listener on loopback; a worker killed mid-training fails its variant alone. Everything started
-here is stopped here, by handle and PID (``ray stop`` would stop every Ray process of the machine).
+on it, two Ray nodes on 127.0.0.1 with one CPU each and the head's job server (the cluster
+chapter's one-machine recipe, ``loopback_cluster --nodes 2 --dashboard``), then ``attnstudy run
+--executor ray`` of the tiny experiment (one variant) with two seeds: every run FINISHED with the
+right links, the report built, the per-step tables and summaries equal to the local executor's
+(timing metrics aside), every listener on loopback (the driver first asks both nodes whether they
+can run the study's tasks); a worker killed mid-training is retried and continues its run; the
+same kind of study submitted as a Ray job finishes without its submitter. Everything started here
+is stopped here, by handle and PID (``ray stop`` would stop every Ray process of the machine).
 
 Prerequisites (``make test`` installs them): Debian's ``postgresql`` and the ``[distributed]``
 extra; a skip on a developer's machine without them, a failure under ``CI=true``.
 
-Time bound: PostgreSQL starts within 60 s, the server within 180 s, the Ray head within 120 s,
+Time bound: PostgreSQL starts within 60 s, the server within 180 s, the Ray nodes within 180 s,
 and each ``attnstudy run`` within 900 s (then its driver is killed and the test fails); the
 local study compared with has no bound of its own (one tiny variant, two seeds).
 """
@@ -57,6 +60,73 @@ def _prerequisites() -> None:
             pwd.getpwnam("postgres")
         except KeyError:
             require(False, "a 'postgres' user to run initdb as (Debian's postgresql creates it)")
+
+
+class LoopbackNodes:
+    """The cluster chapter's one-machine recipe as the module's Ray cluster: ``python -m
+    attnstudy.executors.loopback_cluster --nodes 2 --num-cpus 1 --dashboard`` (two nodes on
+    127.0.0.1, token authentication, the head's job server), started from this virtualenv's
+    ``PATH`` (a submitted job's driver runs its ``python``) and stopped with SIGTERM."""
+
+    def __init__(self, base: Path):
+        self.out = base / "nodes.out"
+        self.proc: subprocess.Popen | None = None
+        self.address = self.dashboard_url = ""
+        self.env: dict[str, str] = {}
+        self.known: set[int] = set()  # every PID of the recipe's tree seen (workers come and go)
+
+    def start(self, timeout: float = 180) -> None:
+        from attnstudy.executors.loopback_cluster import JOB_SERVER, READY
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        with open(self.out, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "attnstudy.executors.loopback_cluster", "--nodes", "2"]
+                + ["--num-cpus", "1", "--dashboard"],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        lines = self._lines((READY, "export ", JOB_SERVER), timeout)
+        self.address = lines[0][len(READY) :].split()[0]
+        self.env = dict(kv.split("=", 1) for kv in lines[1].split()[1:])
+        self.dashboard_url = lines[2][len(JOB_SERVER) :].split()[0]
+        self.pids()
+
+    def _lines(self, prefixes: tuple[str, ...], timeout: float) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.out.read_text(errors="replace").splitlines()
+            found = [next((ln for ln in text if ln.startswith(p)), None) for p in prefixes]
+            if all(found):
+                return found
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        raise RuntimeError(f"the loopback nodes did not start: {self.out.read_text()[-2000:]}")
+
+    def driver_env(self) -> dict[str, str]:
+        """The three variables the recipe prints for a driver (and Ray's usage statistics off)."""
+        return dict(self.env)
+
+    def pids(self) -> set[int]:
+        from benchmarks.cluster_kit import tree_pids
+
+        alive = tree_pids(self.proc)
+        self.known |= alive
+        return alive
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
 
 
 class Cluster:
@@ -150,7 +220,6 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     _prerequisites()
-    from attnstudy.executors.distributed import LocalRayHead
     from benchmarks.cluster_kit import ThrowawayPostgres, start_tracking_server, stop_process
 
     c = Cluster(tmp_path_factory.mktemp("cluster"))
@@ -160,9 +229,9 @@ def cluster(tmp_path_factory):
         c.server, c.url = start_tracking_server(
             c.pg.uri, c.base / "artifacts", c.base / "server.log", c.pg.env
         )
-        # with its job server (the dashboard) for run --submit; the job's `python` is this one
-        path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-        c.head = LocalRayHead(num_cpus=2, dashboard=True, env={"PATH": path})
+        # two Ray nodes on loopback with the head's job server (run --submit), as the chapter's
+        # one-machine recipe starts them
+        c.head = LoopbackNodes(c.base)
         c.head.start()
         started = c.pids()
         c.watch()
@@ -269,9 +338,9 @@ def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_
         assert m.tags["attnstudy.code_digest"] == a.tags["attnstudy.code_digest"] == code_digest()
         assert m.tags["attnstudy.code_commit"] == code_commit()
         worker_pids.add(int(m.tags["attnstudy.owner.pid"]))
-    # trained by (at least) two of our head's workers, not by the driver
+    # trained by (at least) two workers of the two nodes, not by the driver
     assert len(worker_pids) >= 2 and cluster.driver_pid not in worker_pids
-    assert worker_pids <= set(cluster.head._known), (worker_pids, cluster.head._known)
+    assert worker_pids <= cluster.head.known, (worker_pids, cluster.head.known)
     exp = t.experiment_id("tiny", create=False)
     assert t.artifact_location(exp).startswith("mlflow-artifacts:")
 

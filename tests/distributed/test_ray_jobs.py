@@ -399,3 +399,37 @@ def test_the_experiments_folder_travels_without_its_gitignore(monkeypatch):
     assert submit(_Client(), job) == "attnstudy-x-1"
     assert seen["env"] == "1" and IGNORE_GITIGNORE not in os.environ
     assert seen["kwargs"]["runtime_env"] == {"working_dir": "/x"}
+
+
+def test_a_head_whose_job_agent_is_not_up_yet_is_asked_again_within_a_bound(monkeypatch):
+    """Right after a head starts its job server answers HTTP 500 "No available agent to submit
+    job" (measured: seconds; for ever when another recipe on the machine held Ray's fixed agent
+    port): the submission is tried again until ``AGENT_WAIT_SECONDS``, then refused in one line."""
+    import attnstudy.executors.ray_jobs as ray_jobs
+
+    monkeypatch.setattr(ray_jobs.time, "sleep", lambda s: None)
+    busy = RuntimeError(
+        "Request failed with status code 500: No available agent to submit job, please try again "
+        "later.."
+    )
+
+    class _Client:
+        def __init__(self, refusals: int):
+            self.refusals, self.tries = refusals, 0
+
+        def submit_job(self, **kwargs):
+            self.tries += 1
+            if self.tries <= self.refusals:
+                raise busy
+            return kwargs["submission_id"]
+
+    job = ray_jobs.StudyJob("python -m attnstudy.cli run x.toml", {}, "attnstudy-x-2")
+    late = _Client(refusals=3)
+    assert ray_jobs.submit(late, job) == "attnstudy-x-2" and late.tries == 4
+    monkeypatch.setattr(ray_jobs, "AGENT_WAIT_SECONDS", 0.0)
+    with pytest.raises(ray_jobs.JobServerError) as err:
+        ray_jobs.submit(_Client(refusals=10**6), job)
+    assert str(err.value) == (
+        "the job server refused the study: Request failed with status code 500: No available "
+        "agent to submit job, please try again later.."
+    )

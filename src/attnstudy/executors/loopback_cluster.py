@@ -135,20 +135,38 @@ def main(argv: list[str] | None = None) -> int:
             "object_store_memory": args.object_store_mb * 1024 * 1024,
             "temp_dir": str(temp_dir),
         }
+
+        def own_ports() -> dict[str, int]:
+            # Ray's fixed default (52365) for the dashboard agent: a second recipe on the machine
+            # (another user, a parallel test) would find it taken and its job server no agent
+            return {"dashboard_agent_listen_port": free_port()}
+
         dashboard_port = free_port() if args.dashboard else None
-        head = node | {
-            "include_dashboard": args.dashboard,
-            **(
-                {"dashboard_host": "127.0.0.1", "dashboard_port": dashboard_port}
-                if args.dashboard
-                else {}
-            ),
-            "resources": {NODE_RESOURCE.format(0): 1},
-            **({"gcs_server_port": args.port} if args.port else {}),
-        }
+        head = (
+            node
+            | own_ports()
+            | {
+                "include_dashboard": args.dashboard,
+                **(
+                    {"dashboard_host": "127.0.0.1", "dashboard_port": dashboard_port}
+                    if args.dashboard
+                    else {}
+                ),
+                "resources": {NODE_RESOURCE.format(0): 1},
+                **({"gcs_server_port": args.port} if args.port else {}),
+            }
+        )
         cluster = Cluster(initialize_head=True, head_node_args=head, shutdown_at_exit=True)
         for i in range(1, args.nodes):
-            cluster.add_node(**node, resources={NODE_RESOURCE.format(i): 1})
+            # a folder of its own, as a node on another machine has: nodes sharing one
+            # runtime_resources folder unpack a job's working_dir over each other (the job's
+            # driver then found its working directory gone)
+            (temp_dir / f"n{i}").mkdir()
+            # what `address="auto"` reads on this node (a submitted job's supervisor may run
+            # here): without it Ray looks for any GCS process of the machine, another cluster's
+            (temp_dir / f"n{i}" / "ray_current_cluster").write_text(cluster.address)
+            own = node | own_ports() | {"temp_dir": str(temp_dir / f"n{i}")}
+            cluster.add_node(**own, resources={NODE_RESOURCE.format(i): 1})
         cluster.wait_for_nodes()
         # Ray's nodes install a SIGTERM handler that drains them first, for up to 30 s (the GCS
         # it asks may be going away too): SIGTERM stops the nodes at once, as Ctrl-C does

@@ -82,17 +82,13 @@ class LocalRayHead:
         num_cpus, num_gpus: the resources the head offers (its workers run the tasks).
         object_store_mb: the object store's size (tasks exchange small JSON payloads only).
         env: extra environment of the head and its workers.
-        dashboard: also start Ray's dashboard on loopback, a free port (:attr:`dashboard_url`):
-            the job server of ``attnstudy run --submit`` (needs ``ray[default]``).
     """
 
     num_cpus: int = 2
     num_gpus: int = 0
     object_store_mb: int = 256
     env: dict[str, str] = field(default_factory=dict)
-    dashboard: bool = False
     address: str = ""
-    dashboard_url: str = ""
     token: str = ""
     temp_dir: Path | None = None
     proc: subprocess.Popen | None = None
@@ -149,7 +145,6 @@ class LocalRayHead:
             "--dashboard-agent-grpc-port",
             "--runtime-env-agent-port",
             "--metrics-export-port",
-            *(("--dashboard-port",) if self.dashboard else ()),
         )
         chosen = free_ports(len(names) + 4 * self.num_cpus + 8)  # all distinct
         ports = dict(zip(names, chosen))
@@ -165,11 +160,7 @@ class LocalRayHead:
             "--node-ip-address=127.0.0.1",
             *(f"{k}={v}" for k, v in ports.items()),
             f"--worker-port-list={','.join(map(str, workers))}",
-            *(
-                ("--include-dashboard=true", "--dashboard-host=127.0.0.1")
-                if self.dashboard
-                else ("--include-dashboard=false",)
-            ),
+            "--include-dashboard=false",
             "--disable-usage-stats",
             f"--num-cpus={self.num_cpus}",
             f"--num-gpus={self.num_gpus}",
@@ -186,8 +177,6 @@ class LocalRayHead:
         # kill -9 of the driver would otherwise leave the head, its ports and memory behind)
         self.guard = start_guard(self.proc.pid)
         self.address = f"127.0.0.1:{port}"
-        if self.dashboard:
-            self.dashboard_url = f"http://127.0.0.1:{ports['--dashboard-port']}"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -58,7 +58,12 @@ LEFT_OUT = [".git", "mlruns", "reports", "__pycache__", "*.pyc", ".venv*"]
 """What of the experiment's folder never travels (Ray's ``runtime_env`` ``excludes``): the store,
 the reports, bytecode, virtualenvs — never a folder an experiment may name (a model folder in
 ``build/`` travels)."""
-FORWARDED_ENV = ("ATTNSTUDY_CHECKPOINT_URI", "MLFLOW_S3_ENDPOINT_URL", "ATTNSTUDY_PROGRESS_SECONDS")
+FORWARDED_ENV = (
+    "ATTNSTUDY_CHECKPOINT_URI",
+    "MLFLOW_S3_ENDPOINT_URL",
+    "ATTNSTUDY_PROGRESS_SECONDS",
+    "ATTNSTUDY_DEBUG",
+)
 """Settings of this environment the job's driver gets (never credentials: a job's
 ``runtime_env`` is shown on the dashboard; put those in the head's environment)."""
 STOP_GRACE_SECONDS = 60
@@ -66,6 +71,10 @@ STOP_GRACE_SECONDS = 60
 Ray kills it (Ray's ``RAY_JOB_STOP_WAIT_TIME_S``, 3 s by default: too short to close a study's
 runs, which then stayed RUNNING until a lease or ``--resume`` closed them)."""
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+NO_AGENT = "No available agent to submit job"
+"""What the job server answers (HTTP 500) while the head's job agent is not up yet: a head that
+just started; the submission is tried again for :data:`AGENT_WAIT_SECONDS`."""
+AGENT_WAIT_SECONDS = 60.0
 IGNORE_GITIGNORE = "RAY_RUNTIME_ENV_IGNORE_GITIGNORE"
 """Set to 1 while the job is sent: Ray packs the experiment's folder without its .gitignore."""
 _ADDRESS = re.compile(r"^https?://[^\s/:]+(:\d{1,5})?/?$")
@@ -268,14 +277,20 @@ def submit(job_client, job: StudyJob) -> str:
     gitignore = os.environ.get(IGNORE_GITIGNORE)
     os.environ[IGNORE_GITIGNORE] = "1"
     try:
-        return job_client.submit_job(
-            entrypoint=job.entrypoint,
-            runtime_env=job.runtime_env,
-            submission_id=job.submission_id,
-            metadata={"attnstudy": "study"},
-        )
-    except Exception as err:
-        raise JobServerError(f"the job server refused the study: {_first_line(err)}") from None
+        deadline = time.monotonic() + AGENT_WAIT_SECONDS
+        while True:
+            try:
+                return job_client.submit_job(
+                    entrypoint=job.entrypoint,
+                    runtime_env=job.runtime_env,
+                    submission_id=job.submission_id,
+                    metadata={"attnstudy": "study"},
+                )
+            except Exception as err:
+                said = _first_line(err)
+                if NO_AGENT not in said or time.monotonic() > deadline:
+                    raise JobServerError(f"the job server refused the study: {said}") from None
+                time.sleep(1.0)  # a head just started: its job agent is not up yet
     finally:
         logging.disable(logging.NOTSET)
         if gitignore is None:
