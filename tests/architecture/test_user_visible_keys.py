@@ -7,7 +7,10 @@ default counter-based streams (``"counter-1"``) add ``ablation.rng`` to the para
 default adversarial solver (``"rprop-1"``, changed on purpose in issue 58) adds
 ``ablation.adversarial.solver``, its 80 iterations as ``steps`` and no ``lr``: both change the
 ablation key (stored ablations are recomputed), never a model key. The experiments that set
-Jain & Wallace's Adam steps name ``solver = "jw"`` (their committed results were made with it)."""
+Jain & Wallace's Adam steps name ``solver = "jw"`` (their committed results were made with it).
+Changed on purpose (2026-12-07, issue 58): dates-variants.toml no longer sets J&W's 250 steps (it
+was regenerated with the default solver), so its legacy reconstruction is J&W's 500 and its
+recorded ablation key and params were recorded again; its model keys did not change."""
 
 from __future__ import annotations
 

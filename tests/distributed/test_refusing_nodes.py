@@ -74,10 +74,6 @@ def tiny_config_path():
     return Path(__file__).parents[2] / "experiments" / "tiny.toml"
 
 
-def _ctx(tiny_config):
-    return types.SimpleNamespace(cfg=tiny_config, specs=tiny_config.runs())
-
-
 def _common(tmp_path) -> dict:
     return {"code": asdict(this_code()), "shipped": True, "root": str(tmp_path), "uri": "x"}
 
@@ -99,7 +95,7 @@ def test_refusing_nodes_are_left_out_and_named_the_rest_take_the_queue(tiny_conf
     executor = RayExecutor("127.0.0.1:1")
     executor._ray = fake
     before = len(said())
-    options = executor._leave_out_refusing(_ctx(tiny_config), _common(tmp_path))
+    options = executor._leave_out_refusing(tiny_config, tiny_config.runs(), _common(tmp_path))
     assert options == {"label_selector": {NODE_ID_LABEL: f"!in({other},{broken})"}}
     assert sorted(n for n, _ in fake.asked) == [ok, other, broken, slow]  # not the CPU-less node
     assert fake.cancelled == [slow]  # no answer in time: asked to stop, not left out
@@ -117,12 +113,12 @@ def test_refusing_nodes_are_left_out_and_named_the_rest_take_the_queue(tiny_conf
 def test_one_node_is_not_asked_and_every_node_refusing_is_one_error(tiny_config, tmp_path):
     executor = RayExecutor("127.0.0.1:1")
     executor._ray = _FakeRay({"a" * 56: CPU}, {"a" * 56: {"ok": False, "error": "no"}})
-    assert executor._leave_out_refusing(_ctx(tiny_config), _common(tmp_path)) == {}
+    assert executor._leave_out_refusing(tiny_config, tiny_config.runs(), _common(tmp_path)) == {}
     assert executor._ray.asked == []
     refuse = {"ok": False, "error": "other code"}
     executor._ray = _FakeRay({"a" * 56: CPU, "b" * 56: CPU}, {"a" * 56: refuse, "b" * 56: refuse})
     with pytest.raises(ClusterError) as err:
-        executor._leave_out_refusing(_ctx(tiny_config), _common(tmp_path))
+        executor._leave_out_refusing(tiny_config, tiny_config.runs(), _common(tmp_path))
     assert str(err.value) == (
         f"no node of the cluster can run the study's tasks: node 10.0.0.5 ({'a' * 12}): other "
         f"code; node 10.0.0.6 ({'b' * 12}): other code"
@@ -140,13 +136,12 @@ def test_the_nodes_left_must_still_place_every_task(tiny_config, tmp_path):
         {"a" * 56: {"CPU": 8.0}, "b" * 56: {"CPU": 2.0}},
         {"a" * 56: {"ok": False, "error": "other code"}, "b" * 56: {"ok": True}},
     )
-    ctx = types.SimpleNamespace(cfg=cfg, specs=cfg.runs())
     with pytest.raises(ConfigError, match="threads"):
-        executor._leave_out_refusing(ctx, _common(tmp_path))
+        executor._leave_out_refusing(cfg, cfg.runs(), _common(tmp_path))
 
 
 def test_the_probe_refuses_other_code_and_other_data_and_passes_the_same(tiny_config, tmp_path):
-    payload = probe_payload(_ctx(tiny_config), _common(tmp_path))
+    payload = probe_payload(tiny_config.runs(), _common(tmp_path))
     assert probe_node(payload) == {"ok": True}
     other = payload | {"code": {"digest": "0" * 64, "commit": "unknown"}}
     refused = probe_node(other)

@@ -237,7 +237,7 @@ def _validate_executor(args, cfg: ExperimentConfig) -> None:
             there = load_experiment(absolute, args.overrides).model_dump()
     except ConfigError:  # a file the job would not find
         there = None
-    if there != cfg_here(experiment, args.overrides):
+    if there != _cfg_here(experiment, args.overrides):
         raise UsageError(
             "a --set path is relative to this working directory, but the submitted job runs in "
             f"the experiment's folder ({experiment.resolve().parent}): give it relative to that "
@@ -393,7 +393,7 @@ def _run_cmd(args, cfg, abl, *, progress: bool) -> int:
     return EXIT_OK
 
 
-def cfg_here(experiment: Path, overrides: list[str]) -> dict:
+def _cfg_here(experiment: Path, overrides: list[str]) -> dict:
     """The experiment as this working directory reads it (every path absolute)."""
     return load_experiment(experiment, overrides).model_dump()
 
@@ -419,6 +419,8 @@ def _submit(args, cfg: ExperimentConfig) -> int:
         )
         if given
     ]
+    if args.tracking_timeout is not None:
+        flags += ["--tracking-timeout", str(args.tracking_timeout)]
     folder = tempfile.mkdtemp(prefix="attnstudy-submitted-code-")
     try:
         code, _ = stage_checked(Path(folder))

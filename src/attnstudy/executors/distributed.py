@@ -315,17 +315,19 @@ class RayExecutor:
         self._connected_here = False
         self._staged: str | None = None  # the folder holding the shipped copy (ours: removed)
         self._shipped: tuple[dict, dict] = ({}, {})  # the tasks' runtime_env, the copy's version
+        self._leave_out: dict = {}  # every task's options that keep refusing nodes out
 
     # --- connection ---------------------------------------------------------------------
     def prepare(self, cfg, tracker, experiment_id: str) -> None:
-        """Check the store (a server that proxies artifacts) and connect to Ray, before the study
+        """Check the store (a server that proxies artifacts), connect to Ray and leave out the
+        nodes that cannot run the study's tasks (:meth:`_leave_out_refusing`), before the study
         run exists.
 
         Raises:
             ConfigError: the store cannot be shared by workers, no node of the cluster can run
                 some task (a task Ray cannot place would wait for ever), or the attnstudy
                 sources changed since the command started (:meth:`_ship_code`). ClusterError:
-                no Ray cluster.
+                no Ray cluster, or no node of it can run the study's tasks.
         """
         require_server_uri(tracker.uri)
         CheckpointStore.from_env()  # a malformed $ATTNSTUDY_CHECKPOINT_URI, before any task
@@ -336,6 +338,11 @@ class RayExecutor:
         nodes = [n.get("Resources", {}) for n in self._ray.nodes() if n.get("Alive")]
         check_placeable(task_requests(cfg), nodes)
         check_memory(cfg, nodes)
+        from attnstudy.runtime.paths import project_root
+
+        runtime_env, code = self._shipped
+        common = {"code": code, "shipped": bool(runtime_env), "root": str(project_root())}
+        self._leave_out = self._leave_out_refusing(cfg, cfg.runs(), common)
 
     def _connect(self) -> None:
         ray = sys.modules.get("ray")
@@ -429,7 +436,7 @@ class RayExecutor:
         # checkpoints shared through an S3-compatible store, if this driver names one
         common = common_payload(ctx, checkpoint_uri=os.environ.get(CHECKPOINT_URI_VAR, ""))
         common.update(code=code, shipped=bool(runtime_env))
-        leave_out = self._leave_out_refusing(ctx, common)  # options of every task
+        leave_out = self._leave_out  # the nodes prepare() found refusing, left out
         abl_gpu = 1 if requests_gpu(ctx.cfg.ablation.device) else 0
         jobs: list[Job] = []
         for i, spec in enumerate(ctx.specs):
@@ -485,13 +492,17 @@ class RayExecutor:
             bar.close()
         settle_best_aliases(ctx, jobs)
 
-    def _leave_out_refusing(self, ctx, common: dict) -> dict:
+    def _leave_out_refusing(self, cfg, specs: list, common: dict) -> dict:
         """Ask every alive node with CPUs, once, whether it can run the study's tasks
         (:func:`attnstudy.study.tasks.probe_node`: the driver's code, torch, the same data), and
         leave the nodes that cannot out of the study, each named in one note line with its
         reason; the others are given the whole queue. A node that does not answer within
         :data:`PROBE_SECONDS` is not left out (its tasks say themselves what is wrong). A
         cluster of one node is not asked. Nodes that join later are not asked either.
+
+        Args:
+            cfg: the experiment (what its tasks ask for). specs: its runs (their data sets).
+            common: the driver's ``code`` version, whether it ``shipped`` it, its ``root``.
 
         Returns:
             The options every task gets: ``label_selector`` leaving the refusing nodes out
@@ -509,7 +520,7 @@ class RayExecutor:
         if len(alive) < 2:
             return {}
         where = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in alive}
-        payload = probe_payload(ctx, common)
+        payload = probe_payload(specs, common)
         probe = ray.remote(probe_task)
         refs = {
             probe.options(
@@ -538,7 +549,7 @@ class RayExecutor:
         for line in said:
             notice(f"{line}; it is left out of this study, the other nodes take its tasks")
         check_placeable(
-            task_requests(ctx.cfg),
+            task_requests(cfg),
             [n.get("Resources", {}) for n in alive if n["NodeID"] not in refusing],
         )
         return {"label_selector": {NODE_ID_LABEL: f"!in({','.join(sorted(refusing))})"}}

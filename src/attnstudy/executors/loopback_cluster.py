@@ -97,6 +97,67 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _node_args(args: argparse.Namespace, temp_dir: Path) -> dict:
+    """What every node is started with: its CPUs, object store and temporary folder."""
+    return {
+        "num_cpus": args.num_cpus,
+        "object_store_memory": args.object_store_mb * 1024 * 1024,
+        "temp_dir": str(temp_dir),
+    }
+
+
+def _own_ports() -> dict[str, int]:
+    """Ray's fixed default (52365) for the dashboard agent: a second recipe on the machine
+    (another user, a parallel test) would find it taken and its job server no agent."""
+    return {"dashboard_agent_listen_port": free_port()}
+
+
+def _head_args(args: argparse.Namespace, node: dict, dashboard_port: int | None) -> dict:
+    """The head's arguments: the node's, its resource, the dashboard (``--dashboard``) and the
+    GCS port (``--port``)."""
+    dashboard = (
+        {"dashboard_host": "127.0.0.1", "dashboard_port": dashboard_port} if args.dashboard else {}
+    )
+    return (
+        node
+        | _own_ports()
+        | {"include_dashboard": args.dashboard, **dashboard}
+        | {"resources": {NODE_RESOURCE.format(0): 1}}
+        | ({"gcs_server_port": args.port} if args.port else {})
+    )
+
+
+def _add_nodes(cluster, args: argparse.Namespace, node: dict, temp_dir: Path) -> None:
+    """The nodes beyond the head, each in a folder of its own, as a node on another machine has:
+    nodes sharing one ``runtime_resources`` folder unpack a job's ``working_dir`` over each
+    other (the job's driver then found its working directory gone). Each folder names the
+    cluster (``ray_current_cluster``, what ``address="auto"`` reads there: a submitted job's
+    supervisor may run on the node; without it Ray looks for any GCS process of the machine)."""
+    for i in range(1, args.nodes):
+        folder = temp_dir / f"n{i}"
+        folder.mkdir()
+        (folder / "ray_current_cluster").write_text(cluster.address)
+        own = node | _own_ports() | {"temp_dir": str(folder)}
+        cluster.add_node(**own, resources={NODE_RESOURCE.format(i): 1})
+
+
+def _ready_message(address: str, args: argparse.Namespace, token: str, port: int | None) -> str:
+    """What the recipe prints once its nodes are up: the address, the driver's variables, the job
+    server's URL (``--dashboard``)."""
+    server = (
+        f"{JOB_SERVER}http://127.0.0.1:{port} (run --executor ray --submit --ray-address it; "
+        "attnstudy job … --ray-address it)\n"
+        if args.dashboard
+        else ""
+    )
+    return (
+        f"{READY}{address} ({args.nodes} node(s), {args.num_cpus} CPU(s) each); point a driver "
+        f"at it with --ray-address {address} and, in its environment:\n"
+        f"export {CLUSTERS_VAR}=0 RAY_AUTH_MODE=token RAY_AUTH_TOKEN={token} "
+        f"RAY_USAGE_STATS_ENABLED=0\n{server}Ctrl-C stops it"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Start the nodes, print the address and the driver's variables, wait for Ctrl-C/SIGTERM.
 
@@ -130,62 +191,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from ray.cluster_utils import Cluster
 
-        node = {
-            "num_cpus": args.num_cpus,
-            "object_store_memory": args.object_store_mb * 1024 * 1024,
-            "temp_dir": str(temp_dir),
-        }
-
-        def own_ports() -> dict[str, int]:
-            # Ray's fixed default (52365) for the dashboard agent: a second recipe on the machine
-            # (another user, a parallel test) would find it taken and its job server no agent
-            return {"dashboard_agent_listen_port": free_port()}
-
+        node = _node_args(args, temp_dir)
         dashboard_port = free_port() if args.dashboard else None
-        head = (
-            node
-            | own_ports()
-            | {
-                "include_dashboard": args.dashboard,
-                **(
-                    {"dashboard_host": "127.0.0.1", "dashboard_port": dashboard_port}
-                    if args.dashboard
-                    else {}
-                ),
-                "resources": {NODE_RESOURCE.format(0): 1},
-                **({"gcs_server_port": args.port} if args.port else {}),
-            }
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args=_head_args(args, node, dashboard_port),
+            shutdown_at_exit=True,
         )
-        cluster = Cluster(initialize_head=True, head_node_args=head, shutdown_at_exit=True)
-        for i in range(1, args.nodes):
-            # a folder of its own, as a node on another machine has: nodes sharing one
-            # runtime_resources folder unpack a job's working_dir over each other (the job's
-            # driver then found its working directory gone)
-            (temp_dir / f"n{i}").mkdir()
-            # what `address="auto"` reads on this node (a submitted job's supervisor may run
-            # here): without it Ray looks for any GCS process of the machine, another cluster's
-            (temp_dir / f"n{i}" / "ray_current_cluster").write_text(cluster.address)
-            own = node | own_ports() | {"temp_dir": str(temp_dir / f"n{i}")}
-            cluster.add_node(**own, resources={NODE_RESOURCE.format(i): 1})
+        _add_nodes(cluster, args, node, temp_dir)
         cluster.wait_for_nodes()
         # Ray's nodes install a SIGTERM handler that drains them first, for up to 30 s (the GCS
         # it asks may be going away too): SIGTERM stops the nodes at once, as Ctrl-C does
         signal.signal(signal.SIGTERM, _interrupt)
-        print(
-            f"{READY}{cluster.address} ({args.nodes} node(s), {args.num_cpus} CPU(s) each); "
-            "point a driver at it with --ray-address "
-            f"{cluster.address} and, in its environment:\n"
-            f"export {CLUSTERS_VAR}=0 RAY_AUTH_MODE=token RAY_AUTH_TOKEN={token} "
-            "RAY_USAGE_STATS_ENABLED=0\n"
-            + (
-                f"{JOB_SERVER}http://127.0.0.1:{dashboard_port} (run --executor ray --submit "
-                "--ray-address it; attnstudy job … --ray-address it)\n"
-                if args.dashboard
-                else ""
-            )
-            + "Ctrl-C stops it",
-            flush=True,
-        )
+        print(_ready_message(cluster.address, args, token, dashboard_port), flush=True)
         signal.pause()
     except KeyboardInterrupt:
         print("stopping the Ray nodes", file=sys.stderr, flush=True)

@@ -265,14 +265,15 @@ def _node_root(job: dict):
             os.environ.pop("ATTNSTUDY_ROOT", None)
 
 
-def probe_payload(ctx, common: dict) -> dict:
-    """What :func:`probe_node` checks a node against: the driver's code version (``common``) and
-    the digest of each distinct data set of study ``ctx`` (one spec for each)."""
+def probe_payload(specs, common: dict) -> dict:
+    """What :func:`probe_node` checks a node against: the driver's code version (``common``:
+    ``code``, ``shipped``, ``root``) and the digest of each distinct data set of the study's
+    ``specs`` (one spec for each)."""
     from attnstudy.data.tasks import source_key
     from attnstudy.study.task_data import task_data
 
     data, seen = [], set()
-    for spec in ctx.specs:
+    for spec in specs:
         key = source_key(spec.data)
         if key not in seen:
             seen.add(key)
