@@ -26,10 +26,11 @@ from attnstudy.analysis.per_example import per_example_summary_file, pick_shown,
 from attnstudy.config import RunSpec
 from attnstudy.data.tasks import TASKS, TRANSLATION_METRICS, get_task
 from attnstudy.data.types import Example
+from attnstudy.pages.summary_lines import catalogue_facts
 from attnstudy.runtime.signals import deferred_signals
 from attnstudy.tracking import Artifact, RunRecord, Tag, Tracker, TrackingError
 from attnstudy.tracking.datasets import log_splits
-from attnstudy.verdict.findings import VerdictThresholds, facts_from_metrics, verdict
+from attnstudy.verdict.findings import VerdictThresholds, verdict
 
 
 def config_name(tags: dict[str, str]) -> str:
@@ -512,15 +513,7 @@ def log_ablation_pages(
     tracker.log_text(run_id, json.dumps(records, separators=(",", ":")), Artifact.HEATMAPS)
     table = _log_tables(tracker, run_id, steps_path, per_example, params=params, summary=summary)
     steps = steps_of_examples(steps_path, [r["id"] for r in records])
-    facts = facts_from_metrics(
-        name,
-        attention,
-        summary,
-        stat_keys=catalogue.stat_keys(),
-        labels=catalogue.stat_labels(),
-        roles=catalogue.verdict_roles(),
-        params=params,
-    )
+    facts = catalogue_facts(name, attention, summary, params)
     predictions = _predictions(tracker, model_run_id)
     meta = {
         "title": name,

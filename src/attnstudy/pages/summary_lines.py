@@ -20,6 +20,21 @@ DIRECTION = {"higher": "higher = yes", "lower": "lower = yes", "": ""}
 """How a :data:`attnstudy.analysis.catalogue.Direction` is printed beside a statistic's unit."""
 
 
+def catalogue_facts(name: str, attention: str, metrics: dict[str, float], params: dict[str, str]):
+    """:func:`attnstudy.verdict.findings.facts_from_metrics` of an ablation run's ``metrics`` and
+    ``params`` with every statistic, label and verdict role of the catalogue (what the run's
+    pages and ``attnstudy ablate``'s lines are built from)."""
+    return facts_from_metrics(
+        name,
+        attention,
+        metrics,
+        stat_keys=catalogue.stat_keys(),
+        labels=catalogue.stat_labels(),
+        roles=catalogue.verdict_roles(),
+        params=params,
+    )
+
+
 def battery_lines(
     name: str,
     attention: str,
@@ -46,15 +61,7 @@ def battery_lines(
         direction answers yes, the decoder steps or examples it was computed on); the verdict
         (each question's answer, then its sentences); the skipped ablations.
     """
-    facts = facts_from_metrics(
-        name,
-        attention,
-        metrics,
-        stat_keys=catalogue.stat_keys(),
-        labels=catalogue.stat_labels(),
-        roles=catalogue.verdict_roles(),
-        params=params,
-    )
+    facts = catalogue_facts(name, attention, metrics, params)
     prefix = params.get("ablation.prefix", "greedy")
     lines = [
         f"{name}: {facts.n_examples or '?'} test examples, prefix {prefix}; "
