@@ -305,10 +305,7 @@ def status(job_client, job_id: str):
     Raises:
         JobNotFoundError: no job ``job_id``. JobServerError: the request failed.
     """
-    try:
-        return job_client.get_job_info(job_id)
-    except Exception as err:
-        raise _job_error(job_id, err) from None
+    return _ask(job_id, job_client.get_job_info)
 
 
 def follow_job(job_client, job_id: str, *, out=None, poll: float = POLL_SECONDS) -> str:
@@ -340,8 +337,13 @@ def stop(job_client, job_id: str) -> bool:
     Raises:
         JobNotFoundError: no job ``job_id``. JobServerError: the request failed.
     """
+    return bool(_ask(job_id, job_client.stop_job))
+
+
+def _ask(job_id: str, request):
+    """``request(job_id)`` of the Ray job client, its failure as one of this module's errors."""
     try:
-        return bool(job_client.stop_job(job_id))
+        return request(job_id)
     except Exception as err:
         raise _job_error(job_id, err) from None
 
@@ -364,7 +366,4 @@ def logs(job_client, job_id: str) -> str:
     Raises:
         JobNotFoundError: no job ``job_id``. JobServerError: the request failed.
     """
-    try:
-        return job_client.get_job_logs(job_id)
-    except Exception as err:
-        raise _job_error(job_id, err) from None
+    return _ask(job_id, job_client.get_job_logs)
