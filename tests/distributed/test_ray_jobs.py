@@ -433,3 +433,44 @@ def test_a_head_whose_job_agent_is_not_up_yet_is_asked_again_within_a_bound(monk
         "the job server refused the study: Request failed with status code 500: No available "
         "agent to submit job, please try again later.."
     )
+
+
+def test_submitting_removes_only_the_folder_it_made_for_the_code_copy(capfd, tmp_path, monkeypatch):
+    """``run --submit`` stages the code copy in a ``mkdtemp`` folder of its own, which Ray uploads
+    while the job is sent; afterwards that folder goes and nothing beside it (sentinel files and a
+    folder of the same prefix), also when the job server refuses the study."""
+    import tempfile
+
+    import attnstudy.executors.ray_jobs as ray_jobs
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    (temp / "sentinel.txt").write_text("keep")
+    other = temp / "attnstudy-submitted-code-not-ours"
+    other.mkdir()
+    (other / "sentinel.py").write_text("keep = True\n")
+    staged: list[Path] = []
+
+    class _Client:
+        def __init__(self, refuse: bool):
+            self.refuse = refuse
+
+        def submit_job(self, **kwargs):
+            copy = Path(kwargs["runtime_env"]["py_modules"][0])
+            assert (copy / "__init__.py").is_file()  # the copy is there while the job is sent
+            staged.append(copy)
+            if self.refuse:
+                raise RuntimeError("Request failed with status code 500: the disk is full")
+            return kwargs["submission_id"]
+
+    args = ["run", str(TINY), "--executor", "ray", "--submit", "--ray-address", SERVER]
+    args += ["--tracking-uri", SERVER]
+    for refuse, code in ((False, 0), (True, 1)):
+        monkeypatch.setattr(ray_jobs, "client", lambda address, r=refuse: _Client(r))
+        res = _cli(capfd, tmp_path, *args)
+        assert res.returncode == code, res.stderr
+        assert staged[-1].parent.parent == temp and not staged[-1].parent.exists()
+        assert sorted(p.name for p in temp.iterdir()) == [other.name, "sentinel.txt"]
+    assert (other / "sentinel.py").read_text() == "keep = True\n"
+    assert (temp / "sentinel.txt").read_text() == "keep"
