@@ -186,9 +186,10 @@ def test_transformer_contributions_are_a_distribution_over_source_and_prefix(lay
 
 def _check_distribution(model, tr, least_defined: float, some_share: bool = True):
     got = alti_plus(model, tr)
-    # one example at a time (the smallest budget) gives the same numbers, to float32 noise
+    # one example at a time (the smallest budget) gives the same numbers, to float32 noise (a
+    # batch of 1 and of 6 take other matmul kernels: up to 1.7e-5 apart on an AVX-512/AMX CPU)
     torch.testing.assert_close(
-        alti_plus(model, tr, budget=1), got, equal_nan=True, atol=1e-5, rtol=0
+        alti_plus(model, tr, budget=1), got, equal_nan=True, atol=1e-4, rtol=0
     )
     t_x, t_y = tr.src.size(1), tr.tgt_in.size(1)
     assert got.shape == (tr.src.size(0), t_y, t_x + t_y)

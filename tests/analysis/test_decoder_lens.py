@@ -73,7 +73,9 @@ def test_the_last_layer_is_the_model_itself(layer_norm):
     # teacher-forced on the reference: the trace's logits and attention
     forced = lens_decode(model, states[-1], tr.src, tr.src_lengths, max_len=0, prefix=tr.tgt_in)
     real = tr.step_mask
-    torch.testing.assert_close(forced.logits[real], tr.logits[real], atol=1e-5, rtol=0)
+    # float32 noise of two code paths: logits of magnitude ~3, up to 2.1e-5 apart on an
+    # AVX-512/AMX CPU (1e-5 held on AVX2 machines)
+    torch.testing.assert_close(forced.logits[real], tr.logits[real], atol=1e-4, rtol=1e-5)
     got_att = forced.attention  # the last decoder layer's rows, every head
     torch.testing.assert_close(
         got_att.transpose(1, 2)[real], tr.attention.transpose(1, 2)[real], atol=1e-5, rtol=0

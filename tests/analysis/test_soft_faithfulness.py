@@ -186,11 +186,13 @@ def test_soft_ns_of_several_draws_is_the_mean_of_each_draws_own(monkeypatch):
         monkeypatch.setattr(faith, "soft_words", one_draw(d))
         singles.append(faith.soft_drops(model, batch, q, draws=1, seed=5))
     monkeypatch.setattr(faith, "soft_words", real)
-    torch.testing.assert_close(three, sum(singles) / 3, rtol=0, atol=1e-9, equal_nan=True)
+    # to float32 noise: three draws traced as one batch against one at a time (bit-equal on AVX2
+    # machines, up to 1.5e-6 apart on an AVX-512/AMX CPU, whose kernels depend on the batch size)
+    torch.testing.assert_close(three, sum(singles) / 3, rtol=0, atol=1e-5, equal_nan=True)
     # the draws disagree somewhere (three copies of one mask would test nothing)
     ns = torch.stack([x[1] for x in singles])
     finite = torch.isfinite(ns).all(0)
-    assert (ns.std(0)[finite] > 0).any()
+    assert (ns.std(0)[finite] > 1e-3).any()  # well above the tolerance
 
 
 def _soft_cfg(rankings, draws=4, **more):

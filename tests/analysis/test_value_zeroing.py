@@ -166,7 +166,9 @@ def test_batched_scores_equal_the_reference_and_an_example_alone(attention, flow
     for i, ex in enumerate(examples):
         alone = value_zeroing_scores(model, one_batch(model, [ex], "greedy"))["tvd"][0]
         n, t = int(batch.trace.src_lengths[i]), alone.size(0)
-        torch.testing.assert_close(got[i, :t, :n], alone[:, :n], rtol=0, atol=1e-5, equal_nan=True)
+        # float32 noise of a batch of 7 against 1 (other matmul kernels: up to 1.2e-5 on an
+        # AVX-512/AMX CPU)
+        torch.testing.assert_close(got[i, :t, :n], alone[:, :n], rtol=0, atol=1e-4, equal_nan=True)
 
 
 def test_the_none_model_is_refused():
