@@ -7,8 +7,7 @@ seeded copy-task sentences of ``benchmarks/bench_inseq.py``; wall and CPU time (
 the child, ``resource.getrusage(RUSAGE_CHILDREN)``), median of ``--repeats`` runs interleaved:
 
 * **one example, saliency** — ``attnstudy ablate hf:FOLDER --tsv one.tsv --n-examples 1
-  --ablations saliency`` (a fresh store in an empty folder: the ablation run, its per-step table,
-  pages and figures) against ``inseq attribute -m FOLDER -a saliency -i TEXT --hide -o out.json``
+  --ablations saliency`` against ``inseq attribute -m FOLDER -a saliency -i TEXT --hide -o out.json``
   (greedy generation, then saliency; the JSON written);
 * **one example, attnstudy's default battery** — the same ``ablate`` without ``--ablations``
   (permutation, uniform, erasure, the adversarial search, importance, alignment: what the
@@ -17,9 +16,10 @@ the child, ``resource.getrusage(RUSAGE_CHILDREN)``), median of ``--repeats`` run
 * **N sentences, saliency** — both on ``--sentences`` sentences (inseq's ``--batch_size`` 8, its
   default; attnstudy's default batching).
 
-Each ``ablate`` runs twice: recorded (the default: a store, the run, its pages) and with
-``--no-store`` (the statistics and verdict printed, nothing recorded, MLflow not imported), the
-like of inseq's command, which records nothing either.
+Each ``ablate`` runs twice: as it runs by default (the statistics and verdict printed, nothing
+recorded, MLflow not imported: the like of inseq's command, which records nothing either) and
+with ``--record`` (a fresh store in an empty folder: the model and ablation runs, the per-step
+table, pages, figures and example browser).
 
 Both commands run from the same virtualenv (``benchmarks/inseq_env.sh`` makes ``.venv-inseq``
 with attnstudy editable and inseq 0.7.1), one thread each (``OMP_NUM_THREADS=1``, attnstudy's
@@ -65,31 +65,22 @@ def jobs(folder: str, data: Path, sentences: list[str], n: int) -> dict:
     ablate = [py, "-m", "attnstudy.cli", "ablate", f"hf:{folder}", "--quiet"]
     attribute = [inseq, "attribute", "-m", folder, "-a", "saliency", "--dev", "cpu", "--hide"]
     first, every = sentences[:1], sentences[:n]
+    one = [*ablate, "--tsv", str(data / "one.tsv"), "--n-examples", "1"]
+    every_tsv = [*ablate, "--tsv", str(data / "all.tsv"), "--n-examples", str(n)]
     return {
         "one example, saliency": {
-            "attnstudy": [*ablate, "--tsv", str(data / "one.tsv"), "--n-examples", "1"]
-            + ["--ablations", "saliency"],
-            "attnstudy --no-store": [*ablate, "--tsv", str(data / "one.tsv"), "--n-examples", "1"]
-            + ["--ablations", "saliency", "--no-store"],
+            "attnstudy": [*one, "--ablations", "saliency"],
+            "attnstudy --record": [*one, "--ablations", "saliency", "--record"],
             "inseq": [*attribute, "-o", "ROOT/out.json", "-i", *first],
         },
         # inseq has no battery: its one-example time is the saliency job's, not run twice
         "one example, attnstudy's default battery": {
-            "attnstudy": [*ablate, "--tsv", str(data / "one.tsv"), "--n-examples", "1"],
-            "attnstudy --no-store": [*ablate, "--tsv", str(data / "one.tsv"), "--n-examples", "1"]
-            + ["--no-store"],
+            "attnstudy": one,
+            "attnstudy --record": [*one, "--record"],
         },
         f"{n} sentences, saliency": {
-            "attnstudy": [*ablate, "--tsv", str(data / "all.tsv"), "--n-examples", str(n)]
-            + ["--ablations", "saliency"],
-            "attnstudy --no-store": [
-                *ablate,
-                "--tsv",
-                str(data / "all.tsv"),
-                "--n-examples",
-                str(n),
-            ]
-            + ["--ablations", "saliency", "--no-store"],
+            "attnstudy": [*every_tsv, "--ablations", "saliency"],
+            "attnstudy --record": [*every_tsv, "--ablations", "saliency", "--record"],
             "inseq": [*attribute, "-o", "ROOT/out.json", "-bs", "8", "-i", *every],
         },
     }
@@ -100,7 +91,7 @@ def run(args) -> dict:
 
     n = args.sentences or (4 if args.smoke else 100)
     repeats = args.repeats or (1 if args.smoke else 3)
-    tools = ["attnstudy", "attnstudy --no-store"]
+    tools = ["attnstudy", "attnstudy --record"]
     tools += [] if args.tools == "attnstudy" else ["inseq"]
     times: dict[tuple[str, str], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="attnstudy-bench-cli-") as tmp:
@@ -137,7 +128,7 @@ def run(args) -> dict:
             row[f"{tool} CPU s"] = statistics.median(cpus)
         if "inseq" in tools:
             inseq = row["inseq wall s"]
-            for tool in ("attnstudy", "attnstudy --no-store"):
+            for tool in ("attnstudy", "attnstudy --record"):
                 row[f"inseq / {tool} (wall)"] = (
                     inseq / row[f"{tool} wall s"] if isinstance(inseq, float) else "—"
                 )
@@ -152,7 +143,7 @@ def run(args) -> dict:
         for r in rows:
             if not isinstance(r["inseq wall s"], float):
                 continue
-            for tool in ("attnstudy", "attnstudy --no-store"):
+            for tool in ("attnstudy", "attnstudy --record"):
                 met = common.verdict(r[f"{tool} wall s"], r["inseq wall s"], higher_is_better=False)
                 notes.append(
                     f"{r['job']}: {tool} {r[f'{tool} wall s']:.1f} s, inseq "

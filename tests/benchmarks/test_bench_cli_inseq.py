@@ -21,16 +21,17 @@ def test_each_job_is_the_same_work_for_both_tools(tmp_path):
     parser = build_parser()
     for job, argv in todo.items():
         ours = parser.parse_args(argv["attnstudy"][3:])  # after python -m attnstudy.cli
-        assert ours.model_uri == "hf:/models/marian" and ours.quiet and not ours.no_store
-        # the same command recording nothing (what inseq's command does): only --no-store added
-        assert argv["attnstudy --no-store"] == [*argv["attnstudy"], "--no-store"]
-        assert parser.parse_args(argv["attnstudy --no-store"][3:]).no_store
+        # the default records nothing (what inseq's command does); --record is all that differs
+        assert ours.model_uri == "hf:/models/marian" and ours.quiet and not ours.record
+        assert ours.tracking_uri is None
+        assert argv["attnstudy --record"] == [*argv["attnstudy"], "--record"]
+        assert parser.parse_args(argv["attnstudy --record"][3:]).record
         n = 3 if job.startswith("3 ") else 1
         assert ours.n_examples == n
         assert Path(ours.tsv).name == ("all.tsv" if n == 3 else "one.tsv")
         assert ours.ablations == (None if "default battery" in job else "saliency")
         if "default battery" in job:  # inseq has none: its one-example run is not repeated
-            assert set(argv) == {"attnstudy", "attnstudy --no-store"}
+            assert set(argv) == {"attnstudy", "attnstudy --record"}
             continue
         theirs = argv["inseq"]
         assert theirs[1:4] == ["attribute", "-m", "/models/marian"]

@@ -34,6 +34,7 @@ def _ablate(capfd, fresh_root, folder):
     tsv = fresh_root / "three.tsv"
     tsv.write_text(LINES, encoding="utf-8")
     argv = ["ablate", f"hf:{folder}", "--tsv", str(tsv), "--prefix", "reference", "--quiet"]
+    argv += ["--record"]
     res = run_cli(capfd, [*argv, "--ablations", "saliency"], cwd=fresh_root, env={})
     assert res.returncode == 0, res.stderr
     return res
@@ -69,7 +70,7 @@ def test_the_ablation_run_logs_system_metrics_and_progress(capfd, fresh_root, fo
     tsv.write_text(LINES, encoding="utf-8")
     argv = ["ablate", f"hf:{folder}", "--tsv", str(tsv), "--prefix", "reference", "--quiet"]
     env = {"ATTNSTUDY_SYSTEM_METRICS": "1", "ATTNSTUDY_SYSTEM_METRICS_SECONDS": "0.2"}
-    res = run_cli(capfd, [*argv, "--ablations", "saliency"], cwd=fresh_root, env=env)
+    res = run_cli(capfd, [*argv, "--ablations", "saliency", "--record"], cwd=fresh_root, env=env)
     assert res.returncode == 0, res.stderr
     run_id = res.stdout.strip().splitlines()[-1].removeprefix("ablation run: runs:/")
     client = mlflow.MlflowClient(f"sqlite:///{fresh_root / 'mlruns' / 'mlflow.db'}")
@@ -79,21 +80,24 @@ def test_the_ablation_run_logs_system_metrics_and_progress(capfd, fresh_root, fo
     assert [m.value for m in client.get_metric_history(run_id, "progress/fraction")][-1] == 1.0
 
 
-def test_no_store_prints_what_the_recorded_ablate_prints_and_records_nothing(
+def test_without_record_it_prints_what_the_recorded_ablate_prints_and_records_nothing(
     capfd, fresh_root, folder
 ):
-    """``--no-store`` (a quick look, as inseq's ``attribute`` command gives one): the same
+    """Without ``--record`` (a quick look, as inseq's ``attribute`` command gives one): the same
     statistics and verdict as the recorded ``ablate`` of the same model and examples, without
-    the lines naming the runs and the browser; no store created, and MLflow never imported (a
-    process of its own: the process boundary is what is tested)."""
+    the lines naming the runs and the browser, and a last line saying nothing was recorded; no
+    store created, and MLflow never imported (a process of its own: the process boundary is what
+    is tested)."""
     import os
     import subprocess
+
+    from attnstudy.cli.main import NOTHING_RECORDED
 
     tsv = fresh_root / "three.tsv"
     tsv.write_text(LINES, encoding="utf-8")
     argv = ["ablate", f"hf:{folder}", "--tsv", str(tsv), "--prefix", "reference", "--quiet"]
     argv += ["--ablations", "permutation,saliency"]
-    recorded = run_cli(capfd, argv, cwd=fresh_root, env={})
+    recorded = run_cli(capfd, [*argv, "--record"], cwd=fresh_root, env={})
     assert recorded.returncode == 0, recorded.stderr
     quick_root = fresh_root / "quick"
     quick_root.mkdir()
@@ -104,7 +108,7 @@ def test_no_store_prints_what_the_recorded_ablate_prints_and_records_nothing(
     env = dict(os.environ, ATTNSTUDY_ROOT=str(quick_root))
     env.pop("MLFLOW_TRACKING_URI", None)
     quick = subprocess.run(
-        [sys.executable, "-c", wrapper, *argv, "--no-store"],
+        [sys.executable, "-c", wrapper, *argv],
         cwd=quick_root,
         env=env,
         capture_output=True,
@@ -117,15 +121,29 @@ def test_no_store_prints_what_the_recorded_ablate_prints_and_records_nothing(
     shown = recorded.stdout.splitlines()
     assert shown[0].startswith("model run: runs:/")
     assert shown[-2].startswith("example browser: ") and shown[-1].startswith("ablation run: ")
-    assert lines == shown[1:-2]
+    assert lines == [*shown[1:-2], NOTHING_RECORDED]
     assert "permutation flip rate" in quick.stdout and "τ attention–saliency" in quick.stdout
     assert list(quick_root.iterdir()) == []  # no store, no run folder, no browser
 
 
-def test_no_store_is_for_a_pretrained_model_with_its_examples(capfd, fresh_root, folder):
-    res = run_cli(capfd, ["ablate", "runs:/0123abcd", "--no-store"], cwd=fresh_root, env={})
+def test_record_is_for_a_pretrained_model_with_its_examples(capfd, fresh_root, folder):
+    res = run_cli(capfd, ["ablate", "runs:/0123abcd", "--record"], cwd=fresh_root, env={})
     assert res.returncode == 2
     assert res.stderr.strip() == (
-        "attnstudy: error: --no-store applies to a pretrained model with its examples: ablate "
-        "hf:FOLDER --tsv FILE --no-store (a stored model's ablation is recorded in its store)"
+        "attnstudy: error: --record applies to ablate hf:FOLDER --tsv FILE (a stored model's "
+        "ablation, and one with --data, is always recorded): drop --record"
     )
+
+
+def test_a_tracking_uri_asks_for_a_store(capfd, fresh_root, folder):
+    """``--tracking-uri`` names where to record: the battery is recorded there without
+    ``--record``."""
+    tsv = fresh_root / "three.tsv"
+    tsv.write_text(LINES, encoding="utf-8")
+    uri = f"sqlite:///{fresh_root / 'elsewhere.db'}"
+    argv = ["ablate", f"hf:{folder}", "--tsv", str(tsv), "--quiet", "--ablations", "saliency"]
+    res = run_cli(capfd, [*argv, "--tracking-uri", uri], cwd=fresh_root, env={})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1].startswith("ablation run: runs:/")
+    assert (fresh_root / "elsewhere.db").is_file()
+    assert not (fresh_root / "mlruns" / "mlflow.db").exists()  # not the default store

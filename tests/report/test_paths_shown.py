@@ -38,6 +38,7 @@ def test_ablate_records_the_tsv_it_read_as_an_absolute_path(capfd, fresh_root, t
     folder = build_tiny(tmp_path / "tiny", steps=0)
     (fresh_root / "two.tsv").write_text("cat dog\tcat dog\nblue fish\tblue fish\n")
     argv = ["ablate", f"hf:{folder}", "--tsv", "two.tsv", "--ablations", "saliency", "--quiet"]
+    argv += ["--record"]
     res = run_cli(capfd, argv, cwd=fresh_root, env={})
     assert res.returncode == 0, res.stderr
     run_id = res.stdout.strip().splitlines()[-1].removeprefix("ablation run: runs:/")

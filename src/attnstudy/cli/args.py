@@ -208,10 +208,11 @@ def _ablate_verb(sub) -> None:
         "--force", action="store_true", help="also ablate the model of a run that is not FINISHED"
     )
     sp.add_argument(
-        "--no-store",
+        "--record",
         action="store_true",
-        help="with hf:FOLDER and --tsv: print the statistics and the verdict only, recording "
-        "nothing (no store opened, no run, pages or example browser): a quick look",
+        help="with hf:FOLDER and --tsv: record the battery in the tracking store (the model run, "
+        "the ablation run, its pages and example browser; --tracking-uri implies it); without "
+        "it only the statistics and the verdict are printed and no store is opened",
     )
     _add_tracking(sp)
 

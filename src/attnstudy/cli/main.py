@@ -172,13 +172,11 @@ def _validate_model_verb(args) -> None:
     if args.command == "ablate" and args.tsv and not Path(args.tsv).is_file():
         what = "is a folder" if Path(args.tsv).is_dir() else "no such file"
         raise UsageError(f"--tsv {args.tsv}: {what}; pass a TSV of source<TAB>target lines (UTF-8)")
-    if args.command == "ablate" and args.no_store and not (uri.startswith("hf:") and args.tsv):
+    if args.command == "ablate" and args.record and not (uri.startswith("hf:") and args.tsv):
         raise UsageError(
-            "--no-store applies to a pretrained model with its examples: ablate hf:FOLDER "
-            "--tsv FILE --no-store (a stored model's ablation is recorded in its store)"
+            "--record applies to ablate hf:FOLDER --tsv FILE (a stored model's ablation, and one "
+            "with --data, is always recorded): drop --record"
         )
-    if args.command == "ablate" and args.no_store and args.tracking_uri is not None:
-        raise UsageError("--no-store records nothing: drop --tracking-uri")
     if args.command == "ablate" and args.tsv and uri.startswith("models:/"):
         raise UsageError(
             f"--tsv applies to a pretrained model (hf:FOLDER or its runs:/ID); {uri} already "
@@ -327,7 +325,7 @@ def _execute(args, cfg: ExperimentConfig | None, abl: AblationConfig | None) -> 
             app_name=args.app_name,
             workers=args.workers,
         )
-    if args.command == "ablate" and args.no_store:  # no store: neither opened nor checked
+    if args.command == "ablate" and not records(args):  # no store: neither opened nor checked
         return _ablate_unrecorded(args, abl)
     refused = _check_store(args, cfg)  # before torch and mlflow load: a refusal in a second
     if refused is not None:
@@ -532,9 +530,26 @@ def _ablate_cmd(args, cfg, abl, *, progress: bool) -> int:
     return ablate_summary.print_summary(tracker, run_id, skipped=result.skipped, thresholds=verdict)
 
 
+def records(args) -> bool:
+    """Whether ``attnstudy ablate`` records its battery in a store: always for a stored model and
+    for a pretrained model with an experiment's data (``--data``: the experiment names its
+    store); for ``hf:FOLDER --tsv FILE`` only when a store is asked for, with ``--record`` or
+    ``--tracking-uri`` (a quick look by default, as inseq's ``attribute`` command gives one)."""
+    if not (args.model_uri.startswith("hf:") and args.tsv):
+        return True
+    return args.record or args.tracking_uri is not None
+
+
+NOTHING_RECORDED = (
+    "nothing recorded: add --record to keep it as a run, with its pages and example browser"
+)
+"""The last line of an unrecorded ``ablate`` (:func:`records`)."""
+
+
 def _ablate_unrecorded(args, abl) -> int:
-    """``attnstudy ablate hf:FOLDER --tsv FILE --no-store``: the battery's statistics and verdict
-    printed, nothing recorded (:mod:`attnstudy.study.unrecorded`; MLflow never imported)."""
+    """``attnstudy ablate hf:FOLDER --tsv FILE`` without ``--record``: the battery's statistics and
+    verdict printed, nothing recorded (:mod:`attnstudy.study.unrecorded`; MLflow never
+    imported)."""
     import torch
 
     from attnstudy.runtime.progress import check_intervals
@@ -543,7 +558,7 @@ def _ablate_unrecorded(args, abl) -> int:
     torch.set_num_threads(_threads(None))
     check_intervals()
     lines = ablate_unrecorded(args.model_uri, args.tsv, abl, progress=not args.quiet)
-    print("\n".join(lines))
+    print("\n".join([*lines, NOTHING_RECORDED]))
     return EXIT_OK
 
 

@@ -2,7 +2,7 @@
 the report shows with its 95 % bootstrap interval, grouped by the report's questions, then the
 verdict and what was skipped. No store and no MLflow: :mod:`attnstudy.report.ablate_summary`
 reads a logged run's numbers and adds where its browser and run are;
-``attnstudy ablate hf:FOLDER --tsv FILE --no-store`` (:mod:`attnstudy.study.unrecorded`)
+``attnstudy ablate hf:FOLDER --tsv FILE`` (without ``--record``) (:mod:`attnstudy.study.unrecorded`)
 prints these for a battery recorded nowhere.
 
 Labels, units, directions and questions come from the catalogue

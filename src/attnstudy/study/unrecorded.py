@@ -1,4 +1,4 @@
-"""``attnstudy ablate hf:FOLDER --tsv FILE --no-store``: the battery on a pretrained model's
+"""``attnstudy ablate hf:FOLDER --tsv FILE`` (without ``--record``): the battery on a pretrained model's
 examples, its statistics and verdict printed, nothing recorded — no store opened, no MLflow
 imported, no run, pages, figures or browser written (the quick look inseq's ``attribute``
 command gives). What it prints is what the recorded ``ablate`` prints for the same model and
