@@ -20,8 +20,10 @@ local study compared with has no bound of its own (one tiny variant, two seeds).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -107,6 +109,22 @@ class LoopbackNodes:
             time.sleep(0.5)
         raise RuntimeError(f"the loopback nodes did not start: {self.out.read_text()[-2000:]}")
 
+    def node_pids(self, i: int) -> set[int]:
+        """The processes of node ``i``: its raylet (node i ≥ 1 runs in the recipe's folder
+        ``n<i>``, the head in the recipe's own) and what runs under it (agents, workers)."""
+        import psutil
+
+        out: set[int] = set()
+        for pid in self.pids():
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(pid)
+                if proc.name() != "raylet":
+                    continue
+                folder = re.search(r"/n(\d+)/", " ".join(proc.cmdline()))
+                if (int(folder.group(1)) if folder else 0) == i:
+                    out |= {pid, *(c.pid for c in proc.children(recursive=True))}
+        return out
+
     def driver_env(self) -> dict[str, str]:
         """The three variables the recipe prints for a driver (and Ray's usage statistics off)."""
         return dict(self.env)
@@ -156,23 +174,27 @@ class Cluster:
             self.seen.setdefault(pid, [])
             self.seen[pid] += [a for a in addrs if a not in self.seen[pid]]
 
-    def env(self, root: Path, own_head: bool = False) -> dict[str, str]:
-        """The driver's environment: this cluster's token and settings, or (``own_head``) a plain
-        shell's, without any Ray variable (the driver must set up its private head itself)."""
+    def env(self, root: Path, own_head: bool = False, nodes=None) -> dict[str, str]:
+        """The driver's environment: this cluster's token and settings (or those of ``nodes``,
+        another :class:`LoopbackNodes`), or (``own_head``) a plain shell's, without any Ray
+        variable (the driver must set up its private head itself)."""
         env = dict(os.environ) | {"ATTNSTUDY_ROOT": str(root)}
         if own_head:
             for var in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
                 env.pop(var, None)
         else:
-            env |= self.head.driver_env()
+            env |= (nodes or self.head).driver_env()
         env.pop("RAY_ADDRESS", None)
         return env
 
-    def run(self, root: Path, *args: str, timeout: float = 900, on_poll=None, own_head=False):
+    def run(
+        self, root: Path, *args: str, timeout: float = 900, on_poll=None, own_head=False, nodes=None
+    ):
         """``attnstudy run TINY --executor ray`` as a subprocess, watching the listeners of
         everything (the driver included) while it runs; ``own_head``: without ``--ray-address``
-        (the driver starts a private head on loopback and must stop it). Every PID of the
-        driver's tree seen while it ran is kept in ``driver_tree``."""
+        (the driver starts a private head on loopback and must stop it); ``nodes``: on another
+        :class:`LoopbackNodes` than the module's. Every PID of the driver's tree seen while it
+        ran is kept in ``driver_tree``."""
         from benchmarks.cluster_kit import tree_pids
 
         root.mkdir(parents=True, exist_ok=True)
@@ -184,7 +206,7 @@ class Cluster:
             str(TINY),
             "--executor",
             "ray",
-            *([] if own_head else ["--ray-address", self.head.address]),
+            *([] if own_head else ["--ray-address", (nodes or self.head).address]),
             "--tracking-uri",
             self.url,
             "--quiet",
@@ -193,7 +215,7 @@ class Cluster:
         proc = subprocess.Popen(
             cmd,
             cwd=root,
-            env=self.env(root, own_head),
+            env=self.env(root, own_head, nodes),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -376,81 +398,111 @@ def test_a_study_on_ray_equals_the_local_one_and_stays_on_loopback(cluster, tmp_
     assert not outside, outside
 
 
-def test_a_dead_worker_is_retried_and_the_retry_continues_its_run(cluster, tmp_path):
-    """SIGKILL to the worker training one variant, after its first epoch: Ray runs the task again
-    (``experiment.task_retries``), the retry reopens the dead attempt's model run and trains on
-    from its last checkpoint, and the study finishes without ``--resume``, exit 0, one run per
-    model. Run without ``--ray-address``: the driver's private head on loopback, every process of
-    which is gone when the driver exits. (Retries spent: the driver ends the runs FAILED and says
-    so at once, tests/distributed/test_lost_task_reported.py.) Time bound: the driver's run is
-    given 900 s; about 40 s of CPU here."""
-    import psutil
-
-    t = _tracker(cluster.url)
-    killed: dict[str, int] = {}
-
-    def kill_the_long_training() -> None:
-        if killed:
-            return
-        exp = t.experiment_id("tiny-crash", create=False)
-        if exp is None:
-            return
-        for r in t.search_runs([exp], "attributes.status = 'RUNNING' and tags.kind = 'model'"):
-            if r.name.startswith("copy/additive-bahdanau") and r.metrics.get("train/loss"):
-                pid = int(r.tags["attnstudy.owner.pid"])
-                # a worker of the driver's private head, nothing else
-                assert cluster.driver_pid in {p.pid for p in psutil.Process(pid).parents()}
-                assert pid not in cluster.head.pids()
-                os.kill(pid, signal.SIGKILL)
-                killed[r.run_id] = pid
-
-    epochs = 30
-    res = cluster.run(
-        tmp_path / "crash",
-        "--set",
-        "experiment.name=tiny-crash",
-        "--set",
-        f"models.0.training.epochs={epochs}",
-        "--set",
-        f"models.0.training.patience={epochs}",
-        "--set",  # one cheap ablation: the battery is not what is tested here
-        'ablation.ablations=["uniform"]',
-        on_poll=kill_the_long_training,
-        own_head=True,
-    )
-    left = [p for p in cluster.driver_tree if _alive(p)]
-    assert not left, f"the driver left processes of its private head running: {left}"
+def test_a_private_head_stays_on_loopback_and_ends_with_its_driver(cluster, tmp_path):
+    """Without ``--ray-address`` the driver starts a private head on loopback: every listener of
+    its tree is on loopback, and no process of it outlives a normal exit (its SIGKILL:
+    tests/distributed/test_distributed.py). Time bound: the driver's run is given 900 s; about
+    25 s of wall time here."""
     from benchmarks.cluster_kit import is_loopback
 
+    res = cluster.run(
+        tmp_path / "private",
+        "--set",
+        "experiment.name=tiny-private-head",
+        "--set",  # one cheap ablation: the battery is not what is tested here
+        'ablation.ablations=["uniform"]',
+        own_head=True,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    deadline = time.monotonic() + 60
+    while (left := [p for p in cluster.driver_tree if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"the driver left processes of its private head running: {left}"
     private = {p: a for p, a in cluster.seen.items() if p in cluster.driver_tree}
     assert len(private) >= 3, private  # the private head's gcs, raylet and workers listened
     outside = {p: a for p, a in private.items() if not all(map(is_loopback, a))}
     assert not outside, outside
+    study = next(
+        r for r in _runs(_tracker(cluster.url), "tiny-private-head").values() if r.kind == "study"
+    )
+    assert study.status == "FINISHED"
+
+
+def test_a_dead_node_is_retried_and_the_retry_continues_its_run(cluster, tmp_path):
+    """A worker node dies mid-study: SIGKILL to the second node of a two-node loopback cluster
+    of this test's own (its raylet, agents and workers) while it trains a variant, after that
+    variant's first epoch. Ray runs the task again on the node left (``experiment.task_retries``),
+    the retry reopens the dead attempt's model run and trains on from its last checkpoint, and
+    the study finishes without ``--resume``, exit 0, one run per model. Both variants train for
+    30 epochs, so that each node has a training when the kill comes. (Retries spent: the driver
+    ends the runs FAILED and says so at once, tests/distributed/test_lost_task_reported.py; a
+    worker process killed alone: tests/study/test_ablation_resume.py.) Time bound: the driver's
+    run is given 900 s; about 60 s of wall time here."""
+    nodes = LoopbackNodes((tmp_path / "nodes").resolve())
+    (tmp_path / "nodes").mkdir()
+    nodes.start()
+    t = _tracker(cluster.url)
+    killed: dict[str, tuple[str, int]] = {}
+
+    def kill_the_second_node() -> None:
+        if killed:
+            return
+        exp = t.experiment_id("tiny-node-lost", create=False)
+        if exp is None:
+            return
+        second = nodes.node_pids(1)
+        for r in t.search_runs([exp], "attributes.status = 'RUNNING' and tags.kind = 'model'"):
+            pid = int(r.tags["attnstudy.owner.pid"])
+            if r.metrics.get("train/loss") and pid in second:
+                assert pid not in nodes.node_pids(0)
+                for p in second:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p, signal.SIGKILL)
+                killed[r.run_id] = (r.name, pid)
+                return
+
+    epochs = 30
+    long = [f"models.{i}.training.{k}={epochs}" for i in (0, 1) for k in ("epochs", "patience")]
+    try:
+        res = cluster.run(
+            tmp_path / "crash",
+            *[a for kv in ["experiment.name=tiny-node-lost", *long] for a in ("--set", kv)],
+            "--set",  # one cheap ablation: the battery is not what is tested here
+            'ablation.ablations=["uniform"]',
+            on_poll=kill_the_second_node,
+            nodes=nodes,
+        )
+    finally:
+        nodes.stop()
+    deadline = time.monotonic() + 60  # the head's idle workers exit a moment after the recipe
+    while (left := [p for p in nodes.known if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"the test's nodes left processes running: {left}"
     assert killed, res.stderr[-3000:]
     assert res.returncode == 0, res.stderr[-3000:]
-    exp = t.experiment_id("tiny-crash", create=False)
+    exp = t.experiment_id("tiny-node-lost", create=False)
     models = t.search_runs([exp], "tags.kind = 'model'")
     assert sorted(r.name for r in models) == [
         "copy/additive-bahdanau/seed1",
         "copy/none-bahdanau/seed1",
     ]  # one run per model: the retry made none of its own
-    (dead_id,) = killed
-    (retried,) = [r for r in models if r.name.startswith("copy/additive-bahdanau")]
-    assert retried.run_id == dead_id and retried.status == "FINISHED"
-    assert retried.metrics["train/epochs"] == epochs
+    ((dead_id, (name, pid)),) = killed.items()
+    (retried,) = [r for r in models if r.run_id == dead_id]
+    assert retried.status == "FINISHED" and retried.metrics["train/epochs"] == epochs
+    assert int(retried.tags["attnstudy.owner.pid"]) != pid  # another process took it over
     history = t.client.get_metric_history(dead_id, "train/loss")
     assert {m.step for m in history} == set(range(1, epochs + 1))  # before and after the kill
     said = [ln for ln in res.stderr.splitlines() if "was run again after its worker died" in ln]
     assert len(said) == 1, res.stderr[-3000:]
-    assert "copy/additive-bahdanau/seed1: its training task was run again" in said[0]
+    assert f"{name}: its training task was run again" in said[0]
     assert f"the retry continues run {dead_id} from its last checkpoint" in said[0]
-    runs = _runs(t, "tiny-crash")
+    runs = _runs(t, "tiny-node-lost")
     assert runs["ablations of copy/additive-bahdanau/seed1"].status == "FINISHED"
     assert runs["ablations of copy/none-bahdanau/seed1"].status == "FINISHED"
     study = next(r for r in runs.values() if r.kind == "study")
     assert study.status == "FINISHED"
     assert study.metrics["study/n_ok"] == 2 and study.metrics["study/n_failed"] == 0
-    assert (tmp_path / "crash" / "reports" / "tiny-crash" / "report.md").is_file()
+    assert (tmp_path / "crash" / "reports" / "tiny-node-lost" / "report.md").is_file()
 
 
 def _cli(cluster, *args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -4,7 +4,8 @@ hours in a big study). The driver collects each task as it finishes (``ray.wait`
 ``RayExecutor._collect`` of a task whose worker died closes the runs it left RUNNING and says so
 at once, naming the variant, the phase, the run it took down and the cause. Ray itself is
 replaced by a stand-in whose ``get`` raises Ray's error (no cluster: fast, deterministic); the
-real kill is tests/distributed/test_cluster.py::test_a_dead_worker_fails_its_variant_alone."""
+real kill (of a node, then retried) is
+tests/distributed/test_cluster.py::test_a_dead_node_is_retried_and_the_retry_continues_its_run."""
 
 from __future__ import annotations
 
