@@ -125,3 +125,21 @@ class AgreementParams(Params):
         default_factory=IntegratedGradientsParams
     )
     occlusion: OcclusionParams = Field(default_factory=OcclusionParams)
+
+
+class SourcePrefixParams(Params):
+    """Source vs prefix settings (:mod:`attnstudy.analysis.ablations.source_prefix`).
+
+    Attributes:
+        methods: which of :data:`GRADIENT_METHODS` to attribute to the source and the prefix
+            (default all three).
+        detach_attention: stop the gradient through the cross-attention weights (default false:
+            the whole network, so that integrated gradients' completeness holds).
+        n_steps: integrated gradients' path points (Captum's Gauss–Legendre rule; ≥ 2).
+    """
+
+    methods: list[Literal[GRADIENT_METHODS]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: list(GRADIENT_METHODS), min_length=1
+    )
+    detach_attention: bool = False
+    n_steps: int = Field(20, ge=2, le=10_000)

@@ -44,11 +44,11 @@ from .example_spec import Capture as Capture
 from .example_spec import ExampleColumn as ExampleColumn
 from .example_spec import MapView as MapView
 
-CAPABILITIES = ("attention", "local", "global", "gradients", "values", "self_attention")
-"""What an ablation may need of a model (:mod:`attnstudy.analysis.contract`): traced attention,
-local intervention (``logits_given_attention``), global intervention (``decode(intervene=)``),
-input gradients (``embed`` + ``trace(embedded=)``), the transformed value vectors
-(``value_vectors``), the encoder's self-attention (``encoder_attention``)."""
+CAPABILITIES = tuple(
+    "attention local global gradients prefix_gradients values self_attention".split()
+)
+"""What an ablation may need of a model: the capabilities :mod:`attnstudy.analysis.contract`
+defines (its docstring says what each asks of a model)."""
 
 
 class UnknownAblationError(ValueError):

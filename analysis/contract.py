@@ -20,6 +20,8 @@ Capabilities (:data:`attnstudy.analysis.catalogue.CAPABILITIES`):
 * ``global`` — :class:`GloballyIntervenable`: decoding again with an intervention at every step;
 * ``gradients`` — :class:`InputGradients`: a trace through given source embeddings
   (gradient × input and leave-one-out importance);
+* ``prefix_gradients`` — :class:`PrefixGradients`: a trace through given target-prefix
+  embeddings as well (source vs prefix attribution, Voita et al. 2021);
 * ``values`` — :class:`ValueVectors`: the value vectors after the score's value and output
   projections, whose weighted sum is the context (norm-based analysis);
 * ``self_attention`` — :class:`EncoderSelfAttention`: the encoder's self-attention of every
@@ -128,6 +130,29 @@ class InputGradients(Protocol):
 
 
 @runtime_checkable
+class PrefixGradients(Protocol):
+    """``embed_target(tgt_in) -> (B, T_y, E)``, the embeddings of each step's input token
+    (BOS + the prefix), and ``trace(…, embedded_target=…)`` through them (and through given
+    source embeddings): the two inputs a prediction is attributed to (source vs prefix, Voita et
+    al. 2021, "Analyzing the Source and Target Contributions to Predictions in NMT")."""
+
+    def embed(self, src: Tensor) -> Tensor: ...
+
+    def embed_target(self, tgt_in: Tensor) -> Tensor: ...
+
+    def trace(
+        self,
+        src: Tensor,
+        src_lengths: Tensor,
+        tgt_in: Tensor,
+        tgt_out: Tensor | None = None,
+        embedded: Tensor | None = None,
+        detach_attention: bool = False,
+        embedded_target: Tensor | None = None,
+    ) -> Any: ...
+
+
+@runtime_checkable
 class ValueVectors(Protocol):
     """``value_vectors(trace)``: f(x_j) per head, (B, H, T_x, d), such that the context of step t is
     Σ_h Σ_j α_thj f_h(x_j) (Kobayashi et al. 2020, eq. 4)."""
@@ -155,6 +180,8 @@ def capabilities(model: Any) -> set[str]:
             out.add("global")
     if isinstance(model, InputGradients):
         out.add("gradients")
+    if isinstance(model, PrefixGradients):
+        out.add("prefix_gradients")
     if has_attention and isinstance(model, ValueVectors):
         out.add("values")
     if has_attention and isinstance(model, EncoderSelfAttention):

@@ -7,7 +7,7 @@ heads) for the copy sentences of the shipped example, computed two ways from one
 
 * **fast** — :meth:`attnstudy.models.hf.HFSeq2Seq.logits_given_attention`: one decoder call per
   step from the traced key/value cache, every (example, replacement) row of the step in one batch;
-* **naive** — :func:`attnstudy.models.hf.naive_logits_given_attention`: the whole model run again
+* **naive** — :func:`attnstudy.models.references.hf_logits_given_attention`: the whole model run again
   on the prefix for every (example, replacement, step), no cache.
 
 They must agree to ≤ 1e-5. Target: naive / fast ≥ 10×.
@@ -42,8 +42,9 @@ def _batch(model, texts):
 
 
 def run(args) -> dict:
-    from attnstudy.models.hf import load_pretrained, naive_logits_given_attention
+    from attnstudy.models.hf import load_pretrained
     from attnstudy.models.hf_tiny import build_tiny, copy_pairs
+    from attnstudy.models.references import hf_logits_given_attention
 
     n_words, p = (4, 3) if args.smoke else (32, 20)
     steps = 20 if args.smoke else 300
@@ -62,7 +63,7 @@ def run(args) -> dict:
         timings = common.interleaved(
             {
                 "fast": lambda: model.logits_given_attention(tr, w),
-                "naive": lambda: naive_logits_given_attention(model, tr, w),
+                "naive": lambda: hf_logits_given_attention(model, tr, w),
             },
             repeats,
             once=("naive",),

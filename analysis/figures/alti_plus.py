@@ -17,38 +17,64 @@ BINS = 5
 """The output is cut into fifths: step t of an example with n steps falls in ⌊5 t / n⌋."""
 
 
-def _mean_ci(rows: pd.DataFrame) -> tuple[float, float, float]:
+def _mean_ci(rows: pd.DataFrame, column: str = COLUMN) -> tuple[float, float, float]:
     """The tables' estimator: mean over steps, 95 % bootstrap interval over examples."""
     from ..catalogue import AblationConfig
     from ..suite import step_mean_ci
 
-    est = step_mean_ci(rows, COLUMN, AblationConfig())
+    est = step_mean_ci(rows, column, AblationConfig())
     return est if est is not None else (math.nan, math.nan, math.nan)
 
 
-def source_share_along_output(steps: pd.DataFrame | None, palette: dict | None = None) -> Figure:
-    """Mean ALTI+ source contribution per fifth of the output, a line per model.
+def source_share_along_output(
+    steps: pd.DataFrame | None,
+    palette: dict | None = None,
+    columns: dict[str, str] | None = None,
+) -> Figure:
+    """Mean source share per fifth of the output, a line per model, a panel per column.
 
     Args:
-        steps: per-step rows with ``variant``, ``example_id``, ``step`` and
-            ``alti_plus_source_share`` (NaN where undefined: left out).
+        steps: per-step rows with ``variant``, ``example_id``, ``step`` and the share columns
+            (NaN where undefined: left out).
+        columns: share column → its label on the y axis (default ALTI+'s
+            ``alti_plus_source_share``); columns no row has are left out.
 
     Returns:
         The figure; a note in its place when no step has a source share.
     """
-    fig, ax = _subplots(1, 1, figsize=(11, 4.2))
-    if steps is None or COLUMN not in steps.columns or steps[COLUMN].notna().sum() == 0:
-        _note(ax, "no ALTI+ source contribution (ablation not run, or undefined at every step)")
+    columns = columns or {COLUMN: "source contribution (ALTI+)"}
+    present = {
+        c: label
+        for c, label in columns.items()
+        if steps is not None and c in steps.columns and steps[c].notna().any()
+    }
+    fig, axes = _subplots(
+        1, max(1, len(present)), figsize=(11 if len(present) < 2 else 5 * len(present), 4.2)
+    )
+    axes = np.atleast_1d(axes)
+    if not present:
+        what = "ALTI+ source contribution" if COLUMN in columns else "source share"
+        _note(axes[0], f"no {what} (ablation not run, or undefined at every step)")
         return fig
-    rows = steps.dropna(subset=[COLUMN]).copy()
+    rows = steps.copy()
     n = rows.groupby(["variant", "example_id"])["step"].transform("max") + 1
     rows["fifth"] = np.minimum((BINS * rows["step"] / n).astype(int), BINS - 1)
     palette = {**{v: None for v in dict.fromkeys(rows["variant"])}, **(palette or {})}
     order = _order(rows, palette)
+    for ax, (column, label) in zip(axes, present.items()):
+        _panel(ax, rows.dropna(subset=[column]), column, order, palette)
+        ax.set_ylabel(f"{label}\n1: all from the source")
+    counts = rows.dropna(subset=list(present), how="all").groupby("variant").size().to_dict()
+    _legend_below(fig, palette, order, counts=counts)
+    return fig
+
+
+def _panel(ax, rows: pd.DataFrame, column: str, order: list, palette: dict) -> None:
+    """One column's lines: per model, the mean per fifth with its interval."""
     centres = (np.arange(BINS) + 0.5) / BINS
     for k, v in enumerate(order):
         mine = rows[rows["variant"] == v]
-        est = [_mean_ci(mine[mine["fifth"] == b]) for b in range(BINS)]
+        est = [_mean_ci(mine[mine["fifth"] == b], column) for b in range(BINS)]
         mean = np.array([e[0] for e in est])
         low = np.array([e[1] for e in est])
         high = np.array([e[2] for e in est])
@@ -62,7 +88,3 @@ def source_share_along_output(steps: pd.DataFrame | None, palette: dict | None =
         centres, [f"{int(100 * b / BINS)}–{int(100 * (b + 1) / BINS)} %" for b in range(BINS)]
     )
     ax.set_xlabel("position of the step in the reference output")
-    ax.set_ylabel("source contribution (ALTI+)\n1: all from the source")
-    counts = rows.groupby("variant").size().to_dict()
-    _legend_below(fig, palette, order, counts=counts)
-    return fig

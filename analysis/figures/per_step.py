@@ -441,6 +441,18 @@ def _alti_plus(d: FigureInput) -> Figure:
     return source_share_along_output(rows, d.palette)
 
 
+def _source_prefix(d: FigureInput) -> Figure:
+    from ..catalogue import get_ablation
+    from .alti_plus import source_share_along_output
+
+    rows = d.steps
+    if "prefix" in rows:
+        rows = rows[rows["prefix"] == "reference"]
+    stats = get_ablation("source_prefix").stats  # the panels: its share statistics, in order
+    columns = {s.column: s.label for k, s in stats.items() if k.startswith("share_")}
+    return source_share_along_output(rows, d.palette, columns)
+
+
 def _decoder_lens(d: FigureInput) -> Figure:
     from .decoder_lens import layers_known
 
@@ -466,6 +478,7 @@ FIGURE_KINDS: dict[str, Callable[[FigureInput, str], Figure]] = {
     "faithfulness": lambda d, _: _faithfulness_aopc(d.analysis, d.palette),
     "alti_plus": lambda d, _: _alti_plus(d),
     "decoder_lens": lambda d, _: _decoder_lens(d),
+    "source_prefix": lambda d, _: _source_prefix(d),
 }
 """How each kind of ablation figure (:class:`attnstudy.analysis.catalogue.Figure`) is drawn:
 ``draw(FigureInput, title) -> Figure``. ``stat_distributions`` is the generic kind, drawn from

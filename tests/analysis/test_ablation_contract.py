@@ -47,6 +47,7 @@ def _cfg(name: str) -> AblationConfig:
                 "erase_until_flip": {"n_random_orders": 2},
                 "adversarial": {"steps": 4},
                 "integrated_gradients": {"n_steps": 8},
+                "source_prefix": {"n_steps": 4},
                 "attribution_agreement": {"integrated_gradients": {"n_steps": 8}},
                 # every ranking, so that every declared statistic is produced (soft ones too)
                 "faithfulness": {
@@ -78,9 +79,14 @@ def _assert_close(got: pd.DataFrame, want: pd.DataFrame) -> None:
     )
     for col in _floats(want):
         scale = max(1.0, float(want[col].abs().max(skipna=True) or 0.0))
-        pd.testing.assert_series_equal(
-            got[col], want[col], atol=1e-5 * scale, rtol=0, check_dtype=False
-        )
+        # source vs prefix sums the scores of every source and prefix token along steep paths:
+        # on the sharpened Transformer its integrated gradients differ by up to 5e-3 relative
+        # between a batch and an example alone (tens of nats with cancellations), the source
+        # share by 2.3e-5 and the convergence delta (130 nats at 4 path points) by 1.2e-4 of it
+        atol = 1e-5 * scale
+        if col.startswith("source_prefix_"):
+            atol = 1e-3 * scale if "delta" in col else 1e-4
+        pd.testing.assert_series_equal(got[col], want[col], atol=atol, rtol=0, check_dtype=False)
 
 
 def _floats(frame: pd.DataFrame) -> list[str]:

@@ -26,9 +26,9 @@ from attnstudy.models.hf import (  # noqa: E402
     HFError,
     folder_digests,
     load_pretrained,
-    naive_logits_given_attention,
 )
 from attnstudy.models.hf_tiny import build_tiny  # noqa: E402
+from attnstudy.models.references import hf_logits_given_attention  # noqa: E402
 from attnstudy.models.trace import ALL  # noqa: E402
 
 CASES = [("marian", "word"), ("marian", "bpe"), ("t5", "word"), ("t5", "bpe"), ("bart", "bpe")]
@@ -118,7 +118,7 @@ def test_local_intervention_equals_a_naive_re_decode(case, models):
         for unit in (tr, tr.with_layer(0), tr.with_layer(ALL), tr.with_layer(0).with_head(0)):
             w = _random_rows(unit, 3)
             fast = model.logits_given_attention(unit, w, chunk_rows=4)
-            naive = naive_logits_given_attention(model, unit, w)
+            naive = hf_logits_given_attention(model, unit, w)
             assert (fast - naive).abs().max() <= 1e-5
             # a replacement changes something: the test can fail
             assert (fast - tr.logits[:, None]).abs()[

@@ -9,9 +9,9 @@ import torch
 from attnstudy.config import ConfigError, ModelConfig, TransformerConfig
 from attnstudy.experiment import parse_experiment
 from attnstudy.models import ALL, build_model
+from attnstudy.models.references import transformer_logits_given_attention
 from attnstudy.models.transformer import (
     Transformer,
-    naive_logits_given_attention,
     sinusoidal_positions,
 )
 
@@ -85,7 +85,7 @@ def test_local_intervention_equals_a_naive_rerun_of_the_whole_decoder(layer_norm
     w = random_rows(tr, 2)
     with torch.no_grad():
         fast = m.logits_given_attention(tr, w, chunk_rows=5)
-        slow = naive_logits_given_attention(m, tr, w)
+        slow = transformer_logits_given_attention(m, tr, w)
     real = tr.step_mask[:, None].expand(-1, 2, -1)
     # the output distributions (what every ablation compares) agree to 1e-5
     p_fast, p_slow = torch.softmax(fast[real], -1), torch.softmax(slow[real], -1)

@@ -147,6 +147,7 @@ class Decoder(nn.Module):
         memory: Memory | None,
         intervene=None,
         detach_attention: bool = False,
+        embedded: Tensor | None = None,
     ) -> StepOutput:
         """One decoder step.
 
@@ -158,11 +159,13 @@ class Decoder(nn.Module):
                 the attention row before it is used (global intervention).
             detach_attention: stop gradients through the attention weights (gradient importance,
                 Jain & Wallace 2019 §3).
+            embedded: optional (N, E) embedding of ``y_prev`` in place of the lookup (source vs
+                prefix attribution differentiates against it).
 
         Returns:
             StepOutput.
         """
-        emb = self.dropout(self.embedding(y_prev))
+        emb = self.dropout(self.embedding(y_prev) if embedded is None else embedded)
         weights = query = None
         if self.flow == "bahdanau":
             prefix = torch.cat([state.rnn.transpose(0, 1).reshape(emb.size(0), -1), emb], dim=-1)

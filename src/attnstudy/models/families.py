@@ -64,7 +64,7 @@ def _check_pretrained(spec) -> None:
         )
 
 
-_CORE = ("attention", "local", "global", "gradients", "values")
+_CORE = ("attention", "local", "global", "gradients", "prefix_gradients", "values")
 FAMILIES: dict[str, ModelFamily] = {
     "rnn": ModelFamily(
         "rnn",

@@ -65,7 +65,6 @@ __all__ = [
     "TOKENIZER_FILES",
     "folder_digests",
     "load_pretrained",
-    "naive_logits_given_attention",
     "subword_examples",
     "word_index",
 ]
@@ -413,6 +412,12 @@ class HFSeq2Seq(Decoding, nn.Module):
         enc = self._encoder()
         return enc.embed_tokens(self._model_ids(src)) * getattr(enc, "embed_scale", 1.0)
 
+    def embed_target(self, tgt_in: Tensor) -> Tensor:
+        """Target-prefix embeddings (B, T_y, d) as the decoder computes them from ids, scale
+        included (as :meth:`embed`): what source-vs-prefix attribution differentiates against."""
+        dec = self.hf.get_decoder()
+        return dec.embed_tokens(self._model_ids(tgt_in)) * getattr(dec, "embed_scale", 1.0)
+
     def _encode(self, src, src_lengths, embedded):
         mask = (torch.arange(src.size(1), device=src.device)[None, :] < src_lengths[:, None]).long()
         enc = self._encoder()(
@@ -428,6 +433,7 @@ class HFSeq2Seq(Decoding, nn.Module):
         tgt_out: Tensor | None = None,
         embedded: Tensor | None = None,
         detach_attention: bool = False,
+        embedded_target: Tensor | None = None,
     ) -> HFTrace:
         """Teacher-forced pass over a given target prefix, keeping the key/value caches.
 
@@ -438,6 +444,8 @@ class HFSeq2Seq(Decoding, nn.Module):
             tgt_out: long (B, T_y), the prefix followed by EOS (for ``step_mask``).
             embedded: optional source embeddings (B, T_x, d) to differentiate against.
             detach_attention: stop gradients through every layer's cross-attention weights.
+            embedded_target: optional target-prefix embeddings (B, T_y, d) of ``tgt_in``
+                (:meth:`embed_target`) to differentiate against.
 
         Returns:
             :class:`HFTrace`, analysing the last layer.
@@ -449,7 +457,11 @@ class HFSeq2Seq(Decoding, nn.Module):
             out = self.hf(
                 encoder_outputs=enc,
                 attention_mask=mask,
-                decoder_input_ids=self._model_ids(tgt_in),
+                **(
+                    {"decoder_input_ids": self._model_ids(tgt_in)}
+                    if embedded_target is None
+                    else {"decoder_inputs_embeds": embedded_target}
+                ),
                 use_cache=True,
                 output_attentions=True,
                 return_dict=True,
@@ -780,54 +792,6 @@ def subword_examples(
             )
         )
     return out
-
-
-def naive_logits_given_attention(
-    model: HFSeq2Seq, trace: HFTrace, weights: Tensor, steps: Tensor | None = None
-) -> Tensor:
-    """Reference for :meth:`HFSeq2Seq.logits_given_attention`: for every (example, replacement,
-    step), the whole model run again on the prefix up to that step, no cache, with the last
-    position's rows at the analysed layer(s) replaced. Slow; for tests and benchmarks.
-
-    Args and returns as :meth:`HFSeq2Seq.logits_given_attention` (``trace`` unwindowed).
-    """
-    single = weights.dim() == 4
-    if single:
-        weights = weights.unsqueeze(1)
-    weights = trace.expand_heads(weights)
-    b, p, _, t_y, _ = weights.shape
-    h = model.heads
-    layers = list(range(model.layers)) if trace.layer == ALL else [trace.layer]
-    mask = trace.step_mask if steps is None else steps & trace.step_mask
-    out = weights.new_zeros(b, p, t_y, len(model.vocab))
-    for i in range(b):
-        n = int(trace.src_lengths[i])
-        src = trace.src[i : i + 1, :n]
-        for t in range(t_y):
-            if not bool(mask[i, t]):
-                continue
-            for r in range(p):
-                repl = {m: weights[i, r, k * h : (k + 1) * h, t, :n] for k, m in enumerate(layers)}
-
-                def fn(m, w, repl=repl):
-                    if m not in repl:
-                        return None
-                    w = w.clone()
-                    w[0, :, -1] = repl[m]
-                    return w
-
-                token = _ACTIVE.set(model._hooks(fn))
-                try:
-                    res = model.hf(
-                        input_ids=model._model_ids(src),
-                        decoder_input_ids=model._model_ids(trace.tgt_in[i : i + 1, : t + 1]),
-                        use_cache=False,
-                        return_dict=True,
-                    )
-                finally:
-                    _ACTIVE.reset(token)
-                out[i, r, t] = model.ids.logits(res.logits[0, -1])
-    return out[:, 0] if single else out
 
 
 # --- loading -----------------------------------------------------------------------------------

@@ -149,6 +149,12 @@ class Seq2Seq(Decoding, nn.Module):
         differentiates against (pass them back through :meth:`trace`'s ``embedded``)."""
         return self.encoder.embedding(src)
 
+    def embed_target(self, tgt_in: Tensor) -> Tensor:
+        """Target-prefix embeddings (B, T_y, E) of ``tgt_in`` long (B, T_y), each step's input
+        y_{t-1}: what source-vs-prefix attribution differentiates against (pass them back through
+        :meth:`trace`'s ``embedded_target``)."""
+        return self.decoder.embedding(tgt_in)
+
     def encode(
         self, src: Tensor, src_lengths: Tensor, embedded: Tensor | None = None
     ) -> tuple[Memory | None, DecoderState, Tensor]:
@@ -178,6 +184,7 @@ class Seq2Seq(Decoding, nn.Module):
         tgt_out: Tensor | None = None,
         embedded: Tensor | None = None,
         detach_attention: bool = False,
+        embedded_target: Tensor | None = None,
     ) -> RecurrentTrace:
         """Teacher-forced pass over a given target prefix.
 
@@ -188,6 +195,8 @@ class Seq2Seq(Decoding, nn.Module):
                 else the mask is ``tgt_in != PAD``).
             embedded: optional source embeddings (B, T_x, E) to differentiate against.
             detach_attention: stop gradients through the attention weights.
+            embedded_target: optional target-prefix embeddings (B, T_y, E) of ``tgt_in``
+                (:meth:`embed_target`) to differentiate against.
 
         Returns:
             :class:`RecurrentTrace` (cross-attention (B, 1, H, T_y, T_x)).
@@ -197,7 +206,13 @@ class Seq2Seq(Decoding, nn.Module):
         memory, state, pad_mask = self.encode(src, src_lengths, embedded)
         logits, weights, prefixes = [], [], []
         for t in range(tgt_in.size(1)):
-            out = self.decoder.step(tgt_in[:, t], state, memory, detach_attention=detach_attention)
+            out = self.decoder.step(
+                tgt_in[:, t],
+                state,
+                memory,
+                detach_attention=detach_attention,
+                embedded=None if embedded_target is None else embedded_target[:, t],
+            )
             state = out.state
             logits.append(out.logits)
             prefixes.append(out.prefix)

@@ -469,9 +469,23 @@ class Transformer(Decoding, nn.Module):
             q = torch.zeros_like(q)
         return attend(q, keys, pad_mask[:, None, None, :])
 
-    def _decoder_input(self, tokens: Tensor, start: int, memory: TransformerMemory) -> Tensor:
-        """(B, T, d) decoder input of ``tokens`` long (B, T) at positions start …"""
-        x = self.tgt_embedding(tokens) * math.sqrt(self.d_model)
+    def embed_target(self, tgt_in: Tensor) -> Tensor:
+        """Target-prefix token embeddings (B, T_y, d) of ``tgt_in`` long (B, T_y), before scaling
+        and positions (as :meth:`embed` for the source): what source-vs-prefix attribution
+        differentiates against (pass them back through :meth:`trace`'s ``embedded_target``)."""
+        return self.tgt_embedding(tgt_in)
+
+    def _decoder_input(
+        self,
+        tokens: Tensor,
+        start: int,
+        memory: TransformerMemory,
+        embedded: Tensor | None = None,
+    ) -> Tensor:
+        """(B, T, d) decoder input of ``tokens`` long (B, T) at positions start … (``embedded``:
+        their embeddings from :meth:`embed_target`, in place of the lookup)."""
+        emb = self.tgt_embedding(tokens) if embedded is None else embedded
+        x = emb * math.sqrt(self.d_model)
         x = x + self._position(start, tokens.size(1))
         if memory.summary is not None:
             x = x + memory.summary[:, None, :]
@@ -495,6 +509,7 @@ class Transformer(Decoding, nn.Module):
         tgt_out: Tensor | None = None,
         embedded: Tensor | None = None,
         detach_attention: bool = False,
+        embedded_target: Tensor | None = None,
     ) -> TransformerTrace:
         """Teacher-forced pass over a given target prefix (all positions at once, causal mask).
 
@@ -505,6 +520,8 @@ class Transformer(Decoding, nn.Module):
                 ``tgt_in != PAD``).
             embedded: optional source embeddings (B, T_x, d) to differentiate against.
             detach_attention: stop gradients through every layer's cross-attention weights.
+            embedded_target: optional target-prefix embeddings (B, T_y, d) of ``tgt_in``
+                (:meth:`embed_target`) to differentiate against.
 
         Returns:
             :class:`TransformerTrace`, analysing the last layer.
@@ -512,7 +529,7 @@ class Transformer(Decoding, nn.Module):
         embedded = self.embed(src) if embedded is None else embedded
         memory, enc_attn = self.encode(src, src_lengths, embedded)
         t_y = tgt_in.size(1)
-        x = self._decoder_input(tgt_in, 0, memory)
+        x = self._decoder_input(tgt_in, 0, memory, embedded_target)
         future = torch.ones(t_y, t_y, dtype=torch.bool, device=src.device).triu(1)
         mids, keys, values, self_w, cross_w = [], [], [], [], []
         for m, layer in enumerate(self.decoder_layers):
@@ -849,48 +866,3 @@ class Transformer(Decoding, nn.Module):
             out.append(torch.einsum("bhxk,hkd->bhxd", trace.memory.values[:, m], blocks))
         vectors = torch.cat(out, 1)
         return vectors if trace.head == ALL else vectors[:, trace.head : trace.head + 1]
-
-
-def naive_logits_given_attention(
-    model: Transformer, trace: TransformerTrace, weights: Tensor
-) -> Tensor:
-    """Plain reference of :meth:`Transformer.logits_given_attention`: for every real step t and
-    replacement p, the whole decoder re-run over positions 0 … t of that example alone, with
-    position t's cross-attention rows replaced at the analysed layer(s). Slow by design.
-
-    Args:
-        model: the model; trace: a full trace (offset 0) from :meth:`Transformer.trace`.
-        weights: (B, P, H', T_y, T_x) replacements of ``trace.attention``.
-
-    Returns:
-        (B, P, T_y, V), 0 at padding steps.
-    """
-    full = trace.expand_heads(weights)
-    b, p, _, t_y, _ = full.shape
-    h = model.heads
-    layers = list(range(model.layers)) if trace.layer == ALL else [trace.layer]
-    out = full.new_zeros(b, p, t_y, model.output.out_features)
-    for i in range(b):
-        n = int(trace.src_lengths[i])
-        memory, _ = model.encode(trace.src[i : i + 1, :n], trace.src_lengths[i : i + 1])
-        for t in range(t_y):
-            if not bool(trace.step_mask[i, t]):
-                continue
-            tokens = trace.tgt_in[i : i + 1, : t + 1]
-            for r in range(p):
-                x = model._decoder_input(tokens, 0, memory)
-                future = torch.ones(t + 1, t + 1, dtype=torch.bool, device=tokens.device).triu(1)
-                for m, layer in enumerate(model.decoder_layers):
-                    a = layer.sub.inp(0, x)
-                    k, v = layer.self_attn.keys_values(a)
-                    w = attend(layer.self_attn.queries(a), k, future)
-                    x = layer.sub.add(0, x, layer.self_attn.output(w, v))
-                    c = model._cross_weights(layer, x, memory.keys[:, m], memory.pad_mask)
-                    if m in layers:
-                        j = layers.index(m)
-                        c = c.clone()
-                        c[0, :, t] = full[i, r, j * h : (j + 1) * h, t, :n]
-                    x = layer.cross_given_weights(x, c, memory.values[:, m])
-                    x = layer.feed_forward(x)
-                out[i, r, t] = model._logits(x)[0, t]
-    return out
