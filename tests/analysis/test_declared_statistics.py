@@ -14,6 +14,7 @@ with no count (the first: no key at all; the second: ``_n_undefined`` 0 beside n
 from __future__ import annotations
 
 import math
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -67,8 +68,9 @@ def every_option(names) -> dict:
             opts["scores"] = scores
         if "rankings" in fields:
             opts["rankings"] = list(params.RANKINGS)
-        if "methods" in fields:
-            opts["methods"] = list(METHODS)
+        if "methods" in fields:  # every method the field accepts (list[Literal[…]]), else all
+            inner = typing.get_args(fields["methods"].annotation)[:1]
+            opts["methods"] = list(typing.get_args(inner[0]) if inner else ()) or list(METHODS)
         if opts:
             out[name] = opts
     return out
