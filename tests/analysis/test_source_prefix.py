@@ -149,7 +149,7 @@ def test_the_share_is_the_source_mass_over_all_mass():
     assert math.isnan(got[0, 1].item())  # no mass at all: undefined, not 0
 
 
-def test_a_model_without_the_capability_is_skipped_with_the_reason(monkeypatch):
+def test_a_model_without_the_capability_is_skipped_with_the_reason():
     """A model whose trace takes no prefix embeddings (no ``embed_target``: a user's own model of
     an earlier contract) skips the entry with the missing capability named."""
     from analysis_testkit import VOCAB
@@ -158,7 +158,11 @@ def test_a_model_without_the_capability_is_skipped_with_the_reason(monkeypatch):
 
     torch.manual_seed(0)
     model = tiny_model("additive", "bahdanau")
-    monkeypatch.delattr(type(model), "embed_target")
+
+    class EarlierContract(type(model)):
+        embed_target = None  # a protocol member set to None: the class does not have it
+
+    model.__class__ = EarlierContract  # a class of its own (protocol checks are cached by class)
     cfg = AblationConfig(ablations=["source_prefix"], bootstrap_resamples=20)
     res = run_suite(model, make_examples(3), VOCAB, VOCAB, cfg, progress=False)
     assert "prefix_gradients" in res.skipped["source_prefix"]
