@@ -44,15 +44,32 @@ INTERVAL = re.compile(rf"{NUMBER} \[{NUMBER}, {NUMBER}\]")
 """A number with its 95 % interval as the report writes it: ``0.586 [0.573, 0.598]``."""
 
 
+def columns_of(rows: list[dict]) -> list[str]:
+    """Every row's keys once, each after the key it follows in its own row (the first row's order
+    first): rows of models of two tasks (G2P's PER, Greek–English's WER and BLEU) share one
+    header, each task's columns where its rows have them."""
+    out: list[str] = []
+    for row in rows:
+        after = -1
+        for key in row:
+            if key in out:
+                after = out.index(key)
+            else:
+                after += 1
+                out.insert(after, key)
+    return out
+
+
 def result_files(experiment: str, tables: dict[str, list[dict]]) -> dict[str, bytes]:
     """The CSV files of ``tables`` (``suffix → rows``, rows as dicts of cell text, in order):
-    ``<experiment><suffix>.csv → content``; an empty table gives no file."""
+    ``<experiment><suffix>.csv → content``; an empty table gives no file. A column some rows lack
+    (a metric of another task) is empty in those rows."""
     files = {}
     for suffix, rows in tables.items():
         if not rows:
             continue
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+        writer = csv.DictWriter(buf, fieldnames=columns_of(rows), restval="", lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
         files[f"{experiment}{suffix}.csv"] = buf.getvalue().encode("utf-8")
