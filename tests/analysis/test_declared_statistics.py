@@ -54,6 +54,7 @@ def every_option(names) -> dict:
         "adversarial": {"steps": 3},
         "erase_until_flip": {"n_random_orders": 2},
         "integrated_gradients": {"n_steps": 4},
+        "source_prefix": {"n_steps": 4},
         "attribution_agreement": {"integrated_gradients": {"n_steps": 4}},
         "attribution_alignment": {"integrated_gradients": {"n_steps": 4}},
         "faithfulness": {"n_random": 2, "soft_draws": 1},  # soft_* statistics with soft_draws
