@@ -39,6 +39,8 @@ from torch import Tensor
 
 from attnstudy.data.vocab import PAD_ID
 
+from ..attribution import _baseline, _target_logp
+
 SOURCE_PREFIX_METHODS = GRADIENT_METHODS
 """The methods attributed to the source and the prefix: the gradient methods of the attribution
 registry (:mod:`attnstudy.analysis.attribution_params`, their names and labels)."""
@@ -165,21 +167,44 @@ def source_prefix_scores(
     Raises:
         ValueError: an unknown method.
     """
+    found = all_scores(model, tr, [method], detach_attention=detach_attention, n_steps=n_steps)
+    return found[method]
+
+
+def all_scores(
+    model, tr, methods, *, detach_attention: bool = False, n_steps: int = 20
+) -> dict[str, tuple[Tensor, Tensor, Tensor | None]]:
+    """:func:`source_prefix_scores` of each of ``methods``, by method; saliency and input ×
+    gradient come from one gradient pass (one trace, one backward per step) when both are asked.
+
+    Raises:
+        ValueError: an unknown method.
+    """
     from attnstudy.models import eval_mode, gradients_in_eval
 
-    if method not in SOURCE_PREFIX_METHODS:
-        raise ValueError(f"unknown method {method!r}; valid: {', '.join(SOURCE_PREFIX_METHODS)}")
+    unknown = [m for m in methods if m not in SOURCE_PREFIX_METHODS]
+    if unknown:
+        raise ValueError(
+            f"unknown method {unknown[0]!r}; valid: {', '.join(SOURCE_PREFIX_METHODS)}"
+        )
+    out = {}
     with eval_mode(model), gradients_in_eval():
         e = model.embed(tr.src).detach()
         f = model.embed_target(tr.tgt_in).detach()
-        if method != "integrated_gradients":
+        if {"saliency", "input_x_gradient"} & set(methods):
             ge, gf = step_gradients(model, tr, e, f, detach_attention=detach_attention)
-            if method == "saliency":
-                src, pre = ge.abs().sum(-1), gf.abs().sum(-1)
-            else:
-                src, pre = (ge * e).sum(-1), (gf * f).sum(-1)
-            return _masked(tr, src.transpose(0, 1), pre.transpose(0, 1)) + (None,)
-        return _integrated(model, tr, e, f, detach_attention=detach_attention, n_steps=n_steps)
+            found = {
+                "saliency": (ge.abs().sum(-1), gf.abs().sum(-1)),
+                "input_x_gradient": ((ge * e).sum(-1), (gf * f).sum(-1)),
+            }
+            for m in set(found) & set(methods):
+                src, pre = found[m]
+                out[m] = _masked(tr, src.transpose(0, 1), pre.transpose(0, 1)) + (None,)
+        if "integrated_gradients" in methods:
+            out["integrated_gradients"] = _integrated(
+                model, tr, e, f, detach_attention=detach_attention, n_steps=n_steps
+            )
+    return out
 
 
 def _integrated(model, tr, e, f, *, detach_attention: bool, n_steps: int):
@@ -188,10 +213,8 @@ def _integrated(model, tr, e, f, *, detach_attention: bool, n_steps: int):
     from captum.attr._utils.approximation_methods import approximation_parameters
 
     step_sizes, alphas_of = approximation_parameters("gausslegendre")
-    keep_e = tr.pad_mask[..., None]
-    keep_f = (tr.tgt_in == PAD_ID)[..., None]
-    base_e = torch.where(keep_e, e, torch.zeros_like(e))
-    base_f = torch.where(keep_f, f, torch.zeros_like(f))
+    base_e = _baseline(model, tr, "zero", e)  # padding stays as it is
+    base_f = torch.where((tr.tgt_in == PAD_ID)[..., None], f, torch.zeros_like(f))
     src = torch.zeros(*tr.step_mask.shape, e.size(1), dtype=torch.float64, device=e.device)
     pre = torch.zeros(*tr.step_mask.shape, f.size(1), dtype=torch.float64, device=e.device)
     for w, a in zip(step_sizes(n_steps), alphas_of(n_steps)):
@@ -218,7 +241,7 @@ def _logp(model, tr, e: Tensor, f: Tensor) -> Tensor:
     trace = model.trace(
         tr.src, tr.src_lengths, tr.tgt_in, tr.tgt_out, embedded=e, embedded_target=f
     )
-    return torch.log_softmax(trace.logits, -1).gather(-1, tr.tgt_out[..., None])[..., 0]
+    return _target_logp(trace, tr)
 
 
 def _masked(tr, src: Tensor, pre: Tensor) -> tuple[Tensor, Tensor]:
@@ -258,10 +281,11 @@ def run(model, batch, params, ctx) -> pd.DataFrame:
             "source_prefix_skipped": np.zeros(len(b_idx), dtype=bool),
         }
     )
+    scores = all_scores(
+        model, tr, params.methods, detach_attention=params.detach_attention, n_steps=params.n_steps
+    )
     for method in params.methods:
-        src, pre, delta = source_prefix_scores(
-            model, tr, method, detach_attention=params.detach_attention, n_steps=params.n_steps
-        )
+        src, pre, delta = scores[method]
         share = source_share(src, pre)[b_idx, t_idx]
         frame[f"source_prefix_share_{method}"] = share.double().cpu().numpy()
         if delta is not None:
